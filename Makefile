@@ -1,0 +1,36 @@
+# `make demo` and `make test` set everything up on a fresh machine: they create (or reuse) .venv,
+# install the project with the tested versions pinned in constraints.txt, then run.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+export OMP_NUM_THREADS ?= 1
+export MUJOCO_GL ?= egl
+
+.PHONY: demo test lint bench install clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+
+$(STAMP): $(PY) pyproject.toml constraints.txt
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[data,dev]"
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/workbench demo
+
+test: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(PY) -m pytest -q
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+bench: $(STAMP)
+	@for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) outputs

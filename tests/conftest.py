@@ -1,0 +1,132 @@
+"""Shared fixtures: tiny seeded models on one CPU thread."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+torch.set_num_threads(1)
+
+from workbench import (  # noqa: E402
+    Adapter,
+    BaseVideoModel,
+    Batch,
+    ComponentSpec,
+    Condition,
+    FlowMatching,
+    ModelCard,
+    SamplingDefaults,
+    StepRecord,
+)
+from workbench.backbones.tiny_video import TinyVideo, TinyVideoConfig  # noqa: E402
+
+TINY = dict(image_size=16, frames=4, width=16, ae_width=8, depth=1, sampling_steps=4)
+
+
+def tiny_base(**overrides) -> TinyVideo:
+    torch.manual_seed(0)
+    return TinyVideo(TinyVideoConfig(**{**TINY, **overrides}))
+
+
+def raw_batch(b: int = 2, t: int = 4, size: int = 16, seed: int = 0, actions: bool = True) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    raw = {"video": torch.rand(b, 3, t, size, size, generator=g) * 2 - 1}
+    if actions:
+        raw["action"] = torch.rand(b, t, 4, generator=g) * 2 - 1
+    return raw
+
+
+@pytest.fixture
+def base() -> TinyVideo:
+    return tiny_base()
+
+
+@pytest.fixture
+def raw() -> dict:
+    return raw_batch()
+
+
+class ToyBackbone(BaseVideoModel):
+    """A deliberately awkward base: batch norm and dropout, which train mode would change."""
+
+    def __init__(self, channels: int = 4, provides=("action", "fs", "c_concat")):
+        super().__init__()
+        self.net = nn.Sequential(nn.Conv3d(channels, 8, 1), nn.BatchNorm3d(8), nn.Dropout(0.5), nn.Conv3d(8, channels, 1))
+        self._provides = tuple(provides)
+        self.card = ModelCard(model_id="toy", family="toy", prediction_type="velocity",
+                              components={"denoiser": ComponentSpec("denoiser")},
+                              sampling=SamplingDefaults(steps=3), capabilities=("i2v",))
+        self.calls = 0
+
+    def provides(self):
+        return self._provides
+
+    def default_objective(self):
+        return FlowMatching()
+
+    def prepare_batch(self, raw):
+        if isinstance(raw, Batch):
+            return raw
+        cond = {k: v for k, v in raw.items() if k != "latents"}
+        per_frame = frozenset(k for k, v in cond.items() if k == "action" or (k.startswith("pf_")))
+        return Batch(latents=raw["latents"], cond=cond, per_frame=per_frame)
+
+    def encode(self, video):
+        return video
+
+    def decode(self, latents):
+        return latents
+
+    def denoise(self, x_t, t, cond):
+        self.calls += 1
+        return self.net(x_t) * (1 + t.view(-1, 1, 1, 1, 1))
+
+    def _generate(self, batch, *, steps, sampler, generator, compose_fn, on_step, **kwargs):
+        x = torch.randn(batch.latents.shape, generator=generator)
+        times = torch.linspace(1, 0, steps + 1)
+        for i in range(steps):
+            t = times[i].expand(x.shape[0])
+            pred = compose_fn(x, t, batch)
+            x_next = x + (times[i + 1] - times[i]) * pred
+            if on_step:
+                on_step(StepRecord(i, steps, t, x, pred, x_next))
+            x = x_next
+        return x
+
+
+class RecordingAdapter(Adapter):
+    """A small nonzero adapter that remembers the conditioning it was given."""
+
+    def __init__(self, consumes=(Condition("action", dim=4, per_frame="mean"),), channels: int = 4,
+                 zero: bool = False):
+        super().__init__()
+        self.consumes = tuple(consumes)
+        self.proj = nn.Linear(4, channels)
+        self.mix = nn.Conv3d(channels, channels, 1)
+        if zero:
+            for p in self.parameters():
+                nn.init.zeros_(p)
+        self.seen = []
+
+    def forward(self, x_t, t, cond, base_output=None):
+        self.seen.append(cond)
+        out = self.mix(x_t)
+        action = cond.declared.get("action")
+        if action is not None:
+            a = action if action.ndim == 2 else action.mean(1)
+            out = out + self.proj(a)[:, :, None, None, None]
+        return out
+
+
+def toy_raw(b: int = 2, t: int = 3, seed: int = 0, **extra) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    raw = {"latents": torch.randn(b, 4, t, 2, 2, generator=g), "action": torch.randn(b, t, 4, generator=g),
+           "fs": torch.tensor([3.0] * b), "c_concat": torch.randn(b, 4, 2, 2, generator=g)}
+    raw.update(extra)
+    return raw

@@ -1,0 +1,169 @@
+"""Composers: identity at init (bit-exact), stacking, cap guards, noise gating, warmup."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from workbench import Add, ComposeContext, GatedResidual, MaskMix, NoiseGated, PretrainWarmup, Replace, build
+from workbench.core.composers import composer_tree
+from workbench.errors import CompositionError, ConfigError
+
+SHAPE = (3, 4, 5, 6, 6)
+
+
+def tensors(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(SHAPE, generator=g), torch.randn(SHAPE, generator=g)
+
+
+def ctx(level=0.5):
+    return ComposeContext(noise_level=torch.full((SHAPE[0],), level), step=0)
+
+
+COMPOSERS = {
+    "add": lambda: Add(),
+    "gated_residual": lambda: GatedResidual(),
+    "gated_residual_capped": lambda: GatedResidual(max_gate=0.5),
+    "gated_residual_per_channel": lambda: GatedResidual(per_channel=True, channels=4),
+    "mask_mix_identity": lambda: MaskMix(channels=4, identity_init=True),
+    "noise_gated": lambda: NoiseGated(GatedResidual(), lo=0.3, hi=1.0),
+    "warmup": lambda: PretrainWarmup(GatedResidual(), steps=10),
+    "stack": lambda: NoiseGated(PretrainWarmup(GatedResidual(), steps=500), lo=0.3, hi=1.0),
+    "stack_mask": lambda: NoiseGated(MaskMix(channels=4), lo=0.0, hi=0.8, ramp=0.1),
+}
+
+
+@pytest.mark.parametrize("name", COMPOSERS)
+def test_identity_at_init_is_bit_exact(name):
+    composer = COMPOSERS[name]()
+    assert composer.identity_at_init
+    base, adapter = tensors()
+    for level in (0.1, 0.5, 0.95):
+        if composer.needs_zero_adapter:
+            out = composer(base, torch.zeros_like(adapter), ctx(level))
+        else:  # identity for any adapter output: test with a nonzero one
+            out = composer(base, adapter, ctx(level))
+        assert torch.equal(out, base), name
+
+
+def test_claims_are_honest_for_the_non_identity_composers():
+    base, adapter = tensors()
+    assert not Replace().identity_at_init
+    assert torch.equal(Replace()(base, adapter), adapter)
+    assert not GatedResidual(gate_init=0.2).identity_at_init
+    assert not MaskMix(channels=4, identity_init=False).identity_at_init
+    out = MaskMix(channels=4, gate_init=0.25, identity_init=False)(base, adapter)
+    assert torch.allclose(out, 0.75 * base + 0.25 * adapter, atol=1e-6)
+    assert Add().needs_zero_adapter and not GatedResidual().needs_zero_adapter
+
+
+def test_gated_residual_gate_gets_a_gradient_at_init():
+    composer = GatedResidual()
+    base, adapter = tensors()
+    composer(base, adapter).sum().backward()
+    assert composer.gate.grad is not None
+    assert torch.allclose(composer.gate.grad, adapter.sum())
+
+
+def test_mask_mix_identity_setting_keeps_the_gate_alive():
+    composer = MaskMix(channels=4, identity_init=True)
+    base, adapter = tensors()
+    out = composer(base, adapter)
+    (out - 2 * adapter).square().mean().backward()
+    assert composer.scale.grad is not None and composer.scale.grad.abs().item() > 1e-4
+    opt = torch.optim.SGD(composer.parameters(), lr=1.0)
+    opt.step()
+    assert not torch.equal(composer(base, adapter), base)  # it moved off the identity
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: MaskMix(channels=4, gate_init=0.5, max_gate=0.5, identity_init=False),
+     "max_gate=0.5 is at or below the gate's init value gate_init=0.5.*freeze"),
+    (lambda: MaskMix(channels=4, gate_init=0.6, max_gate=0.4, identity_init=False), "at or below"),
+    (lambda: GatedResidual(gate_init=0.3, max_gate=0.3), "max_gate=0.3 is at or below \\|gate_init\\|=0.3"),
+    (lambda: GatedResidual(gate_init=-0.5, max_gate=0.2), "freeze"),
+])
+def test_cap_at_or_below_init_is_refused(make, message):
+    with pytest.raises(ConfigError, match=message):
+        make()
+
+
+def test_cap_guard_also_applies_from_config():
+    with pytest.raises(ConfigError, match=r"composer\.config\.max_gate: max_gate=0.1 is at or below"):
+        build("composer", "mask_mix", {"channels": 4, "gate_init": 0.2, "max_gate": 0.1, "identity_init": False})
+
+
+def test_noise_gated_without_noise_level_refuses():
+    composer = NoiseGated(GatedResidual(), lo=0.2, hi=0.8)
+    base, adapter = tensors()
+    with pytest.raises(CompositionError, match="NoiseGated needs the noise level of x_t, but none was given"):
+        composer(base, adapter, ComposeContext())
+
+
+def test_noise_gated_band_is_exact_on_both_sides():
+    inner = GatedResidual(gate_init=0.5)
+    composer = NoiseGated(inner, lo=0.3, hi=0.7)
+    base, adapter = tensors()
+    levels = torch.tensor([0.1, 0.5, 0.9])
+    out = composer(base, adapter, ComposeContext(noise_level=levels))
+    expected_inner = inner(base, adapter)
+    assert torch.equal(out[0], base[0]) and torch.equal(out[2], base[2])
+    assert torch.equal(out[1], expected_inner[1])
+
+
+def test_noise_gated_ramp_blends_linearly():
+    composer = NoiseGated(Replace(), lo=0.4, hi=1.0, ramp=0.2)
+    w = composer.weight(torch.tensor([0.1, 0.2, 0.3, 0.4, 0.9]))
+    assert torch.allclose(w, torch.tensor([0.0, 0.0, 0.5, 1.0, 1.0]))
+
+
+def test_noise_gated_band_validated():
+    with pytest.raises(ConfigError, match="need 0 <= lo < hi <= 1, got lo=0.8, hi=0.2"):
+        NoiseGated(Add(), lo=0.8, hi=0.2)
+
+
+def test_pretrain_warmup_bypasses_the_gate_then_hands_over():
+    inner = GatedResidual()
+    composer = PretrainWarmup(inner, steps=3)
+    composer.train()
+    base, adapter = tensors()
+    adapter.requires_grad_(True)
+    early = composer(base, adapter, ComposeContext(step=1))
+    assert torch.equal(early, base + adapter)
+    early.sum().backward()
+    assert inner.gate.grad is None  # the gate is not trained during warmup
+    late = composer(base, adapter.detach(), ComposeContext(step=3))
+    assert torch.equal(late, base)  # gate still at 0: the inner composition
+    assert int(composer.seen_step) == 3
+    composer.eval()
+    assert torch.equal(composer(base, adapter.detach(), ComposeContext()), base)  # last step seen decides
+    assert "seen_step" in composer.state_dict()
+
+
+def test_stacked_composer_from_yaml_style_config_nests():
+    composer = build("composer", "noise_gated", {
+        "lo": 0.3, "hi": 1.0,
+        "inner": {"type": "pretrain_warmup", "config": {"steps": 500, "inner": {"type": "gated_residual"}}},
+    })
+    kinds = [type(c).__name__ for c in composer_tree(composer)]
+    assert kinds == ["NoiseGated", "PretrainWarmup", "GatedResidual"]
+    assert composer.describe() == "NoiseGated(PretrainWarmup(GatedResidual, steps=500), lo=0.3, hi=1)"
+
+
+def test_nested_config_errors_carry_their_path():
+    with pytest.raises(ConfigError) as info:
+        build("composer", "noise_gated", {"inner": {"type": "pretrain_warmup", "config": {"stesp": 5}}})
+    assert "composer.config.inner.config.stesp: unknown key" in str(info.value)
+    assert "Did you mean 'steps'?" in str(info.value)
+
+
+def test_diagnostics_expose_gate_maps():
+    composer = NoiseGated(MaskMix(channels=4), lo=0.0, hi=1.0)
+    base, adapter = tensors()
+    _, diag = composer.compose(base, adapter, ctx())
+    assert diag["mask"].shape == (SHAPE[0], 1, *SHAPE[2:])
+    assert torch.equal(diag["noise_weight"], torch.ones(SHAPE[0]))
+    _, diag = GatedResidual(gate_init=0.25).compose(base, adapter, ctx())
+    assert float(diag["gate"]) == 0.25
+    assert GatedResidual(gate_init=0.25).gate_values() == {"gate_mean": 0.25, "gate_abs_max": 0.25}

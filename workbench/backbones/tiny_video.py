@@ -1,0 +1,448 @@
+"""``tiny_video``: the embedded default backbone, a small latent image-to-video model.
+
+Two parts, like the real backbones:
+
+* a per-frame convolutional autoencoder (``encode`` / ``decode``), 64×64×3 → 16×16×4 latents
+  by default, with a fixed latent normalisation stored next to the weights;
+* a (2+1)-D convolutional U-Net denoiser over latent clips ``(B, C, T, h, w)``, conditioned on
+  the first frame's latent (concatenated to every frame) and on the noise level.
+
+It trains as flow matching (Euler sampler, optional timestep shift) or as diffusion (DDIM).
+Image-to-video is exact: the first frame follows the exact noising path of its latent at every
+step, so ``decode(generate(...))[:, :, 0]`` is the decoded conditioning frame.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from workbench.config import check
+from workbench.core.backbone import BaseVideoModel
+from workbench.core.card import ComponentSpec, ModelCard, RecipeSpec, SamplingDefaults
+from workbench.core.conditions import Batch
+from workbench.core.objectives import Diffusion, FlowMatching, shift_t
+from workbench.errors import CheckpointError, DataError
+from workbench.layers import ResBlock, group_count, timestep_embedding
+from workbench.registry import register
+
+WEIGHTS_DIR = Path(__file__).parent / "weights"
+PER_FRAME_KEYS = ("action", "proprio", "ee_pos")
+
+
+@dataclass
+class TinyVideoConfig:
+    """Architecture and sampling settings of ``tiny_video``.
+
+    ``weights``: ``None`` (random init), ``"pretrained"`` (the weights shipped with
+    workbench), or a path to a ``.safetensors`` file saved by :meth:`TinyVideo.save_pretrained`.
+    """
+
+    image_size: int = 64
+    frames: int = 16
+    latent_channels: int = 4
+    ae_width: int = 32
+    downsample: Literal[1, 2, 4, 8] = 4
+    width: int = 48
+    depth: int = 2
+    objective: Literal["flow_matching", "diffusion"] = "flow_matching"
+    prediction: Literal["eps", "v", "x0"] = "eps"
+    shift: float = 1.0
+    sampling_steps: int = 20
+    dropout: float = 0.0
+    fps: int = 10
+    weights: str | None = None
+
+    def __post_init__(self):
+        check(self.image_size % self.downsample == 0, "image_size",
+              f"must be divisible by downsample={self.downsample}, got {self.image_size}.")
+        check(self.frames >= 2, "frames", f"must be >= 2, got {self.frames}.")
+        check(self.latent_channels >= 1, "latent_channels", f"must be >= 1, got {self.latent_channels}.")
+        check(self.width >= 8 and self.width % 8 == 0, "width", f"must be a multiple of 8, got {self.width}.")
+        check(self.ae_width >= 8 and self.ae_width % 8 == 0, "ae_width",
+              f"must be a multiple of 8, got {self.ae_width}.")
+        check(self.depth >= 1, "depth", f"must be >= 1, got {self.depth}.")
+        check(self.sampling_steps >= 1, "sampling_steps", f"must be >= 1, got {self.sampling_steps}.")
+        check(self.shift > 0, "shift", f"must be > 0, got {self.shift}.")
+        check(0.0 <= self.dropout < 1.0, "dropout", f"must be in [0, 1), got {self.dropout}.")
+
+
+class FrameAutoencoder(nn.Module):
+    """Per-frame conv autoencoder: ``(N, 3, H, W)`` ↔ ``(N, C, H/d, W/d)``."""
+
+    def __init__(self, latent_channels: int, width: int, downsample: int):
+        super().__init__()
+        levels = int(math.log2(downsample))
+        enc: list[nn.Module] = [nn.Conv2d(3, width, 3, padding=1), nn.SiLU()]
+        ch = width
+        for _ in range(levels):
+            enc += [nn.Conv2d(ch, ch * 2, 4, stride=2, padding=1), nn.GroupNorm(group_count(ch * 2), ch * 2), nn.SiLU(),
+                    nn.Conv2d(ch * 2, ch * 2, 3, padding=1), nn.SiLU()]
+            ch *= 2
+        enc += [nn.Conv2d(ch, latent_channels, 3, padding=1)]
+        dec: list[nn.Module] = [nn.Conv2d(latent_channels, ch, 3, padding=1), nn.SiLU()]
+        for _ in range(levels):
+            dec += [nn.Upsample(scale_factor=2, mode="nearest"), nn.Conv2d(ch, ch // 2, 3, padding=1),
+                    nn.GroupNorm(group_count(ch // 2), ch // 2), nn.SiLU(), nn.Conv2d(ch // 2, ch // 2, 3, padding=1),
+                    nn.SiLU()]
+            ch //= 2
+        dec += [nn.Conv2d(ch, 3, 3, padding=1)]
+        self.encoder = nn.Sequential(*enc)
+        self.decoder = nn.Sequential(*dec)
+
+
+class Denoiser(nn.Module):
+    """Two-level (2+1)-D U-Net over latent clips."""
+
+    def __init__(self, latent_channels: int, width: int, depth: int, dropout: float):
+        super().__init__()
+        c = latent_channels
+        self.emb_dim = width * 2
+        self.time = nn.Sequential(nn.Linear(width, self.emb_dim), nn.SiLU(), nn.Linear(self.emb_dim, self.emb_dim))
+        self.stem = nn.Conv3d(2 * c + 1, width, (1, 3, 3), padding=(0, 1, 1))
+        self.down_blocks = nn.ModuleList(ResBlock(width, self.emb_dim, dropout) for _ in range(depth))
+        self.down = nn.Conv3d(width, 2 * width, (1, 4, 4), stride=(1, 2, 2), padding=(0, 1, 1))
+        self.mid_blocks = nn.ModuleList(ResBlock(2 * width, self.emb_dim, dropout) for _ in range(2 * depth))
+        self.up = nn.Conv3d(2 * width, width, (1, 3, 3), padding=(0, 1, 1))
+        self.merge = nn.Conv3d(2 * width, width, 1)
+        self.up_blocks = nn.ModuleList(ResBlock(width, self.emb_dim, dropout) for _ in range(depth))
+        self.out_norm = nn.GroupNorm(group_count(width), width)
+        self.out = nn.Conv3d(width, c, (1, 3, 3), padding=(0, 1, 1))
+
+    def forward(self, x_t: torch.Tensor, level: torch.Tensor, first: torch.Tensor) -> torch.Tensor:
+        b, c, t, h, w = x_t.shape
+        frame0 = torch.zeros(b, 1, t, h, w, device=x_t.device, dtype=x_t.dtype)
+        frame0[:, :, 0] = 1
+        cond = first[:, :, None].expand(b, c, t, h, w)
+        hidden = self.stem(torch.cat([x_t, cond, frame0], dim=1))  # (B, W, T, h, w)
+        emb = self.time(timestep_embedding(level, self.stem.out_channels).to(x_t.dtype))
+        for block in self.down_blocks:
+            hidden = block(hidden, emb)
+        skip = hidden
+        hidden = self.down(hidden)  # (B, 2W, T, h/2, w/2)
+        for block in self.mid_blocks:
+            hidden = block(hidden, emb)
+        hidden = F.interpolate(hidden, scale_factor=(1, 2, 2), mode="nearest")
+        hidden = self.merge(torch.cat([self.up(hidden), skip], dim=1))
+        for block in self.up_blocks:
+            hidden = block(hidden, emb)
+        return self.out(F.silu(self.out_norm(hidden)))  # (B, C, T, h, w)
+
+
+def _as_video(value: Any, name: str) -> torch.Tensor:
+    """Accept ``(B, 3, T, H, W)`` float in [-1, 1] or uint8 ``(B, T, H, W, 3)``."""
+    video = torch.as_tensor(value)
+    if video.dtype == torch.uint8:
+        if video.ndim != 5 or video.shape[-1] != 3:
+            raise DataError(f"'{name}' as uint8 must be (B, T, H, W, 3), got {tuple(video.shape)}.")
+        return video.permute(0, 4, 1, 2, 3).float() / 127.5 - 1.0
+    if video.ndim != 5 or video.shape[1] != 3:
+        raise DataError(
+            f"'{name}' must be (B, 3, T, H, W) float in [-1, 1] or uint8 (B, T, H, W, 3), got "
+            f"{tuple(video.shape)} {video.dtype}."
+        )
+    return video.float()
+
+
+@register("backbone", "tiny_video")
+class TinyVideo(BaseVideoModel):
+    """The embedded image-to-video backbone (see the module docstring).
+
+    >>> base = TinyVideo(TinyVideoConfig(image_size=16, frames=4, width=16, ae_width=8))
+    >>> batch = base.prepare_batch({"video": torch.rand(2, 3, 4, 16, 16) * 2 - 1})
+    """
+
+    config_class = TinyVideoConfig
+
+    def __init__(self, config: TinyVideoConfig | None = None, **overrides):
+        super().__init__()
+        if config is None:
+            config = TinyVideoConfig(**overrides)
+        elif overrides:
+            raise TypeError("pass either a TinyVideoConfig or keyword overrides, not both")
+        self.config = config
+        self.autoencoder = FrameAutoencoder(config.latent_channels, config.ae_width, config.downsample)
+        self.denoiser = Denoiser(config.latent_channels, config.width, config.depth, config.dropout)
+        self.register_buffer("latent_mean", torch.zeros(config.latent_channels))
+        self.register_buffer("latent_std", torch.ones(config.latent_channels))
+        self.provenance: dict[str, Any] = {}
+        self._objective = (FlowMatching(shift=config.shift) if config.objective == "flow_matching"
+                           else Diffusion(prediction=config.prediction))
+        if config.weights is not None:
+            self.load_weights(config.weights)
+        self.card = self._make_card()
+
+    @classmethod
+    def from_config(cls, config: TinyVideoConfig) -> TinyVideo:
+        return cls(config)
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path = "pretrained") -> TinyVideo:
+        """Load weights and architecture saved by :meth:`save_pretrained` (or the shipped ones)."""
+        meta = _read_meta(_weights_path(path))
+        return cls(TinyVideoConfig(**{**meta["config"], "weights": str(path)}))
+
+    # -- card --------------------------------------------------------------------------------
+    def _make_card(self) -> ModelCard:
+        c = self.config
+        source = self.provenance.get("source", "random")
+        flow = c.objective == "flow_matching"
+        recipe = RecipeSpec(
+            method="pretrain_i2v" if source != "random" else "random_init",
+            trained_on=self.provenance.get("trained_on", ""),
+            train_steps=self.provenance.get("train_steps"),
+            val_loss=self.provenance.get("val_loss"),
+        )
+        n_den = sum(p.numel() for p in self.denoiser.parameters())
+        n_ae = sum(p.numel() for p in self.autoencoder.parameters())
+        return ModelCard(
+            model_id=self.provenance.get("model_id", f"tiny_video-{c.objective}"),
+            family="tiny_video",
+            prediction_type="velocity" if flow else c.prediction,
+            components={"denoiser": ComponentSpec("denoiser", source, "float32", n_den),
+                        "vae": ComponentSpec("vae", source, "float32", n_ae)},
+            sampling=SamplingDefaults(steps=c.sampling_steps, sampler="euler" if flow else "ddim",
+                                      height=c.image_size, width=c.image_size, num_frames=c.frames, fps=c.fps,
+                                      shift=c.shift if flow else None),
+            precision={"cpu": "float32", "cuda": "float32"},
+            capabilities=("i2v",),
+            recipe=recipe,
+            samplers=("euler",) if flow else ("ddim",),
+            notes="Per-frame conv autoencoder + (2+1)-D conv U-Net; first-frame (i2v) conditioning.",
+        )
+
+    def default_objective(self):
+        return self._objective
+
+    def provides(self) -> tuple[str, ...]:
+        return ("first_frame", *PER_FRAME_KEYS)
+
+    # -- autoencoder -------------------------------------------------------------------------
+    def _norm(self, z: torch.Tensor) -> torch.Tensor:
+        view = (1, -1) + (1,) * (z.ndim - 2)
+        return (z - self.latent_mean.view(view)) / self.latent_std.view(view)
+
+    def _denorm(self, z: torch.Tensor) -> torch.Tensor:
+        view = (1, -1) + (1,) * (z.ndim - 2)
+        return z * self.latent_std.view(view) + self.latent_mean.view(view)
+
+    def encode_frames(self, frames: torch.Tensor) -> torch.Tensor:
+        """``(N, 3, H, W)`` → normalised latents ``(N, C, h, w)``."""
+        return self._norm(self.autoencoder.encoder(frames))
+
+    def decode_frames(self, latents: torch.Tensor) -> torch.Tensor:
+        return self.autoencoder.decoder(self._denorm(latents)).clamp(-1, 1)
+
+    def encode(self, video: torch.Tensor) -> torch.Tensor:
+        b, _, t, h, w = video.shape
+        frames = video.permute(0, 2, 1, 3, 4).reshape(b * t, 3, h, w)
+        z = self.encode_frames(frames)
+        return z.view(b, t, *z.shape[1:]).permute(0, 2, 1, 3, 4)  # (B, C, T, h, w)
+
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        b, c, t, h, w = latents.shape
+        frames = self.decode_frames(latents.permute(0, 2, 1, 3, 4).reshape(b * t, c, h, w))
+        return frames.view(b, t, *frames.shape[1:]).permute(0, 2, 1, 3, 4)  # (B, 3, T, H, W)
+
+    # -- batches -----------------------------------------------------------------------------
+    def prepare_batch(self, raw: Mapping[str, Any] | Batch) -> Batch:
+        """Raw data → :class:`Batch`.
+
+        ``raw`` holds ``"video"`` ``(B, 3, T, H, W)`` in [-1, 1] (or uint8 ``(B, T, H, W, 3)``) for
+        training and evaluation, or only ``"image"`` ``(B, 3, H, W)`` (the first frame) for
+        generation. Per-frame ``"action"`` / ``"actions"``, ``"proprio"``, ``"ee_pos"``
+        ``(B, T, D)`` pass through as conditions.
+        """
+        if isinstance(raw, Batch):
+            return raw
+        if not isinstance(raw, Mapping):
+            raise DataError(f"prepare_batch expects a mapping of tensors, got {type(raw).__name__}.")
+        device = self.device
+        size = self.config.image_size
+        with torch.no_grad():
+            if "video" in raw:
+                video = _as_video(raw["video"], "video").to(device)
+                frames = video.shape[2]
+                has_target = True
+            elif "image" in raw:
+                image = torch.as_tensor(raw["image"]).float().to(device)
+                if image.ndim != 4 or image.shape[1] != 3:
+                    raise DataError(f"'image' must be (B, 3, H, W) in [-1, 1], got {tuple(image.shape)}.")
+                frames = self._frames_from(raw)
+                video = image[:, :, None].expand(-1, -1, frames, -1, -1)
+                has_target = False
+            else:
+                raise DataError(
+                    f"prepare_batch needs 'video' (B, 3, T, H, W) or 'image' (B, 3, H, W); got keys "
+                    f"{sorted(raw)}."
+                )
+            if video.shape[-2:] != (size, size):
+                raise DataError(
+                    f"tiny_video was built for {size}x{size} frames, got {tuple(video.shape[-2:])}. "
+                    f"Resize the data or build with image_size={video.shape[-1]}."
+                )
+            latents = self.encode(video)
+        cond: dict[str, Any] = {"first_frame": latents[:, :, 0]}
+        for key in PER_FRAME_KEYS:
+            value = raw.get(key, raw.get("actions") if key == "action" else None)
+            if value is None:
+                continue
+            value = torch.as_tensor(value, device=device)
+            if value.ndim != 3 or value.shape[0] != latents.shape[0] or value.shape[1] != frames:
+                raise DataError(
+                    f"'{key}' must be (B, T, D) with B={latents.shape[0]} and T={frames} frames, got "
+                    f"{tuple(value.shape)}."
+                )
+            cond[key] = value.float()
+        mask = torch.ones(latents.shape[0], frames, device=device)
+        mask[:, 0] = 0  # the first frame is given, not predicted
+        return Batch(latents=latents, cond=cond, loss_mask=mask,
+                     per_frame=frozenset(k for k in PER_FRAME_KEYS if k in cond),
+                     meta={"has_target": has_target})
+
+    def _frames_from(self, raw: Mapping[str, Any]) -> int:
+        for key in ("action", "actions", *PER_FRAME_KEYS):
+            if raw.get(key) is not None:
+                return int(torch.as_tensor(raw[key]).shape[1])
+        return int(raw.get("frames", self.config.frames))
+
+    # -- denoising ---------------------------------------------------------------------------
+    def _first_frame_prediction(self, x_t0: torch.Tensor, t: torch.Tensor, z0: torch.Tensor) -> torch.Tensor:
+        """The prediction that maps frame 0 of ``x_t`` exactly onto the conditioning latent."""
+        obj = self._objective
+        view = (-1, 1, 1, 1)
+        if isinstance(obj, FlowMatching):
+            return (x_t0 - z0) / t.to(x_t0.dtype).clamp_min(1e-4).view(view)
+        a, s = (c.to(x_t0.dtype).view(view) for c in obj.coefficients(t))
+        if obj.prediction_type == "x0":
+            return z0
+        eps = (x_t0 - a * z0) / s.clamp_min(1e-4)
+        return eps if obj.prediction_type == "eps" else a * eps - s * z0
+
+    def pin_first_frame(self, pred: torch.Tensor, x_t: torch.Tensor, t: torch.Tensor,
+                        cond: Mapping[str, Any]) -> torch.Tensor:
+        z0 = cond["first_frame"]
+        pinned = pred.clone()
+        pinned[:, :, 0] = self._first_frame_prediction(x_t[:, :, 0], t, z0)
+        return pinned
+
+    def denoise(self, x_t: torch.Tensor, t: torch.Tensor, cond: Mapping[str, Any]) -> torch.Tensor:
+        if "first_frame" not in cond:
+            raise DataError("tiny_video.denoise needs cond['first_frame'] (B, C, h, w) from prepare_batch.")
+        t = torch.as_tensor(t, device=x_t.device)
+        t = t.expand(x_t.shape[0]) if t.ndim == 0 else t
+        level = self._objective.noise_level(t)
+        pred = self.denoiser(x_t, level, cond["first_frame"].to(x_t.dtype))
+        return self.pin_first_frame(pred, x_t, t, cond)
+
+    # -- native samplers ---------------------------------------------------------------------
+    def schedule(self, steps: int) -> torch.Tensor:
+        """The ``steps + 1`` times the native sampler visits (objective units)."""
+        if isinstance(self._objective, FlowMatching):
+            return shift_t(torch.linspace(1.0, 0.0, steps + 1, dtype=torch.float64), self.config.shift).float()
+        n = self._objective.config.num_train_timesteps
+        ts = torch.linspace(n - 1, 0, steps, dtype=torch.float64).round().long()
+        return torch.cat([ts, torch.tensor([-1])])
+
+    def _generate(self, batch, *, steps, sampler, generator, compose_fn, on_step, initial_noise=None):
+        from workbench.core.backbone import StepRecord
+
+        shape = batch.latents.shape
+        x = initial_noise if initial_noise is not None else torch.randn(
+            shape, generator=generator, device=batch.latents.device, dtype=batch.latents.dtype)
+        times_host = self.schedule(steps)
+        times = times_host.to(x.device)
+        obj = self._objective
+        for i in range(steps):
+            t = times[i].expand(shape[0])
+            pred = self.pin_first_frame(compose_fn(x, t, batch), x, t, batch.cond)
+            if sampler == "euler":
+                x_next = x + (times[i + 1] - times[i]).to(x.dtype) * pred
+            else:  # ddim, eta = 0
+                x0 = obj.x0_from_prediction(pred, x, t)
+                a, s = (c.view(-1, 1, 1, 1, 1) for c in obj.coefficients(t))
+                eps = (x - a * x0) / s
+                if times_host[i + 1] < 0:
+                    x_next = x0
+                else:
+                    a_n, s_n = (c.view(-1, 1, 1, 1, 1) for c in obj.coefficients(times[i + 1].expand(shape[0])))
+                    x_next = a_n * x0 + s_n * eps
+            if on_step is not None:
+                on_step(StepRecord(i, steps, t, x, pred, x_next))
+            x = x_next
+        x = x.clone()
+        x[:, :, 0] = batch.cond["first_frame"]
+        return x
+
+    # -- weights -----------------------------------------------------------------------------
+    def save_pretrained(self, path: str | Path, **provenance) -> Path:
+        """Write weights (safetensors) with the architecture and provenance in its metadata."""
+        from dataclasses import asdict
+
+        from safetensors.torch import save_file
+
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        config = {k: v for k, v in asdict(self.config).items() if k != "weights"}
+        meta = {"config": config, "provenance": {**self.provenance, **provenance}}
+        state = {k: v.contiguous() for k, v in self.state_dict().items()}
+        save_file(state, str(path), metadata={"workbench": json.dumps(meta)})
+        return path
+
+    def load_weights(self, path: str | Path) -> None:
+        from safetensors.torch import load_file
+
+        file = _weights_path(path)
+        meta = _read_meta(file)
+        ours = {k: v for k, v in vars(self.config).items() if k != "weights"}
+        theirs = meta["config"]
+        diff = {k: (ours.get(k), theirs.get(k)) for k in set(ours) | set(theirs) if ours.get(k) != theirs.get(k)}
+        if diff:
+            raise CheckpointError(
+                f"Weights {file} were saved for a different tiny_video architecture: "
+                + ", ".join(f"{k}: built {a!r}, weights {b!r}" for k, (a, b) in sorted(diff.items()))
+                + ". Build with TinyVideo.from_pretrained(path) to take the saved architecture."
+            )
+        state = load_file(str(file))
+        missing, unexpected = self.load_state_dict(state, strict=False)
+        if missing or unexpected:
+            raise CheckpointError(f"Weights {file} do not fit tiny_video: missing {missing}, unexpected {unexpected}.")
+        self.provenance = {**meta.get("provenance", {}), "source": str(path)}
+
+
+def _weights_path(path: str | Path) -> Path:
+    if str(path) == "pretrained":
+        file = WEIGHTS_DIR / "tiny_video.safetensors"
+        if not file.exists():
+            raise CheckpointError(
+                f"The shipped tiny_video weights are missing ({file}). Reinstall workbench, or train "
+                f"them with `workbench pretrain`."
+            )
+        return file
+    file = Path(path)
+    if not file.exists():
+        raise CheckpointError(f"tiny_video weights not found at {file}. Expected a .safetensors file "
+                              f"written by TinyVideo.save_pretrained (or weights='pretrained').")
+    return file
+
+
+def _read_meta(file: Path) -> dict:
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(file), framework="pt") as f:
+            raw = (f.metadata() or {}).get("workbench")
+    except Exception as err:  # safetensors raises its own error types for corrupt files
+        raise CheckpointError(f"Cannot read tiny_video weights {file}: {err}. The file is not a valid "
+                              f"safetensors file; re-save or re-download it.") from err
+    if raw is None:
+        raise CheckpointError(f"{file} has no workbench metadata; save weights with TinyVideo.save_pretrained.")
+    return json.loads(raw)

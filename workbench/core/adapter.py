@@ -1,0 +1,110 @@
+"""The adapter contract: the small trainable part that reads declared conditions."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from workbench.core.conditions import (
+    Batch,
+    Condition,
+    Conditioning,
+    ResolvedCondition,
+    prepare_conditioning,
+    resolve_conditions,
+)
+from workbench.errors import ConditionError
+
+
+class Adapter(nn.Module):
+    """Base class for adapters.
+
+    Declare ``consumes = (Condition(...), ...)`` and implement
+    ``forward(x_t, t, cond, base_output=None) -> correction`` with ``x_t`` ``(B, C, T, H, W)``,
+    ``t`` ``(B,)`` and ``cond`` a :class:`Conditioning`. Adapters that reach into the base's
+    modules (LoRA, ControlNet) override :meth:`attach_base_model` and set
+    ``reuses_base_output = False`` (the base's own forward then depends on the adapter).
+
+    >>> class ActionBias(Adapter):
+    ...     consumes = (Condition("action", dim=4, per_frame="mean"),)
+    ...     def forward(self, x_t, t, cond, base_output=None):
+    ...         return self.proj(cond.action)[..., None, None, None]
+    """
+
+    consumes: tuple[Condition, ...] = ()
+    reuses_base_output: bool = True
+    config_class: type | None = None
+
+    def __init__(self) -> None:
+        super().__init__()
+        object.__setattr__(self, "_resolved", None)
+        object.__setattr__(self, "_bound_to", None)
+        object.__setattr__(self, "_noise_level_fn", None)
+        self.condition_seed = 0
+
+    # -- binding -----------------------------------------------------------------------------
+    def bind(self, backbone) -> tuple[ResolvedCondition, ...]:
+        """Match ``consumes`` against ``backbone.provides()``; raises before any compute."""
+        resolved = resolve_conditions(
+            self.consumes, backbone.provides(), adapter=type(self).__name__, backbone=type(backbone).__name__
+        )
+        # Stored outside the module tree: the adapter must never own (or train-mode) the base.
+        object.__setattr__(self, "_resolved", resolved)
+        object.__setattr__(self, "_bound_to", backbone)
+        return resolved
+
+    @property
+    def resolved_conditions(self) -> tuple[ResolvedCondition, ...]:
+        if self._resolved is None:
+            raise ConditionError(
+                f"{type(self).__name__} is not bound to a backbone yet. Build it into a ComposedModel "
+                f"or AdapterExperiment (or call adapter.bind(backbone)) first."
+            )
+        return self._resolved
+
+    def set_objective(self, objective) -> None:
+        """Called by ComposedModel: lets :meth:`noise_level` map ``t`` to [0, 1]."""
+        object.__setattr__(self, "_noise_level_fn", objective.noise_level)
+
+    def noise_level(self, t: torch.Tensor) -> torch.Tensor:
+        """``t`` (objective units) as a noise level in [0, 1], ``(B,)``."""
+        if self._noise_level_fn is None:
+            raise ConditionError(f"{type(self).__name__} has no objective yet; build it into a ComposedModel.")
+        return self._noise_level_fn(t)
+
+    def attach_base_model(self, base) -> None:
+        """Hook for adapters that reach into the frozen base's modules. Default: nothing."""
+
+    # -- conditioning ------------------------------------------------------------------------
+    def conditioning(self, batch: Batch, like: torch.Tensor, *, step: int | None = None,
+                     training: bool | None = None) -> Conditioning:
+        """The prepared :class:`Conditioning` for ``batch`` (``like``: the ``x_t`` it goes with)."""
+        return prepare_conditioning(
+            self.resolved_conditions, batch, like,
+            training=self.training if training is None else training,
+            step=step, seed=self.condition_seed, owner=type(self).__name__,
+        )
+
+    def view(self, raw_or_batch: Mapping[str, Any] | Batch, *, step: int | None = None) -> Conditioning:
+        """Exactly the conditioning this adapter gets in training, for a probe or an ablation.
+
+        ``step=None`` gives the sampling view (no dropout); ``step=k`` (in train mode) the view
+        of training step ``k``, dropout included, bit-identical to what the loop passed.
+        """
+        backbone = self._bound_to
+        if backbone is None:
+            _ = self.resolved_conditions  # raises the not-bound error
+        batch = raw_or_batch if isinstance(raw_or_batch, Batch) else backbone.prepare_batch(raw_or_batch)
+        return self.conditioning(batch, batch.latents, step=step, training=self.training and step is not None)
+
+    # -- extension points --------------------------------------------------------------------
+    def forward(self, x_t: torch.Tensor, t: torch.Tensor, cond: Conditioning,
+                base_output: torch.Tensor | None = None) -> torch.Tensor:
+        raise NotImplementedError
+
+    def callbacks(self) -> tuple:
+        """Callbacks this adapter brings to any training run it is part of."""
+        return ()

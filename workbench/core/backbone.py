@@ -1,0 +1,123 @@
+"""The backbone contract: a frozen pretrained video model the adapters sit on."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from workbench.core.card import ModelCard
+from workbench.core.conditions import Batch
+from workbench.errors import CompositionError
+
+ComposeFn = Callable[[torch.Tensor, torch.Tensor, Batch], torch.Tensor]
+
+
+@dataclass
+class StepRecord:
+    """What every native sampler reports after each step (one shape for all samplers).
+
+    ``t`` is in the objective's units (``(B,)``); ``x_t`` entered the step, ``prediction`` is
+    what the sampler used (composed when an adapter is injected), ``x_next`` left it.
+    """
+
+    index: int
+    steps: int
+    t: torch.Tensor
+    x_t: torch.Tensor
+    prediction: torch.Tensor
+    x_next: torch.Tensor
+
+
+OnStep = Callable[[StepRecord], None]
+
+
+class BaseVideoModel(nn.Module):
+    """A frozen video diffusion / flow model.
+
+    Subclasses set ``card`` (a :class:`ModelCard`) and implement ``provides``,
+    ``prepare_batch``, ``encode``, ``decode``, ``denoise`` and ``_generate`` (the native
+    sampler). :meth:`generate` fills the request from the card and checks it first.
+    """
+
+    card: ModelCard
+    config_class: type | None = None
+
+    def provides(self) -> tuple[str, ...]:
+        """Names of the conditions ``prepare_batch`` supplies."""
+        raise NotImplementedError
+
+    def prepare_batch(self, raw: Mapping[str, Any] | Batch) -> Batch:
+        """Raw data (video, actions, ...) → :class:`Batch` of clean latents and conditions."""
+        raise NotImplementedError
+
+    def encode(self, video: torch.Tensor) -> torch.Tensor:
+        """Video ``(B, 3, T, H, W)`` in [-1, 1] → latents ``(B, C, T', H', W')``."""
+        raise NotImplementedError
+
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        """Latents → video ``(B, 3, T, H, W)`` in [-1, 1]."""
+        raise NotImplementedError
+
+    def denoise(self, x_t: torch.Tensor, t: torch.Tensor, cond: Mapping[str, Any]) -> torch.Tensor:
+        """The frozen model's prediction at ``x_t`` (``t`` in the objective's units, ``(B,)``)."""
+        raise NotImplementedError
+
+    def default_objective(self):
+        """The objective this backbone was trained with (used when a config names none)."""
+        raise NotImplementedError
+
+    def _generate(self, batch: Batch, *, steps: int, sampler: str, generator: torch.Generator | None,
+                  compose_fn: ComposeFn, on_step: OnStep | None, **kwargs) -> torch.Tensor:
+        raise NotImplementedError
+
+    def generate(self, cond: Mapping[str, Any] | Batch, *, steps: int | None = None,
+                 generator: torch.Generator | None = None, compose_fn: ComposeFn | None = None,
+                 on_step: OnStep | None = None, sampler: str | None = None, **kwargs) -> torch.Tensor:
+        """Run the backbone's own sampler; returns final latents.
+
+        ``compose_fn(x_t, t, batch)`` replaces the base prediction at every step (this is how
+        an adapter is injected); ``on_step`` receives a :class:`StepRecord` after each step.
+        ``steps`` / ``sampler`` default to the card's and are checked against its recipe.
+        """
+        steps, sampler = self.card.resolve_steps(steps, sampler)
+        batch = cond if isinstance(cond, Batch) else self.prepare_batch(cond)
+        fn = compose_fn if compose_fn is not None else (lambda x, t, b: self.denoise(x, t, b.cond))
+        with torch.no_grad():
+            return self._generate(batch, steps=steps, sampler=sampler, generator=generator,
+                                  compose_fn=fn, on_step=on_step, **kwargs)
+
+    def callbacks(self) -> tuple:
+        return ()
+
+    @property
+    def device(self) -> torch.device:
+        p = next(self.parameters(), None)
+        return p.device if p is not None else torch.device("cpu")
+
+    @property
+    def dtype(self) -> torch.dtype:
+        p = next(self.parameters(), None)
+        return p.dtype if p is not None else torch.float32
+
+
+def _eval_only(module: nn.Module, mode: bool = True) -> nn.Module:
+    return nn.Module.train(module, False)
+
+
+def freeze(base: nn.Module) -> None:
+    """Freeze for real: no gradients, eval mode, and eval mode that ``.train()`` cannot undo.
+
+    Every submodule's ``train`` is pinned to eval, so a parent calling ``.train()`` (an
+    experiment, a wrapper, the user's ``model.train()``) cannot silently switch the frozen
+    base's dropout or batch norm back to training behaviour.
+    """
+    if not isinstance(base, nn.Module):
+        raise CompositionError(f"The base must be an nn.Module (a BaseVideoModel), got {type(base).__name__}.")
+    base.requires_grad_(False)
+    for m in base.modules():
+        m.train = _eval_only.__get__(m)  # type: ignore[method-assign]
+    nn.Module.train(base, False)

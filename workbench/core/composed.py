@@ -1,0 +1,165 @@
+"""ComposedModel: a frozen base, a trainable adapter and a composer, under one objective.
+
+    prediction = composer(base(x_t, t, cond), adapter(x_t, t, cond, base_output))
+
+The base is frozen for real (no gradients, pinned to eval mode, never in the optimizer) and
+its forward runs under ``no_grad`` once per step whenever the adapter can reuse its output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from workbench.core.adapter import Adapter
+from workbench.core.backbone import BaseVideoModel, OnStep, freeze
+from workbench.core.card import ModelCard
+from workbench.core.composers import ComposeContext, Composer
+from workbench.core.conditions import Batch, Conditioning
+from workbench.core.objectives import Objective
+from workbench.errors import CompositionError
+
+
+@dataclass
+class Prediction:
+    """One composed evaluation: every intermediate the instruments look at."""
+
+    x_t: torch.Tensor
+    t: torch.Tensor
+    base: torch.Tensor
+    adapter: torch.Tensor | None
+    composed: torch.Tensor
+    cond: Conditioning | None
+    diagnostics: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+def _check_parts(base, adapter, composer, objective) -> None:
+    wrong = []
+    for name, obj, kind in (("base", base, BaseVideoModel), ("adapter", adapter, Adapter),
+                            ("composer", composer, Composer), ("objective", objective, Objective)):
+        if not isinstance(obj, kind):
+            wrong.append(f"{name} must be a workbench.{kind.__name__}, got {type(obj).__name__}")
+    if wrong:
+        raise CompositionError("; ".join(wrong) + ".")
+    card = getattr(base, "card", None)
+    if not isinstance(card, ModelCard):
+        raise CompositionError(
+            f"{type(base).__name__} has no valid ModelCard (card={card!r}); set `card = ModelCard(...)` "
+            f"on the backbone."
+        )
+    if objective.prediction_type != card.prediction_type:
+        raise CompositionError(
+            f"Objective {objective.describe()} trains a {objective.prediction_type!r} prediction, but "
+            f"{card.model_id!r} predicts {card.prediction_type!r} (its card). Use the backbone's own "
+            f"objective (base.default_objective()) or a matching prediction type."
+        )
+
+
+class ComposedModel(nn.Module):
+    """Frozen ``base`` + trainable ``adapter`` + ``composer``, trained under ``objective``.
+
+    >>> model = ComposedModel(TinyVideo(), LatentResidual(), GatedResidual(), FlowMatching())
+    >>> loss, pred = model.training_loss(batch, generator=torch.Generator().manual_seed(0), step=0)
+    """
+
+    def __init__(self, base: BaseVideoModel, adapter: Adapter, composer: Composer, objective: Objective):
+        super().__init__()
+        _check_parts(base, adapter, composer, objective)
+        adapter.bind(base)  # condition mismatches raise here, before any compute
+        freeze(base)
+        adapter.set_objective(objective)
+        adapter.attach_base_model(base)
+        self.base = base
+        self.adapter = adapter
+        self.composer = composer
+        self.objective = objective
+        self.adapter_enabled = True
+
+    # -- modes and parameters ----------------------------------------------------------------
+    def train(self, mode: bool = True) -> ComposedModel:
+        self.training = mode
+        self.adapter.train(mode)
+        self.composer.train(mode)
+        self.base.train(False)  # pinned anyway; explicit for readers
+        return self
+
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        params = [*self.adapter.parameters(), *self.composer.parameters()]
+        base_ids = {id(p) for p in self.base.parameters()}
+        return [p for p in dict.fromkeys(params) if p.requires_grad and id(p) not in base_ids]
+
+    def trainable_state_dict(self) -> dict[str, torch.Tensor]:
+        """Adapter and composer weights and buffers (never the base's)."""
+        out = {f"adapter.{k}": v for k, v in self.adapter.state_dict().items()}
+        out.update({f"composer.{k}": v for k, v in self.composer.state_dict().items()})
+        return out
+
+    def load_trainable_state_dict(self, state: Mapping[str, torch.Tensor], strict: bool = True):
+        adapter = {k[len("adapter."):]: v for k, v in state.items() if k.startswith("adapter.")}
+        composer = {k[len("composer."):]: v for k, v in state.items() if k.startswith("composer.")}
+        self.adapter.load_state_dict(adapter, strict=strict)
+        self.composer.load_state_dict(composer, strict=strict)
+
+    # -- evaluation --------------------------------------------------------------------------
+    def _t_vector(self, t: torch.Tensor | float, x_t: torch.Tensor) -> torch.Tensor:
+        t = torch.as_tensor(t, device=x_t.device)
+        return t.expand(x_t.shape[0]) if t.ndim == 0 else t
+
+    def base_prediction(self, x_t: torch.Tensor, t: torch.Tensor, batch: Batch) -> torch.Tensor:
+        if self.adapter.reuses_base_output:
+            with torch.no_grad():
+                return self.base.denoise(x_t, t, batch.cond)
+        return self.base.denoise(x_t, t, batch.cond)
+
+    def predict(self, x_t: torch.Tensor, t: torch.Tensor | float, batch: Batch, *, step: int | None = None,
+                adapter: bool | None = None, base_output: torch.Tensor | None = None,
+                cond: Conditioning | None = None) -> Prediction:
+        """Evaluate base, adapter and composer at ``x_t``.
+
+        ``base_output``: a cached base prediction for these ``(x_t, t)`` (reused only when the
+        adapter allows it). ``adapter=False``: the base alone. ``cond``: a prepared
+        conditioning to use instead of the batch's (ablations).
+        """
+        t = self._t_vector(t, x_t)
+        if base_output is None or not self.adapter.reuses_base_output:
+            base_output = self.base_prediction(x_t, t, batch)
+        use_adapter = self.adapter_enabled if adapter is None else adapter
+        if not use_adapter:
+            return Prediction(x_t, t, base_output, None, base_output, None)
+        if cond is None:
+            cond = self.adapter.conditioning(batch, x_t, step=step, training=self.adapter.training)
+        correction = self.adapter(x_t, t, cond, base_output)
+        ctx = ComposeContext(x_t=x_t, t=t, noise_level=self.objective.noise_level(t), step=step)
+        composed, diagnostics = self.composer.compose(base_output, correction, ctx)
+        return Prediction(x_t, t, base_output, correction, composed, cond, diagnostics)
+
+    def training_loss(self, batch: Batch, *, generator: torch.Generator | None = None,
+                      step: int | None = None) -> tuple[torch.Tensor, Prediction]:
+        """One training evaluation: noise, base (no grad, once), adapter, composer, masked loss."""
+        x0 = batch.latents
+        noise, t = self.objective.sample_noise_and_t(x0, generator)
+        x_t = self.objective.add_noise(x0, noise, t)
+        target = self.objective.target(x0, noise, t)
+        pred = self.predict(x_t, t, batch, step=step)
+        return self.objective.loss(pred.composed, target, batch.loss_mask), pred
+
+    # -- sampling ----------------------------------------------------------------------------
+    def compose_step(self, x_t: torch.Tensor, t: torch.Tensor, batch: Batch) -> torch.Tensor:
+        """The ``compose_fn`` a native sampler calls instead of the bare base."""
+        return self.predict(x_t, t, batch).composed
+
+    def generate(self, cond: Mapping[str, Any] | Batch, *, steps: int | None = None,
+                 generator: torch.Generator | None = None, on_step: OnStep | None = None,
+                 **kwargs) -> torch.Tensor:
+        """The base's native sampler with the adapter injected; returns final latents."""
+        was_training = self.training
+        self.train(False)
+        try:
+            return self.base.generate(cond, steps=steps, generator=generator, compose_fn=self.compose_step,
+                                      on_step=on_step, **kwargs)
+        finally:
+            self.train(was_training)

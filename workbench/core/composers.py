@@ -1,0 +1,435 @@
+"""Composers: how the adapter's output folds onto the frozen base's prediction.
+
+Composers are modules and stack::
+
+    NoiseGated(PretrainWarmup(GatedResidual(), steps=500), lo=0.3, hi=1.0)
+
+Each says whether it is the identity at init (``identity_at_init``) and whether that needs a
+zero-output adapter (``needs_zero_adapter``); the test suite proves every claim bit-exactly.
+``compose`` returns the prediction and diagnostics (gate maps) for the inspection layer.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from workbench.config import check, component_field
+from workbench.core.callbacks import GateStatistics
+from workbench.errors import CompositionError
+from workbench.registry import register
+
+
+@dataclass
+class ComposeContext:
+    """What a composer may look at besides the two predictions.
+
+    ``noise_level``: ``(B,)`` in [0, 1] (1 = pure noise), or ``None`` when unknown.
+    ``step``: the training step (``None`` outside training).
+    """
+
+    x_t: torch.Tensor | None = None
+    t: torch.Tensor | None = None
+    noise_level: torch.Tensor | None = None
+    step: int | None = None
+
+
+class Composer(nn.Module):
+    """Base class. Subclasses implement :meth:`compose`."""
+
+    identity_at_init: bool = False
+    needs_zero_adapter: bool = False
+    config_class: type | None = None
+
+    def compose(self, base: torch.Tensor, adapter: torch.Tensor,
+                ctx: ComposeContext) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        raise NotImplementedError
+
+    def forward(self, base: torch.Tensor, adapter: torch.Tensor, ctx: ComposeContext | None = None) -> torch.Tensor:
+        return self.compose(base, adapter, ctx or ComposeContext())[0]
+
+    def gate_values(self) -> dict[str, float]:
+        """Scalar summaries of the learned gates (read off the logging cadence, not per step)."""
+        return {}
+
+    def callbacks(self) -> tuple:
+        """Callbacks this composer brings to any training run it is part of."""
+        return ()
+
+    @property
+    def is_gated(self) -> bool:
+        return False
+
+    def describe(self) -> str:
+        return type(self).__name__
+
+
+def _bare(cls: type) -> type:
+    @dataclass
+    class NoConfig:
+        pass
+
+    NoConfig.__name__ = NoConfig.__qualname__ = f"{cls.__name__}Config"
+    return NoConfig
+
+
+@register("composer", "add")
+class Add(Composer):
+    """``base + adapter``. The identity at init when the adapter's output starts at zero."""
+
+    identity_at_init = True
+    needs_zero_adapter = True
+
+    def compose(self, base, adapter, ctx):
+        return base + adapter, {}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls()
+
+
+Add.config_class = _bare(Add)
+
+
+@register("composer", "replace")
+class Replace(Composer):
+    """The adapter's output replaces the base's (the base output is still given to the adapter)."""
+
+    identity_at_init = False
+
+    def compose(self, base, adapter, ctx):
+        return adapter, {}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls()
+
+
+Replace.config_class = _bare(Replace)
+
+
+@dataclass
+class GatedResidualConfig:
+    """``gate_init``: initial gate (0 = identity). ``max_gate``: cap on |gate|, or None.
+    ``per_channel``: one gate per channel (needs ``channels``) instead of one scalar."""
+
+    gate_init: float = 0.0
+    max_gate: float | None = None
+    per_channel: bool = False
+    channels: int | None = None
+
+    def __post_init__(self):
+        check(not self.per_channel or (self.channels or 0) >= 1, "channels",
+              f"per_channel=True needs channels >= 1, got {self.channels!r}.")
+        if self.max_gate is not None:
+            check(self.max_gate > abs(self.gate_init), "max_gate",
+                  f"max_gate={self.max_gate} is at or below |gate_init|={abs(self.gate_init)}: the gate "
+                  f"would start clamped at its cap and never receive a gradient (a freeze). "
+                  f"Use max_gate > {abs(self.gate_init)} or max_gate=None.")
+
+
+@register("composer", "gated_residual")
+class GatedResidual(Composer):
+    """``base + g * adapter`` with a learned gate ``g`` (scalar or per channel).
+
+    With ``gate_init=0`` (default) the composition is the identity at init for *any* adapter,
+    and the gate still gets a gradient (d/dg = adapter output). ``max_gate`` bounds the gate
+    smoothly as ``max_gate * tanh(p / max_gate)``.
+    """
+
+    config_class = GatedResidualConfig
+    needs_zero_adapter = False
+
+    def __init__(self, gate_init: float = 0.0, max_gate: float | None = None, per_channel: bool = False,
+                 channels: int | None = None):
+        super().__init__()
+        self.config = GatedResidualConfig(gate_init, max_gate, per_channel, channels)
+        shape = (channels,) if per_channel else ()
+        if max_gate is None:
+            p0 = gate_init
+        else:
+            p0 = max_gate * math.atanh(gate_init / max_gate)
+        self.gate = nn.Parameter(torch.full(shape, float(p0)))
+        self.max_gate = max_gate
+
+    @property
+    def identity_at_init(self) -> bool:  # type: ignore[override]
+        return self.config.gate_init == 0.0
+
+    @property
+    def is_gated(self) -> bool:
+        return True
+
+    def effective_gate(self) -> torch.Tensor:
+        if self.max_gate is None:
+            return self.gate
+        return self.max_gate * torch.tanh(self.gate / self.max_gate)
+
+    def compose(self, base, adapter, ctx):
+        g = self.effective_gate()
+        if g.ndim == 1:
+            g = g.view(1, -1, *([1] * (adapter.ndim - 2)))  # (1, C, 1, 1, 1)
+        g = g.to(adapter.dtype)
+        return base + g * adapter, {"gate": g.detach()}
+
+    def gate_values(self):
+        g = self.effective_gate().detach()
+        return {"gate_mean": float(g.mean()), "gate_abs_max": float(g.abs().max())}
+
+    def callbacks(self):
+        return (GateStatistics(self),)
+
+    @classmethod
+    def from_config(cls, config: GatedResidualConfig):
+        return cls(config.gate_init, config.max_gate, config.per_channel, config.channels)
+
+
+@dataclass
+class MaskMixConfig:
+    """Spatial mask ``m`` in [0, max_gate]: ``base + m * (adapter - base)``.
+
+    ``channels``: channels of the predictions (the mask net reads both).
+    ``gate_init``: initial mask value where ``identity_init`` is False.
+    ``identity_init``: start at m = 0 exactly through a zero-init scale ``s`` on the mask,
+    which keeps a live gradient (d/ds = mask * (adapter - base)).
+    """
+
+    channels: int
+    gate_init: float = 0.5
+    max_gate: float = 1.0
+    identity_init: bool = True
+
+    def __post_init__(self):
+        check(self.channels >= 1, "channels", f"must be >= 1, got {self.channels}.")
+        check(0.0 < self.gate_init < 1.0 or self.identity_init, "gate_init",
+              f"must be in (0, 1) (got {self.gate_init}); use identity_init=True to start at 0.")
+        check(self.max_gate > self.gate_init, "max_gate",
+              f"max_gate={self.max_gate} is at or below the gate's init value gate_init="
+              f"{self.gate_init}: the mask would start at its cap and never receive a gradient (a "
+              f"freeze). Use max_gate > {self.gate_init}.")
+        check(self.max_gate <= 1.0, "max_gate", f"must be <= 1 (a mix weight), got {self.max_gate}.")
+
+
+@register("composer", "mask_mix")
+class MaskMix(Composer):
+    """Mix base and adapter predictions with a learned per-position mask.
+
+    The mask is ``max_gate * sigmoid(conv(base, adapter) + bias)`` with a zero-init 1×1×1 conv,
+    so it starts at ``gate_init`` everywhere. With ``identity_init`` the mask is multiplied by a
+    zero-init scale, so the composition is exactly the base at init while the scale still
+    learns — unlike a mask pushed to a saturated sigmoid, whose gradient vanishes.
+    """
+
+    config_class = MaskMixConfig
+    needs_zero_adapter = False
+
+    def __init__(self, channels: int, gate_init: float = 0.5, max_gate: float = 1.0, identity_init: bool = True):
+        super().__init__()
+        self.config = MaskMixConfig(channels, gate_init, max_gate, identity_init)
+        self.mask_net = nn.Conv3d(2 * channels, 1, kernel_size=1)
+        nn.init.zeros_(self.mask_net.weight)
+        ratio = gate_init / max_gate
+        nn.init.constant_(self.mask_net.bias, math.log(ratio / (1 - ratio)))
+        self.scale = nn.Parameter(torch.zeros(())) if identity_init else None
+
+    @property
+    def identity_at_init(self) -> bool:  # type: ignore[override]
+        return self.config.identity_init
+
+    @property
+    def is_gated(self) -> bool:
+        return True
+
+    def mask(self, base: torch.Tensor, adapter: torch.Tensor) -> torch.Tensor:
+        logits = self.mask_net(torch.cat([base, adapter], dim=1).to(self.mask_net.weight.dtype))
+        m = self.config.max_gate * torch.sigmoid(logits)  # (B, 1, T, H, W)
+        if self.scale is not None:
+            m = self.scale * m
+        return m.to(base.dtype)
+
+    def compose(self, base, adapter, ctx):
+        m = self.mask(base, adapter)
+        return base + m * (adapter - base), {"mask": m.detach()}
+
+    def gate_values(self):
+        out = {"mask_bias_gate": float(self.config.max_gate * torch.sigmoid(self.mask_net.bias.detach()).mean())}
+        if self.scale is not None:
+            out["mask_scale"] = float(self.scale.detach())
+        return out
+
+    def callbacks(self):
+        return (GateStatistics(self),)
+
+    @classmethod
+    def from_config(cls, config: MaskMixConfig):
+        return cls(config.channels, config.gate_init, config.max_gate, config.identity_init)
+
+
+class Wrapper(Composer):
+    """A composer that modifies another one."""
+
+    def __init__(self, inner: Composer):
+        super().__init__()
+        if not isinstance(inner, Composer):
+            raise CompositionError(f"{type(self).__name__} wraps a Composer, got {type(inner).__name__}.")
+        self.inner = inner
+
+    @property
+    def identity_at_init(self) -> bool:  # type: ignore[override]
+        return self.inner.identity_at_init
+
+    @property
+    def needs_zero_adapter(self) -> bool:  # type: ignore[override]
+        return self.inner.needs_zero_adapter
+
+    @property
+    def is_gated(self) -> bool:
+        return True
+
+    def gate_values(self):
+        return self.inner.gate_values()
+
+    def callbacks(self):
+        return self.inner.callbacks()
+
+    def describe(self) -> str:
+        return f"{type(self).__name__}({self.inner.describe()})"
+
+
+@dataclass
+class NoiseGatedConfig:
+    """``inner``: the wrapped composer block. ``lo``/``hi``: the noise-level band in [0, 1]
+    where the adapter acts. ``ramp``: width of a linear fade at each edge (0 = hard band)."""
+
+    inner: dict = component_field("composer", {"type": "gated_residual"})
+    lo: float = 0.0
+    hi: float = 1.0
+    ramp: float = 0.0
+
+    def __post_init__(self):
+        check(0.0 <= self.lo < self.hi <= 1.0, "lo",
+              f"need 0 <= lo < hi <= 1, got lo={self.lo}, hi={self.hi}.")
+        check(self.ramp >= 0.0, "ramp", f"must be >= 0, got {self.ramp}.")
+
+
+@register("composer", "noise_gated")
+class NoiseGated(Wrapper):
+    """Let the inner composer act only where the noise level is in ``[lo, hi]``.
+
+    Outside the band the prediction is exactly the base's; inside (past any ramp) exactly the
+    inner composer's. The adapter acts only where the outcome is still undecided. Refuses to
+    run without a noise level.
+    """
+
+    config_class = NoiseGatedConfig
+
+    def __init__(self, inner: Composer, lo: float = 0.0, hi: float = 1.0, ramp: float = 0.0):
+        super().__init__(inner)
+        NoiseGatedConfig(inner={"type": "add"}, lo=lo, hi=hi, ramp=ramp)  # validates the band
+        self.lo, self.hi, self.ramp = float(lo), float(hi), float(ramp)
+
+    def weight(self, noise_level: torch.Tensor) -> torch.Tensor:
+        """``(B,)`` weight in [0, 1] of the inner composition at each noise level."""
+        s = noise_level.float()
+        if self.ramp == 0:
+            return ((s >= self.lo) & (s <= self.hi)).float()
+        up = ((s - self.lo) / self.ramp + 1.0).clamp(0, 1) if self.lo > 0 else torch.ones_like(s)
+        down = ((self.hi - s) / self.ramp + 1.0).clamp(0, 1) if self.hi < 1 else torch.ones_like(s)
+        return torch.minimum(up, down)
+
+    def compose(self, base, adapter, ctx):
+        if ctx.noise_level is None:
+            raise CompositionError(
+                "NoiseGated needs the noise level of x_t, but none was given. Call it through "
+                "ComposedModel (which derives it from t with the objective), or pass "
+                "ComposeContext(noise_level=...) with values in [0, 1]."
+            )
+        inner, diag = self.inner.compose(base, adapter, ctx)
+        w = self.weight(ctx.noise_level).to(base.device)
+        view = (-1, *([1] * (base.ndim - 1)))
+        full, none = (w == 1).view(view), (w == 0).view(view)
+        blended = base + w.view(view).to(base.dtype) * (inner - base)
+        out = torch.where(full, inner, torch.where(none, base, blended))
+        return out, {**diag, "noise_weight": w.detach()}
+
+    def describe(self) -> str:
+        return f"NoiseGated({self.inner.describe()}, lo={self.lo:g}, hi={self.hi:g})"
+
+    @classmethod
+    def from_config(cls, config: NoiseGatedConfig):
+        from workbench.registry import build
+
+        inner = build("composer", config.inner["type"], config.inner.get("config"), where="composer.inner")
+        return cls(inner, config.lo, config.hi, config.ramp)
+
+
+@dataclass
+class PretrainWarmupConfig:
+    """``inner``: the wrapped composer block. ``steps``: training steps of adapter-only warmup."""
+
+    inner: dict = component_field("composer", {"type": "gated_residual"})
+    steps: int = 500
+
+    def __post_init__(self):
+        check(self.steps >= 0, "steps", f"must be >= 0, got {self.steps}.")
+
+
+@register("composer", "pretrain_warmup")
+class PretrainWarmup(Wrapper):
+    """Train the adapter branch alone for the first ``steps`` steps, then hand over to ``inner``.
+
+    During warmup the prediction is ``base + adapter`` (the inner gate is bypassed and gets
+    no gradient), so by the time the gate opens the adapter has something worth choosing.
+    The step count lives in a buffer, so it is saved and restored with checkpoints. Outside
+    training (``ctx.step is None``) the last training step seen decides.
+    """
+
+    config_class = PretrainWarmupConfig
+
+    def __init__(self, inner: Composer, steps: int = 500):
+        super().__init__(inner)
+        if steps < 0:
+            raise CompositionError(f"PretrainWarmup steps must be >= 0, got {steps}.")
+        self.steps = int(steps)
+        self.register_buffer("seen_step", torch.zeros((), dtype=torch.long))
+
+    @property
+    def identity_at_init(self) -> bool:  # type: ignore[override]
+        # base + adapter during warmup: identity only through a zero-output adapter.
+        return self.inner.identity_at_init if self.steps == 0 else True
+
+    @property
+    def needs_zero_adapter(self) -> bool:  # type: ignore[override]
+        return self.inner.needs_zero_adapter if self.steps == 0 else True
+
+    def in_warmup(self, step: int | None) -> bool:
+        current = int(self.seen_step) if step is None else step
+        return current < self.steps
+
+    def compose(self, base, adapter, ctx):
+        if ctx.step is not None and self.training:
+            self.seen_step.fill_(ctx.step)
+        if self.in_warmup(ctx.step):
+            return base + adapter, {"warmup": torch.ones(())}
+        return self.inner.compose(base, adapter, ctx)
+
+    def describe(self) -> str:
+        return f"PretrainWarmup({self.inner.describe()}, steps={self.steps})"
+
+    @classmethod
+    def from_config(cls, config: PretrainWarmupConfig):
+        from workbench.registry import build
+
+        inner = build("composer", config.inner["type"], config.inner.get("config"), where="composer.inner")
+        return cls(inner, config.steps)
+
+
+def composer_tree(composer: Composer) -> list[Composer]:
+    """The composer and everything it wraps, outermost first."""
+    out = [composer]
+    while isinstance(out[-1], Wrapper):
+        out.append(out[-1].inner)
+    return out

@@ -1,0 +1,34 @@
+"""Data: Meta-World robot-arm video with actions.
+
+* :mod:`workbench.data.metaworld_gen` renders episodes into an HDF5 file (``workbench data metaworld``).
+* :mod:`workbench.data.metaworld` reads them as clips: the ``metaworld`` dataset.
+
+Nothing heavy is imported here: h5py, MuJoCo and Meta-World load only when a file is generated
+or read, and the names below are resolved on first access.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_LAZY = {
+    "MetaWorldClips": "workbench.data.metaworld",
+    "MetaWorldConfig": "workbench.data.metaworld",
+    "sample_path": "workbench.data.metaworld",
+    "split_episodes": "workbench.data.metaworld",
+    "generate": "workbench.data.metaworld_gen",
+    "Perturbation": "workbench.data.metaworld_gen",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'workbench.data' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])

@@ -1,0 +1,323 @@
+"""Meta-World robot-arm clips with actions: the ``metaworld`` dataset.
+
+Files are written by :mod:`workbench.data.metaworld_gen` (``workbench data metaworld``). Layout
+(schema version 1; ``N`` episodes of ``T`` steps, ``H × W`` frames, ``P = 10`` proprio values)::
+
+    dataset   dtype     shape             meaning
+    frames    uint8     [N, T, H, W, 3]   RGB frame rendered *before* action t (frame t+1 shows its result)
+    actions   float32   [N, T, 4]         executed action t: mocap hand dx, dy, dz (×1 cm), gripper effort; in [-1, 1]
+    ee_pos    float32   [N, T, 3]         hand (end-effector) position in metres, world frame, at frame t
+    proprio   float32   [N, T, P]         gripper opening in [0, 1], 7 arm joint angles (rad), 2 finger joints;
+                                          names in the attribute ``proprio_names``
+    obs       float32   [N, T, 39]        the raw Meta-World goal-observable observation at frame t
+    reward    float32   [N, T]            Meta-World reward for action t (mean over ``action_repeat`` steps)
+    expert    bool      [N, T]            True where action t came from the (noised) expert, False in a random segment
+    task      string    [N]               Meta-World task name of each episode, e.g. ``push-v3``
+    success   bool      [N]               whether the env reported success at any step of the episode
+
+Every ``[N, T, ...]`` dataset is gzip-compressed with one chunk per episode (``chunks=(1, T, ...)``).
+File attributes: ``schema_version`` (1), ``generator_version``, ``metaworld_version``,
+``mujoco_version``, ``seed``, ``size``, ``episodes``, ``frames``, ``tasks`` (JSON list),
+``camera`` (preset or model camera name), ``camera_model_name``, ``camera_pos``,
+``camera_quat``, ``camera_fovy``, ``camera_lookat``, ``image_transform``, ``fps`` (frames per
+second of the stored video, ``1 / (env_dt * action_repeat)``), ``env_dt`` (Meta-World's control
+period, 0.0125 s = 80 Hz), ``action_repeat``, ``render_settings`` (JSON), ``action_perturbation``
+(JSON), ``proprio_names`` (JSON), ``obs_layout``, ``frame_alignment``.
+
+Only ``frames``, ``actions``, ``ee_pos``, ``proprio`` and ``task`` are needed by
+:class:`MetaWorldClips`; the other datasets are for analysis.
+
+The shipped sample (:func:`sample_path`, ``workbench/data/samples/metaworld_sample.h5``) was made with::
+
+    workbench data metaworld \\
+        --tasks reach-v3,push-v3,pick-place-v3,door-open-v3,drawer-close-v3,button-press-topdown-v3 \\
+        --episodes 60 --frames 40 --size 64 --seed 0 --action-repeat 2 \\
+        --out workbench/data/samples/metaworld_sample.h5
+
+(equivalently ``python -m workbench.data.metaworld_gen`` with the same arguments): 60 episodes,
+10 per task, of 40 frames at 40 fps (each action is held for two 80 Hz Meta-World steps).
+
+Items of :class:`MetaWorldClips` are windows of ``window`` consecutive steps starting every
+``stride`` steps in each episode::
+
+    {"video": float32 [3, window, H, W] in [-1, 1], "action": float32 [window, 4] in [-1, 1],
+     "ee_pos": float32 [window, 3], "proprio": float32 [window, P],
+     "episode": int, "start": int, "task": str}
+
+``action[t]`` is the action applied after ``video[:, t]``; ``video[:, t + 1]`` shows its result.
+The train/validation split is by episode, stratified by task and deterministic given ``seed``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from workbench.config import check
+from workbench.errors import DataError
+from workbench.registry import register
+
+SCHEMA_VERSION = 1
+SAMPLE_NAME = "metaworld_sample.h5"
+REGENERATE = "regenerate it with `workbench data metaworld --out FILE.h5` (see `workbench data metaworld --help`)"
+
+#: name → (required dtype kind(s), trailing shape after [N, T]; None = any size; "P" = any).
+_FIELDS: dict[str, tuple[str, tuple[Any, ...]]] = {
+    "frames": ("u1", (None, None, 3)),
+    "actions": ("f", (4,)),
+    "ee_pos": ("f", (3,)),
+    "proprio": ("f", (None,)),
+}
+_EXPECTED = {
+    "frames": "uint8 [N, T, H, W, 3]",
+    "actions": "float32 [N, T, 4]",
+    "ee_pos": "float32 [N, T, 3]",
+    "proprio": "float32 [N, T, P]",
+    "task": "string [N]",
+}
+
+
+def sample_path() -> Path:
+    """Path of the shipped sample file ``workbench/data/samples/metaworld_sample.h5``."""
+    return Path(__file__).resolve().parent / "samples" / SAMPLE_NAME
+
+
+@dataclasses.dataclass
+class MetaWorldConfig:
+    """Config of the ``metaworld`` dataset.
+
+    ``path`` is an HDF5 file from ``workbench data metaworld``; the special value ``"sample"``
+    means the shipped sample (:func:`sample_path`). ``tasks`` keeps only episodes of these tasks
+    (after the split, so the split does not depend on it). ``in_memory`` reads the whole file once
+    per process instead of decompressing one episode per item.
+    """
+
+    path: str
+    window: int = 16
+    stride: int = 4
+    split: Literal["train", "val", "all"] = "train"
+    val_fraction: float = 0.2
+    seed: int = 0
+    tasks: list[str] | None = None
+    in_memory: bool = False
+
+    def __post_init__(self) -> None:
+        check(isinstance(self.path, str) and self.path != "", "path",
+              "must be the path of a .h5 file from `workbench data metaworld` (or 'sample').")
+        check(self.window >= 2, "window", f"must be >= 2 (a clip needs a frame and its successor), got {self.window}.")
+        check(self.stride >= 1, "stride", f"must be >= 1, got {self.stride}.")
+        check(self.split in ("train", "val", "all"), "split", f"must be 'train', 'val' or 'all', got {self.split!r}.")
+        check(0.0 <= self.val_fraction < 1.0, "val_fraction", f"must be in [0, 1), got {self.val_fraction}.")
+        check(self.tasks is None or len(self.tasks) > 0, "tasks", "must be null (all tasks) or a non-empty list.")
+
+
+def _describe(ds: Any) -> str:
+    return f"{ds.dtype} {list(ds.shape)}"
+
+
+def split_episodes(tasks: list[str], val_fraction: float, seed: int) -> tuple[list[int], list[int]]:
+    """Split episode indices into (train, val), by episode and stratified by task, deterministically.
+
+    Each task contributes ``round(val_fraction * n_task)`` validation episodes (never all of them
+    when it has two or more); with ``val_fraction > 0`` and at least two episodes, at least one
+    episode is in validation.
+    """
+    n = len(tasks)
+    rng = np.random.default_rng(seed)
+    val: list[int] = []
+    by_task: dict[str, list[int]] = {}
+    for i, task in enumerate(tasks):
+        by_task.setdefault(task, []).append(i)
+    if val_fraction > 0 and n >= 2:
+        for task in sorted(by_task):
+            episodes = np.array(by_task[task])
+            order = rng.permutation(len(episodes))
+            k = int(round(val_fraction * len(episodes)))
+            k = min(k, len(episodes) - 1) if len(episodes) > 1 else k
+            val.extend(int(e) for e in episodes[order[:k]])
+        if not val:
+            val.append(int(rng.integers(n)))
+        if len(val) >= n:
+            val = val[: n - 1]
+    val_set = set(val)
+    return [i for i in range(n) if i not in val_set], sorted(val_set)
+
+
+@register("dataset", "metaworld")
+class MetaWorldClips(Dataset):
+    """Windows of Meta-World episodes with actions, end-effector position and proprio state."""
+
+    config_class = MetaWorldConfig
+
+    def __init__(self, config: MetaWorldConfig | None = None, **kwargs: Any):
+        if config is None:
+            config = MetaWorldConfig(**kwargs)
+        elif kwargs:
+            config = dataclasses.replace(config, **kwargs)
+        self.config = config
+        self.path = sample_path() if config.path == "sample" else Path(config.path).expanduser()
+        info = self._validate()
+        self.num_episodes, self.episode_length = info["N"], info["T"]
+        self.frame_size = info["HW"]
+        self.proprio_dim = info["P"]
+        self.attrs = info["attrs"]
+        self.task_names: list[str] = info["tasks"]
+        self.train_episodes, self.val_episodes = split_episodes(self.task_names, config.val_fraction, config.seed)
+        episodes = {"train": self.train_episodes, "val": self.val_episodes,
+                    "all": list(range(self.num_episodes))}[config.split]
+        if config.tasks is not None:
+            unknown = sorted(set(config.tasks) - set(self.task_names))
+            if unknown:
+                raise DataError(f"{self.path}: tasks {unknown} are not in this file; it has "
+                                f"{sorted(set(self.task_names))}. Fix `tasks` in the dataset config.")
+            episodes = [e for e in episodes if self.task_names[e] in config.tasks]
+        if not episodes:
+            raise DataError(
+                f"{self.path}: split {config.split!r} has no episodes (file has {self.num_episodes} episode(s), "
+                f"val_fraction={config.val_fraction}, tasks={config.tasks}). Use split='all', change "
+                f"val_fraction, or generate more episodes with `workbench data metaworld --episodes N`."
+            )
+        self.episodes = episodes
+        starts = range(0, self.episode_length - config.window + 1, config.stride)
+        self.index: list[tuple[int, int]] = [(e, s) for e in episodes for s in starts]
+        self._file: Any = None
+        self._pid: int | None = None
+        self._memory: dict[str, np.ndarray] | None = None
+
+    @classmethod
+    def from_config(cls, config: MetaWorldConfig) -> MetaWorldClips:
+        return cls(config)
+
+    # ------------------------------------------------------------------ validation
+    def _open(self) -> Any:
+        import h5py
+
+        if not self.path.exists():
+            raise DataError(
+                f"Meta-World data file not found: {self.path}. Generate it with "
+                f"`workbench data metaworld --out {self.path}`, or use path: sample for the shipped sample."
+            )
+        if self.path.is_dir():
+            raise DataError(f"{self.path} is a directory; `path` must be an .h5 file from `workbench data metaworld`.")
+        try:
+            return h5py.File(self.path, "r", rdcc_nbytes=64 * 2**20)
+        except OSError as err:
+            raise DataError(
+                f"{self.path} is not a readable HDF5 file ({err}). It may be corrupt or truncated; "
+                f"{REGENERATE}."
+            ) from err
+
+    def _validate(self) -> dict[str, Any]:
+        with self._open() as f:
+            where = str(self.path)
+            version = f.attrs.get("schema_version")
+            if version is not None and int(version) > SCHEMA_VERSION:
+                raise DataError(f"{where}: schema_version {int(version)} is newer than this workbench reads "
+                                f"({SCHEMA_VERSION}); upgrade workbench or {REGENERATE}.")
+            for name in [*_FIELDS, "task"]:
+                if name not in f or not hasattr(f[name], "shape"):
+                    raise DataError(f"{where}: missing dataset '{name}' (expected {_EXPECTED[name]}); found "
+                                    f"datasets {sorted(f.keys())}. The file is incomplete or not from "
+                                    f"`workbench data metaworld`; {REGENERATE}.")
+            frames = f["frames"]
+            if frames.ndim != 5 or frames.shape[-1] != 3:
+                raise DataError(f"{where}: dataset 'frames' has shape {list(frames.shape)}, expected "
+                                f"{_EXPECTED['frames']} (RGB, channels last); {REGENERATE}.")
+            n, t = int(frames.shape[0]), int(frames.shape[1])
+            for name, (kind, tail) in _FIELDS.items():
+                ds = f[name]
+                ok_kind = ds.dtype == np.uint8 if kind == "u1" else ds.dtype.kind == "f"
+                if not ok_kind:
+                    raise DataError(f"{where}: dataset '{name}' has dtype {ds.dtype}, expected "
+                                    f"{_EXPECTED[name]}; {REGENERATE}.")
+                shape_ok = ds.ndim == 2 + len(tail) and all(
+                    want is None or got == want for got, want in zip(ds.shape[2:], tail))
+                if not shape_ok or tuple(ds.shape[:2]) != (n, t):
+                    raise DataError(f"{where}: dataset '{name}' has shape {list(ds.shape)}, expected "
+                                    f"{_EXPECTED[name]} with N={n}, T={t} as in 'frames'; {REGENERATE}.")
+            task = f["task"]
+            if task.shape != (n,) or task.dtype.kind not in ("O", "S", "U"):
+                raise DataError(f"{where}: dataset 'task' is {_describe(task)}, expected {_EXPECTED['task']} "
+                                f"with N={n}; {REGENERATE}.")
+            if n < 1:
+                raise DataError(f"{where}: the file has no episodes (N=0); {REGENERATE} with --episodes >= 1.")
+            if t < self.config.window:
+                raise DataError(f"{where}: episodes have T={t} frames, shorter than window={self.config.window}. "
+                                f"Use window <= {t}, or regenerate with `workbench data metaworld --frames "
+                                f"{self.config.window} ...` (or more).")
+            tasks = [v.decode() if isinstance(v, bytes) else str(v) for v in task[()]]
+            return {"N": n, "T": t, "HW": (int(frames.shape[2]), int(frames.shape[3])),
+                    "P": int(f["proprio"].shape[2]), "tasks": tasks, "attrs": dict(f.attrs)}
+
+    # ------------------------------------------------------------------ access
+    def _handle(self) -> Any:
+        pid = os.getpid()
+        if self._file is None or self._pid != pid:
+            self._file = self._open()
+            self._pid = pid
+            self._memory = None
+        return self._file
+
+    def _arrays(self) -> Any:
+        if not self.config.in_memory:
+            return self._handle()
+        if self._memory is None or self._pid != os.getpid():
+            f = self._handle()
+            self._memory = {name: f[name][()] for name in _FIELDS}
+        return self._memory
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        if not -len(self.index) <= i < len(self.index):
+            raise IndexError(f"index {i} out of range for {len(self.index)} clips")
+        episode, start = self.index[i]
+        stop = start + self.config.window
+        data = self._arrays()
+        frames = np.asarray(data["frames"][episode, start:stop])
+        video = torch.from_numpy(frames).permute(3, 0, 1, 2).float().div_(127.5).sub_(1.0)
+        action = np.clip(np.asarray(data["actions"][episode, start:stop], dtype=np.float32), -1.0, 1.0)
+        return {
+            "video": video.contiguous(),
+            "action": torch.from_numpy(action),
+            "ee_pos": torch.from_numpy(np.asarray(data["ee_pos"][episode, start:stop], dtype=np.float32)),
+            "proprio": torch.from_numpy(np.asarray(data["proprio"][episode, start:stop], dtype=np.float32)),
+            "episode": int(episode),
+            "start": int(start),
+            "task": self.task_names[episode],
+        }
+
+    def close(self) -> None:
+        """Close this process's file handle (it is reopened on the next item)."""
+        if self._file is not None:
+            try:
+                self._file.close()
+            finally:
+                self._file = None
+                self._pid = None
+                self._memory = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_file"] = None
+        state["_pid"] = None
+        state["_memory"] = None
+        return state
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        c = self.config
+        return (f"MetaWorldClips({str(self.path)!r}, split={c.split!r}, episodes={len(self.episodes)}, "
+                f"clips={len(self)}, window={c.window}, stride={c.stride})")

@@ -1,0 +1,70 @@
+"""The project's exception types.
+
+Every error a user can cause is raised as one of these, with a message that says what was
+wrong, the value received, what is allowed, and the change to make.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class WorkbenchError(Exception):
+    """Base class of every error workbench raises on purpose."""
+
+
+class ConfigError(WorkbenchError, ValueError):
+    """A configuration (YAML or a component's config dataclass) is invalid."""
+
+
+class ConditionError(WorkbenchError, ValueError):
+    """An adapter's declared conditions do not match what the backbone supplies."""
+
+
+class CompositionError(WorkbenchError, ValueError):
+    """A composer, adapter or objective was set up in a way that cannot work."""
+
+
+class CardError(WorkbenchError, ValueError):
+    """A ModelCard failed validation."""
+
+
+class SamplerMismatchError(WorkbenchError, ValueError):
+    """A sampling request contradicts what the model's recipe assumes (e.g. its step count)."""
+
+
+class UnknownComponentError(WorkbenchError, LookupError):
+    """A component name is not registered in this environment."""
+
+
+class CheckpointError(WorkbenchError, RuntimeError):
+    """A checkpoint is missing, unreadable, or does not fit the experiment."""
+
+
+class DataError(WorkbenchError, ValueError):
+    """A data file or batch does not have the expected layout."""
+
+
+class NonFiniteLossError(WorkbenchError, FloatingPointError):
+    """Training produced a NaN or infinite loss."""
+
+
+class CallbackError(WorkbenchError, RuntimeError):
+    """A callback raised; the message names the callback and the hook."""
+
+
+def did_you_mean(name: str, choices: Iterable[str], *, n: int = 3) -> str:
+    """Return ``" Did you mean 'x'?"`` for the closest choices, or ``""`` when none is close."""
+    close = difflib.get_close_matches(str(name), [str(c) for c in choices], n=n, cutoff=0.6)
+    if not close:
+        return ""
+    if len(close) == 1:
+        return f" Did you mean '{close[0]}'?"
+    return " Did you mean one of " + ", ".join(f"'{c}'" for c in close) + "?"
+
+
+def listing(names: Iterable[str]) -> str:
+    """Sorted, quoted, comma-separated names; ``(none)`` when empty."""
+    items = sorted({str(n) for n in names})
+    return ", ".join(f"'{n}'" for n in items) if items else "(none)"

@@ -1,0 +1,109 @@
+"""Names → components.
+
+Components register by name, in process with ``@register(kind, name)`` or from any installed
+distribution through an entry point in the group ``workbench.<kind>s``::
+
+    [project.entry-points."workbench.adapters"]
+    my_adapter = "my_package.adapters:MyAdapter"
+
+Entry points are read lazily, the first time a name is looked up, so installing plugins costs
+nothing at ``import workbench``. The built-in components are declared the same way in
+workbench's own ``pyproject.toml``: nothing here imports them.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as metadata
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from workbench.errors import UnknownComponentError, did_you_mean, listing
+
+KINDS: dict[str, str] = {
+    "backbone": "workbench.backbones",
+    "adapter": "workbench.adapters",
+    "composer": "workbench.composers",
+    "objective": "workbench.objectives",
+    "callback": "workbench.callbacks",
+    "dataset": "workbench.datasets",
+}
+
+LIST_ENTRY_POINTS = (
+    "python -c \"import importlib.metadata as m; "
+    "print({g: [e.name for e in m.entry_points(group=g)] for g in "
+    "['workbench.backbones', 'workbench.adapters', 'workbench.composers', "
+    "'workbench.objectives', 'workbench.callbacks', 'workbench.datasets']})\""
+)
+
+_registered: dict[str, dict[str, Any]] = {kind: {} for kind in KINDS}
+
+T = TypeVar("T")
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in KINDS:
+        raise UnknownComponentError(
+            f"Unknown component kind {kind!r}. Kinds: {listing(KINDS)}.{did_you_mean(kind, KINDS)}"
+        )
+
+
+def register(kind: str, name: str) -> Callable[[T], T]:
+    """Class decorator: make ``obj`` buildable as ``{type: name}`` in a ``kind`` block.
+
+    >>> @register("adapter", "my_adapter")
+    ... class MyAdapter(Adapter): ...
+    """
+    _check_kind(kind)
+
+    def decorate(obj: T) -> T:
+        _registered[kind][name] = obj
+        return obj
+
+    return decorate
+
+
+def _entry_points(kind: str) -> dict[str, metadata.EntryPoint]:
+    return {ep.name: ep for ep in metadata.entry_points(group=KINDS[kind])}
+
+
+def registered(kind: str) -> list[str]:
+    """Every name resolvable for ``kind``: registered in process or declared by an entry point."""
+    _check_kind(kind)
+    return sorted(set(_registered[kind]) | set(_entry_points(kind)))
+
+
+def resolve(kind: str, name: str, *, where: str | None = None) -> Any:
+    """The component registered as ``name`` for ``kind``, loading its entry point if needed.
+
+    ``where`` is the config path reported in the error (e.g. ``adapter.type``).
+    """
+    _check_kind(kind)
+    if name in _registered[kind]:
+        return _registered[kind][name]
+    eps = _entry_points(kind)
+    if name in eps:
+        obj = eps[name].load()
+        _registered[kind].setdefault(name, obj)
+        return _registered[kind][name]
+    names = registered(kind)
+    at = f" at {where}" if where else ""
+    raise UnknownComponentError(
+        f"Unknown {kind} {name!r}{at}. Registered: {listing(names)}.{did_you_mean(name, names)}\n"
+        f"Components from plugins resolve through the installed distribution metadata of *this* "
+        f"Python environment (not PYTHONPATH): install the plugin here, e.g. "
+        f"`pip install -e plugins/<name>`, then list what this environment sees with:\n"
+        f"  {LIST_ENTRY_POINTS}"
+    )
+
+
+def build(kind: str, name: str, config: Any = None, *, where: str | None = None) -> Any:
+    """Build a component from its registered name and a config mapping (or config instance).
+
+    The mapping is validated by the component's own config dataclass (``config_class``); every
+    problem is reported in one :class:`~workbench.errors.ConfigError`.
+
+    >>> composer = build("composer", "gated_residual", {"gate_init": 0.0})
+    """
+    from workbench.config import build_component
+
+    return build_component(kind, name, config, where=where or kind)
