@@ -24,10 +24,11 @@ def ctx(level=0.5):
 COMPOSERS = {
     "add": lambda: Add(),
     "gated_residual": lambda: GatedResidual(),
+    "gated_residual_closed": lambda: GatedResidual(gate_init=0.0),
     "gated_residual_capped": lambda: GatedResidual(max_gate=0.5),
     "gated_residual_per_channel": lambda: GatedResidual(per_channel=True, channels=4),
     "mask_mix_identity": lambda: MaskMix(channels=4, identity_init=True),
-    "noise_gated": lambda: NoiseGated(GatedResidual(), lo=0.3, hi=1.0),
+    "noise_gated": lambda: NoiseGated(GatedResidual(gate_init=0.0), lo=0.3, hi=1.0),
     "warmup": lambda: PretrainWarmup(GatedResidual(), steps=10),
     "stack": lambda: NoiseGated(PretrainWarmup(GatedResidual(), steps=500), lo=0.3, hi=1.0),
     "stack_mask": lambda: NoiseGated(MaskMix(channels=4), lo=0.0, hi=0.8, ramp=0.1),
@@ -51,11 +52,14 @@ def test_claims_are_honest_for_the_non_identity_composers():
     base, adapter = tensors()
     assert not Replace().identity_at_init
     assert torch.equal(Replace()(base, adapter), adapter)
-    assert not GatedResidual(gate_init=0.2).identity_at_init
+    open_gate = GatedResidual(gate_init=0.2)
+    assert open_gate.needs_zero_adapter  # the identity only through a zero adapter
+    assert not torch.equal(open_gate(base, adapter), base)
     assert not MaskMix(channels=4, identity_init=False).identity_at_init
     out = MaskMix(channels=4, gate_init=0.25, identity_init=False)(base, adapter)
     assert torch.allclose(out, 0.75 * base + 0.25 * adapter, atol=1e-6)
-    assert Add().needs_zero_adapter and not GatedResidual().needs_zero_adapter
+    assert Add().needs_zero_adapter and not GatedResidual(gate_init=0.0).needs_zero_adapter
+    assert GatedResidual().needs_zero_adapter
 
 
 def test_gated_residual_gate_gets_a_gradient_at_init():
@@ -124,7 +128,7 @@ def test_noise_gated_band_validated():
 
 
 def test_pretrain_warmup_bypasses_the_gate_then_hands_over():
-    inner = GatedResidual()
+    inner = GatedResidual(gate_init=0.3)
     composer = PretrainWarmup(inner, steps=3)
     composer.train()
     base, adapter = tensors()
@@ -134,10 +138,10 @@ def test_pretrain_warmup_bypasses_the_gate_then_hands_over():
     early.sum().backward()
     assert inner.gate.grad is None  # the gate is not trained during warmup
     late = composer(base, adapter.detach(), ComposeContext(step=3))
-    assert torch.equal(late, base)  # gate still at 0: the inner composition
+    assert torch.equal(late, inner(base, adapter.detach()))  # now the inner composition
     assert int(composer.seen_step) == 3
     composer.eval()
-    assert torch.equal(composer(base, adapter.detach(), ComposeContext()), base)  # last step seen decides
+    assert torch.equal(composer(base, adapter.detach(), ComposeContext()), late)  # last step seen decides
     assert "seen_step" in composer.state_dict()
 
 
@@ -167,3 +171,16 @@ def test_diagnostics_expose_gate_maps():
     _, diag = GatedResidual(gate_init=0.25).compose(base, adapter, ctx())
     assert float(diag["gate"]) == 0.25
     assert GatedResidual(gate_init=0.25).gate_values() == {"gate_mean": 0.25, "gate_abs_max": 0.25}
+
+
+def test_a_closed_gate_on_a_zero_adapter_is_refused_with_the_fix():
+    from conftest import tiny_base
+
+    from workbench import ComposedModel
+    from workbench.adapters.latent_residual import LatentResidual
+
+    base = tiny_base()
+    with pytest.raises(CompositionError, match="neither would ever get a gradient.*gate_init=0.1"):
+        ComposedModel(base, LatentResidual(width=16, depth=1), GatedResidual(gate_init=0.0), base.default_objective())
+    ComposedModel(base, LatentResidual(width=16, depth=1), PretrainWarmup(GatedResidual(gate_init=0.0), steps=5),
+                  base.default_objective())

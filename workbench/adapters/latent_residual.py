@@ -50,6 +50,7 @@ class LatentResidual(Adapter):
     """Zero-initialised latent correction conditioned on a per-frame signal."""
 
     config_class = LatentResidualConfig
+    zero_init_output = True
 
     def __init__(self, config: LatentResidualConfig | None = None, **overrides):
         super().__init__()

@@ -36,6 +36,7 @@ class Adapter(nn.Module):
 
     consumes: tuple[Condition, ...] = ()
     reuses_base_output: bool = True
+    zero_init_output: bool = False  # True when forward() returns exactly 0 at init
     config_class: type | None = None
 
     def __init__(self) -> None:

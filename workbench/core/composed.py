@@ -57,6 +57,13 @@ def _check_parts(base, adapter, composer, objective) -> None:
             f"{card.model_id!r} predicts {card.prediction_type!r} (its card). Use the backbone's own "
             f"objective (base.default_objective()) or a matching prediction type."
         )
+    if adapter.zero_init_output and composer.starves_zero_adapter:
+        raise CompositionError(
+            f"{composer.describe()} starts with a closed gate (0) and {type(adapter).__name__} starts with a zero "
+            f"output, so neither would ever get a gradient (each one's gradient is the other's value). Open the "
+            f"gate a little (e.g. GatedResidual(gate_init=0.1), still the identity at init through the zero "
+            f"adapter), or wrap it in PretrainWarmup so the adapter trains first."
+        )
 
 
 class ComposedModel(nn.Module):

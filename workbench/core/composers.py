@@ -12,6 +12,8 @@ zero-output adapter (``needs_zero_adapter``); the test suite proves every claim 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -42,6 +44,7 @@ class Composer(nn.Module):
 
     identity_at_init: bool = False
     needs_zero_adapter: bool = False
+    starves_zero_adapter: bool = False
     config_class: type | None = None
 
     def compose(self, base: torch.Tensor, adapter: torch.Tensor,
@@ -54,6 +57,36 @@ class Composer(nn.Module):
     def gate_values(self) -> dict[str, float]:
         """Scalar summaries of the learned gates (read off the logging cadence, not per step)."""
         return {}
+
+    _gate_override: torch.Tensor | None = None
+
+    @contextmanager
+    def override_gate(self, value: float | torch.Tensor) -> Iterator[Composer]:
+        """Inside the ``with`` block the gate reads ``value`` instead of its learned value.
+
+        For ablations and the step-through view (``traj.fork(gate_override=...)``): nothing is
+        trained, and the learned gate is back when the block ends. ``GatedResidual``: ``value``
+        is the effective gate ``g`` (a scalar, or one per channel; not capped by ``max_gate``);
+        ``MaskMix``: a constant mask in [0, 1]; wrappers pass it to their inner composer (a
+        ``NoiseGated`` band still applies; a ``PretrainWarmup`` in warmup bypasses the gate).
+
+        >>> with composer.override_gate(0.5):
+        ...     pred = model.predict(x_t, t, batch)
+        """
+        previous = self._gate_override
+        self._gate_override = self._gate_override_value(value)
+        try:
+            yield self
+        finally:
+            self._gate_override = previous
+
+    def _gate_override_value(self, value: float | torch.Tensor) -> torch.Tensor:
+        """``value`` checked and converted for :meth:`override_gate`; composers with a gate override it."""
+        raise CompositionError(
+            f"{self.describe()} has no gate to override (gate_override={value!r}). Gates live in "
+            f"GatedResidual and MaskMix (alone or inside NoiseGated / PretrainWarmup); leave "
+            f"gate_override unset for this composer."
+        )
 
     def callbacks(self) -> tuple:
         """Callbacks this composer brings to any training run it is part of."""
@@ -113,10 +146,14 @@ Replace.config_class = _bare(Replace)
 
 @dataclass
 class GatedResidualConfig:
-    """``gate_init``: initial gate (0 = identity). ``max_gate``: cap on |gate|, or None.
-    ``per_channel``: one gate per channel (needs ``channels``) instead of one scalar."""
+    """``gate_init``: initial gate. ``max_gate``: cap on |gate|, or None. ``per_channel``: one
+    gate per channel (needs ``channels``) instead of one scalar.
 
-    gate_init: float = 0.0
+    With ``gate_init=0`` the composition is the identity for any adapter, but a zero-initialised
+    adapter then never trains (its gradient is the gate, the gate's is its output: both 0), so
+    the default is a small open gate, which is the identity through a zero-output adapter."""
+
+    gate_init: float = 0.1
     max_gate: float | None = None
     per_channel: bool = False
     channels: int | None = None
@@ -135,15 +172,15 @@ class GatedResidualConfig:
 class GatedResidual(Composer):
     """``base + g * adapter`` with a learned gate ``g`` (scalar or per channel).
 
-    With ``gate_init=0`` (default) the composition is the identity at init for *any* adapter,
-    and the gate still gets a gradient (d/dg = adapter output). ``max_gate`` bounds the gate
-    smoothly as ``max_gate * tanh(p / max_gate)``.
+    The identity at init through a zero-output adapter (the default ``gate_init=0.1``), or for
+    *any* adapter with ``gate_init=0`` — which suits adapters that do not start at zero (the
+    gate's gradient is the adapter's output). ``max_gate`` bounds the gate smoothly as
+    ``max_gate * tanh(p / max_gate)``.
     """
 
     config_class = GatedResidualConfig
-    needs_zero_adapter = False
 
-    def __init__(self, gate_init: float = 0.0, max_gate: float | None = None, per_channel: bool = False,
+    def __init__(self, gate_init: float = 0.1, max_gate: float | None = None, per_channel: bool = False,
                  channels: int | None = None):
         super().__init__()
         self.config = GatedResidualConfig(gate_init, max_gate, per_channel, channels)
@@ -157,6 +194,14 @@ class GatedResidual(Composer):
 
     @property
     def identity_at_init(self) -> bool:  # type: ignore[override]
+        return True  # exactly so for any adapter when gate_init == 0, else via a zero adapter
+
+    @property
+    def needs_zero_adapter(self) -> bool:  # type: ignore[override]
+        return self.config.gate_init != 0.0
+
+    @property
+    def starves_zero_adapter(self) -> bool:  # type: ignore[override]
         return self.config.gate_init == 0.0
 
     @property
@@ -164,9 +209,20 @@ class GatedResidual(Composer):
         return True
 
     def effective_gate(self) -> torch.Tensor:
+        if self._gate_override is not None:
+            return self._gate_override
         if self.max_gate is None:
             return self.gate
         return self.max_gate * torch.tanh(self.gate / self.max_gate)
+
+    def _gate_override_value(self, value):
+        g = torch.as_tensor(value, dtype=self.gate.dtype, device=self.gate.device)
+        if g.shape not in (torch.Size(()), self.gate.shape):
+            raise CompositionError(
+                f"gate_override for {self.describe()} must be a scalar or shaped like its gate "
+                f"{tuple(self.gate.shape)}, got shape {tuple(g.shape)}."
+            )
+        return g
 
     def compose(self, base, adapter, ctx):
         g = self.effective_gate()
@@ -243,7 +299,17 @@ class MaskMix(Composer):
     def is_gated(self) -> bool:
         return True
 
+    def _gate_override_value(self, value):
+        m = torch.as_tensor(value, dtype=self.mask_net.weight.dtype, device=self.mask_net.weight.device)
+        if m.ndim != 0 or not 0.0 <= float(m) <= 1.0:
+            raise CompositionError(
+                f"gate_override for MaskMix is a constant mask: a scalar in [0, 1], got {value!r}."
+            )
+        return m
+
     def mask(self, base: torch.Tensor, adapter: torch.Tensor) -> torch.Tensor:
+        if self._gate_override is not None:
+            return self._gate_override.to(base.dtype).expand(base.shape[0], 1, *base.shape[2:])
         logits = self.mask_net(torch.cat([base, adapter], dim=1).to(self.mask_net.weight.dtype))
         m = self.config.max_gate * torch.sigmoid(logits)  # (B, 1, T, H, W)
         if self.scale is not None:
@@ -286,11 +352,18 @@ class Wrapper(Composer):
         return self.inner.needs_zero_adapter
 
     @property
+    def starves_zero_adapter(self) -> bool:  # type: ignore[override]
+        return self.inner.starves_zero_adapter
+
+    @property
     def is_gated(self) -> bool:
         return True
 
     def gate_values(self):
         return self.inner.gate_values()
+
+    def override_gate(self, value):
+        return self.inner.override_gate(value)
 
     def callbacks(self):
         return self.inner.callbacks()
@@ -404,6 +477,10 @@ class PretrainWarmup(Wrapper):
     @property
     def needs_zero_adapter(self) -> bool:  # type: ignore[override]
         return self.inner.needs_zero_adapter if self.steps == 0 else True
+
+    @property
+    def starves_zero_adapter(self) -> bool:  # type: ignore[override]
+        return self.inner.starves_zero_adapter and self.steps == 0
 
     def in_warmup(self, step: int | None) -> bool:
         current = int(self.seen_step) if step is None else step

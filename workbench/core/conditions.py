@@ -168,7 +168,11 @@ class ConditionInfo:
     per_frame: str | None
     dropout: float
     dropout_applied: bool
-    dropped: int
+    dropped_mask: torch.Tensor | None = None  # CPU bool (B,); counted only when asked (no device sync)
+
+    @property
+    def dropped(self) -> int:
+        return 0 if self.dropped_mask is None else int(self.dropped_mask.sum())
 
 
 def _dropout_generator(seed: int, step: int, name: str) -> torch.Generator:
@@ -283,12 +287,12 @@ def prepare_conditioning(
         c = rc.condition
         if rc.key is None:
             prepared[c.name] = None
-            info[c.name] = ConditionInfo(c.name, None, None, None, c.per_frame, c.dropout, False, 0)
+            info[c.name] = ConditionInfo(c.name, None, None, None, c.per_frame, c.dropout, False)
             continue
         if rc.key not in raw or raw[rc.key] is None:
             if not c.required:
                 prepared[c.name] = None
-                info[c.name] = ConditionInfo(c.name, None, None, None, c.per_frame, c.dropout, False, 0)
+                info[c.name] = ConditionInfo(c.name, None, None, None, c.per_frame, c.dropout, False)
                 continue
             raise ConditionError(
                 f"{owner} consumes condition {c.name!r} (backbone key {rc.key!r}); the backbone "
@@ -336,15 +340,14 @@ def prepare_conditioning(
         else:
             value = value.to(device=like.device)
         applied = training and c.dropout > 0 and step is not None
-        n_dropped = 0
+        host_mask = None
         if applied:
-            mask = dropout_mask(batch_size, c.dropout, seed=seed, step=step, name=c.name)
-            n_dropped = int(mask.sum())
-            mask = mask.to(like.device)
+            host_mask = dropout_mask(batch_size, c.dropout, seed=seed, step=step, name=c.name)
+            mask = host_mask.to(like.device, non_blocking=True)
             dropped[c.name] = mask
             keep = (~mask).view(batch_size, *([1] * (value.ndim - 1)))
             value = torch.where(keep, value, torch.zeros((), dtype=value.dtype, device=value.device))
         prepared[c.name] = value
         info[c.name] = ConditionInfo(c.name, rc.key, tuple(value.shape), str(value.dtype).replace("torch.", ""),
-                                     c.per_frame, c.dropout, applied, n_dropped)
+                                     c.per_frame, c.dropout, applied, host_mask)
     return Conditioning(prepared, raw, info, dropped, owner)

@@ -1,0 +1,214 @@
+"""Built-in callbacks: console, JSON-lines metrics, checkpoints, periodic evaluation, gradient
+norm and loss history. Gate statistics are declared by gated composers themselves
+(:class:`workbench.core.callbacks.GateStatistics`)."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from workbench.config import check
+from workbench.core.callbacks import Callback, GateStatistics
+from workbench.registry import register
+
+__all__ = ["Callback", "Checkpoint", "Console", "GateStatistics", "GradNorm", "JsonlLogger", "LossHistory",
+           "PeriodicEval"]
+
+
+@dataclass
+class EveryConfig:
+    every_n_steps: int = 10
+
+    def __post_init__(self):
+        check(self.every_n_steps >= 1, "every_n_steps", f"must be >= 1, got {self.every_n_steps}.")
+
+
+def _plain(metrics: dict) -> dict:
+    return {k: (float(v) if isinstance(v, torch.Tensor) else v) for k, v in metrics.items()}
+
+
+@register("callback", "console")
+class Console(Callback):
+    """Prints step, loss and learning rate every ``every_n_steps`` steps."""
+
+    config_class = EveryConfig
+
+    def __init__(self, every_n_steps: int = 10):
+        self.every_n_steps = every_n_steps
+        self._t0 = 0.0
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(config.every_n_steps)
+
+    def on_fit_start(self, exp):
+        self._t0 = time.perf_counter()
+
+    def on_step_end(self, exp, step, metrics):
+        m = _plain(metrics)
+        print(f"step {step:>6d}  loss {m['loss']:.5f}  lr {m['lr']:.2e}", flush=True)
+
+
+@dataclass
+class JsonlConfig:
+    every_n_steps: int = 10
+    path: str | None = None
+
+    def __post_init__(self):
+        check(self.every_n_steps >= 1, "every_n_steps", f"must be >= 1, got {self.every_n_steps}.")
+
+
+@register("callback", "jsonl")
+class JsonlLogger(Callback):
+    """Appends ``{"step", "loss", "lr", ...}`` rows to ``metrics.jsonl`` in the run directory."""
+
+    config_class = JsonlConfig
+
+    def __init__(self, every_n_steps: int = 10, path: str | Path | None = None):
+        self.every_n_steps = every_n_steps
+        self.path = Path(path) if path else None
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(config.every_n_steps, config.path)
+
+    def _file(self, exp) -> Path:
+        path = self.path or Path(exp.output_dir) / "metrics.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def _write(self, exp, row):
+        with open(self._file(exp), "a") as f:
+            f.write(json.dumps(row) + "\n")
+
+    def on_step_end(self, exp, step, metrics):
+        self._write(exp, {"step": step, **_plain(metrics)})
+
+    def on_eval(self, exp, step, metrics):
+        self._write(exp, {"step": step, "eval": _plain(metrics)})
+
+
+@dataclass
+class CheckpointConfig:
+    every_n_steps: int = 100
+    keep_last: int = 3
+
+    def __post_init__(self):
+        check(self.every_n_steps >= 1, "every_n_steps", f"must be >= 1, got {self.every_n_steps}.")
+        check(self.keep_last >= 1, "keep_last", f"must be >= 1, got {self.keep_last}.")
+
+
+@register("callback", "checkpoint")
+class Checkpoint(Callback):
+    """Saves a checkpoint every ``every_n_steps`` steps into the run directory."""
+
+    config_class = CheckpointConfig
+
+    def __init__(self, every_n_steps: int = 100, keep_last: int = 3):
+        self.every_n_steps = every_n_steps
+        self.keep_last = keep_last
+
+    def key(self):
+        return (type(self),)
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(config.every_n_steps, config.keep_last)
+
+    def on_step_end(self, exp, step, metrics):
+        exp.save_checkpoint(keep_last=self.keep_last)
+
+
+@dataclass
+class EvalConfig:
+    every_n_steps: int = 100
+    batches: int = 2
+
+    def __post_init__(self):
+        check(self.every_n_steps >= 1, "every_n_steps", f"must be >= 1, got {self.every_n_steps}.")
+        check(self.batches >= 1, "batches", f"must be >= 1, got {self.batches}.")
+
+
+@register("callback", "periodic_eval")
+class PeriodicEval(Callback):
+    """Runs ``exp.evaluate(data, batches)`` every ``every_n_steps`` steps (on the validation
+    data given to it, or the experiment's ``eval_data``)."""
+
+    config_class = EvalConfig
+
+    def __init__(self, every_n_steps: int = 100, batches: int = 2, data: Any = None):
+        self.every_n_steps = every_n_steps
+        self.batches = batches
+        self.data = data
+        self.history: list[dict] = []
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(config.every_n_steps, config.batches)
+
+    def on_step_end(self, exp, step, metrics):
+        data = self.data if self.data is not None else exp.eval_data
+        if data is None:
+            return
+        result = exp.evaluate(data, batches=self.batches)
+        self.history.append({"step": step, **result})
+
+
+@register("callback", "grad_norm")
+class GradNorm(Callback):
+    """Records the global gradient norm (before clipping) every ``every_n_steps`` steps."""
+
+    config_class = EveryConfig
+
+    def __init__(self, every_n_steps: int = 10):
+        self.every_n_steps = every_n_steps
+        self.history: list[dict] = []
+        self._pending = None
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(config.every_n_steps)
+
+    def on_after_backward(self, exp, step):
+        if self.due(step + 1):
+            grads = [p.grad.detach().float().norm() for p in exp.model.trainable_parameters() if p.grad is not None]
+            self._pending = torch.stack(grads).norm() if grads else None
+
+    def on_step_end(self, exp, step, metrics):
+        if self._pending is not None:
+            self.history.append({"step": step, "grad_norm": float(self._pending)})
+            self._pending = None
+
+
+@register("callback", "loss_history")
+class LossHistory(Callback):
+    """Keeps ``(step, loss)`` rows every ``every_n_steps`` steps; the notebook live plot reads it."""
+
+    config_class = EveryConfig
+
+    def __init__(self, every_n_steps: int = 1):
+        self.every_n_steps = every_n_steps
+        self.steps: list[int] = []
+        self.losses: list[float] = []
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(config.every_n_steps)
+
+    def on_step_end(self, exp, step, metrics):
+        self.steps.append(step)
+        self.losses.append(float(metrics["loss"]))
+
+    @property
+    def smoothed(self) -> list[float]:
+        out, avg = [], math.nan
+        for v in self.losses:
+            avg = v if math.isnan(avg) else 0.9 * avg + 0.1 * v
+            out.append(avg)
+        return out

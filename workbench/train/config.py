@@ -1,0 +1,184 @@
+"""Experiment configs: the fixed outer YAML schema and the training settings.
+
+```yaml
+name: my-run
+base:      {type: tiny_video, config: {weights: pretrained}}
+adapter:   {type: latent_residual, config: {width: 32}}
+composer:  {type: gated_residual}
+objective: {type: flow_matching}          # optional: the backbone's own objective
+training:  {steps: 200, learning_rate: 1.0e-3}
+callbacks: [{type: jsonl, config: {every_n_steps: 10}}]
+data:      {type: metaworld, config: {path: ..., window: 16, stride: 4}}
+```
+
+Every ``config:`` block is validated by its component's own dataclass; all problems are
+reported in one :class:`~workbench.errors.ConfigError`, each with its path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from workbench.config import Problems, check, component_field, raise_problems, validate, validate_component_block
+from workbench.errors import ConfigError, did_you_mean, listing
+
+
+@dataclass
+class TrainingConfig:
+    """How to train. Steps are optimizer steps (each of ``grad_accum`` micro-batches).
+
+    ``sync_every``: how often the loop reads values back from the device (loss logging,
+    NaN/inf checks); between those the hot path never synchronises. ``amp_dtype``: autocast
+    dtype (``bf16``/``fp16``) or ``null``. ``schedule``: LR after ``warmup_steps`` linear warmup.
+    """
+
+    steps: int = 1000
+    learning_rate: float = 1e-4
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    grad_accum: int = 1
+    clip_grad_norm: float | None = 1.0
+    warmup_steps: int = 0
+    schedule: Literal["constant", "cosine"] = "constant"
+    min_lr_ratio: float = 0.0
+    amp_dtype: Literal["bf16", "fp16"] | None = None
+    seed: int = 0
+    batch_size: int = 4
+    num_workers: int = 0
+    shuffle: bool = True
+    sync_every: int = 10
+    checkpoint_every: int | None = None
+    keep_last: int = 3
+    output_dir: str | None = None
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    progress: bool = True
+
+    def __post_init__(self):
+        problems = Problems()
+        positive = ("steps", "grad_accum", "batch_size", "sync_every", "keep_last")
+        for name in positive:
+            if getattr(self, name) < 1:
+                problems.add(name, f"must be >= 1, got {getattr(self, name)}.")
+        if not self.learning_rate > 0:
+            problems.add("learning_rate", f"must be > 0, got {self.learning_rate}.")
+        if self.weight_decay < 0:
+            problems.add("weight_decay", f"must be >= 0, got {self.weight_decay}.")
+        if self.clip_grad_norm is not None and self.clip_grad_norm <= 0:
+            problems.add("clip_grad_norm", f"must be > 0 or null, got {self.clip_grad_norm}.")
+        if self.warmup_steps < 0:
+            problems.add("warmup_steps", f"must be >= 0, got {self.warmup_steps}.")
+        if not 0 <= self.min_lr_ratio <= 1:
+            problems.add("min_lr_ratio", f"must be in [0, 1], got {self.min_lr_ratio}.")
+        if self.num_workers < 0:
+            problems.add("num_workers", f"must be >= 0, got {self.num_workers}.")
+        if self.checkpoint_every is not None and self.checkpoint_every < 1:
+            problems.add("checkpoint_every", f"must be >= 1 or null, got {self.checkpoint_every}.")
+        if not all(0 <= b < 1 for b in self.betas):
+            problems.add("betas", f"each must be in [0, 1), got {list(self.betas)}.")
+        raise_problems(problems)
+
+    def lr_at(self, step: int) -> float:
+        """Learning rate for optimizer step ``step`` (0-based)."""
+        base = self.learning_rate
+        if step < self.warmup_steps:
+            return base * (step + 1) / self.warmup_steps
+        if self.schedule == "constant":
+            return base
+        import math
+
+        span = max(1, self.steps - self.warmup_steps)
+        progress = min(1.0, (step - self.warmup_steps) / span)
+        floor = base * self.min_lr_ratio
+        return floor + (base - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+@dataclass
+class ExperimentConfig:
+    """The outer schema: fixed and small; components bring their own config dataclasses."""
+
+    base: dict = component_field("backbone")
+    adapter: dict = component_field("adapter")
+    name: str = "run"
+    composer: dict = component_field("composer", {"type": "gated_residual"})
+    objective: dict | None = None
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    callbacks: list = field(default_factory=list)
+    data: dict | None = None
+
+    def __post_init__(self):
+        check(bool(self.name) and "/" not in self.name, "name",
+              f"must be a non-empty name without '/', got {self.name!r}.")
+
+
+OUTER_KEYS = ("name", "base", "adapter", "composer", "objective", "training", "callbacks", "data")
+KINDS = {"base": "backbone", "adapter": "adapter", "composer": "composer", "objective": "objective",
+         "data": "dataset"}
+
+
+def parse_experiment(data: Any, source: str = "config") -> ExperimentConfig:
+    """Validate a loaded YAML mapping; every problem is reported in one ConfigError."""
+    problems = Problems()
+    if not isinstance(data, Mapping):
+        raise_problems([("", f"{source} must be a mapping with keys {listing(OUTER_KEYS)}, "
+                             f"got {type(data).__name__}.")], header=f"Invalid config {source}")
+    for key in data:
+        if key not in OUTER_KEYS:
+            hint = did_you_mean(key, OUTER_KEYS)
+            problems.add(str(key), f"unknown top-level key. Allowed: {listing(OUTER_KEYS)}.{hint}")
+    for key in ("base", "adapter"):
+        if key not in data:
+            problems.add(key, f"missing required block {{type: ..., config: {{...}}}} for the {KINDS[key]}.")
+    values: dict[str, Any] = {}
+    for key, kind in KINDS.items():
+        if key in data and data[key] is not None:
+            block = validate_component_block(kind, data[key], key, problems)
+            if block is not None:
+                values[key] = block
+    if "name" in data:
+        if isinstance(data["name"], str):
+            values["name"] = data["name"]
+        else:
+            problems.add("name", f"expected str, got {type(data['name']).__name__} {data['name']!r}.")
+    training = validate(TrainingConfig, data.get("training") or {}, "training", problems)
+    callbacks = data.get("callbacks") or []
+    if not isinstance(callbacks, list):
+        problems.add("callbacks", f"expected a list of {{type, config}} blocks, got {type(callbacks).__name__}.")
+        callbacks = []
+    blocks = [validate_component_block("callback", c, f"callbacks[{i}]", problems) for i, c in enumerate(callbacks)]
+    raise_problems(problems, header=f"Invalid config {source}")
+    try:
+        return ExperimentConfig(**values, training=training, callbacks=[b for b in blocks if b])
+    except ConfigError as err:
+        raise_problems(getattr(err, "problems", [("", str(err))]), header=f"Invalid config {source}")
+        raise
+
+
+def load_yaml(path: str | Path) -> ExperimentConfig:
+    """Read and validate a YAML experiment config (``yaml.safe_load`` only)."""
+    import yaml
+
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"Config file not found: {path}. Pass the path of a YAML file such as "
+                          f"examples/configs/tiny.yaml.")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path} is not valid YAML: {err}") from err
+    return parse_experiment(data, source=str(path))
+
+
+def experiment_to_dict(config: ExperimentConfig) -> dict:
+    from workbench.config import to_dict
+
+    out = to_dict(config)
+    out["training"]["betas"] = list(config.training.betas)
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def replace_training(config: ExperimentConfig, **changes) -> ExperimentConfig:
+    return dataclasses.replace(config, training=dataclasses.replace(config.training, **changes))

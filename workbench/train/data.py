@@ -1,0 +1,134 @@
+"""Data streams for the training loop: any iterable of dicts, or a dataset with seeded,
+resumable shuffling.
+
+A map-style dataset (``__len__`` + ``__getitem__``) gets a DataLoader whose order is a pure
+function of ``(seed, epoch)``, and whose position is the number of batches consumed — so a run
+resumed from a checkpoint reads exactly the batches the uninterrupted run would have read,
+without re-reading the skipped ones. Any other iterable is read in order and, on resume,
+fast-forwarded by the number of batches consumed (exact for deterministic iterables).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+from workbench.errors import DataError
+
+
+class EpochSampler(Sampler):
+    """Indices of one epoch, seeded by ``(seed, epoch)``, starting at ``start``."""
+
+    def __init__(self, n: int, seed: int, epoch: int, start: int, shuffle: bool):
+        self.n, self.seed, self.epoch, self.start, self.shuffle = n, seed, epoch, start, shuffle
+
+    def order(self) -> torch.Tensor:
+        if not self.shuffle:
+            return torch.arange(self.n)
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
+        return torch.randperm(self.n, generator=g)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.order()[self.start:].tolist())
+
+    def __len__(self) -> int:
+        return max(0, self.n - self.start)
+
+
+def is_map_dataset(source: Any) -> bool:
+    return isinstance(source, Dataset) and hasattr(source, "__len__") and not isinstance(source, DataLoader)
+
+
+class DataStream:
+    """Batches for the loop, with a position that can be saved, restored and rolled back."""
+
+    def __init__(self, source: Any, *, batch_size: int = 4, seed: int = 0, shuffle: bool = True,
+                 num_workers: int = 0, pin_memory: bool = False):
+        if source is None:
+            raise DataError("fit() needs data: a DataLoader / iterable of dicts, or a dataset (map-style). "
+                            "Pass it as exp.fit(data, steps=N) or set a data: block in the config.")
+        if isinstance(source, (str, bytes, dict)) or not isinstance(source, Iterable) and not is_map_dataset(source):
+            raise DataError(f"fit() data must be an iterable of batch dicts or a dataset, got {type(source).__name__}.")
+        self.source = source
+        self.map_style = is_map_dataset(source)
+        self.batch_size, self.seed, self.shuffle = batch_size, seed, shuffle
+        self.num_workers, self.pin_memory = num_workers, pin_memory
+        self.epoch = 0
+        self.batches = 0  # consumed in the current epoch
+        self._it: Iterator | None = None
+        self._pending: list[Any] = []
+        self._recent: list[Any] | None = None
+        self.reiterable = self.map_style or not isinstance(source, Iterator)
+        if self.map_style and len(source) < batch_size:
+            raise DataError(f"The dataset has {len(source)} items, fewer than batch_size={batch_size}. "
+                            f"Lower training.batch_size or add data.")
+
+    # -- reading ----------------------------------------------------------------------------
+    def _open(self) -> Iterator:
+        if self.map_style:
+            sampler = EpochSampler(len(self.source), self.seed, self.epoch, self.batches * self.batch_size,
+                                   self.shuffle)
+            loader = DataLoader(self.source, batch_size=self.batch_size, sampler=sampler, drop_last=True,
+                                num_workers=self.num_workers, pin_memory=self.pin_memory,
+                                persistent_workers=False)
+            return iter(loader)
+        it = iter(self.source)
+        for _ in range(self.batches):  # fast-forward to the saved position
+            next(it)
+        return it
+
+    def next(self) -> Any:
+        if self._pending:
+            item, self.epoch, self.batches = self._pending.pop(0)
+            if self._recent is not None:
+                self._recent.append((item, self.epoch, self.batches))
+            return item
+        else:
+            if self._it is None:
+                self._it = self._open()
+            try:
+                item = next(self._it)
+            except StopIteration:
+                if not self.reiterable:
+                    raise DataError(
+                        f"The data iterator ran out after {self.batches} batches. Pass a re-iterable (a list, "
+                        f"a DataLoader or a dataset) so epochs can repeat, or fewer steps."
+                    ) from None
+                if self.batches == 0:
+                    raise DataError("The data yielded no batches at all.") from None
+                self.epoch, self.batches = self.epoch + 1, 0
+                self._it = self._open()
+                try:
+                    item = next(self._it)
+                except StopIteration:
+                    raise DataError("The data yielded no batches at all.") from None
+        self.batches += 1
+        if self._recent is not None:
+            self._recent.append((item, self.epoch, self.batches))
+        return item
+
+    # -- positions --------------------------------------------------------------------------
+    def mark(self) -> tuple[int, int]:
+        """Start remembering consumed batches so a partial step can be undone."""
+        self._recent = []
+        return self.epoch, self.batches
+
+    def rollback(self, mark: tuple[int, int]) -> None:
+        """Undo the batches consumed since ``mark``: they are served again, in order."""
+        if self._recent:
+            self._pending = list(self._recent) + self._pending
+        self.epoch, self.batches = mark
+        self._recent = None
+
+    def commit(self) -> None:
+        self._recent = None
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "batches": self.batches}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.epoch, self.batches = int(state["epoch"]), int(state["batches"])
+        self._it, self._pending = None, []
