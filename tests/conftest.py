@@ -57,7 +57,8 @@ class ToyBackbone(BaseVideoModel):
 
     def __init__(self, channels: int = 4, provides=("action", "fs", "c_concat")):
         super().__init__()
-        self.net = nn.Sequential(nn.Conv3d(channels, 8, 1), nn.BatchNorm3d(8), nn.Dropout(0.5), nn.Conv3d(8, channels, 1))
+        self.net = nn.Sequential(nn.Conv3d(channels, 8, 1), nn.BatchNorm3d(8), nn.Dropout(0.5),
+                                 nn.Conv3d(8, channels, 1))
         self._provides = tuple(provides)
         self.card = ModelCard(model_id="toy", family="toy", prediction_type="velocity",
                               components={"denoiser": ComponentSpec("denoiser")},
@@ -103,7 +104,7 @@ class ToyBackbone(BaseVideoModel):
 class RecordingAdapter(Adapter):
     """A small nonzero adapter that remembers the conditioning it was given."""
 
-    def __init__(self, consumes=(Condition("action", dim=4, per_frame="mean"),), channels: int = 4,
+    def __init__(self, consumes=(Condition("action", dim=4, per_frame="mean"),), channels: int = 4,  # noqa: B008
                  zero: bool = False):
         super().__init__()
         self.consumes = tuple(consumes)

@@ -119,12 +119,13 @@ KINDS = {"base": "backbone", "adapter": "adapter", "composer": "composer", "obje
          "data": "dataset"}
 
 
-def parse_experiment(data: Any, source: str = "config") -> ExperimentConfig:
+def parse_experiment(data: Any, source: str | None = None) -> ExperimentConfig:
     """Validate a loaded YAML mapping; every problem is reported in one ConfigError."""
     problems = Problems()
+    header = f"Invalid config {source}" if source else "Invalid config"
     if not isinstance(data, Mapping):
-        raise_problems([("", f"{source} must be a mapping with keys {listing(OUTER_KEYS)}, "
-                             f"got {type(data).__name__}.")], header=f"Invalid config {source}")
+        raise_problems([("", f"the config must be a mapping with keys {listing(OUTER_KEYS)}, "
+                             f"got {type(data).__name__}.")], header=header)
     for key in data:
         if key not in OUTER_KEYS:
             hint = did_you_mean(key, OUTER_KEYS)
@@ -149,11 +150,11 @@ def parse_experiment(data: Any, source: str = "config") -> ExperimentConfig:
         problems.add("callbacks", f"expected a list of {{type, config}} blocks, got {type(callbacks).__name__}.")
         callbacks = []
     blocks = [validate_component_block("callback", c, f"callbacks[{i}]", problems) for i, c in enumerate(callbacks)]
-    raise_problems(problems, header=f"Invalid config {source}")
+    raise_problems(problems, header=header)
     try:
         return ExperimentConfig(**values, training=training, callbacks=[b for b in blocks if b])
     except ConfigError as err:
-        raise_problems(getattr(err, "problems", [("", str(err))]), header=f"Invalid config {source}")
+        raise_problems(getattr(err, "problems", [("", str(err))]), header=header)
         raise
 
 

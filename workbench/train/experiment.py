@@ -140,11 +140,14 @@ class AdapterExperiment:
     def from_config(cls, config: ExperimentConfig, **overrides) -> AdapterExperiment:
         from workbench.registry import build
 
-        base = build("backbone", config.base["type"], config.base.get("config"), where="base")
-        adapter = build("adapter", config.adapter["type"], config.adapter.get("config"), where="adapter")
-        composer = build("composer", config.composer["type"], config.composer.get("config"), where="composer")
-        objective = (build("objective", config.objective["type"], config.objective.get("config"), where="objective")
-                     if config.objective else None)
+        # Random inits are a function of training.seed, so a config means the same run in any process.
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(config.training.seed)
+            base = build("backbone", config.base["type"], config.base.get("config"), where="base")
+            adapter = build("adapter", config.adapter["type"], config.adapter.get("config"), where="adapter")
+            composer = build("composer", config.composer["type"], config.composer.get("config"), where="composer")
+            objective = (build("objective", config.objective["type"], config.objective.get("config"),
+                               where="objective") if config.objective else None)
         callbacks = [build("callback", c["type"], c.get("config"), where=f"callbacks[{i}]")
                      for i, c in enumerate(config.callbacks)]
         exp = cls(base=base, adapter=adapter, composer=composer, objective=objective, training=config.training,
@@ -417,12 +420,17 @@ class AdapterExperiment:
     def load_checkpoint(self, path: str | Path) -> AdapterExperiment:
         """Restore weights, optimizer, RNG and data position into this experiment."""
         ckpt = load_checkpoint(path)
-        expected = set(self.model.trainable_state_dict())
-        found = set(ckpt["trainable"])
-        if expected != found:
+        ours = self.model.trainable_state_dict()
+        theirs = ckpt["trainable"]
+        shapes = [f"{k} {tuple(theirs[k].shape)} vs {tuple(v.shape)}" for k, v in ours.items()
+                  if k in theirs and theirs[k].shape != v.shape]
+        if set(ours) != set(theirs) or shapes:
             raise CheckpointError(
-                f"Checkpoint {ckpt['path']} does not fit this experiment: missing {sorted(expected - found)[:5]}, "
-                f"unexpected {sorted(found - expected)[:5]}. It was saved for a different adapter/composer."
+                f"Checkpoint {ckpt['path']} does not fit this experiment: "
+                f"missing {sorted(set(ours) - set(theirs))[:5]}, "
+                f"unexpected {sorted(set(theirs) - set(ours))[:5]}, shape mismatches (saved vs built) {shapes[:3]}. "
+                f"It was saved for a different adapter/composer configuration; build the experiment from the "
+                f"checkpoint's config.yaml (AdapterExperiment.load) instead."
             )
         self.model.load_trainable_state_dict({k: v.to(self.device) for k, v in ckpt["trainable"].items()})
         state = ckpt["state"]

@@ -1,0 +1,269 @@
+"""Bad input gets a clear error and loses nothing: a table of cases, each asserting on the message."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from conftest import tiny_base
+
+from workbench import Condition, GatedResidual, MaskMix, build
+from workbench.adapters.latent_residual import LatentResidual
+from workbench.errors import (
+    CheckpointError,
+    CompositionError,
+    ConditionError,
+    ConfigError,
+    DataError,
+    UnknownComponentError,
+    WorkbenchError,
+)
+from workbench.train import AdapterExperiment, TrainingConfig
+from workbench.train.checkpoint import latest_checkpoint, list_checkpoints
+from workbench.train.config import parse_experiment
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY_BASE = {"type": "tiny_video", "config": {"image_size": 16, "frames": 4, "width": 16, "ae_width": 8, "depth": 1}}
+GOOD = {
+    "name": "ok",
+    "base": TINY_BASE,
+    "adapter": {"type": "latent_residual", "config": {"width": 16, "depth": 1}},
+    "composer": {"type": "gated_residual"},
+    "training": {"steps": 2, "batch_size": 4, "progress": False},
+    "data": {"type": "synthetic_moves", "config": {"items": 8, "frames": 4, "size": 16}},
+}
+
+
+def with_(path: str, value):
+    """GOOD with one value replaced (``a.b.c`` path; value None deletes)."""
+    import copy
+
+    config = copy.deepcopy(GOOD)
+    *parents, last = path.split(".")
+    node = config
+    for key in parents:
+        node = node.setdefault(key, {})
+    if value is None:
+        node.pop(last, None)
+    else:
+        node[last] = value
+    return config
+
+
+CONFIG_CASES = {
+    "typo in adapter config": (with_("adapter.config.widht", 8),
+                               ["adapter.config.widht: unknown key", "Did you mean 'width'?"]),
+    "unknown adapter type": (with_("adapter.type", "latent_resdual"),
+                             ["adapter.type: unknown adapter 'latent_resdual'", "Did you mean 'latent_residual'?"]),
+    "unknown backbone type": (with_("base.type", "wan22_ti2v"), ["base.type: unknown backbone 'wan22_ti2v'",
+                                                                 "install the plugin here"]),
+    "wrong type int": (with_("training.steps", "ten"), ["training.steps: expected int, got str 'ten'"]),
+    "wrong type bool": (with_("training.progress", "yes"), ["training.progress: expected bool"]),
+    "bad literal": (with_("training.schedule", "cosin"), ["training.schedule: got str 'cosin'; allowed: 'constant' | "
+                                                          "'cosine'.", "Did you mean 'cosine'?"]),
+    "bad value": (with_("training.learning_rate", -1.0), ["training.learning_rate: must be > 0, got -1.0"]),
+    "missing adapter block": (with_("adapter", None), ["adapter: missing required block"]),
+    "unknown top-level key": (with_("trianing", {}), ["trianing: unknown top-level key", "Did you mean 'training'?"]),
+    "block with extra key": (with_("composer.confg", {}), ["composer.confg: unknown key. Allowed: 'type', 'config'."]),
+    "nested composer typo": (with_("composer", {"type": "noise_gated", "config": {"inner": {"type": "gated_resid"}}}),
+                             ["composer.config.inner.type: unknown composer 'gated_resid'"]),
+    "cap freeze in config": (with_("composer", {"type": "gated_residual", "config": {"gate_init": 0.5,
+                                                                                     "max_gate": 0.2}}),
+                             ["composer.config.max_gate: max_gate=0.2 is at or below |gate_init|=0.5"]),
+    "noise band inverted": (with_("composer", {"type": "noise_gated", "config": {"lo": 0.9, "hi": 0.1}}),
+                            ["composer.config.lo: need 0 <= lo < hi <= 1"]),
+    "callbacks not a list": (with_("callbacks", {"type": "console"}), ["callbacks: expected a list"]),
+    "unknown callback": (with_("callbacks", [{"type": "consol"}]), ["callbacks[0].type: unknown callback 'consol'",
+                                                                     "Did you mean 'console'?"]),
+    "dataset config typo": (with_("data.config.itmes", 3), ["data.config.itmes: unknown key"]),
+    "amp dtype": (with_("training.amp_dtype", "float8"),
+                  ["training.amp_dtype: expected 'bf16' | 'fp16' | null, got str 'float8'"]),
+    "betas length": (with_("training.betas", [0.9]), ["training.betas: expected 2 items, got 1"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CONFIG_CASES))
+def test_config_errors_name_path_and_fix(case):
+    data, fragments = CONFIG_CASES[case]
+    with pytest.raises(ConfigError) as info:
+        parse_experiment(data)
+    for fragment in fragments:
+        assert fragment in str(info.value), str(info.value)
+
+
+def test_all_config_problems_come_in_one_error():
+    data = with_("training.steps", "x")
+    data["adapter"]["config"]["rnak"] = 3
+    data["composer"] = {"type": "gatd"}
+    with pytest.raises(ConfigError) as info:
+        parse_experiment(data)
+    msg = str(info.value)
+    assert "(3 problems)" in msg
+    assert all(p in msg for p in ("training.steps", "adapter.config.rnak", "composer.type"))
+
+
+def test_yaml_file_errors(tmp_path):
+    from workbench.train.config import load_yaml
+
+    with pytest.raises(ConfigError, match="Config file not found"):
+        load_yaml(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: [unclosed\n")
+    with pytest.raises(ConfigError, match="is not valid YAML"):
+        load_yaml(bad)
+    evil = tmp_path / "evil.yaml"
+    evil.write_text("name: !!python/object/apply:os.system ['echo hi']\n")
+    with pytest.raises(ConfigError):
+        load_yaml(evil)  # safe_load refuses python tags
+
+
+def test_missing_condition_from_the_backbone():
+    base = tiny_base()
+    with pytest.raises(ConditionError, match="consumes condition 'depth'"):
+        AdapterExperiment(base=base, adapter=LatentResidual(width=16, depth=1, condition="depth", aliases=()))
+
+
+def test_wrong_condition_width_on_first_use():
+    base = tiny_base()
+    exp = AdapterExperiment(base=base, adapter=LatentResidual(width=16, depth=1, dim=6),
+                            training=TrainingConfig(progress=False, batch_size=2))
+    from conftest import raw_batch
+
+    with pytest.raises(ConditionError, match="has width 4 .* declares dim=6"):
+        exp.fit([raw_batch()], steps=1)
+    assert exp.step == 0
+
+
+def test_bad_composer_settings():
+    with pytest.raises(ConfigError, match="at or below the gate's init value"):
+        MaskMix(channels=4, gate_init=0.9, max_gate=0.5, identity_init=False)
+    with pytest.raises(CompositionError, match="neither would ever get a gradient"):
+        AdapterExperiment(base=tiny_base(), adapter=LatentResidual(width=16, depth=1),
+                          composer=GatedResidual(gate_init=0.0))
+
+
+def test_missing_data_and_unusable_data():
+    exp = AdapterExperiment(base=tiny_base(), adapter=LatentResidual(width=16, depth=1),
+                            training=TrainingConfig(progress=False))
+    with pytest.raises(DataError, match="fit\\(\\) needs data"):
+        exp.fit(steps=1)
+    with pytest.raises(DataError, match="must be an iterable of batch dicts or a dataset, got int"):
+        exp.fit(3, steps=1)
+    with pytest.raises(DataError, match="needs 'video' \\(B, 3, T, H, W\\) or 'image'"):
+        exp.fit([{"frames": torch.zeros(1)}], steps=1)
+    with pytest.raises(DataError, match="ran out after 1 batches"):
+        from conftest import raw_batch
+
+        exp.fit(iter([raw_batch()]), steps=2)
+    assert exp.step == 1  # the completed step is kept
+
+
+def test_unreadable_and_mismatched_checkpoints(tmp_path):
+    with pytest.raises(CheckpointError, match="No checkpoint at"):
+        AdapterExperiment.load(tmp_path / "nothing")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(CheckpointError, match="holds no complete checkpoint"):
+        AdapterExperiment.load(empty)
+    exp = AdapterExperiment(base=tiny_base(), adapter=LatentResidual(width=16, depth=1),
+                            training=TrainingConfig(progress=False, output_dir=str(tmp_path / "run")))
+    path = exp.save_checkpoint()
+    (path / "trainable.safetensors").write_bytes(b"not a safetensors file")
+    with pytest.raises(CheckpointError, match="is unreadable .* It is corrupt"):
+        exp.load_checkpoint(path)
+    other = AdapterExperiment(base=tiny_base(), adapter=LatentResidual(width=8, depth=1),
+                              training=TrainingConfig(progress=False, output_dir=str(tmp_path / "run2")))
+    good = other.save_checkpoint()
+    with pytest.raises(CheckpointError, match="does not fit this experiment"):
+        exp.load_checkpoint(good)
+    (good / "state.pt").unlink()
+    with pytest.raises(CheckpointError, match="is incomplete: missing state.pt"):
+        other.load_checkpoint(good)
+
+
+def test_tiny_video_weights_errors(tmp_path):
+    from workbench.backbones.tiny_video import TinyVideo, TinyVideoConfig
+
+    with pytest.raises(CheckpointError, match="tiny_video weights not found"):
+        TinyVideo(TinyVideoConfig(weights=str(tmp_path / "x.safetensors")))
+    small = tiny_base()
+    path = small.save_pretrained(tmp_path / "w.safetensors")
+    with pytest.raises(CheckpointError, match="different tiny_video architecture: .*width: built 32, weights 16"):
+        TinyVideo(TinyVideoConfig(image_size=16, frames=4, width=32, ae_width=8, depth=1, weights=str(path)))
+    assert torch.equal(TinyVideo.from_pretrained(path).denoiser.out.weight, small.denoiser.out.weight)
+
+
+def test_unknown_component_lists_and_suggests():
+    with pytest.raises(UnknownComponentError) as info:
+        build("composer", "gated_residul")
+    msg = str(info.value)
+    assert "Unknown composer 'gated_residul'" in msg and "Did you mean 'gated_residual'?" in msg
+    assert "importlib.metadata" in msg  # the one-line command listing visible entry points
+    with pytest.raises(UnknownComponentError, match="Unknown component kind 'adaptor'.*Did you mean 'adapter'"):
+        build("adaptor", "x")
+
+
+def test_cli_refuses_to_overwrite_and_resume_needs_a_checkpoint(tmp_path, capsys):
+    from workbench.cli import main
+
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump(GOOD))
+    out = tmp_path / "run"
+    assert main(["train", str(config), "--output", str(out), "--resume", "--quiet"]) == 2
+    assert "no checkpoint in" in capsys.readouterr().err
+    assert main(["train", str(config), "--output", str(out), "--steps", "1", "--quiet"]) == 0
+    assert main(["train", str(config), "--output", str(out), "--steps", "2", "--quiet"]) == 2
+    assert "already holds checkpoints" in capsys.readouterr().err
+    assert [p.name for p in list_checkpoints(out)] == ["step-0000001"]
+
+
+def test_condition_declaration_error_is_a_workbench_error():
+    with pytest.raises(WorkbenchError):
+        Condition("x", per_frame="avg")
+
+
+def test_sigkill_mid_save_leaves_the_previous_checkpoint_loadable(tmp_path):
+    script = textwrap.dedent(f"""
+        import sys, torch
+        sys.path.insert(0, {str(ROOT / 'tests')!r})
+        torch.set_num_threads(1)
+        from conftest import tiny_base
+        from workbench.adapters.latent_residual import LatentResidual
+        from workbench.data.synthetic import SyntheticMoves
+        from workbench.train import AdapterExperiment, TrainingConfig
+        torch.manual_seed(0)
+        exp = AdapterExperiment(base=tiny_base(), adapter=LatentResidual(width=16, depth=1),
+                                training=TrainingConfig(progress=False, batch_size=4, output_dir={str(tmp_path)!r}))
+        data = SyntheticMoves(items=8, frames=4, size=16)
+        exp.fit(data, steps=1)
+        exp.save_checkpoint()
+        exp.fit(data, steps=1)
+        print("saving", flush=True)
+        exp.save_checkpoint(_pause_between_files=30)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.stdout.readline().strip() == "saving"
+    import time
+
+    deadline = time.time() + 30
+    while not list(tmp_path.glob(".tmp-step-*/trainable.safetensors")) and time.time() < deadline:
+        time.sleep(0.05)
+    assert list(tmp_path.glob(".tmp-step-*")), "the save never started"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    latest = latest_checkpoint(tmp_path)
+    assert latest.name == "step-0000001"
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["step-0000001"]
+    exp = AdapterExperiment(base=tiny_base(), adapter=LatentResidual(width=16, depth=1),
+                            training=TrainingConfig(progress=False, output_dir=str(tmp_path)))
+    assert exp.load_checkpoint(tmp_path).step == 1
+    exp.save_checkpoint()  # the next save cleans the leftover temporary directory
+    assert not list(tmp_path.glob(".tmp-*"))

@@ -1,0 +1,141 @@
+"""``workbench demo | train | data | pretrain | doctor``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from workbench.errors import WorkbenchError
+
+
+def _train(args: argparse.Namespace) -> int:
+    from workbench.train.checkpoint import latest_checkpoint
+    from workbench.train.config import load_yaml, replace_training
+    from workbench.train.experiment import AdapterExperiment
+
+    config = load_yaml(args.config)
+    changes = {}
+    if args.steps is not None:
+        changes["steps"] = args.steps
+    output = Path(args.output) if args.output else Path("outputs") / config.name
+    changes["output_dir"] = str(output)
+    if args.quiet:
+        changes["progress"] = False
+    config = replace_training(config, **changes)
+    existing = latest_checkpoint(output)
+    if args.resume:
+        if existing is None:
+            raise WorkbenchError(f"--resume: no checkpoint in {output}. Run without --resume to start the run.")
+        exp = AdapterExperiment.load(existing)
+        exp.training = config.training
+        print(f"Resuming {config.name} from {existing} (step {exp.step}) up to step {config.training.steps}.")
+    else:
+        if existing is not None:
+            raise WorkbenchError(
+                f"{output} already holds checkpoints (latest {existing.name}). Pass --resume to continue that "
+                f"run, or --output DIR to start a new one; nothing was overwritten."
+            )
+        exp = AdapterExperiment.from_config(config)
+    exp.fit(steps=max(0, config.training.steps - exp.step))
+    path = exp.save_checkpoint()
+    loss = exp.loss_history[-1] if exp.loss_history else float("nan")
+    print(f"Finished {config.name} at step {exp.step}: loss {loss:.5f}. Checkpoint: {path}")
+    return 0
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    import importlib.metadata as md
+    import platform
+
+    import torch
+
+    import workbench
+    from workbench.registry import KINDS
+
+    print(f"workbench {workbench.__version__}  python {platform.python_version()}  torch {torch.__version__}")
+    cuda = torch.cuda.is_available()
+    print(f"device: {'cuda ' + torch.cuda.get_device_name(0) if cuda else 'cpu'} (threads {torch.get_num_threads()})")
+    for name in ("numpy", "safetensors", "PyYAML", "h5py", "metaworld", "mujoco", "diffusers", "ipywidgets"):
+        try:
+            print(f"  {name:<12} {md.version(name)}")
+        except md.PackageNotFoundError:
+            print(f"  {name:<12} (not installed)")
+    plugins = sorted({d.metadata["Name"] for d in md.distributions() if (d.metadata["Name"] or "").startswith(
+        "workbench-")})
+    print(f"plugins installed: {', '.join(plugins) if plugins else '(none)'}")
+    for group in KINDS.values():
+        eps = sorted(f"{e.name} ({e.value.split(':')[0]})" for e in md.entry_points(group=group))
+        print(f"{group}: {', '.join(eps) if eps else '(none)'}")
+    return 0
+
+
+def _data(args: argparse.Namespace) -> int:
+    from workbench.data import metaworld_gen
+
+    return metaworld_gen.run(args)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from workbench.demo import run
+
+    return run(args)
+
+
+def _pretrain(args: argparse.Namespace) -> int:
+    from workbench.backbones.pretrain import run
+
+    return run(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="workbench", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    train = sub.add_parser("train", help="train an adapter from a YAML config")
+    train.add_argument("config", help="YAML experiment config")
+    train.add_argument("--steps", type=int, help="the run's total number of optimizer steps")
+    train.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --output")
+    train.add_argument("--output", help="run directory (default outputs/<name>)")
+    train.add_argument("--quiet", action="store_true", help="no progress bar")
+    train.set_defaults(func=_train)
+
+    doctor = sub.add_parser("doctor", help="versions, device, installed plugins and entry points")
+    doctor.set_defaults(func=_doctor)
+
+    data = sub.add_parser("data", help="generate data sets")
+    data_sub = data.add_subparsers(dest="dataset", required=True)
+    mw = data_sub.add_parser("metaworld", help="Meta-World rollouts rendered with MuJoCo, as HDF5")
+    try:
+        from workbench.data import metaworld_gen
+
+        metaworld_gen.add_arguments(mw)
+    except ImportError:  # pragma: no cover - the data extra is missing
+        pass
+    mw.set_defaults(func=_data)
+
+    demo = sub.add_parser("demo", help="the world-model demo on the embedded model")
+    demo.add_argument("--quick", action="store_true", help="a reduced budget (for CI)")
+    demo.add_argument("--output", default="outputs/demo")
+    demo.add_argument("--steps", type=int)
+    demo.set_defaults(func=_demo)
+
+    pretrain = sub.add_parser("pretrain", help="pretrain the tiny_video backbone on Meta-World clips")
+    pretrain.add_argument("--data", help="HDF5 file (default: the shipped sample)")
+    pretrain.add_argument("--steps", type=int, default=2000)
+    pretrain.add_argument("--out", default="outputs/pretrain/tiny_video.safetensors")
+    pretrain.set_defaults(func=_pretrain)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except WorkbenchError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
