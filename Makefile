@@ -30,7 +30,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
 bench: $(STAMP)
-	@for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+	@for b in benchmarks/[!_]*.py; do echo "== $$b"; (cd benchmarks && ../$(PY) $$(basename $$b)) || exit 1; done
 
 clean:
 	rm -rf $(VENV) outputs

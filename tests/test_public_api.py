@@ -4,6 +4,7 @@ import workbench
 
 SNAPSHOT = [
     "Adapter",
+    "AdapterExperiment",
     "Add",
     "BaseVideoModel",
     "Batch",
@@ -15,6 +16,7 @@ SNAPSHOT = [
     "Condition",
     "Conditioning",
     "Diffusion",
+    "ExperimentConfig",
     "FlowMatching",
     "GatedResidual",
     "MaskMix",
@@ -27,6 +29,7 @@ SNAPSHOT = [
     "Replace",
     "SamplingDefaults",
     "StepRecord",
+    "TrainingConfig",
     "build",
     "register",
 ]

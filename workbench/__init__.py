@@ -32,11 +32,13 @@ from workbench.core import (
     StepRecord,
 )
 from workbench.registry import build, register
+from workbench.train import AdapterExperiment, ExperimentConfig, TrainingConfig
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Adapter",
+    "AdapterExperiment",
     "Add",
     "BaseVideoModel",
     "Batch",
@@ -48,6 +50,7 @@ __all__ = [
     "Condition",
     "Conditioning",
     "Diffusion",
+    "ExperimentConfig",
     "FlowMatching",
     "GatedResidual",
     "MaskMix",
@@ -60,6 +63,7 @@ __all__ = [
     "Replace",
     "SamplingDefaults",
     "StepRecord",
+    "TrainingConfig",
     "build",
     "register",
 ]
