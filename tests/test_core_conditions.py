@@ -8,7 +8,7 @@ import pytest
 import torch
 from conftest import RecordingAdapter, ToyBackbone, toy_raw
 
-from workbench import Add, Condition, ComposedModel, FlowMatching, GatedResidual
+from workbench import Add, ComposedModel, Condition, FlowMatching, GatedResidual
 from workbench.errors import ConditionError
 
 

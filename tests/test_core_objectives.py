@@ -36,7 +36,7 @@ def test_flow_matching_shift_and_sampling():
     fm = FlowMatching(shift=3.0)
     g = torch.Generator().manual_seed(0)
     t = fm.sample_t(20_000, g, "cpu")
-    assert 0 <= t.min() and t.max() <= 1
+    assert t.min() >= 0 and t.max() <= 1
     # shifted uniform: P(t' <= 0.5) = P(u <= 0.5 / (3 - 2 * 0.5)) = 0.25
     assert abs((t <= 0.5).float().mean().item() - 0.25) < 0.02
     ln = FlowMatching(t_sampling="logit_normal", logit_mean=0.0, logit_std=1.0)
