@@ -277,3 +277,37 @@ def test_iterables_and_dataloaders_are_accepted():
     assert exp.step == 5
     batches = [next(iter(loader))] * 3
     make().fit(batches, steps=4)
+
+
+def test_bf16_autocast_trains_on_cpu():
+    exp = make(amp_dtype="bf16")
+    before = weights(exp)
+    exp.fit(DATA, steps=2)
+    assert exp.step == 2 and all(v == v for v in exp.loss_history)
+    assert not same(before, weights(exp))
+
+
+def test_cli_steps_then_resume_equals_one_run(tmp_path):
+    import yaml
+
+    from workbench.cli import main
+
+    config = {
+        "name": "cli",
+        "base": {"type": "tiny_video", "config": {"image_size": 16, "frames": 4, "width": 16, "ae_width": 8,
+                                                  "depth": 1}},
+        "adapter": {"type": "latent_residual", "config": {"width": 16, "depth": 1, "dropout": 0.2}},
+        "training": {"batch_size": 4, "learning_rate": 5e-3, "sync_every": 2},
+        "data": {"type": "synthetic_moves", "config": {"items": 12, "frames": 4, "size": 16}},
+    }
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(config))
+    one, two = tmp_path / "one", tmp_path / "two"
+    assert main(["train", str(path), "--steps", "6", "--output", str(one), "--quiet"]) == 0
+    assert main(["train", str(path), "--steps", "3", "--output", str(two), "--quiet"]) == 0
+    assert main(["train", str(path), "--steps", "6", "--output", str(two), "--resume", "--quiet"]) == 0
+    a = json.loads((one / "step-0000006" / "meta.json").read_text())["loss_history"]
+    b = json.loads((two / "step-0000006" / "meta.json").read_text())["loss_history"]
+    assert len(a) == 6 and a == b
+    assert (one / "step-0000006" / "trainable.safetensors").read_bytes() == \
+        (two / "step-0000006" / "trainable.safetensors").read_bytes()
