@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export OMP_NUM_THREADS ?= 1
 export MUJOCO_GL ?= egl
 
-.PHONY: demo test lint bench install clean
+.PHONY: demo test lint bench install clean sysdeps
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -19,10 +19,15 @@ $(STAMP): $(PY) pyproject.toml constraints.txt
 
 install: $(STAMP)
 
-demo: $(STAMP)
+# Offscreen MuJoCo rendering (Meta-World data generation) needs EGL.
+sysdeps:
+	@ldconfig -p | grep -q libEGL.so.1 || (apt-get update -qq && \
+		apt-get install -y -qq libegl1 libegl-mesa0 libgl1-mesa-dri libopengl0)
+
+demo: sysdeps $(STAMP)
 	$(VENV)/bin/workbench demo
 
-test: $(STAMP)
+test: sysdeps $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q
 

@@ -155,7 +155,7 @@ def _is_array(x: Any) -> bool:
 
 
 def _as_numpy(x: Any) -> np.ndarray:
-    if hasattr(x, "detach"):  # a torch tensor (torch is imported only by the caller's code)
+    if hasattr(x, "detach"):  # a torch tensor
         x = x.detach().cpu()
         if x.is_floating_point():
             x = x.double()

@@ -1,4 +1,4 @@
-"""Data: Meta-World robot-arm video with actions.
+"""Data sets, e.g. Meta-World robot-arm video with actions.
 
 * :mod:`workbench.data.metaworld_gen` renders episodes into an HDF5 file (``workbench data metaworld``).
 * :mod:`workbench.data.metaworld` reads them as clips: the ``metaworld`` dataset.

@@ -3,17 +3,19 @@
 Files are written by :mod:`workbench.data.metaworld_gen` (``workbench data metaworld``). Layout
 (schema version 1; ``N`` episodes of ``T`` steps, ``H × W`` frames, ``P = 10`` proprio values)::
 
-    dataset   dtype     shape             meaning
-    frames    uint8     [N, T, H, W, 3]   RGB frame rendered *before* action t (frame t+1 shows its result)
-    actions   float32   [N, T, 4]         executed action t: mocap hand dx, dy, dz (×1 cm), gripper effort; in [-1, 1]
-    ee_pos    float32   [N, T, 3]         hand (end-effector) position in metres, world frame, at frame t
-    proprio   float32   [N, T, P]         gripper opening in [0, 1], 7 arm joint angles (rad), 2 finger joints;
-                                          names in the attribute ``proprio_names``
-    obs       float32   [N, T, 39]        the raw Meta-World goal-observable observation at frame t
-    reward    float32   [N, T]            Meta-World reward for action t (mean over ``action_repeat`` steps)
-    expert    bool      [N, T]            True where action t came from the (noised) expert, False in a random segment
-    task      string    [N]               Meta-World task name of each episode, e.g. ``push-v3``
-    success   bool      [N]               whether the env reported success at any step of the episode
+    dataset  dtype    shape            meaning
+    frames   uint8    [N, T, H, W, 3]  RGB frame rendered *before* action t (frame t+1 shows its result)
+    actions  float32  [N, T, 4]        executed action t in [-1, 1]: hand dx, dy, dz (1 unit = 1 cm
+                                       of mocap target motion per 80 Hz step), gripper effort
+    ee_pos   float32  [N, T, 3]        hand (end-effector) position at frame t, metres, world frame
+    proprio  float32  [N, T, P]        gripper opening in [0, 1], 7 arm joint angles (rad), 2 finger
+                                       joint positions; names in the attribute ``proprio_names``
+    obs      float32  [N, T, 39]       the raw Meta-World goal-observable observation at frame t
+    reward   float32  [N, T]           Meta-World reward for action t (mean over ``action_repeat``)
+    expert   bool     [N, T]           True where action t came from the (noised) expert, False
+                                       where a random segment replaced it
+    task     string   [N]              Meta-World task name of each episode, e.g. ``push-v3``
+    success  bool     [N]              whether the env reported success at any step of the episode
 
 Every ``[N, T, ...]`` dataset is gzip-compressed with one chunk per episode (``chunks=(1, T, ...)``).
 File attributes: ``schema_version`` (1), ``generator_version``, ``metaworld_version``,
@@ -31,11 +33,11 @@ The shipped sample (:func:`sample_path`, ``workbench/data/samples/metaworld_samp
 
     workbench data metaworld \\
         --tasks reach-v3,push-v3,pick-place-v3,door-open-v3,drawer-close-v3,button-press-topdown-v3 \\
-        --episodes 60 --frames 40 --size 64 --seed 0 --action-repeat 2 \\
+        --episodes 60 --frames 48 --size 64 --seed 0 --action-repeat 2 \\
         --out workbench/data/samples/metaworld_sample.h5
 
 (equivalently ``python -m workbench.data.metaworld_gen`` with the same arguments): 60 episodes,
-10 per task, of 40 frames at 40 fps (each action is held for two 80 Hz Meta-World steps).
+10 per task, of 48 frames at 40 fps (each action is held for two 80 Hz Meta-World steps).
 
 Items of :class:`MetaWorldClips` are windows of ``window`` consecutive steps starting every
 ``stride`` steps in each episode::
@@ -50,6 +52,7 @@ The train/validation split is by episode, stratified by task and deterministic g
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from pathlib import Path
@@ -65,9 +68,10 @@ from workbench.registry import register
 
 SCHEMA_VERSION = 1
 SAMPLE_NAME = "metaworld_sample.h5"
-REGENERATE = "regenerate it with `workbench data metaworld --out FILE.h5` (see `workbench data metaworld --help`)"
+REGENERATE = ("regenerate it with `workbench data metaworld --out FILE.h5` "
+              "(see `workbench data metaworld --help`)")
 
-#: name → (required dtype kind(s), trailing shape after [N, T]; None = any size; "P" = any).
+#: name → (required dtype: "u1" = uint8, "f" = any float; trailing shape after [N, T], None = any size).
 _FIELDS: dict[str, tuple[str, tuple[Any, ...]]] = {
     "frames": ("u1", (None, None, 3)),
     "actions": ("f", (4,)),
@@ -110,11 +114,14 @@ class MetaWorldConfig:
     def __post_init__(self) -> None:
         check(isinstance(self.path, str) and self.path != "", "path",
               "must be the path of a .h5 file from `workbench data metaworld` (or 'sample').")
-        check(self.window >= 2, "window", f"must be >= 2 (a clip needs a frame and its successor), got {self.window}.")
+        check(self.window >= 2, "window",
+              f"must be >= 2 (a clip needs a frame and its successor), got {self.window}.")
         check(self.stride >= 1, "stride", f"must be >= 1, got {self.stride}.")
-        check(self.split in ("train", "val", "all"), "split", f"must be 'train', 'val' or 'all', got {self.split!r}.")
+        check(self.split in ("train", "val", "all"), "split",
+              f"must be 'train', 'val' or 'all', got {self.split!r}.")
         check(0.0 <= self.val_fraction < 1.0, "val_fraction", f"must be in [0, 1), got {self.val_fraction}.")
-        check(self.tasks is None or len(self.tasks) > 0, "tasks", "must be null (all tasks) or a non-empty list.")
+        check(self.tasks is None or len(self.tasks) > 0, "tasks",
+              "must be null (all tasks) or a non-empty list.")
 
 
 def _describe(ds: Any) -> str:
@@ -168,7 +175,8 @@ class MetaWorldClips(Dataset):
         self.proprio_dim = info["P"]
         self.attrs = info["attrs"]
         self.task_names: list[str] = info["tasks"]
-        self.train_episodes, self.val_episodes = split_episodes(self.task_names, config.val_fraction, config.seed)
+        self.train_episodes, self.val_episodes = split_episodes(
+            self.task_names, config.val_fraction, config.seed)
         episodes = {"train": self.train_episodes, "val": self.val_episodes,
                     "all": list(range(self.num_episodes))}[config.split]
         if config.tasks is not None:
@@ -179,7 +187,8 @@ class MetaWorldClips(Dataset):
             episodes = [e for e in episodes if self.task_names[e] in config.tasks]
         if not episodes:
             raise DataError(
-                f"{self.path}: split {config.split!r} has no episodes (file has {self.num_episodes} episode(s), "
+                f"{self.path}: split {config.split!r} has no episodes "
+                f"(file has {self.num_episodes} episode(s), "
                 f"val_fraction={config.val_fraction}, tasks={config.tasks}). Use split='all', change "
                 f"val_fraction, or generate more episodes with `workbench data metaworld --episodes N`."
             )
@@ -204,7 +213,8 @@ class MetaWorldClips(Dataset):
                 f"`workbench data metaworld --out {self.path}`, or use path: sample for the shipped sample."
             )
         if self.path.is_dir():
-            raise DataError(f"{self.path} is a directory; `path` must be an .h5 file from `workbench data metaworld`.")
+            raise DataError(f"{self.path} is a directory; `path` must be an .h5 file from "
+                            f"`workbench data metaworld`.")
         try:
             return h5py.File(self.path, "r", rdcc_nbytes=64 * 2**20)
         except OSError as err:
@@ -246,9 +256,11 @@ class MetaWorldClips(Dataset):
                 raise DataError(f"{where}: dataset 'task' is {_describe(task)}, expected {_EXPECTED['task']} "
                                 f"with N={n}; {REGENERATE}.")
             if n < 1:
-                raise DataError(f"{where}: the file has no episodes (N=0); {REGENERATE} with --episodes >= 1.")
+                raise DataError(f"{where}: the file has no episodes (N=0); "
+                                f"{REGENERATE} with --episodes >= 1.")
             if t < self.config.window:
-                raise DataError(f"{where}: episodes have T={t} frames, shorter than window={self.config.window}. "
+                raise DataError(f"{where}: episodes have T={t} frames, "
+                                f"shorter than window={self.config.window}. "
                                 f"Use window <= {t}, or regenerate with `workbench data metaworld --frames "
                                 f"{self.config.window} ...` (or more).")
             tasks = [v.decode() if isinstance(v, bytes) else str(v) for v in task[()]]
@@ -312,10 +324,8 @@ class MetaWorldClips(Dataset):
         return state
 
     def __del__(self) -> None:
-        try:
+        with contextlib.suppress(Exception):
             self.close()
-        except Exception:
-            pass
 
     def __repr__(self) -> str:
         c = self.config

@@ -82,9 +82,9 @@ PROPRIO_NAMES: tuple[str, ...] = (
 )
 
 APT_HINT = (
-    "Install the EGL/OpenGL runtime (Debian/Ubuntu: `apt-get install libegl1 libgl1 libegl-mesa0 "
-    "libgl1-mesa-dri`), or choose another MuJoCo backend with MUJOCO_GL=osmesa (needs libosmesa6) "
-    "before starting Python."
+    "For MUJOCO_GL=egl install the EGL runtime (Debian/Ubuntu: `apt-get install libegl1 libegl-mesa0 "
+    "libgl1-mesa-dri libopengl0`); for MUJOCO_GL=osmesa install libosmesa6. Set MUJOCO_GL before "
+    "starting Python."
 )
 
 
@@ -131,7 +131,8 @@ class Perturbation:
         if not 0.0 <= self.segment_fraction < 1.0:
             problems.append(f"segment_fraction must be in [0, 1), got {self.segment_fraction}")
         if not 1 <= self.segment_min <= self.segment_max:
-            problems.append(f"need 1 <= segment_min <= segment_max, got {self.segment_min}, {self.segment_max}")
+            problems.append(f"need 1 <= segment_min <= segment_max, "
+                            f"got {self.segment_min}, {self.segment_max}")
         if self.start_steps < 0:
             problems.append(f"start_steps must be >= 0, got {self.start_steps}")
         if problems:
@@ -178,8 +179,27 @@ def _look_quat(pos: Sequence[float], target: Sequence[float]) -> np.ndarray:
     return quat
 
 
+def _import_simulator() -> Any:
+    """Import MuJoCo and Meta-World; turn a missing package or a broken GL setup into a DataError."""
+    try:
+        import metaworld  # noqa: F401
+        import mujoco
+    except ModuleNotFoundError as err:
+        raise DataError(
+            f"Generating Meta-World data needs the package {err.name!r}, which is not installed: "
+            f"`pip install 'grafted-workbench[data]'` (metaworld, mujoco, h5py)."
+        ) from err
+    except Exception as err:  # mujoco sets up its GL backend (MUJOCO_GL) at import time
+        raise RenderingUnavailable(
+            f"MuJoCo cannot render offscreen here: importing mujoco with MUJOCO_GL="
+            f"{os.environ.get('MUJOCO_GL')!r} failed with {type(err).__name__}: {err}. {APT_HINT}"
+        ) from err
+    return mujoco
+
+
 def known_tasks() -> list[str]:
     """Meta-World v3 task names that have a scripted expert policy."""
+    _import_simulator()
     from metaworld.env_dict import ALL_V3_ENVIRONMENTS
     from metaworld.policies import ENV_POLICY_MAP
 
@@ -253,6 +273,7 @@ class _TaskEnv:
             flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = 0
             self.render()
         except Exception as err:  # EGL/OSMesa missing or no display: one clear error.
+            self.env.close()
             raise RenderingUnavailable(
                 f"MuJoCo cannot render offscreen here (MUJOCO_GL={os.environ.get('MUJOCO_GL')!r}): "
                 f"{type(err).__name__}: {err}. {APT_HINT}"
@@ -292,10 +313,13 @@ def _segment_schedule(rng: np.random.Generator, steps: int, p: Perturbation) -> 
 def _rollout(task_env: _TaskEnv, rng: np.random.Generator, frames: int, p: Perturbation,
              action_repeat: int) -> dict[str, Any]:
     env = task_env.env
-    space = env._random_reset_space
-    env._freeze_rand_vec = True
-    env._last_rand_vec = rng.uniform(space.low, space.high, size=space.low.size).astype(np.float64)
+    # Object/goal placement: the env samples it (with its own rejection rules) from a generator
+    # seeded from this episode's stream.
+    env._freeze_rand_vec = False
+    env.seeded_rand_vec = True
+    env.np_random = np.random.default_rng(int(rng.integers(2**63)))
     obs, _ = env.reset()
+    env._freeze_rand_vec = True
     if p.start_steps:  # unrecorded warm-up: move the hand to a random start point
         start = rng.uniform(p.target_low, p.target_high)
         grip = rng.uniform(-1.0, 1.0)
@@ -367,9 +391,8 @@ def generate(
     xyz Gaussian noise std). Returns the path written. Raises :class:`ConfigError` for bad
     arguments and :class:`RenderingUnavailable` (a :class:`DataError`) when MuJoCo cannot render.
     """
+    mujoco = _import_simulator()
     import h5py
-    import metaworld  # noqa: F401  (fail early with ImportError if the extra is missing)
-    import mujoco
     from tqdm.auto import tqdm
 
     if isinstance(tasks, str):
@@ -380,9 +403,11 @@ def generate(
     out.parent.mkdir(parents=True, exist_ok=True)
 
     envs: dict[str, _TaskEnv] = {}
+    max_steps = frames * action_repeat + perturbation.start_steps
     start = time.perf_counter()
+    tmp: Path | None = None
     try:
-        first = _TaskEnv(tasks[0], size, camera, frames * action_repeat + perturbation.start_steps)
+        first = _TaskEnv(tasks[0], size, camera, max_steps)
         envs[tasks[0]] = first
         tmp = out.with_name(out.name + ".partial")
         with h5py.File(tmp, "w") as f:
@@ -407,7 +432,7 @@ def generate(
             for i in bar:
                 task = tasks[i % len(tasks)]
                 if task not in envs:
-                    envs[task] = _TaskEnv(task, size, camera, frames * action_repeat + perturbation.start_steps)
+                    envs[task] = _TaskEnv(task, size, camera, max_steps)
                 rng = np.random.default_rng([int(seed), i])
                 ep = _rollout(envs[task], rng, T, perturbation, int(action_repeat))
                 d_frames[i] = ep["frames"]
@@ -444,7 +469,8 @@ def generate(
                 "fps": 1.0 / dt,
                 "env_dt": float(first.env.dt),
                 "action_repeat": int(action_repeat),
-                "action_space": "delta xyz of the mocap hand target (x0.01 m per unit), gripper effort; [-1, 1]",
+                "action_space": "[-1, 1]^4: delta xyz of the mocap hand target (1 unit = 0.01 m "
+                                "per 80 Hz step), gripper effort",
                 "render_settings": json.dumps({
                     "MUJOCO_GL": os.environ.get("MUJOCO_GL", ""), "renderer": "mujoco.Renderer",
                     "shadowsize": 0, "offsamples": 0, "shadows": False, "reflections": False,
@@ -454,7 +480,8 @@ def generate(
                 "proprio_names": json.dumps(list(PROPRIO_NAMES)),
                 "obs_layout": "Meta-World v3 goal-observable observation (39): hand xyz, gripper, "
                               "object poses (14), previous step's 18, goal xyz",
-                "frame_alignment": "frames[:, t] is rendered before actions[:, t]; frames[:, t+1] shows its result",
+                "frame_alignment": "frames[:, t] is rendered before actions[:, t]; "
+                                   "frames[:, t+1] shows its result",
             }
             for key, value in attrs.items():
                 f.attrs[key] = value
@@ -462,11 +489,22 @@ def generate(
     finally:
         for task_env in envs.values():
             task_env.close()
+        if tmp is not None and tmp.exists():
+            tmp.unlink()
     if progress:
-        elapsed = time.perf_counter() - start
-        print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB, {episodes} episodes × {frames} frames, "
-              f"{elapsed / max(int(episodes), 1):.2f} s/episode)")
+        print(_summary(out, time.perf_counter() - start))
     return out
+
+
+def _summary(out: Path, elapsed: float | None = None) -> str:
+    import h5py
+
+    with h5py.File(out, "r") as f:
+        n, t = f["frames"].shape[:2]
+        success = float(np.mean(f["success"][()])) if n else 0.0
+    timing = f", {elapsed / max(n, 1):.2f} s/episode" if elapsed is not None else ""
+    return (f"wrote {out}: {n} episodes × {t} frames, {out.stat().st_size / 1e6:.1f} MB, "
+            f"success rate {success:.0%}{timing}")
 
 
 def _version(dist: str) -> str:
@@ -486,7 +524,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--episodes", type=int, default=48, help="number of episodes (default: %(default)s)")
     parser.add_argument("--frames", type=int, default=40,
                         help="frames (= actions) per episode (default: %(default)s)")
-    parser.add_argument("--size", type=int, default=64, help="frame height and width in pixels (default: %(default)s)")
+    parser.add_argument("--size", type=int, default=64,
+                        help="frame height and width in pixels (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
     parser.add_argument("--camera", default=DEFAULT_CAMERA,
                         help=f"camera preset or Meta-World camera name: "
@@ -505,14 +544,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run ``workbench data metaworld`` from parsed arguments; returns the exit status."""
     noise = {"noise_std": args.noise, "segment_fraction": args.segment_fraction}
-    generate(args.out, tasks=args.tasks, episodes=args.episodes, frames=args.frames, size=args.size,
-             seed=args.seed, camera=args.camera, noise=noise, progress=not args.no_progress,
-             action_repeat=args.action_repeat)
+    start = time.perf_counter()
+    out = generate(args.out, tasks=args.tasks, episodes=args.episodes, frames=args.frames, size=args.size,
+                   seed=args.seed, camera=args.camera, noise=noise, progress=not args.no_progress,
+                   action_repeat=args.action_repeat)
+    if args.no_progress:  # generate() prints the summary itself when showing progress
+        print(_summary(out, time.perf_counter() - start))
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m workbench.data.metaworld_gen", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m workbench.data.metaworld_gen",
+                                     description=__doc__.split("\n")[0])
     add_arguments(parser)
     return run(parser.parse_args(argv))
 
