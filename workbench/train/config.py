@@ -131,7 +131,7 @@ def parse_experiment(data: Any, source: str | None = None) -> ExperimentConfig:
             hint = did_you_mean(key, OUTER_KEYS)
             problems.add(str(key), f"unknown top-level key. Allowed: {listing(OUTER_KEYS)}.{hint}")
     for key in ("base", "adapter"):
-        if key not in data:
+        if data.get(key) is None:
             problems.add(key, f"missing required block {{type: ..., config: {{...}}}} for the {KINDS[key]}.")
     values: dict[str, Any] = {}
     for key, kind in KINDS.items():
