@@ -311,3 +311,15 @@ def test_cli_steps_then_resume_equals_one_run(tmp_path):
     assert len(a) == 6 and a == b
     assert (one / "step-0000006" / "trainable.safetensors").read_bytes() == \
         (two / "step-0000006" / "trainable.safetensors").read_bytes()
+
+
+def test_exp_sample_records_the_native_sampler_and_matches_generate():
+    from conftest import raw_batch
+
+    exp = make()
+    exp.fit(DATA, steps=2)
+    raw = raw_batch()
+    traj = exp.sample(raw, steps=3, seed=5)
+    assert len(traj) == 3
+    plain = exp.model.generate(exp.prepare(raw), steps=3, generator=torch.Generator().manual_seed(5))
+    assert torch.equal(traj.final, plain)

@@ -1,0 +1,187 @@
+"""Latent previews: the least-squares fit against the backbone's own decoder, its disk cache,
+pixel-space backbones, chunked full decode, and the frames / export a view renders."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from conftest import raw_batch, tiny_base
+from torch import nn
+
+from workbench import BaseVideoModel, ComponentSpec, ComposedModel, GatedResidual, ModelCard
+from workbench.adapters.latent_residual import LatentResidual
+from workbench.inspect import InspectError, StepError, clear_preview_cache, decode_chunked, fit_preview, record
+from workbench.inspect.preview import backbone_identity, identity_preview, render
+from workbench.metrics import to_uint8_video
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path))
+    clear_preview_cache()
+    yield tmp_path / "previews"
+    clear_preview_cache()
+
+
+def count_decodes(base) -> list[int]:
+    calls = [0]
+    decode = base.decode
+
+    def counted(latents):
+        calls[0] += 1
+        return decode(latents)
+
+    base.decode = counted
+    return calls
+
+
+class LinearVAE(BaseVideoModel):
+    """A backbone whose decoder is exactly linear per latent pixel (a strided transposed conv), with
+    ``r`` frames per latent frame, optionally causal (latent frame 0 decodes to one frame)."""
+
+    def __init__(self, channels=4, d=2, r=1, causal=False, pixel_space=None):
+        super().__init__()
+        torch.manual_seed(0)
+        self.rest = nn.ConvTranspose3d(channels, 3, (r, d, d), stride=(r, d, d))
+        self.first = nn.ConvTranspose3d(channels, 3, (1, d, d), stride=(1, d, d)) if causal else None
+        self.causal = causal
+        if pixel_space is not None:
+            self.pixel_space = pixel_space
+        self.card = ModelCard(model_id="linear", family="linear", prediction_type="velocity",
+                              components={"denoiser": ComponentSpec("denoiser"), "vae": ComponentSpec("vae")})
+
+    def decode(self, latents):
+        if not self.causal:
+            return self.rest(latents) * 0.3
+        return torch.cat([self.first(latents[:, :, :1]), self.rest(latents[:, :, 1:])], dim=2) * 0.3
+
+
+@pytest.mark.parametrize("r, causal", [(1, False), (2, False), (2, True)])
+def test_an_exactly_linear_decoder_is_recovered(r, causal):
+    base = LinearVAE(r=r, causal=causal)
+    preview = fit_preview(base, latent_shape=(4, 3, 4, 4), cache=False)
+    assert (preview.downsample, preview.frames_per_latent, preview.causal) == (2, r, causal)
+    z = torch.randn(2, 4, 3, 4, 4, generator=torch.Generator().manual_seed(9)) * 0.5
+    with torch.no_grad():
+        full = base.decode(z).clamp(-1, 1)
+    assert preview(z).shape == full.shape
+    assert torch.allclose(preview(z), full, atol=1e-4)
+    assert preview.psnr > 70 and preview.baseline_psnr < 30
+
+
+def test_tiny_video_preview_is_the_least_squares_fit_and_beats_a_constant():
+    base = tiny_base()
+    preview = fit_preview(base, cache=False)
+    assert preview.source == "data-free" and preview.channels == 4 and preview.downsample == 4
+    # A random decoder is far from linear, but the fit still beats the best constant (the mean block).
+    assert preview.baseline_psnr < preview.psnr and 20 < preview.psnr < 60
+    samples = fit_preview(base, samples=raw_batch(b=6)["video"], cache=False)
+    assert samples.source == "samples" and (samples.n_fit, samples.n_heldout) == (2, 4)
+    assert samples.baseline_psnr < samples.psnr
+    assert "dB held-out vs full decode" in repr(samples)
+
+
+def test_the_fit_is_cached_on_disk_per_backbone_identity(cache):
+    first = tiny_base()
+    calls = count_decodes(first)
+    fitted = fit_preview(first)
+    assert calls[0] == fitted.n_fit + fitted.n_heldout  # one decode per fit clip
+    identity = backbone_identity(first)
+    meta = json.loads((cache / f"{identity}.json").read_text())
+    assert (cache / f"{identity}.safetensors").exists() and meta["psnr"] == pytest.approx(fitted.psnr)
+    clear_preview_cache()  # memory only: the disk copy stays
+    second = tiny_base()  # same seed, same weights: a new object with the same identity
+    calls = count_decodes(second)
+    loaded = fit_preview(second)
+    assert calls[0] == 0
+    assert torch.equal(loaded.weight, fitted.weight) and loaded.psnr == pytest.approx(fitted.psnr)
+    assert backbone_identity(tiny_base(ae_width=16)) != identity  # another decoder, another cache entry
+
+
+def test_pixel_space_backbones_preview_directly():
+    base = LinearVAE(channels=3, d=1, pixel_space=True)
+    latents = torch.rand(1, 3, 2, 4, 4) * 2 - 1
+    frames = render(base, latents)
+    assert np.array_equal(frames, to_uint8_video(latents[0]))
+    assert fit_preview(base, latent_shape=(3, 2, 4, 4)).source == "identity"
+    assert identity_preview().psnr == float("inf")
+
+
+def test_full_decode_is_chunked_along_time():
+    base = tiny_base(frames=6)
+    z = torch.randn(1, 4, 6, 4, 4, generator=torch.Generator().manual_seed(0))
+    calls = count_decodes(base)
+    chunked = decode_chunked(base, z, chunk_frames=4)
+    assert calls[0] == 2
+    assert torch.allclose(chunked, decode_chunked(base, z, chunk_frames=None), atol=1e-6)
+    with pytest.raises(InspectError, match="chunk_frames must be a positive int or None, got 0"):
+        decode_chunked(base, z, chunk_frames=0)
+
+
+@pytest.fixture
+def traj():
+    base = tiny_base()
+    model = ComposedModel(base, LatentResidual(width=16, depth=1), GatedResidual(gate_init=0.5),
+                          base.default_objective())
+    return record(model, raw_batch(), steps=3, seed=0)
+
+
+def test_frames_of_every_kind(traj):
+    for kind in ("x0", "x_t", "base", "adapter", "composed"):
+        frames = traj.frames(1, kind=kind)
+        assert frames.shape == (4, 16, 16, 3) and frames.dtype == np.uint8
+    full = traj.frames("final", decode="full", index=1)
+    with torch.no_grad():
+        expected = to_uint8_video(traj.model.base.decode(traj.final[1:2])[0])
+    assert np.array_equal(full, expected)
+    assert not np.array_equal(traj.frames(0, "x_t"), traj.frames(0, "x_t", index=1))
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda t: t.frames(1, kind="compose"), InspectError,
+     r"kind='compose' is not allowed; allowed: 'x_t', 'x0', .*Did you mean 'composed'\? Pick what to show"),
+    (lambda t: t.frames(1, decode="vae"), InspectError, r"decode='vae' is not allowed; allowed: 'preview', 'full'"),
+    (lambda t: t.frames(9), StepError, r"step=9 is out of range: this trajectory has 3 recorded steps"),
+    (lambda t: t.frames("last"), StepError, r"step='last': use an int step index or 'final'"),
+    (lambda t: t.frames(0, index=2), InspectError, r"index=2 is not a batch element; this batch has 2 \(0..1\)"),
+])
+def test_frames_error_wording(traj, call, error, message):
+    with pytest.raises(error, match=message):
+        call(traj)
+
+
+def test_export_writes_a_labelled_steps_by_branches_grid(traj, tmp_path):
+    import imageio.v3 as iio
+
+    fork = traj.fork(at=1, adapter="off")
+    path = traj.export(tmp_path / "grid.gif", branches=[fork], scale=2)
+    video = iio.imread(path, index=None)
+    assert video.shape[0] == 4 and video.shape[-1] in (3, 4)
+    assert video.shape[2] > 2 * 2 * 16  # two labelled columns of 32-pixel clips
+    assert fork.label == "fork@1: adapter off"
+
+
+def test_importing_the_inspection_layer_stays_light():
+    code = ("import sys, workbench; assert 'workbench.inspect' not in sys.modules; import workbench.inspect; "
+            "print([m for m in ('imageio', 'PIL', 'matplotlib', 'ipywidgets', 'h5py') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_export_refuses_non_trajectories(traj, tmp_path):
+    with pytest.raises(InspectError, match="export branches must be Trajectory objects"):
+        traj.export(tmp_path / "x.gif", branches=["fork"])
+
+
+def test_a_decoder_that_is_not_rgb_is_refused():
+    class FourChannels(LinearVAE):
+        def decode(self, latents):
+            return latents
+
+    with pytest.raises(InspectError, match=r"base.decode returned 4 channels \(shape \(12, 4, 1, 2, 2\)\); a preview"):
+        fit_preview(FourChannels(), latent_shape=(4, 1, 2, 2), cache=False)

@@ -1,0 +1,177 @@
+"""What the instruments share: their error types, condition overrides, and noise-level ↔ t.
+
+Nothing here imports more than ``torch`` and the core.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from workbench.core.composed import ComposedModel
+from workbench.core.conditions import Batch
+from workbench.core.objectives import Diffusion, FlowMatching, Objective
+from workbench.errors import DataError, WorkbenchError, did_you_mean, listing
+
+
+class InspectError(WorkbenchError, ValueError):
+    """An instrument (trajectory, preview, probe) was asked for something it cannot give."""
+
+
+class StepError(InspectError, IndexError):
+    """A step index that is out of range or was not stored."""
+
+
+class StorageWarning(UserWarning):
+    """A recording will hold more memory than its ``StoragePolicy.max_bytes`` allows."""
+
+
+def check_choice(value: Any, choices: Sequence[Any], what: str, fix: str = "") -> None:
+    """Raise an :class:`InspectError` naming ``what``, the value and the allowed ones."""
+    if value in choices:
+        return
+    hint = did_you_mean(value, [str(c) for c in choices]) if isinstance(value, str) else ""
+    allowed = ", ".join(repr(c) for c in choices)
+    raise InspectError(f"{what}={value!r} is not allowed; allowed: {allowed}.{hint}{' ' + fix if fix else ''}")
+
+
+def check_model(model: Any, who: str) -> ComposedModel:
+    if not isinstance(model, ComposedModel):
+        raise InspectError(
+            f"{who} needs a workbench.ComposedModel (base + adapter + composer + objective), got "
+            f"{type(model).__name__}. Pass exp.model, or build ComposedModel(base, adapter, composer, objective)."
+        )
+    return model
+
+
+def prepare(model: ComposedModel, batch_or_cond: Mapping[str, Any] | Batch) -> Batch:
+    """``batch_or_cond`` as a :class:`Batch` on the base's device (raw data goes through ``prepare_batch``)."""
+    batch = model.base.prepare_batch(batch_or_cond)
+    device = model.base.device
+    if batch.latents.device != device:
+        batch = batch.to(device)
+    return batch
+
+
+def condition_keys(model: ComposedModel) -> dict[str, str]:
+    """Every name a condition can be overridden by → the batch key it lives under.
+
+    Backbone keys map to themselves; a declared condition's name and aliases map to the key it
+    matched (``"actions"`` → ``"action"`` on tiny_video).
+    """
+    keys = {k: k for k in model.base.provides()}
+    for rc in model.adapter.resolved_conditions:
+        if rc.key is not None:
+            for name in rc.condition.keys:
+                keys.setdefault(name, rc.key)
+    return keys
+
+
+def with_conditions(model: ComposedModel, batch: Batch, cond: Mapping[str, Any] | Batch | None) -> Batch:
+    """``batch`` with condition overrides merged in, or a new batch.
+
+    ``cond`` is ``None`` (no change), a :class:`Batch` (used as is), a mapping whose keys all
+    name conditions (``{"action": tensor}``: merged into ``batch.cond``; a value may drop the
+    batch axis to apply to every sample, and ``None`` removes the condition), or any other
+    mapping, read as a new raw batch for ``base.prepare_batch``.
+    """
+    if cond is None:
+        return batch
+    if isinstance(cond, Batch):
+        return prepare(model, cond)
+    if not isinstance(cond, Mapping):
+        raise InspectError(
+            f"cond must be a mapping of condition overrides (e.g. {{'action': tensor}}), a raw batch, or a "
+            f"Batch; got {type(cond).__name__}."
+        )
+    keys = condition_keys(model)
+    unknown = [k for k in cond if k not in keys]
+    if unknown:
+        try:
+            return prepare(model, cond)
+        except DataError as err:
+            hints = "".join(did_you_mean(k, keys) for k in unknown)
+            raise InspectError(
+                f"cond has keys {listing(unknown)} that name no condition (conditions: {listing(keys)}).{hints} "
+                f"It was read as a new raw batch, and {type(model.base).__name__}.prepare_batch refused it: {err}"
+            ) from err
+    merged = dict(batch.cond)
+    for name, value in cond.items():
+        key = keys[name]
+        if value is None:
+            merged.pop(key, None)
+            continue
+        current = batch.cond.get(key)
+        if not isinstance(current, torch.Tensor):
+            raise InspectError(
+                f"cond[{name!r}]: this batch has no {key!r} to override (its conditions: {listing(batch.cond)}). "
+                f"Pass a new raw batch that includes it instead."
+            )
+        value = torch.as_tensor(value).to(device=current.device, dtype=current.dtype)
+        if value.shape == current.shape[1:]:
+            value = value.unsqueeze(0).expand_as(current)
+        if value.shape != current.shape:
+            raise InspectError(
+                f"cond[{name!r}] has shape {tuple(value.shape)}, but the batch's {key!r} is {tuple(current.shape)}. "
+                f"Give the full shape, or {tuple(current.shape[1:])} for the same value on every sample."
+            )
+        merged[key] = value
+    return dataclasses.replace(batch, cond=merged)
+
+
+def rolled_conditions(model: ComposedModel, batch: Batch, condition: str, shift: int = 1) -> Batch:
+    """``batch`` with ``condition`` taken from another clip (rolled along the batch): a wrong-condition control."""
+    key = condition_key(model, batch, condition)
+    if batch.batch_size < 2:
+        raise InspectError(
+            f"Swapping {condition!r} between clips needs a batch of at least 2 clips, got {batch.batch_size}. "
+            f"Pass a batch with several clips."
+        )
+    return dataclasses.replace(batch, cond={**batch.cond, key: torch.roll(batch.cond[key], shift, dims=0)})
+
+
+def condition_key(model: ComposedModel, batch: Batch, condition: str) -> str:
+    """The batch key of a condition the adapter reads, checked to be present."""
+    keys = condition_keys(model)
+    if condition not in keys:
+        raise InspectError(
+            f"condition={condition!r} is not a condition of this model (conditions: {listing(keys)})."
+            f"{did_you_mean(condition, keys)}"
+        )
+    key = keys[condition]
+    if not isinstance(batch.cond.get(key), torch.Tensor):
+        raise InspectError(
+            f"condition={condition!r}: this batch has no {key!r} (its conditions: {listing(batch.cond)}). "
+            f"Pass a raw batch that includes it."
+        )
+    return key
+
+
+def t_for_noise_level(objective: Objective, level: float) -> float | int:
+    """The ``t`` (objective units) whose noise level is ``level`` in [0, 1].
+
+    Flow matching: ``t`` is the noise level. Diffusion: the training timestep whose
+    ``sqrt(1 - ᾱ_t)`` is closest to ``level``.
+    """
+    level = float(level)
+    if not 0.0 <= level <= 1.0:
+        raise InspectError(f"noise level {level!r} is outside [0, 1] (0 = clean, 1 = pure noise).")
+    if isinstance(objective, FlowMatching):
+        return level
+    if isinstance(objective, Diffusion):
+        sigma = (1 - objective.alphas_cumprod).sqrt()  # increasing in t
+        return int((sigma - level).abs().argmin())
+    raise InspectError(
+        f"Cannot map noise level {level} to t for {objective.describe()}: the probes know FlowMatching and "
+        f"Diffusion. Give the objective's own mapping, or use one of those objectives."
+    )
+
+
+def t_tensor(objective: Objective, level: float, batch_size: int, device: torch.device) -> torch.Tensor:
+    """``(B,)`` timesteps at noise level ``level``, in the dtype the objective's sampler uses."""
+    t = t_for_noise_level(objective, level)
+    dtype = torch.long if isinstance(t, int) else torch.float32
+    return torch.full((batch_size,), t, dtype=dtype, device=device)

@@ -1,0 +1,444 @@
+"""Latent previews: a linear latent → RGB map fitted by least squares against the backbone's decoder.
+
+Decoding every step of a trajectory through a video VAE is slow and memory-hungry, so each
+backbone gets a **linear preview**: every latent pixel's ``C`` channels (plus a bias) map to the
+``r × d × d × 3`` block of output pixels it covers (``d``: spatial downsample, ``r``: frames per
+latent frame; a causal video VAE's first latent frame maps to one frame with its own weights).
+The weights are the least-squares optimum (``torch.linalg.lstsq``) against ``base.decode`` on a
+handful of samples, and their quality is measured on held-out samples: ``preview.psnr`` (dB
+against the full decode) next to ``preview.baseline_psnr`` (a constant predictor: the mean
+decoded block), which any useful preview must beat.
+
+Fit samples are real frames when you have them (``fit_preview(base, samples=video)`` encodes
+them); otherwise data-free latents: standard normal, half white and half spatially smooth, the
+scale of the sampler's own noise (and of clean latents under a normalised VAE). Data-free fits
+cover noisy ``x_t`` well; pass real frames for the sharpest clean-frame previews.
+
+Fits are cached per backbone identity (a hash of the decoder's weights and the config) in
+``$WORKBENCH_CACHE/previews`` (default ``~/.cache/workbench``) as safetensors + JSON, so the
+second fit of the same backbone does not decode anything. Pixel-space backbones (3-channel
+"latents" and no VAE in the card, or ``pixel_space = True`` on the backbone) preview as the
+identity. ``decode="full"`` decodes chunked along time (``chunk_frames`` latent frames per call),
+exact for per-frame decoders such as tiny_video's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from workbench.core.backbone import BaseVideoModel
+from workbench.core.conditions import Batch
+from workbench.inspect.common import InspectError, check_choice
+from workbench.metrics import psnr, to_uint8_video
+
+PREVIEW_VERSION = 1
+DECODES = ("preview", "full")
+DECODER_MODULES = ("vae", "autoencoder", "first_stage_model", "decoder")
+DEFAULT_CHUNK_FRAMES = 8
+
+_IDENTITIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_MEMORY: dict[str, LatentPreview] = {}
+
+
+def cache_dir() -> Path:
+    """Where fitted previews are kept: ``$WORKBENCH_CACHE/previews`` (default ``~/.cache/workbench``)."""
+    root = os.environ.get("WORKBENCH_CACHE") or "~/.cache/workbench"
+    return Path(root).expanduser() / "previews"
+
+
+def clear_preview_cache(disk: bool = False) -> None:
+    """Forget the previews held in memory (and, with ``disk=True``, delete the cached files)."""
+    _MEMORY.clear()
+    _IDENTITIES.clear()
+    if disk and cache_dir().exists():
+        for path in cache_dir().glob("*"):
+            if path.suffix in (".safetensors", ".json"):
+                path.unlink()
+
+
+@dataclass
+class LatentPreview:
+    """A fitted linear latent → RGB map; call it on latents ``(B, C, T', h, w)``.
+
+    ``weight``: ``(C + 1, r * 3 * d * d)`` float32 (last row: the bias); ``weight_first``: the
+    first latent frame's map ``(C + 1, 3 * d * d)`` for causal video VAEs (``T = 1 + r (T' - 1)``),
+    else ``None``. ``psnr`` / ``baseline_psnr``: held-out fit quality in dB (see the module doc).
+    ``source``: ``"samples"`` (encoded real frames), ``"data-free"`` or ``"identity"``.
+    """
+
+    weight: torch.Tensor
+    channels: int
+    downsample: int
+    frames_per_latent: int
+    psnr: float
+    baseline_psnr: float
+    identity: str
+    source: str
+    weight_first: torch.Tensor | None = None
+    n_fit: int = 0
+    n_heldout: int = 0
+    _on_device: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def causal(self) -> bool:
+        return self.weight_first is not None
+
+    def __call__(self, latents: torch.Tensor) -> torch.Tensor:
+        """Latents ``(B, C, T', h, w)`` → video ``(B, 3, T, h d, w d)`` in [-1, 1], on the latents' device."""
+        if latents.ndim != 5 or latents.shape[1] != self.channels:
+            raise InspectError(
+                f"This preview maps {self.channels}-channel latents (B, C, T, h, w); got shape "
+                f"{tuple(latents.shape)}. Fit one for this backbone with fit_preview(base)."
+            )
+        z = latents.float()
+        if self.weight_first is None:
+            video = self._apply(z, self.weight, self.frames_per_latent)
+        else:
+            first = self._apply(z[:, :, :1], self.weight_first, 1)
+            rest = self._apply(z[:, :, 1:], self.weight, self.frames_per_latent)
+            video = torch.cat([first, rest], dim=2)
+        return video.clamp(-1, 1)
+
+    def _apply(self, z: torch.Tensor, weight: torch.Tensor, r: int) -> torch.Tensor:
+        b, c, t, h, w = z.shape
+        d = self.downsample
+        key = (id(weight), z.device)
+        if key not in self._on_device:  # one host-to-device copy per device, not per call
+            self._on_device[key] = weight.to(z.device)
+        weight = self._on_device[key]
+        flat = z.permute(0, 2, 3, 4, 1).reshape(-1, c)  # (B T h w, C)
+        blocks = torch.addmm(weight[c], flat, weight[:c])  # (B T h w, r 3 d d)
+        blocks = blocks.view(b, t, h, w, r, 3, d, d)
+        return blocks.permute(0, 5, 1, 4, 2, 6, 3, 7).reshape(b, 3, t * r, h * d, w * d)
+
+    def meta(self) -> dict[str, Any]:
+        return {"version": PREVIEW_VERSION, "identity": self.identity, "channels": self.channels,
+                "downsample": self.downsample, "frames_per_latent": self.frames_per_latent,
+                "causal": self.causal, "psnr": self.psnr, "baseline_psnr": self.baseline_psnr,
+                "source": self.source, "n_fit": self.n_fit, "n_heldout": self.n_heldout}
+
+    def __repr__(self) -> str:
+        return (f"LatentPreview({self.source}, C={self.channels}, d={self.downsample}, r={self.frames_per_latent}"
+                f"{', causal' if self.causal else ''}: {self.psnr:.1f} dB held-out vs full decode, "
+                f"constant baseline {self.baseline_psnr:.1f} dB)")
+
+
+# -- identity and disk cache ---------------------------------------------------------------
+def backbone_identity(base: BaseVideoModel) -> str:
+    """A hash of what the decoder computes: its weights, the base's own buffers, and the config.
+
+    The decoder is the first of the submodules ``vae`` / ``autoencoder`` / ``first_stage_model``
+    / ``decoder`` that exists (else the whole state dict is hashed). A backbone may define
+    ``preview_identity() -> str`` instead (e.g. its VAE checkpoint's hash) to skip hashing.
+    Computed once per backbone object: the base is frozen.
+    """
+    custom = getattr(base, "preview_identity", None)
+    if callable(custom):
+        return str(custom())
+    if base in _IDENTITIES:
+        return _IDENTITIES[base]
+    h = hashlib.sha256()
+    h.update(f"{type(base).__module__}.{type(base).__qualname__}".encode())
+    config = getattr(base, "config", None)
+    if dataclasses.is_dataclass(config):
+        fields = {k: v for k, v in dataclasses.asdict(config).items() if k != "weights"}
+        h.update(json.dumps(fields, sort_keys=True, default=str).encode())
+    decoder = next((m for n in DECODER_MODULES if isinstance(m := getattr(base, n, None), nn.Module)), None)
+    if decoder is None:
+        tensors = base.state_dict()
+    else:
+        tensors = dict(decoder.state_dict())
+        tensors.update({f"@{k}": v for k, v in base.named_buffers(recurse=False)})
+        tensors.update({f"@{k}": v for k, v in base.named_parameters(recurse=False)})
+    for name in sorted(tensors):
+        value = tensors[name].detach().to("cpu").contiguous()
+        h.update(f"{name}:{value.dtype}:{tuple(value.shape)}".encode())
+        h.update(value.reshape(-1).view(torch.uint8).numpy().tobytes())
+    identity = h.hexdigest()[:24]
+    _IDENTITIES[base] = identity
+    return identity
+
+
+def _paths(identity: str) -> tuple[Path, Path]:
+    folder = cache_dir()
+    return folder / f"{identity}.safetensors", folder / f"{identity}.json"
+
+
+def load_cached(identity: str) -> LatentPreview | None:
+    """The preview cached on disk for ``identity``, or ``None`` when there is none."""
+    from safetensors.torch import load_file
+
+    weights, meta_path = _paths(identity)
+    if not (weights.exists() and meta_path.exists()):
+        return None
+    try:
+        meta = json.loads(meta_path.read_text())
+        tensors = load_file(str(weights))
+    except Exception as err:  # safetensors / json raise their own types for corrupt files
+        raise InspectError(
+            f"The cached preview {weights} is unreadable ({err}). Delete it (and {meta_path.name}) or call "
+            f"fit_preview(base, refit=True) to fit it again."
+        ) from err
+    if meta.get("version") != PREVIEW_VERSION:
+        return None
+    return LatentPreview(weight=tensors["weight"], weight_first=tensors.get("weight_first"),
+                         channels=meta["channels"], downsample=meta["downsample"],
+                         frames_per_latent=meta["frames_per_latent"], psnr=float(meta["psnr"]),
+                         baseline_psnr=float(meta["baseline_psnr"]), identity=identity, source=meta["source"],
+                         n_fit=meta.get("n_fit", 0), n_heldout=meta.get("n_heldout", 0))
+
+
+def save_cached(preview: LatentPreview) -> Path:
+    """Write ``preview`` to the disk cache (atomically) and return the safetensors path."""
+    from safetensors.torch import save_file
+
+    weights, meta_path = _paths(preview.identity)
+    weights.parent.mkdir(parents=True, exist_ok=True)
+    tensors = {"weight": preview.weight.contiguous()}
+    if preview.weight_first is not None:
+        tensors["weight_first"] = preview.weight_first.contiguous()
+    tmp_w, tmp_m = weights.with_suffix(".safetensors.tmp"), meta_path.with_suffix(".json.tmp")
+    save_file(tensors, str(tmp_w), metadata={"workbench": json.dumps(preview.meta())})
+    tmp_m.write_text(json.dumps(preview.meta(), indent=1))
+    os.replace(tmp_w, weights)
+    os.replace(tmp_m, meta_path)
+    return weights
+
+
+# -- fitting -------------------------------------------------------------------------------
+def is_pixel_space(base: BaseVideoModel, channels: int | None = None) -> bool:
+    """True when the backbone samples in pixel space (its "latents" are the video)."""
+    flag = getattr(base, "pixel_space", None)
+    if flag is not None:
+        return bool(flag)
+    card = getattr(base, "card", None)
+    has_vae = card is not None and any(c.kind == "vae" for c in card.components.values())
+    return not has_vae and channels == 3
+
+
+def identity_preview(channels: int = 3) -> LatentPreview:
+    """The preview of a pixel-space backbone: the latents are the frames."""
+    weight = torch.cat([torch.eye(3), torch.zeros(1, 3)])
+    return LatentPreview(weight=weight, channels=channels, downsample=1, frames_per_latent=1, psnr=math.inf,
+                         baseline_psnr=-math.inf, identity="identity", source="identity")
+
+
+def decode_chunked(base: BaseVideoModel, latents: torch.Tensor, chunk_frames: int | None = DEFAULT_CHUNK_FRAMES,
+                   ) -> torch.Tensor:
+    """``base.decode`` in chunks of ``chunk_frames`` latent frames (``None``: all at once), under no_grad.
+
+    Bounds the decoder's memory by the chunk; exact for per-frame decoders. A decoder that mixes
+    frames (a causal video VAE) should be called with ``chunk_frames=None``.
+    """
+    if chunk_frames is not None and (isinstance(chunk_frames, bool) or not isinstance(chunk_frames, int)
+                                     or chunk_frames < 1):
+        raise InspectError(f"chunk_frames must be a positive int or None, got {chunk_frames!r}.")
+    t = latents.shape[2]
+    step = t if chunk_frames is None else chunk_frames
+    with torch.no_grad():
+        parts = [base.decode(latents[:, :, s:s + step]) for s in range(0, t, step)]
+    return parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)
+
+
+def _layout(z_shape: torch.Size, x_shape: torch.Size) -> tuple[int, int, bool]:
+    """``(d, r, causal)`` relating latents ``(N, C, T', h, w)`` to decoded video ``(N, 3, T, H, W)``."""
+    _, _, lt, lh, lw = z_shape
+    _, xc, xt, xh, xw = x_shape
+    if xc != 3:
+        raise InspectError(
+            f"base.decode returned {xc} channels (shape {tuple(x_shape)}); a preview fits RGB video "
+            f"(B, 3, T, H, W). Give the backbone a decoder to RGB, or set pixel_space = True if its samples are frames."
+        )
+    if xh % lh or xw % lw or xh // lh != xw // lw:
+        raise InspectError(
+            f"The linear preview needs one integer spatial downsample: latents {lh}x{lw} decode to {xh}x{xw}. "
+            f"Use decode='full' for this backbone."
+        )
+    d = xh // lh
+    if xt % lt == 0:
+        return d, xt // lt, False
+    if lt > 1 and (xt - 1) % (lt - 1) == 0:
+        return d, (xt - 1) // (lt - 1), True
+    raise InspectError(
+        f"{lt} latent frames decode to {xt} frames, which is neither r per latent frame nor 1 + r per later "
+        f"frame (a causal VAE); the linear preview cannot lay that out. Use decode='full'."
+    )
+
+
+def _blocks(video: torch.Tensor, d: int, r: int) -> torch.Tensor:
+    """Video ``(N, 3, T' r, h d, w d)`` → per-latent-pixel blocks ``(N T' h w, r 3 d d)``."""
+    n, _, t, hh, ww = video.shape
+    lt, h, w = t // r, hh // d, ww // d
+    v = video.reshape(n, 3, lt, r, h, d, w, d).permute(0, 2, 4, 6, 3, 1, 5, 7)
+    return v.reshape(n * lt * h * w, r * 3 * d * d)
+
+
+def _design(z: torch.Tensor) -> torch.Tensor:
+    flat = z.permute(0, 2, 3, 4, 1).reshape(-1, z.shape[1]).double()
+    return torch.cat([flat, torch.ones(flat.shape[0], 1, dtype=flat.dtype)], dim=1)  # (M, C + 1)
+
+
+def _solve(z: torch.Tensor, video: torch.Tensor, d: int, r: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Least-squares weights ``(C + 1, r 3 d d)`` and the mean block (the constant baseline)."""
+    targets = _blocks(video.double(), d, r)
+    weight = torch.linalg.lstsq(_design(z), targets).solution
+    return weight.float(), targets.mean(dim=0).float()
+
+
+def data_free_latents(channels: int, frames: int, height: int, width: int, count: int, seed: int = 0,
+                      device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """``count`` standard-normal latent clips ``(N, C, T', h, w)``: even ones white, odd ones smooth.
+
+    The smooth ones are white noise on a grid 4x coarser, upsampled bilinearly and rescaled to
+    unit variance per channel, so the fit sees both the frequencies of ``x_t`` and of clean latents.
+    """
+    g = torch.Generator().manual_seed(seed)
+    white = torch.randn(count, channels, frames, height, width, generator=g)
+    coarse = torch.randn(count * frames, channels, max(1, height // 4), max(1, width // 4), generator=g)
+    smooth = F.interpolate(coarse, size=(height, width), mode="bilinear", align_corners=False)
+    smooth = smooth.view(count, frames, channels, height, width).permute(0, 2, 1, 3, 4)
+    axes = (2, 3, 4)
+    smooth = (smooth - smooth.mean(dim=axes, keepdim=True)) / smooth.std(dim=axes, keepdim=True).clamp_min(1e-6)
+    odd = (torch.arange(count) % 2 == 1).view(-1, 1, 1, 1, 1)
+    return torch.where(odd, smooth, white).to(device=device, dtype=dtype)
+
+
+def _latent_shape_from_card(base: BaseVideoModel) -> tuple[int, ...]:
+    s = base.card.sampling
+    if not (s.height and s.width):
+        raise InspectError(
+            f"fit_preview({type(base).__name__}) without samples needs latent_shape=(C, T, h, w): the card "
+            f"gives no resolution to derive it from."
+        )
+    video = torch.zeros(1, 3, min(s.num_frames or 1, 5), s.height, s.width, device=base.device, dtype=base.dtype)
+    with torch.no_grad():
+        return tuple(base.encode(video).shape[1:])
+
+
+def _encode_samples(base: BaseVideoModel, samples: Any) -> torch.Tensor:
+    if isinstance(samples, (Mapping, Batch)):
+        return base.prepare_batch(samples).latents
+    video = torch.as_tensor(samples)
+    if video.dtype == torch.uint8 and video.ndim == 5 and video.shape[-1] == 3:
+        video = video.permute(0, 4, 1, 2, 3).float() / 127.5 - 1.0
+    if video.ndim != 5 or video.shape[1] != 3:
+        raise InspectError(
+            f"fit_preview samples must be video (N, 3, T, H, W) in [-1, 1], uint8 (N, T, H, W, 3), or a raw batch "
+            f"for prepare_batch; got shape {tuple(video.shape)} {video.dtype}."
+        )
+    with torch.no_grad():
+        return base.encode(video.to(device=base.device, dtype=base.dtype))
+
+
+def fit_preview(base: BaseVideoModel, samples: Any = None, *, latent_shape: tuple[int, ...] | None = None,
+                n_fit: int = 8, n_heldout: int = 4, seed: int = 0, cache: bool = True, refit: bool = False,
+                chunk_frames: int | None = DEFAULT_CHUNK_FRAMES) -> LatentPreview:
+    """Fit (or load) the linear preview of ``base``.
+
+    ``samples``: real frames to encode — video ``(N, 3, T, H, W)`` in [-1, 1], uint8
+    ``(N, T, H, W, 3)`` or a raw batch; the last ``n_heldout`` clips (at least one) measure the
+    fit, the rest fit it. Without samples, ``n_fit + n_heldout`` data-free latent clips of
+    ``latent_shape = (C, T', h, w)`` are used (default: the card's resolution, at most 4 latent
+    frames). With ``cache``, a preview already on disk for this backbone is loaded instead of
+    fitted when no samples are given (``refit=True`` fits anyway), and every fit is saved.
+
+    >>> preview = fit_preview(TinyVideo())
+    >>> video = preview(latents)            # (B, 3, T, H, W) in [-1, 1]
+    >>> preview.psnr, preview.baseline_psnr  # held-out dB against base.decode
+    """
+    identity = backbone_identity(base)
+    if samples is None and cache and not refit:
+        loaded = _MEMORY.get(identity) or load_cached(identity)
+        if loaded is not None:
+            _MEMORY[identity] = loaded
+            return loaded
+    if samples is not None:
+        z = _encode_samples(base, samples)
+        if z.shape[0] < 2:
+            raise InspectError(f"fit_preview needs at least 2 sample clips (one held out), got {z.shape[0]}.")
+        held = min(max(1, n_heldout), z.shape[0] - 1)
+        source = "samples"
+    else:
+        if n_fit < 1 or n_heldout < 1:
+            raise InspectError(f"fit_preview needs n_fit >= 1 and n_heldout >= 1, got {n_fit} and {n_heldout}.")
+        shape = tuple(latent_shape) if latent_shape is not None else _latent_shape_from_card(base)
+        if len(shape) != 4:
+            raise InspectError(f"latent_shape must be (C, T, h, w), got {shape!r}.")
+        c, t, h, w = shape
+        if is_pixel_space(base, c):
+            return identity_preview(c)
+        z = data_free_latents(c, min(t, 4), h, w, n_fit + n_heldout, seed, device=base.device, dtype=base.dtype)
+        held = n_heldout
+        source = "data-free"
+    if is_pixel_space(base, z.shape[1]):
+        return identity_preview(z.shape[1])
+    video = torch.cat([decode_chunked(base, z[i:i + 1], chunk_frames) for i in range(z.shape[0])])
+    z, video = z.detach().float().cpu(), video.detach().float().cpu()
+    d, r, causal = _layout(z.shape, video.shape)
+    fit_z, fit_x, test_z, test_x = z[:-held], video[:-held], z[-held:], video[-held:]
+    if causal:
+        weight_first, mean_first = _solve(fit_z[:, :, :1], fit_x[:, :, :1], d, 1)
+        weight, mean = _solve(fit_z[:, :, 1:], fit_x[:, :, 1:], d, r)
+    else:
+        weight_first, mean_first = None, None
+        weight, mean = _solve(fit_z, fit_x, d, r)
+    preview = LatentPreview(weight=weight, weight_first=weight_first, channels=z.shape[1], downsample=d,
+                            frames_per_latent=r, psnr=0.0, baseline_psnr=0.0, identity=identity, source=source,
+                            n_fit=fit_z.shape[0], n_heldout=held)
+    constant = LatentPreview(weight=torch.cat([torch.zeros(z.shape[1], mean.numel()), mean[None]]),
+                             weight_first=None if mean_first is None else
+                             torch.cat([torch.zeros(z.shape[1], mean_first.numel()), mean_first[None]]),
+                             channels=z.shape[1], downsample=d, frames_per_latent=r, psnr=0.0, baseline_psnr=0.0,
+                             identity="constant", source=source)
+    preview.psnr = psnr(preview(test_z), test_x, data_range=255.0)
+    preview.baseline_psnr = psnr(constant(test_z), test_x, data_range=255.0)
+    if cache:
+        save_cached(preview)
+    _MEMORY[identity] = preview
+    return preview
+
+
+def preview_for(base: BaseVideoModel, latent_shape: tuple[int, ...]) -> LatentPreview:
+    """The preview to render ``base``'s latents of ``latent_shape = (C, T', h, w)`` with: memory, disk, or a fit."""
+    if is_pixel_space(base, latent_shape[0]):
+        return identity_preview(latent_shape[0])
+    cached = _MEMORY.get(backbone_identity(base))
+    if cached is not None:
+        return cached
+    return fit_preview(base, latent_shape=latent_shape)
+
+
+def render(base: BaseVideoModel, latents: torch.Tensor, *, decode: str = "preview", index: int = 0,
+           chunk_frames: int | None = DEFAULT_CHUNK_FRAMES, preview: LatentPreview | None = None) -> np.ndarray:
+    """Latents ``(B, C, T', h, w)`` → uint8 frames ``[T, H, W, 3]`` of batch element ``index``.
+
+    ``decode="preview"`` uses the linear preview (fitted on first use), ``"full"`` the backbone's
+    decoder chunked along time. The work runs on the base's device; only the frames leave it.
+    """
+    check_choice(decode, DECODES, "decode", "Use 'preview' (fast, linear) or 'full' (the backbone's decoder).")
+    if latents.ndim != 5:
+        raise InspectError(f"render expects latents (B, C, T, h, w), got shape {tuple(latents.shape)}.")
+    b = latents.shape[0]
+    if isinstance(index, bool) or not isinstance(index, int) or not -b <= index < b:
+        raise InspectError(f"index={index!r} is not a batch element; this batch has {b} (0..{b - 1}).")
+    index %= b
+    z = latents[index:index + 1].to(device=base.device, dtype=base.dtype, non_blocking=True)
+    if decode == "full":
+        video = decode_chunked(base, z, chunk_frames)
+    else:
+        video = (preview or preview_for(base, tuple(z.shape[1:])))(z)
+    return to_uint8_video(video[0].float())

@@ -1,0 +1,404 @@
+"""Probes: what the adapter reads, how it responds to its conditions, and where in noise it helps.
+
+Pure functions returning plain dataclasses, dicts and numpy arrays, so a notebook can print
+them and a widget can plot them without knowing about models:
+
+* :func:`condition_table` — one row per declared condition, as the adapter sees it.
+* :func:`action_sensitivity` — how far the adapter output and the x0 estimate move per unit
+  of each action dimension, per noise level, and how much a wrong (swapped) action changes them.
+* :func:`sigma_sensitivity` — base / adapted / wrong-condition loss per noise level on one
+  noise draw, and :meth:`SigmaSensitivity.recommend_band` for a ``NoiseGated`` band.
+* :func:`gate_statistics` — the composer's gates and its effective adapter weight across
+  noise levels; :func:`gate_history` — ``GateStatistics`` rows over training as arrays.
+
+Every model evaluation runs in eval mode under ``no_grad`` on the model's device; losses use
+the objective's own masked loss. Image metrics live in :mod:`workbench.metrics`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from workbench.core.adapter import Adapter
+from workbench.core.callbacks import GateStatistics
+from workbench.core.composed import ComposedModel
+from workbench.core.composers import ComposeContext, Composer, NoiseGated, composer_tree
+from workbench.core.conditions import Batch
+from workbench.inspect.common import (
+    InspectError,
+    check_model,
+    condition_key,
+    prepare,
+    rolled_conditions,
+    t_for_noise_level,
+    t_tensor,
+)
+from workbench.inspect.trajectory import Settings, applied
+
+DEFAULT_LEVELS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+
+
+# -- condition table -------------------------------------------------------------------------
+def condition_table(adapter: Adapter | ComposedModel, raw_or_batch: Mapping[str, Any] | Batch,
+                    step: int | None = None) -> list[dict[str, Any]]:
+    """One row per declared condition, exactly as the adapter receives it (``adapter.view``).
+
+    Columns: ``name``, ``key`` (the backbone key it matched), ``alias`` (True when that key is
+    an alias), ``shape`` / ``dtype`` (after frame reduction), ``frames`` (``keep`` / ``mean`` /
+    ``sum`` / ``per-sample``), ``dropout`` (rate), ``dropout_applied``, ``dropped`` (samples),
+    ``min`` / ``mean`` / ``max`` (``None`` for a missing optional condition). ``step=k`` (with
+    the adapter in train mode) gives training step ``k``'s view, dropout included.
+
+    >>> for row in condition_table(model, raw): print(row["name"], row["shape"], row["mean"])
+    """
+    if isinstance(adapter, ComposedModel):
+        adapter = adapter.adapter
+    if not isinstance(adapter, Adapter):
+        raise InspectError(f"condition_table needs an Adapter or a ComposedModel, got {type(adapter).__name__}.")
+    view = adapter.view(raw_or_batch, step=step)
+    rows = []
+    for name, info in view.info.items():
+        value = view.declared.get(name)
+        stats = {"min": None, "mean": None, "max": None}
+        if isinstance(value, torch.Tensor) and value.numel():
+            v = value.detach().float()
+            stats = {"min": float(v.min()), "mean": float(v.mean()), "max": float(v.max())}
+        rows.append({
+            "name": name, "key": info.key, "alias": info.key is not None and info.key != name,
+            "shape": info.shape, "dtype": info.dtype, "frames": info.per_frame or "per-sample",
+            "dropout": info.dropout, "dropout_applied": info.dropout_applied, "dropped": info.dropped, **stats,
+        })
+    return rows
+
+
+# -- shared evaluation -----------------------------------------------------------------------
+def _levels(levels: Sequence[float]) -> np.ndarray:
+    out = np.asarray(list(levels), dtype=np.float64)
+    if out.ndim != 1 or not out.size or ((out < 0) | (out > 1)).any():
+        raise InspectError(f"levels must be noise levels in [0, 1] (0 = clean, 1 = pure noise), got {list(levels)!r}.")
+    return out
+
+
+def _noise(batch: Batch, seed: int) -> torch.Tensor:
+    g = torch.Generator(device=batch.latents.device).manual_seed(int(seed))
+    return torch.randn(batch.latents.shape, generator=g, device=batch.latents.device, dtype=batch.latents.dtype)
+
+
+def _rms(x: torch.Tensor, mask: torch.Tensor | None) -> float:
+    """Root mean square over the frames ``mask`` ``(B, T)`` selects (all when ``None``)."""
+    sq = x.float().square()
+    if mask is None:
+        return float(sq.mean().sqrt())
+    m = mask.to(device=sq.device, dtype=sq.dtype).view(sq.shape[0], 1, sq.shape[2], *([1] * (sq.ndim - 3)))
+    count = (m.sum() * sq.shape[1] * math.prod(sq.shape[3:])).clamp_min(1.0)
+    return float(((sq * m).sum() / count).sqrt())
+
+
+def _with_value(batch: Batch, key: str, value: torch.Tensor) -> Batch:
+    return Batch(latents=batch.latents, cond={**batch.cond, key: value}, loss_mask=batch.loss_mask,
+                 per_frame=batch.per_frame, meta=batch.meta)
+
+
+@contextmanager
+def open_noise_gates(composer: Composer) -> Iterator[Composer]:
+    """Inside the block every ``NoiseGated`` in ``composer`` lets all noise levels through.
+
+    The sensitivity probes measure the adapter where a band would *not* let it act, which is
+    what recommending a band needs.
+    """
+    gates = [c for c in composer_tree(composer) if isinstance(c, NoiseGated)]
+    saved = [(g.lo, g.hi, g.ramp) for g in gates]
+    try:
+        for g in gates:
+            g.lo, g.hi, g.ramp = 0.0, 1.0, 0.0
+        yield composer
+    finally:
+        for g, (lo, hi, ramp) in zip(gates, saved):
+            g.lo, g.hi, g.ramp = lo, hi, ramp
+
+
+# -- action sensitivity ----------------------------------------------------------------------
+@dataclass
+class ActionSensitivity:
+    """Per noise level (rows) and action dimension (columns): RMS change per unit of action.
+
+    ``adapter[l, d]`` / ``x0[l, d]``: RMS of ``d(adapter output) / d(action_d)`` and of
+    ``d(x0 estimate) / d(action_d)`` (central differences, step ``eps``, the action moved on every
+    frame), over the predicted frames. ``swap_gap["adapter"|"x0"][l]``: RMS difference between
+    the true actions and actions rolled in from another clip. ``adapter_scale[l]``: RMS adapter
+    output with the true actions, for scale.
+    """
+
+    condition: str
+    levels: np.ndarray
+    t: np.ndarray
+    eps: float
+    adapter: np.ndarray
+    x0: np.ndarray
+    swap_gap: dict[str, np.ndarray]
+    adapter_scale: np.ndarray
+
+    def rows(self) -> list[dict[str, float]]:
+        """One row per (level, dimension), for a table."""
+        return [{"level": float(lv), "t": float(t), "dim": d, "adapter": float(self.adapter[i, d]),
+                 "x0": float(self.x0[i, d]), "swap_gap_x0": float(self.swap_gap["x0"][i])}
+                for i, (lv, t) in enumerate(zip(self.levels, self.t)) for d in range(self.adapter.shape[1])]
+
+
+def action_sensitivity(model: ComposedModel, batch: Mapping[str, Any] | Batch,
+                       levels: Sequence[float] = (0.2, 0.5, 0.8), condition: str = "action", eps: float = 0.05,
+                       seed: int = 0) -> ActionSensitivity:
+    """How much the adapter output and the x0 estimate move per unit change of each action dimension.
+
+    One noise draw (``seed``) is shared by every level and perturbation; the base runs once per
+    level (its output is reused when the adapter allows). ``swap_gap`` needs a batch of at
+    least two clips.
+
+    >>> sens = action_sensitivity(model, raw, levels=(0.3, 0.7))
+    >>> sens.x0        # (levels, action dims)
+    """
+    model = check_model(model, "action_sensitivity")
+    if not (isinstance(eps, (int, float)) and eps > 0):
+        raise InspectError(f"eps must be a positive step for the finite differences, got {eps!r}.")
+    batch = prepare(model, batch)
+    key = condition_key(model, batch, condition)
+    action = batch.cond[key]
+    lv = _levels(levels)
+    obj, x0_clean, mask = model.objective, batch.latents, batch.loss_mask
+    noise = _noise(batch, seed)
+    dims = action.shape[-1]
+    sens_a, sens_x = np.zeros((lv.size, dims)), np.zeros((lv.size, dims))
+    gap_a, gap_x, scale, ts = np.zeros(lv.size), np.zeros(lv.size), np.zeros(lv.size), np.zeros(lv.size)
+    swapped = rolled_conditions(model, batch, condition)
+    with applied(model, Settings()), open_noise_gates(model.composer), torch.no_grad():
+        for i, level in enumerate(lv):
+            t = t_tensor(obj, level, batch.batch_size, batch.latents.device)
+            ts[i] = float(t[0])
+            x_t = obj.add_noise(x0_clean, noise, t)
+            base_out = model.base_prediction(x_t, t, batch)
+
+            def run(b: Batch, x_t=x_t, t=t, base_out=base_out) -> tuple[torch.Tensor, torch.Tensor]:
+                p = model.predict(x_t, t, b, adapter=True, base_output=base_out)
+                return p.adapter, obj.x0_from_prediction(p.composed, x_t, t)
+
+            true_a, true_x = run(batch)
+            scale[i] = _rms(true_a, mask)
+            for d in range(dims):
+                bump = torch.zeros_like(action)
+                bump[..., d] = eps
+                ap, xp = run(_with_value(batch, key, action + bump))
+                am, xm = run(_with_value(batch, key, action - bump))
+                sens_a[i, d] = _rms((ap - am) / (2 * eps), mask)
+                sens_x[i, d] = _rms((xp - xm) / (2 * eps), mask)
+            sa, sx = run(swapped)
+            gap_a[i], gap_x[i] = _rms(true_a - sa, mask), _rms(true_x - sx, mask)
+    return ActionSensitivity(condition, lv, ts, float(eps), sens_a, sens_x, {"adapter": gap_a, "x0": gap_x}, scale)
+
+
+# -- sigma sensitivity -----------------------------------------------------------------------
+@dataclass
+class BandRecommendation:
+    """A noise band ``[lo, hi]`` for ``NoiseGated`` and the matching training ``t`` range.
+
+    ``t_range`` is in the objective's units (flow matching: equal to the band; diffusion:
+    timesteps). ``levels``: the probed levels inside the band; ``mean_gain``: mean
+    ``base - adapted`` loss over them.
+    """
+
+    lo: float
+    hi: float
+    t_range: tuple[float, float]
+    levels: np.ndarray
+    mean_gain: float
+    margin: float
+
+    def composer(self, inner: Composer) -> NoiseGated:
+        """``NoiseGated(inner, lo, hi)`` with this band."""
+        return NoiseGated(inner, lo=self.lo, hi=self.hi)
+
+
+@dataclass
+class SigmaSensitivity:
+    """Losses per noise level on the same noise draw(s): ``base``, ``adapted``, ``swapped`` (wrong condition)."""
+
+    condition: str
+    levels: np.ndarray
+    t: np.ndarray
+    base: np.ndarray
+    adapted: np.ndarray
+    swapped: np.ndarray
+    objective: Any = field(repr=False, default=None)
+
+    @property
+    def gain(self) -> np.ndarray:
+        """``base - adapted``: how much the adapter lowers the loss at each level."""
+        return self.base - self.adapted
+
+    def rows(self) -> list[dict[str, float]]:
+        return [{"level": float(lv), "t": float(t), "base": float(b), "adapted": float(a), "swapped": float(s)}
+                for lv, t, b, a, s in zip(self.levels, self.t, self.base, self.adapted, self.swapped)]
+
+    def recommend_band(self, margin: float = 0.02) -> BandRecommendation | None:
+        """The band of noise levels where the adapter helps most, or ``None`` where it helps nowhere.
+
+        A level qualifies when the adapted loss beats the base loss *and* the swapped-condition
+        loss, each by ``margin`` times the base loss (so the gain comes from the condition,
+        not from a generic correction). Of the contiguous runs of qualifying levels, the one
+        with the largest summed gain wins; its edges reach halfway to the neighbouring probed
+        levels (or to 0 / 1).
+        """
+        order = np.argsort(self.levels)
+        lv, base, adapted, swapped = (a[order] for a in (self.levels, self.base, self.adapted, self.swapped))
+        ok = (base - adapted > margin * base) & (swapped - adapted > margin * base)
+        runs, start = [], None
+        for i, flag in enumerate([*ok, False]):
+            if flag and start is None:
+                start = i
+            elif not flag and start is not None:
+                runs.append((start, i - 1))
+                start = None
+        if not runs:
+            return None
+        gain = base - adapted
+        first, last = max(runs, key=lambda r: gain[r[0]:r[1] + 1].sum())
+        lo = 0.0 if first == 0 else float((lv[first - 1] + lv[first]) / 2)
+        hi = 1.0 if last == len(lv) - 1 else float((lv[last] + lv[last + 1]) / 2)
+        t_lo, t_hi = (t_for_noise_level(self.objective, x) for x in (lo, hi)) if self.objective else (lo, hi)
+        return BandRecommendation(lo, hi, (t_lo, t_hi), lv[first:last + 1], float(gain[first:last + 1].mean()),
+                                  float(margin))
+
+
+def sigma_sensitivity(model: ComposedModel, batch: Mapping[str, Any] | Batch, levels: Sequence[float] = DEFAULT_LEVELS,
+                      seed: int = 0, condition: str = "action", draws: int = 1) -> SigmaSensitivity:
+    """Base, adapted and wrong-condition (actions rolled across the batch) loss per noise level.
+
+    Each level uses the same ``draws`` noise draws (from ``seed``) for all three, so their
+    differences are the adapter's and the condition's doing. ``NoiseGated`` bands in the composer
+    are opened for the probe (see :func:`open_noise_gates`). Needs clean targets (a batch from
+    video, not from a single image) and at least two clips.
+
+    >>> sens = sigma_sensitivity(model, raw)
+    >>> band = sens.recommend_band()      # BandRecommendation(lo=..., hi=..., t_range=...) or None
+    """
+    model = check_model(model, "sigma_sensitivity")
+    if isinstance(draws, bool) or not isinstance(draws, int) or draws < 1:
+        raise InspectError(f"draws must be an int >= 1, got {draws!r}.")
+    batch = prepare(model, batch)
+    if batch.meta.get("has_target") is False:
+        raise InspectError("sigma_sensitivity needs clean targets: this batch was prepared from a single image. "
+                           "Pass a raw batch with the full video.")
+    condition_key(model, batch, condition)
+    lv = _levels(levels)
+    obj, x0 = model.objective, batch.latents
+    swapped = rolled_conditions(model, batch, condition)
+    noises = [_noise(batch, seed + k) for k in range(draws)]
+    losses = np.zeros((3, lv.size))
+    ts = np.zeros(lv.size)
+    with applied(model, Settings()), open_noise_gates(model.composer), torch.no_grad():
+        for i, level in enumerate(lv):
+            t = t_tensor(obj, level, batch.batch_size, x0.device)
+            ts[i] = float(t[0])
+            for noise in noises:
+                x_t = obj.add_noise(x0, noise, t)
+                target = obj.target(x0, noise, t)
+                base_out = model.base_prediction(x_t, t, batch)
+                adapted = model.predict(x_t, t, batch, adapter=True, base_output=base_out).composed
+                wrong = model.predict(x_t, t, swapped, adapter=True, base_output=base_out).composed
+                for j, pred in enumerate((base_out, adapted, wrong)):
+                    losses[j, i] += float(obj.loss(pred, target, batch.loss_mask)) / draws
+    return SigmaSensitivity(condition, lv, ts, losses[0], losses[1], losses[2], objective=obj)
+
+
+# -- gates -----------------------------------------------------------------------------------
+def _summarise(prefix: str, value: torch.Tensor) -> dict[str, float]:
+    v = value.detach().float()
+    if v.numel() == 1:
+        return {prefix: float(v)}
+    return {f"{prefix}_mean": float(v.mean()), f"{prefix}_min": float(v.min()), f"{prefix}_max": float(v.max())}
+
+
+def _channels(composer: Composer) -> int:
+    config = getattr(composer_tree(composer)[-1], "config", None)
+    return int(getattr(config, "channels", None) or 1)
+
+
+def gate_statistics(model_or_composer: ComposedModel | Composer, levels: Sequence[float] = DEFAULT_LEVELS,
+                    batch: Mapping[str, Any] | Batch | None = None, seed: int = 0) -> list[dict[str, float]]:
+    """The composer's diagnostics across noise levels, one row per level.
+
+    With a model and a ``batch``: the composed prediction at each level (one noise draw),
+    its diagnostics summarised (``gate``, ``mask_mean`` / ``_min`` / ``_max``,
+    ``noise_weight``, ...) and ``weight``: ``RMS(composed - base) / RMS(adapter)``, how much of
+    the adapter's output reaches the prediction. With a bare composer (or no batch): the
+    composer on ``base = 0``, ``adapter = 1`` probes, where the composed value *is* the
+    adapter's weight (``weight_mean`` / ``_min`` / ``_max`` over channels). Every row also has
+    ``level`` and the composer's ``gate_values()``.
+    """
+    if isinstance(model_or_composer, ComposedModel):
+        composer, model = model_or_composer.composer, model_or_composer
+    elif isinstance(model_or_composer, Composer):
+        composer, model = model_or_composer, None
+    else:
+        raise InspectError(f"gate_statistics needs a ComposedModel or a Composer, got "
+                           f"{type(model_or_composer).__name__}.")
+    if batch is not None and model is None:
+        raise InspectError("gate_statistics with a batch needs the ComposedModel (the batch goes through its base).")
+    lv = _levels(levels)
+    rows = []
+    was_training = composer.training
+    composer.train(False)
+    try:
+        with torch.no_grad():
+            if batch is not None:
+                rows = _gates_on_batch(model, prepare(model, batch), lv, seed)
+            else:
+                device = next((p.device for p in composer.parameters()), torch.device("cpu"))
+                c = _channels(composer)
+                zeros, ones = torch.zeros(1, c, 1, 1, 1, device=device), torch.ones(1, c, 1, 1, 1, device=device)
+                for level in lv:
+                    s = torch.full((1,), float(level), device=device)
+                    out, diag = composer.compose(zeros, ones, ComposeContext(x_t=zeros, t=s, noise_level=s))
+                    row = {"level": float(level), **_summarise("weight", out)}
+                    for key, value in diag.items():
+                        row.update(_summarise(key, value))
+                    rows.append(row)
+    finally:
+        composer.train(was_training)
+    gates = composer.gate_values()
+    return [{**row, **gates} for row in rows]
+
+
+def _gates_on_batch(model: ComposedModel, batch: Batch, lv: np.ndarray, seed: int) -> list[dict[str, float]]:
+    obj, noise, rows = model.objective, _noise(batch, seed), []
+    with applied(model, Settings()):
+        for level in lv:
+            t = t_tensor(obj, level, batch.batch_size, batch.latents.device)
+            x_t = obj.add_noise(batch.latents, noise, t)
+            pred = model.predict(x_t, t, batch, adapter=True)
+            size = _rms(pred.adapter, None)
+            row = {"level": float(level),
+                   "weight": _rms(pred.composed - pred.base, None) / size if size > 0 else float("nan")}
+            for key, value in pred.diagnostics.items():
+                row.update(_summarise(key, value))
+            rows.append(row)
+    return rows
+
+
+def gate_history(callback: GateStatistics | Sequence[Mapping[str, float]]) -> dict[str, np.ndarray]:
+    """``GateStatistics.history`` (or its rows) as arrays by column: ``{"step": (N,), "gate_mean": (N,), ...}``.
+
+    A column missing from some rows is NaN there.
+    """
+    rows = callback.history if isinstance(callback, GateStatistics) else callback
+    if not isinstance(rows, Sequence) or any(not isinstance(r, Mapping) for r in rows):
+        raise InspectError(f"gate_history needs a GateStatistics callback or its history rows, got "
+                           f"{type(callback).__name__}.")
+    columns = list(dict.fromkeys(["step", *(k for r in rows for k in r)]))
+    return {k: np.array([float(r.get(k, np.nan)) for r in rows], dtype=np.float64) for k in columns}
