@@ -83,8 +83,14 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _pretrain(args: argparse.Namespace) -> int:
-    from workbench.backbones.pretrain import run
-
+    try:
+        from workbench.backbones.pretrain import run
+    except ImportError:
+        raise WorkbenchError(
+            "`workbench pretrain` is not available in this version: tiny_video ships without pretrained "
+            "weights for now. Train a random-init base's adapter with `workbench train`, or build "
+            "TinyVideo(...) and fit it yourself."
+        ) from None
     return run(args)
 
 
