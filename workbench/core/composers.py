@@ -100,15 +100,6 @@ class Composer(nn.Module):
         return type(self).__name__
 
 
-def _bare(cls: type) -> type:
-    @dataclass
-    class NoConfig:
-        pass
-
-    NoConfig.__name__ = NoConfig.__qualname__ = f"{cls.__name__}Config"
-    return NoConfig
-
-
 @register("composer", "add")
 class Add(Composer):
     """``base + adapter``. The identity at init when the adapter's output starts at zero."""
@@ -119,13 +110,6 @@ class Add(Composer):
     def compose(self, base, adapter, ctx):
         return base + adapter, {}
 
-    @classmethod
-    def from_config(cls, config):
-        return cls()
-
-
-Add.config_class = _bare(Add)
-
 
 @register("composer", "replace")
 class Replace(Composer):
@@ -135,13 +119,6 @@ class Replace(Composer):
 
     def compose(self, base, adapter, ctx):
         return adapter, {}
-
-    @classmethod
-    def from_config(cls, config):
-        return cls()
-
-
-Replace.config_class = _bare(Replace)
 
 
 @dataclass
@@ -238,10 +215,6 @@ class GatedResidual(Composer):
     def callbacks(self):
         return (GateStatistics(self),)
 
-    @classmethod
-    def from_config(cls, config: GatedResidualConfig):
-        return cls(config.gate_init, config.max_gate, config.per_channel, config.channels)
-
 
 @dataclass
 class MaskMixConfig:
@@ -328,10 +301,6 @@ class MaskMix(Composer):
 
     def callbacks(self):
         return (GateStatistics(self),)
-
-    @classmethod
-    def from_config(cls, config: MaskMixConfig):
-        return cls(config.channels, config.gate_init, config.max_gate, config.identity_init)
 
 
 class Wrapper(Composer):

@@ -111,10 +111,6 @@ class FlowMatching(Objective):
                  logit_std: float = 1.0):
         self.config = FlowMatchingConfig(shift, t_sampling, logit_mean, logit_std)
 
-    @classmethod
-    def from_config(cls, config: FlowMatchingConfig):
-        return cls(config.shift, config.t_sampling, config.logit_mean, config.logit_std)
-
     def sample_t(self, batch_size, generator, device):
         c = self.config
         if c.t_sampling == "uniform":
@@ -186,11 +182,6 @@ class Diffusion(Objective):
         self.config = DiffusionConfig(prediction, schedule, num_train_timesteps, beta_start, beta_end)
         self.prediction_type = prediction
         self.alphas_cumprod = alphas_cumprod(schedule, num_train_timesteps, beta_start, beta_end)
-
-    @classmethod
-    def from_config(cls, config: DiffusionConfig):
-        return cls(config.prediction, config.schedule, config.num_train_timesteps, config.beta_start,
-                   config.beta_end)
 
     def _abar(self, t: torch.Tensor) -> torch.Tensor:
         table = self.alphas_cumprod.to(t.device)

@@ -23,6 +23,8 @@ __all__ = ["Callback", "Checkpoint", "Console", "GateStatistics", "GradNorm", "J
 
 @dataclass
 class EveryConfig:
+    """The cadence every built-in callback takes; components are built as ``cls(**fields)``."""
+
     every_n_steps: int = 10
 
     def __post_init__(self):
@@ -43,9 +45,6 @@ class Console(Callback):
         self.every_n_steps = every_n_steps
         self._t0 = 0.0
 
-    @classmethod
-    def from_config(cls, config):
-        return cls(config.every_n_steps)
 
     def on_fit_start(self, exp):
         self._t0 = time.perf_counter()
@@ -56,12 +55,8 @@ class Console(Callback):
 
 
 @dataclass
-class JsonlConfig:
-    every_n_steps: int = 10
+class JsonlConfig(EveryConfig):
     path: str | None = None
-
-    def __post_init__(self):
-        check(self.every_n_steps >= 1, "every_n_steps", f"must be >= 1, got {self.every_n_steps}.")
 
 
 @register("callback", "jsonl")
@@ -74,9 +69,6 @@ class JsonlLogger(Callback):
         self.every_n_steps = every_n_steps
         self.path = Path(path) if path else None
 
-    @classmethod
-    def from_config(cls, config):
-        return cls(config.every_n_steps, config.path)
 
     def _file(self, exp) -> Path:
         path = self.path or Path(exp.output_dir) / "metrics.jsonl"
@@ -95,12 +87,12 @@ class JsonlLogger(Callback):
 
 
 @dataclass
-class CheckpointConfig:
+class CheckpointConfig(EveryConfig):
     every_n_steps: int = 100
     keep_last: int = 3
 
     def __post_init__(self):
-        check(self.every_n_steps >= 1, "every_n_steps", f"must be >= 1, got {self.every_n_steps}.")
+        super().__post_init__()
         check(self.keep_last >= 1, "keep_last", f"must be >= 1, got {self.keep_last}.")
 
 
@@ -117,21 +109,18 @@ class Checkpoint(Callback):
     def key(self):
         return (type(self),)
 
-    @classmethod
-    def from_config(cls, config):
-        return cls(config.every_n_steps, config.keep_last)
 
     def on_step_end(self, exp, step, metrics):
         exp.save_checkpoint(keep_last=self.keep_last)
 
 
 @dataclass
-class EvalConfig:
+class EvalConfig(EveryConfig):
     every_n_steps: int = 100
     batches: int = 2
 
     def __post_init__(self):
-        check(self.every_n_steps >= 1, "every_n_steps", f"must be >= 1, got {self.every_n_steps}.")
+        super().__post_init__()
         check(self.batches >= 1, "batches", f"must be >= 1, got {self.batches}.")
 
 
@@ -148,9 +137,6 @@ class PeriodicEval(Callback):
         self.data = data
         self.history: list[dict] = []
 
-    @classmethod
-    def from_config(cls, config):
-        return cls(config.every_n_steps, config.batches)
 
     def on_step_end(self, exp, step, metrics):
         data = self.data if self.data is not None else exp.eval_data
@@ -171,9 +157,6 @@ class GradNorm(Callback):
         self.history: list[dict] = []
         self._pending = None
 
-    @classmethod
-    def from_config(cls, config):
-        return cls(config.every_n_steps)
 
     def on_after_backward(self, exp, step):
         if self.due(step + 1):
@@ -197,9 +180,6 @@ class LossHistory(Callback):
         self.steps: list[int] = []
         self.losses: list[float] = []
 
-    @classmethod
-    def from_config(cls, config):
-        return cls(config.every_n_steps)
 
     def on_step_end(self, exp, step, metrics):
         self.steps.append(step)
