@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from workbench.config import check
-from workbench.core.backbone import BaseVideoModel
+from workbench.core.backbone import BaseVideoModel, StepRecord
 from workbench.core.card import ComponentSpec, ModelCard, RecipeSpec, SamplingDefaults
 from workbench.core.conditions import Batch
 from workbench.core.objectives import Diffusion, FlowMatching, shift_t
@@ -353,8 +353,6 @@ class TinyVideo(BaseVideoModel):
         return torch.cat([ts, torch.tensor([-1])])
 
     def _generate(self, batch, *, steps, sampler, generator, compose_fn, on_step, initial_noise=None):
-        from workbench.core.backbone import StepRecord
-
         shape = batch.latents.shape
         x = initial_noise if initial_noise is not None else torch.randn(
             shape, generator=generator, device=batch.latents.device, dtype=batch.latents.dtype)

@@ -144,13 +144,16 @@ class ComposedModel(nn.Module):
         composed, diagnostics = self.composer.compose(base_output, correction, ctx)
         return Prediction(x_t, t, base_output, correction, composed, cond, diagnostics)
 
+    def noised(self, batch: Batch, generator: torch.Generator | None = None):
+        """``(x_t, t, target)`` for the batch's clean latents, drawn from ``generator`` only."""
+        x0 = batch.latents
+        noise, t = self.objective.sample_noise_and_t(x0, generator)
+        return self.objective.add_noise(x0, noise, t), t, self.objective.target(x0, noise, t)
+
     def training_loss(self, batch: Batch, *, generator: torch.Generator | None = None,
                       step: int | None = None) -> tuple[torch.Tensor, Prediction]:
         """One training evaluation: noise, base (no grad, once), adapter, composer, masked loss."""
-        x0 = batch.latents
-        noise, t = self.objective.sample_noise_and_t(x0, generator)
-        x_t = self.objective.add_noise(x0, noise, t)
-        target = self.objective.target(x0, noise, t)
+        x_t, t, target = self.noised(batch, generator)
         pred = self.predict(x_t, t, batch, step=step)
         return self.objective.loss(pred.composed, target, batch.loss_mask), pred
 

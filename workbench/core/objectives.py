@@ -182,9 +182,12 @@ class Diffusion(Objective):
         self.config = DiffusionConfig(prediction, schedule, num_train_timesteps, beta_start, beta_end)
         self.prediction_type = prediction
         self.alphas_cumprod = alphas_cumprod(schedule, num_train_timesteps, beta_start, beta_end)
+        self._tables: dict[torch.device, torch.Tensor] = {}
 
     def _abar(self, t: torch.Tensor) -> torch.Tensor:
-        table = self.alphas_cumprod.to(t.device)
+        table = self._tables.get(t.device)
+        if table is None:  # one copy per device, not one transfer per call
+            table = self._tables[t.device] = self.alphas_cumprod.to(t.device)
         return table[t.long().clamp(0, len(table) - 1)]
 
     def coefficients(self, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -14,6 +14,7 @@ killed mid-save leaves the previous checkpoint untouched and loadable.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import platform
@@ -90,8 +91,6 @@ def save_checkpoint(run_dir: str | Path, step: int, *, trainable: dict[str, torc
         _write_bytes(tmp / "trainable.safetensors", save_safetensors(tensors))
         if _pause_between_files:
             time.sleep(_pause_between_files)
-        import io
-
         buffer = io.BytesIO()
         torch.save(state, buffer)
         _write_bytes(tmp / "state.pt", buffer.getvalue())

@@ -110,7 +110,8 @@ class AdapterExperiment:
         objective = objective if objective is not None else base.default_objective()
         self.model = ComposedModel(base, adapter, composer, objective).to(self.device)
         adapter.condition_seed = self.training.seed
-        params = self.model.trainable_parameters()
+        params = self.model.trainable_parameters()  # fixed for the experiment's lifetime
+        self._params = params
         if not params:
             raise CompositionError("The adapter and composer have no trainable parameters; nothing would train.")
         t = self.training
@@ -274,7 +275,7 @@ class AdapterExperiment:
                 (self.scaler.scale(scaled) if self.scaler else scaled).backward()
                 total = loss.detach() if total is None else total + loss.detach()
             self._call(callbacks, "on_after_backward", step)
-            params = self.model.trainable_parameters()
+            params = self._params
             with _defer_sigint():
                 if self.scaler:
                     self.scaler.unscale_(self.optimizer)
@@ -355,13 +356,13 @@ class AdapterExperiment:
         self.model.train(False)
         adapted, base = [], []
         try:
+            objective = self.model.objective
             for i in range(batches):
                 batch = self.prepare(stream.next())
-                loss, pred = self.model.training_loss(batch, generator=self._eval_generator(seed, i))
-                noise, t = self.model.objective.sample_noise_and_t(batch.latents, self._eval_generator(seed, i))
-                target = self.model.objective.target(batch.latents, noise, t)
-                adapted.append(loss)
-                base.append(self.model.objective.loss(pred.base, target, batch.loss_mask))
+                x_t, t, target = self.model.noised(batch, self._eval_generator(seed, i))
+                pred = self.model.predict(x_t, t, batch)
+                adapted.append(objective.loss(pred.composed, target, batch.loss_mask))
+                base.append(objective.loss(pred.base, target, batch.loss_mask))
         finally:
             self.model.train(was)
         a = float(torch.stack(adapted).mean())
