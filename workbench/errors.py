@@ -54,6 +54,18 @@ class CallbackError(WorkbenchError, RuntimeError):
     """A callback raised; the message names the callback and the hook."""
 
 
+class InspectError(WorkbenchError, ValueError):
+    """An instrument (trajectory, preview, probe) was asked for something it cannot give."""
+
+
+class StepError(InspectError, IndexError):
+    """A step index that is out of range or was not stored."""
+
+
+class StorageWarning(UserWarning):
+    """A recording will hold more memory than its ``StoragePolicy.max_bytes`` allows."""
+
+
 def did_you_mean(name: str, choices: Iterable[str], *, n: int = 3) -> str:
     """Return ``" Did you mean 'x'?"`` for the closest choices, or ``""`` when none is close."""
     close = difflib.get_close_matches(str(name), [str(c) for c in choices], n=n, cutoff=0.6)

@@ -96,6 +96,16 @@ def resolve(kind: str, name: str, *, where: str | None = None) -> Any:
     )
 
 
+def name_of(kind: str, cls: type) -> str | None:
+    """The name ``cls`` is registered under for ``kind``, or None; loads no entry point."""
+    _check_kind(kind)
+    for name, obj in _registered[kind].items():
+        if obj is cls:
+            return name
+    target = f"{cls.__module__}:{cls.__qualname__}"
+    return next((name for name, ep in _entry_points(kind).items() if ep.value.strip() == target), None)
+
+
 def build(kind: str, name: str, config: Any = None, *, where: str | None = None) -> Any:
     """Build a component from its registered name and a config mapping (or config instance).
 

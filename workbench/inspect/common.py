@@ -14,19 +14,10 @@ import torch
 from workbench.core.composed import ComposedModel
 from workbench.core.conditions import Batch
 from workbench.core.objectives import Diffusion, FlowMatching, Objective
-from workbench.errors import DataError, WorkbenchError, did_you_mean, listing
+from workbench.errors import DataError, InspectError, StepError, StorageWarning, did_you_mean, listing
 
-
-class InspectError(WorkbenchError, ValueError):
-    """An instrument (trajectory, preview, probe) was asked for something it cannot give."""
-
-
-class StepError(InspectError, IndexError):
-    """A step index that is out of range or was not stored."""
-
-
-class StorageWarning(UserWarning):
-    """A recording will hold more memory than its ``StoragePolicy.max_bytes`` allows."""
+__all__ = ["InspectError", "StepError", "StorageWarning", "check_choice", "check_model", "condition_key",
+           "condition_keys", "prepare", "rolled_conditions", "t_for_noise_level", "t_tensor", "with_conditions"]
 
 
 def check_choice(value: Any, choices: Sequence[Any], what: str, fix: str = "") -> None:

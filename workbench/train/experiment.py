@@ -70,16 +70,10 @@ def _defer_sigint():
 def describe(obj: Any, kind: str) -> dict:
     """A ``{type, config}`` block for a component built in Python (best effort)."""
     from workbench.config import to_dict
-    from workbench.registry import _registered, registered, resolve
+    from workbench.registry import name_of
 
     cls = type(obj)
-    name = next((n for n, c in _registered[kind].items() if c is cls), None)
-    if name is None:
-        for candidate in registered(kind):
-            with contextlib.suppress(Exception):
-                if resolve(kind, candidate) is cls:
-                    name = candidate
-                    break
+    name = name_of(kind, cls)
     block: dict[str, Any] = {"type": name or f"{cls.__module__}:{cls.__qualname__}"}
     config = getattr(obj, "config", None)
     if dataclasses.is_dataclass(config):
