@@ -11,7 +11,7 @@
 * Loading and data helpers shared by the plugins.
 
 This file is identical in every diffusers-native plugin (each distribution stands alone);
-``tests/test_plugin_diffusers_bridge.py`` keeps the copies in sync.
+``tests/test_plugin_backbones.py`` keeps the copies in sync.
 """
 
 from __future__ import annotations
@@ -77,9 +77,15 @@ def pool_to_latent_frames(signal: torch.Tensor, ratio: int) -> torch.Tensor:
     return torch.cat([first, rest], dim=1)
 
 
-def prompts_from(raw: Mapping[str, Any], key: str, default: str | None, batch_size: int, plugin: str) -> list[str]:
+def prompts_from(raw: Mapping[str, Any], key: str, default: str | None, template: str, batch_size: int,
+                 plugin: str) -> list[str]:
+    """One prompt per clip: ``raw[key]`` put into ``template`` (``"{}"`` keeps it as is), else ``default``."""
     value = raw.get(key)
-    if value is None:
+    if value is not None:
+        value = [template.format(v) for v in ([value] if isinstance(value, str) else value)]
+        if len(value) == 1:
+            value = value[0]
+    else:
         value = default
     if value is None:
         raise DataError(

@@ -60,7 +60,7 @@ class EasyAnimateConfig:
     ``path``: a diffusers-format directory (``model_index.json``), or ``"tiny"`` for a tiny
     random pipeline built once under the workbench cache (tests and examples).
     ``dtype``: ``auto`` = bf16 on a GPU, float32 on CPU.
-    ``prompt_key`` / ``prompt`` / ``negative_prompt``: where prompts come from (see
+    ``prompt_key`` / ``prompt_template`` / ``prompt`` / ``negative_prompt``: where prompts come from (see
     ``wan22_ti2v``). ``steps`` ... ``fps``: card sampling defaults, ``None`` = the real model's
     (50, 6.0, 512, 512, 49, 8).
     """
@@ -68,6 +68,7 @@ class EasyAnimateConfig:
     path: str
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     prompt_key: str = "prompt"
+    prompt_template: str = "{}"
     prompt: str | None = None
     negative_prompt: str = ""
     steps: int | None = None
@@ -78,6 +79,8 @@ class EasyAnimateConfig:
     fps: int | None = None
 
     def __post_init__(self):
+        check("{}" in self.prompt_template, "prompt_template",
+              f"must contain '{{}}' where the batch's prompt goes, got {self.prompt_template!r}.")
         check(bool(self.path), "path", "is empty; give a diffusers-format directory (with model_index.json) or 'tiny'.")
         check(self.steps is None or self.steps >= 1, "steps", f"must be >= 1 or null, got {self.steps}.")
         check(self.guidance_scale is None or self.guidance_scale >= 0, "guidance_scale",
@@ -127,6 +130,7 @@ class EasyAnimate(DiffusersBackbone):
     """
 
     config_class = EasyAnimateConfig
+    causal_latents = True  # the VAE is causal in time: frame 0 → latent 0, then 4 frames per latent frame
 
     def __init__(self, config: EasyAnimateConfig | None = None, **overrides):
         super().__init__()
@@ -272,7 +276,8 @@ class EasyAnimate(DiffusersBackbone):
             cond[f"{prefix}prompt_embeds"] = value.to(device=self.device, dtype=self.transformer.dtype)
             cond[f"{prefix}prompt_attention_mask"] = mask.to(self.device)
         if "prompt_embeds" not in cond:
-            prompts = prompts_from(raw, self.config.prompt_key, self.config.prompt, batch_size, "easyanimate")
+            c = self.config
+            prompts = prompts_from(raw, c.prompt_key, c.prompt, c.prompt_template, batch_size, "easyanimate")
             cond["prompt_embeds"], cond["prompt_attention_mask"] = self.encode_text(prompts)
         return cond
 

@@ -63,7 +63,8 @@ class Wan22Config:
     random pipeline built once under the workbench cache (tests and examples).
     ``dtype``: ``auto`` = bf16 on a GPU, float32 on CPU (the VAE always runs in float32).
     ``first_frame``: condition on the first frame (TI2V image-to-video); ``False`` = text only.
-    ``prompt_key``: the raw-batch key holding prompts (``task`` for Meta-World clips);
+    ``prompt_key``: the raw-batch key holding prompts (``task`` for Meta-World clips), each put
+    into ``prompt_template`` (e.g. ``"a robot arm doing the {} task"``);
     ``prompt``: the prompt for batches without one. ``negative_prompt``: the guidance prompt.
     ``steps`` / ``guidance_scale`` / ``height`` / ``width`` / ``num_frames`` / ``fps``: sampling
     defaults for the card; ``None`` keeps the real model's (50, 5.0, 704, 1280, 121, 24).
@@ -73,6 +74,7 @@ class Wan22Config:
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     first_frame: bool = True
     prompt_key: str = "prompt"
+    prompt_template: str = "{}"
     prompt: str | None = None
     negative_prompt: str = ""
     max_sequence_length: int = 512
@@ -84,6 +86,8 @@ class Wan22Config:
     fps: int | None = None
 
     def __post_init__(self):
+        check("{}" in self.prompt_template, "prompt_template",
+              f"must contain '{{}}' where the batch's prompt goes, got {self.prompt_template!r}.")
         check(bool(self.path), "path", "is empty; give a diffusers-format directory (with model_index.json) or 'tiny'.")
         check(self.max_sequence_length >= 1, "max_sequence_length", f"must be >= 1, got {self.max_sequence_length}.")
         check(self.steps is None or self.steps >= 1, "steps", f"must be >= 1 or null, got {self.steps}.")
@@ -128,6 +132,7 @@ class Wan22TI2V(DiffusersBackbone):
     """
 
     config_class = Wan22Config
+    causal_latents = True  # the VAE is causal in time: frame 0 → latent 0, then 4 frames per latent frame
 
     def __init__(self, config: Wan22Config | None = None, **overrides):
         super().__init__()
@@ -295,7 +300,8 @@ class Wan22TI2V(DiffusersBackbone):
                                     f"{tuple(value.shape)}. Compute it with base.encode_text(prompts).")
                 cond[key] = value.to(device=self.device, dtype=self.transformer.dtype)
         if "prompt_embeds" not in cond:
-            prompts = prompts_from(raw, self.config.prompt_key, self.config.prompt, batch_size, "wan22_ti2v")
+            c = self.config
+            prompts = prompts_from(raw, c.prompt_key, c.prompt, c.prompt_template, batch_size, "wan22_ti2v")
             cond["prompt_embeds"] = self.encode_text(prompts)
         return cond
 
