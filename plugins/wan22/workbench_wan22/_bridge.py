@@ -136,6 +136,7 @@ class Injection:
         self.on_step, self.steps = on_step, steps
         self.step, self.calls_in_step = 0, 0
         self.sigmas: torch.Tensor | None = None
+        self.output_dtype = backbone.transformer.dtype  # read once: diffusers walks the parameters for it
         self.observed: tuple[torch.Tensor, torch.Tensor] | None = None
         self.native_forward = None
 
@@ -177,7 +178,8 @@ class Injection:
         first, so a recording keeps the conditional prediction of each step).
         """
         x = hidden.to(self.batch.latents.dtype)
-        pieces = [(x[rows], rows) for rows, _ in halves]
+        whole = len(halves) == 1 and halves[0][0] == slice(0, x.shape[0])
+        pieces = [(x if whole else x[rows], rows) for rows, _ in halves]
         self.backbone._pending = _PipelineCall(call, pieces)
         outputs: dict[int, torch.Tensor] = {}
         try:
@@ -187,7 +189,7 @@ class Injection:
             self.backbone._pending = None
         joined = [outputs[k] for k in sorted(outputs)]
         out = joined[0] if len(joined) == 1 else torch.cat(joined)
-        return out.to(self.backbone.transformer.dtype)
+        return out.to(self.output_dtype)
 
     def forward(self, *args, **kwargs):
         raise NotImplementedError
