@@ -342,6 +342,12 @@ def test_bad_inputs_are_refused_with_the_fix(plugin, raw, error, match, cache_ro
 
 
 @pytest.mark.parametrize("plugin", PLUGINS)
+def test_prompts_per_clip_must_match_the_batch(plugin, cache_root):
+    with pytest.raises(DataError, match=r"'prompt' must be a str or a list of 2 str \(one per clip\), got list"):
+        load(plugin, cache_root).prepare_batch({**clips(), "prompt": ["only one"]})
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
 def test_missing_text_names_the_three_ways_to_supply_it(plugin, cache_root):
     base = load(plugin, cache_root, prompt=None)
     with pytest.raises(DataError) as err:

@@ -79,27 +79,23 @@ def pool_to_latent_frames(signal: torch.Tensor, ratio: int) -> torch.Tensor:
 
 def prompts_from(raw: Mapping[str, Any], key: str, default: str | None, template: str, batch_size: int,
                  plugin: str) -> list[str]:
-    """One prompt per clip: ``raw[key]`` put into ``template`` (``"{}"`` keeps it as is), else ``default``."""
+    """One prompt per clip: ``raw[key]`` (a str, or one str per clip) put into ``template``, else ``default``."""
     value = raw.get(key)
-    if value is not None:
-        value = [template.format(v) for v in ([value] if isinstance(value, str) else value)]
-        if len(value) == 1:
-            value = value[0]
-    else:
-        value = default
     if value is None:
-        raise DataError(
-            f"{plugin}.prepare_batch needs the text condition: a '{key}' entry (a str, or a list of {batch_size} "
-            f"str), precomputed 'prompt_embeds' (B, L, D), or a default prompt in the backbone config "
-            f"(prompt: '...'). The batch has keys {sorted(raw)}. Add one of these (for Meta-World clips, "
-            f"prompt_key: task reads the task name)."
-        )
+        if default is None:
+            raise DataError(
+                f"{plugin}.prepare_batch needs the text condition: a '{key}' entry (a str, or a list of {batch_size} "
+                f"str), precomputed 'prompt_embeds' (B, L, D), or a default prompt in the backbone config "
+                f"(prompt: '...'). The batch has keys {sorted(raw)}. Add one of these (for Meta-World clips, "
+                f"prompt_key: task reads the task name)."
+            )
+        return [default] * batch_size
     if isinstance(value, str):
-        return [value] * batch_size
+        return [template.format(value)] * batch_size
     if not (isinstance(value, Sequence) and all(isinstance(v, str) for v in value)) or len(value) != batch_size:
         raise DataError(f"{plugin}: '{key}' must be a str or a list of {batch_size} str (one per clip), got "
                         f"{type(value).__name__} {value!r:.80}.")
-    return list(value)
+    return [template.format(v) for v in value]
 
 
 class _PipelineCall:
