@@ -1,13 +1,14 @@
 """Plugin overhead: ``wan22_ti2v`` ``generate()`` with a zero adapter vs diffusers' own pipeline.
 
-On the tiny Wan2.2 TI2V pipeline (128x128, 17 frames, 20 steps, guidance 5: two transformer calls
-of 80 tokens per step), timed interleaved in one process: the plain ``WanImageToVideoPipeline`` call, the
-plugin's ``generate()`` through the composed model (recording off), and ``record()`` (recording
-on). The plain pipeline gets the same precomputed text embeddings. The targets (<= 1.05 off,
-<= 1.10 on) are for the plugin's own machinery, measured with a zero adapter that costs one
-multiply; the last line adds the reference ``wan22_latent_residual`` for scale: on this toy
-transformer its convolutions are a sizeable fraction of a transformer call, on the real 5B model
-a rounding error.
+On the tiny Wan2.2 TI2V pipeline (128x128, 17 frames, 20 steps, guidance 5: two transformer
+calls of 80 tokens per step), timed interleaved in one process: the plain
+``WanImageToVideoPipeline`` call, the plugin's ``generate()`` through the composed model
+(recording off), ``record()`` (recording on), and the bare backbone's ``generate()`` (the
+injection alone). The plain pipeline gets the same precomputed text embeddings. The targets
+(<= 1.05 off, <= 1.10 on) are for the plugin's machinery, measured with a zero adapter that
+costs one multiply; the last line adds the reference ``wan22_latent_residual`` for scale: on
+this toy transformer its convolutions are a sizeable fraction of a transformer call, on the
+real 5B model a rounding error.
 """
 
 from __future__ import annotations
@@ -66,6 +67,9 @@ def main() -> None:
     def plugin():
         return model.generate(batch, steps=STEPS, generator=torch.Generator().manual_seed(0))
 
+    def backbone_alone():  # the injection with the bare base as the composition: the plugin's own share
+        return base.generate(batch, steps=STEPS, generator=torch.Generator().manual_seed(0))
+
     def recorded():
         return record(model, batch, steps=STEPS, seed=0).final
 
@@ -73,13 +77,15 @@ def main() -> None:
         return reference.generate(batch, steps=STEPS, generator=torch.Generator().manual_seed(0))
 
     expected = plain()
-    assert all(torch.equal(fn(), expected) for fn in (plugin, recorded, with_residual))  # the same result, bit for bit
-    t = interleaved({"pipeline": plain, "generate": plugin, "record": recorded, "latent_residual": with_residual},
-                    repeats=21)
+    variants = {"pipeline": plain, "generate": plugin, "record": recorded, "backbone": backbone_alone,
+                "latent_residual": with_residual}
+    assert all(torch.equal(fn(), expected) for fn in variants.values())  # the same result, bit for bit
+    t = interleaved(variants, repeats=31)
     print(f"pipeline {median(t['pipeline']) * 1e3:.1f} ms, generate {median(t['generate']) * 1e3:.1f} ms, "
           f"record {median(t['record']) * 1e3:.1f} ms ({SIZE}x{SIZE}x{FRAMES}, {STEPS} steps, guidance 5, CPU time)")
     print(f"generate / pipeline = {ratio(t, 'generate', 'pipeline'):.3f} (target <= 1.05)")
     print(f"record / pipeline = {ratio(t, 'record', 'pipeline'):.3f} (target <= 1.10)")
+    print(f"base.generate (injection, no composition) / pipeline = {ratio(t, 'backbone', 'pipeline'):.3f}")
     print(f"generate with wan22_latent_residual (width 8) / pipeline = "
           f"{ratio(t, 'latent_residual', 'pipeline'):.3f} (adapter compute included)")
 

@@ -122,8 +122,10 @@ class Injection:
 
     Installed with ``with injection.installed(pipe):``; everything is restored when the block ends.
     The transformer's forward is replaced by :meth:`forward` (compose instead of predict); the
-    scheduler's ``step`` is only observed (the guided prediction and the sample it updates, which
-    the step record needs and diffusers' step callback does not carry).
+    scheduler's ``step`` is only observed: it counts steps, and keeps the guided prediction and the
+    sample it updates, which the step record needs and diffusers' step callback does not carry.
+    Pass :attr:`callback` to the pipeline: with an ``on_step`` it reports each step from the
+    pipeline's ``callback_on_step_end``; without one the pipeline runs with no callback at all.
     """
 
     def __init__(self, backbone: DiffusersBackbone, batch: Batch, uncond: Batch | None, compose_fn, on_step,
@@ -133,7 +135,7 @@ class Injection:
         self.step, self.calls_in_step = 0, 0
         self.sigmas: torch.Tensor | None = None
         self.output_dtype = backbone.transformer.dtype  # read once: diffusers walks the parameters for it
-        self.observed: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.observed: tuple[int, torch.Tensor, torch.Tensor] | None = None
         self.native_forward = None
 
     @contextmanager
@@ -145,8 +147,10 @@ class Injection:
         self.native_forward, native_step = transformer.forward, scheduler.step
 
         def observed_step(model_output, timestep, sample, *args, **kwargs):
-            self.observed = (sample, model_output)
-            return native_step(model_output, timestep, sample, *args, **kwargs)
+            result = native_step(model_output, timestep, sample, *args, **kwargs)
+            self.observed = (self.step, sample, model_output)
+            self.step, self.calls_in_step = self.step + 1, 0
+            return result
 
         transformer.forward = self.forward
         scheduler.step = observed_step
@@ -160,11 +164,18 @@ class Injection:
                 else:
                     setattr(obj, name, value)
 
-    def sigma(self, like: torch.Tensor, rows: int) -> torch.Tensor:
-        """The current step's noise level σ as ``(rows,)`` float32 (objective units)."""
+    def sigma(self, like: torch.Tensor, rows: int, step: int | None = None) -> torch.Tensor:
+        """Step ``step``'s (default: the current one's) noise level σ as ``(rows,)`` float32 (objective units)."""
         if self.sigmas is None or self.sigmas.device != like.device:
             self.sigmas = self.pipe.scheduler.sigmas.to(device=like.device, dtype=torch.float32)
-        return self.sigmas[self.step].expand(rows)
+        return self.sigmas[self.step if step is None else step].expand(rows)
+
+    @property
+    def callback(self) -> dict:
+        """The pipeline's step-callback arguments: only a recording (an ``on_step``) needs them."""
+        if self.on_step is None:
+            return {}
+        return dict(callback_on_step_end=self.on_step_end, callback_on_step_end_tensor_inputs=["latents"])
 
     def compose(self, call: Callable[[], torch.Tensor], hidden: torch.Tensor,
                 halves: Sequence[tuple[slice, Batch]]) -> torch.Tensor:
@@ -191,19 +202,17 @@ class Injection:
         raise NotImplementedError
 
     def on_step_end(self, pipe, index: int, timestep, callback_kwargs: dict) -> dict:
-        if self.observed is None or index != self.step:
+        """diffusers' ``callback_on_step_end``: report step ``index`` to ``on_step`` as a :class:`StepRecord`."""
+        if self.observed is None or self.observed[0] != index:
             raise CompositionError(
-                f"{type(self.backbone).__name__}: the pipeline reported step {index} while step {self.step} was "
-                f"expected (or without a scheduler step); this diffusers version calls the transformer or the step "
-                f"callback differently from the one the plugin was written for. Pin the diffusers version the plugin "
-                f"lists in constraints.txt."
+                f"{type(self.backbone).__name__}: the pipeline reported step {index} without a scheduler step for it "
+                f"(expected step {self.step - 1}); this diffusers version calls the scheduler or the step callback "
+                f"differently from the one the plugin was written for. Pin the diffusers version in constraints.txt."
             )
-        sample, prediction = self.observed
-        record = StepRecord(index, self.steps, self.sigma(sample, sample.shape[0]), sample, prediction,
-                            callback_kwargs["latents"])
-        self.step, self.calls_in_step, self.observed = index + 1, 0, None
-        if self.on_step is not None:
-            self.on_step(record)
+        _, sample, prediction = self.observed
+        self.observed = None
+        self.on_step(StepRecord(index, self.steps, self.sigma(sample, sample.shape[0], index), sample, prediction,
+                                callback_kwargs["latents"]))
         return {}
 
 

@@ -403,6 +403,5 @@ class EasyAnimate(DiffusersBackbone):
             out = self.pipeline(height=h * self.spatial, width=w * self.spatial,
                                 num_frames=1 + (frames - 1) * self.temporal, num_inference_steps=steps,
                                 guidance_scale=guidance, generator=generator, output_type="latent",
-                                callback_on_step_end=injection.on_step_end,
-                                callback_on_step_end_tensor_inputs=["latents"], **kwargs, **pipeline_kwargs)
+                                **injection.callback, **kwargs, **pipeline_kwargs)
         return out.frames.to(batch.latents.dtype)

@@ -463,6 +463,5 @@ class Wan22TI2V(DiffusersBackbone):
             out = pipe(height=h * self.spatial, width=w * self.spatial, num_frames=1 + (frames - 1) * self.temporal,
                        num_inference_steps=steps, guidance_scale=guidance, generator=generator, output_type="latent",
                        max_sequence_length=self.config.max_sequence_length,
-                       callback_on_step_end=injection.on_step_end, callback_on_step_end_tensor_inputs=["latents"],
-                       **kwargs, **pipeline_kwargs)
+                       **injection.callback, **kwargs, **pipeline_kwargs)
         return out.frames.to(batch.latents.dtype)
