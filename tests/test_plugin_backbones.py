@@ -397,6 +397,22 @@ def test_generate_with_a_zero_adapter_equals_the_plain_diffusers_pipeline(plugin
     assert torch.equal(bare, upstream)  # the backbone alone runs the same pipeline
 
 
+def test_wan_text_to_video_matches_the_plain_wan_pipeline(cache_root):
+    from diffusers import WanPipeline
+
+    base = load(WAN, cache_root, first_frame=False)
+    model = ComposedModel(base, adapter(WAN, seed=1), GatedResidual(), base.default_objective())
+    raw = {"prompt": [PROMPT, "a robot arm reaches"], "action": torch.zeros(2, 9, 4)}
+    ours = model.generate(raw, steps=4, generator=torch.Generator().manual_seed(2))
+    pipe = WanPipeline.from_pretrained(str(pipeline_dir(cache_root, WAN)))
+    pipe.set_progress_bar_config(disable=True)
+    upstream = pipe(prompt=raw["prompt"], negative_prompt=["", ""], height=64, width=64, num_frames=9,
+                    num_inference_steps=4, guidance_scale=WAN.guidance, generator=torch.Generator().manual_seed(2),
+                    output_type="latent").frames
+    assert ours.shape == (2, 48, 3, 4, 4) and torch.equal(ours, upstream)
+    assert "first_frame" not in base.provides() and base.prepare_batch(clips()).loss_mask.all()
+
+
 @pytest.mark.parametrize("plugin", PLUGINS)
 def test_recorded_equals_unrecorded_and_forks_replay_their_prefix(plugin, cache_root):
     base = load(plugin, cache_root)

@@ -40,6 +40,7 @@ from workbench_easyanimate._bridge import (
     DiffusersBackbone,
     Injection,
     as_video,
+    batch_size_of,
     pipeline_directory,
     pool_to_latent_frames,
     prompts_from,
@@ -320,7 +321,7 @@ class EasyAnimate(DiffusersBackbone):
                 latents = self.encode(video)
                 has_target = True
             else:
-                batch_size = self._batch_size(raw)
+                batch_size = batch_size_of(raw, self.config.prompt_key)
                 frames = self._frames_from(raw)
                 s = self.card.sampling
                 height, width = int(raw.get("height", s.height)), int(raw.get("width", s.width))
@@ -344,15 +345,6 @@ class EasyAnimate(DiffusersBackbone):
             cond[f"{key}_frames"] = value
             per_frame |= {key, f"{key}_frames"}
         return Batch(latents=latents, cond=cond, per_frame=frozenset(per_frame), meta={"has_target": has_target})
-
-    def _batch_size(self, raw: Mapping[str, Any]) -> int:
-        for key in ("prompt_embeds", "action", "actions", *SIGNAL_KEYS):
-            if raw.get(key) is not None:
-                return int(torch.as_tensor(raw[key]).shape[0])
-        prompts = raw.get(self.config.prompt_key)
-        if isinstance(prompts, Sequence) and not isinstance(prompts, str):
-            return len(prompts)
-        return int(raw.get("batch_size", 1))
 
     def _frames_from(self, raw: Mapping[str, Any]) -> int:
         for key in ("action", "actions", *SIGNAL_KEYS):

@@ -98,6 +98,17 @@ def prompts_from(raw: Mapping[str, Any], key: str, default: str | None, template
     return [template.format(v) for v in value]
 
 
+def batch_size_of(raw: Mapping[str, Any], prompt_key: str) -> int:
+    """How many clips a generation request without video asks for (signals, embeddings or prompts; else 1)."""
+    for key in ("prompt_embeds", "action", "actions", *SIGNAL_KEYS):
+        if raw.get(key) is not None:
+            return int(torch.as_tensor(raw[key]).shape[0])
+    prompts = raw.get(prompt_key)
+    if isinstance(prompts, Sequence) and not isinstance(prompts, str):
+        return len(prompts)
+    return int(raw.get("batch_size", 1))
+
+
 class _PipelineCall:
     """One transformer call made by the pipeline, evaluated at most once and only if asked for.
 

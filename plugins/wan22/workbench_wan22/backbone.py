@@ -42,6 +42,7 @@ from workbench_wan22._bridge import (
     DiffusersBackbone,
     Injection,
     as_video,
+    batch_size_of,
     pipeline_directory,
     pool_to_latent_frames,
     prompts_from,
@@ -328,7 +329,8 @@ class Wan22TI2V(DiffusersBackbone):
 
         ``raw`` holds ``"video"`` ``(B, 3, T, H, W)`` in [-1, 1] (or uint8 ``(B, T, H, W, 3)``) for
         training, or only ``"image"`` ``(B, 3, H, W)`` plus ``"frames"`` (or per-frame signals) for
-        generation; text as ``"prompt"`` (or the configured ``prompt_key``), precomputed
+        generation (text-to-video, ``first_frame: false``: ``"frames"`` / ``"height"`` / ``"width"``,
+        default the card's); text as ``"prompt"`` (or the configured ``prompt_key``), precomputed
         ``"prompt_embeds"`` ``(B, L, 4096)``, or the config's default prompt; per-frame ``"action"``
         (or ``"actions"``), ``"proprio"``, ``"ee_pos"`` ``(B, T, D)``.
 
@@ -359,9 +361,18 @@ class Wan22TI2V(DiffusersBackbone):
                          image.shape[2] // self.spatial, image.shape[3] // self.spatial)
                 latents = torch.zeros(shape, device=device)
                 has_target = False
+            elif not self.config.first_frame:  # text-to-video generation: the size comes from the request
+                batch_size = batch_size_of(raw, self.config.prompt_key)
+                frames, s = self._frames_from(raw), self.card.sampling
+                height, width = int(raw.get("height", s.height)), int(raw.get("width", s.width))
+                self._check_frames((frames, height, width), "generation size")
+                shape = (batch_size, self.vae.config.z_dim, (frames - 1) // self.temporal + 1, height // self.spatial,
+                         width // self.spatial)
+                latents, image, has_target = torch.zeros(shape, device=device), None, False
             else:
-                raise DataError(f"wan22_ti2v.prepare_batch needs 'video' (B, 3, T, H, W) or 'image' (B, 3, H, W); "
-                                f"got keys {sorted(raw)}.")
+                raise DataError(f"wan22_ti2v.prepare_batch needs 'video' (B, 3, T, H, W), or 'image' (B, 3, H, W) to "
+                                f"generate from a first frame; got keys {sorted(raw)}. For text-to-video, build the "
+                                f"backbone with first_frame: false.")
             batch_size, frames = latents.shape[0], 1 + (latents.shape[2] - 1) * self.temporal
             cond: dict[str, Any] = self._text(raw, batch_size)
             if self.config.first_frame:
@@ -384,7 +395,8 @@ class Wan22TI2V(DiffusersBackbone):
         mask = torch.ones(batch_size, latents.shape[2], device=device)
         if self.config.first_frame:
             mask[:, 0] = 0  # the first latent frame is given, not predicted
-        cond["image"] = image  # the first frame's pixels, which the i2v pipeline encodes itself
+        if image is not None:
+            cond["image"] = image  # the first frame's pixels, which the i2v pipeline encodes itself
         return Batch(latents=latents, cond=cond, loss_mask=mask, per_frame=frozenset(per_frame),
                      meta={"has_target": has_target})
 
