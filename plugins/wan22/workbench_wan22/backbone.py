@@ -242,7 +242,7 @@ class Wan22TI2V(DiffusersBackbone):
         return FlowMatching(shift=self.card.sampling.shift or 1.0)
 
     def provides(self) -> tuple[str, ...]:
-        keys = ["prompt_embeds", "negative_prompt_embeds", "image"]
+        keys = ["prompt_embeds", "negative_prompt_embeds"]  # the batch's "image" is pipeline input, not a condition
         if self.config.first_frame:
             keys.append("first_frame")
         for key in SIGNAL_KEYS:
