@@ -93,7 +93,7 @@ def test_heavy_libraries_are_never_imported_at_module_level():
 
 # -- backbone plugins: public API only -------------------------------------------------------
 PLUGIN_API = {"workbench", "workbench.config", "workbench.errors", "workbench.inspect", "workbench.registry",
-              "workbench.adapters.latent_residual"}
+              "workbench.adapters.latent_residual", "workbench.backbones.diffusers_bridge"}
 
 
 def test_plugins_use_only_the_public_api():
