@@ -156,7 +156,7 @@ def test_missing_data_and_unusable_data():
         exp.fit(steps=1)
     with pytest.raises(DataError, match="must be an iterable of batch dicts or a dataset, got int"):
         exp.fit(3, steps=1)
-    with pytest.raises(DataError, match="needs 'video' \\(B, 3, T, H, W\\) or 'image'"):
+    with pytest.raises(DataError, match="needs 'video' \\(B, 3, T, H, W\\), 'latents' \\(B, C, T, h, w\\) or 'image'"):
         exp.fit([{"frames": torch.zeros(1)}], steps=1)
     with pytest.raises(DataError, match="ran out after 1 batches"):
         from conftest import raw_batch

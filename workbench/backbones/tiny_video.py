@@ -262,8 +262,9 @@ class TinyVideo(BaseVideoModel):
         """Raw data → :class:`Batch`.
 
         ``raw`` holds ``"video"`` ``(B, 3, T, H, W)`` in [-1, 1] (or uint8 ``(B, T, H, W, 3)``) for
-        training and evaluation, or only ``"image"`` ``(B, 3, H, W)`` (the first frame) for
-        generation. Per-frame ``"action"`` / ``"actions"``, ``"proprio"``, ``"ee_pos"``
+        training and evaluation — or ``"latents"`` ``(B, C, T, h, w)``, the video already encoded
+        by :meth:`encode` (see :meth:`encode_item`) — or only ``"image"`` ``(B, 3, H, W)`` (the
+        first frame) for generation. Per-frame ``"action"`` / ``"actions"``, ``"proprio"``, ``"ee_pos"``
         ``(B, T, D)`` pass through as conditions.
         """
         if isinstance(raw, Batch):
@@ -273,7 +274,10 @@ class TinyVideo(BaseVideoModel):
         device = self.device
         size = self.config.image_size
         with torch.no_grad():
-            if "video" in raw:
+            if "latents" in raw:
+                latents = self._check_latents(raw["latents"]).to(device)
+                video, frames, has_target = None, latents.shape[2], True
+            elif "video" in raw:
                 video = _as_video(raw["video"], "video").to(device)
                 frames = video.shape[2]
                 has_target = True
@@ -286,15 +290,16 @@ class TinyVideo(BaseVideoModel):
                 has_target = False
             else:
                 raise DataError(
-                    f"prepare_batch needs 'video' (B, 3, T, H, W) or 'image' (B, 3, H, W); got keys "
-                    f"{sorted(raw)}."
+                    f"prepare_batch needs 'video' (B, 3, T, H, W), 'latents' (B, C, T, h, w) or 'image' "
+                    f"(B, 3, H, W); got keys {sorted(raw)}."
                 )
-            if video.shape[-2:] != (size, size):
-                raise DataError(
-                    f"tiny_video was built for {size}x{size} frames, got {tuple(video.shape[-2:])}. "
-                    f"Resize the data or build with image_size={video.shape[-1]}."
-                )
-            latents = self.encode(video)
+            if video is not None:
+                if video.shape[-2:] != (size, size):
+                    raise DataError(
+                        f"tiny_video was built for {size}x{size} frames, got {tuple(video.shape[-2:])}. "
+                        f"Resize the data or build with image_size={video.shape[-1]}."
+                    )
+                latents = self.encode(video)
         cond: dict[str, Any] = {"first_frame": latents[:, :, 0]}
         for key in PER_FRAME_KEYS:
             value = raw.get(key, raw.get("actions") if key == "action" else None)
@@ -312,6 +317,26 @@ class TinyVideo(BaseVideoModel):
         return Batch(latents=latents, cond=cond, loss_mask=mask,
                      per_frame=frozenset(k for k in PER_FRAME_KEYS if k in cond),
                      meta={"has_target": has_target})
+
+    def _check_latents(self, value: Any) -> torch.Tensor:
+        latents = torch.as_tensor(value)
+        c = self.config
+        want = (c.latent_channels, c.image_size // c.downsample, c.image_size // c.downsample)
+        if latents.ndim != 5 or (latents.shape[1], *latents.shape[3:]) != want or not latents.is_floating_point():
+            raise DataError(
+                f"'latents' must be float (B, {want[0]}, T, {want[1]}, {want[2]}) as tiny_video.encode returns, got "
+                f"{tuple(latents.shape)} {latents.dtype}. Pass 'video' instead to have them encoded."
+            )
+        return latents.to(self.dtype)
+
+    def encode_item(self, item: Mapping[str, Any]) -> dict[str, Any] | None:
+        """A dataset item with ``"video"`` (``(3, T, H, W)`` or uint8 ``(T, H, W, 3)``) replaced by its latents."""
+        if "video" not in item:
+            return None
+        video = _as_video(torch.as_tensor(item["video"])[None], "video").to(self.device)
+        with torch.no_grad():
+            latents = self.encode(video)[0].cpu()  # (C, T, h, w)
+        return {**{k: v for k, v in item.items() if k != "video"}, "latents": latents}
 
     def _frames_from(self, raw: Mapping[str, Any]) -> int:
         for key in ("action", "actions", *PER_FRAME_KEYS):

@@ -66,6 +66,15 @@ class BaseVideoModel(nn.Module):
         """The frozen model's prediction at ``x_t`` (``t`` in the objective's units, ``(B,)``)."""
         raise NotImplementedError
 
+    def encode_item(self, item: Mapping[str, Any]) -> dict[str, Any] | None:
+        """One raw dataset item with the frozen base's work done ahead, or ``None`` if there is none.
+
+        Returns the item with its heavy, frozen part replaced by what :meth:`prepare_batch`
+        accepts instead after collation (e.g. ``"video"`` → ``"latents"``, on the CPU).
+        ``training.cache_latents`` calls it once per item and reuses the result.
+        """
+        return None
+
     def default_objective(self):
         """The objective this backbone was trained with (used when a config names none)."""
         raise NotImplementedError

@@ -38,6 +38,35 @@ class EpochSampler(Sampler):
         return max(0, self.n - self.start)
 
 
+class LatentCache(Dataset):
+    """``dataset`` with each item's frozen-base work (``base.encode_item``) done once, on first use.
+
+    Exact by construction: the base is frozen and deterministic, so an item's encoding never
+    changes. Lives in the training process (``num_workers`` must be 0).
+    """
+
+    def __init__(self, dataset: Dataset, base: Any):
+        self.dataset, self.base = dataset, base
+        self._items: dict[int, dict] = {}
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, i: int) -> dict:
+        i = i + len(self) if i < 0 else i
+        item = self._items.get(i)
+        if item is None:
+            item = self.base.encode_item(self.dataset[i])
+            if item is None:
+                raise DataError(
+                    f"training.cache_latents: {type(self.base).__name__}.encode_item has nothing to precompute for "
+                    f"items of {type(self.dataset).__name__} (it returned None). Set cache_latents: false, or give "
+                    f"the items the key the backbone encodes (e.g. 'video')."
+                )
+            self._items[i] = item
+        return item
+
+
 def is_map_dataset(source: Any) -> bool:
     return isinstance(source, Dataset) and hasattr(source, "__len__") and not isinstance(source, DataLoader)
 

@@ -30,7 +30,7 @@ from workbench.core.objectives import Objective
 from workbench.errors import CallbackError, CheckpointError, CompositionError, ConfigError, NonFiniteLossError
 from workbench.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from workbench.train.config import ExperimentConfig, TrainingConfig, experiment_to_dict, load_yaml
-from workbench.train.data import DataStream
+from workbench.train.data import DataStream, LatentCache, is_map_dataset
 
 HOOKS = ("on_fit_start", "on_step_start", "on_after_backward", "on_step_end", "on_eval", "on_fit_end")
 
@@ -122,6 +122,7 @@ class AdapterExperiment:
         self._config = config
         self._stream: DataStream | None = None
         self._data_state: dict | None = None
+        self._latent_caches: list[tuple[Any, LatentCache]] = []
         self.callbacks: list[Callback] = list(callbacks)
         if t.checkpoint_every:
             from workbench.train.callbacks import Checkpoint
@@ -175,11 +176,23 @@ class AdapterExperiment:
         block = self._config.data
         return build("dataset", block["type"], block.get("config"), where="data")
 
+    def _cached(self, data: Any) -> Any:
+        """``data`` behind its latent cache when ``training.cache_latents`` is on (one cache per dataset)."""
+        if not self.training.cache_latents or not is_map_dataset(data):
+            return data
+        for source, cache in self._latent_caches:
+            if source is data:
+                return cache
+        cache = LatentCache(data, self.model.base)
+        self._latent_caches.append((data, cache))
+        return cache
+
     def _stream_for(self, data: Any) -> DataStream:
         if data is None:
             if self._stream is not None:
                 return self._stream
             data = self.default_data()
+        data = self._cached(data)
         if self._stream is not None and self._stream.source is data:
             return self._stream
         t = self.training
@@ -344,7 +357,7 @@ class AdapterExperiment:
     @torch.no_grad()
     def evaluate(self, data: Any, batches: int = 4, seed: int = 0) -> dict[str, float]:
         """Mean adapted and base-only loss over ``batches`` batches, on fixed noise draws."""
-        stream = DataStream(data, batch_size=self.training.batch_size, seed=seed, shuffle=False,
+        stream = DataStream(self._cached(data), batch_size=self.training.batch_size, seed=seed, shuffle=False,
                             num_workers=self.training.num_workers)
         was = self.model.training
         self.model.train(False)
