@@ -214,8 +214,8 @@ def build_experiment(cfg: DemoConfig, run_dir: Path):
         "adapter": cfg.adapter,
         "composer": cfg.composer,
         "training": {"steps": cfg.steps, "learning_rate": cfg.learning_rate, "batch_size": cfg.batch_size,
-                     "warmup_steps": min(50, max(1, cfg.steps // 10)), "sync_every": 10, "seed": cfg.seed,
-                     "output_dir": str(run_dir)},
+                     "warmup_steps": min(50, max(1, cfg.steps // 10)), "schedule": "cosine", "min_lr_ratio": 0.1,
+                     "cache_latents": True, "sync_every": 10, "seed": cfg.seed, "output_dir": str(run_dir)},
         "data": {"type": "metaworld", "config": {"path": "sample", "window": 16, "stride": 4, "split": "train"}},
         **({"objective": cfg.objective} if cfg.objective else {}),
     })
