@@ -173,9 +173,9 @@ def test_stepper_state_caches_pictures_and_forks_side_by_side(traj, model):
     state = StepperState(traj)
     state.seek(2)
     calls = BaseCalls(model)
-    first = state.panels()
-    state.set_frame(3)
+    first = state.panels()  # the last frame by default
     state.set_frame(0)
+    state.set_frame(3)
     assert calls.count == 0  # scrubbing frames reuses the cached pictures
     assert np.array_equal(state.panels()[0].image, first[0].image)
     fork = state.fork_here(cond={"action": torch.full((4, 4), 0.9)})
@@ -183,7 +183,9 @@ def test_stepper_state_caches_pictures_and_forks_side_by_side(traj, model):
     assert torch.equal(fork[1].x_t, traj[1].x_t)
     panels = state.panels()
     assert [p.title for p in panels] == [traj.label, fork.label]
-    assert "step 2 of 4" in state.caption() and "frame 0 (given)" in state.caption()
+    assert state.caption() == "x0 estimate · step 2 of 4 · noise level 0.50 · frame 3"
+    state.set_frame(0)
+    assert state.caption().endswith("frame 0 (given)")
     with pytest.raises(InspectError, match="only forks"):
         state.remove_branch(0)
     state.remove_branch(1)

@@ -137,8 +137,9 @@ class ViewImage:
 
 
 def _limit(values: np.ndarray) -> float:
+    """The symmetric colour range of a signed map: its largest magnitude (1 for an all-zero map)."""
     peak = float(np.abs(values).max()) if values.size else 0.0
-    return peak if peak > 1e-8 else 1e-8
+    return peak if peak > 0 else 1.0
 
 
 def render_float(base: Any, latents: torch.Tensor, decode: str = "preview", index: int = 0) -> np.ndarray:
@@ -290,6 +291,7 @@ def view_image(traj: Trajectory, step: int, view: str, decode: str = "preview", 
 class StepperState:
     """Where a step-through view is: which step, frame, view and decode, and which branches.
 
+    ``frame`` defaults to the last frame (where a predicted video has moved furthest).
     ``branches[0]`` is the trajectory given; :meth:`fork_here` adds forks of it (or of another
     branch), shown side by side. Pictures are cached per (branch, step, view, decode), so
     scrubbing back and forth or moving the frame does not recompute them.
@@ -298,7 +300,7 @@ class StepperState:
     CACHE_SIZE = 64
 
     def __init__(self, trajectory: Trajectory, view: str = "x0", decode: str = "preview", index: int = 0,
-                 frame: int = 0):
+                 frame: int | None = None):
         if not isinstance(trajectory, Trajectory):
             raise InspectError(f"StepperState needs a Trajectory (exp.sample(...) returns one), got "
                                f"{type(trajectory).__name__}.")
@@ -316,7 +318,7 @@ class StepperState:
         self.step = trajectory.position if trajectory.position in trajectory.stored else trajectory.stored[0]
         self._cache: OrderedDict[tuple, ViewImage] = OrderedDict()
         self.frame = 0
-        self.set_frame(frame)
+        self.set_frame(self.frames - 1 if frame is None else frame)  # default: the last frame
 
     # -- navigation ------------------------------------------------------------------------
     @property
@@ -435,8 +437,8 @@ class StepperState:
         """A one-line summary (the view's plain-text form)."""
         noise = float(self.trajectory.noise_levels[self.step])
         names = ", ".join(b.label for b in self.branches)
-        return (f"step {self.step}/{self.trajectory.steps} (noise {noise:.2f}), frame {self.frame}/{self.frames}, "
-                f"view {self.view}, {self.decode} decode; branches: {names}")
+        return (f"step {self.step} of {self.trajectory.steps} (noise {noise:.2f}), frame {self.frame} of "
+                f"{self.frames}, view {self.view}, {self.decode} decode; branches: {names}")
 
 
 __all__ = ["VIEWS", "VIEW_LABELS", "Panel", "StepperState", "ViewImage", "condition_plots", "effective_gate_map",

@@ -34,7 +34,7 @@ class AblationSliders(View):
         self.step_slider = widgets.SelectionSlider(options=steps, value=self.state.step, description="step",
                                                    continuous_update=False, layout=widgets.Layout(width="340px"))
         frames = len(self.state.images()[0])
-        first = frame if frame is not None else min(frames - 1, frames // 2)
+        first = frame if frame is not None else frames - 1  # the last frame: where actions have acted longest
         self.frame_slider = widgets.IntSlider(value=first, min=0, max=frames - 1, description="frame",
                                               continuous_update=False, layout=widgets.Layout(width="340px"))
         self.sliders = ConditionSliders(self.state.edit, index=index, dim_names=dim_names, on_change=self.refresh)

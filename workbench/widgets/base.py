@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import time
 from typing import Any
 
@@ -22,7 +23,8 @@ class View(widgets.VBox):
 
     def __init__(self, children: tuple = (), **kwargs: Any):
         super().__init__(children=children, **kwargs)
-        self.image = widgets.Image(format="png")
+        # natural size (not stretched to the container's width), shrunk only if it would not fit
+        self.image = widgets.Image(format="png", layout=widgets.Layout(align_self="flex-start", max_width="100%"))
         self.last_render_seconds: float | None = None  # logic + drawing of the last picture
         self._handles: list[Any] = []
 
@@ -45,8 +47,8 @@ class View(widgets.VBox):
     def _repr_mimebundle_(self, **kwargs: Any) -> dict:
         data = super()._repr_mimebundle_(**kwargs) or {}
         data["text/plain"] = repr(self)
-        if self.image.value:
-            data["image/png"] = self.image.value
+        if self.image.value:  # the display protocol carries images as base64 text
+            data["image/png"] = base64.b64encode(self.image.value).decode("ascii")
         return data
 
     def _ipython_display_(self) -> None:

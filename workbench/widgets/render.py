@@ -78,6 +78,16 @@ def _draw_panel(ax, panel: Panel):
     return ax.imshow(panel.image, cmap=colormap(panel.cmap), vmin=lo, vmax=hi, interpolation="nearest")
 
 
+def _colorbar(fig, mappable, axes, label: str):
+    """A labelled colour bar whose ticks carry their own magnitude (no separate "1e-5" offset)."""
+    from matplotlib.ticker import FuncFormatter
+
+    bar = fig.colorbar(mappable, ax=axes, shrink=0.85, pad=0.02, format=FuncFormatter(lambda v, _: f"{v:.2g}"))
+    bar.set_label(label, fontsize=LABEL_SIZE - 1)
+    bar.ax.tick_params(labelsize=LABEL_SIZE - 2)
+    return bar
+
+
 def panels_figure(panels: Sequence[Panel], title: str | None = None, panel_inches: float = PANEL_INCHES):
     """A row of pictures (e.g. the branches of a step, or recorded | edited | difference).
 
@@ -100,9 +110,7 @@ def panels_figure(panels: Sequence[Panel], title: str | None = None, panel_inche
             entry = bars.setdefault(key, (mappable, [], panel.label))
             entry[1].append(ax)
     for mappable, axs, label in bars.values():
-        bar = fig.colorbar(mappable, ax=axs, shrink=0.85, pad=0.02)
-        bar.set_label(label, fontsize=LABEL_SIZE - 1)
-        bar.ax.tick_params(labelsize=LABEL_SIZE - 2)
+        _colorbar(fig, mappable, axs, label)
     if title:
         fig.suptitle(title, fontsize=TITLE_SIZE + 1)
     return fig
@@ -188,10 +196,7 @@ def gates_figure(levels: Sequence[float], weight: Sequence[float], history: Mapp
         ax.text(0.5, 0.5, "no training history\n(gated composers record it every 10 steps)", transform=ax.transAxes,
                 ha="center", va="center", color="0.4", fontsize=LABEL_SIZE - 1)
     if gate_map is not None:
-        mappable = _draw_panel(axes[2], gate_map)
-        bar = fig.colorbar(mappable, ax=axes[2], shrink=0.85, pad=0.02)
-        bar.set_label(gate_map.label, fontsize=LABEL_SIZE - 1)
-        bar.ax.tick_params(labelsize=LABEL_SIZE - 2)
+        _colorbar(fig, _draw_panel(axes[2], gate_map), axes[2], gate_map.label)
     return fig
 
 
@@ -219,9 +224,7 @@ def sensitivity_figure(levels: Sequence[float], values: np.ndarray, swap_gap: Ma
     for (i, d), v in np.ndenumerate(values):
         ax.text(d, i, f"{v:.3f}", ha="center", va="center", fontsize=LABEL_SIZE - 3,
                 color="black" if v > 0.6 * top else "white")
-    bar = fig.colorbar(im, ax=ax, shrink=0.85, pad=0.02)
-    bar.set_label(f"RMS change of the {what}\nper unit of action", fontsize=LABEL_SIZE - 1)
-    bar.ax.tick_params(labelsize=LABEL_SIZE - 2)
+    _colorbar(fig, im, ax, f"RMS change of the {what}\nper unit of action")
     ax = fig.add_subplot(grid[1])
     ax.plot(levels, swap_gap["x0"], "o-", color="#b2182b", label="swap gap, x0 estimate")
     ax.plot(levels, swap_gap["adapter"], "s--", color="#2166ac", label="swap gap, adapter output")

@@ -32,10 +32,11 @@ class Stepper(View):
     """
 
     def __init__(self, trajectory: Trajectory, view: str = "x0", decode: str = "preview", index: int = 0,
-                 condition: str | None = "action", dim_names: Sequence[str] | None = None, interval: int = 500,
+                 frame: int | None = None, condition: str | None = "action", dim_names: Sequence[str] | None = None,
+                 interval: int = 500,
                  export_path: str | Path = "outputs/stepper.mp4"):
         super().__init__()
-        self.state = StepperState(trajectory, view=view, decode=decode, index=index)
+        self.state = StepperState(trajectory, view=view, decode=decode, index=index, frame=frame)
         steps = self.state.steps
         self.add_class("workbench-stepper")
         self.image.add_class("workbench-stepper-image")
@@ -49,7 +50,8 @@ class Stepper(View):
         widgets.link((self.play, "value"), (self.step_slider, "value"))
         self.back_button = button("back", "previous stored step", icon="step-backward")
         self.forward_button = button("step", "next stored step", icon="step-forward")
-        self.frame_slider = widgets.IntSlider(value=0, min=0, max=self.state.frames - 1, description="frame",
+        self.frame_slider = widgets.IntSlider(value=self.state.frame, min=0, max=self.state.frames - 1,
+                                              description="frame",
                                               continuous_update=False, layout=widgets.Layout(width="320px"))
         self.frame_slider.add_class("workbench-frame-slider")
         self.view_select = widgets.Dropdown(options=[(VIEW_LABELS[v], v) for v in VIEWS], value=self.state.view,
