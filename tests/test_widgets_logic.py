@@ -405,3 +405,14 @@ def test_gate_history_of_an_experiment():
     exp.fit(DATA, steps=10, progress=False)
     history = find_gate_history(exp)
     assert list(history["step"]) == [10.0] and "gate_mean" in history
+
+
+def test_compare_views_and_watch_a_view_over_steps(traj):
+    state = StepperState(traj)
+    panels = state.compare(("x_t", "x0", "base", "adapter-base"), step=2, frame=3)
+    assert [p.title for p in panels] == ["x_t (noisy input)", "x0 estimate", "base alone (x0)",
+                                         "adapter − base (x0)"]
+    assert np.array_equal(panels[1].image, traj.frames(2)[3])
+    strip = state.over_steps([0, 1, 3], view="adapter-base", frame=2)
+    assert [p.title for p in strip] == ["step 0 · noise 1.00", "step 1 · noise 0.75", "step 3 · noise 0.25"]
+    assert len({p.limit for p in strip}) == 1  # one colour range along the strip

@@ -382,6 +382,33 @@ class StepperState:
         limit = max(im.limit for im in images)
         return [im.frame(min(self.frame, len(im) - 1), limit) for im in images]
 
+    def compare(self, views: Sequence[str] = ("x_t", "x0", "base", "adapter-base"), step: int | None = None,
+                frame: int | None = None, branch: int = 0) -> list[Panel]:
+        """Several views of one step and frame side by side, each titled by what it shows."""
+        step = self.step if step is None else self.branches[branch][step].index
+        frame = self.frame if frame is None else frame
+        out = []
+        for view in views:
+            image = self.view_image(branch, step, view)
+            panel = image.frame(min(frame, len(image) - 1))
+            panel.title = VIEW_LABELS[normalise_view(view)]
+            out.append(panel)
+        return out
+
+    def over_steps(self, steps: Sequence[int], view: str | None = None, frame: int | None = None,
+                   branch: int = 0) -> list[Panel]:
+        """One view of one frame at several steps (e.g. how the x0 estimate sharpens), titled by step."""
+        frame = self.frame if frame is None else frame
+        traj, out = self.branches[branch], []
+        images = [self.view_image(branch, traj[s].index, view) for s in steps]
+        limit = max(im.limit for im in images)
+        for s, image in zip(steps, images):
+            panel = image.frame(min(frame, len(image) - 1), limit)
+            k = traj[s].index
+            panel.title = f"step {k} · noise {float(traj.noise_levels[k]):.2f}"
+            out.append(panel)
+        return out
+
     def caption(self) -> str:
         """What the panels show: view, step, noise level and frame."""
         image = self.view_image(0)

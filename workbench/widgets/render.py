@@ -116,6 +116,49 @@ def panels_figure(panels: Sequence[Panel], title: str | None = None, panel_inche
     return fig
 
 
+def filmstrip(videos: Mapping[str, np.ndarray], frames: Sequence[int], fps: float | None = None,
+              frame_inches: float = 1.5, title: str | None = None):
+    """Rows of videos (uint8 ``[T, H, W, 3]`` each, labelled by their key) at chosen ``frames``.
+
+    Columns are titled by frame index (and time in seconds when ``fps`` is given), e.g. truth
+    and predictions of the same clip one above the other.
+    """
+    rows, cols = len(videos), len(frames)
+    fig = _figure(frame_inches * cols + 1.2, frame_inches * rows + 0.3 + (0.3 if title else 0))
+    axes = np.asarray(fig.subplots(rows, cols, squeeze=False))
+    for r, (label, video) in enumerate(videos.items()):
+        for c, f in enumerate(frames):
+            ax = axes[r, c]
+            ax.imshow(video[min(f, len(video) - 1)], interpolation="nearest")
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if r == 0:
+                ax.set_title(f"frame {f}" + (f" ({f / fps:.2f} s)" if fps else ""), fontsize=TITLE_SIZE)
+            if c == 0:
+                ax.set_ylabel(label, fontsize=LABEL_SIZE)
+    if title:
+        fig.suptitle(title, fontsize=TITLE_SIZE + 1)
+    return fig
+
+
+def curves_figure(x: Sequence[float], curves: Mapping[str, Sequence[float]], xlabel: str, ylabel: str,
+                  title: str = "", band: tuple[float, float] | None = None, band_label: str = ""):
+    """Lines over a shared x (e.g. losses per noise level), with an optional shaded band."""
+    fig = _figure(5.6, 3.3)
+    ax = fig.subplots()
+    if band is not None:
+        ax.axvspan(band[0], band[1], color="#f4d7a8", alpha=0.6, lw=0, label=band_label or None)
+    styles = ["o-", "s--", "^:", "d-."]
+    for i, (label, values) in enumerate(curves.items()):
+        ax.plot(x, values, styles[i % len(styles)], ms=4, label=label)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=TITLE_SIZE + 1)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=LABEL_SIZE - 1, loc="best")
+    return fig
+
+
 def message_figure(text: str, width: float = 4.0, height: float = 1.0):
     """A small figure that only says ``text`` (e.g. nothing to show yet)."""
     fig = _figure(width, height)
@@ -309,6 +352,6 @@ def condition_table_text(rows: Sequence[Mapping[str, Any]], columns: Sequence[st
     return "\n".join("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in cells)
 
 
-__all__ = ["colormap", "condition_figure", "condition_table_html", "condition_table_text", "figure_array",
-           "figure_png", "gates_figure", "loss_figure", "message_figure", "panels_figure", "png_array",
-           "sensitivity_figure"]
+__all__ = ["colormap", "condition_figure", "condition_table_html", "condition_table_text", "curves_figure",
+           "figure_array", "figure_png", "filmstrip", "gates_figure", "loss_figure", "message_figure",
+           "panels_figure", "png_array", "sensitivity_figure"]
