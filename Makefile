@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export OMP_NUM_THREADS ?= 1
 export MUJOCO_GL ?= egl
 
-.PHONY: demo test lint bench install clean sysdeps browser lab
+.PHONY: demo test lint bench install clean sysdeps browser lab notebooks
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,10 @@ test: sysdeps browser $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+
+# Re-execute the numbered notebooks and store their outputs (then `make test` compares against them).
+notebooks: $(STAMP)
+	$(PY) notebooks/execute.py
 
 # JupyterLab on the notebooks (as root it needs --allow-root; the news toast is switched off).
 LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings
