@@ -416,3 +416,14 @@ def test_compare_views_and_watch_a_view_over_steps(traj):
     strip = state.over_steps([0, 1, 3], view="adapter-base", frame=2)
     assert [p.title for p in strip] == ["step 0 · noise 1.00", "step 1 · noise 0.75", "step 3 · noise 0.25"]
     assert len({p.limit for p in strip}) == 1  # one colour range along the strip
+
+
+def test_views_follow_what_the_trajectory_stored(model):
+    from workbench.inspect import StoragePolicy
+
+    traj = record(model, model.base.prepare_batch(raw_batch()), steps=2, seed=0,
+                  storage=StoragePolicy(fields=("x0", "adapter")))
+    state = StepperState(traj)
+    assert state.views == ("x0", "adapter", "gate")
+    with pytest.raises(InspectError, match="view='base' needs the fields x_t, base.*available views: x0, adapter, gate"):
+        state.set_view("base")

@@ -59,6 +59,15 @@ _VIEW_ALIASES = {"adapter - base": "adapter-base", "adapter − base": "adapter-
 Kind = Literal["rgb", "signed", "gate"]
 
 
+_NEEDS = {"x_t": ("x_t",), "x0": ("x0",), "base": ("x_t", "base"), "adapter": ("adapter",),
+          "composed": ("composed",), "adapter-base": ("x_t", "base", "composed"), "gate": ()}
+
+
+def available_views(traj: Trajectory) -> tuple[str, ...]:
+    """The views this trajectory's stored fields allow (``StoragePolicy.fields`` may keep fewer)."""
+    return tuple(v for v in VIEWS if set(_NEEDS[v]) <= set(traj.storage.fields))
+
+
 def normalise_view(view: str) -> str:
     """The canonical name of ``view`` (``"adapter − base"`` → ``"adapter-base"``), checked."""
     view = _VIEW_ALIASES.get(view, view) if isinstance(view, str) else view
@@ -312,7 +321,8 @@ class StepperState:
             raise InspectError(f"index={index!r} is not a batch element; this batch has {b} (0..{b - 1}).")
         self.branches: list[Trajectory] = [trajectory]
         self.index = index
-        self.view = normalise_view(view)
+        self.view = "gate"
+        self.set_view(view)
         check_choice(decode, DECODES, "decode")
         self.decode = decode
         self.step = trajectory.position if trajectory.position in trajectory.stored else trajectory.stored[0]
@@ -353,8 +363,18 @@ class StepperState:
         return self.frame
 
     def set_view(self, view: str) -> str:
-        self.view = normalise_view(view)
+        view = normalise_view(view)
+        if view not in self.views:
+            raise InspectError(f"view={view!r} needs the fields {', '.join(_NEEDS[view])}, which this trajectory did "
+                               f"not store (StoragePolicy fields={self.trajectory.storage.fields}); available views: "
+                               f"{', '.join(self.views)}.")
+        self.view = view
         return self.view
+
+    @property
+    def views(self) -> tuple[str, ...]:
+        """The views the first trajectory's stored fields allow."""
+        return available_views(self.trajectory)
 
     def set_decode(self, decode: str) -> str:
         check_choice(decode, DECODES, "decode", "Use 'preview' (fast, linear) or 'full' (the backbone's decoder).")
@@ -468,5 +488,6 @@ class StepperState:
                 f"{self.frames}, view {self.view}, {self.decode} decode; branches: {names}")
 
 
-__all__ = ["VIEWS", "VIEW_LABELS", "Panel", "StepperState", "ViewImage", "condition_plots", "effective_gate_map",
+__all__ = ["VIEWS", "VIEW_LABELS", "Panel", "StepperState", "ViewImage", "available_views", "condition_plots",
+           "effective_gate_map",
            "find_gate_history", "normalise_view", "render_float", "view_image"]

@@ -11,7 +11,7 @@ import ipywidgets as widgets
 from workbench.inspect.ablation import ConditionEdit
 from workbench.inspect.common import condition_keys
 from workbench.inspect.trajectory import Trajectory
-from workbench.inspect.views import VIEW_LABELS, VIEWS, StepperState
+from workbench.inspect.views import VIEW_LABELS, StepperState
 from workbench.widgets import render
 from workbench.widgets.base import View, button, status_line
 from workbench.widgets.controls import ConditionSliders
@@ -54,7 +54,8 @@ class Stepper(View):
                                               description="frame",
                                               continuous_update=False, layout=widgets.Layout(width="320px"))
         self.frame_slider.add_class("workbench-frame-slider")
-        self.view_select = widgets.Dropdown(options=[(VIEW_LABELS[v], v) for v in VIEWS], value=self.state.view,
+        self.view_select = widgets.Dropdown(options=[(VIEW_LABELS[v], v) for v in self.state.views],
+                                            value=self.state.view,
                                             description="view", layout=widgets.Layout(width="260px"))
         self.decode_select = widgets.ToggleButtons(options=[("preview", "preview"), ("full decode", "full")],
                                                    value=self.state.decode, style={"button_width": "90px"})
