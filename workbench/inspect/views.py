@@ -210,7 +210,7 @@ def condition_plots(model_or_adapter: Any, raw_or_batch: Mapping[str, Any] | Bat
 
     Returns ``{name: {"kind", "title", "values"}}`` for clip ``index``: ``"series"`` (per-frame
     values ``[T, D]``), ``"vector"`` (``[D]``), ``"image"`` (a latent frame ``(C, h, w)`` through
-    the backbone's preview, uint8 ``[H, W, 3]``, when a ``ComposedModel`` is given; otherwise
+    the backbone's decoder, uint8 ``[H, W, 3]``, when a ``ComposedModel`` is given; otherwise
     the channel mean as a grey picture), ``"missing"`` (an absent optional condition, with a
     ``note``). ``step=k`` shows training step ``k``'s view (dropout included, in train mode).
     """
@@ -240,7 +240,7 @@ def condition_plots(model_or_adapter: Any, raw_or_batch: Mapping[str, Any] | Bat
             image = None
             if model is not None:
                 try:  # a latent frame of the backbone: its preview
-                    image = _uint8(render_float(model.base, v[None, :, None].to(value.dtype)))[0]
+                    image = _uint8(render_float(model.base, v[None, :, None].to(value.dtype), "full"))[0]
                 except InspectError:  # not shaped like the backbone's latents
                     image = None
             if image is None:

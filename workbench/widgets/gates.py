@@ -25,19 +25,21 @@ class Gates(View):
     ``batch``, ``RMS(composed - base) / RMS(adapter)`` on one noise draw; without, the composer
     probed on its own), with a ``NoiseGated`` band shaded. Middle: the gate values the
     composer's ``GateStatistics`` callback recorded over training (when an experiment is given).
-    Right: the effective gate map at a chosen step and frame of ``trajectory``.
+    Right: the effective gate map at a chosen step and frame of ``trajectory``. ``history``:
+    gate rows (``gate_history`` columns) to plot instead of the experiment's own.
 
     >>> Gates(exp, batch=raw, trajectory=traj)
     """
 
     def __init__(self, source: Any, batch: Any = None, trajectory: Trajectory | None = None,
-                 levels: Sequence[float] = DEFAULT_LEVELS, index: int = 0, step: int | None = None):
+                 levels: Sequence[float] = DEFAULT_LEVELS, index: int = 0, step: int | None = None,
+                 history: Any = None):
         super().__init__()
         model = source if isinstance(source, ComposedModel) else getattr(source, "model", None)
         if not isinstance(model, ComposedModel):
             raise InspectError(f"Gates needs an AdapterExperiment or a ComposedModel, got {type(source).__name__}.")
         self.source, self.model, self.batch, self.levels = source, model, batch, tuple(levels)
-        self.trajectory, self.index = trajectory, index
+        self.trajectory, self.index, self._history = trajectory, index, history
         self.add_class("workbench-gates")
         self.recompute_button = button("recompute", "probe the composer again (after more training)", icon="refresh")
         self.recompute_button.on_click(lambda _: self.recompute())
@@ -67,7 +69,7 @@ class Gates(View):
     def recompute(self) -> None:
         """Probe the composer again and re-read the training history."""
         self.rows = gate_statistics(self.model, self.levels, batch=self.batch)
-        self.history = find_gate_history(self.source)
+        self.history = self._history if self._history is not None else find_gate_history(self.source)
         self.refresh()
 
     @property
@@ -80,7 +82,11 @@ class Gates(View):
             panel = None
             if self.trajectory is not None:
                 image = view_image(self.trajectory, self.step_slider.value, "gate", index=self.index)
-                panel = image.frame(min(self.frame_slider.value, len(image) - 1))
+                frame = min(self.frame_slider.value, len(image) - 1)
+                panel = image.frame(frame)
+                rec = self.trajectory[self.step_slider.value]
+                panel.title = (f"gate map · step {rec.index} of {rec.steps}\nnoise level "
+                               f"{float(rec.noise_level[0]):.2f} · {image.frame_name(frame)}")
             self.show(render.gates_figure(self.levels, self.weight, self.history, panel, self.band))
 
         self.timed(draw)

@@ -265,7 +265,7 @@ def sensitivity_figure(levels: Sequence[float], values: np.ndarray, swap_gap: Ma
     what = "x0 estimate" if quantity == "x0" else "adapter output"
     ax.set_title(f"sensitivity of the {what}", fontsize=TITLE_SIZE + 1)
     for (i, d), v in np.ndenumerate(values):
-        ax.text(d, i, f"{v:.3f}", ha="center", va="center", fontsize=LABEL_SIZE - 3,
+        ax.text(d, i, f"{v:.2g}", ha="center", va="center", fontsize=LABEL_SIZE - 3,
                 color="black" if v > 0.6 * top else "white")
     _colorbar(fig, im, ax, f"RMS change of the {what}\nper unit of action")
     ax = fig.add_subplot(grid[1])
