@@ -13,8 +13,11 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 
-$(STAMP): $(PY) pyproject.toml constraints.txt
-	$(PY) -m pip install --quiet -c constraints.txt -e ".[data,widgets,dev]"
+# The diffusers-native backbone plugins install next to the core, each its own distribution.
+PLUGINS := plugins/wan22 plugins/easyanimate
+
+$(STAMP): $(PY) pyproject.toml constraints.txt $(addsuffix /pyproject.toml,$(PLUGINS))
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[data,widgets,dev,diffusers]" $(addprefix -e ,$(PLUGINS))
 	@touch $(STAMP)
 
 install: $(STAMP)

@@ -115,3 +115,17 @@ def test_nothing_imports_the_widgets_package():
             if name == "workbench.widgets" or name.startswith("workbench.widgets."):
                 offenders.append(f"{path.relative_to(ROOT)} imports {name}")
     assert offenders == []
+
+
+# -- backbone plugins: public API only -------------------------------------------------------
+PLUGIN_API = {"workbench", "workbench.config", "workbench.errors", "workbench.inspect", "workbench.registry",
+              "workbench.adapters.latent_residual"}
+
+
+def test_plugins_use_only_the_public_api():
+    offenders = []
+    for path in (ROOT / "plugins").rglob("*.py"):
+        for name in imported_modules(path):
+            if name.split(".")[0] == "workbench" and name not in PLUGIN_API:
+                offenders.append(f"{path.relative_to(ROOT)} imports {name}")
+    assert offenders == []

@@ -14,6 +14,10 @@ them); otherwise data-free latents: standard normal, half white and half spatial
 scale of the sampler's own noise (and of clean latents under a normalised VAE). Data-free fits
 cover noisy ``x_t`` well; pass real frames for the sharpest clean-frame previews.
 
+A backbone whose VAE is causal in time (``T = 1 + r (T' - 1)``) says so with
+``causal_latents = True``; otherwise the layout is read off the decoded length, which cannot
+tell the two apart when both fit (3 latent frames decoding to 9 frames).
+
 Fits are cached per backbone identity (a hash of the decoder's weights and the config) in
 ``$WORKBENCH_CACHE/previews`` (default ``~/.cache/workbench``) as safetensors + JSON, so the
 second fit of the same backbone does not decode anything. Pixel-space backbones (3-channel
@@ -278,8 +282,12 @@ def decode_chunked(base: BaseVideoModel, latents: torch.Tensor, chunk_frames: in
     return parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)
 
 
-def _layout(z_shape: torch.Size, x_shape: torch.Size) -> tuple[int, int, bool]:
-    """``(d, r, causal)`` relating latents ``(N, C, T', h, w)`` to decoded video ``(N, 3, T, H, W)``."""
+def _layout(z_shape: torch.Size, x_shape: torch.Size, causal: bool | None = None) -> tuple[int, int, bool]:
+    """``(d, r, causal)`` relating latents ``(N, C, T', h, w)`` to decoded video ``(N, 3, T, H, W)``.
+
+    ``causal``: what the backbone declares (``causal_latents``); ``None`` infers it, preferring
+    ``r`` frames per latent frame when both readings fit (3 latent frames → 9 frames).
+    """
     _, _, lt, lh, lw = z_shape
     _, xc, xt, xh, xw = x_shape
     if xc != 3:
@@ -293,7 +301,7 @@ def _layout(z_shape: torch.Size, x_shape: torch.Size) -> tuple[int, int, bool]:
             f"Use decode='full' for this backbone."
         )
     d = xh // lh
-    if xt % lt == 0:
+    if xt % lt == 0 and not causal:
         return d, xt // lt, False
     if lt > 1 and (xt - 1) % (lt - 1) == 0:
         return d, (xt - 1) // (lt - 1), True
@@ -412,7 +420,7 @@ def fit_preview(base: BaseVideoModel, samples: Any = None, *, latent_shape: tupl
         return identity_preview(z.shape[1])
     video = torch.cat([decode_chunked(base, z[i:i + 1], chunk_frames) for i in range(z.shape[0])])
     z, video = z.detach().float().cpu(), video.detach().float().cpu()
-    d, r, causal = _layout(z.shape, video.shape)
+    d, r, causal = _layout(z.shape, video.shape, getattr(base, "causal_latents", None))
     fit_z, fit_x, test_z, test_x = z[:-held], video[:-held], z[-held:], video[-held:]
     if causal:
         weight_first, mean_first = _solve(fit_z[:, :, :1], fit_x[:, :, :1], d, 1)

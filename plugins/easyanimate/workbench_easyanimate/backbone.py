@@ -1,0 +1,399 @@
+"""``easyanimate``: EasyAnimate V5.1 text-to-video, delegated to diffusers' own ``EasyAnimatePipeline``.
+
+Nothing of EasyAnimate is re-implemented: the MagViT VAE (``AutoencoderKLMagvit``), the Qwen2-VL
+text encoder, the MMDiT transformer and the flow-matching Euler scheduler are diffusers' classes
+loaded from a **diffusers-format** directory (``model_index.json``, e.g. the
+``alibaba-pai/EasyAnimateV5.1-12b-zh-diffusers`` release), and sampling runs the pipeline
+unchanged, with the adapter injected by wrapping the transformer's forward.
+
+Classifier-free guidance: EasyAnimate concatenates the unconditional and conditional halves
+into **one** transformer call (``[negative prompt; prompt]``). The injected composition splits
+that batch: the conditional half is composed with the batch's own conditions, the
+unconditional half with the negative prompt's embeddings and the adapter's signals
+(``action``, ``proprio``, ``ee_pos``) zeroed, which is what condition dropout shows the adapter
+in training; the halves are re-joined in the pipeline's order. The frozen base's part of both
+halves is read from that single call, made with the pipeline's own arguments, so a zero
+adapter reproduces the pipeline bit for bit.
+
+Time: ``t`` is the flow-matching noise level σ in [0, 1]; the transformer is called with
+``1000 σ`` and predicts the velocity ``ε - x0``. Latents are the VAE's mode times its
+``scaling_factor`` (the pipeline divides by it before decoding).
+
+Only the text-to-video transformer is supported (its input width equals the VAE's latent
+channels); the ``-InP`` and ``-Control`` variants take extra latent inputs and are refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from workbench import Batch, ComponentSpec, FlowMatching, ModelCard, SamplingDefaults
+from workbench.config import check
+from workbench.errors import CheckpointError, CompositionError, DataError
+from workbench_easyanimate._bridge import (
+    SIGNAL_KEYS,
+    DiffusersBackbone,
+    Injection,
+    as_video,
+    batch_size_of,
+    pipeline_directory,
+    pool_to_latent_frames,
+    prompts_from,
+    resolve_dtype,
+    transformer_output,
+    uncond_batch,
+)
+
+# EasyAnimate V5.1's own settings: 50 steps, guidance 6, 49 frames at 8 fps, 512x512 (its diffusers example).
+REAL_DEFAULTS = dict(steps=50, guidance_scale=6.0, height=512, width=512, num_frames=49, fps=8)
+RELEASE = "alibaba-pai/EasyAnimateV5.1-12b-zh-diffusers"
+
+
+@dataclass
+class EasyAnimateConfig:
+    """How to load and drive EasyAnimate.
+
+    ``path``: a diffusers-format directory (``model_index.json``), or ``"tiny"`` for a tiny
+    random pipeline built once under the workbench cache (tests and examples).
+    ``dtype``: ``auto`` = bf16 on a GPU, float32 on CPU.
+    ``prompt_key`` / ``prompt_template`` / ``prompt`` / ``negative_prompt``: where prompts come from (see
+    ``wan22_ti2v``). ``steps`` ... ``fps``: card sampling defaults, ``None`` = the real model's
+    (50, 6.0, 512, 512, 49, 8).
+    """
+
+    path: str
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    prompt_key: str = "prompt"
+    prompt_template: str = "{}"
+    prompt: str | None = None
+    negative_prompt: str = ""
+    steps: int | None = None
+    guidance_scale: float | None = None
+    height: int | None = None
+    width: int | None = None
+    num_frames: int | None = None
+    fps: int | None = None
+
+    def __post_init__(self):
+        check("{}" in self.prompt_template, "prompt_template",
+              f"must contain '{{}}' where the batch's prompt goes, got {self.prompt_template!r}.")
+        check(bool(self.path), "path", "is empty; give a diffusers-format directory (with model_index.json) or 'tiny'.")
+        check(self.steps is None or self.steps >= 1, "steps", f"must be >= 1 or null, got {self.steps}.")
+        check(self.guidance_scale is None or self.guidance_scale >= 0, "guidance_scale",
+              f"must be >= 0 or null, got {self.guidance_scale}.")
+        for name in ("height", "width", "num_frames", "fps"):
+            value = getattr(self, name)
+            check(value is None or value >= 1, name, f"must be a positive int or null, got {value}.")
+
+
+class _EasyAnimateInjection(Injection):
+    """One transformer call per step; under guidance its batch is ``[unconditional; conditional]``."""
+
+    def forward(self, hidden_states, timestep, timestep_cond=None, encoder_hidden_states=None,
+                encoder_hidden_states_t5=None, inpaint_latents=None, control_latents=None, return_dict=True):
+        rows = hidden_states.shape[0]
+        b = self.batch.batch_size
+        if rows == 2 * b and self.uncond is not None:
+            halves = [(slice(b, 2 * b), self.batch), (slice(0, b), self.uncond)]  # conditional half composed first
+        elif rows == b:
+            halves = [(slice(0, b), self.batch)]
+        else:
+            raise CompositionError(
+                f"easyanimate: the pipeline called the transformer with {rows} rows for a batch of {b} "
+                f"({'with' if self.uncond is not None else 'without'} guidance); expected {b}, or {2 * b} with "
+                f"guidance. This diffusers version batches classifier-free guidance differently from the one the "
+                f"plugin was written for; pin the diffusers version in constraints.txt."
+            )
+        self.calls_in_step += 1
+
+        def call():
+            return self.native_forward(hidden_states, timestep, timestep_cond=timestep_cond,
+                                       encoder_hidden_states=encoder_hidden_states,
+                                       encoder_hidden_states_t5=encoder_hidden_states_t5,
+                                       inpaint_latents=inpaint_latents, control_latents=control_latents,
+                                       return_dict=False)[0]
+
+        out = self.compose(call, hidden_states, halves)
+        return (out,) if not return_dict else transformer_output(out)
+
+
+class EasyAnimate(DiffusersBackbone):
+    """EasyAnimate V5.1 (text → video) as a frozen backbone.
+
+    >>> base = EasyAnimate.from_pretrained("/models/EasyAnimateV5.1-12b-zh-diffusers")   # bf16 on a GPU
+    >>> batch = base.prepare_batch({"video": clips, "prompt": "a robot arm", "action": actions})
+    >>> latents = base.generate({"prompt": "a robot arm", "frames": 49, "height": 512, "width": 512})
+    """
+
+    config_class = EasyAnimateConfig
+    causal_latents = True  # the VAE is causal in time: frame 0 → latent 0, then 4 frames per latent frame
+
+    def __init__(self, config: EasyAnimateConfig | None = None, **overrides):
+        super().__init__()
+        if config is None:
+            config = EasyAnimateConfig(**overrides)
+        elif overrides:
+            raise TypeError("pass either an EasyAnimateConfig or keyword overrides, not both")
+        self.config = config
+        if config.path == "tiny":
+            from workbench_easyanimate.tiny import ensure_tiny_pipeline
+
+            folder = ensure_tiny_pipeline()
+        else:
+            folder = pipeline_directory(
+                config.path, "easyanimate", RELEASE,
+                f"download {RELEASE} (or the 7b one) instead, or load the upstream weights with diffusers' "
+                f"EasyAnimate classes and write them with EasyAnimatePipeline.save_pretrained(DIR).")
+        self.folder = folder
+        from diffusers import DiffusionPipeline, EasyAnimatePipeline
+
+        dtype = resolve_dtype(config.dtype)
+        loaded = DiffusionPipeline.from_pretrained(str(folder), dtype=dtype)
+        parts = loaded.components
+        latent_channels = parts["vae"].config.latent_channels
+        if parts["transformer"].config.in_channels != latent_channels:
+            raise CheckpointError(
+                f"easyanimate: {folder} holds a transformer taking {parts['transformer'].config.in_channels} input "
+                f"channels for a {latent_channels}-channel VAE: an inpainting (-InP) or control (-Control) variant. "
+                f"Only the text-to-video release is supported (input channels == latent channels), e.g. {RELEASE}."
+            )
+        self.transformer = parts["transformer"]
+        self.vae = parts["vae"]
+        self.text_encoder = parts.get("text_encoder")
+        self.tokenizer = parts.get("tokenizer")
+        self.scheduler = parts["scheduler"]
+        self.pipeline = EasyAnimatePipeline(vae=self.vae, text_encoder=self.text_encoder, tokenizer=self.tokenizer,
+                                            transformer=self.transformer, scheduler=self.scheduler)
+        self.pipeline.set_progress_bar_config(disable=True)
+        for module in (self.transformer, self.vae, self.text_encoder):
+            if module is not None:
+                module.eval()
+        self.latent_channels = latent_channels
+        self.spatial = self.vae.spatial_compression_ratio
+        self.temporal = self.vae.temporal_compression_ratio
+        self.patch = self.transformer.config.patch_size
+        self.scaling_factor = float(self.vae.config.scaling_factor)
+        self.train_timesteps = self.scheduler.config.num_train_timesteps
+        self._text_cache: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.card = self._make_card(dtype)
+
+    @classmethod
+    def from_config(cls, config: EasyAnimateConfig) -> EasyAnimate:
+        return cls(config)
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, **overrides) -> EasyAnimate:
+        """Load a diffusers-format EasyAnimate directory; ``overrides``: :class:`EasyAnimateConfig` fields."""
+        return cls(EasyAnimateConfig(path=str(path), **overrides))
+
+    # -- card --------------------------------------------------------------------------------
+    def _make_card(self, dtype: torch.dtype) -> ModelCard:
+        c = self.config
+        shift = getattr(self.scheduler.config, "shift", None)
+        defaults = {k: getattr(c, k) if getattr(c, k) is not None else v for k, v in REAL_DEFAULTS.items()}
+        source = "tiny random pipeline" if c.path == "tiny" else str(self.folder)
+        weights = str(dtype).replace("torch.", "")
+
+        def spec(kind: str, module, sub: str) -> ComponentSpec:
+            count = sum(p.numel() for p in module.parameters()) if isinstance(module, torch.nn.Module) else None
+            return ComponentSpec(kind, f"{source}/{sub}", weights if count is not None else None, count)
+
+        components = {"transformer": spec("denoiser", self.transformer, "transformer"),
+                      "vae": spec("vae", self.vae, "vae"), "scheduler": spec("scheduler", None, "scheduler")}
+        if self.text_encoder is not None:
+            components["text_encoder"] = spec("text_encoder", self.text_encoder, "text_encoder")
+        if self.tokenizer is not None:
+            components["tokenizer"] = spec("tokenizer", None, "tokenizer")
+        return ModelCard(
+            model_id=f"easyanimate:{Path(self.folder).name}",
+            family="easyanimate",
+            prediction_type="velocity",
+            components=components,
+            sampling=SamplingDefaults(sampler="flow_euler", shift=float(shift) if shift else None, **defaults),
+            precision={"cpu": "float32", "cuda": "bfloat16"},
+            capabilities=("t2v",),
+            samplers=("flow_euler",),
+            notes="EasyAnimate V5.1 through diffusers' EasyAnimatePipeline: MagViT VAE (8x spatial, 4x temporal), "
+                  "Qwen2-VL text encoder, MMDiT transformer; guidance runs [uncond; cond] in one transformer call.",
+        )
+
+    def default_objective(self):
+        return FlowMatching(shift=self.card.sampling.shift or 1.0)
+
+    def provides(self) -> tuple[str, ...]:
+        keys = ["prompt_embeds", "prompt_attention_mask", "negative_prompt_embeds", "negative_prompt_attention_mask"]
+        for key in SIGNAL_KEYS:
+            keys += [key, f"{key}_frames"]
+        return tuple(keys)
+
+    # -- autoencoder -------------------------------------------------------------------------
+    def encode(self, video: torch.Tensor) -> torch.Tensor:
+        """Video ``(B, 3, T, H, W)`` in [-1, 1] → latents ``(B, C, 1 + (T-1)/4, H/8, W/8)`` (mode x scaling_factor)."""
+        z = self.vae.encode(video.to(device=self.vae.device, dtype=self.vae.dtype)).latent_dist.mode()
+        return z.float() * self.scaling_factor
+
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        """Latents → video ``(B, 3, T, H, W)`` in [-1, 1] (the pipeline's own ``1 / scaling_factor``)."""
+        z = 1 / self.scaling_factor * latents.float()
+        return self.vae.decode(z.to(self.vae.dtype), return_dict=False)[0].float().clamp(-1, 1)
+
+    # -- text --------------------------------------------------------------------------------
+    def encode_text(self, prompts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Prompts → Qwen2-VL embeddings ``(B, L, D)`` and attention mask ``(B, L)``, through the
+        pipeline's own ``encode_prompt`` and cached per prompt (the text encoder dwarfs any adapter)."""
+        missing = [p for p in dict.fromkeys(prompts) if p not in self._text_cache]
+        if missing:
+            if self.text_encoder is None or self.tokenizer is None:
+                raise DataError(
+                    f"easyanimate: prompts were given but {self.folder} has no text_encoder / tokenizer. Pass "
+                    f"precomputed 'prompt_embeds' (B, L, D) and 'prompt_attention_mask' (B, L) in the batch instead."
+                )
+            with torch.no_grad():
+                embeds, _, mask, _ = self.pipeline.encode_prompt(
+                    missing, do_classifier_free_guidance=False, device=self.device, dtype=self.transformer.dtype)
+            for prompt, embed, m in zip(missing, embeds, mask):
+                self._text_cache[prompt] = (embed, m)
+        pairs = [self._text_cache[p] for p in prompts]
+        return (torch.stack([e for e, _ in pairs]).to(self.device), torch.stack([m for _, m in pairs]).to(self.device))
+
+    def _text(self, raw: Mapping[str, Any], batch_size: int) -> dict[str, torch.Tensor]:
+        cond = {}
+        width = self.transformer.config.text_embed_dim
+        for prefix in ("", "negative_"):
+            value = raw.get(f"{prefix}prompt_embeds")
+            if value is None:
+                continue
+            value = torch.as_tensor(value)
+            if value.ndim != 3 or value.shape[0] != batch_size or value.shape[2] != width:
+                raise DataError(f"easyanimate: '{prefix}prompt_embeds' must be (B, L, {width}) with B={batch_size}, "
+                                f"got {tuple(value.shape)}. Compute it with base.encode_text(prompts).")
+            mask = raw.get(f"{prefix}prompt_attention_mask")
+            mask = torch.ones(value.shape[:2], dtype=torch.long) if mask is None else torch.as_tensor(mask)
+            cond[f"{prefix}prompt_embeds"] = value.to(device=self.device, dtype=self.transformer.dtype)
+            cond[f"{prefix}prompt_attention_mask"] = mask.to(self.device)
+        if "prompt_embeds" not in cond:
+            c = self.config
+            prompts = prompts_from(raw, c.prompt_key, c.prompt, c.prompt_template, batch_size, "easyanimate")
+            cond["prompt_embeds"], cond["prompt_attention_mask"] = self.encode_text(prompts)
+        return cond
+
+    # -- batches -----------------------------------------------------------------------------
+    def _check_frames(self, shape: Sequence[int], key: str) -> None:
+        frames, height, width = shape
+        multiple = self.spatial * self.patch
+        problems = []
+        if (frames - 1) % self.temporal:
+            problems.append(f"{frames} frames (allowed: 1 + {self.temporal}k: 1, 5, 9, ..., 49)")
+        if height % multiple or width % multiple:
+            problems.append(f"{height}x{width} pixels (height and width must be multiples of {multiple})")
+        if problems:
+            raise DataError(
+                f"easyanimate: '{key}' has {' and '.join(problems)}; received shape (T, H, W) = {tuple(shape)}. "
+                f"EasyAnimate's VAE compresses {self.temporal}x in time after the first frame and {self.spatial}x in "
+                f"space, with {self.patch}x{self.patch} transformer patches. Crop or resize the clips, e.g. a "
+                f"Meta-World window of 9 frames at 64x64, or 49 frames at 512x512 for the real model."
+            )
+
+    def prepare_batch(self, raw: Mapping[str, Any] | Batch) -> Batch:
+        """Raw data → :class:`Batch`.
+
+        ``raw`` holds ``"video"`` ``(B, 3, T, H, W)`` in [-1, 1] (or uint8 ``(B, T, H, W, 3)``) for
+        training, or only the text plus ``"frames"`` / ``"height"`` / ``"width"`` (default: the
+        card's) for generation; text as ``"prompt"`` (or ``prompt_key``), precomputed
+        ``"prompt_embeds"`` (+ ``"prompt_attention_mask"``), or the config's default prompt;
+        per-frame ``"action"`` (or ``"actions"``), ``"proprio"``, ``"ee_pos"`` ``(B, T, D)``, supplied
+        pooled onto latent frames (``action`` ``(B, T', D)``) and at full rate (``action_frames``).
+        """
+        if isinstance(raw, Batch):
+            return raw
+        if not isinstance(raw, Mapping):
+            raise DataError(f"easyanimate.prepare_batch expects a mapping of tensors, got {type(raw).__name__}.")
+        device = self.device
+        with torch.no_grad():
+            if "video" in raw:
+                video = as_video(raw["video"], "video").to(device)
+                self._check_frames(video.shape[2:], "video")
+                latents = self.encode(video)
+                has_target = True
+            else:
+                batch_size = batch_size_of(raw, self.config.prompt_key)
+                frames = self._frames_from(raw)
+                s = self.card.sampling
+                height, width = int(raw.get("height", s.height)), int(raw.get("width", s.width))
+                self._check_frames((frames, height, width), "generation size")
+                shape = (batch_size, self.latent_channels, (frames - 1) // self.temporal + 1,
+                         height // self.spatial, width // self.spatial)
+                latents = torch.zeros(shape, device=device)
+                has_target = False
+            batch_size, frames = latents.shape[0], 1 + (latents.shape[2] - 1) * self.temporal
+            cond: dict[str, Any] = self._text(raw, batch_size)
+        per_frame = set()
+        for key in SIGNAL_KEYS:
+            value = raw.get(key, raw.get("actions") if key == "action" else None)
+            if value is None:
+                continue
+            value = torch.as_tensor(value, device=device).float()
+            if value.ndim != 3 or value.shape[0] != batch_size or value.shape[1] != frames:
+                raise DataError(f"easyanimate: '{key}' must be (B, T, D) with B={batch_size} and T={frames} frames, "
+                                f"got {tuple(value.shape)}.")
+            cond[key] = pool_to_latent_frames(value, self.temporal)
+            cond[f"{key}_frames"] = value
+            per_frame |= {key, f"{key}_frames"}
+        return Batch(latents=latents, cond=cond, per_frame=frozenset(per_frame), meta={"has_target": has_target})
+
+    def _frames_from(self, raw: Mapping[str, Any]) -> int:
+        for key in ("action", "actions", *SIGNAL_KEYS):
+            if raw.get(key) is not None:
+                return int(torch.as_tensor(raw[key]).shape[1])
+        return int(raw.get("frames", self.card.sampling.num_frames))
+
+    # -- denoising ---------------------------------------------------------------------------
+    def denoise(self, x_t: torch.Tensor, t: torch.Tensor, cond: Mapping[str, Any]) -> torch.Tensor:
+        """The frozen transformer's velocity at ``x_t`` (``t``: noise level in [0, 1], ``(B,)``).
+
+        Inside ``generate`` this is (this half of) the pipeline's own call; elsewhere the same call
+        is made here, with timestep ``1000 t``.
+        """
+        out = self.native_prediction(x_t)
+        if out is None:
+            if "prompt_embeds" not in cond:
+                raise DataError("easyanimate.denoise needs cond['prompt_embeds'] (B, L, D) from prepare_batch.")
+            t = torch.as_tensor(t, device=x_t.device)
+            t = t.expand(x_t.shape[0]) if t.ndim == 0 else t
+            dtype = self.transformer.dtype
+            out = self.transformer(x_t.to(dtype), (t.float() * self.train_timesteps).to(dtype),
+                                   encoder_hidden_states=cond["prompt_embeds"].to(dtype), return_dict=False)[0]
+        if out.shape[1] != self.latent_channels:  # a learned-variance head: the prediction is the first half
+            out = out[:, : self.latent_channels]
+        return out.to(x_t.dtype)
+
+    # -- sampling ----------------------------------------------------------------------------
+    def _generate(self, batch: Batch, *, steps: int, sampler: str, generator: torch.Generator | None,
+                  compose_fn, on_step, guidance_scale: float | None = None, **pipeline_kwargs) -> torch.Tensor:
+        """Run the diffusers pipeline with the composition injected; returns its final latents.
+
+        ``guidance_scale`` defaults to the card's; other keyword arguments go to the pipeline.
+        """
+        guidance = self.card.sampling.guidance_scale if guidance_scale is None else guidance_scale
+        b, _, frames, h, w = batch.latents.shape
+        kwargs: dict[str, Any] = dict(prompt_embeds=batch.cond["prompt_embeds"],
+                                      prompt_attention_mask=batch.cond["prompt_attention_mask"])
+        uncond = None
+        if guidance > 1:
+            negative, mask = batch.cond.get("negative_prompt_embeds"), batch.cond.get("negative_prompt_attention_mask")
+            if negative is None:
+                negative, mask = self.encode_text([self.config.negative_prompt] * b)
+            kwargs.update(negative_prompt_embeds=negative, negative_prompt_attention_mask=mask)
+            uncond = uncond_batch(batch, negative, prompt_attention_mask=mask)
+        injection = _EasyAnimateInjection(self, batch, uncond, compose_fn, on_step, steps)
+        with injection.installed(self.pipeline):
+            out = self.pipeline(height=h * self.spatial, width=w * self.spatial,
+                                num_frames=1 + (frames - 1) * self.temporal, num_inference_steps=steps,
+                                guidance_scale=guidance, generator=generator, output_type="latent",
+                                **injection.callback, **kwargs, **pipeline_kwargs)
+        return out.frames.to(batch.latents.dtype)

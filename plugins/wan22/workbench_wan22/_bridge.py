@@ -1,0 +1,262 @@
+"""What a diffusers-native backbone needs around diffusers' own pipeline (no diffusers import here).
+
+* :class:`Injection` wraps the pipeline's transformer forward for the length of one ``generate``:
+  each call the pipeline makes is handed to the composition (``compose_fn``), one batch half at a
+  time with that half's own conditions, and re-joined in the pipeline's order. The scheduler's
+  ``step`` is observed (never changed) for the step record; steps reach ``on_step`` from the
+  pipeline's ``callback_on_step_end``.
+* :class:`_PipelineCall` makes the frozen base's prediction inside ``generate`` *the pipeline's own
+  transformer call*, made once and only if the composition asks for it: a zero adapter then
+  reproduces the pipeline bit for bit, and a replayed step (a fork's prefix) costs no call at all.
+* Loading and data helpers shared by the plugins.
+
+This file is identical in every diffusers-native plugin (each distribution stands alone);
+``tests/test_plugin_backbones.py`` keeps the copies in sync.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from workbench import BaseVideoModel, Batch, StepRecord
+from workbench.errors import CheckpointError, CompositionError, DataError
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+SIGNAL_KEYS = ("action", "proprio", "ee_pos")  # per-frame signals passed through to adapters
+
+
+def pipeline_directory(path: str | Path, plugin: str, release: str, convert: str) -> Path:
+    """``path`` as a diffusers pipeline directory, or a :class:`CheckpointError` saying how to get one."""
+    folder = Path(path).expanduser()
+    if not folder.is_dir():
+        raise CheckpointError(
+            f"{plugin}: {str(path)!r} is not a directory. Expected a diffusers-format pipeline directory "
+            f"(model_index.json plus transformer/, vae/, text_encoder/, tokenizer/, scheduler/), e.g. the "
+            f"{release} release downloaded with `huggingface-cli download {release} --local-dir DIR`."
+        )
+    if not (folder / "model_index.json").is_file():
+        found = sorted(p.name for p in folder.iterdir())[:8]
+        raise CheckpointError(
+            f"{plugin}: {str(folder)!r} has no model_index.json, so it is not a diffusers-format pipeline "
+            f"(found: {', '.join(found) or 'nothing'}). Expected the diffusers layout: model_index.json plus "
+            f"transformer/, vae/, text_encoder/, tokenizer/ and scheduler/ subfolders. A raw upstream release must be "
+            f"converted first: {convert}"
+        )
+    return folder
+
+
+def resolve_dtype(name: str) -> torch.dtype:
+    if name == "auto":
+        return torch.bfloat16 if torch.cuda.is_available() else torch.float32
+    return DTYPES[name]
+
+
+def as_video(value: Any, key: str) -> torch.Tensor:
+    """``(B, 3, T, H, W)`` float in [-1, 1], from that or uint8 ``(B, T, H, W, 3)``."""
+    video = torch.as_tensor(value)
+    if video.dtype == torch.uint8:
+        if video.ndim != 5 or video.shape[-1] != 3:
+            raise DataError(f"'{key}' as uint8 must be (B, T, H, W, 3), got {tuple(video.shape)}.")
+        return video.permute(0, 4, 1, 2, 3).float() / 127.5 - 1.0
+    if video.ndim != 5 or video.shape[1] != 3:
+        raise DataError(f"'{key}' must be (B, 3, T, H, W) float in [-1, 1] or uint8 (B, T, H, W, 3), got "
+                        f"{tuple(video.shape)} {video.dtype}.")
+    return video.float()
+
+
+def pool_to_latent_frames(signal: torch.Tensor, ratio: int) -> torch.Tensor:
+    """Per-frame ``(B, T, D)`` → per-latent-frame ``(B, 1 + (T - 1) / r, D)``: the causal VAE's first
+    latent frame covers frame 0, each later one the next ``r`` frames; each gets its frames' mean."""
+    first = signal[:, :1]
+    rest = signal[:, 1:].unflatten(1, (-1, ratio)).mean(dim=2)  # (B, T' - 1, D)
+    return torch.cat([first, rest], dim=1)
+
+
+def prompts_from(raw: Mapping[str, Any], key: str, default: str | None, template: str, batch_size: int,
+                 plugin: str) -> list[str]:
+    """One prompt per clip: ``raw[key]`` (a str, or one str per clip) put into ``template``, else ``default``."""
+    value = raw.get(key)
+    if value is None:
+        if default is None:
+            raise DataError(
+                f"{plugin}.prepare_batch needs the text condition: a '{key}' entry (a str, or a list of {batch_size} "
+                f"str), precomputed 'prompt_embeds' (B, L, D), or a default prompt in the backbone config "
+                f"(prompt: '...'). The batch has keys {sorted(raw)}. Add one of these (for Meta-World clips, "
+                f"prompt_key: task reads the task name)."
+            )
+        return [default] * batch_size
+    if isinstance(value, str):
+        return [template.format(value)] * batch_size
+    if not (isinstance(value, Sequence) and all(isinstance(v, str) for v in value)) or len(value) != batch_size:
+        raise DataError(f"{plugin}: '{key}' must be a str or a list of {batch_size} str (one per clip), got "
+                        f"{type(value).__name__} {value!r:.80}.")
+    return [template.format(v) for v in value]
+
+
+def batch_size_of(raw: Mapping[str, Any], prompt_key: str) -> int:
+    """How many clips a generation request without video asks for (signals, embeddings or prompts; else 1)."""
+    for key in ("prompt_embeds", "action", "actions", *SIGNAL_KEYS):
+        if raw.get(key) is not None:
+            return int(torch.as_tensor(raw[key]).shape[0])
+    prompts = raw.get(prompt_key)
+    if isinstance(prompts, Sequence) and not isinstance(prompts, str):
+        return len(prompts)
+    return int(raw.get("batch_size", 1))
+
+
+class _PipelineCall:
+    """One transformer call made by the pipeline, evaluated at most once and only if asked for.
+
+    ``pieces`` are the tensors handed to the composition (one per batch half); ``denoise`` called on
+    one of them returns its rows of this single call, made with the pipeline's own arguments.
+    """
+
+    def __init__(self, run: Callable[[], torch.Tensor], pieces: Sequence[tuple[torch.Tensor, slice]]):
+        self.run, self.pieces, self.output = run, list(pieces), None
+
+    def output_for(self, x: torch.Tensor) -> torch.Tensor | None:
+        rows = next((rows for piece, rows in self.pieces if piece is x), None)
+        if rows is None:
+            return None
+        if self.output is None:
+            self.output = self.run()
+        return self.output[rows].to(x.dtype)
+
+
+class Injection:
+    """The composition wrapped around a pipeline's transformer and scheduler for one ``generate``.
+
+    Installed with ``with injection.installed(pipe):``; everything is restored when the block ends.
+    The transformer's forward is replaced by :meth:`forward` (compose instead of predict); the
+    scheduler's ``step`` is only observed: it counts steps, and keeps the guided prediction and the
+    sample it updates, which the step record needs and diffusers' step callback does not carry.
+    Pass :attr:`callback` to the pipeline: with an ``on_step`` it reports each step from the
+    pipeline's ``callback_on_step_end``; without one the pipeline runs with no callback at all.
+    """
+
+    def __init__(self, backbone: DiffusersBackbone, batch: Batch, uncond: Batch | None, compose_fn, on_step,
+                 steps: int):
+        self.backbone, self.batch, self.uncond, self.compose_fn = backbone, batch, uncond, compose_fn
+        self.on_step, self.steps = on_step, steps
+        self.step, self.calls_in_step = 0, 0
+        self.sigmas: torch.Tensor | None = None
+        self.output_dtype = backbone.transformer.dtype  # read once: diffusers walks the parameters for it
+        self.observed: tuple[int, torch.Tensor, torch.Tensor] | None = None
+        self.native_forward = None
+
+    @contextmanager
+    def installed(self, pipe):
+        transformer, scheduler = pipe.transformer, pipe.scheduler
+        self.pipe = pipe
+        saved = {(transformer, "forward"): transformer.__dict__.get("forward"),
+                 (scheduler, "step"): scheduler.__dict__.get("step")}
+        self.native_forward, native_step = transformer.forward, scheduler.step
+
+        def observed_step(model_output, timestep, sample, *args, **kwargs):
+            result = native_step(model_output, timestep, sample, *args, **kwargs)
+            self.observed = (self.step, sample, model_output)
+            self.step, self.calls_in_step = self.step + 1, 0
+            return result
+
+        transformer.forward = self.forward
+        scheduler.step = observed_step
+        try:
+            yield self
+        finally:
+            self.backbone._pending = None
+            for (obj, name), value in saved.items():
+                if value is None:
+                    obj.__dict__.pop(name, None)
+                else:
+                    setattr(obj, name, value)
+
+    def sigma(self, like: torch.Tensor, rows: int, step: int | None = None) -> torch.Tensor:
+        """Step ``step``'s (default: the current one's) noise level σ as ``(rows,)`` float32 (objective units)."""
+        if self.sigmas is None or self.sigmas.device != like.device:
+            self.sigmas = self.pipe.scheduler.sigmas.to(device=like.device, dtype=torch.float32)
+        return self.sigmas[self.step if step is None else step].expand(rows)
+
+    @property
+    def callback(self) -> dict:
+        """The pipeline's step-callback arguments: only a recording (an ``on_step``) needs them."""
+        if self.on_step is None:
+            return {}
+        return dict(callback_on_step_end=self.on_step_end, callback_on_step_end_tensor_inputs=["latents"])
+
+    def compose(self, call: Callable[[], torch.Tensor], hidden: torch.Tensor,
+                halves: Sequence[tuple[slice, Batch]]) -> torch.Tensor:
+        """Compose each half of one transformer call with its own batch; re-join them in call order.
+
+        ``halves``: ``(rows, batch)`` in the order the composition sees them (the conditional half
+        first, so a recording keeps the conditional prediction of each step).
+        """
+        x = hidden.to(self.batch.latents.dtype)
+        whole = len(halves) == 1 and halves[0][0] == slice(0, x.shape[0])
+        pieces = [(x if whole else x[rows], rows) for rows, _ in halves]
+        self.backbone._pending = _PipelineCall(call, pieces)
+        outputs: dict[int, torch.Tensor] = {}
+        try:
+            for (piece, rows), (_, batch) in zip(pieces, halves):
+                outputs[rows.start or 0] = self.compose_fn(piece, self.sigma(piece, piece.shape[0]), batch)
+        finally:
+            self.backbone._pending = None
+        joined = [outputs[k] for k in sorted(outputs)]
+        out = joined[0] if len(joined) == 1 else torch.cat(joined)
+        return out.to(self.output_dtype)
+
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError
+
+    def on_step_end(self, pipe, index: int, timestep, callback_kwargs: dict) -> dict:
+        """diffusers' ``callback_on_step_end``: report step ``index`` to ``on_step`` as a :class:`StepRecord`."""
+        if self.observed is None or self.observed[0] != index:
+            raise CompositionError(
+                f"{type(self.backbone).__name__}: the pipeline reported step {index} without a scheduler step for it "
+                f"(expected step {self.step - 1}); this diffusers version calls the scheduler or the step callback "
+                f"differently from the one the plugin was written for. Pin the diffusers version in constraints.txt."
+            )
+        _, sample, prediction = self.observed
+        self.observed = None
+        self.on_step(StepRecord(index, self.steps, self.sigma(sample, sample.shape[0], index), sample, prediction,
+                                callback_kwargs["latents"]))
+        return {}
+
+
+class DiffusersBackbone(BaseVideoModel):
+    """What the diffusers-native backbones share: a lazily evaluated base call inside ``generate``."""
+
+    _pending: _PipelineCall | None = None
+
+    def native_prediction(self, x_t: torch.Tensor) -> torch.Tensor | None:
+        """The pipeline's own transformer output for ``x_t`` when ``x_t`` is what the injected call handed out."""
+        pending = self._pending
+        return None if pending is None else pending.output_for(x_t)
+
+
+def transformer_output(sample: torch.Tensor):
+    from diffusers.models.modeling_outputs import Transformer2DModelOutput
+
+    return Transformer2DModelOutput(sample=sample)
+
+
+def uncond_batch(batch: Batch, negative: torch.Tensor, **extra: torch.Tensor) -> Batch:
+    """The batch the unconditional branch is composed with: the negative prompt, the signals dropped.
+
+    Dropped means zeros, exactly what a condition's dropout feeds the adapter in training, so an
+    adapter trained with condition dropout has learned what "unconditional" looks like.
+    """
+    cond = dict(batch.cond)
+    cond["prompt_embeds"] = negative
+    cond.update(extra)
+    for key in [k for k in cond if k.removesuffix("_frames") in SIGNAL_KEYS]:
+        if isinstance(cond[key], torch.Tensor):
+            cond[key] = torch.zeros_like(cond[key])
+    return Batch(latents=batch.latents, cond=cond, loss_mask=batch.loss_mask, per_frame=batch.per_frame,
+                 meta={**batch.meta, "branch": "uncond"})
+
+

@@ -1,0 +1,479 @@
+"""``wan22_ti2v``: Wan2.2 TI2V-5B, delegated to diffusers' own Wan pipelines.
+
+Nothing of Wan is re-implemented here. The VAE, the UMT5 text encoder, the transformer and the
+scheduler are diffusers' classes loaded from a **diffusers-format** directory (one with a
+``model_index.json``, such as the ``Wan-AI/Wan2.2-TI2V-5B-Diffusers`` release); sampling runs
+``WanImageToVideoPipeline`` (first frame given) or ``WanPipeline`` (text only) unchanged.
+
+The adapter is injected by wrapping the one call every prediction flows through: the
+transformer's forward. While ``generate`` runs, each call the pipeline makes is handed to the
+composition (``compose_fn``); the frozen base's part of it is read from that very call, made
+lazily with the pipeline's own arguments, so a zero adapter reproduces the pipeline bit for bit.
+Per step, Wan calls the transformer once for the prompt and, under classifier-free guidance,
+once more for the negative prompt; that second call is composed with the negative prompt's
+embeddings and the adapter's signals (``action``, ``proprio``, ``ee_pos``) zeroed, which is what
+condition dropout shows the adapter in training. Steps are reported to ``on_step`` from the
+pipeline's ``callback_on_step_end``, so recording, forks and previews work unchanged.
+
+Time: ``t`` is the flow-matching noise level σ in [0, 1] (``x_t = (1 - σ) x0 + σ ε``, the
+transformer predicts ``ε - x0``); the transformer is called with ``1000 σ``. TI2V conditions on
+the first latent frame by giving its tokens timestep 0 and the clean latent (Wan2.2's per-token
+timestep expansion); ``denoise`` does the same for training.
+
+A raw upstream release (``Wan2.2_VAE.pth``, ``models_t5_umt5-xxl-enc-bf16.pth``, sharded
+``diffusion_pytorch_model*.safetensors`` without ``model_index.json``) must be converted
+first: use the ``-Diffusers`` release, or diffusers' ``scripts/convert_wan_to_diffusers.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from workbench import Batch, ComponentSpec, FlowMatching, ModelCard, SamplingDefaults
+from workbench.config import check
+from workbench.errors import CheckpointError, CompositionError, DataError
+from workbench_wan22._bridge import (
+    SIGNAL_KEYS,
+    DiffusersBackbone,
+    Injection,
+    as_video,
+    batch_size_of,
+    pipeline_directory,
+    pool_to_latent_frames,
+    prompts_from,
+    resolve_dtype,
+    transformer_output,
+    uncond_batch,
+)
+
+# Wan2.2 TI2V-5B's own sampling settings (its release config): 50 steps, guidance 5, 1280x704, 121 frames at 24 fps.
+REAL_DEFAULTS = dict(steps=50, guidance_scale=5.0, height=704, width=1280, num_frames=121, fps=24)
+SAMPLER_NAMES = {"UniPCMultistepScheduler": "unipc", "FlowMatchEulerDiscreteScheduler": "flow_euler"}
+
+
+@dataclass
+class Wan22Config:
+    """How to load and drive Wan2.2 TI2V.
+
+    ``path``: a diffusers-format directory (``model_index.json``), or ``"tiny"`` for a tiny
+    random pipeline built once under the workbench cache (tests and examples).
+    ``dtype``: ``auto`` = bf16 on a GPU, float32 on CPU (the VAE always runs in float32).
+    ``first_frame``: condition on the first frame (TI2V image-to-video); ``False`` = text only.
+    ``prompt_key``: the raw-batch key holding prompts (``task`` for Meta-World clips), each put
+    into ``prompt_template`` (e.g. ``"a robot arm doing the {} task"``);
+    ``prompt``: the prompt for batches without one. ``negative_prompt``: the guidance prompt.
+    ``steps`` / ``guidance_scale`` / ``height`` / ``width`` / ``num_frames`` / ``fps``: sampling
+    defaults for the card; ``None`` keeps the real model's (50, 5.0, 704, 1280, 121, 24).
+    """
+
+    path: str
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    first_frame: bool = True
+    prompt_key: str = "prompt"
+    prompt_template: str = "{}"
+    prompt: str | None = None
+    negative_prompt: str = ""
+    max_sequence_length: int = 512
+    steps: int | None = None
+    guidance_scale: float | None = None
+    height: int | None = None
+    width: int | None = None
+    num_frames: int | None = None
+    fps: int | None = None
+
+    def __post_init__(self):
+        check("{}" in self.prompt_template, "prompt_template",
+              f"must contain '{{}}' where the batch's prompt goes, got {self.prompt_template!r}.")
+        check(bool(self.path), "path", "is empty; give a diffusers-format directory (with model_index.json) or 'tiny'.")
+        check(self.max_sequence_length >= 1, "max_sequence_length", f"must be >= 1, got {self.max_sequence_length}.")
+        check(self.steps is None or self.steps >= 1, "steps", f"must be >= 1 or null, got {self.steps}.")
+        check(self.guidance_scale is None or self.guidance_scale >= 0, "guidance_scale",
+              f"must be >= 0 or null, got {self.guidance_scale}.")
+        for name in ("height", "width", "num_frames", "fps"):
+            value = getattr(self, name)
+            check(value is None or value >= 1, name, f"must be a positive int or null, got {value}.")
+
+
+class _WanInjection(Injection):
+    """Wan calls the transformer once for the prompt and, under guidance, once for the negative prompt."""
+
+    def forward(self, hidden_states, timestep, encoder_hidden_states, encoder_hidden_states_image=None,
+                return_dict=True, attention_kwargs=None):
+        branch = self.calls_in_step  # 0: the prompt, 1: the negative prompt (the pipeline's order)
+        self.calls_in_step += 1
+        if branch > 1 or (branch == 1 and self.uncond is None):
+            raise CompositionError(
+                f"wan22_ti2v: the pipeline called the transformer {branch + 1} times in step {self.step}; Wan2.2 TI2V "
+                f"makes one call per step, two under classifier-free guidance. Is this a two-expert (A14B) pipeline? "
+                f"Only the single-transformer TI2V-5B is supported."
+            )
+        batch = self.batch if branch == 0 else self.uncond
+
+        def call():
+            return self.native_forward(hidden_states=hidden_states, timestep=timestep,
+                                       encoder_hidden_states=encoder_hidden_states,
+                                       encoder_hidden_states_image=encoder_hidden_states_image,
+                                       attention_kwargs=attention_kwargs, return_dict=False)[0]
+
+        out = self.compose(call, hidden_states, [(slice(0, hidden_states.shape[0]), batch)])
+        return (out,) if not return_dict else transformer_output(out)
+
+
+class Wan22TI2V(DiffusersBackbone):
+    """Wan2.2 TI2V-5B (text + first frame → video) as a frozen backbone.
+
+    >>> base = Wan22TI2V.from_pretrained("/models/Wan2.2-TI2V-5B-Diffusers")   # bf16 on a GPU
+    >>> batch = base.prepare_batch({"video": clips, "prompt": "a robot arm pushes a puck", "action": actions})
+    >>> latents = base.generate({"image": first_frames, "prompt": "...", "frames": 121}, steps=50)
+    """
+
+    config_class = Wan22Config
+    causal_latents = True  # the VAE is causal in time: frame 0 → latent 0, then 4 frames per latent frame
+
+    def __init__(self, config: Wan22Config | None = None, **overrides):
+        super().__init__()
+        if config is None:
+            config = Wan22Config(**overrides)
+        elif overrides:
+            raise TypeError("pass either a Wan22Config or keyword overrides, not both")
+        self.config = config
+        if config.path == "tiny":
+            from workbench_wan22.tiny import ensure_tiny_pipeline
+
+            folder = ensure_tiny_pipeline()
+        else:
+            folder = pipeline_directory(
+                config.path, "wan22_ti2v", "Wan-AI/Wan2.2-TI2V-5B-Diffusers",
+                "download Wan-AI/Wan2.2-TI2V-5B-Diffusers instead, or convert the upstream checkpoint with diffusers' "
+                "scripts/convert_wan_to_diffusers.py (model type Wan2.2-TI2V-5B) and point path at its output.")
+        self.folder = folder
+        from diffusers import DiffusionPipeline, WanImageToVideoPipeline, WanPipeline
+
+        dtype = resolve_dtype(config.dtype)
+        # the Wan VAE runs in float32, as upstream recommends
+        loaded = DiffusionPipeline.from_pretrained(str(folder), dtype={"default": dtype, "vae": torch.float32})
+        parts = loaded.components
+        problems = []
+        if parts.get("transformer_2") is not None or getattr(loaded.config, "boundary_ratio", None) is not None:
+            problems.append("it has two experts (transformer_2 / boundary_ratio): that is Wan2.2 A14B, not TI2V-5B")
+        if not getattr(loaded.config, "expand_timesteps", False):
+            problems.append("expand_timesteps is false in model_index.json: that is a Wan2.1-style pipeline")
+        if parts["vae"].config.z_dim != parts["transformer"].config.in_channels:
+            problems.append(f"the VAE has {parts['vae'].config.z_dim} latent channels but the transformer takes "
+                            f"{parts['transformer'].config.in_channels} (an image-conditioned I2V transformer?)")
+        if problems:
+            raise CheckpointError(f"wan22_ti2v: {folder} is not a Wan2.2 TI2V checkpoint: " + "; ".join(problems)
+                                  + ". Use the Wan-AI/Wan2.2-TI2V-5B-Diffusers release.")
+        # Modules are attributes (frozen, moved and counted with the backbone); the pipelines only borrow them.
+        self.transformer = parts["transformer"]
+        self.vae = parts["vae"]
+        self.text_encoder = parts.get("text_encoder")
+        self.tokenizer = parts.get("tokenizer")
+        self.scheduler = parts["scheduler"]
+        shared = dict(tokenizer=self.tokenizer, text_encoder=self.text_encoder, vae=self.vae,
+                      scheduler=self.scheduler, transformer=self.transformer, expand_timesteps=True)
+        self.pipelines = {"i2v": WanImageToVideoPipeline(**shared), "t2v": WanPipeline(**shared)}
+        for pipe in self.pipelines.values():
+            pipe.set_progress_bar_config(disable=True)
+        for module in (self.transformer, self.vae, self.text_encoder):
+            if module is not None:
+                module.eval()
+        vae = self.vae.config
+        self.spatial = vae.scale_factor_spatial
+        self.temporal = vae.scale_factor_temporal
+        self.patch = tuple(self.transformer.config.patch_size)  # (1, 2, 2)
+        self.train_timesteps = self.scheduler.config.num_train_timesteps
+        self.register_buffer("latents_mean", torch.tensor(vae.latents_mean).view(1, -1, 1, 1, 1), persistent=False)
+        self.register_buffer("latents_inv_std", 1.0 / torch.tensor(vae.latents_std).view(1, -1, 1, 1, 1),
+                             persistent=False)
+        self._text_cache: dict[str, torch.Tensor] = {}
+        self.card = self._make_card(dtype)
+
+    @classmethod
+    def from_config(cls, config: Wan22Config) -> Wan22TI2V:
+        return cls(config)
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, **overrides) -> Wan22TI2V:
+        """Load a diffusers-format Wan2.2 TI2V directory (``model_index.json``); ``overrides``: :class:`Wan22Config`."""
+        return cls(Wan22Config(path=str(path), **overrides))
+
+    # -- card --------------------------------------------------------------------------------
+    def _make_card(self, dtype: torch.dtype) -> ModelCard:
+        c = self.config
+        scheduler = self.scheduler.config
+        shift = getattr(scheduler, "flow_shift", None) or getattr(scheduler, "shift", None)
+        sampler = SAMPLER_NAMES.get(type(self.scheduler).__name__, type(self.scheduler).__name__.lower())
+        defaults = {k: getattr(c, k) if getattr(c, k) is not None else v for k, v in REAL_DEFAULTS.items()}
+        source = "tiny random pipeline" if c.path == "tiny" else str(self.folder)
+        weights = str(dtype).replace("torch.", "")
+
+        def spec(kind: str, module, sub: str, dtype_name: str | None = weights) -> ComponentSpec:
+            count = sum(p.numel() for p in module.parameters()) if isinstance(module, torch.nn.Module) else None
+            return ComponentSpec(kind, f"{source}/{sub}", dtype_name if count is not None else None, count)
+
+        components = {"transformer": spec("denoiser", self.transformer, "transformer"),
+                      "vae": spec("vae", self.vae, "vae", "float32"),
+                      "scheduler": spec("scheduler", None, "scheduler")}
+        if self.text_encoder is not None:
+            components["text_encoder"] = spec("text_encoder", self.text_encoder, "text_encoder")
+        if self.tokenizer is not None:
+            components["tokenizer"] = spec("tokenizer", None, "tokenizer")
+        return ModelCard(
+            model_id=f"wan2.2-ti2v:{Path(self.folder).name}",
+            family="wan2.2",
+            prediction_type="velocity",
+            components=components,
+            sampling=SamplingDefaults(sampler=sampler, shift=float(shift) if shift else None, **defaults),
+            precision={"cpu": "float32", "cuda": "bfloat16"},
+            capabilities=("t2v", "i2v", "ti2v"),
+            samplers=(sampler,),
+            notes="Wan2.2 TI2V-5B through diffusers' WanImageToVideoPipeline / WanPipeline (expand_timesteps): "
+                  "48-channel latents, 16x spatial and 4x temporal compression, UMT5 text encoder; the first "
+                  "latent frame is the condition (token timestep 0).",
+        )
+
+    def default_objective(self):
+        return FlowMatching(shift=self.card.sampling.shift or 1.0)
+
+    def provides(self) -> tuple[str, ...]:
+        keys = ["prompt_embeds", "negative_prompt_embeds"]  # the batch's "image" is pipeline input, not a condition
+        if self.config.first_frame:
+            keys.append("first_frame")
+        for key in SIGNAL_KEYS:
+            keys += [key, f"{key}_frames"]
+        return tuple(keys)
+
+    # -- autoencoder -------------------------------------------------------------------------
+    def encode(self, video: torch.Tensor) -> torch.Tensor:
+        """Video ``(B, 3, T, H, W)`` in [-1, 1] → normalised latents ``(B, 48, 1 + (T-1)/4, H/16, W/16)``.
+
+        The distribution's mode, normalised with the VAE's own ``latents_mean`` / ``latents_std``
+        exactly as the pipeline normalises its conditioning frame.
+        """
+        z = self.vae.encode(video.to(device=self.vae.device, dtype=self.vae.dtype)).latent_dist.mode()
+        z = z.float()
+        return (z - self.latents_mean.to(z.device)) * self.latents_inv_std.to(z.device)
+
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        """Normalised latents → video ``(B, 3, T, H, W)`` in [-1, 1] (the pipeline's own denormalisation)."""
+        z = latents.float() / self.latents_inv_std.to(latents.device) + self.latents_mean.to(latents.device)
+        video = self.vae.decode(z.to(self.vae.dtype), return_dict=False)[0]
+        return video.float().clamp(-1, 1)
+
+    # -- text --------------------------------------------------------------------------------
+    def encode_text(self, prompts: Sequence[str]) -> torch.Tensor:
+        """Prompts → UMT5 embeddings ``(B, L, 4096)`` through the pipeline's own ``encode_prompt``, cached per prompt.
+
+        The text encoder is large next to any adapter, so each distinct prompt is encoded once per
+        backbone and kept (in the transformer's dtype).
+        """
+        missing = [p for p in dict.fromkeys(prompts) if p not in self._text_cache]
+        if missing:
+            if self.text_encoder is None or self.tokenizer is None:
+                raise DataError(
+                    f"wan22_ti2v: prompts were given but {self.folder} has no text_encoder / tokenizer. Pass "
+                    f"precomputed 'prompt_embeds' (B, L, D) in the batch instead, or use a pipeline directory with "
+                    f"the UMT5 text encoder."
+                )
+            with torch.no_grad():
+                embeds, _ = self.pipelines["t2v"].encode_prompt(
+                    missing, do_classifier_free_guidance=False, max_sequence_length=self.config.max_sequence_length,
+                    device=self.device, dtype=self.transformer.dtype)
+            for prompt, embed in zip(missing, embeds):
+                self._text_cache[prompt] = embed
+        return torch.stack([self._text_cache[p].to(self.device) for p in prompts])
+
+    def _text(self, raw: Mapping[str, Any], batch_size: int) -> dict[str, torch.Tensor]:
+        cond = {}
+        for key in ("prompt_embeds", "negative_prompt_embeds"):
+            value = raw.get(key)
+            if value is not None:
+                value = torch.as_tensor(value)
+                width = self.transformer.config.text_dim
+                if value.ndim != 3 or value.shape[0] != batch_size or value.shape[2] != width:
+                    raise DataError(f"wan22_ti2v: '{key}' must be (B, L, {width}) with B={batch_size}, got "
+                                    f"{tuple(value.shape)}. Compute it with base.encode_text(prompts).")
+                cond[key] = value.to(device=self.device, dtype=self.transformer.dtype)
+        if "prompt_embeds" not in cond:
+            c = self.config
+            prompts = prompts_from(raw, c.prompt_key, c.prompt, c.prompt_template, batch_size, "wan22_ti2v")
+            cond["prompt_embeds"] = self.encode_text(prompts)
+        return cond
+
+    # -- batches -----------------------------------------------------------------------------
+    def _check_frames(self, shape: Sequence[int], key: str) -> None:
+        frames, height, width = shape
+        multiple = self.spatial * self.patch[1]
+        problems = []
+        if (frames - 1) % self.temporal:
+            problems.append(f"{frames} frames (allowed: 1 + {self.temporal}k: 1, 5, 9, 13, ..., 121)")
+        if height % multiple or width % multiple:
+            problems.append(f"{height}x{width} pixels (height and width must be multiples of {multiple})")
+        if problems:
+            raise DataError(
+                f"wan22_ti2v: '{key}' has {' and '.join(problems)}; received shape (T, H, W) = {tuple(shape)}. "
+                f"Wan2.2's VAE compresses {self.temporal}x in time after the first frame and {self.spatial}x in "
+                f"space, with {self.patch[1]}x{self.patch[2]} transformer patches. Crop or resize the clips, e.g. "
+                f"a Meta-World window of 9 frames at 64x64, or {REAL_DEFAULTS['num_frames']} frames at "
+                f"{REAL_DEFAULTS['height']}x{REAL_DEFAULTS['width']} for the real model."
+            )
+
+    def prepare_batch(self, raw: Mapping[str, Any] | Batch) -> Batch:
+        """Raw data → :class:`Batch`.
+
+        ``raw`` holds ``"video"`` ``(B, 3, T, H, W)`` in [-1, 1] (or uint8 ``(B, T, H, W, 3)``) for
+        training, or only ``"image"`` ``(B, 3, H, W)`` plus ``"frames"`` (or per-frame signals) for
+        generation (text-to-video, ``first_frame: false``: ``"frames"`` / ``"height"`` / ``"width"``,
+        default the card's); text as ``"prompt"`` (or the configured ``prompt_key``), precomputed
+        ``"prompt_embeds"`` ``(B, L, 4096)``, or the config's default prompt; per-frame ``"action"``
+        (or ``"actions"``), ``"proprio"``, ``"ee_pos"`` ``(B, T, D)``.
+
+        Supplies ``prompt_embeds``, ``first_frame`` (the first frame's latent ``(B, 48, h, w)``),
+        each signal pooled onto latent frames (``action`` ``(B, T', D)``: frame 0, then the mean of
+        each next 4) and at full rate (``action_frames`` ``(B, T, D)``). ``loss_mask`` leaves out the
+        conditioning latent frame.
+        """
+        if isinstance(raw, Batch):
+            return raw
+        if not isinstance(raw, Mapping):
+            raise DataError(f"wan22_ti2v.prepare_batch expects a mapping of tensors, got {type(raw).__name__}.")
+        device = self.device
+        with torch.no_grad():
+            if "video" in raw:
+                video = as_video(raw["video"], "video").to(device)
+                self._check_frames(video.shape[2:], "video")
+                latents = self.encode(video)
+                image = video[:, :, 0]
+                has_target = True
+            elif "image" in raw:
+                image = torch.as_tensor(raw["image"]).float().to(device)
+                if image.ndim != 4 or image.shape[1] != 3:
+                    raise DataError(f"wan22_ti2v: 'image' must be (B, 3, H, W) in [-1, 1], got {tuple(image.shape)}.")
+                frames = self._frames_from(raw)
+                self._check_frames((frames, *image.shape[2:]), "image")
+                shape = (image.shape[0], self.vae.config.z_dim, (frames - 1) // self.temporal + 1,
+                         image.shape[2] // self.spatial, image.shape[3] // self.spatial)
+                latents = torch.zeros(shape, device=device)
+                has_target = False
+            elif not self.config.first_frame:  # text-to-video generation: the size comes from the request
+                batch_size = batch_size_of(raw, self.config.prompt_key)
+                frames, s = self._frames_from(raw), self.card.sampling
+                height, width = int(raw.get("height", s.height)), int(raw.get("width", s.width))
+                self._check_frames((frames, height, width), "generation size")
+                shape = (batch_size, self.vae.config.z_dim, (frames - 1) // self.temporal + 1, height // self.spatial,
+                         width // self.spatial)
+                latents, image, has_target = torch.zeros(shape, device=device), None, False
+            else:
+                raise DataError(f"wan22_ti2v.prepare_batch needs 'video' (B, 3, T, H, W), or 'image' (B, 3, H, W) to "
+                                f"generate from a first frame; got keys {sorted(raw)}. For text-to-video, build the "
+                                f"backbone with first_frame: false.")
+            batch_size, frames = latents.shape[0], 1 + (latents.shape[2] - 1) * self.temporal
+            cond: dict[str, Any] = self._text(raw, batch_size)
+            if self.config.first_frame:
+                first = self.encode(image[:, :, None])[:, :, 0]  # as the pipeline encodes its condition
+                cond["first_frame"] = first
+                if not has_target:
+                    latents[:, :, 0] = first
+        per_frame = set()
+        for key in SIGNAL_KEYS:
+            value = raw.get(key, raw.get("actions") if key == "action" else None)
+            if value is None:
+                continue
+            value = torch.as_tensor(value, device=device).float()
+            if value.ndim != 3 or value.shape[0] != batch_size or value.shape[1] != frames:
+                raise DataError(f"wan22_ti2v: '{key}' must be (B, T, D) with B={batch_size} and T={frames} frames, "
+                                f"got {tuple(value.shape)}.")
+            cond[key] = pool_to_latent_frames(value, self.temporal)
+            cond[f"{key}_frames"] = value
+            per_frame |= {key, f"{key}_frames"}
+        mask = torch.ones(batch_size, latents.shape[2], device=device)
+        if self.config.first_frame:
+            mask[:, 0] = 0  # the first latent frame is given, not predicted
+        if image is not None:
+            cond["image"] = image  # the first frame's pixels, which the i2v pipeline encodes itself
+        return Batch(latents=latents, cond=cond, loss_mask=mask, per_frame=frozenset(per_frame),
+                     meta={"has_target": has_target})
+
+    def _frames_from(self, raw: Mapping[str, Any]) -> int:
+        for key in ("action", "actions", *SIGNAL_KEYS):
+            if raw.get(key) is not None:
+                return int(torch.as_tensor(raw[key]).shape[1])
+        return int(raw.get("frames", self.card.sampling.num_frames))
+
+    # -- denoising ---------------------------------------------------------------------------
+    def token_timesteps(self, t: torch.Tensor, latents_shape: Sequence[int]) -> torch.Tensor:
+        """Per-token transformer timesteps ``(B, T' h/2 w/2)``: ``1000 t``, and 0 on the first frame's tokens (TI2V)."""
+        b, _, frames, h, w = latents_shape
+        tokens = torch.ones(frames, h // self.patch[1], w // self.patch[2], device=t.device)
+        if self.config.first_frame:
+            tokens[0] = 0
+        return (tokens.flatten()[None] * (t.float() * self.train_timesteps)[:, None])  # (B, seq)
+
+    def denoise(self, x_t: torch.Tensor, t: torch.Tensor, cond: Mapping[str, Any]) -> torch.Tensor:
+        """The frozen transformer's velocity at ``x_t`` (``t``: noise level in [0, 1], ``(B,)``).
+
+        Inside ``generate`` this is the pipeline's own call; elsewhere (training, probes) the same
+        call is made here: the first latent frame replaced by the clean condition, its tokens at
+        timestep 0, the others at ``1000 t``.
+        """
+        native = self.native_prediction(x_t)
+        if native is not None:
+            return native
+        if "prompt_embeds" not in cond:
+            raise DataError("wan22_ti2v.denoise needs cond['prompt_embeds'] (B, L, 4096) from prepare_batch.")
+        t = torch.as_tensor(t, device=x_t.device)
+        t = t.expand(x_t.shape[0]) if t.ndim == 0 else t
+        hidden = x_t
+        if self.config.first_frame:
+            hidden = x_t.clone()
+            hidden[:, :, 0] = cond["first_frame"].to(x_t.dtype)
+        dtype = self.transformer.dtype
+        out = self.transformer(hidden_states=hidden.to(dtype), timestep=self.token_timesteps(t, x_t.shape),
+                               encoder_hidden_states=cond["prompt_embeds"].to(dtype), return_dict=False)[0]
+        return out.to(x_t.dtype)
+
+    # -- sampling ----------------------------------------------------------------------------
+    def negative_embeddings(self, batch: Batch) -> torch.Tensor:
+        given = batch.cond.get("negative_prompt_embeds")
+        if given is not None:
+            return given
+        return self.encode_text([self.config.negative_prompt] * batch.batch_size)
+
+    def _generate(self, batch: Batch, *, steps: int, sampler: str, generator: torch.Generator | None,
+                  compose_fn, on_step, guidance_scale: float | None = None, **pipeline_kwargs) -> torch.Tensor:
+        """Run the diffusers pipeline with the composition injected; returns its final (normalised) latents.
+
+        ``guidance_scale`` defaults to the card's; other keyword arguments go to the pipeline.
+        """
+        guidance = self.card.sampling.guidance_scale if guidance_scale is None else guidance_scale
+        b, _, frames, h, w = batch.latents.shape
+        uncond = None
+        kwargs: dict[str, Any] = dict(prompt_embeds=batch.cond["prompt_embeds"])
+        if guidance > 1:
+            negative = self.negative_embeddings(batch)
+            kwargs["negative_prompt_embeds"] = negative
+            uncond = uncond_batch(batch, negative)
+        if self.config.first_frame:
+            if b != 1:
+                raise CompositionError(
+                    f"wan22_ti2v: image-to-video generation takes one clip per call (diffusers' "
+                    f"WanImageToVideoPipeline conditions every sample on one image); this batch has {b}. Generate "
+                    f"each clip on its own: batch.select([i]) for i in range({b})."
+                )
+            pipe = self.pipelines["i2v"]
+            kwargs["image"] = (batch.cond["image"].float() + 1) / 2  # the pipeline takes [0, 1] and normalises
+        else:
+            pipe = self.pipelines["t2v"]
+        injection = _WanInjection(self, batch, uncond, compose_fn, on_step, steps)
+        with injection.installed(pipe):
+            out = pipe(height=h * self.spatial, width=w * self.spatial, num_frames=1 + (frames - 1) * self.temporal,
+                       num_inference_steps=steps, guidance_scale=guidance, generator=generator, output_type="latent",
+                       max_sequence_length=self.config.max_sequence_length,
+                       **injection.callback, **kwargs, **pipeline_kwargs)
+        return out.frames.to(batch.latents.dtype)
