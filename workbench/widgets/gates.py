@@ -94,4 +94,7 @@ class Gates(View):
     def summary(self) -> str:
         weights = ", ".join(f"{lv:.1f}: {w:.3f}" for lv, w in zip(self.levels, self.weight))
         gates = ", ".join(f"{k}={v:.4f}" for k, v in self.model.composer.gate_values().items()) or "no gate"
-        return f"adapter weight by noise level {{{weights}}}; {gates}"
+        where = ""
+        if self.trajectory is not None:
+            where = f"; map at step {self.step_slider.value}, frame {self.frame_slider.value}"
+        return f"adapter weight by noise level {{{weights}}}; {gates}{where}"
