@@ -575,9 +575,3 @@ def test_the_tiny_fixture_cli_writes_a_loadable_pipeline(tmp_path):
     assert out.startswith(f"wrote a tiny Wan2.2 TI2V pipeline to {tmp_path / 'w'} (")
     assert (tmp_path / "w" / "model_index.json").is_file()
     assert (tmp_path / "w" / "transformer" / "diffusion_pytorch_model.safetensors").is_file()
-
-
-def test_the_shared_bridge_is_identical_in_both_plugins():
-    wan = ROOT / "plugins" / "wan22" / "workbench_wan22" / "_bridge.py"
-    easy = ROOT / "plugins" / "easyanimate" / "workbench_easyanimate" / "_bridge.py"
-    assert wan.read_text() == easy.read_text(), "edit both copies of _bridge.py together"

@@ -91,7 +91,8 @@ class ComposedModel(nn.Module):
         self.training = mode
         self.adapter.train(mode)
         self.composer.train(mode)
-        self.base.train(False)  # pinned anyway; explicit for readers
+        # The base is not touched: freeze() pinned every one of its modules to eval mode, and
+        # walking a large frozen model here would cost on every generate() call.
         return self
 
     def trainable_parameters(self) -> list[nn.Parameter]:

@@ -33,9 +33,7 @@ from typing import Any, Literal
 import torch
 
 from workbench import Batch, ComponentSpec, FlowMatching, ModelCard, SamplingDefaults
-from workbench.config import check
-from workbench.errors import CheckpointError, CompositionError, DataError
-from workbench_easyanimate._bridge import (
+from workbench.backbones.diffusers_bridge import (
     SIGNAL_KEYS,
     DiffusersBackbone,
     Injection,
@@ -48,6 +46,8 @@ from workbench_easyanimate._bridge import (
     transformer_output,
     uncond_batch,
 )
+from workbench.config import check
+from workbench.errors import CheckpointError, CompositionError, DataError
 
 # EasyAnimate V5.1's own settings: 50 steps, guidance 6, 49 frames at 8 fps, 512x512 (its diffusers example).
 REAL_DEFAULTS = dict(steps=50, guidance_scale=6.0, height=512, width=512, num_frames=49, fps=8)

@@ -35,9 +35,7 @@ from typing import Any, Literal
 import torch
 
 from workbench import Batch, ComponentSpec, FlowMatching, ModelCard, SamplingDefaults
-from workbench.config import check
-from workbench.errors import CheckpointError, CompositionError, DataError
-from workbench_wan22._bridge import (
+from workbench.backbones.diffusers_bridge import (
     SIGNAL_KEYS,
     DiffusersBackbone,
     Injection,
@@ -50,6 +48,8 @@ from workbench_wan22._bridge import (
     transformer_output,
     uncond_batch,
 )
+from workbench.config import check
+from workbench.errors import CheckpointError, CompositionError, DataError
 
 # Wan2.2 TI2V-5B's own sampling settings (its release config): 50 steps, guidance 5, 1280x704, 121 frames at 24 fps.
 REAL_DEFAULTS = dict(steps=50, guidance_scale=5.0, height=704, width=1280, num_frames=121, fps=24)

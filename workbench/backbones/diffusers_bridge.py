@@ -10,8 +10,8 @@
   reproduces the pipeline bit for bit, and a replayed step (a fork's prefix) costs no call at all.
 * Loading and data helpers shared by the plugins.
 
-This file is identical in every diffusers-native plugin (each distribution stands alone);
-``tests/test_plugin_backbones.py`` keeps the copies in sync.
+Every diffusers-native plugin builds on this module; it is part of workbench's public API for
+plugin authors and never imports diffusers itself (``import workbench`` does not load it).
 """
 
 from __future__ import annotations
