@@ -75,14 +75,18 @@ def test_an_exactly_linear_decoder_is_recovered(r, causal):
 
 
 def test_tiny_video_preview_is_the_least_squares_fit_and_beats_a_constant():
-    base = tiny_base()
+    from workbench.backbones.tiny_video import TinyVideo
+    from workbench.data.metaworld import MetaWorldClips
+
+    base = TinyVideo.from_pretrained()  # a real decoder: far from linear, and far from constant
     preview = fit_preview(base, cache=False)
     assert preview.source == "data-free" and preview.channels == 4 and preview.downsample == 4
-    # A random decoder is far from linear, but the fit still beats the best constant (the mean block).
-    assert preview.baseline_psnr < preview.psnr and 20 < preview.psnr < 60
-    samples = fit_preview(base, samples=raw_batch(b=6)["video"], cache=False)
+    assert preview.psnr > preview.baseline_psnr + 2 and 15 < preview.psnr < 60  # measured 18.6 vs 15.6 dB
+    clips = MetaWorldClips(path="sample", window=4, stride=48, split="val")
+    video = torch.stack([clips[i]["video"] for i in range(6)])  # (6, 3, 4, 64, 64) real frames
+    samples = fit_preview(base, samples=video, cache=False)
     assert samples.source == "samples" and (samples.n_fit, samples.n_heldout) == (2, 4)
-    assert samples.baseline_psnr < samples.psnr
+    assert samples.psnr > samples.baseline_psnr + 5 and samples.psnr > 19  # measured 20.6 vs 13.7 dB
     assert "dB held-out vs full decode" in repr(samples)
 
 

@@ -83,14 +83,8 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _pretrain(args: argparse.Namespace) -> int:
-    try:
-        from workbench.backbones.pretrain import run
-    except ImportError:
-        raise WorkbenchError(
-            "`workbench pretrain` is not available in this version: tiny_video ships without pretrained "
-            "weights for now. Train a random-init base's adapter with `workbench train`, or build "
-            "TinyVideo(...) and fit it yourself."
-        ) from None
+    from workbench.train.pretrain import run
+
     return run(args)
 
 
@@ -126,10 +120,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--steps", type=int)
     demo.set_defaults(func=_demo)
 
-    pretrain = sub.add_parser("pretrain", help="pretrain the tiny_video backbone on Meta-World clips")
-    pretrain.add_argument("--data", help="HDF5 file (default: the shipped sample)")
-    pretrain.add_argument("--steps", type=int, default=2000)
-    pretrain.add_argument("--out", default="outputs/pretrain/tiny_video.safetensors")
+    pretrain = sub.add_parser("pretrain", help="pretrain the tiny_video backbone on Meta-World clips (no actions)")
+    from workbench.train import pretrain as pretrain_module
+
+    pretrain_module.add_arguments(pretrain)
     pretrain.set_defaults(func=_pretrain)
     return parser
 

@@ -44,6 +44,8 @@ class TinyVideoConfig:
 
     ``weights``: ``None`` (random init), ``"pretrained"`` (the weights shipped with
     workbench), or a path to a ``.safetensors`` file saved by :meth:`TinyVideo.save_pretrained`.
+    The defaults are the shipped weights' architecture (64×64, 16 frames at 40 fps), so
+    ``TinyVideoConfig(weights="pretrained")`` — ``{weights: pretrained}`` in YAML — just works.
     """
 
     image_size: int = 64
@@ -51,14 +53,14 @@ class TinyVideoConfig:
     latent_channels: int = 4
     ae_width: int = 32
     downsample: Literal[1, 2, 4, 8] = 4
-    width: int = 48
+    width: int = 32
     depth: int = 2
     objective: Literal["flow_matching", "diffusion"] = "flow_matching"
     prediction: Literal["eps", "v", "x0"] = "eps"
     shift: float = 1.0
     sampling_steps: int = 20
     dropout: float = 0.0
-    fps: int = 10
+    fps: int = 40
     weights: str | None = None
 
     def __post_init__(self):
@@ -76,7 +78,11 @@ class TinyVideoConfig:
 
 
 class FrameAutoencoder(nn.Module):
-    """Per-frame conv autoencoder: ``(N, 3, H, W)`` ↔ ``(N, C, H/d, W/d)``."""
+    """Per-frame conv autoencoder: ``(N, 3, H, W)`` ↔ ``(N, C, H/d, W/d)``.
+
+    No normalisation layers: every output pixel depends on a local patch only, so training on
+    crops teaches exactly what full frames need.
+    """
 
     def __init__(self, latent_channels: int, width: int, downsample: int):
         super().__init__()
@@ -84,15 +90,14 @@ class FrameAutoencoder(nn.Module):
         enc: list[nn.Module] = [nn.Conv2d(3, width, 3, padding=1), nn.SiLU()]
         ch = width
         for _ in range(levels):
-            enc += [nn.Conv2d(ch, ch * 2, 4, stride=2, padding=1), nn.GroupNorm(group_count(ch * 2), ch * 2), nn.SiLU(),
-                    nn.Conv2d(ch * 2, ch * 2, 3, padding=1), nn.SiLU()]
+            enc += [nn.Conv2d(ch, ch * 2, 4, stride=2, padding=1), nn.SiLU(), nn.Conv2d(ch * 2, ch * 2, 3, padding=1),
+                    nn.SiLU()]
             ch *= 2
         enc += [nn.Conv2d(ch, latent_channels, 3, padding=1)]
         dec: list[nn.Module] = [nn.Conv2d(latent_channels, ch, 3, padding=1), nn.SiLU()]
         for _ in range(levels):
-            dec += [nn.Upsample(scale_factor=2, mode="nearest"), nn.Conv2d(ch, ch // 2, 3, padding=1),
-                    nn.GroupNorm(group_count(ch // 2), ch // 2), nn.SiLU(), nn.Conv2d(ch // 2, ch // 2, 3, padding=1),
-                    nn.SiLU()]
+            dec += [nn.Upsample(scale_factor=2, mode="nearest"), nn.Conv2d(ch, ch // 2, 3, padding=1), nn.SiLU(),
+                    nn.Conv2d(ch // 2, ch // 2, 3, padding=1), nn.SiLU()]
             ch //= 2
         dec += [nn.Conv2d(ch, 3, 3, padding=1)]
         self.encoder = nn.Sequential(*enc)

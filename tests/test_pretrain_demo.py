@@ -1,0 +1,162 @@
+"""The pretrained embedded base, `workbench pretrain`, and `workbench demo`."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from workbench.adapters.latent_residual import LatentResidual
+from workbench.backbones.tiny_video import WEIGHTS_DIR, TinyVideo
+from workbench.cli import main
+from workbench.demo import summarise, swap_partner
+from workbench.errors import ConfigError
+from workbench.train import pretrain
+
+SHIPPED = WEIGHTS_DIR / "tiny_video.safetensors"
+
+
+@pytest.fixture(scope="module")
+def shipped() -> TinyVideo:
+    return TinyVideo.from_pretrained()
+
+
+def test_shipped_weights_are_small_and_documented(shipped):
+    assert SHIPPED.stat().st_size <= 10 * 2**20
+    card = shipped.card
+    assert card.recipe.method == "pretrain_i2v"
+    assert "Meta-World" in card.recipe.trained_on and "no actions" in card.recipe.trained_on
+    assert card.recipe.train_steps >= 1000
+    assert card.components["denoiser"].source == card.components["vae"].source == "pretrained"
+    assert card.capabilities == ("i2v",)
+    assert (card.sampling.height, card.sampling.num_frames, card.sampling.fps) == (64, 16, 40)
+    # the card that ships next to the weights says the same
+    written = json.loads(SHIPPED.with_suffix(".json").read_text())
+    assert written["card"]["recipe"]["val_loss"] == card.recipe.val_loss
+    assert written["provenance"]["validation"] == shipped.provenance["validation"]
+
+
+def test_shipped_weights_reproduce_the_card_validation_loss(shipped):
+    recomputed = pretrain.validation_loss(shipped, **shipped.provenance["validation"])
+    assert recomputed == pytest.approx(shipped.card.recipe.val_loss, rel=1e-3)
+    # and the number means something: far below an untrained denoiser on the same clips
+    assert shipped.card.recipe.val_loss < 0.5 * shipped.provenance["validation_loss_untrained"]
+
+
+def test_shipped_autoencoder_reconstructs_held_out_frames(shipped):
+    psnr = pretrain.reconstruction_psnr(shipped, "sample", "val")
+    assert psnr == pytest.approx(shipped.provenance["autoencoder_val_psnr"], abs=0.01)
+    assert psnr > 25.0
+
+
+def test_validation_loss_is_deterministic_and_batch_independent(shipped):
+    a = pretrain.validation_loss(shipped, window=16, stride=16, batch_size=4)
+    b = pretrain.validation_loss(shipped, window=16, stride=16, batch_size=7)
+    assert a == pytest.approx(b, rel=1e-6)
+    assert pretrain.validation_loss(shipped, window=16, stride=16, seed=1) != pytest.approx(a, rel=1e-6)
+
+
+def test_pretrain_command_runs_a_handful_of_steps(tmp_path, capsys):
+    out = tmp_path / "tv.safetensors"
+    code = main(["pretrain", "--data", "sample", "--ae-steps", "2", "--steps", "3", "--batch-size", "2",
+                 "--ae-batch-size", "4", "--width", "16", "--depth", "1", "--ae-width", "8", "--out", str(out),
+                 "--no-progress"])
+    assert code == 0
+    assert "3 denoiser steps" in capsys.readouterr().out
+    base = TinyVideo.from_pretrained(out)
+    assert base.config.width == 16 and base.config.frames == 16
+    card = base.card
+    assert card.recipe.train_steps == 3 and base.provenance["autoencoder_steps"] == 2
+    assert "60 episodes x 48 frames" in card.recipe.trained_on
+    assert card.recipe.val_loss == pytest.approx(
+        pretrain.validation_loss(base, **base.provenance["validation"]), rel=1e-5)
+    curves = json.loads(out.with_suffix(".curves.json").read_text())
+    assert len(curves["denoiser_loss"]) == 3 and len(curves["autoencoder_loss"]) == 2
+    assert all(np.isfinite(curves["denoiser_loss"]))
+
+
+def test_pretrain_rejects_a_window_longer_than_the_episodes(tmp_path):
+    with pytest.raises(Exception, match="shorter than window=64"):
+        pretrain.pretrain(pretrain.PretrainConfig(data="sample", window=64, ae_steps=0, steps=0,
+                                                  out=str(tmp_path / "x.safetensors")), progress=False)
+
+
+@pytest.mark.parametrize("field, value, pattern", [
+    ("ema", 1.0, "ema: must be in"),
+    ("ae_crop", 12, "ae_crop: must be a multiple of 8"),
+    ("window", 1, "window: must be >= 2"),
+])
+def test_pretrain_config_validation(field, value, pattern):
+    with pytest.raises(ConfigError, match=pattern):
+        pretrain.PretrainConfig(data="sample", **{field: value})
+
+
+# -- the action adapter the demo trains --------------------------------------------------------
+
+def test_demo_adapter_is_the_identity_at_init(shipped):
+    from workbench import ComposedModel, GatedResidual
+
+    torch.manual_seed(0)
+    model = ComposedModel(shipped, LatentResidual(width=16, depth=1, cumulative=True, coords=True),
+                          GatedResidual(), shipped.default_objective())
+    g = torch.Generator().manual_seed(0)
+    raw = {"video": torch.rand(2, 3, 16, 64, 64, generator=g) * 2 - 1,
+           "action": torch.rand(2, 16, 4, generator=g) * 2 - 1}
+    batch = shipped.prepare_batch(raw)
+    x_t = torch.randn(batch.latents.shape, generator=g)
+    pred = model.predict(x_t, torch.full((2,), 0.7), batch)
+    assert torch.equal(pred.composed, pred.base)
+
+
+# -- the demo ----------------------------------------------------------------------------------
+
+def test_swap_partner_always_borrows_from_another_episode():
+    episodes = [3, 3, 3, 7, 7, 9]
+    partner = swap_partner(episodes)
+    assert partner == [3, 3, 3, 5, 5, 0]
+    assert all(episodes[p] != e for p, e in zip(partner, episodes))
+    with pytest.raises(ValueError, match="at least two episodes"):
+        swap_partner([1, 1])
+
+
+def test_summary_counts_wins_and_gains():
+    scores = {"base": {"psnr": np.array([10.0, 10.0, 10.0, 10.0]), "ssim": np.full(4, 0.5),
+                       "moving_psnr": np.array([10.0, 11.0, 12.0, np.nan])},
+              "adapter": {"psnr": np.full(4, 12.0), "ssim": np.full(4, 0.6),
+                          "moving_psnr": np.array([12.0, 13.0, 11.0, np.nan])},
+              "swapped": {"psnr": np.full(4, 11.0), "ssim": np.full(4, 0.55),
+                          "moving_psnr": np.array([11.0, 11.0, 12.0, 5.0])}}
+    s = summarise({"scores": scores, "moving_fraction": np.array([0.1, 0.2, 0.3, 0.0])})
+    assert s["adapter_beats_swapped_fraction"] == pytest.approx(2 / 3)
+    assert s["adapter_minus_base_moving_psnr_db"] == pytest.approx(1.0)
+    assert s["targets"] == {"adapter_beats_swapped_on_75pct_of_clips": False, "adapter_beats_base_by_1db_moving": True}
+    assert s["mean"]["adapter"]["moving_psnr"] == pytest.approx(12.0)
+    assert s["mean_moving_fraction"] == pytest.approx(0.15)
+
+
+def test_demo_quick_writes_every_output(tmp_path, capsys):
+    out = tmp_path / "demo"
+    assert main(["demo", "--quick", "--output", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "(b) beats (c) on moving PSNR" in printed and "(a) frozen base alone" in printed
+    for name in ("side_by_side.mp4", "side_by_side.gif", "loss.png", "metrics.json"):
+        assert (out / name).stat().st_size > 1000, name
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["training"]["steps"] == 10 and len(metrics["training"]["loss_history"]) == 10
+    assert metrics["evaluation"]["clips"] == 4
+    for variant in ("base", "adapter", "swapped"):
+        for metric in ("psnr", "ssim", "moving_psnr"):
+            values = metrics["per_clip"][f"{variant}_{metric}"]
+            assert len(values) == 4 and all(np.isfinite(values)), (variant, metric)
+    assert metrics["base"]["model_id"] == "tiny_video-metaworld-i2v"
+    # the adapter checkpoint is loadable and holds the trained adapter
+    from workbench import AdapterExperiment
+
+    exp = AdapterExperiment.load(metrics["training"]["checkpoint"])
+    assert exp.step == 10
+    import imageio.v3 as iio
+
+    video = iio.imread(out / "side_by_side.mp4")
+    assert video.ndim == 4 and video.shape[0] == 16

@@ -1,0 +1,348 @@
+"""``workbench pretrain``: train the embedded ``tiny_video`` backbone on Meta-World clips.
+
+The backbone is pretrained as an **image-to-video** model *without actions*: from the first
+frame it must predict a plausible future, but it cannot know which way the arm will go. That
+is exactly the gap an action adapter closes (``workbench demo``).
+
+Two stages, like the real latent video models:
+
+1. the per-frame autoencoder (64×64×3 ↔ 16×16×4) learns to reconstruct single frames
+   (random crops: it is fully convolutional, so crops cost a quarter of a frame and teach it
+   the same thing); the latent normalisation (per-channel mean / std) is measured afterwards;
+2. every episode is encoded once, and the (2+1)-D U-Net denoiser learns flow matching on
+   random windows of those latents, conditioned on the window's first frame, with an
+   exponential moving average (EMA) of its weights that is what ships.
+
+The validation loss on the card is :func:`validation_loss` on the shipped sample's
+validation episodes: a fixed noise draw and a fixed noise level per clip, so anyone can
+recompute it from the weights alone::
+
+    from workbench.train.pretrain import validation_loss
+    from workbench.backbones.tiny_video import TinyVideo
+    base = TinyVideo.from_pretrained()
+    validation_loss(base, **base.provenance["validation"])   # == base.card.recipe.val_loss
+
+Reproduce the shipped weights (about 50 minutes on 2 CPU cores)::
+
+    workbench data metaworld --tasks reach-v3,push-v3,pick-place-v3,door-open-v3,drawer-close-v3,\\
+        button-press-topdown-v3 --episodes 480 --frames 64 --size 64 --seed 1 --action-repeat 2 \\
+        --out data/metaworld_pretrain.h5
+    workbench pretrain --data data/metaworld_pretrain.h5 --out tiny_video.safetensors
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from workbench.backbones.tiny_video import TinyVideo, TinyVideoConfig
+from workbench.config import check
+from workbench.core.objectives import masked_mse
+from workbench.errors import DataError
+
+
+@dataclasses.dataclass
+class PretrainConfig:
+    """Settings of a pretraining run (``workbench pretrain --help`` lists them as flags).
+
+    ``data``: an HDF5 file from ``workbench data metaworld`` (or ``"sample"``), all of whose
+    episodes are used for training. ``val_data``: the file whose ``val`` split gives the
+    card's validation loss (the shipped sample by default, so the number is reproducible
+    anywhere). ``ae_steps`` / ``steps``: optimizer steps of the two stages. ``arch``:
+    overrides of :class:`TinyVideoConfig` (whose defaults are the shipped architecture).
+    """
+
+    data: str
+    out: str = "outputs/pretrain/tiny_video.safetensors"
+    val_data: str = "sample"
+    window: int = 16
+    ae_steps: int = 2500
+    ae_batch_size: int = 32
+    ae_crop: int = 32
+    ae_learning_rate: float = 1e-3
+    steps: int = 2500
+    batch_size: int = 16
+    learning_rate: float = 5e-4
+    warmup: int = 100
+    ema: float = 0.998
+    seed: int = 0
+    arch: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        check(self.window >= 2, "window", f"must be >= 2, got {self.window}.")
+        check(self.ae_steps >= 0, "ae_steps", f"must be >= 0, got {self.ae_steps}.")
+        check(self.steps >= 0, "steps", f"must be >= 0, got {self.steps}.")
+        check(self.batch_size >= 1 and self.ae_batch_size >= 1, "batch_size", "batch sizes must be >= 1.")
+        check(0.0 <= self.ema < 1.0, "ema", f"must be in [0, 1), got {self.ema}.")
+        check(self.ae_crop % 8 == 0 and self.ae_crop >= 8, "ae_crop",
+              f"must be a multiple of 8 (>= 8), got {self.ae_crop}.")
+
+
+def _lr(step: int, total: int, peak: float, warmup: int) -> float:
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    progress = (step - warmup) / max(1, total - warmup)
+    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+def _load_frames(path: str) -> tuple[np.ndarray, dict[str, Any]]:
+    """All frames of a Meta-World file, uint8 ``[N, T, H, W, 3]``, validated by the dataset reader."""
+    from workbench.data.metaworld import MetaWorldClips
+
+    clips = MetaWorldClips(path=path, window=2, split="all")
+    with clips._open() as f:  # the reader validated the file; read it whole, once
+        frames = f["frames"][()]
+        tasks = sorted(set(clips.task_names))
+    return frames, {"path": str(clips.path), "episodes": clips.num_episodes, "frames": clips.episode_length,
+                    "tasks": tasks, "attrs": clips.attrs}
+
+
+def _to_float(frames: np.ndarray) -> torch.Tensor:
+    """uint8 ``[..., H, W, 3]`` → float ``[..., 3, H, W]`` in [-1, 1]."""
+    x = torch.from_numpy(np.ascontiguousarray(frames)).float().div_(127.5).sub_(1.0)
+    return x.movedim(-1, -3)
+
+
+def train_autoencoder(base: TinyVideo, frames: np.ndarray, cfg: PretrainConfig, progress: bool = True) -> list[float]:
+    """Stage 1: reconstruct random crops of single frames (MSE + L1); sets the latent normalisation."""
+    from tqdm.auto import tqdm
+
+    ae = base.autoencoder
+    ae.train()
+    opt = torch.optim.AdamW(ae.parameters(), lr=cfg.ae_learning_rate, weight_decay=0.0)
+    rng = np.random.default_rng(cfg.seed)
+    n, t, h, w, _ = frames.shape
+    crop, d = min(cfg.ae_crop, h), base.config.downsample
+    gen = torch.Generator().manual_seed(cfg.seed)
+    losses: list[float] = []
+    for step in tqdm(range(cfg.ae_steps), desc="autoencoder", disable=not progress, unit="step"):
+        for group in opt.param_groups:
+            group["lr"] = _lr(step, cfg.ae_steps, cfg.ae_learning_rate, cfg.warmup)
+        ep, fr = rng.integers(n, size=cfg.ae_batch_size), rng.integers(t, size=cfg.ae_batch_size)
+        # crops on the latent grid, so a crop's latents are the full frame's latents
+        ys = rng.integers(0, (h - crop) // d + 1, size=cfg.ae_batch_size) * d
+        xs = rng.integers(0, (w - crop) // d + 1, size=cfg.ae_batch_size) * d
+        batch = np.stack([frames[e, f, y:y + crop, x:x + crop] for e, f, y, x in zip(ep, fr, ys, xs)])
+        x = _to_float(batch)  # (B, 3, crop, crop)
+        z = ae.encoder(x)
+        # a little latent noise makes the decoder forgiving of a denoiser's imperfect latents
+        z = z + 0.05 * z.detach().std() * torch.randn(z.shape, generator=gen)
+        y = ae.decoder(z)
+        loss = F.mse_loss(y, x) + 0.5 * F.l1_loss(y, x)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(ae.parameters(), 1.0)
+        opt.step()
+        losses.append(float(loss.detach()))
+    ae.eval()
+    _set_latent_stats(base, frames, rng)
+    return losses
+
+
+@torch.no_grad()
+def _set_latent_stats(base: TinyVideo, frames: np.ndarray, rng: np.random.Generator, count: int = 512) -> None:
+    n, t = frames.shape[:2]
+    idx = rng.choice(n * t, size=min(count, n * t), replace=False)
+    x = _to_float(frames.reshape(n * t, *frames.shape[2:])[np.sort(idx)])
+    z = torch.cat([base.autoencoder.encoder(chunk) for chunk in x.split(64)])  # (N, C, h, w)
+    base.latent_mean.copy_(z.mean(dim=(0, 2, 3)))
+    base.latent_std.copy_(z.std(dim=(0, 2, 3)).clamp_min(1e-4))
+
+
+@torch.no_grad()
+def encode_episodes(base: TinyVideo, frames: np.ndarray, progress: bool = True) -> torch.Tensor:
+    """Normalised latents of every frame, ``(N, C, T, h, w)`` (each episode encoded once)."""
+    from tqdm.auto import tqdm
+
+    out = []
+    for episode in tqdm(frames, desc="encode", disable=not progress, unit="episode"):
+        x = _to_float(episode)  # (T, 3, H, W)
+        out.append(torch.cat([base.encode_frames(chunk) for chunk in x.split(64)]).transpose(0, 1))
+    return torch.stack(out)
+
+
+def _flow_loss(base: TinyVideo, z: torch.Tensor, noise: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """Flow-matching loss of the base denoiser on latent clips ``z`` (frame 0 is given, not scored)."""
+    x_t = base.default_objective().add_noise(z, noise, t)
+    pred = base.denoise(x_t, t, {"first_frame": z[:, :, 0]})
+    mask = torch.ones(z.shape[0], z.shape[2], device=z.device)
+    mask[:, 0] = 0
+    return masked_mse(pred, noise - z, mask)
+
+
+def train_denoiser(base: TinyVideo, latents: torch.Tensor, cfg: PretrainConfig,
+                   progress: bool = True) -> tuple[list[float], dict[str, torch.Tensor]]:
+    """Stage 2: flow matching on random windows; returns the loss curve and the EMA weights."""
+    from tqdm.auto import tqdm
+
+    den = base.denoiser
+    den.train()
+    opt = torch.optim.AdamW(den.parameters(), lr=cfg.learning_rate, weight_decay=0.01)
+    ema = {k: v.detach().clone() for k, v in den.state_dict().items()}
+    n, _, t_len = latents.shape[:3]
+    if t_len < cfg.window:
+        raise DataError(f"Episodes have {t_len} frames, shorter than window={cfg.window}. Use --window <= {t_len}.")
+    rng = np.random.default_rng(cfg.seed + 1)
+    gen = torch.Generator().manual_seed(cfg.seed + 1)
+    objective = base.default_objective()
+    losses: list[float] = []
+    bar = tqdm(range(cfg.steps), desc="denoiser", disable=not progress, unit="step")
+    for step in bar:
+        for group in opt.param_groups:
+            group["lr"] = _lr(step, cfg.steps, cfg.learning_rate, cfg.warmup)
+        ep = rng.integers(n, size=cfg.batch_size)
+        start = rng.integers(t_len - cfg.window + 1, size=cfg.batch_size)
+        z = torch.stack([latents[e, :, s:s + cfg.window] for e, s in zip(ep, start)])  # (B, C, T, h, w)
+        noise = torch.randn(z.shape, generator=gen)
+        t = objective.sample_t(z.shape[0], gen, z.device)
+        loss = _flow_loss(base, z, noise, t)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(den.parameters(), 1.0)
+        opt.step()
+        decay = min(cfg.ema, (1 + step) / (10 + step))  # a short memory early, when the weights move most
+        with torch.no_grad():
+            for k, v in den.state_dict().items():
+                if v.dtype.is_floating_point:
+                    ema[k].lerp_(v, 1 - decay)
+                else:
+                    ema[k].copy_(v)
+        losses.append(float(loss.detach()))
+        if step % 50 == 0:
+            bar.set_postfix(loss=f"{np.mean(losses[-50:]):.4f}")
+    den.eval()
+    return losses, ema
+
+
+@torch.no_grad()
+def validation_loss(base: TinyVideo, data: str = "sample", split: str = "val", window: int = 16, stride: int = 8,
+                    seed: int = 0, levels: int = 8, batch_size: int = 16) -> float:
+    """Mean flow-matching loss on every ``window`` of ``data``'s ``split``, deterministically.
+
+    Clip ``i`` gets noise from ``torch.Generator().manual_seed(seed * 100003 + i)`` and the noise
+    level ``t = (i mod levels + 0.5) / levels``, so the number depends on the weights alone.
+    The first frame (given, not predicted) is not scored.
+    """
+    from workbench.data.metaworld import MetaWorldClips
+
+    clips = MetaWorldClips(path=data, window=window, stride=stride, split=split)
+    was = base.training
+    base.train(False)
+    total, count = 0.0, 0
+    try:
+        for lo in range(0, len(clips), batch_size):
+            items = [clips[i] for i in range(lo, min(lo + batch_size, len(clips)))]
+            z = base.encode(torch.stack([it["video"] for it in items]).to(base.device))
+            noise = torch.stack([torch.randn(z.shape[1:], generator=torch.Generator().manual_seed(seed * 100003 + i))
+                                 for i in range(lo, lo + len(items))]).to(z)
+            t = torch.tensor([(i % levels + 0.5) / levels for i in range(lo, lo + len(items))], device=z.device)
+            # per clip, so the mean does not depend on batch_size
+            for k in range(len(items)):
+                total += float(_flow_loss(base, z[k:k + 1], noise[k:k + 1], t[k:k + 1]))
+                count += 1
+    finally:
+        base.train(was)
+    return total / count
+
+
+@torch.no_grad()
+def reconstruction_psnr(base: TinyVideo, data: str = "sample", split: str = "val") -> float:
+    """PSNR (dB, uint8 range) of autoencoder reconstructions of every frame of ``split``."""
+    from workbench.data.metaworld import MetaWorldClips
+    from workbench.metrics import psnr
+
+    clips = MetaWorldClips(path=data, window=2, split=split)
+    with clips._open() as f:
+        frames = f["frames"][sorted(clips.episodes)]
+    x = _to_float(frames.reshape(-1, *frames.shape[2:]))
+    y = torch.cat([base.decode_frames(base.encode_frames(chunk)) for chunk in x.split(64)])
+    to_u8 = lambda v: ((v.clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).movedim(-3, -1).numpy()  # noqa: E731
+    return psnr(to_u8(y), to_u8(x))
+
+
+def pretrain(cfg: PretrainConfig, progress: bool = True) -> TinyVideo:
+    """Run both stages and write the weights (safetensors) with their provenance and a card JSON."""
+    torch.manual_seed(cfg.seed)
+    started = time.perf_counter()
+    frames, info = _load_frames(cfg.data)
+    if info["frames"] < cfg.window:
+        raise DataError(f"{info['path']}: episodes have {info['frames']} frames, shorter than "
+                        f"window={cfg.window}. Use --window <= {info['frames']}.")
+    arch = {**cfg.arch, "frames": cfg.window, "image_size": int(frames.shape[2])}
+    base = TinyVideo(TinyVideoConfig(**arch))
+    validation = {"data": cfg.val_data, "split": "val", "window": cfg.window, "stride": 8, "seed": 0, "levels": 8}
+    ae_losses = train_autoencoder(base, frames, cfg, progress)
+    ae_seconds = time.perf_counter() - started
+    untrained = validation_loss(base, **validation)  # the trained autoencoder, the denoiser still at init
+    latents = encode_episodes(base, frames, progress)
+    del frames
+    den_losses, ema = train_denoiser(base, latents, cfg, progress)
+    base.denoiser.load_state_dict(ema)
+    seconds = time.perf_counter() - started
+    val = validation_loss(base, **validation)
+    ae_psnr = reconstruction_psnr(base, cfg.val_data)
+    name = Path(info["path"]).name
+    trained_on = (f"Meta-World {', '.join(info['tasks'])}: {info['episodes']} episodes x {info['frames']} frames "
+                  f"({name}, generator seed {int(info['attrs'].get('seed', -1))}, camera "
+                  f"{info['attrs'].get('camera', '?')}), no actions")
+    provenance = {
+        "model_id": "tiny_video-metaworld-i2v",
+        "trained_on": trained_on,
+        "train_steps": cfg.steps,
+        "autoencoder_steps": cfg.ae_steps,
+        "val_loss": round(val, 6),
+        "validation": validation,
+        "validation_loss_untrained": round(untrained, 6),
+        "autoencoder_val_psnr": round(ae_psnr, 3),
+        "train_loss_final": round(float(np.mean(den_losses[-100:])), 6) if den_losses else None,
+        "autoencoder_loss_final": round(float(np.mean(ae_losses[-100:])), 6) if ae_losses else None,
+        "train_seconds": round(seconds, 1),
+        "autoencoder_seconds": round(ae_seconds, 1),
+        "pretrain_config": {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("out",)},
+        "torch": torch.__version__,
+    }
+    base.provenance = {**provenance, "source": "pretrained"}
+    out = Path(cfg.out)
+    base.save_pretrained(out, **provenance)
+    curves = {"autoencoder_loss": [round(v, 6) for v in ae_losses], "denoiser_loss": [round(v, 6) for v in den_losses]}
+    card = dataclasses.asdict(base._make_card())
+    out.with_suffix(".json").write_text(json.dumps({"card": card, "provenance": provenance}, indent=1, default=str))
+    out.with_suffix(".curves.json").write_text(json.dumps(curves))
+    return TinyVideo.from_pretrained(out)
+
+
+def add_arguments(parser) -> None:
+    d = PretrainConfig(data="")
+    parser.add_argument("--data", required=True, help="HDF5 file from `workbench data metaworld` (or 'sample')")
+    parser.add_argument("--out", default=d.out, help="output .safetensors file (default: %(default)s)")
+    parser.add_argument("--val-data", default=d.val_data, help="file whose val split scores the card (default: "
+                                                               "%(default)s)")
+    for flag, typ in (("window", int), ("ae_steps", int), ("ae_batch_size", int), ("steps", int),
+                      ("batch_size", int), ("learning_rate", float), ("ae_learning_rate", float), ("seed", int),
+                      ("width", int), ("depth", int), ("ae_width", int)):
+        default = getattr(d, flag) if hasattr(d, flag) else getattr(TinyVideoConfig, flag)
+        parser.add_argument(f"--{flag.replace('_', '-')}", type=typ, default=default,
+                            help=f"(default: {default})")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+
+
+def run(args) -> int:
+    fields = {f.name for f in dataclasses.fields(PretrainConfig)}
+    values = {k: v for k, v in vars(args).items() if k in fields and v is not None}
+    arch = {k: getattr(args, k) for k in ("width", "depth", "ae_width") if getattr(args, k, None) is not None}
+    cfg = PretrainConfig(**values, arch=arch)
+    base = pretrain(cfg, progress=not args.no_progress)
+    r = base.card.recipe
+    p = base.provenance
+    print(f"wrote {cfg.out}: {r.train_steps} denoiser steps, validation loss {r.val_loss:.5f} "
+          f"({p['validation']['data']} {p['validation']['split']}), autoencoder PSNR "
+          f"{p['autoencoder_val_psnr']:.2f} dB, {p['train_seconds'] / 60:.1f} min")
+    return 0
