@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export OMP_NUM_THREADS ?= 1
 export MUJOCO_GL ?= egl
 
-.PHONY: demo test lint bench install clean sysdeps
+.PHONY: demo test lint bench install clean sysdeps browser lab notebooks
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -17,7 +17,7 @@ $(PY):
 PLUGINS := plugins/wan22 plugins/easyanimate
 
 $(STAMP): $(PY) pyproject.toml constraints.txt $(addsuffix /pyproject.toml,$(PLUGINS))
-	$(PY) -m pip install --quiet -c constraints.txt -e ".[data,dev,diffusers]" $(addprefix -e ,$(PLUGINS))
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[data,widgets,dev,diffusers]" $(addprefix -e ,$(PLUGINS))
 	@touch $(STAMP)
 
 install: $(STAMP)
@@ -27,15 +27,36 @@ sysdeps:
 	@ldconfig -p | grep -q libEGL.so.1 || (apt-get update -qq && \
 		apt-get install -y -qq libegl1 libegl-mesa0 libgl1-mesa-dri libopengl0)
 
+# The browser test drives Debian's chromium (no browser download); install it when absent.
+browser:
+	@command -v chromium >/dev/null || ! command -v apt-get >/dev/null || [ "$$(id -u)" != 0 ] || \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
+
 demo: sysdeps $(STAMP)
 	$(VENV)/bin/workbench demo
 
-test: sysdeps $(STAMP)
+# Notebooks run under strict nbval: every stored output is compared after the sanitiser.
+NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
+
+test: sysdeps browser $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q tests notebooks $(NBVAL)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+
+# Re-execute the numbered notebooks and store their outputs (then `make test` compares against them).
+notebooks: $(STAMP)
+	$(PY) notebooks/execute.py
+
+# JupyterLab on the notebooks (as root it needs --allow-root; the news toast is switched off).
+LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings
+lab: $(STAMP)
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[lab]"
+	@mkdir -p $(LAB_SETTINGS)
+	@echo '{"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": false}}' \
+		> $(LAB_SETTINGS)/overrides.json
+	$(VENV)/bin/jupyter lab notebooks $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 bench: $(STAMP)
 	@for b in benchmarks/[!_]*.py; do echo "== $$b"; (cd benchmarks && ../$(PY) $$(basename $$b)) || exit 1; done

@@ -63,6 +63,7 @@ LAYERS = {
     "data": {"core", "data"},
     "inspect": {"core", "inspect", "backbones", "adapters", "data"},
     "train": {"core", "train", "inspect", "backbones", "adapters", "data"},
+    "widgets": {"core", "train", "inspect", "backbones", "adapters", "data", "widgets"},
 }
 LEAVES = {"errors", "registry", "config", "layers", "metrics", "media", "platform"}
 
@@ -88,6 +89,31 @@ def test_heavy_libraries_are_never_imported_at_module_level():
         for name in module_level_imports(path):
             if name.split(".")[0] in HEAVY:
                 offenders.append(f"{path.relative_to(ROOT)} imports {name} at module level")
+    assert offenders == []
+
+
+VIEW_LIBRARIES = ("ipywidgets", "matplotlib")
+
+
+def test_only_the_widgets_package_imports_ipywidgets_or_matplotlib():
+    offenders = []
+    for path in PACKAGE.rglob("*.py"):
+        if path.parent.name == "widgets" and path.parent.parent == PACKAGE:
+            continue
+        for name in imported_modules(path):  # anywhere in the file, not only at module level
+            if name.split(".")[0] in VIEW_LIBRARIES:
+                offenders.append(f"{path.relative_to(ROOT)} imports {name}")
+    assert offenders == []
+
+
+def test_nothing_imports_the_widgets_package():
+    offenders = []
+    for path in PACKAGE.rglob("*.py"):
+        if "widgets" in path.relative_to(PACKAGE).parts:
+            continue
+        for name in imported_modules(path):
+            if name == "workbench.widgets" or name.startswith("workbench.widgets."):
+                offenders.append(f"{path.relative_to(ROOT)} imports {name}")
     assert offenders == []
 
 

@@ -9,7 +9,9 @@ Imported on demand (``import workbench`` does not load it). Needs only torch and
 import time; writing videos (``Trajectory.export``) loads imageio when called.
 """
 
+from workbench.inspect.ablation import Ablation, ConditionEdit, swap_conditions
 from workbench.inspect.common import InspectError, StepError, StorageWarning, t_for_noise_level
+from workbench.inspect.live import FitSession
 from workbench.inspect.preview import (
     LatentPreview,
     backbone_identity,
@@ -38,12 +40,24 @@ from workbench.inspect.trajectory import (
     estimate_memory,
     record,
 )
+from workbench.inspect.views import (
+    VIEWS,
+    Panel,
+    StepperState,
+    ViewImage,
+    effective_gate_map,
+    find_gate_history,
+    render_float,
+    view_image,
+)
 from workbench.metrics import moving_psnr, per_clip, psnr, ssim
 
 __all__ = [
-    "ActionSensitivity", "BandRecommendation", "InspectError", "LatentPreview", "Settings", "SigmaSensitivity",
-    "StepError", "StopSampling", "StorageWarning", "StoragePolicy", "Trajectory", "TrajectoryStep",
-    "action_sensitivity", "backbone_identity", "cache_dir", "clear_preview_cache", "condition_table",
-    "decode_chunked", "estimate_memory", "fit_preview", "gate_history", "gate_statistics", "moving_psnr",
-    "per_clip", "psnr", "record", "render", "sigma_sensitivity", "ssim", "t_for_noise_level",
+    "VIEWS", "Ablation", "ActionSensitivity", "BandRecommendation", "ConditionEdit", "FitSession", "InspectError",
+    "LatentPreview", "Panel", "Settings", "SigmaSensitivity", "StepError", "StepperState", "StopSampling",
+    "StorageWarning", "StoragePolicy", "Trajectory", "TrajectoryStep", "ViewImage", "action_sensitivity",
+    "backbone_identity", "cache_dir", "clear_preview_cache", "condition_table", "decode_chunked",
+    "effective_gate_map", "estimate_memory", "find_gate_history", "fit_preview", "gate_history", "gate_statistics",
+    "moving_psnr", "per_clip", "psnr", "record", "render", "render_float", "sigma_sensitivity", "ssim",
+    "swap_conditions", "t_for_noise_level", "view_image",
 ]

@@ -117,6 +117,30 @@ class LatentPreview:
             video = torch.cat([first, rest], dim=2)
         return video.clamp(-1, 1)
 
+    def linear(self, latents: torch.Tensor) -> torch.Tensor:
+        """The linear part alone (no bias, no clipping): latents ``(B, C, T', h, w)`` → ``(B, 3, T, H, W)``.
+
+        What a latent *difference* or correction looks like in pixels: ``preview(a) - preview(b)
+        == preview.linear(a - b)`` wherever neither side is clipped.
+        """
+        if latents.ndim != 5 or latents.shape[1] != self.channels:
+            raise InspectError(
+                f"This preview maps {self.channels}-channel latents (B, C, T, h, w); got shape "
+                f"{tuple(latents.shape)}. Fit one for this backbone with fit_preview(base)."
+            )
+        if "linear" not in self._on_device:  # the weights with a zero bias row, built once
+            def unbiased(w: torch.Tensor) -> torch.Tensor:
+                return torch.cat([w[:-1], torch.zeros_like(w[-1:])])
+
+            self._on_device["linear"] = (unbiased(self.weight),
+                                         None if self.weight_first is None else unbiased(self.weight_first))
+        weight, weight_first = self._on_device["linear"]
+        z = latents.float()
+        if weight_first is None:
+            return self._apply(z, weight, self.frames_per_latent)
+        first = self._apply(z[:, :, :1], weight_first, 1)
+        return torch.cat([first, self._apply(z[:, :, 1:], weight, self.frames_per_latent)], dim=2)
+
     def _apply(self, z: torch.Tensor, weight: torch.Tensor, r: int) -> torch.Tensor:
         b, c, t, h, w = z.shape
         d = self.downsample

@@ -1,0 +1,58 @@
+"""Execute the numbered notebooks in place and store outputs that every notebook viewer shows.
+
+    python notebooks/execute.py          # every numbered notebook (what `make notebooks` runs)
+    python notebooks/execute.py 02 03    # those whose names start with 02 or 03
+
+Each notebook runs top to bottom in a fresh kernel of this Python environment, from the
+``notebooks/`` folder, with one torch thread, and its execution time is printed. A view
+displays as a live widget, a PNG and a text line; a widget lives only while its kernel runs,
+so the stored file keeps the PNG and the text (GitHub, nbviewer and JupyterLab without a
+kernel then show the picture). Running the notebook again brings the widgets back.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+HERE = Path(__file__).resolve().parent
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
+def keep_static(nb: nbformat.NotebookNode) -> None:
+    """Drop widget views that have a static picture beside them, and the saved widget state."""
+    for cell in nb.cells:
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            if WIDGET_VIEW in data and "image/png" in data:
+                del data[WIDGET_VIEW]
+    nb.metadata.pop("widgets", None)
+
+
+def execute(path: Path) -> float:
+    nb = nbformat.read(path, as_version=4)
+    started = time.perf_counter()
+    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}},
+                   store_widget_state=False, record_timing=False).execute()
+    seconds = time.perf_counter() - started
+    keep_static(nb)
+    nbformat.write(nb, path)
+    return seconds
+
+
+def main(prefixes: list[str]) -> None:
+    os.environ["OMP_NUM_THREADS"] = "1"  # the kernels inherit it
+    paths = sorted(p for p in HERE.glob("[0-9]*.ipynb") if not prefixes or p.name.startswith(tuple(prefixes)))
+    if not paths:
+        sys.exit(f"No numbered notebook in {HERE} matches {prefixes}.")
+    for path in paths:
+        print(f"{path.name}: executed in {execute(path):.1f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,170 @@
+"""The views in a real browser: Voilà serves a small notebook on 127.0.0.1, headless Chromium
+(Debian's, driven by Playwright) opens it, and we check that the Stepper shows a picture, that
+moving its step slider changes it, and that moving an action slider changes the prediction.
+
+A screenshot of the page is kept as a test artefact in ``outputs/test-artifacts/``. ``make
+test`` installs Debian's chromium; without it (no apt-get, not root) the test is skipped and
+says why.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = ROOT / "outputs" / "test-artifacts"
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+TIMEOUT_MS = 90_000
+
+APP = [
+    """import os
+os.environ["OMP_NUM_THREADS"] = "1"
+import torch
+torch.set_num_threads(1)
+from workbench import ComposedModel, GatedResidual
+from workbench.adapters.latent_residual import LatentResidual
+from workbench.backbones.tiny_video import TinyVideo
+from workbench.inspect import record
+from workbench.widgets import AblationSliders, Stepper""",
+    """torch.manual_seed(0)
+base = TinyVideo(image_size=16, frames=4, width=16, ae_width=8, depth=1, sampling_steps=4)
+adapter = LatentResidual(width=16, depth=1)
+with torch.no_grad():
+    for p in adapter.out.parameters():
+        p.normal_(0, 0.3)
+model = ComposedModel(base, adapter, GatedResidual(gate_init=0.5), base.default_objective())
+g = torch.Generator().manual_seed(0)
+raw = {"video": torch.rand(2, 3, 4, 16, 16, generator=g) * 2 - 1, "action": torch.rand(2, 4, 4, generator=g) * 2 - 1}
+traj = record(model, base.prepare_batch(raw), steps=4, seed=0)""",
+    "Stepper(traj, dim_names=['dx', 'dy', 'dz', 'grip'])",
+    "AblationSliders(traj, step=2, dim_names=['dx', 'dy', 'dz', 'grip'])",
+]
+
+
+def chromium() -> str:
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    if path is None:
+        pytest.skip("Debian's chromium is not installed: `make test` installs it with apt-get (as root); this "
+                    "machine could not (install it with `apt-get install chromium`).")
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_app(folder: Path) -> Path:
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(code) for code in APP]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    path = folder / "stepper_app.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def voila_url(tmp_path_factory):
+    chromium()
+    pytest.importorskip("voila", reason="voila is installed by `make test` (the dev extra)")
+    folder = tmp_path_factory.mktemp("voila")
+    notebook = write_app(folder)
+    port = free_port()
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "WORKBENCH_CACHE": str(folder / "cache"),
+           "JUPYTER_RUNTIME_DIR": str(folder / "runtime")}
+    log = open(folder / "voila.log", "w")  # noqa: SIM115 - open for the server's lifetime
+    server = subprocess.Popen(
+        [sys.executable, "-m", "voila", str(notebook), "--no-browser", f"--port={port}", "--Voila.ip=127.0.0.1",
+         "--show_tracebacks=True"],
+        cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(url + "static/", timeout=2)  # noqa: S310 - our own local server
+                break
+            except urllib.error.HTTPError:  # any answer means the server is up
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"Voilà did not start:\n{(folder / 'voila.log').read_text()}") from None
+                time.sleep(0.5)
+        yield url
+    finally:
+        server.terminate()
+        try:
+            server.wait(10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        log.close()
+
+
+def x0_change(page) -> float:
+    text = page.inner_text(".workbench-ablation .widget-html-content")
+    return float(re.search(r"x0 change \(RMS, latent units\): ([0-9.]+)", text).group(1))
+
+
+def move_slider(page, selector: str, key: str, presses: int = 1) -> None:
+    handle = page.locator(f"{selector} .noUi-handle").first
+    handle.focus()
+    for _ in range(presses):
+        handle.press(key)
+
+
+def test_stepper_and_action_slider_in_a_real_browser(voila_url):
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is installed by `make test`")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium(), args=CHROMIUM_FLAGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1300, "height": 1500})
+            # nothing leaves this machine: fonts / CDN requests are answered with an abort
+            page.route(re.compile(r"^https?://(?!127\.0\.0\.1[:/])"), lambda route: route.abort())
+            page.goto(voila_url, timeout=TIMEOUT_MS)
+            stepper_image = page.locator("img.workbench-stepper-image")
+            stepper_image.wait_for(state="visible", timeout=TIMEOUT_MS)
+            page.wait_for_function("() => { const i = document.querySelector('img.workbench-stepper-image');"
+                                   " return i && i.complete && i.naturalWidth > 100; }", timeout=TIMEOUT_MS)
+            first = stepper_image.get_attribute("src")
+            first_pixels = stepper_image.screenshot()
+            assert stepper_image.evaluate("i => i.naturalWidth") > 200  # the Stepper renders a picture
+
+            move_slider(page, ".workbench-step-slider", "ArrowRight", presses=2)
+            page.wait_for_function(  # the kernel has seen both key presses and redrawn
+                "(prev) => { const i = document.querySelector('img.workbench-stepper-image');"
+                " return i.src !== prev && i.complete &&"
+                " document.querySelector('.workbench-stepper').innerHTML.includes('step <b>2</b>'); }",
+                arg=first, timeout=TIMEOUT_MS)
+            page.wait_for_timeout(500)  # the last picture's blob has been swapped in
+            assert stepper_image.screenshot() != first_pixels  # moving the step slider changed the picture
+
+            ablation_image = page.locator("img.workbench-ablation-image")
+            ablation_image.wait_for(state="visible", timeout=TIMEOUT_MS)
+            assert x0_change(page) == 0.0
+            before = ablation_image.get_attribute("src")
+            move_slider(page, ".workbench-ablation .workbench-condition-slider", "ArrowRight", presses=6)
+            page.wait_for_function(
+                "() => /x0 change \\(RMS, latent units\\): ([0-9.]+)/.exec("
+                "document.querySelector('.workbench-ablation').innerText)[1] !== '0.0000'", timeout=TIMEOUT_MS)
+            assert x0_change(page) > 0  # the action slider changed the prediction
+            assert ablation_image.get_attribute("src") != before
+            page.screenshot(path=str(ARTIFACTS / "voila-stepper.png"), full_page=True)
+        finally:
+            browser.close()
+    assert (ARTIFACTS / "voila-stepper.png").stat().st_size > 10_000

@@ -1,0 +1,429 @@
+"""The logic behind the notebook views (workbench.inspect: views, ablation, live fits, colours),
+tested without any widget: what each view shows, that scrubbing and sliders reuse what was
+computed, and that a background fit stops at a step boundary and resumes exactly."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+import torch
+from conftest import raw_batch, tiny_base
+
+from workbench import AdapterExperiment, Add, ComposedModel, GatedResidual, MaskMix, NoiseGated, TrainingConfig
+from workbench.adapters.latent_residual import LatentResidual
+from workbench.data.synthetic import SyntheticMoves
+from workbench.errors import CallbackError
+from workbench.inspect import (
+    VIEWS,
+    Ablation,
+    ConditionEdit,
+    FitSession,
+    InspectError,
+    StepError,
+    StepperState,
+    effective_gate_map,
+    find_gate_history,
+    record,
+    swap_conditions,
+    view_image,
+)
+from workbench.inspect.colors import colorize, lut
+from workbench.inspect.views import condition_plots
+
+STEPS = 4
+
+
+@pytest.fixture(autouse=True)
+def preview_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path / "cache"))
+
+
+def model_with(composer=None, objective: str = "flow_matching") -> ComposedModel:
+    """tiny_video with an adapter whose output is far from zero."""
+    base = tiny_base(objective=objective)
+    adapter = LatentResidual(width=16, depth=1)
+    with torch.no_grad():
+        g = torch.Generator().manual_seed(7)
+        for p in adapter.out.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.2)
+    composer = composer if composer is not None else GatedResidual(gate_init=0.5)
+    return ComposedModel(base, adapter, composer, base.default_objective())
+
+
+class BaseCalls:
+    def __init__(self, model: ComposedModel):
+        self.count = 0
+        denoise = model.base.denoise
+
+        def counted(*args, **kwargs):
+            self.count += 1
+            return denoise(*args, **kwargs)
+
+        model.base.denoise = counted
+
+
+@pytest.fixture
+def model():
+    return model_with()
+
+
+@pytest.fixture
+def traj(model):
+    return record(model, model.base.prepare_batch(raw_batch()), steps=STEPS, seed=0)
+
+
+# -- colours ---------------------------------------------------------------------------------
+def test_diverging_map_is_white_at_zero_blue_below_red_above():
+    rgb = colorize(np.array([-1.0, 0.0, 1.0]), "diverging", -1, 1).astype(int)
+    assert (rgb[1] > 240).all()
+    assert rgb[0, 2] > rgb[0, 0] and rgb[2, 0] > rgb[2, 2]
+    assert lut("sequential").shape == (256, 3)
+    with pytest.raises(InspectError, match="Unknown colour map 'rainbow'"):
+        lut("rainbow")
+
+
+# -- what each view shows ----------------------------------------------------------------------
+@pytest.mark.parametrize("view", VIEWS)
+def test_every_view_renders_every_frame(traj, view):
+    image = view_image(traj, 2, view)
+    assert len(image) == 4 and "step 2 of 4" in image.caption
+    if image.kind == "rgb":
+        assert image.frames.dtype == np.uint8 and image.frames.shape == (4, 16, 16, 3)
+    else:
+        assert image.frames.dtype == np.float32 and image.frames.ndim == 3
+    assert image.given == (True, False, False, False)  # tiny_video is given frame 0
+    assert image.frame(1).colored().shape[-1] == 3
+
+
+@pytest.mark.parametrize("view", ["x0", "x_t", "composed"])
+def test_picture_views_are_the_trajectory_frames(traj, view):
+    assert np.array_equal(view_image(traj, 1, view).frames, traj.frames(1, kind=view))
+
+
+def test_base_view_is_the_x0_estimate_of_the_base_alone(traj, model):
+    rec = traj[2]
+    expected = model.objective.x0_from_prediction(rec.base, rec.x_t, rec.t)
+    assert np.array_equal(view_image(traj, 2, "base").frames, traj.render(expected))
+
+
+def test_adapter_minus_base_is_zero_where_the_adapter_is_off(traj):
+    assert np.abs(view_image(traj, 2, "adapter-base").frames).max() > 0
+    off = traj.fork(at=0, adapter="off")
+    assert np.abs(view_image(off, 2, "adapter-base").frames).max() == 0
+
+
+def test_view_names_accept_the_display_spelling(traj):
+    state = StepperState(traj, view="adapter − base")
+    assert state.view == "adapter-base"
+    with pytest.raises(InspectError, match="view='x00' is not allowed.*Did you mean 'x0'"):
+        state.set_view("x00")
+
+
+# -- gates -----------------------------------------------------------------------------------
+GATE_CASES = [
+    ("gated 0.5", lambda: GatedResidual(gate_init=0.5), 0.5),
+    ("add", Add, 1.0),
+    ("noise-gated, outside the band", lambda: NoiseGated(GatedResidual(gate_init=0.5), lo=0.0, hi=0.1), 0.0),
+    ("noise-gated, inside the band", lambda: NoiseGated(GatedResidual(gate_init=0.5), lo=0.0, hi=1.0), 0.5),
+]
+
+
+@pytest.mark.parametrize("name,make,expected", GATE_CASES, ids=[c[0] for c in GATE_CASES])
+def test_effective_gate_map(name, make, expected):
+    model = model_with(make())
+    traj = record(model, model.base.prepare_batch(raw_batch()), steps=STEPS, seed=0)
+    gate = effective_gate_map(traj[1])  # noise level 0.75
+    assert gate.shape == (4, 4, 4)
+    np.testing.assert_allclose(gate, expected, rtol=1e-6)
+
+
+def test_mask_mix_gate_map_is_its_spatial_mask():
+    composer = MaskMix(channels=4, identity_init=False, gate_init=0.3)
+    with torch.no_grad():
+        composer.mask_net.weight.normal_(0, 1.0)
+    model = model_with(composer)
+    traj = record(model, model.base.prepare_batch(raw_batch()), steps=STEPS, seed=0)
+    gate = effective_gate_map(traj[1], index=1)
+    np.testing.assert_allclose(gate, traj[1].diagnostics["mask"][1, 0].numpy(), rtol=1e-6)
+    assert gate.std() > 0
+
+
+def test_gate_map_is_zero_with_the_adapter_off(traj):
+    off = traj.fork(at=0, adapter="off")
+    assert (effective_gate_map(off[1]) == 0).all()
+
+
+# -- the stepper state -------------------------------------------------------------------------
+def test_stepper_state_navigates_stored_steps_only(model):
+    from workbench.inspect import StoragePolicy
+
+    traj = record(model, model.base.prepare_batch(raw_batch()), steps=5, seed=0, storage=StoragePolicy(every=2))
+    state = StepperState(traj)
+    assert state.steps == (0, 2, 4)
+    assert state.step_by(1) == 2 and state.step_by(5) == 4 and state.step_by(-9) == 0
+    with pytest.raises(StepError, match="Step 1 was not stored"):
+        state.seek(1)
+    with pytest.raises(StepError, match="frame=4 is out of range: the video has 4 frames"):
+        state.set_frame(4)
+
+
+def test_stepper_state_caches_pictures_and_forks_side_by_side(traj, model):
+    state = StepperState(traj)
+    state.seek(2)
+    calls = BaseCalls(model)
+    first = state.panels()  # the last frame by default
+    state.set_frame(0)
+    state.set_frame(3)
+    assert calls.count == 0  # scrubbing frames reuses the cached pictures
+    assert np.array_equal(state.panels()[0].image, first[0].image)
+    fork = state.fork_here(cond={"action": torch.full((4, 4), 0.9)})
+    assert calls.count == STEPS - 2  # the prefix is replayed, steps 2..3 run live
+    assert torch.equal(fork[1].x_t, traj[1].x_t)
+    panels = state.panels()
+    assert [p.title for p in panels] == [traj.label, fork.label]
+    assert state.caption() == "x0 estimate · step 2 of 4 · noise level 0.50 · frame 3"
+    state.set_frame(0)
+    assert state.caption().endswith("frame 0 (given)")
+    with pytest.raises(InspectError, match="only forks"):
+        state.remove_branch(0)
+    state.remove_branch(1)
+    assert len(state.branches) == 1
+
+
+def test_signed_panels_of_all_branches_share_one_colour_range(traj):
+    state = StepperState(traj, view="adapter-base")
+    state.seek(2)
+    state.fork_here(cond={"action": torch.full((4, 4), 0.9)})
+    limits = {p.limit for p in state.panels()}
+    assert len(limits) == 1 and limits.pop() == max(state.view_image(b).limit for b in (0, 1))
+
+
+@pytest.mark.parametrize("suffix", [".mp4", ".gif"])
+def test_export_writes_a_readable_video_of_steps_by_branches(traj, tmp_path, suffix):
+    import imageio.v3 as iio
+
+    state = StepperState(traj, view="adapter-base")
+    state.seek(1)
+    state.fork_here(adapter="off")
+    path = state.export(tmp_path / f"steps{suffix}", scale=2)
+    video = iio.imread(path, index=None)
+    assert video.shape[0] == 4  # every frame of the clip plays
+    assert video.shape[1] > 4 * 32 and video.shape[2] > 2 * 32  # 4 rows (steps) x 2 columns (branches) of 32 px
+    assert video.std() > 0
+
+
+# -- condition edits and ablation --------------------------------------------------------------
+def test_condition_edit_sets_all_or_one_frame_and_resets(traj):
+    edit = ConditionEdit(traj.model, traj.batch, "actions")  # an alias names the same condition
+    assert (edit.dims, edit.frames, edit.key) == (4, 4, "action")
+    assert edit.overrides() is None
+    edit.set(3, 0.5)
+    assert (edit.values[..., 3] == 0.5).all() and edit.get(3) == 0.5
+    edit.set(0, -1.0, frame=2)
+    assert edit.get(0, frame=2) == -1.0 and edit.get(0, frame=1) == float(edit.original[0, 1, 0])
+    assert set(edit.overrides()) == {"actions"}
+    edit.reset(3)
+    assert torch.equal(edit.values[..., 3], edit.original[..., 3])
+    edit.reset()
+    assert not edit.changed
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda e: e.set(4, 0.0), r"dim=4: 'action' has 4 dimensions \(0..3\)"),
+    (lambda e: e.set(0, 0.0, frame=9), r"frame=9 is out of range: 'action' has 4 frames"),
+    (lambda e: e.set(True, 0.0), "dim=True"),
+])
+def test_condition_edit_errors_name_the_allowed_values(traj, call, match):
+    with pytest.raises(InspectError, match=match):
+        call(ConditionEdit(traj.model, traj.batch))
+
+
+def test_unknown_condition_names_what_exists(traj):
+    with pytest.raises(InspectError, match="condition='acton' is not a condition.*Did you mean one of 'action'"):
+        ConditionEdit(traj.model, traj.batch, "acton")
+
+
+def test_unedited_ablation_reproduces_the_recording(traj):
+    abl = Ablation(traj, step=2)
+    assert abl.change() == 0.0
+    before, after, diff = abl.images()
+    assert np.array_equal(before.frames, after.frames) and np.abs(diff.frames).max() == 0
+    assert np.array_equal(before.frames, traj.frames(2, kind="x0"))
+
+
+def test_ablation_reuses_the_base_output_and_caches_results(traj, model):
+    abl = Ablation(traj, step=2)
+    calls = BaseCalls(model)
+    abl.set(3, 0.9)
+    first = abl.ablated_x0()
+    abl.set(3, -0.9)
+    abl.ablated_x0()
+    abl.set(3, 0.9)
+    again = abl.ablated_x0()
+    assert calls.count == 0  # only the adapter and the composer ran
+    assert abl.evaluations == 2 and torch.equal(first, again)  # the third move was served from the cache
+    assert abl.change() > 0
+    assert abl.describe_edits() == ["d3=+0.90"]
+
+
+def test_ablated_prediction_equals_a_full_recompute(traj, model):
+    abl = Ablation(traj, step=1)
+    abl.set(0, 1.0, frame=2)
+    rec = traj[1]
+    batch = traj.batch
+    edited = type(batch)(latents=batch.latents, cond={**batch.cond, "action": abl.edit.values},
+                         loss_mask=batch.loss_mask, per_frame=batch.per_frame, meta=batch.meta)
+    with torch.no_grad():
+        full = model.predict(rec.x_t, rec.t, edited)
+    torch.testing.assert_close(abl.prediction().composed, full.composed, rtol=0, atol=0)
+    assert abl.describe_edits() == ["d0=+1.00@f2"]
+
+
+def test_swapped_actions_come_from_another_clip(traj):
+    swapped = swap_conditions(traj)["action"]
+    assert torch.equal(swapped[0], traj.batch.cond["action"][1])
+
+
+# -- condition plots -------------------------------------------------------------------------
+def test_condition_plots_show_what_the_adapter_sees(model):
+    plots = condition_plots(model, raw_batch(), index=1)
+    assert plots["action"]["kind"] == "series"
+    np.testing.assert_array_equal(plots["action"]["values"], raw_batch()["action"][1].numpy())
+    assert plots["first_frame"]["kind"] == "image" and plots["first_frame"]["values"].shape == (16, 16, 3)
+    bare = condition_plots(model.adapter, raw_batch())  # without the model: a grey picture of the latent
+    assert bare["first_frame"]["values"].dtype == np.uint8
+
+
+# -- live fits -------------------------------------------------------------------------------
+def make_exp(seed: int = 0) -> AdapterExperiment:
+    torch.manual_seed(seed)
+    base = tiny_base()
+    return AdapterExperiment(base=base, adapter=LatentResidual(width=16, depth=1), composer=GatedResidual(),
+                             training=TrainingConfig(steps=6, learning_rate=1e-3, batch_size=4, sync_every=1))
+
+
+DATA = SyntheticMoves(items=16, frames=4, size=16)
+
+
+def weights(exp: AdapterExperiment) -> dict[str, torch.Tensor]:
+    return {k: v.clone() for k, v in exp.model.trainable_state_dict().items()}
+
+
+class Gate:
+    """A listener that holds the training thread at a given step until released."""
+
+    def __init__(self, at: int):
+        self.at, self.reached, self.release = at, threading.Event(), threading.Event()
+
+    def __call__(self, session, event):
+        if event == "step" and session.exp.step == self.at:
+            self.reached.set()
+            assert self.release.wait(30)
+
+
+def test_start_returns_while_training_goes_on():
+    session = FitSession(make_exp(), DATA, steps=4)
+    gate = Gate(at=1)
+    session.add_listener(gate)
+    session.start()
+    assert gate.reached.wait(30)
+    assert session.running and session.exp.step == 1  # the caller is free while the thread trains
+    gate.release.set()
+    session.wait()
+    assert session.state == "done" and session.exp.step == 4
+    assert [s for s, _ in session.history] == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("stop_at", [1, 3])
+def test_stop_ends_after_a_completed_step_and_resume_is_exact(stop_at):
+    reference = make_exp().fit(DATA, steps=6, progress=False)
+    exp = make_exp()
+    session = FitSession(exp, DATA, steps=6)
+    gate = Gate(at=stop_at)
+    session.add_listener(gate)
+    session.start()
+    assert gate.reached.wait(30)
+    session.stop()  # while step `stop_at` has completed and the next has not begun
+    assert session.state == "stopping"
+    gate.release.set()
+    session.wait()
+    assert session.state == "stopped" and exp.step == stop_at and session.remaining == 6 - stop_at
+    session.resume()
+    session.wait()
+    assert session.state == "done" and exp.step == 6
+    ours, theirs = weights(exp), weights(reference)
+    assert all(torch.equal(ours[k], theirs[k]) for k in theirs)
+    assert exp.loss_history == reference.loss_history
+
+
+def test_run_blocks_and_more_steps_extend_the_target():
+    session = FitSession(make_exp(), DATA, steps=2).run()
+    assert session.state == "done" and session.exp.step == 2
+    with pytest.raises(InspectError, match="Nothing left to train.*Pass steps=N"):
+        session.start()
+    session.run(steps=1)
+    assert session.exp.step == 3 and session.target == 3
+
+
+def test_an_error_in_the_thread_is_raised_by_wait():
+    session = FitSession(make_exp(), DATA, steps=3)
+
+    def broken(session, event):
+        if event == "step":
+            raise RuntimeError("listener broke")
+
+    session.add_listener(broken)
+    session.start()
+    with pytest.raises(CallbackError, match="listener broke"):
+        session.wait()
+    assert session.state == "failed"
+
+
+def test_starting_twice_is_refused():
+    session = FitSession(make_exp(), DATA, steps=3)
+    gate = Gate(at=1)
+    session.add_listener(gate)
+    session.start()
+    assert gate.reached.wait(30)
+    with pytest.raises(InspectError, match="already training"):
+        session.start()
+    gate.release.set()
+    session.wait()
+
+
+@pytest.mark.parametrize("steps", [0, -1, 1.5, True])
+def test_fit_session_steps_must_be_positive(steps):
+    with pytest.raises(InspectError, match="steps must be a positive int"):
+        FitSession(make_exp(), DATA, steps=steps)
+
+
+def test_gate_history_of_an_experiment():
+    exp = make_exp()
+    assert find_gate_history(exp) is None
+    exp.fit(DATA, steps=10, progress=False)
+    history = find_gate_history(exp)
+    assert list(history["step"]) == [10.0] and "gate_mean" in history
+
+
+def test_compare_views_and_watch_a_view_over_steps(traj):
+    state = StepperState(traj)
+    panels = state.compare(("x_t", "x0", "base", "adapter-base"), step=2, frame=3)
+    assert [p.title for p in panels] == ["x_t (noisy input)", "x0 estimate", "base alone (x0)",
+                                         "adapter − base (x0)"]
+    assert np.array_equal(panels[1].image, traj.frames(2)[3])
+    strip = state.over_steps([0, 1, 3], view="adapter-base", frame=2)
+    assert [p.title for p in strip] == ["step 0 · noise 1.00", "step 1 · noise 0.75", "step 3 · noise 0.25"]
+    assert len({p.limit for p in strip}) == 1  # one colour range along the strip
+
+
+def test_views_follow_what_the_trajectory_stored(model):
+    from workbench.inspect import StoragePolicy
+
+    traj = record(model, model.base.prepare_batch(raw_batch()), steps=2, seed=0,
+                  storage=StoragePolicy(fields=("x0", "adapter")))
+    state = StepperState(traj)
+    assert state.views == ("x0", "adapter", "gate")
+    with pytest.raises(InspectError, match="view='base' needs the fields x_t, base.*available views: x0, adapter"):
+        state.set_view("base")

@@ -1,0 +1,123 @@
+"""Pure render functions: plain data in, a figure out — labelled axes, colour bars for float maps,
+signed maps centred on zero, and nothing cut off."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("matplotlib")
+
+from workbench.inspect import Panel  # noqa: E402
+from workbench.widgets import render  # noqa: E402
+
+
+def rgb(seed: int = 0, size: int = 16) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 255, (size, size, 3), dtype=np.uint8)
+
+
+def signed(seed: int = 0, size: int = 16) -> np.ndarray:
+    return np.random.default_rng(seed).normal(size=(size, size)).astype(np.float32)
+
+
+def inside(fig) -> bool:
+    """Everything drawn (titles, labels, tick labels, colour bars) lies inside the canvas."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    drawn = fig.get_tightbbox(canvas.get_renderer())  # inches
+    width, height = fig.get_size_inches()
+    tolerance = 2 / fig.dpi
+    return drawn.x0 >= -tolerance and drawn.y0 >= -tolerance and drawn.x1 <= width + tolerance and \
+        drawn.y1 <= height + tolerance
+
+
+def test_panels_figure_draws_pictures_and_one_colour_bar_per_scale():
+    panels = [Panel("run", "rgb", rgb()), Panel("a", "signed", signed(1), "difference", 2.0),
+              Panel("b", "signed", signed(2), "difference", 2.0), Panel("gate", "gate", np.full((4, 4), 0.3), "gate")]
+    fig = render.panels_figure(panels, title="x0 estimate · step 3 of 20 · noise level 0.85 · frame 15")
+    images = [a for a in fig.axes if a.images]
+    assert len(images) == 4
+    bars = [a for a in fig.axes if not a.images and a.get_ylabel()]
+    assert sorted(a.get_ylabel() for a in bars) == ["difference", "gate"]  # shared by the two signed maps
+    signed_image = images[1].images[0]
+    assert signed_image.get_clim() == (-2.0, 2.0)  # centred on zero
+    assert inside(fig)
+    assert render.figure_array(fig).shape[2] == 4
+
+
+def test_a_long_title_widens_a_single_panel():
+    title = "adapter − base (x0) · step 12 of 20 · noise level 0.40 · frame 15 (given)"
+    fig = render.panels_figure([Panel("run (seed 0)", "signed", signed(), "x0 difference", 1.0)], title=title)
+    assert inside(fig)
+
+
+def test_panel_colours_match_the_exported_colours():
+    from matplotlib.colors import Normalize
+
+    panel = Panel("d", "signed", np.array([[-1.0, 0.0, 1.0]]), "difference", 1.0)
+    drawn = render.colormap("diverging")(Normalize(-1, 1)(panel.image))[..., :3]
+    np.testing.assert_allclose(drawn * 255, panel.colored(), atol=1.01)
+
+
+def test_loss_figure_axes_and_smoothing():
+    fig = render.loss_figure([1, 2, 3, 4], [1.0, 0.5, 0.8, 0.4], target=10, start=0)
+    ax = fig.axes[0]
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("optimizer step", "loss")
+    assert ax.get_xlim() == (0.0, 10.0)
+    smoothed = ax.lines[1].get_ydata()
+    assert smoothed[0] == 1.0 and smoothed[1] == pytest.approx(0.95)
+    empty = render.loss_figure([], [], target=5)
+    assert "no steps yet" in [t.get_text() for t in empty.axes[0].texts]
+
+
+def test_gates_figure_with_and_without_history():
+    levels = [0.1, 0.5, 0.9]
+    fig = render.gates_figure(levels, [0.0, 0.4, 0.4], {"step": np.array([10.0, 20.0]),
+                                                        "gate_mean": np.array([0.1, 0.2])},
+                              Panel("gate", "gate", np.full((4, 4), 0.4), "effective gate"), band=(0.3, 1.0))
+    assert [a.get_xlabel() for a in fig.axes[:2]] == ["noise level (0 = clean, 1 = pure noise)", "optimizer step"]
+    assert inside(fig)
+    bare = render.gates_figure(levels, [0.1, 0.1, 0.1], None, None)
+    assert len(bare.axes) == 2 and "no training history" in bare.axes[1].texts[0].get_text()
+
+
+def test_sensitivity_figure_heatmap_labels():
+    values = np.arange(12, dtype=float).reshape(3, 4) / 100
+    fig = render.sensitivity_figure([0.2, 0.5, 0.8], values, {"x0": np.ones(3), "adapter": np.ones(3)},
+                                    np.ones(3), dim_names=["dx", "dy", "dz", "grip"])
+    heat = fig.axes[0]
+    assert [t.get_text() for t in heat.get_xticklabels()] == ["dx", "dy", "dz", "grip"]
+    assert heat.get_ylabel() == "noise level" and len(heat.texts) == 12
+    assert inside(fig)
+
+
+def test_condition_figure_kinds():
+    fig = render.condition_figure({
+        "action": {"kind": "series", "title": "action, per frame", "values": np.zeros((8, 4))},
+        "task": {"kind": "vector", "title": "task", "values": np.ones(3)},
+        "first_frame": {"kind": "image", "title": "first_frame", "values": rgb()},
+        "proprio": {"kind": "missing", "title": "proprio", "values": None, "note": "missing (optional, None)"},
+    }, dim_names={"action": ["dx", "dy", "dz", "grip"]})
+    assert fig.axes[0].get_xlabel() == "frame"
+    assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == ["dx", "dy", "dz", "grip"]
+    assert inside(fig)
+
+
+def test_filmstrip_and_curves():
+    video = np.stack([rgb(i) for i in range(8)])
+    fig = render.filmstrip({"truth": video, "prediction": video}, frames=[0, 3, 7], fps=40)
+    assert fig.axes[0].get_title() == "frame 0 (0.00 s)" and fig.axes[3].get_ylabel() == "prediction"
+    fig = render.curves_figure([0.1, 0.5], {"base": [1, 2], "adapted": [0.5, 1]}, "noise level", "loss",
+                               band=(0.2, 0.6), band_label="recommended band")
+    assert fig.axes[0].get_ylabel() == "loss" and inside(fig)
+
+
+def test_condition_table_html_and_text():
+    rows = [{"name": "action", "key": "action", "shape": (2, 8, 4), "dtype": "float32", "frames": "keep",
+             "dropout": 0.0, "dropped": 0, "min": -1.0, "mean": 0.01234, "max": 1.0}]
+    html = render.condition_table_html(rows)
+    assert "<td style='padding:2px 8px'>(2, 8, 4)</td>" in html and "0.012" in html
+    text = render.condition_table_text(rows).splitlines()
+    assert text[0].split()[:2] == ["name", "key"] and text[1].split()[0] == "action"

@@ -1,0 +1,354 @@
+"""The notebook views, driven the way a person drives them: build one, set control values (or
+click buttons) in Python, and check the logic state and the rendered picture. No front end."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+import torch
+from conftest import raw_batch, tiny_base
+
+pytest.importorskip("ipywidgets")
+pytest.importorskip("matplotlib")
+
+from workbench import AdapterExperiment, ComposedModel, GatedResidual, NoiseGated, TrainingConfig  # noqa: E402
+from workbench.adapters.latent_residual import LatentResidual  # noqa: E402
+from workbench.data.synthetic import SyntheticMoves  # noqa: E402
+from workbench.inspect import InspectError, record  # noqa: E402
+from workbench.widgets import (  # noqa: E402
+    AblationSliders,
+    ActionSensitivity,
+    ConditionProbe,
+    Fit,
+    Gates,
+    Stepper,
+)
+from workbench.widgets.render import png_array  # noqa: E402
+
+STEPS = 4
+DIMS = ["dx", "dy", "dz", "grip"]
+
+
+@pytest.fixture(autouse=True)
+def preview_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path / "cache"))
+
+
+@pytest.fixture
+def model() -> ComposedModel:
+    base = tiny_base()
+    adapter = LatentResidual(width=16, depth=1)
+    with torch.no_grad():
+        g = torch.Generator().manual_seed(7)
+        for p in adapter.out.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.2)
+    return ComposedModel(base, adapter, NoiseGated(GatedResidual(gate_init=0.5), lo=0.2, hi=1.0),
+                         base.default_objective())
+
+
+@pytest.fixture
+def traj(model):
+    return record(model, model.base.prepare_batch(raw_batch()), steps=STEPS, seed=0)
+
+
+def picture(view) -> np.ndarray:
+    return png_array(view.image.value)
+
+
+def changed(before: np.ndarray, after: np.ndarray) -> bool:
+    return before.shape != after.shape or bool((before != after).any())
+
+
+class BaseCalls:
+    def __init__(self, model: ComposedModel):
+        self.count = 0
+        denoise = model.base.denoise
+
+        def counted(*args, **kwargs):
+            self.count += 1
+            return denoise(*args, **kwargs)
+
+        model.base.denoise = counted
+
+
+# -- Stepper ---------------------------------------------------------------------------------
+def test_stepper_step_slider_moves_the_picture(traj):
+    stepper = Stepper(traj, dim_names=DIMS)
+    assert stepper.state.step == 0
+    before = picture(stepper)
+    stepper.step_slider.value = 2
+    assert stepper.state.step == 2 and traj.position == 2
+    assert changed(before, picture(stepper))
+    stepper.forward_button.click()
+    assert stepper.state.step == 3 and stepper.step_slider.value == 3
+    stepper.back_button.click()
+    stepper.back_button.click()
+    assert stepper.state.step == 1
+    stepper.play.value = 3  # the play control drives the same slider
+    assert stepper.step_slider.value == 3 and stepper.state.step == 3
+
+
+def test_stepper_frame_slider_and_decode(traj):
+    stepper = Stepper(traj)
+    stepper.step_slider.value = 3
+    before = picture(stepper)
+    stepper.frame_slider.value = 2
+    assert stepper.state.frame == 2 and changed(before, picture(stepper))
+    stepper.decode_select.value = "full"
+    assert stepper.state.decode == "full" and "full decode" in repr(stepper)
+
+
+@pytest.mark.parametrize("view", ["x_t", "x0", "base", "adapter", "composed", "adapter-base", "gate"])
+def test_stepper_renders_each_view(traj, view):
+    stepper = Stepper(traj)
+    stepper.step_slider.value = 1
+    before = picture(stepper)
+    stepper.view_select.value = view
+    assert stepper.state.view == view
+    if view != "x0":
+        assert changed(before, picture(stepper))
+    assert picture(stepper).shape[0] > 200  # frames large enough to see
+
+
+def test_fork_here_with_the_condition_editor_adds_a_branch(traj, model):
+    stepper = Stepper(traj, dim_names=DIMS)
+    stepper.step_slider.value = 2
+    before = picture(stepper)
+    stepper.editor.frame_select.value = 1
+    stepper.editor.sliders[3].value = 0.75  # grip on frame 1
+    calls = BaseCalls(model)
+    stepper.fork_button.click()
+    assert calls.count == STEPS - 2  # replayed prefix, live from step 2
+    assert len(stepper.state.branches) == 2
+    fork = stepper.state.branches[1]
+    assert float(fork.batch.cond["action"][0, 1, 3]) == 0.75
+    assert float(fork.batch.cond["action"][0, 2, 3]) == float(traj.batch.cond["action"][0, 2, 3])
+    after = picture(stepper)
+    assert after.shape[1] > before.shape[1]  # two branches side by side
+    assert "fork@2" in repr(stepper)
+    stepper.adapter_select.value = "off"
+    stepper.fork_button.click()
+    assert stepper.state.branches[2].settings.adapter is False
+    stepper.clear_button.click()
+    assert len(stepper.state.branches) == 1
+
+
+def test_condition_editor_shows_the_chosen_frame_without_editing(traj):
+    stepper = Stepper(traj, dim_names=DIMS)
+    editor = stepper.editor
+    editor.frame_select.value = 2
+    assert editor.sliders[0].value == pytest.approx(float(traj.batch.cond["action"][0, 2, 0]))
+    assert not editor.edit.changed
+    editor.sliders[0].value = -0.5
+    assert editor.edit.changed
+    editor.reset_button.click()
+    assert not editor.edit.changed
+
+
+@pytest.mark.parametrize("fmt", [".mp4", ".gif"])
+def test_stepper_export_writes_a_readable_video(traj, tmp_path, fmt):
+    import imageio.v3 as iio
+
+    stepper = Stepper(traj, export_path=tmp_path / "steps.mp4")
+    stepper.export_format.value = fmt
+    assert stepper.export_path.value.endswith(fmt)
+    stepper.export_button.click()
+    video = iio.imread(stepper.export_path.value, index=None)
+    assert video.ndim == 4 and video.shape[0] == 4 and video.std() > 0
+    assert "wrote" in stepper.export_status.value
+
+
+def test_a_view_displays_without_a_front_end(traj):
+    stepper = Stepper(traj)
+    bundle = stepper._repr_mimebundle_()
+    assert base64.b64decode(bundle["image/png"]) == stepper.image.value
+    assert bundle["text/plain"] == ("Stepper: step 0 of 4 (noise 1.00), frame 3 of 4, view x0, preview decode; "
+                                    "branches: run (seed 0)")
+    assert "0x" not in bundle["text/plain"]  # nothing that changes from run to run
+
+
+def test_stepper_condition_editor_is_optional(traj):
+    assert Stepper(traj, condition=None).editor is None
+    with pytest.raises(InspectError, match="this batch has no 'proprio'"):
+        Stepper(traj, condition="proprio")
+
+
+# -- Ablation sliders ------------------------------------------------------------------------
+def test_ablation_slider_changes_the_prediction_without_calling_the_base(traj, model):
+    view = AblationSliders(traj, step=2, dim_names=DIMS)
+    assert view.state.change() == 0.0
+    before = picture(view)
+    calls = BaseCalls(model)
+    view.sliders.sliders[0].value = 1.0
+    view.sliders.sliders[3].value = -1.0
+    assert calls.count == 0  # the base output recorded at step 2 is reused
+    assert view.state.evaluations == 3  # the recorded actions, then one re-run per slider move
+    assert view.state.change() > 0 and changed(before, picture(view))
+    assert "d0=+1.00, d3=-1.00" in repr(view)
+    view.sliders.reset_button.click()
+    assert view.state.change() == 0.0
+
+
+def test_ablation_slider_on_one_frame_and_another_step(traj):
+    view = AblationSliders(traj, step=1, dim_names=DIMS)
+    view.sliders.frame_select.value = 3
+    view.sliders.sliders[2].value = 0.8
+    assert view.state.describe_edits() == ["d2=+0.80@f3"]
+    first = view.state.change()
+    view.step_slider.value = 3
+    assert view.state.step == 3 and view.state.change() != first
+    before = picture(view)
+    view.frame_slider.value = 1
+    assert changed(before, picture(view))
+
+
+def test_ablation_dim_names_must_match(traj):
+    with pytest.raises(InspectError, match="dim_names has 2 names for the 4 dimensions"):
+        AblationSliders(traj, dim_names=["a", "b"])
+
+
+# -- Condition probe -------------------------------------------------------------------------
+def test_condition_probe_table_and_plots(model):
+    raw = raw_batch()
+    view = ConditionProbe(model, raw, dim_names={"action": DIMS})
+    assert "<td style='padding:2px 8px'>action</td>" in view.table.value
+    assert "first_frame" in view.table.value
+    text = repr(view)
+    assert text.splitlines()[2].split()[:3] == ["action", "action", "(2,"]
+    before = picture(view)
+    view.index_select.value = 1
+    assert changed(before, picture(view))
+
+
+def test_condition_probe_shows_training_dropout():
+    base = tiny_base()
+    adapter = LatentResidual(width=16, depth=1, dropout=0.5)
+    model = ComposedModel(base, adapter, GatedResidual(), base.default_objective())
+    model.train()
+    raw = raw_batch(b=8)
+    view = ConditionProbe(model, raw)
+    assert "dropped" in repr(view)
+    view.step_box.value = 3
+    row = next(r for r in view.rows if r["name"] == "action")
+    assert row["dropout_applied"] and row["dropped"] == int(adapter.view(raw, step=3).dropped("action").sum())
+
+
+# -- Gates -----------------------------------------------------------------------------------
+def tiny_exp(composer=None) -> AdapterExperiment:
+    torch.manual_seed(0)
+    base = tiny_base()
+    return AdapterExperiment(base=base, adapter=LatentResidual(width=16, depth=1),
+                             composer=composer or NoiseGated(GatedResidual(), lo=0.3, hi=0.9),
+                             training=TrainingConfig(steps=20, learning_rate=3e-3, batch_size=4, sync_every=1))
+
+
+DATA = SyntheticMoves(items=16, frames=4, size=16)
+
+
+def test_gates_over_noise_levels_training_and_space():
+    exp = tiny_exp()
+    exp.fit(DATA, steps=20, progress=False)
+    traj = exp.sample(raw_batch(), steps=STEPS, seed=0)
+    view = Gates(exp, batch=raw_batch(), trajectory=traj)
+    assert list(view.history["step"]) == [10.0, 20.0]
+    weight = view.weight
+    assert weight[0] == 0 and weight[1] == 0 and weight[-1] > 0  # the band is [0.3, 0.9]
+    assert weight[3] == pytest.approx(exp.model.composer.inner.effective_gate().item(), rel=1e-4)
+    assert view.band == (0.3, 0.9)
+    before = picture(view)
+    view.step_slider.value = 0  # noise 1.0, outside the band: the map is 0
+    assert changed(before, picture(view))
+    assert repr(view).startswith("Gates: adapter weight by noise level {0.1: 0.000, 0.2: 0.000, 0.3:")
+
+
+def test_gates_of_a_bare_model_without_history(model):
+    view = Gates(model)
+    assert view.history is None and view.step_slider is None
+    assert view.weight[0] == 0 and view.weight[4] == pytest.approx(0.5)
+    with pytest.raises(InspectError, match="Gates needs an AdapterExperiment or a ComposedModel"):
+        Gates(object())
+
+
+# -- Action sensitivity ----------------------------------------------------------------------
+def test_action_sensitivity_heatmap_and_toggle(model):
+    view = ActionSensitivity(model, raw_batch(), levels=(0.3, 0.6, 0.9), dim_names=DIMS)
+    assert view.result.x0.shape == (3, 4)
+    before = picture(view)
+    view.quantity_select.value = "adapter"
+    assert changed(before, picture(view))
+    assert repr(view).startswith("ActionSensitivity: x0 sensitivity per unit action, max ")
+
+
+# -- Fit -------------------------------------------------------------------------------------
+def weights(exp):
+    return {k: v.clone() for k, v in exp.model.trainable_state_dict().items()}
+
+
+def test_fit_stop_button_ends_after_a_completed_step_and_resume_continues():
+    reference = tiny_exp().fit(DATA, steps=6, progress=False)
+    exp = tiny_exp()
+    fit = Fit(exp, DATA, steps=6)
+    empty = picture(fit)
+    reached, release = threading.Event(), threading.Event()
+
+    def press_stop_at_step_2(session, event):
+        if event == "step" and exp.step == 2:
+            fit.stop_button.click()  # as a person would, while the run is going
+            reached.set()
+            assert release.wait(30)
+
+    fit.session.add_listener(press_stop_at_step_2)
+    fit.train_button.click()
+    assert reached.wait(30)
+    assert fit.stop_button.disabled is False or fit.session.state == "stopping"
+    release.set()
+    fit.wait()
+    assert fit.session.state == "stopped" and exp.step == 2 and fit.progress.value == 2
+    assert fit.train_button.description == "resume" and not fit.train_button.disabled
+    assert changed(empty, picture(fit))  # the loss plot has its two steps
+    fit.train_button.click()  # resume
+    fit.wait()
+    assert exp.step == 6 and fit.session.state == "done" and fit.progress.value == 6
+    assert all(torch.equal(a, b) for a, b in zip(weights(exp).values(), weights(reference).values()))
+    assert repr(fit) == f"Fit: step 6/6, loss {exp.loss_history[-1]:.4f} (done)"
+    assert fit.train_button.description == "train more"
+    fit.steps_box.value = 2
+    fit.train_button.click()
+    fit.wait()
+    assert exp.step == 8 and fit.progress.max == 8
+
+
+def test_fit_run_blocks_and_the_experiment_is_usable_next():
+    exp = tiny_exp()
+    fit = Fit(exp, DATA, steps=3).run()
+    assert exp.step == 3 and fit.session.state == "done"
+    traj = exp.sample(raw_batch(), steps=2, seed=0)
+    assert traj.complete
+
+
+def test_fit_start_returns_at_once():
+    exp = tiny_exp()
+    fit = Fit(exp, DATA, steps=3)
+    gate = threading.Event()
+    fit.session.add_listener(lambda s, e: gate.wait(30) if e == "step" else None)
+    fit.start()
+    assert fit.session.running and fit.train_button.disabled and not fit.stop_button.disabled
+    gate.set()
+    fit.wait()
+    assert exp.step == 3
+
+
+# -- imports ---------------------------------------------------------------------------------
+def test_importing_the_widgets_package_is_light():
+    code = ("import sys, json, workbench.widgets as w; names = dir(w); "
+            "print(json.dumps([m for m in ('ipywidgets', 'matplotlib') if m in sys.modules]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == []
+    with pytest.raises(AttributeError, match="views: AblationSliders, ActionSensitivity"):
+        __import__("workbench.widgets", fromlist=["x"]).Steper  # noqa: B018

@@ -1,0 +1,234 @@
+"""Condition ablation at one step of a recorded trajectory: edit a condition, see the new prediction.
+
+    abl = Ablation(traj, step=10)              # traj from exp.sample(...)
+    abl.set(3, 0.5)                            # gripper (dim 3) = +0.5 on every frame
+    abl.set(0, -1.0, frame=5)                  # hand dx = -1 on frame 5 only
+    abl.frames()                               # the new x0 estimate, uint8 [T, H, W, 3]
+    abl.change()                               # RMS change of the x0 estimate (latent units)
+
+Each re-evaluation is :meth:`Trajectory.recompose`: the base output stored at that step is
+reused (when the adapter allows it), so only the adapter and the composer run — that is what
+makes a slider answer at once. Results are cached per (step, condition values).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+import torch
+
+from workbench.core.composed import ComposedModel, Prediction
+from workbench.core.conditions import Batch
+from workbench.inspect.common import InspectError, StepError, check_choice, condition_key, rolled_conditions
+from workbench.inspect.preview import DECODES
+from workbench.inspect.trajectory import Trajectory
+from workbench.inspect.views import Panel, ViewImage, _given, _limit, _uint8, render_float
+
+
+class ConditionEdit:
+    """An editable copy of one condition of a batch (``(B, T, D)`` per frame, or ``(B, D)``).
+
+    :meth:`set` puts a value on one dimension, on every frame or on one frame, for every clip
+    of the batch; :meth:`overrides` is what :meth:`Trajectory.fork` / ``recompose`` take as ``cond``.
+    """
+
+    def __init__(self, model: ComposedModel, batch: Batch, condition: str = "action"):
+        self.condition = condition
+        self.key = condition_key(model, batch, condition)
+        value = batch.cond[self.key]
+        if value.ndim not in (2, 3):
+            raise InspectError(
+                f"ConditionEdit edits vector conditions, (B, D) or per frame (B, T, D); {condition!r} has shape "
+                f"{tuple(value.shape)}."
+            )
+        self.original = value.detach().clone()
+        self.values = self.original.clone()
+
+    @property
+    def dims(self) -> int:
+        return int(self.original.shape[-1])
+
+    @property
+    def frames(self) -> int | None:
+        """Frames of a per-frame condition, ``None`` for a per-clip one."""
+        return int(self.original.shape[1]) if self.original.ndim == 3 else None
+
+    @property
+    def changed(self) -> bool:
+        return not torch.equal(self.values, self.original)
+
+    def _check(self, dim: int, frame: int | None) -> None:
+        if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or not 0 <= dim < self.dims:
+            raise InspectError(f"dim={dim!r}: {self.condition!r} has {self.dims} dimensions (0..{self.dims - 1}).")
+        if frame is None:
+            return
+        if self.frames is None:
+            raise InspectError(f"frame={frame!r}: {self.condition!r} is one value per clip, not per frame; "
+                               f"use frame=None.")
+        if isinstance(frame, bool) or not isinstance(frame, (int, np.integer)) or not 0 <= frame < self.frames:
+            raise StepError(f"frame={frame!r} is out of range: {self.condition!r} has {self.frames} frames "
+                            f"(0..{self.frames - 1}), or frame=None for all of them.")
+
+    def set(self, dim: int, value: float, frame: int | None = None) -> None:
+        """Set dimension ``dim`` to ``value`` on ``frame`` (``None``: every frame), for every clip."""
+        self._check(dim, frame)
+        if frame is None:
+            self.values[..., dim] = float(value)
+        else:
+            self.values[:, frame, dim] = float(value)
+
+    def get(self, dim: int, frame: int | None = None, index: int = 0) -> float:
+        """The current value of ``dim`` for clip ``index`` (on ``frame``, or its mean over frames)."""
+        self._check(dim, frame)
+        v = self.values[index]
+        return float(v[..., dim].mean() if frame is None else v[frame, dim])
+
+    def reset(self, dim: int | None = None) -> None:
+        """Back to the original values (of one dimension, or all)."""
+        if dim is None:
+            self.values = self.original.clone()
+        else:
+            self._check(dim, None)
+            self.values[..., dim] = self.original[..., dim]
+
+    def overrides(self) -> dict[str, torch.Tensor] | None:
+        """``{condition: values}`` for ``fork`` / ``recompose``, or ``None`` when nothing changed."""
+        return {self.condition: self.values.clone()} if self.changed else None
+
+
+class Ablation:
+    """The prediction at one step of ``trajectory`` under an edited condition (see the module docstring)."""
+
+    CACHE_SIZE = 32
+
+    def __init__(self, trajectory: Trajectory, step: int | None = None, condition: str = "action", index: int = 0,
+                 decode: str = "preview"):
+        if not isinstance(trajectory, Trajectory):
+            raise InspectError(f"Ablation needs a Trajectory (exp.sample(...) returns one), got "
+                               f"{type(trajectory).__name__}.")
+        stored = trajectory.stored
+        if not stored:
+            raise InspectError("This trajectory stored no steps (record=False?); sample with record=True.")
+        b = trajectory.batch.batch_size
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < b:
+            raise InspectError(f"index={index!r} is not a batch element; this batch has {b} (0..{b - 1}).")
+        check_choice(decode, DECODES, "decode")
+        self.trajectory, self.index, self.decode = trajectory, index, decode
+        self.edit = ConditionEdit(trajectory.model, trajectory.batch, condition)
+        self.step = stored[len(stored) // 2]
+        if step is not None:
+            self.seek(step)
+        self._cache: OrderedDict[tuple, Prediction] = OrderedDict()
+        self.evaluations = 0  # recompose calls made (cache misses)
+
+    @property
+    def condition(self) -> str:
+        return self.edit.condition
+
+    def seek(self, step: int) -> int:
+        self.step = self.trajectory[step].index  # raises StepError naming the stored steps
+        return self.step
+
+    def set(self, dim: int, value: float, frame: int | None = None) -> None:
+        self.edit.set(dim, value, frame)
+
+    def reset(self, dim: int | None = None) -> None:
+        self.edit.reset(dim)
+
+    def prediction(self) -> Prediction:
+        """The composed prediction at the current step with the edited condition (cached)."""
+        key = (self.step, self.edit.values.numpy().tobytes() if self.edit.values.device.type == "cpu"
+               else self.edit.values.cpu().numpy().tobytes())
+        if key in self._cache:
+            self._cache.move_to_end(key)
+            return self._cache[key]
+        pred = self.trajectory.recompose(self.step, cond={self.condition: self.edit.values})
+        self.evaluations += 1
+        self._cache[key] = pred
+        while len(self._cache) > self.CACHE_SIZE:
+            self._cache.popitem(last=False)
+        return pred
+
+    def original_x0(self) -> torch.Tensor:
+        """The recorded x0 estimate at the current step ``(B, C, T, h, w)``."""
+        return self.trajectory[self.step].get("x0")
+
+    def ablated_x0(self) -> torch.Tensor:
+        """The x0 estimate with the edited condition ``(B, C, T, h, w)``, on the model's device.
+
+        Taken through the backbone's own sampler step would also pin any given frames; here the
+        given frames (loss mask 0) are copied from the recorded estimate, so only predicted
+        frames can differ.
+        """
+        pred = self.prediction()
+        x0 = self.trajectory.x0_of(pred)
+        recorded = self.original_x0().to(device=x0.device, dtype=x0.dtype)
+        mask = self.trajectory.batch.loss_mask
+        if mask is not None:
+            given = (mask == 0).to(x0.device).view(mask.shape[0], 1, mask.shape[1], *([1] * (x0.ndim - 3)))
+            x0 = torch.where(given, recorded, x0)
+        return x0
+
+    def change(self) -> float:
+        """RMS difference between the edited and the recorded x0 estimate over the predicted frames."""
+        after = self.ablated_x0().float()
+        diff = after - self.original_x0().to(after.device).float()
+        mask = self.trajectory.batch.loss_mask
+        sq = diff[self.index].square()  # (C, T, h, w)
+        if mask is not None:
+            m = mask[self.index].to(sq.device).view(1, -1, *([1] * (sq.ndim - 2)))
+            count = (m.sum() * sq.shape[0] * sq[0, 0].numel()).clamp_min(1.0)
+            return float(((sq * m).sum() / count).sqrt())
+        return float(sq.mean().sqrt())
+
+    def images(self) -> tuple[ViewImage, ViewImage, ViewImage]:
+        """``(recorded, edited, edited − recorded)`` x0 estimates: two RGB views and a signed one."""
+        base = self.trajectory.model.base
+        rec = self.trajectory[self.step]
+        caption = f"x0 estimate · step {rec.index} of {rec.steps} · noise level {float(rec.noise_level[0]):.2f}"
+        before = render_float(base, self.original_x0(), self.decode, self.index)
+        after = render_float(base, self.ablated_x0(), self.decode, self.index)
+        diff = (after - before).mean(-1).astype(np.float32)
+        given = _given(self.trajectory.batch, self.index, diff.shape[0])
+        edited = ", ".join(self.describe_edits()) or "unchanged"
+        return (ViewImage("x0", f"recorded {self.condition}", "rgb", _uint8(before), given=given, caption=caption),
+                ViewImage("x0", f"edited: {edited}", "rgb", _uint8(after), given=given, caption=caption),
+                ViewImage("adapter-base", "edited − recorded", "signed", diff,
+                          "x0 difference (mean RGB, [-1, 1] units)", _limit(diff), given, caption))
+
+    def panels(self, frame: int = 0) -> tuple[list[Panel], str]:
+        """The three pictures at ``frame`` and their common caption (view, step, noise, frame)."""
+        images = self.images()
+        frame = min(frame, len(images[0]) - 1)
+        return [im.frame(frame) for im in images], f"{images[0].caption} · {images[0].frame_name(frame)}"
+
+    def describe_edits(self) -> list[str]:
+        """The edited dimensions for clip ``index``, e.g. ``["d3=+0.50"]`` or ``["d0=-1.00@f5"]``."""
+        out = []
+        values, original = self.edit.values[self.index], self.edit.original[self.index]
+        for d in range(self.edit.dims):
+            if torch.equal(values[..., d], original[..., d]):
+                continue
+            col = values[..., d]
+            if col.ndim == 0 or bool((col == col.reshape(-1)[0]).all()):
+                out.append(f"d{d}={float(col.reshape(-1)[0]):+.2f}")
+            else:
+                frames = [int(f) for f in torch.nonzero(col != original[..., d]).reshape(-1)]
+                out.append(", ".join(f"d{d}={float(col[f]):+.2f}@f{f}" for f in frames))
+        return out
+
+    def describe(self) -> str:
+        edits = ", ".join(self.describe_edits()) or "no edit"
+        return f"step {self.step}/{self.trajectory.steps}, {self.condition}: {edits}; x0 change {self.change():.4f}"
+
+
+def swap_conditions(trajectory: Trajectory, condition: str = "action", shift: int = 1) -> dict[str, Any]:
+    """``cond`` overrides with ``condition`` rolled across the batch: each clip gets another clip's values."""
+    batch = rolled_conditions(trajectory.model, trajectory.batch, condition, shift)
+    key = condition_key(trajectory.model, trajectory.batch, condition)
+    return {condition: batch.cond[key]}
+
+
+__all__ = ["Ablation", "ConditionEdit", "swap_conditions"]

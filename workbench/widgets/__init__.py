@@ -1,0 +1,43 @@
+"""Notebook views: ipywidgets + matplotlib on top of the instruments in :mod:`workbench.inspect`.
+
+    from workbench.widgets import Stepper
+    Stepper(exp.sample(raw, steps=20, seed=0))      # scrub, play, fork, export
+
+Views: :class:`Stepper` (step through a trajectory and its forks), :class:`ConditionProbe`
+(what ``adapter.view()`` sees), :class:`AblationSliders` (one slider per condition dimension),
+:class:`Gates` (gate values over noise levels, over training, and as a map),
+:class:`ActionSensitivity` (sensitivity per action dimension × noise level) and :class:`Fit`
+(a training run with a live loss plot, stop and resume, that leaves the notebook responsive).
+
+Each view is an ``ipywidgets.VBox``: its controls only call the logic in ``workbench.inspect``
+and the pure render functions in :mod:`workbench.widgets.render`. Displayed where no front end
+runs the widgets (nbconvert, nbval, a notebook viewer), a view shows a PNG of its current
+picture and a one-line text summary. ``import workbench.widgets`` itself loads neither
+ipywidgets nor matplotlib; each view's module does, when first used.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_VIEWS = {
+    "Stepper": "workbench.widgets.stepper",
+    "ConditionProbe": "workbench.widgets.probe",
+    "AblationSliders": "workbench.widgets.ablation",
+    "Gates": "workbench.widgets.gates",
+    "ActionSensitivity": "workbench.widgets.sensitivity",
+    "Fit": "workbench.widgets.fit",
+}
+
+__all__ = sorted(_VIEWS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _VIEWS:
+        return getattr(importlib.import_module(_VIEWS[name]), name)
+    raise AttributeError(f"module 'workbench.widgets' has no attribute {name!r}; views: {', '.join(__all__)}.")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

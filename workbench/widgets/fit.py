@@ -1,0 +1,125 @@
+"""Fit: a short training run inline, with a progress bar, a live loss plot, stop and resume."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import ipywidgets as widgets
+
+from workbench.inspect.live import FitSession
+from workbench.widgets import render
+from workbench.widgets.base import View, button, status_line
+
+
+class Fit(View):
+    """Train ``exp`` on ``data`` for ``steps`` more steps without freezing the notebook.
+
+    "train" (or :meth:`start`) runs ``exp.fit`` in a background thread, so the kernel stays
+    responsive: the progress bar and the loss plot update as steps complete, and "stop" ends
+    the run after the step in progress — exactly as Ctrl-C would, so "train" again resumes and
+    the result equals an uninterrupted run. :meth:`wait` blocks until the run ends; after it
+    the experiment is usable in the next cell. :meth:`run` trains in the cell itself (blocking;
+    the kernel's interrupt button stops it). After a run is done, "train" trains the number of
+    steps in the box again. The logic is :class:`workbench.inspect.FitSession` (``self.session``).
+
+    >>> fit = Fit(exp, data, steps=200).start()   # returns at once; display `fit` to watch it
+    >>> fit.wait()                                 # then sample / evaluate with exp
+    """
+
+    def __init__(self, exp: Any, data: Any = None, steps: int = 100, smoothing: float = 0.9,
+                 plot_every: float = 0.5):
+        super().__init__()
+        self.session = FitSession(exp, data, steps)
+        self.exp, self.smoothing, self.plot_every = exp, smoothing, plot_every
+        self.start_step = exp.step
+        self.add_class("workbench-fit")
+        self.image.add_class("workbench-fit-image")
+        self.progress = widgets.IntProgress(value=exp.step, min=exp.step, max=self.session.target,
+                                            description="training", layout=widgets.Layout(width="360px"))
+        self.train_button = button("train", "start, resume, or (when done) train the steps in the box", icon="play")
+        self.stop_button = button("stop", "end the run after the step in progress", icon="stop")
+        self.steps_box = widgets.BoundedIntText(value=steps, min=1, max=10**9, description="steps",
+                                                layout=widgets.Layout(width="180px"))
+        self.status = status_line()
+        self.train_button.on_click(lambda _: self._train_clicked())
+        self.stop_button.on_click(lambda _: self.stop())
+        self.session.add_listener(self._on_event)
+        self._last_plot = 0.0
+        self.children = (widgets.HBox([self.train_button, self.stop_button, self.steps_box, self.progress,
+                                       self.status]), self.image)
+        self._update_controls()
+        self._draw()
+
+    # -- control ---------------------------------------------------------------------------
+    def start(self, steps: int | None = None) -> Fit:
+        """Train in the background (the remaining steps, or ``steps`` more); returns at once."""
+        self.session.start(steps)
+        return self
+
+    def resume(self, steps: int | None = None) -> Fit:
+        return self.start(steps)
+
+    def run(self, steps: int | None = None) -> Fit:
+        """Train in this cell (blocking) and show the result."""
+        self.session.run(steps)
+        return self
+
+    def stop(self) -> None:
+        """End the run after the step in progress."""
+        self.session.stop()
+        self._update_controls()
+
+    def wait(self, timeout: float | None = None) -> Fit:
+        """Block until the background run ends; re-raise its error. The experiment is then usable."""
+        self.session.wait(timeout)
+        if not self.session.running:
+            self._draw()
+            self._update_controls()
+            self.refresh_display()
+        return self
+
+    def _train_clicked(self) -> None:
+        if self.session.state in ("ready", "stopped"):
+            self.start()
+        elif self.session.state in ("done", "failed"):
+            self.start(self.steps_box.value)
+
+    # -- drawing ---------------------------------------------------------------------------
+    def _on_event(self, session: FitSession, event: str) -> None:
+        if event == "start":
+            self.progress.max = session.target
+            self._update_controls()
+        elif event == "step":
+            self._update_controls()
+            if time.perf_counter() - self._last_plot >= self.plot_every:
+                self._draw()
+        else:  # end
+            self._draw()
+            self._update_controls()
+            self.refresh_display()
+
+    def _draw(self) -> None:
+        history = list(self.session.history)
+        steps, losses = [s for s, _ in history], [v for _, v in history]
+        title = f"training loss · {self.exp.name}" if getattr(self.exp, "name", None) else "training loss"
+        self.timed(lambda: self.show(render.loss_figure(steps, losses, self.session.target, self.start_step,
+                                                        self.smoothing, title)))
+        self._last_plot = time.perf_counter()
+
+    def _update_controls(self) -> None:
+        s = self.session
+        self.progress.value = min(max(self.exp.step, self.progress.min), self.progress.max)
+        self.train_button.disabled = s.running
+        self.stop_button.disabled = not s.running
+        self.train_button.description = {"stopped": "resume", "done": "train more", "failed": "retry"}.get(
+            s.state, "train")
+        loss = f" · loss {s.history[-1][1]:.4f}" if s.history else ""
+        rate = ""
+        if s.seconds > 0 and s.history and not s.running:
+            rate = f" · {len(s.history) / s.seconds:.1f} steps/s"
+        error = f" · <span style='color:#b2182b'>{type(s.error).__name__}: {s.error}</span>" if s.error else ""
+        self.status.value = f"step {self.exp.step}/{s.target}{loss} · {s.state}{rate}{error}"
+
+    def summary(self) -> str:
+        return self.session.describe()

@@ -1,0 +1,357 @@
+"""Pure render functions: plain data in, a matplotlib ``Figure`` (or HTML) out.
+
+Nothing here holds state or touches a widget; the views call these and put the PNG into an
+``Image``. Figures are built with ``matplotlib.figure.Figure`` directly (never pyplot), so
+rendering does not depend on the notebook backend and does not display anything by itself.
+Signed maps use the diverging colour map of :mod:`workbench.inspect.colors` (blue below zero,
+red above, white at zero), gates its sequential map; each float map carries a labelled colour bar.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+from collections.abc import Mapping, Sequence
+from functools import cache
+from typing import Any
+
+import numpy as np
+
+from workbench.inspect.colors import lut
+from workbench.inspect.views import Panel
+
+DPI = 100
+PANEL_INCHES = 2.7
+TITLE_SIZE = 9
+LABEL_SIZE = 9
+
+
+def _figure(width: float, height: float):
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(width, height), dpi=DPI, layout="constrained")
+
+
+@cache
+def colormap(name: str):
+    """The matplotlib colour map of :func:`workbench.inspect.colors.lut` ``name``."""
+    from matplotlib.colors import ListedColormap
+
+    return ListedColormap(lut(name), name=f"workbench-{name}")
+
+
+def figure_png(fig) -> bytes:
+    """The figure as PNG bytes."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    buf = io.BytesIO()
+    canvas.print_png(buf)
+    return buf.getvalue()
+
+
+def figure_array(fig) -> np.ndarray:
+    """The figure as drawn: uint8 RGBA ``[H, W, 4]``."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    return np.asarray(canvas.buffer_rgba()).copy()
+
+
+def png_array(png: bytes) -> np.ndarray:
+    """Decode PNG bytes (e.g. an ``Image`` widget's value) into a uint8 array ``[H, W, C]``."""
+    from PIL import Image
+
+    with Image.open(io.BytesIO(png)) as im:
+        return np.asarray(im.convert("RGBA"))
+
+
+def _draw_panel(ax, panel: Panel):
+    ax.set_title(panel.title, fontsize=TITLE_SIZE)
+    ax.set_xticks([])
+    ax.set_yticks([])
+    if panel.kind == "rgb":
+        ax.imshow(panel.image, interpolation="nearest")
+        return None
+    lo, hi = panel.vrange
+    return ax.imshow(panel.image, cmap=colormap(panel.cmap), vmin=lo, vmax=hi, interpolation="nearest")
+
+
+def _colorbar(fig, mappable, axes, label: str):
+    """A labelled colour bar whose ticks carry their own magnitude (no separate "1e-5" offset)."""
+    from matplotlib.ticker import FuncFormatter
+
+    bar = fig.colorbar(mappable, ax=axes, shrink=0.85, pad=0.02, format=FuncFormatter(lambda v, _: f"{v:.2g}"))
+    bar.set_label(label, fontsize=LABEL_SIZE - 1)
+    bar.ax.tick_params(labelsize=LABEL_SIZE - 2)
+    return bar
+
+
+def panels_figure(panels: Sequence[Panel], title: str | None = None, panel_inches: float = PANEL_INCHES):
+    """A row of pictures (e.g. the branches of a step, or recorded | edited | difference).
+
+    Float maps get a colour bar labelled with what they measure; maps of the same kind and
+    range share one bar.
+    """
+    n = max(1, len(panels))
+    has_bar = any(p.kind != "rgb" for p in panels)
+    lines = max((p.title.count("\n") + 1 for p in panels), default=1)
+    width = panel_inches * n + (0.9 if has_bar else 0.0)
+    if title:  # wide enough for the title line (about 0.08 inch per character at this size)
+        width = max(width, 0.08 * max(len(line) for line in title.split("\n")) + 0.3)
+    fig = _figure(width, panel_inches + 0.17 * lines + (0.3 if title else 0))
+    axes = np.atleast_1d(fig.subplots(1, n))
+    bars: dict[tuple, tuple[Any, list, str]] = {}
+    for ax, panel in zip(axes, panels):
+        mappable = _draw_panel(ax, panel)
+        if mappable is not None:
+            key = (panel.kind, panel.vrange)
+            entry = bars.setdefault(key, (mappable, [], panel.label))
+            entry[1].append(ax)
+    for mappable, axs, label in bars.values():
+        _colorbar(fig, mappable, axs, label)
+    if title:
+        fig.suptitle(title, fontsize=TITLE_SIZE + 1)
+    return fig
+
+
+def filmstrip(videos: Mapping[str, np.ndarray], frames: Sequence[int], fps: float | None = None,
+              frame_inches: float = 1.5, title: str | None = None):
+    """Rows of videos (uint8 ``[T, H, W, 3]`` each, labelled by their key) at chosen ``frames``.
+
+    Columns are titled by frame index (and time in seconds when ``fps`` is given), e.g. truth
+    and predictions of the same clip one above the other.
+    """
+    rows, cols = len(videos), len(frames)
+    fig = _figure(frame_inches * cols + 1.2, frame_inches * rows + 0.3 + (0.3 if title else 0))
+    axes = np.asarray(fig.subplots(rows, cols, squeeze=False))
+    for r, (label, video) in enumerate(videos.items()):
+        for c, f in enumerate(frames):
+            ax = axes[r, c]
+            ax.imshow(video[min(f, len(video) - 1)], interpolation="nearest")
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if r == 0:
+                ax.set_title(f"frame {f}" + (f" ({f / fps:.2f} s)" if fps else ""), fontsize=TITLE_SIZE)
+            if c == 0:
+                ax.set_ylabel(label, fontsize=LABEL_SIZE)
+    if title:
+        fig.suptitle(title, fontsize=TITLE_SIZE + 1)
+    return fig
+
+
+def curves_figure(x: Sequence[float], curves: Mapping[str, Sequence[float]], xlabel: str, ylabel: str,
+                  title: str = "", band: tuple[float, float] | None = None, band_label: str = ""):
+    """Lines over a shared x (e.g. losses per noise level), with an optional shaded band."""
+    fig = _figure(5.6, 3.3)
+    ax = fig.subplots()
+    if band is not None:
+        ax.axvspan(band[0], band[1], color="#f4d7a8", alpha=0.6, lw=0, label=band_label or None)
+    styles = ["o-", "s--", "^:", "d-."]
+    for i, (label, values) in enumerate(curves.items()):
+        ax.plot(x, values, styles[i % len(styles)], ms=4, label=label)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=TITLE_SIZE + 1)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=LABEL_SIZE - 1, loc="best")
+    return fig
+
+
+def message_figure(text: str, width: float = 4.0, height: float = 1.0):
+    """A small figure that only says ``text`` (e.g. nothing to show yet)."""
+    fig = _figure(width, height)
+    fig.text(0.5, 0.5, text, ha="center", va="center", fontsize=LABEL_SIZE)
+    return fig
+
+
+def _ema(values: Sequence[float], smoothing: float) -> np.ndarray:
+    out, avg = [], None
+    for v in values:
+        avg = v if avg is None else smoothing * avg + (1 - smoothing) * v
+        out.append(avg)
+    return np.asarray(out)
+
+
+def loss_figure(steps: Sequence[int], losses: Sequence[float], target: int | None = None, start: int = 0,
+                smoothing: float = 0.9, title: str = "training loss"):
+    """Loss per optimizer step (light) with its exponential moving average (dark)."""
+    fig = _figure(6.0, 3.0)
+    ax = fig.subplots()
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("loss")
+    ax.set_title(title, fontsize=TITLE_SIZE + 1)
+    ax.grid(alpha=0.3)
+    right = max(target or 0, (steps[-1] if len(steps) else 0), start + 1)
+    ax.set_xlim(start, right)
+    if len(steps):
+        ax.plot(steps, losses, color="#9bbcd9", lw=1, label="per step")
+        ax.plot(steps, _ema(losses, smoothing), color="#1f4e8c", lw=2, label=f"moving average ({smoothing:g})")
+        ax.legend(fontsize=LABEL_SIZE - 1, loc="upper right")
+        positive = np.asarray(losses) > 0
+        if positive.all() and max(losses) / min(losses) > 20:
+            ax.set_yscale("log")
+    else:
+        ax.text(0.5, 0.5, "no steps yet", transform=ax.transAxes, ha="center", va="center", color="0.4")
+    return fig
+
+
+def _gate_band(ax, band: tuple[float, float] | None):
+    if band is not None:
+        ax.axvspan(band[0], band[1], color="#f4d7a8", alpha=0.5, lw=0, label="NoiseGated band")
+
+
+def gates_figure(levels: Sequence[float], weight: Sequence[float], history: Mapping[str, np.ndarray] | None,
+                 gate_map: Panel | None, band: tuple[float, float] | None = None,
+                 weight_label: str = "effective adapter weight"):
+    """Gates over noise levels, over training steps, and as a spatial map at one step.
+
+    ``weight``: per noise level in ``levels``, how much of the adapter output reaches the
+    prediction. ``history``: ``gate_history`` columns (``step`` plus gate values) or ``None``.
+    ``gate_map``: a :class:`Panel` of the effective gate at one step, or ``None``.
+    """
+    n = 3 if gate_map is not None else 2
+    fig = _figure(3.6 * n, 3.3)
+    axes = fig.subplots(1, n)
+    ax = axes[0]
+    _gate_band(ax, band)
+    ax.plot(levels, weight, "o-", color="#1f4e8c", label=weight_label)
+    ax.set_xlabel("noise level (0 = clean, 1 = pure noise)")
+    ax.set_ylabel("weight")
+    ax.set_xlim(0, 1)
+    top = max(1.05, float(np.nanmax(weight)) * 1.1) if len(weight) else 1.05
+    ax.set_ylim(min(0.0, float(np.nanmin(weight)) * 1.1) if len(weight) else 0.0, top)
+    ax.set_title("adapter weight over noise levels", fontsize=TITLE_SIZE + 1)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=LABEL_SIZE - 2, loc="best")
+    ax = axes[1]
+    ax.set_title("gate over training", fontsize=TITLE_SIZE + 1)
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("gate value")
+    ax.grid(alpha=0.3)
+    columns = [k for k in (history or {}) if k != "step"]
+    if history and len(history.get("step", ())) and columns:
+        for k in columns:
+            ax.plot(history["step"], history[k], "o-", ms=3, label=k)
+        ax.legend(fontsize=LABEL_SIZE - 2, loc="best")
+    else:
+        ax.text(0.5, 0.5, "no training history\n(gated composers record it every 10 steps)", transform=ax.transAxes,
+                ha="center", va="center", color="0.4", fontsize=LABEL_SIZE - 1)
+    if gate_map is not None:
+        _colorbar(fig, _draw_panel(axes[2], gate_map), axes[2], gate_map.label)
+    return fig
+
+
+def sensitivity_figure(levels: Sequence[float], values: np.ndarray, swap_gap: Mapping[str, np.ndarray],
+                       scale: Sequence[float], quantity: str = "x0", dim_names: Sequence[str] | None = None):
+    """Heatmap of sensitivity per action dimension × noise level, and the swap-actions gap.
+
+    ``values`` ``(levels, dims)``: RMS change per unit of each dimension; ``swap_gap``:
+    ``{"x0": (levels,), "adapter": (levels,)}``; ``scale``: RMS adapter output per level.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    dims = values.shape[1]
+    names = list(dim_names) if dim_names is not None else [f"d{d}" for d in range(dims)]
+    fig = _figure(4.0 + 0.55 * dims + 4.2, 3.6)
+    grid = fig.add_gridspec(1, 2, width_ratios=[1.2 + 0.45 * dims, 4.0])
+    ax = fig.add_subplot(grid[0])
+    top = float(values.max()) if values.size and values.max() > 0 else 1.0
+    im = ax.imshow(values, cmap=colormap("sequential"), vmin=0, vmax=top, aspect="auto", origin="lower")
+    ax.set_xticks(range(dims), names, fontsize=LABEL_SIZE - 1)
+    ax.set_yticks(range(len(levels)), [f"{lv:.2f}" for lv in levels], fontsize=LABEL_SIZE - 1)
+    ax.set_xlabel("action dimension")
+    ax.set_ylabel("noise level")
+    what = "x0 estimate" if quantity == "x0" else "adapter output"
+    ax.set_title(f"sensitivity of the {what}", fontsize=TITLE_SIZE + 1)
+    for (i, d), v in np.ndenumerate(values):
+        ax.text(d, i, f"{v:.2g}", ha="center", va="center", fontsize=LABEL_SIZE - 3,
+                color="black" if v > 0.6 * top else "white")
+    _colorbar(fig, im, ax, f"RMS change of the {what}\nper unit of action")
+    ax = fig.add_subplot(grid[1])
+    ax.plot(levels, swap_gap["x0"], "o-", color="#b2182b", label="swap gap, x0 estimate")
+    ax.plot(levels, swap_gap["adapter"], "s--", color="#2166ac", label="swap gap, adapter output")
+    ax.plot(levels, scale, ":", color="0.4", label="adapter output size (RMS)")
+    ax.set_xlabel("noise level (0 = clean, 1 = pure noise)")
+    ax.set_ylabel("RMS difference (latent units)")
+    ax.set_title("true vs swapped actions", fontsize=TITLE_SIZE + 1)
+    ax.set_xlim(0, 1)
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=LABEL_SIZE - 2, loc="best")
+    return fig
+
+
+def condition_figure(series: Mapping[str, Mapping[str, Any]], dim_names: Mapping[str, Sequence[str]] | None = None):
+    """One small plot per condition, as :func:`workbench.inspect.views.condition_plots` describes it.
+
+    Per-frame values: one line per dimension over frames; per-clip vectors: bars; images
+    (e.g. the first frame): the picture; a missing optional condition: a note.
+    """
+    names = list(series)
+    n = max(1, len(names))
+    fig = _figure(3.4 * n, 2.9)
+    axes = np.atleast_1d(fig.subplots(1, n))
+    for ax, name in zip(axes, names):
+        item = series[name]
+        kind, title = item["kind"], item["title"]
+        ax.set_title(title, fontsize=TITLE_SIZE)
+        if kind == "series":
+            values = np.asarray(item["values"])  # (T, D)
+            labels = (dim_names or {}).get(name) or [f"d{d}" for d in range(values.shape[1])]
+            for d in range(values.shape[1]):
+                ax.plot(range(values.shape[0]), values[:, d], "o-", ms=2.5, lw=1.2, label=labels[d])
+            ax.set_xlabel("frame")
+            ax.set_ylabel("value")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=LABEL_SIZE - 3, loc="best", ncols=2)
+        elif kind == "vector":
+            values = np.asarray(item["values"])
+            labels = (dim_names or {}).get(name) or [f"d{d}" for d in range(values.shape[0])]
+            ax.bar(range(values.shape[0]), values, color="#1f4e8c")
+            ax.set_xticks(range(values.shape[0]), labels, fontsize=LABEL_SIZE - 2)
+            ax.set_ylabel("value")
+            ax.axhline(0, color="0.3", lw=0.8)
+        elif kind == "image":
+            ax.imshow(item["values"], interpolation="nearest")
+            ax.set_xticks([])
+            ax.set_yticks([])
+        else:
+            ax.text(0.5, 0.5, item.get("note", "missing"), transform=ax.transAxes, ha="center", va="center",
+                    color="0.4", fontsize=LABEL_SIZE)
+            ax.set_axis_off()
+    return fig
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    if isinstance(value, (tuple, list)):
+        return "(" + ", ".join(map(str, value)) + ")"
+    return str(value)
+
+
+TABLE_COLUMNS = ("name", "key", "shape", "dtype", "frames", "dropout", "dropped", "min", "mean", "max")
+
+
+def condition_table_html(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] = TABLE_COLUMNS) -> str:
+    """:func:`workbench.inspect.condition_table` rows as an HTML table."""
+    head = "".join(f"<th style='padding:2px 8px;text-align:left'>{html.escape(c)}</th>" for c in columns)
+    cells = ("".join(f"<td style='padding:2px 8px'>{html.escape(_cell(row.get(c)))}</td>" for c in columns)
+             for row in rows)
+    body = "".join(f"<tr>{c}</tr>" for c in cells)
+    return f"<table style='border-collapse:collapse;font-size:90%'><tr>{head}</tr>{body}</table>"
+
+
+def condition_table_text(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] = TABLE_COLUMNS) -> str:
+    """The same table as aligned plain text (for pages without a front end)."""
+    cells = [list(columns)] + [[_cell(row.get(c)) for c in columns] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
+    return "\n".join("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in cells)
+
+
+__all__ = ["colormap", "condition_figure", "condition_table_html", "condition_table_text", "curves_figure",
+           "figure_array", "figure_png", "filmstrip", "gates_figure", "loss_figure", "message_figure",
+           "panels_figure", "png_array", "sensitivity_figure"]

@@ -1,0 +1,163 @@
+"""Stepper: play / scrub a recorded trajectory, compare views, fork it, export it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import ipywidgets as widgets
+
+from workbench.inspect.ablation import ConditionEdit
+from workbench.inspect.common import condition_keys
+from workbench.inspect.trajectory import Trajectory
+from workbench.inspect.views import VIEW_LABELS, StepperState
+from workbench.widgets import render
+from workbench.widgets.base import View, button, status_line
+from workbench.widgets.controls import ConditionSliders
+
+ADAPTER_CHOICES = (("adapter as recorded", None), ("adapter on", "on"), ("adapter off (base alone)", "off"))
+
+
+class Stepper(View):
+    """Step through ``trajectory`` (from ``exp.sample(...)``) and its forks, side by side.
+
+    Controls: play / pause, back / step, a step slider, a frame (time) slider, the view
+    (x_t, x0, base, adapter, composed, adapter − base, gate), preview vs full decode; "fork here"
+    with a condition editor (one slider per dimension of ``condition``, on every frame or one
+    frame) and an adapter on / off choice; export of the current view to MP4 or GIF. The logic
+    is :class:`workbench.inspect.StepperState` (``self.state``).
+
+    >>> Stepper(exp.sample(raw, steps=20, seed=0), dim_names=["dx", "dy", "dz", "grip"])
+    """
+
+    def __init__(self, trajectory: Trajectory, view: str = "x0", decode: str = "preview", index: int = 0,
+                 frame: int | None = None, condition: str | None = "action", dim_names: Sequence[str] | None = None,
+                 interval: int = 500,
+                 export_path: str | Path = "outputs/stepper.mp4"):
+        super().__init__()
+        self.state = StepperState(trajectory, view=view, decode=decode, index=index, frame=frame)
+        steps = self.state.steps
+        self.add_class("workbench-stepper")
+        self.image.add_class("workbench-stepper-image")
+        position = steps.index(self.state.step)
+        self.play = widgets.Play(value=position, min=0, max=len(steps) - 1, step=1, interval=interval,
+                                 description="play", tooltip="play / pause")
+        self.step_slider = widgets.IntSlider(value=position, min=0, max=len(steps) - 1, description="step",
+                                             continuous_update=False, readout=False,
+                                             layout=widgets.Layout(width="320px"))
+        self.step_slider.add_class("workbench-step-slider")
+        widgets.link((self.play, "value"), (self.step_slider, "value"))
+        self.back_button = button("back", "previous stored step", icon="step-backward")
+        self.forward_button = button("step", "next stored step", icon="step-forward")
+        self.frame_slider = widgets.IntSlider(value=self.state.frame, min=0, max=self.state.frames - 1,
+                                              description="frame",
+                                              continuous_update=False, layout=widgets.Layout(width="320px"))
+        self.frame_slider.add_class("workbench-frame-slider")
+        self.view_select = widgets.Dropdown(options=[(VIEW_LABELS[v], v) for v in self.state.views],
+                                            value=self.state.view,
+                                            description="view", layout=widgets.Layout(width="260px"))
+        self.decode_select = widgets.ToggleButtons(options=[("preview", "preview"), ("full decode", "full")],
+                                                   value=self.state.decode, style={"button_width": "90px"})
+        self.where = status_line()
+        self.step_slider.observe(lambda c: self._seek(steps[c["new"]]), names="value")
+        self.back_button.on_click(lambda _: self._move(-1))
+        self.forward_button.on_click(lambda _: self._move(1))
+        self.frame_slider.observe(lambda c: self._set(self.state.set_frame, c["new"]), names="value")
+        self.view_select.observe(lambda c: self._set(self.state.set_view, c["new"]), names="value")
+        self.decode_select.observe(lambda c: self._set(self.state.set_decode, c["new"]), names="value")
+
+        # fork here, with a condition editor
+        self.editor: ConditionSliders | None = None
+        fork_children: list[widgets.Widget] = []
+        if condition is not None and (condition != "action" or _has_condition(trajectory, condition)):
+            edit = ConditionEdit(trajectory.model, trajectory.batch, condition)  # raises naming what exists
+            self.editor = ConditionSliders(edit, index=index, dim_names=dim_names)
+            fork_children.append(self.editor)
+        self.adapter_select = widgets.Dropdown(options=ADAPTER_CHOICES, value=None, description="fork with",
+                                               layout=widgets.Layout(width="300px"))
+        self.fork_button = button("fork here", "rerun from this step with the edited condition", icon="code-fork")
+        self.clear_button = button("remove forks", icon="trash")
+        self.fork_status = status_line()
+        self.fork_button.on_click(lambda _: self.fork_here())
+        self.clear_button.on_click(lambda _: self.remove_forks())
+        fork_children.append(widgets.HBox([self.adapter_select, self.fork_button, self.clear_button, self.fork_status]))
+
+        # export
+        self.export_path = widgets.Text(value=str(export_path), description="file",
+                                        layout=widgets.Layout(width="360px"))
+        self.export_format = widgets.Dropdown(options=[("MP4", ".mp4"), ("GIF", ".gif")],
+                                              value=".gif" if str(export_path).endswith(".gif") else ".mp4",
+                                              layout=widgets.Layout(width="90px"))
+        self.export_button = button("export", "write the current view, every frame, four steps × branches",
+                                    icon="download")
+        self.export_status = status_line()
+        self.export_format.observe(lambda c: self._set_suffix(c["new"]), names="value")
+        self.export_button.on_click(lambda _: self.export())
+
+        fork_box = widgets.VBox(fork_children)
+        export_box = widgets.HBox([self.export_path, self.export_format, self.export_button, self.export_status])
+        tools = widgets.Accordion(children=[fork_box, export_box], titles=("fork here", "export"))
+        nav = widgets.HBox([self.play, self.back_button, self.forward_button, self.step_slider, self.where])
+        options = widgets.HBox([self.view_select, self.decode_select, self.frame_slider])
+        self.children = (nav, options, self.image, tools)
+        self.refresh()
+
+    # -- wiring ----------------------------------------------------------------------------
+    def _seek(self, step: int) -> None:
+        self.state.seek(step)
+        self.refresh()
+
+    def _move(self, delta: int) -> None:
+        self.step_slider.value = self.state.steps.index(self.state.step_by(delta))
+
+    def _set(self, setter, value: Any) -> None:
+        setter(value)
+        self.refresh()
+
+    def _set_suffix(self, suffix: str) -> None:
+        self.export_path.value = str(Path(self.export_path.value).with_suffix(suffix))
+
+    def refresh(self) -> None:
+        """Recompute and redraw the picture for the current state."""
+        def draw():
+            self.frame_slider.max = self.state.frames - 1
+            self.show(render.panels_figure(self.state.panels(), title=self.state.caption()))
+
+        self.timed(draw)
+        step = self.state.step
+        noise = float(self.state.trajectory.noise_levels[step])
+        self.where.value = f"step <b>{step}</b> of {self.state.trajectory.steps} · noise level {noise:.2f}"
+
+    def summary(self) -> str:
+        return self.state.describe()
+
+    # -- actions ---------------------------------------------------------------------------
+    def fork_here(self, cond: Any = None, adapter: Any = None, label: str | None = None) -> Trajectory:
+        """Fork at the current step with ``cond`` (default: the editor's edits) and show it alongside."""
+        if cond is None and self.editor is not None:
+            cond = self.editor.edit.overrides()
+        if adapter is None:
+            adapter = self.adapter_select.value
+        fork = self.state.fork_here(cond=cond, adapter=adapter, label=label)
+        self.fork_status.value = f"added <i>{fork.label}</i>"
+        self.refresh()
+        return fork
+
+    def remove_forks(self) -> None:
+        while len(self.state.branches) > 1:
+            self.state.remove_branch(len(self.state.branches) - 1)
+        self.fork_status.value = ""
+        self.refresh()
+
+    def export(self, path: str | Path | None = None, **kwargs: Any) -> Path:
+        """Write the current view of every branch (see :meth:`StepperState.export`)."""
+        written = self.state.export(path or self.export_path.value, **kwargs)
+        self.export_status.value = f"wrote {written} ({written.stat().st_size / 1024:.0f} KiB)"
+        return written
+
+
+def _has_condition(trajectory: Trajectory, condition: str) -> bool:
+    """Whether the batch carries ``condition`` (the default one is optional; others must exist)."""
+    key = condition_keys(trajectory.model).get(condition)
+    return key is not None and key in trajectory.batch.cond
