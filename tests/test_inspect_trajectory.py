@@ -98,10 +98,14 @@ def test_steps_hold_every_intermediate(model, batch):
     for k in range(STEPS - 1):
         step = traj[k]
         assert step.index == k and step.steps == STEPS
-        assert torch.equal(step.composed, step.base + step.diagnostics["gate"] * step.adapter)
+        predicted = slice(1, None)  # frame 0 is given: the composed prediction is pinned to it like the base's
+        assert torch.equal(step.composed[:, :, predicted],
+                           (step.base + step.diagnostics["gate"] * step.adapter)[:, :, predicted])
+        assert torch.equal(step.composed[:, :, 0], step.base[:, :, 0])
         assert not torch.equal(step.composed, step.base)
-        used = model.base.pin_first_frame(step.composed, step.x_t, step.t, batch.cond)
-        assert torch.equal(step.x0, obj.x0_from_prediction(used, step.x_t, step.t))
+        # what was recorded is what the sampler used: pinning it again changes nothing
+        assert torch.equal(model.base.pin_first_frame(step.composed, step.x_t, step.t, batch.cond), step.composed)
+        assert torch.equal(step.x0, obj.x0_from_prediction(step.composed, step.x_t, step.t))
         assert torch.equal(step.noise_level, obj.noise_level(step.t))
         assert traj[k + 1].x_t is not None and not torch.equal(traj[k + 1].x_t, step.x_t)
     assert all(s.x_t.device.type == "cpu" for s in traj)
@@ -185,7 +189,7 @@ def test_fork_with_another_composer_and_noise_band():
     other = Add()
     fork = traj.fork(at=0, composer=other)
     assert model.composer is not other and "Add" in fork.label  # swapped only inside the run
-    assert torch.equal(fork[0].composed, fork[0].base + fork[0].adapter)
+    assert torch.equal(fork[0].composed[:, :, 1:], (fork[0].base + fork[0].adapter)[:, :, 1:])
 
 
 # -- ablations with the cached base ----------------------------------------------------------
@@ -194,6 +198,7 @@ def test_recompose_reuses_the_cached_base_output(model, batch):
     counter = Counter(model)
     same = traj.recompose(2)
     assert torch.equal(same.composed, traj[2].composed) and torch.equal(same.base, traj[2].base)
+    assert torch.equal(traj.x0_of(same), traj[2].x0)  # the given frame included: recomposing changes nothing
     moved = traj.recompose(2, cond=pushed(batch))
     assert not torch.equal(moved.adapter, traj[2].adapter) and torch.equal(moved.base, traj[2].base)
     closed = traj.recompose(2, gate_override=0.0)

@@ -160,3 +160,43 @@ def test_demo_quick_writes_every_output(tmp_path, capsys):
 
     video = iio.imread(out / "side_by_side.mp4")
     assert video.ndim == 4 and video.shape[0] == 16
+
+
+def test_video_rows_show_one_clip_per_task_first():
+    from workbench.demo import _one_per_task
+
+    items = [{"task": t} for t in ("push", "push", "reach", "push", "door")]
+    assert _one_per_task(items, 3) == [0, 2, 4]
+    assert _one_per_task(items, 10) == [0, 2, 4, 1, 3]
+
+
+# -- the adapter the demo trained, shipped --------------------------------------------------------
+
+def test_the_shipped_adapter_is_what_the_demo_trains():
+    import yaml
+
+    from workbench.demo import TRAINED_ADAPTER, DemoConfig
+
+    config = yaml.safe_load((TRAINED_ADAPTER / "config.yaml").read_text())
+    demo = DemoConfig()
+    assert config["adapter"] == demo.adapter and config["composer"] == demo.composer
+    assert config["objective"] == demo.objective and config["training"]["steps"] == demo.steps
+    assert config["base"] == {"type": "tiny_video", "config": {"weights": "pretrained"}}
+    metrics = json.loads((TRAINED_ADAPTER / "demo_metrics.json").read_text())
+    assert metrics["training"]["steps"] == demo.steps and metrics["evaluation"]["clips"] == 36
+
+
+def test_the_shipped_world_model_follows_the_actions():
+    """On held-out clips the shipped adapter's predictions beat both the base and swapped actions."""
+    from workbench import AdapterExperiment
+    from workbench.data.metaworld import MetaWorldClips
+    from workbench.demo import TRAINED_ADAPTER, evaluate_world_model, summarise
+
+    exp = AdapterExperiment.load(TRAINED_ADAPTER)
+    val = MetaWorldClips(path="sample", window=16, stride=16, split="val")
+    clips = torch.utils.data.Subset(val, [0, 9, 12, 18])  # push, reach, pick-place, button-press
+    summary = summarise(evaluate_world_model(exp, clips, sampling_steps=20, seed=0, progress=False))
+    mean = summary["mean"]
+    assert mean["adapter"]["moving_psnr"] > mean["base"]["moving_psnr"] + 0.5
+    assert mean["adapter"]["moving_psnr"] > mean["swapped"]["moving_psnr"] + 0.5
+    assert summary["adapter_beats_swapped_fraction"] >= 0.75

@@ -37,13 +37,18 @@ COMPOSER = {"type": "noise_gated",
                                                                    "config": {"gate_init": 0.1}}}}
 OBJECTIVE = {"type": "flow_matching", "config": {"shift": 3.0}}
 
+#: The adapter checkpoint `workbench demo` trained with its defaults (and its metrics.json as
+#: demo_metrics.json), shipped so notebooks can show the result without the fit:
+#: ``AdapterExperiment.load(TRAINED_ADAPTER)``.
+TRAINED_ADAPTER = Path(__file__).resolve().parent / "adapters" / "weights" / "metaworld_action"
+
 
 @dataclasses.dataclass
 class DemoConfig:
     """Budget and evaluation of the demo (``--quick`` shrinks every number)."""
 
     output: str = "outputs/demo"
-    steps: int = 600
+    steps: int = 900
     batch_size: int = 8
     learning_rate: float = 2e-3
     eval_clips: int = 36
@@ -170,12 +175,12 @@ def _loss_plot(path: Path, losses: list[float], title: str) -> None:
 
 
 def write_videos(out: Path, result: dict[str, Any], clips: int, fps: float) -> list[Path]:
-    """The side-by-side grid (rows: clips; columns: truth | base | adapter | swapped) as MP4 and GIF."""
+    """The side-by-side grid (rows: clips, one per task; columns: truth | base | adapter | swapped) as MP4 and GIF."""
     from workbench.media import label_grid, write_video
 
     s = result["scores"]
     rows, labels = [], []
-    for i in range(min(clips, len(result["truth"]))):
+    for i in _one_per_task(result["items"], clips):
         rows.append([result[k][i] for k in ("truth", "base", "adapter", "swapped")])
         it = result["items"][i]
         labels.append(f"{it['task'].removesuffix('-v3')}\nep {it['episode']} t{it['start']}\n"
@@ -185,6 +190,15 @@ def write_videos(out: Path, result: dict[str, Any], clips: int, fps: float) -> l
                       col_labels=["truth", "(a) base alone", "(b) adapter,\ntrue actions", "(c) adapter,\nswapped"],
                       scale=2)
     return [write_video(out / "side_by_side.mp4", grid, fps=fps), write_video(out / "side_by_side.gif", grid, fps=fps)]
+
+
+def _one_per_task(items: list[dict], count: int) -> list[int]:
+    """Up to ``count`` clip indices, the first of each task before any task repeats."""
+    first, rest, seen = [], [], set()
+    for i, it in enumerate(items):
+        (rest if it["task"] in seen else first).append(i)
+        seen.add(it["task"])
+    return (first + rest)[:count]
 
 
 def _table(summary: dict[str, Any], steps: int, seconds: float) -> str:

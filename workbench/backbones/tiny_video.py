@@ -364,6 +364,10 @@ class TinyVideo(BaseVideoModel):
         pinned[:, :, 0] = self._first_frame_prediction(x_t[:, :, 0], t, z0)
         return pinned
 
+    def constrain(self, prediction: torch.Tensor, x_t: torch.Tensor, t: torch.Tensor,
+                  cond: Mapping[str, Any]) -> torch.Tensor:
+        return self.pin_first_frame(prediction, x_t, t, cond)
+
     def denoise(self, x_t: torch.Tensor, t: torch.Tensor, cond: Mapping[str, Any]) -> torch.Tensor:
         if "first_frame" not in cond:
             raise DataError("tiny_video.denoise needs cond['first_frame'] (B, C, h, w) from prepare_batch.")

@@ -66,6 +66,16 @@ class BaseVideoModel(nn.Module):
         """The frozen model's prediction at ``x_t`` (``t`` in the objective's units, ``(B,)``)."""
         raise NotImplementedError
 
+    def constrain(self, prediction: torch.Tensor, x_t: torch.Tensor, t: torch.Tensor,
+                  cond: Mapping[str, Any]) -> torch.Tensor:
+        """``prediction`` with what the backbone fixes by construction enforced; the identity by default.
+
+        E.g. an image-to-video model whose first frame is given makes every prediction map that
+        frame onto its conditioning latent. :class:`ComposedModel` applies it to the composed
+        prediction, so what is recorded, recomposed and sampled with is the same tensor.
+        """
+        return prediction
+
     def encode_item(self, item: Mapping[str, Any]) -> dict[str, Any] | None:
         """One raw dataset item with the frozen base's work done ahead, or ``None`` if there is none.
 

@@ -143,6 +143,7 @@ class ComposedModel(nn.Module):
         correction = self.adapter(x_t, t, cond, base_output)
         ctx = ComposeContext(x_t=x_t, t=t, noise_level=self.objective.noise_level(t), step=step)
         composed, diagnostics = self.composer.compose(base_output, correction, ctx)
+        composed = self.base.constrain(composed, x_t, t, batch.cond)
         return Prediction(x_t, t, base_output, correction, composed, cond, diagnostics)
 
     def noised(self, batch: Batch, generator: torch.Generator | None = None):

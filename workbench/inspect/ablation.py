@@ -158,18 +158,11 @@ class Ablation:
     def ablated_x0(self) -> torch.Tensor:
         """The x0 estimate with the edited condition ``(B, C, T, h, w)``, on the model's device.
 
-        Taken through the backbone's own sampler step would also pin any given frames; here the
-        given frames (loss mask 0) are copied from the recorded estimate, so only predicted
-        frames can differ.
+        Given frames (e.g. an image-to-video model's first frame) stay as recorded: the composed
+        prediction is constrained by the backbone (``BaseVideoModel.constrain``) like the
+        sampler's, so only predicted frames can differ.
         """
-        pred = self.prediction()
-        x0 = self.trajectory.x0_of(pred)
-        recorded = self.original_x0().to(device=x0.device, dtype=x0.dtype)
-        mask = self.trajectory.batch.loss_mask
-        if mask is not None:
-            given = (mask == 0).to(x0.device).view(mask.shape[0], 1, mask.shape[1], *([1] * (x0.ndim - 3)))
-            x0 = torch.where(given, recorded, x0)
-        return x0
+        return self.trajectory.x0_of(self.prediction())
 
     def change(self) -> float:
         """RMS difference between the edited and the recorded x0 estimate over the predicted frames."""

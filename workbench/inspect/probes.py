@@ -335,9 +335,10 @@ def gate_statistics(model_or_composer: ComposedModel | Composer, levels: Sequenc
 
     With a model and a ``batch``: the composed prediction at each level (one noise draw),
     its diagnostics summarised (``gate``, ``mask_mean`` / ``_min`` / ``_max``,
-    ``noise_weight``, ...) and ``weight``: ``RMS(composed - base) / RMS(adapter)``, how much of
-    the adapter's output reaches the prediction. With a bare composer (or no batch): the
-    composer on ``base = 0``, ``adapter = 1`` probes, where the composed value *is* the
+    ``noise_weight``, ...) and ``weight``: ``RMS(composed - base) / RMS(adapter)`` over the
+    predicted frames (loss mask > 0), how much of the adapter's output reaches the prediction.
+    With a bare composer (or no batch): the composer on ``base = 0``, ``adapter = 1`` probes,
+    where the composed value *is* the
     adapter's weight (``weight_mean`` / ``_min`` / ``_max`` over channels). Every row also has
     ``level`` and the composer's ``gate_values()``.
     """
@@ -382,9 +383,10 @@ def _gates_on_batch(model: ComposedModel, batch: Batch, lv: np.ndarray, seed: in
             t = t_tensor(obj, level, batch.batch_size, batch.latents.device)
             x_t = obj.add_noise(batch.latents, noise, t)
             pred = model.predict(x_t, t, batch, adapter=True)
-            size = _rms(pred.adapter, None)
+            # over the predicted frames: what a backbone fixes by construction (a given frame) never moves
+            size = _rms(pred.adapter, batch.loss_mask)
             row = {"level": float(level),
-                   "weight": _rms(pred.composed - pred.base, None) / size if size > 0 else float("nan")}
+                   "weight": _rms(pred.composed - pred.base, batch.loss_mask) / size if size > 0 else float("nan")}
             for key, value in pred.diagnostics.items():
                 row.update(_summarise(key, value))
             rows.append(row)
