@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from workbench import BaseVideoModel, Batch, StepRecord
+from workbench.core.backbone import as_video  # noqa: F401  (part of this module's API for plugins)
 from workbench.errors import CheckpointError, CompositionError, DataError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -50,23 +51,50 @@ def pipeline_directory(path: str | Path, plugin: str, release: str, convert: str
     return folder
 
 
+def fixture_directory(name: str, write: Callable[[Path], Any]) -> Path:
+    """``$WORKBENCH_CACHE/fixtures/NAME`` (default cache ``~/.cache/workbench``), written once by ``write(dir)``.
+
+    The directory is written under a temporary name and renamed into place, so concurrent
+    processes (test workers, notebooks) never see a half-written fixture.
+    """
+    import contextlib
+    import os
+    import shutil
+    import tempfile
+
+    root = Path(os.environ.get("WORKBENCH_CACHE") or "~/.cache/workbench").expanduser() / "fixtures"
+    target = root / name
+    if (target / "model_index.json").is_file():
+        return target
+    root.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=root))
+    try:
+        write(staging)
+        with contextlib.suppress(OSError):  # another process finished first: its copy is identical
+            os.replace(staging, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def tiny_fixture_cli(argv: list[str] | None, *, prog: str, description: str, what: str,
+                     save: Callable[[Path, int], Path]) -> None:
+    """``python -m <plugin>.tiny OUT_DIR [--seed N]``: write a tiny pipeline and say where and how big."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("out_dir", help="directory to write (model_index.json, transformer/, vae/, ...)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    out = save(Path(args.out_dir), args.seed)
+    size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
+    print(f"wrote {what} to {out} ({size / 1024:.0f} KiB)")
+
+
 def resolve_dtype(name: str) -> torch.dtype:
     if name == "auto":
         return torch.bfloat16 if torch.cuda.is_available() else torch.float32
     return DTYPES[name]
-
-
-def as_video(value: Any, key: str) -> torch.Tensor:
-    """``(B, 3, T, H, W)`` float in [-1, 1], from that or uint8 ``(B, T, H, W, 3)``."""
-    video = torch.as_tensor(value)
-    if video.dtype == torch.uint8:
-        if video.ndim != 5 or video.shape[-1] != 3:
-            raise DataError(f"'{key}' as uint8 must be (B, T, H, W, 3), got {tuple(video.shape)}.")
-        return video.permute(0, 4, 1, 2, 3).float() / 127.5 - 1.0
-    if video.ndim != 5 or video.shape[1] != 3:
-        raise DataError(f"'{key}' must be (B, 3, T, H, W) float in [-1, 1] or uint8 (B, T, H, W, 3), got "
-                        f"{tuple(video.shape)} {video.dtype}.")
-    return video.float()
 
 
 def pool_to_latent_frames(signal: torch.Tensor, ratio: int) -> torch.Tensor:

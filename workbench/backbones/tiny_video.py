@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from workbench.config import check
-from workbench.core.backbone import BaseVideoModel, StepRecord
+from workbench.core.backbone import BaseVideoModel, StepRecord, as_video
 from workbench.core.card import ComponentSpec, ModelCard, RecipeSpec, SamplingDefaults
 from workbench.core.conditions import Batch
 from workbench.core.objectives import Diffusion, FlowMatching, shift_t
@@ -140,21 +140,6 @@ class Denoiser(nn.Module):
         for block in self.up_blocks:
             hidden = block(hidden, emb)
         return self.out(F.silu(self.out_norm(hidden)))  # (B, C, T, h, w)
-
-
-def _as_video(value: Any, name: str) -> torch.Tensor:
-    """Accept ``(B, 3, T, H, W)`` float in [-1, 1] or uint8 ``(B, T, H, W, 3)``."""
-    video = torch.as_tensor(value)
-    if video.dtype == torch.uint8:
-        if video.ndim != 5 or video.shape[-1] != 3:
-            raise DataError(f"'{name}' as uint8 must be (B, T, H, W, 3), got {tuple(video.shape)}.")
-        return video.permute(0, 4, 1, 2, 3).float() / 127.5 - 1.0
-    if video.ndim != 5 or video.shape[1] != 3:
-        raise DataError(
-            f"'{name}' must be (B, 3, T, H, W) float in [-1, 1] or uint8 (B, T, H, W, 3), got "
-            f"{tuple(video.shape)} {video.dtype}."
-        )
-    return video.float()
 
 
 @register("backbone", "tiny_video")
@@ -278,7 +263,7 @@ class TinyVideo(BaseVideoModel):
                 latents = self._check_latents(raw["latents"]).to(device)
                 video, frames, has_target = None, latents.shape[2], True
             elif "video" in raw:
-                video = _as_video(raw["video"], "video").to(device)
+                video = as_video(raw["video"], "video").to(device)
                 frames = video.shape[2]
                 has_target = True
             elif "image" in raw:
@@ -333,7 +318,7 @@ class TinyVideo(BaseVideoModel):
         """A dataset item with ``"video"`` (``(3, T, H, W)`` or uint8 ``(T, H, W, 3)``) replaced by its latents."""
         if "video" not in item:
             return None
-        video = _as_video(torch.as_tensor(item["video"])[None], "video").to(self.device)
+        video = as_video(torch.as_tensor(item["video"])[None], "video").to(self.device)
         with torch.no_grad():
             latents = self.encode(video)[0].cpu()  # (C, T, h, w)
         return {**{k: v for k, v in item.items() if k != "video"}, "latents": latents}

@@ -11,7 +11,7 @@ from torch import nn
 
 from workbench.core.card import ModelCard
 from workbench.core.conditions import Batch
-from workbench.errors import CompositionError
+from workbench.errors import CompositionError, DataError
 
 ComposeFn = Callable[[torch.Tensor, torch.Tensor, Batch], torch.Tensor]
 
@@ -33,6 +33,19 @@ class StepRecord:
 
 
 OnStep = Callable[[StepRecord], None]
+
+
+def as_video(value: Any, key: str = "video") -> torch.Tensor:
+    """A raw video as float ``(B, 3, T, H, W)`` in [-1, 1], from that or from uint8 ``(B, T, H, W, 3)``."""
+    video = torch.as_tensor(value)
+    if video.dtype == torch.uint8:
+        if video.ndim != 5 or video.shape[-1] != 3:
+            raise DataError(f"'{key}' as uint8 must be (B, T, H, W, 3), got {tuple(video.shape)}.")
+        return video.permute(0, 4, 1, 2, 3).float() / 127.5 - 1.0
+    if video.ndim != 5 or video.shape[1] != 3:
+        raise DataError(f"'{key}' must be (B, 3, T, H, W) float in [-1, 1] or uint8 (B, T, H, W, 3), got "
+                        f"{tuple(video.shape)} {video.dtype}.")
+    return video.float()
 
 
 class BaseVideoModel(nn.Module):

@@ -13,14 +13,11 @@ and loaded back like any real checkpoint.
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import torch
+
+from workbench.backbones.diffusers_bridge import fixture_directory, tiny_fixture_cli
 
 VERSION = 1
 CHARACTERS = [chr(c) for c in range(ord("a"), ord("z") + 1)] + [str(d) for d in range(10)] + [
@@ -76,30 +73,12 @@ def save_tiny_pipeline(out_dir: str | Path, seed: int = 0) -> Path:
 
 def ensure_tiny_pipeline() -> Path:
     """The tiny pipeline's directory under ``$WORKBENCH_CACHE/fixtures`` (built once, atomically)."""
-    root = Path(os.environ.get("WORKBENCH_CACHE") or "~/.cache/workbench").expanduser() / "fixtures"
-    target = root / f"easyanimate-tiny-v{VERSION}"
-    if (target / "model_index.json").is_file():
-        return target
-    root.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".easyanimate-tiny-", dir=root))
-    try:
-        save_tiny_pipeline(staging)
-        with contextlib.suppress(OSError):  # another process finished first: its copy is identical
-            os.replace(staging, target)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
+    return fixture_directory(f"easyanimate-tiny-v{VERSION}", save_tiny_pipeline)
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m workbench_easyanimate.tiny",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("out_dir", help="directory to write (model_index.json, transformer/, vae/, ...)")
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    out = save_tiny_pipeline(args.out_dir, args.seed)
-    size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
-    print(f"wrote a tiny EasyAnimate pipeline to {out} ({size / 1024:.0f} KiB)")
+    tiny_fixture_cli(argv, prog="python -m workbench_easyanimate.tiny", description=__doc__.split("\n\n")[0],
+                     what="a tiny EasyAnimate pipeline", save=save_tiny_pipeline)
 
 
 if __name__ == "__main__":
