@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ from workbench.errors import ConfigError
 from workbench.train import pretrain
 
 SHIPPED = WEIGHTS_DIR / "tiny_video.safetensors"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -200,3 +202,19 @@ def test_the_shipped_world_model_follows_the_actions():
     assert mean["adapter"]["moving_psnr"] > mean["base"]["moving_psnr"] + 0.5
     assert mean["adapter"]["moving_psnr"] > mean["swapped"]["moving_psnr"] + 0.5
     assert summary["adapter_beats_swapped_fraction"] >= 0.75
+
+
+def test_the_example_config_is_the_demo_and_trains(tmp_path):
+    import yaml
+
+    from workbench.demo import DemoConfig
+
+    path = ROOT / "examples" / "configs" / "metaworld_world_model.yaml"
+    config = yaml.safe_load(path.read_text())
+    demo = DemoConfig()
+    assert config["adapter"] == demo.adapter and config["composer"] == demo.composer
+    assert config["objective"] == demo.objective and config["training"]["steps"] == demo.steps
+    assert main(["train", str(path), "--steps", "2", "--output", str(tmp_path / "wm"), "--quiet"]) == 0
+    from workbench import AdapterExperiment
+
+    assert AdapterExperiment.load(tmp_path / "wm").step == 2
