@@ -354,3 +354,12 @@ def test_imports_stay_light():
             "heavy = [m for m in ('h5py', 'metaworld', 'mujoco') if m in sys.modules]; "
             "assert not heavy, heavy")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_read_returns_whole_episodes_and_names_the_schema(sample):
+    clips = MetaWorldClips(path=str(sample), window=16)
+    frames = clips.read("frames", [3, 1])
+    assert frames.shape[0] == 2 and frames.dtype == np.uint8
+    assert np.array_equal(frames[0], clips.read("frames")[1])  # episodes come back in file order
+    with pytest.raises(DataError, match="no dataset 'frame' to read; the schema has"):
+        clips.read("frame")

@@ -13,7 +13,7 @@ from workbench.adapters.latent_residual import LatentResidual
 from workbench.backbones.tiny_video import WEIGHTS_DIR, TinyVideo
 from workbench.cli import main
 from workbench.demo import summarise, swap_partner
-from workbench.errors import ConfigError
+from workbench.errors import ConfigError, DataError
 from workbench.train import pretrain
 
 SHIPPED = WEIGHTS_DIR / "tiny_video.safetensors"
@@ -119,7 +119,7 @@ def test_swap_partner_always_borrows_from_another_episode():
     partner = swap_partner(episodes)
     assert partner == [3, 3, 3, 5, 5, 0]
     assert all(episodes[p] != e for p, e in zip(partner, episodes))
-    with pytest.raises(ValueError, match="at least two episodes"):
+    with pytest.raises(DataError, match="needs clips from at least two episodes; all 2 clips come from episode 1"):
         swap_partner([1, 1])
 
 

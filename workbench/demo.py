@@ -1,8 +1,9 @@
 """``workbench demo``: turn the frozen, pretrained ``tiny_video`` into an action-conditioned world model.
 
 1. load the frozen base (pretrained on Meta-World clips *without* actions) and the shipped sample;
-2. train an action adapter (``latent_residual`` reading the actions and their running sum,
-   composed with a learned gate) on the sample's training episodes;
+2. train an action adapter (``latent_residual`` reading the actions, their running sum and
+   action-driven warps of the first frame; gated onto the base at high noise only) on the
+   sample's training episodes, with the frozen encoder run once per clip (cached latents);
 3. on held-out episodes, predict every clip from its first frame with the base's own sampler
    and the same noise for (a) the frozen base alone, (b) base + adapter with the true actions,
    (c) base + adapter with the actions of another clip; score PSNR / SSIM overall and on the
@@ -16,6 +17,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import os
@@ -24,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from workbench.errors import DataError
 
 #: What the demo trains, as the blocks a YAML config would hold. The adapter reads the actions and
 #: their running sum (the displacement since the first frame), pixel coordinates, and two copies
@@ -56,9 +60,9 @@ class DemoConfig:
     video_clips: int = 6
     seed: int = 0
     base_weights: str = "pretrained"
-    adapter: dict = dataclasses.field(default_factory=lambda: json.loads(json.dumps(ADAPTER)))
-    composer: dict = dataclasses.field(default_factory=lambda: json.loads(json.dumps(COMPOSER)))
-    objective: dict | None = dataclasses.field(default_factory=lambda: json.loads(json.dumps(OBJECTIVE)))
+    adapter: dict = dataclasses.field(default_factory=lambda: copy.deepcopy(ADAPTER))
+    composer: dict = dataclasses.field(default_factory=lambda: copy.deepcopy(COMPOSER))
+    objective: dict | None = dataclasses.field(default_factory=lambda: copy.deepcopy(OBJECTIVE))
 
     @classmethod
     def quick(cls, **overrides: Any) -> DemoConfig:
@@ -82,7 +86,8 @@ def swap_partner(episodes: list[int]) -> list[int]:
     for i in range(n):
         j = next((k % n for k in range(i + 1, i + n) if episodes[k % n] != episodes[i]), None)
         if j is None:
-            raise ValueError("swapping actions needs clips from at least two episodes")
+            raise DataError(f"Swapping actions needs clips from at least two episodes; all {n} clips come from "
+                            f"episode {episodes[i]}. Evaluate on more episodes (e.g. the whole val split).")
         out.append(j)
     return out
 

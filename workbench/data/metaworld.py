@@ -287,6 +287,13 @@ class MetaWorldClips(Dataset):
     def __len__(self) -> int:
         return len(self.index)
 
+    def read(self, name: str, episodes: list[int] | None = None) -> np.ndarray:
+        """Whole episodes of one dataset of the file (e.g. ``"frames"``), all of them by default."""
+        if name not in _EXPECTED:
+            raise DataError(f"{self.path}: no dataset {name!r} to read; the schema has {sorted(_EXPECTED)}.")
+        data = self._handle()[name]
+        return data[()] if episodes is None else data[sorted(episodes)]
+
     def __getitem__(self, i: int) -> dict[str, Any]:
         if not -len(self.index) <= i < len(self.index):
             raise IndexError(f"index {i} out of range for {len(self.index)} clips")

@@ -97,12 +97,11 @@ def _load_frames(path: str) -> tuple[np.ndarray, dict[str, Any]]:
     """All frames of a Meta-World file, uint8 ``[N, T, H, W, 3]``, validated by the dataset reader."""
     from workbench.data.metaworld import MetaWorldClips
 
-    clips = MetaWorldClips(path=path, window=2, split="all")
-    with clips._open() as f:  # the reader validated the file; read it whole, once
-        frames = f["frames"][()]
-        tasks = sorted(set(clips.task_names))
+    clips = MetaWorldClips(path=path, window=2, split="all")  # validates the file
+    frames = clips.read("frames")
+    clips.close()
     return frames, {"path": str(clips.path), "episodes": clips.num_episodes, "frames": clips.episode_length,
-                    "tasks": tasks, "attrs": clips.attrs}
+                    "tasks": sorted(set(clips.task_names)), "attrs": clips.attrs}
 
 
 def _to_float(frames: np.ndarray) -> torch.Tensor:
@@ -260,8 +259,8 @@ def reconstruction_psnr(base: TinyVideo, data: str = "sample", split: str = "val
     from workbench.metrics import psnr
 
     clips = MetaWorldClips(path=data, window=2, split=split)
-    with clips._open() as f:
-        frames = f["frames"][sorted(clips.episodes)]
+    frames = clips.read("frames", clips.episodes)
+    clips.close()
     x = _to_float(frames.reshape(-1, *frames.shape[2:]))
     y = torch.cat([base.decode_frames(base.encode_frames(chunk)) for chunk in x.split(64)])
     to_u8 = lambda v: ((v.clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).movedim(-3, -1).numpy()  # noqa: E731
