@@ -305,7 +305,9 @@ def pretrain(cfg: PretrainConfig, progress: bool = True) -> TinyVideo:
         "autoencoder_loss_final": round(float(np.mean(ae_losses[-100:])), 6) if ae_losses else None,
         "train_seconds": round(seconds, 1),
         "autoencoder_seconds": round(ae_seconds, 1),
-        "pretrain_config": {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("out",)},
+        # file names only: the provenance travels with the weights, the paths of this machine do not
+        "pretrain_config": {**{k: v for k, v in dataclasses.asdict(cfg).items() if k != "out"},
+                            "data": Path(cfg.data).name, "val_data": Path(cfg.val_data).name},
         "torch": torch.__version__,
     }
     base.provenance = {**provenance, "source": "pretrained"}
