@@ -127,6 +127,31 @@ def test_full_decode_is_chunked_along_time():
         decode_chunked(base, z, chunk_frames=0)
 
 
+class StatefulCausalVAE(LinearVAE):
+    """A causal video VAE as the real ones decode: latent frame 0 of every call gives one frame, and each
+    later frame also sees the running mean of the frames before it in the same call (a feature cache)."""
+
+    causal_latents = True
+
+    def decode(self, latents):
+        video = super().decode(latents)
+        history = video.cumsum(dim=2) / torch.arange(1, video.shape[2] + 1).view(1, 1, -1, 1, 1)
+        return video + 0.1 * history
+
+
+def test_a_causal_video_vae_is_decoded_whole_never_in_chunks():
+    base = StatefulCausalVAE(r=2, causal=True)
+    z = torch.randn(1, 4, 10, 4, 4, generator=torch.Generator().manual_seed(0))  # 10 latent frames → 19 frames
+    with torch.no_grad():
+        whole = base.decode(z)
+    calls = count_decodes(base)
+    decoded = decode_chunked(base, z)  # the default chunk (8 latent frames) would give 15 + 3 frames, restarted
+    assert calls[0] == 1 and decoded.shape == whole.shape == (1, 3, 19, 8, 8)
+    assert torch.equal(decoded, whole)
+    assert torch.equal(decode_chunked(base, z, chunk_frames=2), whole)
+    assert np.array_equal(render(base, z, decode="full"), to_uint8_video(whole[0].clamp(-1, 1)))
+
+
 @pytest.fixture
 def traj():
     base = tiny_base()

@@ -24,6 +24,7 @@ def outputs(path: Path) -> list[dict]:
 
 def test_there_are_numbered_notebooks():
     assert [p.name[:2] for p in NUMBERED][:4] == ["01", "02", "03", "04"]
+    assert "06_diffusers_backbone.ipynb" in [p.name for p in NUMBERED]
 
 
 @pytest.mark.parametrize("path", NUMBERED, ids=lambda p: p.stem)

@@ -448,6 +448,18 @@ def test_wan_step_through_renders_frames_through_the_shared_preview(cache, cache
     assert full.shape == (9, 64, 64, 3)
 
 
+def test_wan_full_decode_of_a_long_clip_is_one_call_through_the_causal_vae(cache_root):
+    from workbench.inspect import decode_chunked
+
+    base = load(WAN, cache_root)
+    z = torch.randn(1, 48, 10, 4, 4, generator=torch.Generator().manual_seed(0))  # more than one default chunk
+    with torch.no_grad():
+        whole = base.decode(z)
+    decoded = decode_chunked(base, z)
+    assert decoded.shape == whole.shape == (1, 3, 37, 64, 64)  # 1 + 4 (T' - 1) frames
+    assert torch.equal(decoded, whole)
+
+
 @pytest.mark.parametrize("plugin", PLUGINS)
 def test_latent_preview_fits_the_plugins_latents_by_least_squares(plugin, cache, cache_root):
     from workbench.inspect import fit_preview

@@ -23,7 +23,8 @@ Fits are cached per backbone identity (a hash of the decoder's weights and the c
 second fit of the same backbone does not decode anything. Pixel-space backbones (3-channel
 "latents" and no VAE in the card, or ``pixel_space = True`` on the backbone) preview as the
 identity. ``decode="full"`` decodes chunked along time (``chunk_frames`` latent frames per call),
-exact for per-frame decoders such as tiny_video's.
+exact for per-frame decoders such as tiny_video's; a backbone with ``causal_latents = True`` is
+always decoded whole, since a causal video VAE carries state from frame to frame.
 """
 
 from __future__ import annotations
@@ -269,14 +270,16 @@ def decode_chunked(base: BaseVideoModel, latents: torch.Tensor, chunk_frames: in
                    ) -> torch.Tensor:
     """``base.decode`` in chunks of ``chunk_frames`` latent frames (``None``: all at once), under no_grad.
 
-    Bounds the decoder's memory by the chunk; exact for per-frame decoders. A decoder that mixes
-    frames (a causal video VAE) should be called with ``chunk_frames=None``.
+    Bounds the decoder's memory by the chunk; exact for per-frame decoders. A backbone that
+    declares ``causal_latents = True`` is decoded whole whatever ``chunk_frames`` says: its VAE
+    carries state from frame to frame and decodes the first latent frame of every call to a
+    single frame, so pieces would restart it (wrong frames, and too few of them).
     """
     if chunk_frames is not None and (isinstance(chunk_frames, bool) or not isinstance(chunk_frames, int)
                                      or chunk_frames < 1):
         raise InspectError(f"chunk_frames must be a positive int or None, got {chunk_frames!r}.")
     t = latents.shape[2]
-    step = t if chunk_frames is None else chunk_frames
+    step = t if chunk_frames is None or getattr(base, "causal_latents", False) else chunk_frames
     with torch.no_grad():
         parts = [base.decode(latents[:, :, s:s + step]) for s in range(0, t, step)]
     return parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)
