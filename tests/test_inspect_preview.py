@@ -107,6 +107,39 @@ def test_the_fit_is_cached_on_disk_per_backbone_identity(cache):
     assert backbone_identity(tiny_base(ae_width=16)) != identity  # another decoder, another cache entry
 
 
+def test_a_fit_on_samples_serves_this_process_and_never_reaches_the_disk(cache):
+    base = tiny_base()
+    video = torch.rand(3, 3, 4, 16, 16, generator=torch.Generator().manual_seed(2)) * 2 - 1
+    fitted = fit_preview(base, samples=video)
+    assert fitted.source == "samples" and not list(cache.glob("*"))  # nothing written
+    assert fit_preview(base) is fitted  # ... but this process's views use it
+    clear_preview_cache()
+    assert fit_preview(base).source == "data-free" and len(list(cache.glob("*.safetensors"))) == 1
+
+
+def test_the_ridge_keeps_an_underdetermined_fit_finite():
+    """One latent pixel seen twice cannot pin down C + 1 weights per output pixel: plain least
+    squares fits the noise with huge weights; the ridge keeps them of the order of the data, and
+    still reproduces a well-posed linear map."""
+    from workbench.inspect.preview import _solve
+
+    gen = torch.Generator().manual_seed(3)
+    z = torch.randn(1, 4, 1, 1, 1, generator=gen).repeat(2, 1, 1, 1, 1)
+    z = z + 1e-7 * torch.randn(z.shape, generator=gen)
+    video = torch.rand(2, 3, 1, 2, 2, generator=gen) * 2 - 1  # unrelated targets: only noise to fit
+    weight, _ = _solve(z, video, 2, 1)
+    plain = torch.linalg.lstsq(torch.cat([z.flatten(1), torch.ones(2, 1)], 1).double(),
+                               video.flatten(1).double()).solution
+    assert torch.isfinite(weight).all() and weight.abs().max() < 10 < plain.abs().max()
+    base = LinearVAE(r=1, causal=False)
+    wide = torch.randn(64, 4, 1, 4, 4, generator=gen)
+    with torch.no_grad():
+        out = base.decode(wide)
+    weight, _ = _solve(wide, out, 2, 1)
+    from workbench.inspect.preview import _blocks, _design
+    assert torch.allclose(_design(wide).float() @ weight, _blocks(out, 2, 1).float(), atol=1e-3)
+
+
 def test_pixel_space_backbones_preview_directly():
     base = LinearVAE(channels=3, d=1, pixel_space=True)
     latents = torch.rand(1, 3, 2, 4, 4) * 2 - 1

@@ -4,8 +4,8 @@ Decoding every step of a trajectory through a video VAE is slow and memory-hungr
 backbone gets a **linear preview**: every latent pixel's ``C`` channels (plus a bias) map to the
 ``r × d × d × 3`` block of output pixels it covers (``d``: spatial downsample, ``r``: frames per
 latent frame; a causal video VAE's first latent frame maps to one frame with its own weights).
-The weights are the least-squares optimum (``torch.linalg.lstsq``) against ``base.decode`` on a
-handful of samples, and their quality is measured on held-out samples: ``preview.psnr`` (dB
+The weights are the least-squares optimum (with a small ridge, :data:`RIDGE`) against
+``base.decode`` on a handful of samples, and their quality is measured on held-out samples: ``preview.psnr`` (dB
 against the full decode) next to ``preview.baseline_psnr`` (a constant predictor: the mean
 decoded block), which any useful preview must beat.
 
@@ -18,9 +18,11 @@ A backbone whose VAE is causal in time (``T = 1 + r (T' - 1)``) says so with
 ``causal_latents = True``; otherwise the layout is read off the decoded length, which cannot
 tell the two apart when both fit (3 latent frames decoding to 9 frames).
 
-Fits are cached per backbone identity (a hash of the decoder's weights and the config) in
-``$WORKBENCH_CACHE/previews`` (default ``~/.cache/workbench``) as safetensors + JSON, so the
-second fit of the same backbone does not decode anything. Pixel-space backbones (3-channel
+Data-free fits are cached per backbone identity (a hash of the decoder's weights and the config)
+in ``$WORKBENCH_CACHE/previews`` (default ``~/.cache/workbench``) as safetensors + JSON, so the
+second fit of the same backbone does not decode anything. A fit on your own frames is used by
+this process's views but never written there, so what a preview shows never depends on which
+frames some earlier process happened to fit. Pixel-space backbones (3-channel
 "latents" and no VAE in the card, or ``pixel_space = True`` on the backbone) preview as the
 identity. ``decode="full"`` decodes chunked along time (``chunk_frames`` latent frames per call),
 exact for per-frame decoders such as tiny_video's; a backbone with ``causal_latents = True`` is
@@ -327,10 +329,21 @@ def _design(z: torch.Tensor) -> torch.Tensor:
     return torch.cat([flat, torch.ones(flat.shape[0], 1, dtype=flat.dtype)], dim=1)  # (M, C + 1)
 
 
+RIDGE = 1e-4
+"""Ridge on the channel weights, relative to the mean latent energy: keeps a fit on few, similar
+samples (e.g. a first frame seen in six clips, for 49 unknowns) from blowing its weights up to
+fit the noise, and changes a well-posed fit by a negligible amount."""
+
+
 def _solve(z: torch.Tensor, video: torch.Tensor, d: int, r: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Least-squares weights ``(C + 1, r 3 d d)`` and the mean block (the constant baseline)."""
+    """Ridge least-squares weights ``(C + 1, r 3 d d)`` and the mean block (the constant baseline)."""
     targets = _blocks(video.double(), d, r)
-    weight = torch.linalg.lstsq(_design(z), targets).solution
+    x = _design(z)  # (M, C + 1), the last column the bias
+    gram = x.T @ x
+    penalty = torch.zeros_like(gram)
+    channels = torch.arange(x.shape[1] - 1)
+    penalty[channels, channels] = RIDGE * gram.diagonal()[:-1].mean().clamp_min(1e-12)  # the bias is not shrunk
+    weight = torch.linalg.solve(gram + penalty, x.T @ targets)
     return weight.float(), targets.mean(dim=0).float()
 
 
@@ -389,7 +402,8 @@ def fit_preview(base: BaseVideoModel, samples: Any = None, *, latent_shape: tupl
     fit, the rest fit it. Without samples, ``n_fit + n_heldout`` data-free latent clips of
     ``latent_shape = (C, T', h, w)`` are used (default: the card's resolution, at most 4 latent
     frames). With ``cache``, a preview already on disk for this backbone is loaded instead of
-    fitted when no samples are given (``refit=True`` fits anyway), and every fit is saved.
+    fitted when no samples are given (``refit=True`` fits anyway), and a data-free fit is saved; a
+    fit on samples is kept in memory for this process's views only.
 
     >>> preview = fit_preview(TinyVideo())
     >>> video = preview(latents)            # (B, 3, T, H, W) in [-1, 1]
@@ -441,7 +455,7 @@ def fit_preview(base: BaseVideoModel, samples: Any = None, *, latent_shape: tupl
                              identity="constant", source=source)
     preview.psnr = psnr(preview(test_z), test_x, data_range=255.0)
     preview.baseline_psnr = psnr(constant(test_z), test_x, data_range=255.0)
-    if cache:
+    if cache and source == "data-free":  # a fit on your frames serves this process only: not written to disk
         save_cached(preview)
     _MEMORY[identity] = preview
     return preview
