@@ -1,8 +1,9 @@
-"""Shared setup for the inspection benchmarks (imported by them; running it does nothing).
+"""Shared set-up for the ratio benchmarks (imported by them; running it does nothing).
 
-A realistic small tiny_video (32x32, 8 frames, width 32, 20 Euler steps) with a nonzero
-``latent_residual`` adapter behind an open gate, on one CPU thread. Timings are interleaved
-(every variant once per round) and reported as medians; nothing asserts on time.
+One CPU thread; :func:`setup` builds a realistic small tiny_video (32x32, 8 frames, width 32,
+20 Euler steps) with a nonzero ``latent_residual`` adapter behind an open gate. Timings are
+interleaved (every variant once per round, the order rotated from round to round so that no
+variant always runs first) and reported as medians; nothing asserts on time.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from workbench.adapters.latent_residual import LatentResidual  # noqa: E402
 from workbench.backbones.tiny_video import TinyVideo, TinyVideoConfig  # noqa: E402
 
 STEPS = 20
+BENCH_BASE = dict(image_size=32, frames=8, width=32, ae_width=16, depth=2, sampling_steps=10)
 
 
 def setup(device: str = "cpu", objective: str = "flow_matching"):
@@ -44,13 +46,17 @@ def interleaved(variants: dict[str, Callable[[], object]], repeats: int = 9, war
     """CPU seconds of each variant in each of ``repeats`` interleaved rounds (every variant once per round).
 
     CPU time of this (single-threaded) process rather than wall time: on a shared machine the
-    wall clock also counts other people's work, which swamps a few-percent difference.
+    wall clock also counts other people's work, which swamps a few-percent difference. Round
+    ``r`` starts with variant ``r mod n``: whatever the first call of a round pays (caches
+    evicted by the previous variant) is shared evenly.
     """
-    times: dict[str, list[float]] = {name: [] for name in variants}
+    names = list(variants)
+    times: dict[str, list[float]] = {name: [] for name in names}
     for round_ in range(warmup + repeats):
-        for name, fn in variants.items():
+        shift = round_ % len(names)
+        for name in names[shift:] + names[:shift]:
             start = time.process_time()
-            fn()
+            variants[name]()
             if round_ >= warmup:
                 times[name].append(time.process_time() - start)
     return times
@@ -63,6 +69,18 @@ def median(times: list[float]) -> float:
 def ratio(times: dict[str, list[float]], a: str, b: str) -> float:
     """Median over rounds of ``a / b`` timed in the same round (robust to load drifting between rounds)."""
     return statistics.median(x / y for x, y in zip(times[a], times[b]))
+
+
+def report(title: str, times: dict[str, list[float]], ratio_of: tuple[str, str], target: float | None = None) -> float:
+    """Print each variant's median and the ratio ``a / b`` (median over rounds); return the ratio."""
+    a, b = ratio_of
+    value = ratio(times, a, b)
+    print(title)
+    for name, samples in times.items():
+        print(f"  {name:<28} {median(samples) * 1e3:9.2f} ms")
+    goal = f" (target <= {target:.2f})" if target is not None else ""
+    print(f"  ratio {a} / {b} = {value:.3f}{goal}")
+    return value
 
 
 if __name__ == "__main__":

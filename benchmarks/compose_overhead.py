@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import _common  # noqa: F401  (threads pinned first)
+import _bench  # noqa: F401  (threads pinned first)
 import torch
-from _common import BENCH_BASE, interleaved, report
+from _bench import BENCH_BASE, interleaved, report
 
 from workbench import ComposedModel, GatedResidual
 from workbench.adapters.latent_residual import LatentResidual
@@ -32,8 +32,8 @@ def main() -> float:
             b = base.denoise(x_t, t, batch.cond)
         (b + gate * adapter(x_t, t, cond, b)).sum().backward()
 
-    medians = interleaved({"ComposedModel.predict": composed, "hand-written": by_hand}, repeats=20)
-    return report("compose_overhead: composed denoise + backward vs the same calls by hand", medians,
+    times = interleaved({"ComposedModel.predict": composed, "hand-written": by_hand}, repeats=20)
+    return report("compose_overhead: composed denoise + backward vs the same calls by hand", times,
                   ("ComposedModel.predict", "hand-written"), target=1.05)
 
 

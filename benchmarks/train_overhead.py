@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import _common  # noqa: F401  (threads pinned first)
+import _bench  # noqa: F401  (threads pinned first)
 import torch
-from _common import BENCH_BASE, interleaved, report
+from _bench import BENCH_BASE, interleaved, report
 
 from workbench import AdapterExperiment, GatedResidual, TrainingConfig
 from workbench.adapters.latent_residual import LatentResidual
@@ -46,8 +46,8 @@ def main() -> float:
             opt.step()
             opt.zero_grad(set_to_none=True)
 
-    medians = interleaved({"exp.fit": fit, "hand-written loop": hand_loop}, repeats=8, warmup=1)
-    ratio = report(f"train_overhead: {STEPS} training steps, exp.fit vs a minimal loop", medians,
+    times = interleaved({"exp.fit": fit, "hand-written loop": hand_loop}, repeats=8, warmup=1)
+    ratio = report(f"train_overhead: {STEPS} training steps, exp.fit vs a minimal loop", times,
                    ("exp.fit", "hand-written loop"), target=1.05)
     trainable = sum(p.numel() for p in exp.model.trainable_parameters())
     frozen = sum(p.numel() for p in exp.model.base.parameters())

@@ -140,20 +140,22 @@ def batch_size_of(raw: Mapping[str, Any], prompt_key: str) -> int:
 class _PipelineCall:
     """One transformer call made by the pipeline, evaluated at most once and only if asked for.
 
-    ``pieces`` are the tensors handed to the composition (one per batch half); ``denoise`` called on
-    one of them returns its rows of this single call, made with the pipeline's own arguments.
+    ``pieces`` are the tensors handed to the composition (one per batch half) with their rows of
+    the call (``None``: all of them); ``denoise`` called on one of them returns its rows of this
+    single call, made with the pipeline's own arguments.
     """
 
-    def __init__(self, run: Callable[[], torch.Tensor], pieces: Sequence[tuple[torch.Tensor, slice]]):
+    def __init__(self, run: Callable[[], torch.Tensor], pieces: Sequence[tuple[torch.Tensor, slice | None]]):
         self.run, self.pieces, self.output = run, list(pieces), None
 
     def output_for(self, x: torch.Tensor) -> torch.Tensor | None:
-        rows = next((rows for piece, rows in self.pieces if piece is x), None)
-        if rows is None:
-            return None
-        if self.output is None:
-            self.output = self.run()
-        return self.output[rows].to(x.dtype)
+        for piece, rows in self.pieces:
+            if piece is x:
+                if self.output is None:
+                    self.output = self.run()
+                out = self.output if rows is None else self.output[rows]
+                return out if out.dtype == x.dtype else out.to(x.dtype)
+        return None
 
 
 class Injection:
@@ -173,6 +175,7 @@ class Injection:
         self.on_step, self.steps = on_step, steps
         self.step, self.calls_in_step = 0, 0
         self.sigmas: torch.Tensor | None = None
+        self.sigma_rows: dict[tuple[int, int], torch.Tensor] = {}  # (step, rows) -> (rows,), made once
         self.output_dtype = backbone.transformer.dtype  # read once: diffusers walks the parameters for it
         self.observed: tuple[int, torch.Tensor, torch.Tensor] | None = None
         self.native_forward = None
@@ -205,9 +208,14 @@ class Injection:
 
     def sigma(self, like: torch.Tensor, rows: int, step: int | None = None) -> torch.Tensor:
         """Step ``step``'s (default: the current one's) noise level σ as ``(rows,)`` float32 (objective units)."""
+        step = self.step if step is None else step
+        cached = self.sigma_rows.get((step, rows))
+        if cached is not None and cached.device == like.device:
+            return cached
         if self.sigmas is None or self.sigmas.device != like.device:
             self.sigmas = self.pipe.scheduler.sigmas.to(device=like.device, dtype=torch.float32)
-        return self.sigmas[self.step if step is None else step].expand(rows)
+        self.sigma_rows[step, rows] = sigma = self.sigmas[step].expand(rows)
+        return sigma
 
     @property
     def callback(self) -> dict:
@@ -225,17 +233,20 @@ class Injection:
         """
         x = hidden.to(self.batch.latents.dtype)
         whole = len(halves) == 1 and halves[0][0] == slice(0, x.shape[0])
-        pieces = [(x if whole else x[rows], rows) for rows, _ in halves]
-        self.backbone._pending = _PipelineCall(call, pieces)
+        pieces = [(x, None)] if whole else [(x[rows], rows) for rows, _ in halves]
+        # The hot path of every sampling step: the pending call is set on the backbone's __dict__
+        # directly (nn.Module.__setattr__ would first check for parameters, buffers and modules).
+        state = self.backbone.__dict__
+        state["_pending"] = _PipelineCall(call, pieces)
         outputs: dict[int, torch.Tensor] = {}
         try:
-            for (piece, rows), (_, batch) in zip(pieces, halves):
+            for (piece, _), (rows, batch) in zip(pieces, halves):
                 outputs[rows.start or 0] = self.compose_fn(piece, self.sigma(piece, piece.shape[0]), batch)
         finally:
-            self.backbone._pending = None
+            state["_pending"] = None
         joined = [outputs[k] for k in sorted(outputs)]
         out = joined[0] if len(joined) == 1 else torch.cat(joined)
-        return out.to(self.output_dtype)
+        return out if out.dtype == self.output_dtype else out.to(self.output_dtype)
 
     def forward(self, *args, **kwargs):
         raise NotImplementedError

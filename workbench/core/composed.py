@@ -118,7 +118,7 @@ class ComposedModel(nn.Module):
         return t.expand(x_t.shape[0]) if t.ndim == 0 else t
 
     def base_prediction(self, x_t: torch.Tensor, t: torch.Tensor, batch: Batch) -> torch.Tensor:
-        if self.adapter.reuses_base_output:
+        if self.adapter.reuses_base_output and torch.is_grad_enabled():  # (sampling runs without grad)
             with torch.no_grad():
                 return self.base.denoise(x_t, t, batch.cond)
         return self.base.denoise(x_t, t, batch.cond)
