@@ -18,8 +18,10 @@ from workbench import (  # noqa: E402
     BaseVideoModel,
     Batch,
     ComponentSpec,
+    ComposedModel,
     Condition,
     FlowMatching,
+    GatedResidual,
     ModelCard,
     SamplingDefaults,
     StepRecord,
@@ -29,9 +31,54 @@ from workbench.backbones.tiny_video import TinyVideo, TinyVideoConfig  # noqa: E
 TINY = dict(image_size=16, frames=4, width=16, ae_width=8, depth=1, sampling_steps=4)
 
 
+def _installed(dist: str) -> bool:
+    from importlib import metadata
+
+    try:
+        metadata.distribution(dist)
+        return True
+    except metadata.PackageNotFoundError:
+        return False
+
+
+requires_plugins = pytest.mark.skipif(
+    not all(map(_installed, ("diffusers", "workbench-wan22", "workbench-easyanimate"))),
+    reason="the backbone plugins are not installed in this environment (make install installs them: "
+           "pip install -c constraints.txt -e '.[diffusers]' -e plugins/wan22 -e plugins/easyanimate)",
+)
+
+
 def tiny_base(**overrides) -> TinyVideo:
     torch.manual_seed(0)
     return TinyVideo(TinyVideoConfig(**{**TINY, **overrides}))
+
+
+def nonzero_model(objective: str = "flow_matching", composer=None, adapter_cls=None) -> ComposedModel:
+    """tiny_video with an adapter whose output (and gate) is far from zero, so it changes the samples."""
+    from workbench.adapters.latent_residual import LatentResidual
+
+    base = tiny_base(objective=objective)
+    adapter = (adapter_cls or LatentResidual)(width=16, depth=1)
+    with torch.no_grad():
+        g = torch.Generator().manual_seed(7)
+        for p in adapter.out.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.2)
+    composer = composer if composer is not None else GatedResidual(gate_init=0.5)
+    return ComposedModel(base, adapter, composer, base.default_objective())
+
+
+class BaseCalls:
+    """Counts the frozen base's denoise calls."""
+
+    def __init__(self, model: ComposedModel):
+        self.count = 0
+        denoise = model.base.denoise
+
+        def counted(*args, **kwargs):
+            self.count += 1
+            return denoise(*args, **kwargs)
+
+        model.base.denoise = counted
 
 
 def raw_batch(b: int = 2, t: int = 4, size: int = 16, seed: int = 0, actions: bool = True) -> dict:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import raw_batch, tiny_base
+from conftest import nonzero_model, raw_batch
 
 from workbench import Add, ComposedModel, GatedResidual, MaskMix, NoiseGated, PretrainWarmup
 from workbench.adapters.latent_residual import LatentResidual
@@ -21,18 +21,6 @@ from workbench.inspect import (
 )
 
 STEPS = 5
-
-
-def nonzero_model(objective: str = "flow_matching", composer=None, adapter_cls=LatentResidual) -> ComposedModel:
-    """tiny_video with an adapter whose output (and gate) is far from zero, so it changes the samples."""
-    base = tiny_base(objective=objective)
-    adapter = adapter_cls(width=16, depth=1)
-    with torch.no_grad():
-        g = torch.Generator().manual_seed(7)
-        for p in adapter.out.parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * 0.2)
-    composer = composer if composer is not None else GatedResidual(gate_init=0.5)
-    return ComposedModel(base, adapter, composer, base.default_objective())
 
 
 class Counter:

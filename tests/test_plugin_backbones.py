@@ -8,7 +8,6 @@ unrecorded, a fork's prefix, a frozen transformer / VAE / text encoder after tra
 
 from __future__ import annotations
 
-import importlib.metadata as metadata
 import json
 import subprocess
 import sys
@@ -17,23 +16,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import requires_plugins
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _installed(dist: str) -> bool:
-    try:
-        metadata.distribution(dist)
-        return True
-    except metadata.PackageNotFoundError:
-        return False
-
-
-pytestmark = pytest.mark.skipif(
-    not all(map(_installed, ("diffusers", "workbench-wan22", "workbench-easyanimate"))),
-    reason="the backbone plugins are not installed in this environment (make install installs them: "
-           "pip install -c constraints.txt -e '.[diffusers]' -e plugins/wan22 -e plugins/easyanimate)",
-)
+pytestmark = requires_plugins
 
 from workbench import (  # noqa: E402
     AdapterExperiment,

@@ -14,27 +14,15 @@ tiny random pipelines in bf16 on CPU, so this path is exercised even where no ch
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata as metadata
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import requires_plugins
 
-
-def _installed(dist: str) -> bool:
-    try:
-        metadata.distribution(dist)
-        return True
-    except metadata.PackageNotFoundError:
-        return False
-
-
-pytestmark = pytest.mark.skipif(
-    not all(map(_installed, ("diffusers", "workbench-wan22", "workbench-easyanimate"))),
-    reason="the backbone plugins are not installed in this environment (make install installs them)",
-)
+pytestmark = requires_plugins
 
 from workbench import AdapterExperiment, ComposedModel, GatedResidual, TrainingConfig  # noqa: E402
 from workbench.registry import build  # noqa: E402

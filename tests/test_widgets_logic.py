@@ -9,9 +9,9 @@ import threading
 import numpy as np
 import pytest
 import torch
-from conftest import raw_batch, tiny_base
+from conftest import BaseCalls, nonzero_model, raw_batch, tiny_base
 
-from workbench import AdapterExperiment, Add, ComposedModel, GatedResidual, MaskMix, NoiseGated, TrainingConfig
+from workbench import AdapterExperiment, Add, GatedResidual, MaskMix, NoiseGated, TrainingConfig
 from workbench.adapters.latent_residual import LatentResidual
 from workbench.data.synthetic import SyntheticMoves
 from workbench.errors import CallbackError
@@ -40,33 +40,12 @@ def preview_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path / "cache"))
 
 
-def model_with(composer=None, objective: str = "flow_matching") -> ComposedModel:
-    """tiny_video with an adapter whose output is far from zero."""
-    base = tiny_base(objective=objective)
-    adapter = LatentResidual(width=16, depth=1)
-    with torch.no_grad():
-        g = torch.Generator().manual_seed(7)
-        for p in adapter.out.parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * 0.2)
-    composer = composer if composer is not None else GatedResidual(gate_init=0.5)
-    return ComposedModel(base, adapter, composer, base.default_objective())
 
-
-class BaseCalls:
-    def __init__(self, model: ComposedModel):
-        self.count = 0
-        denoise = model.base.denoise
-
-        def counted(*args, **kwargs):
-            self.count += 1
-            return denoise(*args, **kwargs)
-
-        model.base.denoise = counted
 
 
 @pytest.fixture
 def model():
-    return model_with()
+    return nonzero_model()
 
 
 @pytest.fixture
@@ -132,7 +111,7 @@ GATE_CASES = [
 
 @pytest.mark.parametrize("name,make,expected", GATE_CASES, ids=[c[0] for c in GATE_CASES])
 def test_effective_gate_map(name, make, expected):
-    model = model_with(make())
+    model = nonzero_model(composer=make())
     traj = record(model, model.base.prepare_batch(raw_batch()), steps=STEPS, seed=0)
     gate = effective_gate_map(traj[1])  # noise level 0.75
     assert gate.shape == (4, 4, 4)
@@ -143,7 +122,7 @@ def test_mask_mix_gate_map_is_its_spatial_mask():
     composer = MaskMix(channels=4, identity_init=False, gate_init=0.3)
     with torch.no_grad():
         composer.mask_net.weight.normal_(0, 1.0)
-    model = model_with(composer)
+    model = nonzero_model(composer=composer)
     traj = record(model, model.base.prepare_batch(raw_batch()), steps=STEPS, seed=0)
     gate = effective_gate_map(traj[1], index=1)
     np.testing.assert_allclose(gate, traj[1].diagnostics["mask"][1, 0].numpy(), rtol=1e-6)

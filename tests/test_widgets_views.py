@@ -12,7 +12,7 @@ import threading
 import numpy as np
 import pytest
 import torch
-from conftest import raw_batch, tiny_base
+from conftest import BaseCalls, raw_batch, tiny_base
 
 pytest.importorskip("ipywidgets")
 pytest.importorskip("matplotlib")
@@ -65,16 +65,7 @@ def changed(before: np.ndarray, after: np.ndarray) -> bool:
     return before.shape != after.shape or bool((before != after).any())
 
 
-class BaseCalls:
-    def __init__(self, model: ComposedModel):
-        self.count = 0
-        denoise = model.base.denoise
 
-        def counted(*args, **kwargs):
-            self.count += 1
-            return denoise(*args, **kwargs)
-
-        model.base.denoise = counted
 
 
 # -- Stepper ---------------------------------------------------------------------------------

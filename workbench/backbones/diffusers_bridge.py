@@ -105,6 +105,60 @@ def pool_to_latent_frames(signal: torch.Tensor, ratio: int) -> torch.Tensor:
     return torch.cat([first, rest], dim=1)
 
 
+def check_video_size(shape: Sequence[int], key: str, *, plugin: str, model: str, temporal: int, spatial: int,
+                     patch: int, max_frames: int, example: str) -> None:
+    """``(T, H, W)`` of ``key`` fits a causal video VAE (``1 + temporal k`` frames) and the patching, or a DataError.
+
+    ``model``: the model's name in the message; ``example``: a size that works for the real model.
+    """
+    frames, height, width = shape
+    multiple = spatial * patch
+    problems = []
+    if (frames - 1) % temporal:
+        sizes = ", ".join(str(1 + k * temporal) for k in range(4))
+        problems.append(f"{frames} frames (allowed: 1 + {temporal}k: {sizes}, ..., {max_frames})")
+    if height % multiple or width % multiple:
+        problems.append(f"{height}x{width} pixels (height and width must be multiples of {multiple})")
+    if problems:
+        raise DataError(
+            f"{plugin}: '{key}' has {' and '.join(problems)}; received shape (T, H, W) = {tuple(shape)}. "
+            f"{model}'s VAE compresses {temporal}x in time after the first frame and {spatial}x in space, with "
+            f"{patch}x{patch} transformer patches. Crop or resize the clips, e.g. a Meta-World window of 9 frames "
+            f"at 64x64, or {example} for the real model."
+        )
+
+
+def requested_frames(raw: Mapping[str, Any], default: int) -> int:
+    """How many frames a generation request without video asks for: its signals' length, else ``frames``."""
+    for key in ("action", "actions", *SIGNAL_KEYS):
+        if raw.get(key) is not None:
+            return int(torch.as_tensor(raw[key]).shape[1])
+    return int(raw.get("frames", default))
+
+
+def add_signals(cond: dict[str, Any], raw: Mapping[str, Any], *, batch_size: int, frames: int, ratio: int,
+                device: torch.device, plugin: str) -> set[str]:
+    """Put the raw per-frame signals into ``cond``; returns their (per-frame) keys.
+
+    Each of ``action`` (or ``actions``), ``proprio``, ``ee_pos`` ``(B, T, D)`` is supplied pooled
+    onto latent frames (``action``, see :func:`pool_to_latent_frames`) and at full rate
+    (``action_frames``).
+    """
+    keys = set()
+    for key in SIGNAL_KEYS:
+        value = raw.get(key, raw.get("actions") if key == "action" else None)
+        if value is None:
+            continue
+        value = torch.as_tensor(value, device=device).float()
+        if value.ndim != 3 or value.shape[0] != batch_size or value.shape[1] != frames:
+            raise DataError(f"{plugin}: '{key}' must be (B, T, D) with B={batch_size} and T={frames} frames, "
+                            f"got {tuple(value.shape)}.")
+        cond[key] = pool_to_latent_frames(value, ratio)
+        cond[f"{key}_frames"] = value
+        keys |= {key, f"{key}_frames"}
+    return keys
+
+
 def prompts_from(raw: Mapping[str, Any], key: str, default: str | None, template: str, batch_size: int,
                  plugin: str) -> list[str]:
     """One prompt per clip: ``raw[key]`` (a str, or one str per clip) put into ``template``, else ``default``."""

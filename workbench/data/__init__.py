@@ -9,8 +9,7 @@ or read, and the names below are resolved on first access.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from workbench._lazy import lazy_exports
 
 _LAZY = {
     "MetaWorldClips": "workbench.data.metaworld",
@@ -21,14 +20,4 @@ _LAZY = {
     "Perturbation": "workbench.data.metaworld_gen",
 }
 
-__all__ = sorted(_LAZY)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'workbench.data' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_LAZY])
+__all__, __getattr__, __dir__ = lazy_exports("workbench.data", _LAZY, "names")

@@ -18,8 +18,7 @@ ipywidgets nor matplotlib; each view's module does, when first used.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from workbench._lazy import lazy_exports
 
 _VIEWS = {
     "Stepper": "workbench.widgets.stepper",
@@ -30,14 +29,4 @@ _VIEWS = {
     "Fit": "workbench.widgets.fit",
 }
 
-__all__ = sorted(_VIEWS)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _VIEWS:
-        return getattr(importlib.import_module(_VIEWS[name]), name)
-    raise AttributeError(f"module 'workbench.widgets' has no attribute {name!r}; views: {', '.join(__all__)}.")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__all__, __getattr__, __dir__ = lazy_exports("workbench.widgets", _VIEWS, "views")

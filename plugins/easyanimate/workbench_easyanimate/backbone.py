@@ -37,11 +37,13 @@ from workbench.backbones.diffusers_bridge import (
     SIGNAL_KEYS,
     DiffusersBackbone,
     Injection,
+    add_signals,
     as_video,
     batch_size_of,
+    check_video_size,
     pipeline_directory,
-    pool_to_latent_frames,
     prompts_from,
+    requested_frames,
     resolve_dtype,
     transformer_output,
     uncond_batch,
@@ -284,20 +286,8 @@ class EasyAnimate(DiffusersBackbone):
 
     # -- batches -----------------------------------------------------------------------------
     def _check_frames(self, shape: Sequence[int], key: str) -> None:
-        frames, height, width = shape
-        multiple = self.spatial * self.patch
-        problems = []
-        if (frames - 1) % self.temporal:
-            problems.append(f"{frames} frames (allowed: 1 + {self.temporal}k: 1, 5, 9, ..., 49)")
-        if height % multiple or width % multiple:
-            problems.append(f"{height}x{width} pixels (height and width must be multiples of {multiple})")
-        if problems:
-            raise DataError(
-                f"easyanimate: '{key}' has {' and '.join(problems)}; received shape (T, H, W) = {tuple(shape)}. "
-                f"EasyAnimate's VAE compresses {self.temporal}x in time after the first frame and {self.spatial}x in "
-                f"space, with {self.patch}x{self.patch} transformer patches. Crop or resize the clips, e.g. a "
-                f"Meta-World window of 9 frames at 64x64, or 49 frames at 512x512 for the real model."
-            )
+        check_video_size(shape, key, plugin="easyanimate", model="EasyAnimate", temporal=self.temporal,
+                         spatial=self.spatial, patch=self.patch, max_frames=49, example="49 frames at 512x512")
 
     def prepare_batch(self, raw: Mapping[str, Any] | Batch) -> Batch:
         """Raw data → :class:`Batch`.
@@ -332,25 +322,12 @@ class EasyAnimate(DiffusersBackbone):
                 has_target = False
             batch_size, frames = latents.shape[0], 1 + (latents.shape[2] - 1) * self.temporal
             cond: dict[str, Any] = self._text(raw, batch_size)
-        per_frame = set()
-        for key in SIGNAL_KEYS:
-            value = raw.get(key, raw.get("actions") if key == "action" else None)
-            if value is None:
-                continue
-            value = torch.as_tensor(value, device=device).float()
-            if value.ndim != 3 or value.shape[0] != batch_size or value.shape[1] != frames:
-                raise DataError(f"easyanimate: '{key}' must be (B, T, D) with B={batch_size} and T={frames} frames, "
-                                f"got {tuple(value.shape)}.")
-            cond[key] = pool_to_latent_frames(value, self.temporal)
-            cond[f"{key}_frames"] = value
-            per_frame |= {key, f"{key}_frames"}
+        per_frame = add_signals(cond, raw, batch_size=batch_size, frames=frames, ratio=self.temporal, device=device,
+                                plugin="easyanimate")
         return Batch(latents=latents, cond=cond, per_frame=frozenset(per_frame), meta={"has_target": has_target})
 
     def _frames_from(self, raw: Mapping[str, Any]) -> int:
-        for key in ("action", "actions", *SIGNAL_KEYS):
-            if raw.get(key) is not None:
-                return int(torch.as_tensor(raw[key]).shape[1])
-        return int(raw.get("frames", self.card.sampling.num_frames))
+        return requested_frames(raw, self.card.sampling.num_frames)
 
     # -- denoising ---------------------------------------------------------------------------
     def denoise(self, x_t: torch.Tensor, t: torch.Tensor, cond: Mapping[str, Any]) -> torch.Tensor:

@@ -39,11 +39,13 @@ from workbench.backbones.diffusers_bridge import (
     SIGNAL_KEYS,
     DiffusersBackbone,
     Injection,
+    add_signals,
     as_video,
     batch_size_of,
+    check_video_size,
     pipeline_directory,
-    pool_to_latent_frames,
     prompts_from,
+    requested_frames,
     resolve_dtype,
     transformer_output,
     uncond_batch,
@@ -308,21 +310,10 @@ class Wan22TI2V(DiffusersBackbone):
 
     # -- batches -----------------------------------------------------------------------------
     def _check_frames(self, shape: Sequence[int], key: str) -> None:
-        frames, height, width = shape
-        multiple = self.spatial * self.patch[1]
-        problems = []
-        if (frames - 1) % self.temporal:
-            problems.append(f"{frames} frames (allowed: 1 + {self.temporal}k: 1, 5, 9, 13, ..., 121)")
-        if height % multiple or width % multiple:
-            problems.append(f"{height}x{width} pixels (height and width must be multiples of {multiple})")
-        if problems:
-            raise DataError(
-                f"wan22_ti2v: '{key}' has {' and '.join(problems)}; received shape (T, H, W) = {tuple(shape)}. "
-                f"Wan2.2's VAE compresses {self.temporal}x in time after the first frame and {self.spatial}x in "
-                f"space, with {self.patch[1]}x{self.patch[2]} transformer patches. Crop or resize the clips, e.g. "
-                f"a Meta-World window of 9 frames at 64x64, or {REAL_DEFAULTS['num_frames']} frames at "
-                f"{REAL_DEFAULTS['height']}x{REAL_DEFAULTS['width']} for the real model."
-            )
+        check_video_size(shape, key, plugin="wan22_ti2v", model="Wan2.2", temporal=self.temporal,
+                         spatial=self.spatial, patch=self.patch[1], max_frames=REAL_DEFAULTS["num_frames"],
+                         example=f"{REAL_DEFAULTS['num_frames']} frames at {REAL_DEFAULTS['height']}x"
+                                 f"{REAL_DEFAULTS['width']}")
 
     def prepare_batch(self, raw: Mapping[str, Any] | Batch) -> Batch:
         """Raw data → :class:`Batch`.
@@ -380,18 +371,8 @@ class Wan22TI2V(DiffusersBackbone):
                 cond["first_frame"] = first
                 if not has_target:
                     latents[:, :, 0] = first
-        per_frame = set()
-        for key in SIGNAL_KEYS:
-            value = raw.get(key, raw.get("actions") if key == "action" else None)
-            if value is None:
-                continue
-            value = torch.as_tensor(value, device=device).float()
-            if value.ndim != 3 or value.shape[0] != batch_size or value.shape[1] != frames:
-                raise DataError(f"wan22_ti2v: '{key}' must be (B, T, D) with B={batch_size} and T={frames} frames, "
-                                f"got {tuple(value.shape)}.")
-            cond[key] = pool_to_latent_frames(value, self.temporal)
-            cond[f"{key}_frames"] = value
-            per_frame |= {key, f"{key}_frames"}
+        per_frame = add_signals(cond, raw, batch_size=batch_size, frames=frames, ratio=self.temporal, device=device,
+                                plugin="wan22_ti2v")
         mask = torch.ones(batch_size, latents.shape[2], device=device)
         if self.config.first_frame:
             mask[:, 0] = 0  # the first latent frame is given, not predicted
@@ -401,10 +382,7 @@ class Wan22TI2V(DiffusersBackbone):
                      meta={"has_target": has_target})
 
     def _frames_from(self, raw: Mapping[str, Any]) -> int:
-        for key in ("action", "actions", *SIGNAL_KEYS):
-            if raw.get(key) is not None:
-                return int(torch.as_tensor(raw[key]).shape[1])
-        return int(raw.get("frames", self.card.sampling.num_frames))
+        return requested_frames(raw, self.card.sampling.num_frames)
 
     # -- denoising ---------------------------------------------------------------------------
     def token_timesteps(self, t: torch.Tensor, latents_shape: Sequence[int]) -> torch.Tensor:
