@@ -11,7 +11,7 @@ import pytest
 import torch
 from conftest import BaseCalls, nonzero_model, raw_batch, tiny_base
 
-from workbench import AdapterExperiment, Add, GatedResidual, MaskMix, NoiseGated, TrainingConfig
+from workbench import AdapterExperiment, Add, Batch, GatedResidual, MaskMix, NoiseGated, TrainingConfig
 from workbench.adapters.latent_residual import LatentResidual
 from workbench.data.synthetic import SyntheticMoves
 from workbench.errors import CallbackError
@@ -30,7 +30,7 @@ from workbench.inspect import (
     view_image,
 )
 from workbench.inspect.colors import colorize, lut
-from workbench.inspect.views import condition_plots
+from workbench.inspect.views import _given, condition_plots
 
 STEPS = 4
 
@@ -74,6 +74,16 @@ def test_every_view_renders_every_frame(traj, view):
         assert image.frames.dtype == np.float32 and image.frames.ndim == 3
     assert image.given == (True, False, False, False)  # tiny_video is given frame 0
     assert image.frame(1).colored().shape[-1] == 3
+
+
+def test_given_frames_follow_a_causal_vae_layout():
+    mask = torch.tensor([[0.0, 1.0, 1.0], [0.0, 0.0, 1.0]])  # per latent frame; 0: given
+    batch = Batch(latents=torch.zeros(2, 4, 3, 2, 2), cond={}, loss_mask=mask)
+    assert _given(batch, 0, 3) == (True, False, False)  # frames = latent frames
+    assert _given(batch, 0, 9) == (True,) + (False,) * 8  # frame 0 alone, then 4 frames per latent frame
+    assert _given(batch, 1, 9) == (True,) * 5 + (False,) * 4
+    assert _given(batch, 1, 5) == (True, True, True, False, False)  # 2 frames per latent frame (a preview)
+    assert _given(batch, 0, 8) == ()  # no causal layout fits: no labels rather than wrong ones
 
 
 @pytest.mark.parametrize("view", ["x0", "x_t", "composed"])

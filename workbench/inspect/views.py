@@ -255,10 +255,21 @@ def condition_plots(model_or_adapter: Any, raw_or_batch: Mapping[str, Any] | Bat
 
 
 def _given(batch: Batch, index: int, frames: int) -> tuple[bool, ...]:
+    """Per shown frame, whether the model is given it (its latent frame has loss-mask 0).
+
+    Shown frames map onto latent frames one to one, or as a causal video VAE lays them out:
+    frame 0 alone, then ``r`` frames per latent frame (``frames = 1 + r (latent frames - 1)``).
+    """
     mask = batch.loss_mask
-    if mask is None or mask.shape[1] != frames:
+    if mask is None:
         return ()
-    return tuple(bool(v == 0) for v in mask[index if mask.shape[0] > 1 else 0].tolist())
+    given = [bool(v == 0) for v in mask[index if mask.shape[0] > 1 else 0].tolist()]
+    if len(given) == frames:
+        return tuple(given)
+    if len(given) < 2 or (frames - 1) % (len(given) - 1):
+        return ()
+    r = (frames - 1) // (len(given) - 1)
+    return tuple(given[0 if j == 0 else 1 + (j - 1) // r] for j in range(frames))
 
 
 def view_image(traj: Trajectory, step: int, view: str, decode: str = "preview", index: int = 0) -> ViewImage:
