@@ -80,7 +80,7 @@ def main() -> None:
     variants = {"pipeline": plain, "generate": plugin, "record": recorded, "backbone": backbone_alone,
                 "latent_residual": with_residual}
     assert all(torch.equal(fn(), expected) for fn in variants.values())  # the same result, bit for bit
-    t = interleaved(variants, repeats=31)
+    t = interleaved(variants, repeats=61)
     print(f"pipeline {median(t['pipeline']) * 1e3:.1f} ms, generate {median(t['generate']) * 1e3:.1f} ms, "
           f"record {median(t['record']) * 1e3:.1f} ms ({SIZE}x{SIZE}x{FRAMES}, {STEPS} steps, guidance 5, CPU time)")
     print(f"generate / pipeline = {ratio(t, 'generate', 'pipeline'):.3f} (target <= 1.05)")
