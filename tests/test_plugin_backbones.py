@@ -226,6 +226,13 @@ def test_config_is_validated_by_the_plugins_dataclass_before_anything_loads():
     with pytest.raises(ConfigError, match=r"prompt_template: must contain '\{\}' where the batch's prompt goes"):
         build("backbone", "easyanimate", {"path": "tiny", "prompt_template": "no slot"})
 
+    from workbench_easyanimate.backbone import EasyAnimate, EasyAnimateConfig
+    from workbench_wan22.backbone import Wan22Config, Wan22TI2V
+
+    with pytest.raises(TypeError, match=r"pass either a config \(Wan22Config\) or keyword overrides, not both"):
+        Wan22TI2V(Wan22Config(path="tiny"), steps=4)
+    with pytest.raises(TypeError, match=r"pass either a config \(EasyAnimateConfig\) or keyword overrides"):
+        EasyAnimate(EasyAnimateConfig(path="tiny"), steps=4)
 
 # -- the batch -----------------------------------------------------------------------------
 @pytest.mark.parametrize("plugin", PLUGINS)

@@ -321,9 +321,34 @@ class Injection:
 
 
 class DiffusersBackbone(BaseVideoModel):
-    """What the diffusers-native backbones share: a lazily evaluated base call inside ``generate``."""
+    """What the diffusers-native backbones share: their config, the pipeline's modules, and a lazily
+    evaluated base call inside ``generate``."""
 
     _pending: _PipelineCall | None = None
+
+    @classmethod
+    def config_from(cls, config: Any | None, overrides: Mapping[str, Any]) -> Any:
+        """``config``, or ``config_class(**overrides)``; both at once is a TypeError."""
+        if config is None:
+            return cls.config_class(**overrides)
+        if overrides:
+            raise TypeError(f"pass either a config ({cls.config_class.__name__}) or keyword overrides, not both")
+        return config
+
+    def adopt_components(self, parts: Mapping[str, Any]) -> None:
+        """Own the loaded pipeline's modules (frozen, in eval mode, moved and counted with the backbone).
+
+        ``transformer``, ``vae`` and ``scheduler`` are required, ``text_encoder`` and ``tokenizer``
+        optional (precomputed embeddings). Pipelines built over them afterwards only borrow them.
+        """
+        self.transformer = parts["transformer"]
+        self.vae = parts["vae"]
+        self.text_encoder = parts.get("text_encoder")
+        self.tokenizer = parts.get("tokenizer")
+        self.scheduler = parts["scheduler"]
+        for module in (self.transformer, self.vae, self.text_encoder):
+            if module is not None:
+                module.eval()
 
     def native_prediction(self, x_t: torch.Tensor) -> torch.Tensor | None:
         """The pipeline's own transformer output for ``x_t`` when ``x_t`` is what the injected call handed out."""

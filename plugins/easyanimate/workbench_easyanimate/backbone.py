@@ -137,11 +137,7 @@ class EasyAnimate(DiffusersBackbone):
 
     def __init__(self, config: EasyAnimateConfig | None = None, **overrides):
         super().__init__()
-        if config is None:
-            config = EasyAnimateConfig(**overrides)
-        elif overrides:
-            raise TypeError("pass either an EasyAnimateConfig or keyword overrides, not both")
-        self.config = config
+        self.config = config = self.config_from(config, overrides)
         if config.path == "tiny":
             from workbench_easyanimate.tiny import ensure_tiny_pipeline
 
@@ -164,17 +160,10 @@ class EasyAnimate(DiffusersBackbone):
                 f"channels for a {latent_channels}-channel VAE: an inpainting (-InP) or control (-Control) variant. "
                 f"Only the text-to-video release is supported (input channels == latent channels), e.g. {RELEASE}."
             )
-        self.transformer = parts["transformer"]
-        self.vae = parts["vae"]
-        self.text_encoder = parts.get("text_encoder")
-        self.tokenizer = parts.get("tokenizer")
-        self.scheduler = parts["scheduler"]
+        self.adopt_components(parts)
         self.pipeline = EasyAnimatePipeline(vae=self.vae, text_encoder=self.text_encoder, tokenizer=self.tokenizer,
                                             transformer=self.transformer, scheduler=self.scheduler)
         self.pipeline.set_progress_bar_config(disable=True)
-        for module in (self.transformer, self.vae, self.text_encoder):
-            if module is not None:
-                module.eval()
         self.latent_channels = latent_channels
         self.spatial = self.vae.spatial_compression_ratio
         self.temporal = self.vae.temporal_compression_ratio

@@ -139,11 +139,7 @@ class Wan22TI2V(DiffusersBackbone):
 
     def __init__(self, config: Wan22Config | None = None, **overrides):
         super().__init__()
-        if config is None:
-            config = Wan22Config(**overrides)
-        elif overrides:
-            raise TypeError("pass either a Wan22Config or keyword overrides, not both")
-        self.config = config
+        self.config = config = self.config_from(config, overrides)
         if config.path == "tiny":
             from workbench_wan22.tiny import ensure_tiny_pipeline
 
@@ -171,20 +167,12 @@ class Wan22TI2V(DiffusersBackbone):
         if problems:
             raise CheckpointError(f"wan22_ti2v: {folder} is not a Wan2.2 TI2V checkpoint: " + "; ".join(problems)
                                   + ". Use the Wan-AI/Wan2.2-TI2V-5B-Diffusers release.")
-        # Modules are attributes (frozen, moved and counted with the backbone); the pipelines only borrow them.
-        self.transformer = parts["transformer"]
-        self.vae = parts["vae"]
-        self.text_encoder = parts.get("text_encoder")
-        self.tokenizer = parts.get("tokenizer")
-        self.scheduler = parts["scheduler"]
+        self.adopt_components(parts)  # the pipelines below only borrow the modules
         shared = dict(tokenizer=self.tokenizer, text_encoder=self.text_encoder, vae=self.vae,
                       scheduler=self.scheduler, transformer=self.transformer, expand_timesteps=True)
         self.pipelines = {"i2v": WanImageToVideoPipeline(**shared), "t2v": WanPipeline(**shared)}
         for pipe in self.pipelines.values():
             pipe.set_progress_bar_config(disable=True)
-        for module in (self.transformer, self.vae, self.text_encoder):
-            if module is not None:
-                module.eval()
         vae = self.vae.config
         self.spatial = vae.scale_factor_spatial
         self.temporal = vae.scale_factor_temporal
