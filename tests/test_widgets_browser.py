@@ -1,5 +1,6 @@
-"""The views in a real browser: Voilà serves a small notebook on 127.0.0.1, headless Chromium
-(Debian's, driven by Playwright) opens it, and we check that the Stepper shows a picture, that
+"""The views in a real browser: Voilà serves a small notebook on 127.0.0.1 (the pretrained
+tiny_video on a Meta-World clip of the shipped sample), headless Chromium (Debian's, driven by
+Playwright) opens it, and we check that the Stepper shows a picture, that
 moving its step slider changes it, and that moving an action slider changes the prediction.
 
 A screenshot of the page is kept as a test artefact in ``outputs/test-artifacts/``. ``make
@@ -35,21 +36,22 @@ import torch
 torch.set_num_threads(1)
 from workbench import ComposedModel, GatedResidual
 from workbench.adapters.latent_residual import LatentResidual
+from torch.utils.data import default_collate
 from workbench.backbones.tiny_video import TinyVideo
+from workbench.data.metaworld import MetaWorldClips
 from workbench.inspect import record
 from workbench.widgets import AblationSliders, Stepper""",
     """torch.manual_seed(0)
-base = TinyVideo(image_size=16, frames=4, width=16, ae_width=8, depth=1, sampling_steps=4)
+base = TinyVideo.from_pretrained()  # the shipped weights: the pictures show the robot arm
 adapter = LatentResidual(width=16, depth=1)
-with torch.no_grad():
+with torch.no_grad():  # a nonzero adapter, so the action sliders move the prediction
     for p in adapter.out.parameters():
-        p.normal_(0, 0.3)
+        p.normal_(0, 0.1)
 model = ComposedModel(base, adapter, GatedResidual(gate_init=0.5), base.default_objective())
-g = torch.Generator().manual_seed(0)
-raw = {"video": torch.rand(2, 3, 4, 16, 16, generator=g) * 2 - 1, "action": torch.rand(2, 4, 4, generator=g) * 2 - 1}
-traj = record(model, base.prepare_batch(raw), steps=4, seed=0)""",
-    "Stepper(traj, dim_names=['dx', 'dy', 'dz', 'grip'])",
-    "AblationSliders(traj, step=2, dim_names=['dx', 'dy', 'dz', 'grip'])",
+clips = MetaWorldClips(path="sample", window=16, stride=8, split="val")
+traj = record(model, base.prepare_batch(default_collate([clips[10]])), steps=8, seed=0)""",
+    "Stepper(traj, decode='full', frame=8, dim_names=['dx', 'dy', 'dz', 'grip'])",
+    "AblationSliders(traj, step=6, decode='full', frame=8, dim_names=['dx', 'dy', 'dz', 'grip'])",
 ]
 
 
@@ -164,6 +166,11 @@ def test_stepper_and_action_slider_in_a_real_browser(voila_url):
                 "document.querySelector('.workbench-ablation').innerText)[1] !== '0.0000'", timeout=TIMEOUT_MS)
             assert x0_change(page) > 0  # the action slider changed the prediction
             assert ablation_image.get_attribute("src") != before
+            readout = page.locator(".workbench-ablation .workbench-condition-slider .widget-readout").first
+            page.wait_for_function(  # the kernel has caught up with the last key press: picture = slider
+                "(value) => document.querySelector('.workbench-ablation').innerText.includes('edited: dx=' + value)",
+                arg=readout.inner_text().strip(), timeout=TIMEOUT_MS)
+            page.wait_for_timeout(500)  # the last picture's blob has been swapped in
             page.screenshot(path=str(ARTIFACTS / "voila-stepper.png"), full_page=True)
         finally:
             browser.close()

@@ -268,6 +268,11 @@ def test_ablated_prediction_equals_a_full_recompute(traj, model):
         full = model.predict(rec.x_t, rec.t, edited)
     torch.testing.assert_close(abl.prediction().composed, full.composed, rtol=0, atol=0)
     assert abl.describe_edits() == ["d0=+1.00@f2"]
+    named = Ablation(traj, step=1, dim_names=["dx", "dy", "dz", "grip"])
+    named.set(0, 1.0, frame=2)
+    assert named.describe_edits() == ["dx=+1.00@f2"]
+    with pytest.raises(InspectError, match=r"dim_names has 3 names for the 4 dimensions of 'action'; give one name"):
+        Ablation(traj, dim_names=["dx", "dy", "dz"])
 
 
 def test_swapped_actions_come_from_another_clip(traj):

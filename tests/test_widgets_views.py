@@ -181,7 +181,8 @@ def test_ablation_slider_changes_the_prediction_without_calling_the_base(traj, m
     assert calls.count == 0  # the base output recorded at step 2 is reused
     assert view.state.evaluations == 3  # the recorded actions, then one re-run per slider move
     assert view.state.change() > 0 and changed(before, picture(view))
-    assert "d0=+1.00, d3=-1.00" in repr(view)
+    assert "dx=+1.00, grip=-1.00" in repr(view)  # the edits by the dimensions' names
+    assert "edited: dx=+1.00, grip=-1.00" in view.status.value
     view.sliders.reset_button.click()
     assert view.state.change() == 0.0
 
@@ -190,7 +191,7 @@ def test_ablation_slider_on_one_frame_and_another_step(traj):
     view = AblationSliders(traj, step=1, dim_names=DIMS)
     view.sliders.frame_select.value = 3
     view.sliders.sliders[2].value = 0.8
-    assert view.state.describe_edits() == ["d2=+0.80@f3"]
+    assert view.state.describe_edits() == ["dz=+0.80@f3"]
     first = view.state.change()
     view.step_slider.value = 3
     assert view.state.step == 3 and view.state.change() != first

@@ -14,6 +14,7 @@ makes a slider answer at once. Results are cached per (step, condition values).
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -34,7 +35,8 @@ class ConditionEdit:
     of the batch; :meth:`overrides` is what :meth:`Trajectory.fork` / ``recompose`` take as ``cond``.
     """
 
-    def __init__(self, model: ComposedModel, batch: Batch, condition: str = "action"):
+    def __init__(self, model: ComposedModel, batch: Batch, condition: str = "action",
+                 dim_names: Sequence[str] | None = None):
         self.condition = condition
         self.key = condition_key(model, batch, condition)
         value = batch.cond[self.key]
@@ -45,6 +47,15 @@ class ConditionEdit:
             )
         self.original = value.detach().clone()
         self.values = self.original.clone()
+        self.names = self.dimension_names(dim_names)
+
+    def dimension_names(self, dim_names: Sequence[str] | None) -> list[str]:
+        """``dim_names`` checked against the condition's dimensions (default ``d0``, ``d1``, ...)."""
+        names = list(dim_names) if dim_names is not None else [f"d{d}" for d in range(self.dims)]
+        if len(names) != self.dims:
+            raise InspectError(f"dim_names has {len(names)} names for the {self.dims} dimensions of "
+                               f"{self.condition!r}; give one name per dimension.")
+        return names
 
     @property
     def dims(self) -> int:
@@ -104,7 +115,7 @@ class Ablation:
     CACHE_SIZE = 32
 
     def __init__(self, trajectory: Trajectory, step: int | None = None, condition: str = "action", index: int = 0,
-                 decode: str = "preview"):
+                 decode: str = "preview", dim_names: Sequence[str] | None = None):
         if not isinstance(trajectory, Trajectory):
             raise InspectError(f"Ablation needs a Trajectory (exp.sample(...) returns one), got "
                                f"{type(trajectory).__name__}.")
@@ -116,7 +127,7 @@ class Ablation:
             raise InspectError(f"index={index!r} is not a batch element; this batch has {b} (0..{b - 1}).")
         check_choice(decode, DECODES, "decode")
         self.trajectory, self.index, self.decode = trajectory, index, decode
-        self.edit = ConditionEdit(trajectory.model, trajectory.batch, condition)
+        self.edit = ConditionEdit(trajectory.model, trajectory.batch, condition, dim_names)
         self.step = stored[len(stored) // 2]
         if step is not None:
             self.seek(step)
@@ -198,18 +209,18 @@ class Ablation:
         return [im.frame(frame) for im in images], f"{images[0].caption} · {images[0].frame_name(frame)}"
 
     def describe_edits(self) -> list[str]:
-        """The edited dimensions for clip ``index``, e.g. ``["d3=+0.50"]`` or ``["d0=-1.00@f5"]``."""
+        """The edited dimensions for clip ``index`` by name, e.g. ``["d3=+0.50"]``, ``["dx=-1.00@f5"]``."""
         out = []
         values, original = self.edit.values[self.index], self.edit.original[self.index]
-        for d in range(self.edit.dims):
+        for d, name in enumerate(self.edit.names):
             if torch.equal(values[..., d], original[..., d]):
                 continue
             col = values[..., d]
             if col.ndim == 0 or bool((col == col.reshape(-1)[0]).all()):
-                out.append(f"d{d}={float(col.reshape(-1)[0]):+.2f}")
+                out.append(f"{name}={float(col.reshape(-1)[0]):+.2f}")
             else:
                 frames = [int(f) for f in torch.nonzero(col != original[..., d]).reshape(-1)]
-                out.append(", ".join(f"d{d}={float(col[f]):+.2f}@f{f}" for f in frames))
+                out.append(", ".join(f"{name}={float(col[f]):+.2f}@f{f}" for f in frames))
         return out
 
     def describe(self) -> str:

@@ -27,7 +27,8 @@ class AblationSliders(View):
     def __init__(self, trajectory: Trajectory, step: int | None = None, condition: str = "action", index: int = 0,
                  dim_names: Sequence[str] | None = None, decode: str = "preview", frame: int | None = None):
         super().__init__()
-        self.state = Ablation(trajectory, step=step, condition=condition, index=index, decode=decode)
+        self.state = Ablation(trajectory, step=step, condition=condition, index=index, decode=decode,
+                              dim_names=dim_names)
         steps = trajectory.stored
         self.add_class("workbench-ablation")
         self.image.add_class("workbench-ablation-image")
@@ -37,7 +38,7 @@ class AblationSliders(View):
         first = frame if frame is not None else frames - 1  # the last frame: where actions have acted longest
         self.frame_slider = widgets.IntSlider(value=first, min=0, max=frames - 1, description="frame",
                                               continuous_update=False, layout=widgets.Layout(width="340px"))
-        self.sliders = ConditionSliders(self.state.edit, index=index, dim_names=dim_names, on_change=self.refresh)
+        self.sliders = ConditionSliders(self.state.edit, index=index, on_change=self.refresh)
         self.status = status_line()
         self.step_slider.observe(lambda c: (self.state.seek(c["new"]), self.refresh()), names="value")
         self.frame_slider.observe(lambda _: self.refresh(), names="value")
@@ -51,8 +52,9 @@ class AblationSliders(View):
             self.show(render.panels_figure(panels, title=caption))
 
         self.timed(draw)
+        edited = ", ".join(self.state.describe_edits()) or "nothing"
         self.status.value = (f"x0 change (RMS, latent units): <b>{self.state.change():.4f}</b><br>"
-                             f"re-rendered in {1000 * self.last_render_seconds:.0f} ms")
+                             f"edited: {edited}<br>re-rendered in {1000 * self.last_render_seconds:.0f} ms")
 
     def summary(self) -> str:
         return f"{self.state.describe()}, frame {self.frame_slider.value}"

@@ -8,7 +8,6 @@ from collections.abc import Callable, Sequence
 import ipywidgets as widgets
 
 from workbench.inspect.ablation import ConditionEdit
-from workbench.inspect.common import InspectError
 from workbench.widgets.base import button
 
 ALL_FRAMES = -1
@@ -26,10 +25,7 @@ class ConditionSliders(widgets.VBox):
                  on_change: Callable[[], None] | None = None, step: float = 0.05):
         super().__init__()
         self.edit, self.index, self.on_change = edit, index, on_change
-        names = list(dim_names) if dim_names is not None else [f"d{d}" for d in range(edit.dims)]
-        if len(names) != edit.dims:
-            raise InspectError(f"dim_names has {len(names)} names for the {edit.dims} dimensions of "
-                               f"{edit.condition!r}; give one name per dimension.")
+        names = edit.names if dim_names is None else edit.dimension_names(dim_names)
         options = [("all frames", ALL_FRAMES)]
         if edit.frames is not None:
             options += [(f"frame {t}", t) for t in range(edit.frames)]
