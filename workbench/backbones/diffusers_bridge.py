@@ -229,7 +229,7 @@ class Injection:
         self.on_step, self.steps = on_step, steps
         self.step, self.calls_in_step = 0, 0
         self.sigmas: torch.Tensor | None = None
-        self.sigma_rows: dict[tuple[int, int], torch.Tensor] = {}  # (step, rows) -> (rows,), made once
+        self.sigma_rows: dict[tuple, torch.Tensor] = {}  # (step, rows, device) -> (rows,), made once
         self.output_dtype = backbone.transformer.dtype  # read once: diffusers walks the parameters for it
         self.observed: tuple[int, torch.Tensor, torch.Tensor] | None = None
         self.native_forward = None
@@ -262,13 +262,12 @@ class Injection:
 
     def sigma(self, like: torch.Tensor, rows: int, step: int | None = None) -> torch.Tensor:
         """Step ``step``'s (default: the current one's) noise level σ as ``(rows,)`` float32 (objective units)."""
-        step = self.step if step is None else step
-        cached = self.sigma_rows.get((step, rows))
-        if cached is not None and cached.device == like.device:
-            return cached
-        if self.sigmas is None or self.sigmas.device != like.device:
-            self.sigmas = self.pipe.scheduler.sigmas.to(device=like.device, dtype=torch.float32)
-        self.sigma_rows[step, rows] = sigma = self.sigmas[step].expand(rows)
+        key = (self.step if step is None else step, rows, like.device)
+        sigma = self.sigma_rows.get(key)
+        if sigma is None:
+            if self.sigmas is None or self.sigmas.device != like.device:
+                self.sigmas = self.pipe.scheduler.sigmas.to(device=like.device, dtype=torch.float32)
+            self.sigma_rows[key] = sigma = self.sigmas[key[0]].expand(rows)
         return sigma
 
     @property
@@ -321,19 +320,10 @@ class Injection:
 
 
 class DiffusersBackbone(BaseVideoModel):
-    """What the diffusers-native backbones share: their config, the pipeline's modules, and a lazily
-    evaluated base call inside ``generate``."""
+    """What the diffusers-native backbones share: the pipeline's modules, and a lazily evaluated
+    base call inside ``generate``."""
 
     _pending: _PipelineCall | None = None
-
-    @classmethod
-    def config_from(cls, config: Any | None, overrides: Mapping[str, Any]) -> Any:
-        """``config``, or ``config_class(**overrides)``; both at once is a TypeError."""
-        if config is None:
-            return cls.config_class(**overrides)
-        if overrides:
-            raise TypeError(f"pass either a config ({cls.config_class.__name__}) or keyword overrides, not both")
-        return config
 
     def adopt_components(self, parts: Mapping[str, Any]) -> None:
         """Own the loaded pipeline's modules (frozen, in eval mode, moved and counted with the backbone).

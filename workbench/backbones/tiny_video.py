@@ -154,11 +154,7 @@ class TinyVideo(BaseVideoModel):
 
     def __init__(self, config: TinyVideoConfig | None = None, **overrides):
         super().__init__()
-        if config is None:
-            config = TinyVideoConfig(**overrides)
-        elif overrides:
-            raise TypeError("pass either a TinyVideoConfig or keyword overrides, not both")
-        self.config = config
+        self.config = config = self.config_from(config, overrides)
         self.autoencoder = FrameAutoencoder(config.latent_channels, config.ae_width, config.downsample)
         self.denoiser = Denoiser(config.latent_channels, config.width, config.depth, config.dropout)
         self.register_buffer("latent_mean", torch.zeros(config.latent_channels))

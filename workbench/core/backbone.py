@@ -59,6 +59,18 @@ class BaseVideoModel(nn.Module):
     card: ModelCard
     config_class: type | None = None
 
+    @classmethod
+    def config_from(cls, config: Any | None, overrides: Mapping[str, Any]) -> Any:
+        """For ``__init__(config=None, **overrides)``: ``config``, or ``config_class(**overrides)``.
+
+        Both at once is a TypeError.
+        """
+        if config is None:
+            return cls.config_class(**overrides)
+        if overrides:
+            raise TypeError(f"pass either a config ({cls.config_class.__name__}) or keyword overrides, not both")
+        return config
+
     def provides(self) -> tuple[str, ...]:
         """Names of the conditions ``prepare_batch`` supplies."""
         raise NotImplementedError

@@ -25,7 +25,7 @@ from workbench.core.conditions import Batch
 from workbench.inspect.common import InspectError, StepError, check_choice, condition_key, rolled_conditions
 from workbench.inspect.preview import DECODES
 from workbench.inspect.trajectory import Trajectory
-from workbench.inspect.views import Panel, ViewImage, _given, _limit, _uint8, render_float
+from workbench.inspect.views import Panel, ViewImage, _given_frames, _limit, _uint8, render_float
 
 
 class ConditionEdit:
@@ -47,15 +47,10 @@ class ConditionEdit:
             )
         self.original = value.detach().clone()
         self.values = self.original.clone()
-        self.names = self.dimension_names(dim_names)
-
-    def dimension_names(self, dim_names: Sequence[str] | None) -> list[str]:
-        """``dim_names`` checked against the condition's dimensions (default ``d0``, ``d1``, ...)."""
-        names = list(dim_names) if dim_names is not None else [f"d{d}" for d in range(self.dims)]
-        if len(names) != self.dims:
-            raise InspectError(f"dim_names has {len(names)} names for the {self.dims} dimensions of "
-                               f"{self.condition!r}; give one name per dimension.")
-        return names
+        self.names = list(dim_names) if dim_names is not None else [f"d{d}" for d in range(self.dims)]
+        if len(self.names) != self.dims:
+            raise InspectError(f"dim_names has {len(self.names)} names for the {self.dims} dimensions of "
+                               f"{condition!r}; give one name per dimension.")
 
     @property
     def dims(self) -> int:
@@ -195,7 +190,7 @@ class Ablation:
         before = render_float(base, self.original_x0(), self.decode, self.index)
         after = render_float(base, self.ablated_x0(), self.decode, self.index)
         diff = (after - before).mean(-1).astype(np.float32)
-        given = _given(self.trajectory.batch, self.index, diff.shape[0])
+        given = _given_frames(self.trajectory, self.index, diff.shape[0])
         edited = ", ".join(self.describe_edits()) or "unchanged"
         return (ViewImage("x0", f"recorded {self.condition}", "rgb", _uint8(before), given=given, caption=caption),
                 ViewImage("x0", f"edited: {edited}", "rgb", _uint8(after), given=given, caption=caption),

@@ -288,11 +288,8 @@ def decode_chunked(base: BaseVideoModel, latents: torch.Tensor, chunk_frames: in
 
 
 def _layout(z_shape: torch.Size, x_shape: torch.Size, causal: bool | None = None) -> tuple[int, int, bool]:
-    """``(d, r, causal)`` relating latents ``(N, C, T', h, w)`` to decoded video ``(N, 3, T, H, W)``.
-
-    ``causal``: what the backbone declares (``causal_latents``); ``None`` infers it, preferring
-    ``r`` frames per latent frame when both readings fit (3 latent frames → 9 frames).
-    """
+    """``(d, r, causal)`` relating latents ``(N, C, T', h, w)`` to decoded video ``(N, 3, T, H, W)``
+    (``causal``: see :func:`time_layout`)."""
     _, _, lt, lh, lw = z_shape
     _, xc, xt, xh, xw = x_shape
     if xc != 3:
@@ -305,14 +302,23 @@ def _layout(z_shape: torch.Size, x_shape: torch.Size, causal: bool | None = None
             f"The linear preview needs one integer spatial downsample: latents {lh}x{lw} decode to {xh}x{xw}. "
             f"Use decode='full' for this backbone."
         )
-    d = xh // lh
-    if xt % lt == 0 and not causal:
-        return d, xt // lt, False
-    if lt > 1 and (xt - 1) % (lt - 1) == 0:
-        return d, (xt - 1) // (lt - 1), True
+    return (xh // lh, *time_layout(lt, xt, causal))
+
+
+def time_layout(latent_frames: int, frames: int, causal: bool | None = None) -> tuple[int, bool]:
+    """``(r, causal)``: ``frames`` video frames over ``latent_frames``, ``r`` per latent frame, or
+    (causal VAE) frame 0 alone and then ``r`` per later latent frame.
+
+    ``causal``: what the backbone declares (``causal_latents``); ``None`` infers it, preferring
+    ``r`` frames per latent frame when both readings fit (3 latent frames → 9 frames).
+    """
+    if frames % latent_frames == 0 and not causal:
+        return frames // latent_frames, False
+    if latent_frames > 1 and (frames - 1) % (latent_frames - 1) == 0:
+        return (frames - 1) // (latent_frames - 1), True
     raise InspectError(
-        f"{lt} latent frames decode to {xt} frames, which is neither r per latent frame nor 1 + r per later "
-        f"frame (a causal VAE); the linear preview cannot lay that out. Use decode='full'."
+        f"{latent_frames} latent frames decode to {frames} frames, which is neither r per latent frame nor 1 + r "
+        f"per later frame (a causal VAE); the linear preview cannot lay that out. Use decode='full'."
     )
 
 

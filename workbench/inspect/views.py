@@ -39,7 +39,7 @@ from workbench.core.composers import Composer
 from workbench.core.conditions import Batch
 from workbench.inspect.colors import colorize
 from workbench.inspect.common import InspectError, StepError, check_choice
-from workbench.inspect.preview import DECODES, decode_chunked, preview_for
+from workbench.inspect.preview import DECODES, decode_chunked, preview_for, time_layout
 from workbench.inspect.probes import gate_history
 from workbench.inspect.trajectory import Trajectory, TrajectoryStep
 from workbench.metrics import to_uint8_video
@@ -254,11 +254,12 @@ def condition_plots(model_or_adapter: Any, raw_or_batch: Mapping[str, Any] | Bat
     return out
 
 
-def _given(batch: Batch, index: int, frames: int) -> tuple[bool, ...]:
+def _given(batch: Batch, index: int, frames: int, causal: bool | None = True) -> tuple[bool, ...]:
     """Per shown frame, whether the model is given it (its latent frame has loss-mask 0).
 
-    Shown frames map onto latent frames one to one, or as a causal video VAE lays them out:
-    frame 0 alone, then ``r`` frames per latent frame (``frames = 1 + r (latent frames - 1)``).
+    Shown frames map onto latent frames one to one, or as :func:`time_layout` lays them out
+    (``causal``: the backbone's ``causal_latents``; by default the causal layout of the plugins'
+    video VAEs); no labels where neither fits.
     """
     mask = batch.loss_mask
     if mask is None:
@@ -266,10 +267,18 @@ def _given(batch: Batch, index: int, frames: int) -> tuple[bool, ...]:
     given = [bool(v == 0) for v in mask[index if mask.shape[0] > 1 else 0].tolist()]
     if len(given) == frames:
         return tuple(given)
-    if len(given) < 2 or (frames - 1) % (len(given) - 1):
+    try:
+        r, causal = time_layout(len(given), frames, causal)
+    except InspectError:
         return ()
-    r = (frames - 1) // (len(given) - 1)
-    return tuple(given[0 if j == 0 else 1 + (j - 1) // r] for j in range(frames))
+    if causal:
+        return tuple(given[0 if j == 0 else 1 + (j - 1) // r] for j in range(frames))
+    return tuple(given[j // r] for j in range(frames))
+
+
+def _given_frames(traj: Trajectory, index: int, frames: int) -> tuple[bool, ...]:
+    """:func:`_given` for ``traj``'s batch element ``index``, laid out as its backbone declares."""
+    return _given(traj.batch, index, frames, getattr(traj.model.base, "causal_latents", None))
 
 
 def view_image(traj: Trajectory, step: int, view: str, decode: str = "preview", index: int = 0) -> ViewImage:
@@ -284,27 +293,27 @@ def view_image(traj: Trajectory, step: int, view: str, decode: str = "preview", 
         signed = bool((frames < 0).any())
         return ViewImage(view, title, "signed" if signed else "gate", frames, "effective gate",
                          _limit(frames) if signed else max(1.0, float(frames.max())),
-                         _given(traj.batch, index, frames.shape[0]), caption)
+                         _given_frames(traj, index, frames.shape[0]), caption)
     if view == "adapter":
         z = rec.get("adapter")[index:index + 1].to(device=base.device, dtype=base.dtype)
         preview = preview_for(base, tuple(z.shape[1:]))
         frames = preview.linear(z)[0].float().mean(dim=0).cpu().numpy()
         return ViewImage(view, title, "signed", frames, "adapter output (linear preview, mean RGB)", _limit(frames),
-                         _given(traj.batch, index, frames.shape[0]), caption)
+                         _given_frames(traj, index, frames.shape[0]), caption)
     obj = traj.model.objective
     if view in ("base", "adapter-base"):
         x_t, b = rec.get("x_t"), rec.get("base")
         base_x0 = obj.x0_from_prediction(b.to(x_t.dtype), x_t, rec.t.to(x_t.device))
         if view == "base":
             frames = _uint8(render_float(base, base_x0, decode, index))
-            return ViewImage(view, title, "rgb", frames, given=_given(traj.batch, index, frames.shape[0]),
+            return ViewImage(view, title, "rgb", frames, given=_given_frames(traj, index, frames.shape[0]),
                              caption=caption)
         composed_x0 = obj.x0_from_prediction(rec.get("composed").to(x_t.dtype), x_t, rec.t.to(x_t.device))
         diff = (render_float(base, composed_x0, decode, index) - render_float(base, base_x0, decode, index)).mean(-1)
         return ViewImage(view, title, "signed", diff.astype(np.float32), "x0 difference (mean RGB, [-1, 1] units)",
-                         _limit(diff), _given(traj.batch, index, diff.shape[0]), caption)
+                         _limit(diff), _given_frames(traj, index, diff.shape[0]), caption)
     frames = _uint8(render_float(base, rec.get(view), decode, index))
-    return ViewImage(view, title, "rgb", frames, given=_given(traj.batch, index, frames.shape[0]), caption=caption)
+    return ViewImage(view, title, "rgb", frames, given=_given_frames(traj, index, frames.shape[0]), caption=caption)
 
 
 # -- the stepper's state ---------------------------------------------------------------------

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import ipywidgets as widgets
 
@@ -14,18 +14,18 @@ ALL_FRAMES = -1
 
 
 class ConditionSliders(widgets.VBox):
-    """One slider per dimension of a :class:`ConditionEdit`, on every frame or on one frame.
+    """One slider per dimension of a :class:`ConditionEdit`, labelled by its ``names``, on every frame
+    or on one frame.
 
     Moving a slider sets that dimension (for every clip) and calls ``on_change()``. Choosing
     another frame in "apply to" shows that frame's values without editing anything; "reset"
     restores the original values.
     """
 
-    def __init__(self, edit: ConditionEdit, index: int = 0, dim_names: Sequence[str] | None = None,
-                 on_change: Callable[[], None] | None = None, step: float = 0.05):
+    def __init__(self, edit: ConditionEdit, index: int = 0, on_change: Callable[[], None] | None = None,
+                 step: float = 0.05):
         super().__init__()
         self.edit, self.index, self.on_change = edit, index, on_change
-        names = edit.names if dim_names is None else edit.dimension_names(dim_names)
         options = [("all frames", ALL_FRAMES)]
         if edit.frames is not None:
             options += [(f"frame {t}", t) for t in range(edit.frames)]
@@ -37,7 +37,7 @@ class ConditionSliders(widgets.VBox):
             widgets.FloatSlider(value=edit.get(d, None, index), min=lo, max=hi, step=step, description=name,
                                 continuous_update=False, readout_format="+.2f",
                                 layout=widgets.Layout(width="340px"))
-            for d, name in enumerate(names)
+            for d, name in enumerate(edit.names)
         ]
         for d, slider in enumerate(self.sliders):
             slider.add_class("workbench-condition-slider")

@@ -71,8 +71,8 @@ class Stepper(View):
         self.editor: ConditionSliders | None = None
         fork_children: list[widgets.Widget] = []
         if condition is not None and (condition != "action" or _has_condition(trajectory, condition)):
-            edit = ConditionEdit(trajectory.model, trajectory.batch, condition)  # raises naming what exists
-            self.editor = ConditionSliders(edit, index=index, dim_names=dim_names)
+            edit = ConditionEdit(trajectory.model, trajectory.batch, condition, dim_names)  # raises naming what exists
+            self.editor = ConditionSliders(edit, index=index)
             fork_children.append(self.editor)
         self.adapter_select = widgets.Dropdown(options=ADAPTER_CHOICES, value=None, description="fork with",
                                                layout=widgets.Layout(width="300px"))
