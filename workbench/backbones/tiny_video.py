@@ -229,13 +229,13 @@ class TinyVideo(BaseVideoModel):
 
     def encode(self, video: torch.Tensor) -> torch.Tensor:
         b, _, t, h, w = video.shape
-        frames = video.permute(0, 2, 1, 3, 4).reshape(b * t, 3, h, w)
+        frames = video.to(self.dtype).permute(0, 2, 1, 3, 4).reshape(b * t, 3, h, w)  # any float video, our dtype
         z = self.encode_frames(frames)
         return z.view(b, t, *z.shape[1:]).permute(0, 2, 1, 3, 4)  # (B, C, T, h, w)
 
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
         b, c, t, h, w = latents.shape
-        frames = self.decode_frames(latents.permute(0, 2, 1, 3, 4).reshape(b * t, c, h, w))
+        frames = self.decode_frames(latents.to(self.dtype).permute(0, 2, 1, 3, 4).reshape(b * t, c, h, w))
         return frames.view(b, t, *frames.shape[1:]).permute(0, 2, 1, 3, 4)  # (B, 3, T, H, W)
 
     # -- batches -----------------------------------------------------------------------------
@@ -367,7 +367,7 @@ class TinyVideo(BaseVideoModel):
         ts = torch.linspace(n - 1, 0, steps, dtype=torch.float64).round().long()
         return torch.cat([ts, torch.tensor([-1])])
 
-    def _generate(self, batch, *, steps, sampler, generator, compose_fn, on_step, initial_noise=None):
+    def run_sampler(self, batch, *, steps, sampler, generator, compose_fn, on_step, initial_noise=None):
         shape = batch.latents.shape
         x = initial_noise if initial_noise is not None else torch.randn(
             shape, generator=generator, device=batch.latents.device, dtype=batch.latents.dtype)
