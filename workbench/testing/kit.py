@@ -262,10 +262,14 @@ def _checked_names(names: Iterable[str], known: Mapping[str, Any]) -> list[str]:
     return names
 
 
+def tensors(module: nn.Module) -> dict[str, torch.Tensor]:
+    """Every parameter and buffer by name, non-persistent buffers included."""
+    return {**dict(module.named_parameters()), **dict(module.named_buffers())}
+
+
 def snapshot(module: nn.Module) -> dict[str, torch.Tensor]:
     """Every parameter and buffer, cloned (where it is)."""
-    return {k: v.detach().clone() for k, v in module.state_dict(keep_vars=True).items()
-            if isinstance(v, torch.Tensor)}
+    return {k: v.detach().clone() for k, v in tensors(module).items()}
 
 
 def differing(before: Mapping[str, torch.Tensor], after: Mapping[str, torch.Tensor]) -> list[str]:
@@ -283,4 +287,4 @@ def few(names: Sequence[str], n: int = 4) -> str:
 def max_diff(a: torch.Tensor, b: torch.Tensor) -> str:
     if a.shape != b.shape:
         return f"shapes {tuple(a.shape)} vs {tuple(b.shape)}"
-    return f"max |difference| {float((a.double().cpu() - b.double().cpu()).abs().max()):.3g}"
+    return f"max |difference| {float((a.detach().double().cpu() - b.detach().double().cpu()).abs().max()):.3g}"

@@ -14,7 +14,17 @@ import torch
 from workbench.core.backbone import as_video
 from workbench.core.card import ModelCard
 from workbench.core.conditions import Batch
-from workbench.testing.kit import Broken, Skipped, Subject, counting_base_calls, differing, few, max_diff, snapshot
+from workbench.testing.kit import (
+    Broken,
+    Skipped,
+    Subject,
+    counting_base_calls,
+    differing,
+    few,
+    max_diff,
+    snapshot,
+    tensors,
+)
 
 
 def _tolerance(dtype: torch.dtype) -> dict[str, float]:
@@ -88,6 +98,8 @@ def check_provides(s: Subject) -> str:
     if not isinstance(z, torch.Tensor) or z.ndim != 5 or not z.is_floating_point():
         raise Broken(f"batch.latents must be a floating (B, C, T, H, W) tensor, got "
                      f"{tuple(getattr(z, 'shape', ()))} {getattr(z, 'dtype', type(z).__name__)}.")
+    if z.requires_grad or z.grad_fn is not None:
+        problems.append("batch.latents carry autograd history (run the encoder under torch.no_grad())")
     if z.device.type != base.device.type:
         problems.append(f"batch.latents is on {z.device}, the backbone on {base.device}")
     extra = sorted(set(batch.cond) - set(provided) - set(base.sampler_inputs))
@@ -151,7 +163,8 @@ def check_identity(s: Subject) -> str:
     for composer in (Add(), GatedResidual()):
         model = s.model(composer).train()
         x_t, t, _ = model.noised(batch, s.generator())
-        pred = model.predict(x_t, t, batch, step=0)
+        with torch.no_grad():
+            pred = model.predict(x_t, t, batch, step=0)
         if pred.adapter is not None and bool((pred.adapter != 0).any()):
             raise Broken(f"the adapter from adapter_factory is not zero at init (max |output| "
                          f"{float(pred.adapter.abs().max()):.3g}); this promise needs one that is.")
@@ -233,6 +246,9 @@ def check_recording(s: Subject) -> str:
     again = model.generate(batch, steps=steps, generator=s.generator(), **kwargs)
     if not torch.equal(plain, again):
         raise Broken(f"two runs with the same generator differ ({max_diff(plain, again)}).")
+    bare = s.base.generate(batch, steps=steps, generator=s.generator(), **kwargs)
+    if torch.equal(plain, bare):
+        raise Broken("a nonzero adapter changed nothing: the sampler does not sample with compose_fn's predictions.")
     other = model.generate(batch, steps=steps, generator=s.generator(s.seed + 1), **kwargs)
     if torch.equal(plain, other):
         raise Broken("runs with different seeds are identical: the sampler ignores the generator.")
@@ -310,8 +326,7 @@ def check_state_dict(s: Subject) -> str:
     base, model = s.base, s.model()
     state = model.trainable_state_dict()
     stray = [k for k in state if not k.startswith(("adapter.", "composer."))]
-    storages = {v.untyped_storage().data_ptr() for v in base.state_dict().values()
-                if isinstance(v, torch.Tensor) and v.device.type != "meta" and v.numel()}
+    storages = {v.untyped_storage().data_ptr() for v in tensors(base).values() if v.numel()}
     leaked = [k for k, v in state.items() if v.numel() and v.untyped_storage().data_ptr() in storages]
     if stray or leaked:
         raise Broken("; ".join(filter(None, [stray and f"keys outside adapter./composer.: {few(stray)}",
