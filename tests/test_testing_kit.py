@@ -276,9 +276,12 @@ def test_tiny_video_keeps_the_contract(objective, adapter):
     assert report.ok and "given latent frames [0] kept" in report["constrain"].detail
 
 
-def test_tiny_video_keeps_the_contract_in_bfloat16():
-    check_backbone(make_tiny(), raw=tiny_raw(), adapter_factory=lambda: LatentResidual(width=16, depth=1),
-                   dtype=torch.bfloat16)
+@pytest.mark.parametrize("objective", ["flow_matching", "diffusion"])
+def test_tiny_video_keeps_the_contract_in_bfloat16(objective):
+    report = check_backbone(make_tiny(objective=objective), raw=tiny_raw(), dtype=torch.bfloat16,
+                            adapter_factory=lambda: LatentResidual(width=16, depth=1))
+    assert report.setting == "cpu bfloat16"
+    assert "torch.bfloat16 -> video torch.bfloat16" in report["encode_decode"].detail
 
 
 def test_importing_the_kit_loads_neither_pytest_nor_heavy_libraries():

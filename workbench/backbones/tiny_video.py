@@ -381,12 +381,13 @@ class TinyVideo(BaseVideoModel):
                 x_next = x + (times[i + 1] - times[i]).to(x.dtype) * pred
             else:  # ddim, eta = 0
                 x0 = obj.x0_from_prediction(pred, x, t)
-                a, s = (c.view(-1, 1, 1, 1, 1) for c in obj.coefficients(t))
+                a, s = (c.to(x.dtype).view(-1, 1, 1, 1, 1) for c in obj.coefficients(t))
                 eps = (x - a * x0) / s
                 if times_host[i + 1] < 0:
                     x_next = x0
                 else:
-                    a_n, s_n = (c.view(-1, 1, 1, 1, 1) for c in obj.coefficients(times[i + 1].expand(shape[0])))
+                    a_n, s_n = (c.to(x.dtype).view(-1, 1, 1, 1, 1)
+                                for c in obj.coefficients(times[i + 1].expand(shape[0])))
                     x_next = a_n * x0 + s_n * eps
             if on_step is not None:
                 on_step(StepRecord(i, steps, t, x, pred, x_next))

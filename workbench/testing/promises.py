@@ -285,24 +285,22 @@ def check_fork(s: Subject) -> str:
 
 # -- training and checkpoints --------------------------------------------------------------
 def check_training(s: Subject) -> str:
+    from workbench.core.composers import GatedResidual
+    from workbench.train import AdapterExperiment, TrainingConfig
+
     base, batch = s.base, s.batch
-    model = s.model().train()
+    place = (lambda m: m.to(s.device)) if s.dtype is None else (lambda m: m.to(s.device, s.dtype))
+    adapter, composer = place(s.adapter_factory()), place(GatedResidual())
     base.train()  # a user's stray .train() must not reach the frozen base
     before = snapshot(base)
-    trainable = model.trainable_parameters()
-    if not trainable:
-        raise Broken("the adapter and composer have no trainable parameters.")
-    start = {id(p): p.detach().clone() for p in trainable}
-    optimizer = torch.optim.AdamW(trainable, lr=1e-2)
-    g = s.generator()
-    for step in range(2):
-        loss, _ = model.training_loss(batch, generator=g, step=step)
-        if not torch.isfinite(loss):
-            raise Broken(f"the training loss at step {step} is {float(loss.detach())}.")
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+    exp = AdapterExperiment(base=base, adapter=adapter, composer=composer, training=TrainingConfig(
+        batch_size=batch.batch_size, learning_rate=1e-2, progress=False, device=s.device.type))
+    trainable = exp.model.trainable_parameters()
+    start = [p.detach().clone() for p in trainable]
+    exp.fit([s.raw, s.raw], steps=2)
     problems = []
+    if not all(torch.isfinite(torch.tensor(exp.loss_history))):
+        problems.append(f"the training losses are {exp.loss_history}")
     changed = differing(before, snapshot(base))
     if changed:
         problems.append(f"training changed the frozen base: {few(changed)}")
@@ -312,14 +310,15 @@ def check_training(s: Subject) -> str:
     graded = [n for n, p in base.named_parameters() if p.requires_grad or p.grad is not None]
     if graded:
         problems.append(f"base parameters take gradients: {few(graded)}")
-    shared = {id(p) for p in base.parameters()} & {id(p) for p in trainable}
+    optimized = {id(p) for group in exp.optimizer.param_groups for p in group["params"]}
+    shared = {id(p) for p in base.parameters()} & optimized
     if shared:
-        problems.append(f"{len(shared)} base parameters are among the trainable ones")
-    if all(torch.equal(start[id(p)], p.detach()) for p in trainable):
+        problems.append(f"{len(shared)} base parameters are in the optimizer")
+    if all(torch.equal(a, p.detach()) for a, p in zip(start, trainable)):
         problems.append("no trainable parameter changed in two optimizer steps")
     if problems:
         raise Broken("; ".join(problems) + ".")
-    return f"loss {float(loss.detach()):.4g}; base bit-identical, in eval mode"
+    return f"2 fit steps, losses {[round(v, 4) for v in exp.loss_history]}; base bit-identical, in eval mode"
 
 
 def check_state_dict(s: Subject) -> str:
