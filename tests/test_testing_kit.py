@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -252,6 +253,18 @@ def test_a_backbone_still_defining_the_old_sampler_hook_is_told_to_rename_it():
         class Old(Toy):
             def _generate(self, batch, **kwargs):
                 return batch.latents
+
+
+def test_every_backbone_attribute_read_anywhere_is_declared_on_the_base_class():
+    """What workbench reads off a backbone by name (``getattr(base, "...")``) has its one default on BaseVideoModel."""
+    root = Path(__file__).resolve().parents[1]
+    pattern = re.compile(r"getattr\((?:self\.)?(?:base|model\.base|traj\.model\.base|self\.base), \"(\w+)\"")
+    read = {m.group(1) for path in (root / "workbench").rglob("*.py") for m in pattern.finditer(path.read_text())}
+    assert {"causal_latents", "pixel_space", "preview_identity"} <= read
+    undeclared = sorted(n for n in read if not hasattr(BaseVideoModel, n))
+    assert undeclared == [], f"declare these on BaseVideoModel (with a docstring and the default): {undeclared}"
+    decoders = {"vae", "autoencoder", "first_stage_model", "decoder"}
+    assert set(BaseVideoModel.decoder_modules) == decoders and not any(hasattr(BaseVideoModel, n) for n in decoders)
 
 
 # -- the embedded backbone -----------------------------------------------------------------

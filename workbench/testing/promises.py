@@ -7,7 +7,7 @@ what was given. Anything else the backbone raises is reported as broken.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 import torch
 
@@ -109,7 +109,7 @@ def check_provides(s: Subject) -> str:
     missing = [n for n in provided if n not in batch.cond]
     if missing:
         problems.append(f"provides() names {missing} but prepare_batch(raw) did not supply them (raw has keys "
-                        f"{sorted(raw_keys(s.raw))}; give a raw batch holding every input, or fix the names)")
+                        f"{sorted(map(str, s.raw))}; give a raw batch holding every input, or fix the names)")
     if not set(batch.per_frame) <= set(batch.cond):
         problems.append(f"per_frame names {sorted(set(batch.per_frame) - set(batch.cond))}, which are not in cond")
     for key, value in batch.cond.items():
@@ -124,10 +124,6 @@ def check_provides(s: Subject) -> str:
     if problems:
         raise Broken("; ".join(problems) + ".")
     return f"latents {tuple(z.shape)}, cond {sorted(batch.cond)}"
-
-
-def raw_keys(raw: Mapping) -> list[str]:
-    return [str(k) for k in raw]
 
 
 def check_encode_decode(s: Subject) -> str:
