@@ -229,6 +229,13 @@ def test_the_kit_refuses_what_is_not_a_backbone_and_unknown_promises():
         check_backbone(Toy, raw=toy_raw(), promises=["recordng"])
 
 
+def test_sampling_checks_take_their_own_request():
+    report = check_backbone(Toy, raw=toy_raw(), generate_raw=toy_raw(b=1, t=5), steps=6, fork_at=4,
+                            promises=["recording", "fork"])
+    assert [f.promise for f in report.findings] == ["recording", "fork"]
+    assert report["fork"].detail == "fork at 4: prefix bit-exact, 2 base calls"
+
+
 def test_a_nonzero_adapter_is_refused_for_the_identity_promise():
     class Nonzero(ProbeAdapter):
         def __init__(self):
