@@ -1,7 +1,9 @@
-"""Record / fork / recompose / preview on CUDA, with the parity claims asserted there.
+"""Record / fork / recompose / preview on CUDA, with the parity claims asserted there, and the
+conformance kit (``workbench.testing.check_backbone``) in bfloat16.
 
-Skips with a message when no CUDA device is visible (``--device cpu`` runs the same checks on
-the CPU). Exits non-zero if a claim fails.
+``--device cuda`` requires CUDA: without a visible device it fails (exit 2) saying so, never a
+silent pass. The default ``--device auto`` uses CUDA when visible and otherwise says that it
+runs the same checks on the CPU. Exits non-zero if a claim fails.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import sys
 import time
 
 import torch
-from _bench import STEPS, setup
+from _bench import BENCH_BASE, STEPS, setup
 
 from workbench.inspect import StopSampling, StoragePolicy, fit_preview, record
 
@@ -69,16 +71,48 @@ def check(device: str, objective: str) -> None:
           f"{STEPS}-step run took {time.perf_counter() - start:.3f} s)")
 
 
-def main() -> int:
+def conformance(device: str, dtype: torch.dtype) -> bool:
+    """The backbone contract, every promise, on ``device`` in ``dtype``; prints the report."""
+    from workbench.adapters.latent_residual import LatentResidual
+    from workbench.backbones.tiny_video import TinyVideo, TinyVideoConfig
+    from workbench.testing import check_backbone
+
+    def make():
+        torch.manual_seed(0)
+        return TinyVideo(TinyVideoConfig(**BENCH_BASE))
+
+    g = torch.Generator().manual_seed(0)
+    raw = {"video": torch.rand(2, 3, 8, 32, 32, generator=g) * 2 - 1,
+           **{k: torch.rand(2, 8, d, generator=g) for k, d in (("action", 4), ("proprio", 3), ("ee_pos", 3))}}
+    report = check_backbone(make, raw=raw, adapter_factory=lambda: LatentResidual(width=32, depth=2), device=device,
+                            dtype=dtype, raise_on_broken=False)
+    print(report)
+    return report.ok
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--device", default="cuda")
-    device = parser.parse_args().device
-    if device == "cuda" and not torch.cuda.is_available():
-        print("gpu_check: skipped, no CUDA device is visible (run with --device cpu for the same checks on CPU)")
-        return 0
+    parser.add_argument("--device", default="auto", help="cuda (required), cpu, or auto (cuda when visible)")
+    parser.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16"),
+                        help="precision of the conformance run (auto: bfloat16 on cuda, float32 on cpu)")
+    args = parser.parse_args(argv)
+    device = args.device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        if device == "cpu":
+            print("gpu_check: no CUDA device is visible; running the same checks on the CPU "
+                  "(pass --device cuda to require a GPU)")
+    elif device.startswith("cuda") and not torch.cuda.is_available():
+        print(f"gpu_check: FAILED: --device {device} was asked for, but no CUDA device is visible (torch "
+              f"{torch.__version__}, built for CUDA {torch.version.cuda or 'none: a CPU-only build'}). Run on a "
+              f"machine with a GPU and a CUDA build of torch; --device cpu runs the same checks on the CPU.",
+              file=sys.stderr)
+        return 2
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}.get(
+        args.dtype, torch.bfloat16 if device.startswith("cuda") else torch.float32)
     for objective in ("flow_matching", "diffusion"):
         check(device, objective)
-    return 0
+    return 0 if conformance(device, dtype) else 1
 
 
 if __name__ == "__main__":

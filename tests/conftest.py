@@ -135,7 +135,7 @@ class ToyBackbone(BaseVideoModel):
         self.calls += 1
         return self.net(x_t) * (1 + t.view(-1, 1, 1, 1, 1))
 
-    def _generate(self, batch, *, steps, sampler, generator, compose_fn, on_step, **kwargs):
+    def run_sampler(self, batch, *, steps, sampler, generator, compose_fn, on_step, **kwargs):
         x = torch.randn(batch.latents.shape, generator=generator)
         times = torch.linspace(1, 0, steps + 1)
         for i in range(steps):

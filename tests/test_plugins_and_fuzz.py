@@ -77,6 +77,23 @@ print(exp.step, bool(exp.model.adapter.bias.abs().sum() > 0))
     assert run(code) == "2 True"
 
 
+def test_a_plugin_backbone_keeps_the_contract_through_the_kit(installed):
+    """What a plugin author runs in their own tests: the backbone, built by name, checked in one call."""
+    code = f"""
+import sys, torch
+sys.path.insert(0, {str(installed)!r})
+torch.set_num_threads(1)
+from workbench.registry import build
+from workbench.testing import check_backbone
+g = torch.Generator().manual_seed(0)
+raw = {{"video": torch.rand(2, 3, 4, 8, 8, generator=g) * 2 - 1, "action": torch.rand(2, 4, 4, generator=g)}}
+report = check_backbone(lambda: build("backbone", "fixture_video", {{}}), raw=raw,
+                        adapter_factory=lambda: build("adapter", "fixture_bias", {{"channels": 3}}))
+print(type(report.findings[0]).__name__, [f.status for f in report.findings].count("kept"), len(report.findings))
+"""
+    assert run(code) == "Finding 10 10"
+
+
 leaf = st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.floats(allow_nan=True), st.text(max_size=8))
 values = st.recursive(leaf, lambda inner: st.one_of(st.lists(inner, max_size=3),
                                                     st.dictionaries(st.text(max_size=8), inner, max_size=3)),

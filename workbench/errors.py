@@ -62,6 +62,17 @@ class StepError(InspectError, IndexError):
     """A step index that is out of range or was not stored."""
 
 
+class ConformanceError(WorkbenchError, AssertionError):
+    """A backbone broke promises of the contract (``workbench.testing.check_backbone``).
+
+    ``report`` is the :class:`~workbench.testing.ConformanceReport` listing every promise checked.
+    """
+
+    def __init__(self, report) -> None:
+        super().__init__(str(report))
+        self.report = report
+
+
 class StorageWarning(UserWarning):
     """A recording will hold more memory than its ``StoragePolicy.max_bytes`` allows."""
 
@@ -80,3 +91,4 @@ def listing(names: Iterable[str]) -> str:
     """Sorted, quoted, comma-separated names; ``(none)`` when empty."""
     items = sorted({str(n) for n in names})
     return ", ".join(f"'{n}'" for n in items) if items else "(none)"
+

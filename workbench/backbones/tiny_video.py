@@ -229,13 +229,13 @@ class TinyVideo(BaseVideoModel):
 
     def encode(self, video: torch.Tensor) -> torch.Tensor:
         b, _, t, h, w = video.shape
-        frames = video.permute(0, 2, 1, 3, 4).reshape(b * t, 3, h, w)
+        frames = video.to(self.dtype).permute(0, 2, 1, 3, 4).reshape(b * t, 3, h, w)  # any float video, our dtype
         z = self.encode_frames(frames)
         return z.view(b, t, *z.shape[1:]).permute(0, 2, 1, 3, 4)  # (B, C, T, h, w)
 
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
         b, c, t, h, w = latents.shape
-        frames = self.decode_frames(latents.permute(0, 2, 1, 3, 4).reshape(b * t, c, h, w))
+        frames = self.decode_frames(latents.to(self.dtype).permute(0, 2, 1, 3, 4).reshape(b * t, c, h, w))
         return frames.view(b, t, *frames.shape[1:]).permute(0, 2, 1, 3, 4)  # (B, 3, T, H, W)
 
     # -- batches -----------------------------------------------------------------------------
@@ -367,7 +367,7 @@ class TinyVideo(BaseVideoModel):
         ts = torch.linspace(n - 1, 0, steps, dtype=torch.float64).round().long()
         return torch.cat([ts, torch.tensor([-1])])
 
-    def _generate(self, batch, *, steps, sampler, generator, compose_fn, on_step, initial_noise=None):
+    def run_sampler(self, batch, *, steps, sampler, generator, compose_fn, on_step, initial_noise=None):
         shape = batch.latents.shape
         x = initial_noise if initial_noise is not None else torch.randn(
             shape, generator=generator, device=batch.latents.device, dtype=batch.latents.dtype)
@@ -381,12 +381,13 @@ class TinyVideo(BaseVideoModel):
                 x_next = x + (times[i + 1] - times[i]).to(x.dtype) * pred
             else:  # ddim, eta = 0
                 x0 = obj.x0_from_prediction(pred, x, t)
-                a, s = (c.view(-1, 1, 1, 1, 1) for c in obj.coefficients(t))
+                a, s = (c.to(x.dtype).view(-1, 1, 1, 1, 1) for c in obj.coefficients(t))
                 eps = (x - a * x0) / s
                 if times_host[i + 1] < 0:
                     x_next = x0
                 else:
-                    a_n, s_n = (c.view(-1, 1, 1, 1, 1) for c in obj.coefficients(times[i + 1].expand(shape[0])))
+                    a_n, s_n = (c.to(x.dtype).view(-1, 1, 1, 1, 1)
+                                for c in obj.coefficients(times[i + 1].expand(shape[0])))
                     x_next = a_n * x0 + s_n * eps
             if on_step is not None:
                 on_step(StepRecord(i, steps, t, x, pred, x_next))

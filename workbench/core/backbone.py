@@ -49,15 +49,57 @@ def as_video(value: Any, key: str = "video") -> torch.Tensor:
 
 
 class BaseVideoModel(nn.Module):
-    """A frozen video diffusion / flow model.
+    """A frozen video diffusion / flow model: the whole backbone contract, declared here.
 
-    Subclasses set ``card`` (a :class:`ModelCard`) and implement ``provides``,
-    ``prepare_batch``, ``encode``, ``decode``, ``denoise`` and ``_generate`` (the native
-    sampler). :meth:`generate` fills the request from the card and checks it first.
+    A backbone **must** set :attr:`card` and implement :meth:`provides`, :meth:`prepare_batch`,
+    :meth:`encode`, :meth:`decode`, :meth:`denoise`, :meth:`default_objective` and
+    :meth:`run_sampler` (its native sampler). It **may** override :meth:`constrain`,
+    :meth:`encode_item`, :meth:`callbacks` and set the attributes below; each default here is
+    the only one (nothing else in workbench guesses another). Callers use :meth:`generate`,
+    which fills the request from the card, checks it and calls :meth:`run_sampler`.
+
+    ``workbench.testing.check_backbone`` checks every promise made here in one call.
     """
 
-    card: ModelCard
+    # -- attributes: class-level defaults, set on the subclass or in ``__init__`` ----------------
+    card: ModelCard | None = None
+    """The validated :class:`ModelCard` (required; ``None`` only until ``__init__`` sets it)."""
+
+    config: Any = None
+    """The backbone's validated config (a ``config_class`` instance), or ``None``."""
+
     config_class: type | None = None
+    """The dataclass ``config:`` blocks are validated by (``__init__(config=None, **overrides)``)."""
+
+    causal_latents: bool | None = None
+    """How latent frames lay out in time. ``True``: a causal video VAE (frame 0 → latent frame 0,
+    then ``r`` frames per latent frame; it is decoded whole, never in chunks); ``False``: ``r``
+    frames per latent frame; ``None``: not declared, read off the decoded length (preferring
+    ``r`` per latent frame when both readings fit)."""
+
+    pixel_space: bool | None = None
+    """``True`` when the samples are the frames themselves (previews are the identity);
+    ``None``: inferred (3-channel latents and no ``vae`` component in the card)."""
+
+    preview_identity: Callable[[], str] | None = None
+    """Optional method ``preview_identity() -> str`` naming what :meth:`decode` computes (e.g. the
+    VAE checkpoint's hash), used as the latent-preview cache key instead of hashing the weights
+    of :meth:`preview_decoder`. ``None``: hash them."""
+
+    decoder_modules: tuple[str, ...] = ("vae", "autoencoder", "first_stage_model", "decoder")
+    """Attribute names a preview looks under, in order, for the module :meth:`decode` runs
+    (see :meth:`preview_decoder`)."""
+
+    sampler_inputs: tuple[str, ...] = ()
+    """Keys :meth:`prepare_batch` puts in ``cond`` for :meth:`run_sampler` only, not as conditions
+    an adapter may consume (so not in :meth:`provides`), e.g. the first frame's pixels that an
+    image-to-video pipeline encodes itself."""
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if "_generate" in vars(cls) and "run_sampler" not in vars(cls):
+            raise TypeError(f"{cls.__qualname__} defines _generate: the sampler hook is called run_sampler now "
+                            f"(same arguments). Rename the method.")
 
     @classmethod
     def config_from(cls, config: Any | None, overrides: Mapping[str, Any]) -> Any:
@@ -71,35 +113,24 @@ class BaseVideoModel(nn.Module):
             raise TypeError(f"pass either a config ({cls.config_class.__name__}) or keyword overrides, not both")
         return config
 
+    # -- data --------------------------------------------------------------------------------
     def provides(self) -> tuple[str, ...]:
-        """Names of the conditions ``prepare_batch`` supplies."""
+        """Names of the conditions :meth:`prepare_batch` supplies (what adapters may consume).
+
+        Every name appears in ``prepare_batch(raw).cond`` when ``raw`` holds its source, and
+        every ``cond`` key is either here or in :attr:`sampler_inputs`.
+        """
         raise NotImplementedError
 
     def prepare_batch(self, raw: Mapping[str, Any] | Batch) -> Batch:
-        """Raw data (video, actions, ...) → :class:`Batch` of clean latents and conditions."""
-        raise NotImplementedError
+        """Raw data (video, actions, prompts, ...) → :class:`Batch` of clean latents and conditions.
 
-    def encode(self, video: torch.Tensor) -> torch.Tensor:
-        """Video ``(B, 3, T, H, W)`` in [-1, 1] → latents ``(B, C, T', H', W')``."""
-        raise NotImplementedError
-
-    def decode(self, latents: torch.Tensor) -> torch.Tensor:
-        """Latents → video ``(B, 3, T, H, W)`` in [-1, 1]."""
-        raise NotImplementedError
-
-    def denoise(self, x_t: torch.Tensor, t: torch.Tensor, cond: Mapping[str, Any]) -> torch.Tensor:
-        """The frozen model's prediction at ``x_t`` (``t`` in the objective's units, ``(B,)``)."""
-        raise NotImplementedError
-
-    def constrain(self, prediction: torch.Tensor, x_t: torch.Tensor, t: torch.Tensor,
-                  cond: Mapping[str, Any]) -> torch.Tensor:
-        """``prediction`` with what the backbone fixes by construction enforced; the identity by default.
-
-        E.g. an image-to-video model whose first frame is given makes every prediction map that
-        frame onto its conditioning latent. :class:`ComposedModel` applies it to the composed
-        prediction, so what is recorded, recomposed and sampled with is the same tensor.
+        A :class:`Batch` is returned unchanged. Tensors land on :attr:`device`; ``latents`` are
+        :meth:`encode` of the video ``(B, C, T', h, w)``; every tensor condition has the batch's
+        ``B`` rows; ``loss_mask`` ``(B, T')`` is 0 on latent frames the model is given (e.g. a
+        conditioning first frame), which the sampler keeps.
         """
-        return prediction
+        raise NotImplementedError
 
     def encode_item(self, item: Mapping[str, Any]) -> dict[str, Any] | None:
         """One raw dataset item with the frozen base's work done ahead, or ``None`` if there is none.
@@ -110,40 +141,109 @@ class BaseVideoModel(nn.Module):
         """
         return None
 
-    def default_objective(self):
-        """The objective this backbone was trained with (used when a config names none)."""
+    # -- autoencoder -------------------------------------------------------------------------
+    def encode(self, video: torch.Tensor) -> torch.Tensor:
+        """Video ``(B, 3, T, H, W)`` in [-1, 1] → floating latents ``(B, C, T', H', W')`` on :attr:`device`."""
         raise NotImplementedError
 
-    def _generate(self, batch: Batch, *, steps: int, sampler: str, generator: torch.Generator | None,
-                  compose_fn: ComposeFn, on_step: OnStep | None, **kwargs) -> torch.Tensor:
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        """Latents ``(B, C, T', H', W')`` → floating video ``(B, 3, T, H, W)`` in [-1, 1]."""
+        raise NotImplementedError
+
+    def preview_decoder(self) -> nn.Module | None:
+        """The module :meth:`decode` runs: the first of :attr:`decoder_modules` that is a module, else ``None``."""
+        for name in self.decoder_modules:
+            module = getattr(self, name, None)  # names a subclass may or may not have
+            if isinstance(module, nn.Module):
+                return module
+        return None
+
+    # -- the model ---------------------------------------------------------------------------
+    def denoise(self, x_t: torch.Tensor, t: torch.Tensor, cond: Mapping[str, Any]) -> torch.Tensor:
+        """The frozen model's prediction at ``x_t`` ``(B, C, T', h, w)``, in ``x_t``'s dtype.
+
+        ``t`` ``(B,)`` is in the objective's units; ``cond`` is a batch's ``cond``. Inside a
+        sampler this is the base's part of every composed prediction, so it must be
+        deterministic (no dropout: the base is frozen in eval mode) and already satisfy
+        :meth:`constrain`.
+        """
+        raise NotImplementedError
+
+    def constrain(self, prediction: torch.Tensor, x_t: torch.Tensor, t: torch.Tensor,
+                  cond: Mapping[str, Any]) -> torch.Tensor:
+        """``prediction`` with what the backbone fixes by construction enforced; the identity by default.
+
+        E.g. an image-to-video model whose first frame is given makes every prediction map that
+        frame onto its conditioning latent. :class:`ComposedModel` applies it to the composed
+        prediction, so what is recorded, recomposed and sampled with is the same tensor. It
+        changes only the given frames (``loss_mask`` 0), is idempotent, and leaves
+        :meth:`denoise`'s own output unchanged.
+        """
+        return prediction
+
+    def default_objective(self):
+        """The :class:`Objective` this backbone was trained with (used when a config names none).
+
+        Its ``prediction_type`` is the card's.
+        """
+        raise NotImplementedError
+
+    def callbacks(self) -> tuple:
+        """Callbacks this backbone brings to any training run it is part of; none by default."""
+        return ()
+
+    # -- sampling ----------------------------------------------------------------------------
+    def run_sampler(self, batch: Batch, *, steps: int, sampler: str, generator: torch.Generator | None,
+                    compose_fn: ComposeFn, on_step: OnStep | None, **kwargs) -> torch.Tensor:
+        """The backbone's own native sampler (its loop, or its upstream pipeline); returns final latents.
+
+        Called by :meth:`generate` under ``no_grad`` with a prepared ``batch``, the card-checked
+        ``steps`` and ``sampler``, and ``kwargs`` from the request (e.g. ``guidance_scale``;
+        recordings and forks pass the same ones again). The result has ``batch.latents``' shape
+        and dtype. The rules that make recording, forks and ablations exact:
+
+        * **Every prediction goes through** ``compose_fn(x_t, t, batch)`` (``t`` ``(B,)`` in the
+          objective's units, ``batch`` the one the prediction is for, e.g. the unconditional
+          half under guidance): never ``denoise`` directly, never a prediction kept from an
+          earlier call. The calls of a step come **in the same order every run**: a fork
+          replays its prefix by call position, without any model call.
+        * ``on_step`` (when not ``None``) is called **once per step, after that step's**
+          ``compose_fn`` **calls**, in order, with ``StepRecord(index, steps, t, x_t,
+          prediction, x_next)``; ``prediction`` is what the update used.
+        * **The generator is the only randomness**: the initial noise and any stochastic step
+          draw from ``generator`` (on the batch's device), never from torch's global generator,
+          so the same generator state gives bit-identical latents, recorded or not.
+        * Frames the backbone is given (``loss_mask`` 0) come out as given.
+        """
         raise NotImplementedError
 
     def generate(self, cond: Mapping[str, Any] | Batch, *, steps: int | None = None,
                  generator: torch.Generator | None = None, compose_fn: ComposeFn | None = None,
                  on_step: OnStep | None = None, sampler: str | None = None, **kwargs) -> torch.Tensor:
-        """Run the backbone's own sampler; returns final latents.
+        """Run the backbone's own sampler (:meth:`run_sampler`); returns final latents.
 
         ``compose_fn(x_t, t, batch)`` replaces the base prediction at every step (this is how
-        an adapter is injected); ``on_step`` receives a :class:`StepRecord` after each step.
-        ``steps`` / ``sampler`` default to the card's and are checked against its recipe.
+        an adapter is injected; default: :meth:`denoise`); ``on_step`` receives a
+        :class:`StepRecord` after each step. ``steps`` / ``sampler`` default to the card's and
+        are checked against its recipe; ``kwargs`` go to :meth:`run_sampler`.
         """
         steps, sampler = self.card.resolve_steps(steps, sampler)
         batch = cond if isinstance(cond, Batch) else self.prepare_batch(cond)
         fn = compose_fn if compose_fn is not None else (lambda x, t, b: self.denoise(x, t, b.cond))
         with torch.no_grad():
-            return self._generate(batch, steps=steps, sampler=sampler, generator=generator,
-                                  compose_fn=fn, on_step=on_step, **kwargs)
+            return self.run_sampler(batch, steps=steps, sampler=sampler, generator=generator,
+                                    compose_fn=fn, on_step=on_step, **kwargs)
 
-    def callbacks(self) -> tuple:
-        return ()
-
+    # -- placement ---------------------------------------------------------------------------
     @property
     def device(self) -> torch.device:
+        """Where the backbone's first parameter lives (CPU without parameters)."""
         p = next(self.parameters(), None)
         return p.device if p is not None else torch.device("cpu")
 
     @property
     def dtype(self) -> torch.dtype:
+        """The first parameter's dtype (float32 without parameters)."""
         p = next(self.parameters(), None)
         return p.dtype if p is not None else torch.float32
 

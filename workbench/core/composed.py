@@ -45,7 +45,7 @@ def _check_parts(base, adapter, composer, objective) -> None:
             wrong.append(f"{name} must be a workbench.{kind.__name__}, got {type(obj).__name__}")
     if wrong:
         raise CompositionError("; ".join(wrong) + ".")
-    card = getattr(base, "card", None)
+    card = base.card
     if not isinstance(card, ModelCard):
         raise CompositionError(
             f"{type(base).__name__} has no valid ModelCard (card={card!r}); set `card = ModelCard(...)` "

@@ -339,7 +339,7 @@ class EasyAnimate(DiffusersBackbone):
         return out.to(x_t.dtype)
 
     # -- sampling ----------------------------------------------------------------------------
-    def _generate(self, batch: Batch, *, steps: int, sampler: str, generator: torch.Generator | None,
+    def run_sampler(self, batch: Batch, *, steps: int, sampler: str, generator: torch.Generator | None,
                   compose_fn, on_step, guidance_scale: float | None = None, **pipeline_kwargs) -> torch.Tensor:
         """Run the diffusers pipeline with the composition injected; returns its final latents.
 

@@ -136,6 +136,7 @@ class Wan22TI2V(DiffusersBackbone):
 
     config_class = Wan22Config
     causal_latents = True  # the VAE is causal in time: frame 0 → latent 0, then 4 frames per latent frame
+    sampler_inputs = ("image",)  # the first frame's pixels, which the i2v pipeline encodes itself
 
     def __init__(self, config: Wan22Config | None = None, **overrides):
         super().__init__()
@@ -411,7 +412,7 @@ class Wan22TI2V(DiffusersBackbone):
             return given
         return self.encode_text([self.config.negative_prompt] * batch.batch_size)
 
-    def _generate(self, batch: Batch, *, steps: int, sampler: str, generator: torch.Generator | None,
+    def run_sampler(self, batch: Batch, *, steps: int, sampler: str, generator: torch.Generator | None,
                   compose_fn, on_step, guidance_scale: float | None = None, **pipeline_kwargs) -> torch.Tensor:
         """Run the diffusers pipeline with the composition injected; returns its final (normalised) latents.
 

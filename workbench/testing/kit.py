@@ -1,0 +1,290 @@
+"""``check_backbone``: every promise of the backbone contract checked in one call, one report."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from workbench.core.adapter import Adapter
+from workbench.core.backbone import BaseVideoModel
+from workbench.core.conditions import Batch
+from workbench.errors import ConformanceError, did_you_mean, listing
+
+
+class Broken(Exception):  # noqa: N818 - a finding, raised inside a promise's check
+    """Raised by a promise's check: the promise does not hold (the message says how)."""
+
+
+class Skipped(Exception):  # noqa: N818
+    """Raised by a promise's check: the promise cannot be checked with what was given (the message says why)."""
+
+
+class _Blocked(Exception):  # noqa: N818
+    """A check needs something an earlier step failed to make (``prepare_batch(raw)``, the recording)."""
+
+
+class ProbeAdapter(Adapter):
+    """The kit's default adapter: ``scale * x_t`` with a scalar ``scale`` that starts at 0.
+
+    It consumes no condition, so it binds to any backbone; it is exactly zero at init and
+    trains (its gradient is the loss's correlation with ``x_t``).
+    """
+
+    zero_init_output = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = nn.Parameter(torch.zeros(()))
+
+    def forward(self, x_t, t, cond, base_output=None):
+        return self.scale.to(x_t.dtype) * x_t
+
+
+@dataclass
+class Finding:
+    """One promise and what the check found: ``status`` is kept / broken / skipped / not checked."""
+
+    promise: str
+    statement: str
+    status: str
+    detail: str = ""
+
+    def line(self) -> str:
+        mark = {"kept": "ok  ", "broken": "FAIL", "skipped": "skip", "not checked": "----"}[self.status]
+        tail = f"\n         {self.detail}" if self.detail else ""
+        return f"  {mark} {self.promise}: {self.statement}{tail}"
+
+
+@dataclass
+class ConformanceReport:
+    """What :func:`check_backbone` found, one :class:`Finding` per promise, in checking order."""
+
+    backbone: str
+    setting: str
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def broken(self) -> list[Finding]:
+        return [f for f in self.findings if f.status in ("broken", "not checked")]
+
+    @property
+    def ok(self) -> bool:
+        return not self.broken
+
+    def __getitem__(self, promise: str) -> Finding:
+        for finding in self.findings:
+            if finding.promise == promise:
+                return finding
+        raise KeyError(promise)
+
+    def __str__(self) -> str:
+        n = len(self.broken)
+        head = (f"{self.backbone} on {self.setting}: " +
+                (f"{n} of {len(self.findings)} promises broken" if n else f"all {len(self.findings)} promises kept"))
+        return "\n".join([head, *(f.line() for f in self.findings)])
+
+
+class Subject:
+    """The backbone under check and what the checks share (built lazily, each at most once)."""
+
+    def __init__(self, base: BaseVideoModel, *, raw: Mapping[str, Any], generate_raw: Mapping[str, Any] | None,
+                 adapter_factory: Callable[[], Adapter], steps: int | None, fork_at: int | None,
+                 sampler_kwargs: Mapping[str, Any], device: torch.device, dtype: torch.dtype | None, seed: int):
+        self.base, self.raw, self.generate_raw = base, raw, generate_raw
+        self.adapter_factory, self.sampler_kwargs = adapter_factory, dict(sampler_kwargs)
+        self.requested_steps, self.fork_at = steps, fork_at
+        self.device, self.dtype, self.seed = device, dtype, seed
+        self._made: dict[str, Any] = {}
+        self.failed: dict[str, str] = {}
+
+    def _once(self, name: str, make: Callable[[], Any]) -> Any:
+        if name in self.failed:
+            raise _Blocked(self.failed[name])
+        if name not in self._made:
+            try:
+                self._made[name] = make()
+            except Exception as err:
+                self.failed[name] = f"{name} failed: {type(err).__name__}: {err}"
+                raise
+        return self._made[name]
+
+    def keep(self, name: str, value: Any) -> None:
+        self._made[name] = value
+
+    def need(self, name: str) -> Any:
+        if name not in self._made:
+            raise _Blocked(self.failed.get(name, f"needs {name}, which an earlier promise did not produce"))
+        return self._made[name]
+
+    @property
+    def batch(self) -> Batch:
+        """``prepare_batch(raw)`` (a training batch)."""
+        return self._once("prepare_batch(raw)", lambda: self.base.prepare_batch(self.raw))
+
+    @property
+    def generation_batch(self) -> Batch:
+        """The batch sampled from: ``prepare_batch(generate_raw)``, else the first clip of :attr:`batch`."""
+        def make():
+            if self.generate_raw is not None:
+                return self.base.prepare_batch(self.generate_raw)
+            return self.batch.select([0])
+        return self._once("prepare_batch(generate_raw)", make)
+
+    @property
+    def steps(self) -> int:
+        return self._once("card.resolve_steps", lambda: self.base.card.resolve_steps(self.requested_steps)[0])
+
+    def generator(self, seed: int | None = None) -> torch.Generator:
+        return torch.Generator(device=self.device).manual_seed(self.seed if seed is None else seed)
+
+    def model(self, composer=None, *, perturbed: bool = False):
+        """A fresh :class:`ComposedModel` over the base with a fresh adapter (``perturbed``: made nonzero)."""
+        from workbench.core.composed import ComposedModel
+        from workbench.core.composers import GatedResidual
+
+        adapter = self.adapter_factory()
+        if not isinstance(adapter, Adapter):
+            raise Broken(f"adapter_factory() returned {type(adapter).__name__}, not a workbench Adapter.")
+        if perturbed:
+            g = torch.Generator().manual_seed(1234)
+            with torch.no_grad():
+                for p in adapter.parameters():
+                    p.add_(torch.randn(p.shape, generator=g).to(p) * 0.1)
+        composer = composer if composer is not None else GatedResidual(gate_init=0.5 if perturbed else 0.1)
+        model = ComposedModel(self.base, adapter, composer, self.base.default_objective())
+        return model.to(self.device) if self.dtype is None else model.to(self.device, self.dtype)
+
+
+@contextlib.contextmanager
+def counting_base_calls(base: BaseVideoModel) -> Iterator[list[int]]:
+    """Counts ``base.denoise`` calls (every prediction of the frozen base) inside the block."""
+    calls = [0]
+    own = vars(base).get("denoise")  # an instance attribute (someone else's counter) is put back after
+    inner = base.denoise
+
+    def counted(*args, **kwargs):
+        calls[0] += 1
+        return inner(*args, **kwargs)
+
+    base.denoise = counted
+    try:
+        yield calls
+    finally:
+        if own is None:
+            del base.denoise
+        else:
+            base.denoise = own
+
+
+def check_backbone(make_backbone: Callable[[], BaseVideoModel] | BaseVideoModel, *, raw: Mapping[str, Any],
+                   adapter_factory: Callable[[], Adapter] | None = None,
+                   generate_raw: Mapping[str, Any] | None = None, steps: int | None = None,
+                   fork_at: int | None = None, sampler_kwargs: Mapping[str, Any] | None = None,
+                   device: str | torch.device = "cpu", dtype: torch.dtype | None = None, seed: int = 0,
+                   promises: Iterable[str] | None = None, raise_on_broken: bool = True) -> ConformanceReport:
+    """Check every promise of the backbone contract; raise one :class:`ConformanceError` listing the broken ones.
+
+    Args:
+        make_backbone: a callable returning the backbone (or the backbone itself). It is moved
+            to ``device`` (and ``dtype``) and frozen by the checks.
+        raw: a raw *training* batch for ``prepare_batch``, holding every input the backbone
+            takes (video, each signal, prompts ...), so that every name in ``provides()`` is made.
+        adapter_factory: a callable returning a fresh adapter that is zero at init and binds to
+            this backbone (default :class:`ProbeAdapter`, which consumes nothing).
+        generate_raw: what to sample from (default: the first clip of ``prepare_batch(raw)``).
+        steps / sampler_kwargs: the sampling request (default: the card's steps; e.g.
+            ``{"guidance_scale": 4.0}`` to sample under guidance).
+        fork_at: the step the fork check forks at (default ``steps // 2``).
+        device / dtype: where and in what precision the checks run (``dtype=None`` keeps the
+            backbone's own dtypes and moves it to ``device`` only).
+        promises: names of the promises to check (default all, see :data:`PROMISES`).
+        raise_on_broken: ``False`` returns the report instead of raising.
+
+    Returns the :class:`ConformanceReport` when every promise checked holds.
+
+    >>> from workbench.testing import check_backbone
+    >>> check_backbone(lambda: TinyVideo(image_size=16, frames=4, width=16, ae_width=8, depth=1),
+    ...                raw={"video": torch.rand(2, 3, 4, 16, 16) * 2 - 1}, steps=4)   # doctest: +SKIP
+    """
+    from workbench.testing.promises import PROMISES
+
+    wanted = list(PROMISES) if promises is None else _checked_names(promises, PROMISES)
+    base = make_backbone() if callable(make_backbone) and not isinstance(make_backbone, nn.Module) else make_backbone
+    device = torch.device(device)
+    setting = f"{device}" + (f" {str(dtype).replace('torch.', '')}" if dtype is not None else "")
+    if not isinstance(base, BaseVideoModel):
+        report = ConformanceReport(type(base).__name__, setting, [Finding(
+            "backbone", "make_backbone() returns a workbench BaseVideoModel", "broken",
+            f"got {type(base).__name__}; subclass workbench.BaseVideoModel.")])
+        raise ConformanceError(report)
+    if not isinstance(raw, Mapping):
+        raise TypeError(f"raw must be a mapping (a raw training batch), got {type(raw).__name__}.")
+    name = getattr(base.card, "model_id", None) or "?"
+    report = ConformanceReport(f"{type(base).__name__} ({name})", setting)
+    subject = Subject(base, raw=raw, generate_raw=generate_raw, adapter_factory=adapter_factory or ProbeAdapter,
+                      steps=steps, fork_at=fork_at, sampler_kwargs=sampler_kwargs or {}, device=device, dtype=dtype,
+                      seed=seed)
+    try:
+        subject.keep("the state before moving", snapshot(base))
+        base.to(device) if dtype is None else base.to(device, dtype)
+    except Exception as err:
+        subject.failed["moving the backbone"] = f"base.to({setting}) raised {type(err).__name__}: {err}"
+    for promise in wanted:
+        statement, check = PROMISES[promise]
+        try:
+            detail = check(subject) or ""
+            finding = Finding(promise, statement, "kept", detail)
+        except Broken as err:
+            finding = Finding(promise, statement, "broken", str(err))
+        except Skipped as err:
+            finding = Finding(promise, statement, "skipped", str(err))
+        except _Blocked as err:
+            finding = Finding(promise, statement, "not checked", str(err))
+        except Exception as err:  # the backbone raised: that is the finding
+            finding = Finding(promise, statement, "broken", f"raised {type(err).__name__}: {err}")
+        report.findings.append(finding)
+    if report.broken and raise_on_broken:
+        raise ConformanceError(report)
+    return report
+
+
+def _checked_names(names: Iterable[str], known: Mapping[str, Any]) -> list[str]:
+    names = [names] if isinstance(names, str) else list(names)
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"Unknown promise {unknown[0]!r}; the promises are {listing(known)}."
+                         f"{did_you_mean(unknown[0], known)}")
+    return names
+
+
+def tensors(module: nn.Module) -> dict[str, torch.Tensor]:
+    """Every parameter and buffer by name, non-persistent buffers included."""
+    return {**dict(module.named_parameters()), **dict(module.named_buffers())}
+
+
+def snapshot(module: nn.Module) -> dict[str, torch.Tensor]:
+    """Every parameter and buffer, cloned (where it is)."""
+    return {k: v.detach().clone() for k, v in tensors(module).items()}
+
+
+def differing(before: Mapping[str, torch.Tensor], after: Mapping[str, torch.Tensor]) -> list[str]:
+    """Names whose tensors differ (or appear in one state only)."""
+    names = sorted(set(before) | set(after))
+    return [n for n in names if n not in before or n not in after or before[n].dtype != after[n].dtype
+            or before[n].shape != after[n].shape or not torch.equal(before[n].cpu(), after[n].cpu())]
+
+
+def few(names: Sequence[str], n: int = 4) -> str:
+    shown = ", ".join(names[:n])
+    return shown + (f" (+{len(names) - n} more)" if len(names) > n else "")
+
+
+def max_diff(a: torch.Tensor, b: torch.Tensor) -> str:
+    if a.shape != b.shape:
+        return f"shapes {tuple(a.shape)} vs {tuple(b.shape)}"
+    return f"max |difference| {float((a.detach().double().cpu() - b.detach().double().cpu()).abs().max()):.3g}"

@@ -1,0 +1,350 @@
+"""The promises of the backbone contract, one check each (see ``BaseVideoModel``).
+
+A check returns a short note (or nothing) when its promise holds, raises :class:`Broken`
+saying what was found when it does not, and :class:`Skipped` when it cannot be checked with
+what was given. Anything else the backbone raises is reported as broken.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from workbench.core.backbone import as_video
+from workbench.core.card import ModelCard
+from workbench.core.conditions import Batch
+from workbench.testing.kit import (
+    Broken,
+    Skipped,
+    Subject,
+    counting_base_calls,
+    differing,
+    few,
+    max_diff,
+    snapshot,
+    tensors,
+)
+
+
+def _tolerance(dtype: torch.dtype) -> dict[str, float]:
+    """For values computed two legitimate ways (the pipeline's own encode vs ours): dtype-sized."""
+    return {"rtol": 2e-2, "atol": 2e-2} if dtype in (torch.bfloat16, torch.float16) else {"rtol": 1e-4, "atol": 1e-4}
+
+
+# -- the card and placement ----------------------------------------------------------------
+def check_card(s: Subject) -> str:
+    base = s.base
+    if not isinstance(base.card, ModelCard):
+        raise Broken(f"base.card is {base.card!r}; set `self.card = ModelCard(...)` in __init__.")
+    problems = base.card.problems()
+    if problems:
+        raise Broken("; ".join(problems))
+    objective = base.default_objective()
+    if objective.prediction_type != base.card.prediction_type:
+        raise Broken(f"default_objective() trains a {objective.prediction_type!r} prediction but the card says "
+                     f"{base.card.prediction_type!r}; make them agree.")
+    return f"{base.card.model_id!r}, {s.steps} steps of {base.card.sampling.sampler!r}"
+
+
+def check_to(s: Subject) -> str:
+    base, device, dtype = s.base, s.device, s.dtype
+    before = s.need("the state before moving")
+    moved = snapshot(base)
+    elsewhere = [k for k, v in moved.items() if v.device.type != device.type]
+    wrong = [k for k, v in moved.items() if dtype is not None and v.is_floating_point() and v.dtype != dtype]
+    if elsewhere or wrong:
+        raise Broken(f".to({device}{', ' + str(dtype) if dtype else ''}) left "
+                     + "; ".join(filter(None, [elsewhere and f"{few(elsewhere)} off {device}",
+                                               wrong and f"{few(wrong)} not {dtype}"])))
+    first = next(base.parameters(), None)
+    if first is not None and (base.device.type != device.type or base.dtype != first.dtype):
+        raise Broken(f"base.device / base.dtype report {base.device} / {base.dtype}, the weights are on "
+                     f"{first.device} / {first.dtype}.")
+    if dtype is not None:
+        before = {k: v.to(dtype) if v.is_floating_point() else v for k, v in before.items()}
+    changed = differing(before, moved)
+    if changed:
+        raise Broken(f"moving changed the values of {few(changed)}.")
+    dtypes = {v.dtype for v in moved.values() if v.is_floating_point()}
+    uniform = dtypes.pop() if len(dtypes) == 1 else None  # float64 holds every float dtype exactly
+    if device.type != "cpu":
+        base.to("cpu") if uniform is None else base.to("cpu", torch.float64)
+        base.to(device) if uniform is None else base.to(device, uniform)
+    elif uniform is not None:
+        base.to(torch.float64)
+        base.to(uniform)
+    else:
+        return f"{len(moved)} tensors on {device} (mixed precision on the CPU: no round trip to make)"
+    changed = differing(moved, snapshot(base))
+    if changed:
+        raise Broken(f"a .to() round trip changed {few(changed)}.")
+    return f"{len(moved)} tensors on {device}, round trip bit-exact"
+
+
+# -- the batch and the autoencoder ---------------------------------------------------------
+def check_provides(s: Subject) -> str:
+    base = s.base
+    provided = base.provides()
+    if not isinstance(provided, tuple) or not all(isinstance(n, str) for n in provided):
+        raise Broken(f"provides() must return a tuple of str, got {provided!r}.")
+    if len(set(provided)) != len(provided):
+        raise Broken(f"provides() repeats names: {provided!r}.")
+    batch = s.batch
+    if not isinstance(batch, Batch):
+        raise Broken(f"prepare_batch(raw) returned {type(batch).__name__}, not a workbench Batch.")
+    problems = []
+    z = batch.latents
+    if not isinstance(z, torch.Tensor) or z.ndim != 5 or not z.is_floating_point():
+        raise Broken(f"batch.latents must be a floating (B, C, T, H, W) tensor, got "
+                     f"{tuple(getattr(z, 'shape', ()))} {getattr(z, 'dtype', type(z).__name__)}.")
+    if z.requires_grad or z.grad_fn is not None:
+        problems.append("batch.latents carry autograd history (run the encoder under torch.no_grad())")
+    if z.device.type != base.device.type:
+        problems.append(f"batch.latents is on {z.device}, the backbone on {base.device}")
+    extra = sorted(set(batch.cond) - set(provided) - set(base.sampler_inputs))
+    if extra:
+        problems.append(f"cond has {extra} that provides() does not name (add them to provides(), or to "
+                        f"sampler_inputs if only the sampler reads them)")
+    missing = [n for n in provided if n not in batch.cond]
+    if missing:
+        problems.append(f"provides() names {missing} but prepare_batch(raw) did not supply them (raw has keys "
+                        f"{sorted(map(str, s.raw))}; give a raw batch holding every input, or fix the names)")
+    if not set(batch.per_frame) <= set(batch.cond):
+        problems.append(f"per_frame names {sorted(set(batch.per_frame) - set(batch.cond))}, which are not in cond")
+    for key, value in batch.cond.items():
+        if isinstance(value, torch.Tensor) and value.ndim and value.shape[0] != z.shape[0]:
+            problems.append(f"cond[{key!r}] has {value.shape[0]} rows for a batch of {z.shape[0]}")
+        elif isinstance(value, torch.Tensor) and value.device.type != base.device.type:
+            problems.append(f"cond[{key!r}] is on {value.device}, the backbone on {base.device}")
+    if batch.loss_mask is not None and tuple(batch.loss_mask.shape) != (z.shape[0], z.shape[2]):
+        problems.append(f"loss_mask is {tuple(batch.loss_mask.shape)}, expected (B, T') = {(z.shape[0], z.shape[2])}")
+    if base.prepare_batch(batch) is not batch:
+        problems.append("prepare_batch(batch) must return a Batch unchanged")
+    if problems:
+        raise Broken("; ".join(problems) + ".")
+    return f"latents {tuple(z.shape)}, cond {sorted(batch.cond)}"
+
+
+def check_encode_decode(s: Subject) -> str:
+    if "video" not in s.raw:
+        raise Skipped("raw has no 'video' to encode.")
+    base, batch = s.base, s.batch
+    video = as_video(s.raw["video"]).to(base.device)
+    with torch.no_grad():
+        z = base.encode(video)
+        if not isinstance(z, torch.Tensor) or z.ndim != 5 or not z.is_floating_point():
+            raise Broken(f"encode(video {tuple(video.shape)}) must return floating (B, C, T', h, w) latents, got "
+                         f"{tuple(getattr(z, 'shape', ()))} {getattr(z, 'dtype', '')}.")
+        if z.shape != batch.latents.shape:
+            raise Broken(f"encode(video) is {tuple(z.shape)} but prepare_batch(raw).latents is "
+                         f"{tuple(batch.latents.shape)}: the batch's latents must be the encoded video.")
+        if not torch.allclose(z.float(), batch.latents.float(), **_tolerance(z.dtype)):
+            raise Broken(f"prepare_batch(raw).latents are not encode(video): {max_diff(z, batch.latents)}.")
+        x = base.decode(z)
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point() or tuple(x.shape) != tuple(video.shape):
+        raise Broken(f"decode(encode(video)) must be floating video of the input's shape {tuple(video.shape)}, got "
+                     f"{tuple(getattr(x, 'shape', ()))} {getattr(x, 'dtype', '')}.")
+    if not torch.isfinite(x).all() or float(x.abs().max()) > 1.0 + 1e-3:
+        raise Broken(f"decode must return finite values in [-1, 1], got a range of [{float(x.min()):.3g}, "
+                     f"{float(x.max()):.3g}].")
+    return f"video {tuple(video.shape)} -> latents {tuple(z.shape)} {z.dtype} -> video {x.dtype}"
+
+
+# -- composition ---------------------------------------------------------------------------
+def check_identity(s: Subject) -> str:
+    from workbench.core.composers import Add, GatedResidual
+
+    base, batch = s.base, s.batch
+    for composer in (Add(), GatedResidual()):
+        model = s.model(composer).train()
+        x_t, t, _ = model.noised(batch, s.generator())
+        with torch.no_grad():
+            pred = model.predict(x_t, t, batch, step=0)
+        if pred.adapter is not None and bool((pred.adapter != 0).any()):
+            raise Broken(f"the adapter from adapter_factory is not zero at init (max |output| "
+                         f"{float(pred.adapter.abs().max()):.3g}); this promise needs one that is.")
+        with torch.no_grad():
+            frozen = base.denoise(x_t, t, batch.cond)
+            again = base.denoise(x_t, t, batch.cond)
+        if not torch.equal(frozen, again):
+            raise Broken(f"denoise gave two answers for the same input ({max_diff(frozen, again)}): the frozen base "
+                         f"must be deterministic (eval mode, no sampling inside).")
+        if frozen.shape != x_t.shape or frozen.dtype != x_t.dtype:
+            raise Broken(f"denoise returned {tuple(frozen.shape)} {frozen.dtype} for x_t {tuple(x_t.shape)} "
+                         f"{x_t.dtype}; it must match x_t's shape and dtype.")
+        if not torch.equal(pred.composed, frozen):
+            raise Broken(f"{composer.describe()} with a zero adapter is not the frozen base bit for bit: "
+                         f"{max_diff(pred.composed, frozen)} (is constrain() changing denoise's own output?).")
+    return "Add and GatedResidual, bit-exact"
+
+
+def check_constrain(s: Subject) -> str:
+    base, batch = s.base, s.batch
+    g = s.generator()
+    model = s.model()
+    x_t, t, _ = model.noised(batch, g)
+    with torch.no_grad():
+        frozen = base.denoise(x_t, t, batch.cond)
+        kept = base.constrain(frozen, x_t, t, batch.cond)
+        any_pred = torch.randn(x_t.shape, generator=g, device=x_t.device).to(x_t.dtype)
+        fixed = base.constrain(any_pred.clone(), x_t, t, batch.cond)
+        twice = base.constrain(fixed.clone(), x_t, t, batch.cond)
+    if not torch.equal(kept, frozen):
+        raise Broken(f"constrain changes denoise's own prediction ({max_diff(kept, frozen)}); the base's output "
+                     f"must already satisfy it.")
+    if not torch.equal(twice, fixed):
+        raise Broken(f"constrain is not idempotent: applied twice it moves again ({max_diff(twice, fixed)}).")
+    mask = batch.loss_mask
+    free = torch.ones(x_t.shape[2], dtype=torch.bool) if mask is None else (mask != 0).all(dim=0).cpu()
+    if not torch.equal(fixed[:, :, free.to(fixed.device)], any_pred[:, :, free.to(fixed.device)]):
+        raise Broken("constrain changed frames the model predicts (loss_mask 1); it may only fix given frames.")
+    given = torch.zeros_like(free) if mask is None else (mask == 0).all(dim=0).cpu()
+    if not given.any():
+        return "the identity outside given frames (this batch has no given frames)"
+    gen = s.generation_batch
+    given = torch.zeros_like(free) if gen.loss_mask is None else (gen.loss_mask == 0).all(dim=0).cpu()
+    if not given.any():
+        return "the identity outside given frames (the generation batch has no given frames)"
+    final = s.model(perturbed=True).generate(gen, steps=s.steps, generator=s.generator(), **s.sampler_kwargs)
+    idx, frames = given.to(final.device), given.nonzero().flatten().tolist()
+    want = gen.latents[:, :, idx]
+    if not torch.allclose(final[:, :, idx].float(), want.float(), **_tolerance(final.dtype)):
+        raise Broken(f"with a nonzero adapter, sampling moved the given latent frames {frames} "
+                     f"({max_diff(final[:, :, idx], want)}); the sampler must return them as given.")
+    return f"given latent frames {frames} kept through sampling with a nonzero adapter"
+
+
+# -- sampling: recording and forks ---------------------------------------------------------
+def _rng_states(device: torch.device) -> list[torch.Tensor]:
+    states = [torch.random.get_rng_state()]
+    if device.type == "cuda":
+        states.append(torch.cuda.get_rng_state(device))
+    return states
+
+
+def check_recording(s: Subject) -> str:
+    from workbench.inspect import record
+
+    model, batch, steps, kwargs = s.model(perturbed=True), s.generation_batch, s.steps, s.sampler_kwargs
+    rng = _rng_states(s.device)
+    with counting_base_calls(s.base) as calls:
+        plain = model.generate(batch, steps=steps, generator=s.generator(), **kwargs)
+    if any(not torch.equal(a, b) for a, b in zip(rng, _rng_states(s.device))):
+        raise Broken("generate() drew from torch's global random generator; the generator passed in must be the "
+                     "only randomness (pass generator= to every torch.randn / randn_tensor).")
+    if plain.shape != batch.latents.shape or plain.dtype != batch.latents.dtype:
+        raise Broken(f"run_sampler returned {tuple(plain.shape)} {plain.dtype}; expected the batch's latents "
+                     f"{tuple(batch.latents.shape)} {batch.latents.dtype}.")
+    if calls[0] == 0 or calls[0] % steps:
+        raise Broken(f"a {steps}-step run made {calls[0]} base predictions; every prediction must go through "
+                     f"compose_fn, the same number of calls in every step.")
+    again = model.generate(batch, steps=steps, generator=s.generator(), **kwargs)
+    if not torch.equal(plain, again):
+        raise Broken(f"two runs with the same generator differ ({max_diff(plain, again)}).")
+    bare = s.base.generate(batch, steps=steps, generator=s.generator(), **kwargs)
+    if torch.equal(plain, bare):
+        raise Broken("a nonzero adapter changed nothing: the sampler does not sample with compose_fn's predictions.")
+    other = model.generate(batch, steps=steps, generator=s.generator(s.seed + 1), **kwargs)
+    if torch.equal(plain, other):
+        raise Broken("runs with different seeds are identical: the sampler ignores the generator.")
+    traj = record(model, batch, steps=steps, seed=s.seed, **kwargs)
+    if len(traj) != steps or not traj.complete:
+        raise Broken(f"the recording holds {len(traj)} of {steps} steps.")
+    if not torch.equal(traj.final, plain.to(traj.final.device)):
+        raise Broken(f"the recorded run's final latents differ from the unrecorded run's "
+                     f"({max_diff(traj.final, plain)}).")
+    s.keep("recording", (model, traj, calls[0] // steps))
+    return f"{steps} steps, {calls[0] // steps} base call(s) per step, bit-exact"
+
+
+def check_fork(s: Subject) -> str:
+    model, traj, per_step = s.need("recording")
+    steps = len(traj)
+    at = s.fork_at if s.fork_at is not None else max(1, steps // 2)
+    if not 0 < at < steps:
+        raise Skipped(f"fork_at={at} leaves no prefix to replay in a {steps}-step run.")
+    with counting_base_calls(s.base) as calls:
+        fork = traj.fork(at=at)
+    if calls[0] != (steps - at) * per_step:
+        raise Broken(f"a fork at step {at} of {steps} made {calls[0]} base calls, expected "
+                     f"{(steps - at) * per_step} ({per_step} per live step): the prefix must be replayed, not run.")
+    for j in range(at + 1):
+        if not torch.equal(fork[j].x_t, traj[j].x_t):
+            raise Broken(f"the fork's x_t at step {j} differs from its parent's ({max_diff(fork[j].x_t, traj[j].x_t)})"
+                         f": the sampler's compose_fn calls are not in the same order every run.")
+    if not torch.equal(fork.final, traj.final):
+        raise Broken(f"an unchanged fork at step {at} does not end where its parent did "
+                     f"({max_diff(fork.final, traj.final)}).")
+    return f"fork at {at}: prefix bit-exact, {calls[0]} base calls"
+
+
+# -- training and checkpoints --------------------------------------------------------------
+def check_training(s: Subject) -> str:
+    from workbench.core.composers import GatedResidual
+    from workbench.train import AdapterExperiment, TrainingConfig
+
+    base, batch = s.base, s.batch
+    place = (lambda m: m.to(s.device)) if s.dtype is None else (lambda m: m.to(s.device, s.dtype))
+    adapter, composer = place(s.adapter_factory()), place(GatedResidual())
+    base.train()  # a user's stray .train() must not reach the frozen base
+    before = snapshot(base)
+    exp = AdapterExperiment(base=base, adapter=adapter, composer=composer, training=TrainingConfig(
+        batch_size=batch.batch_size, learning_rate=1e-2, progress=False, device=s.device.type))
+    trainable = exp.model.trainable_parameters()
+    start = [p.detach().clone() for p in trainable]
+    exp.fit([s.raw, s.raw], steps=2)
+    problems = []
+    if not all(torch.isfinite(torch.tensor(exp.loss_history))):
+        problems.append(f"the training losses are {exp.loss_history}")
+    changed = differing(before, snapshot(base))
+    if changed:
+        problems.append(f"training changed the frozen base: {few(changed)}")
+    training = [n for n, m in base.named_modules() if m.training]
+    if training:
+        problems.append(f"base modules in train mode after .train(): {few([n or '(root)' for n in training])}")
+    graded = [n for n, p in base.named_parameters() if p.requires_grad or p.grad is not None]
+    if graded:
+        problems.append(f"base parameters take gradients: {few(graded)}")
+    optimized = {id(p) for group in exp.optimizer.param_groups for p in group["params"]}
+    shared = {id(p) for p in base.parameters()} & optimized
+    if shared:
+        problems.append(f"{len(shared)} base parameters are in the optimizer")
+    if all(torch.equal(a, p.detach()) for a, p in zip(start, trainable)):
+        problems.append("no trainable parameter changed in two optimizer steps")
+    if problems:
+        raise Broken("; ".join(problems) + ".")
+    return f"2 fit steps, losses {[round(v, 4) for v in exp.loss_history]}; base bit-identical, in eval mode"
+
+
+def check_state_dict(s: Subject) -> str:
+    base, model = s.base, s.model()
+    state = model.trainable_state_dict()
+    stray = [k for k in state if not k.startswith(("adapter.", "composer."))]
+    storages = {v.untyped_storage().data_ptr() for v in tensors(base).values() if v.numel()}
+    leaked = [k for k, v in state.items() if v.numel() and v.untyped_storage().data_ptr() in storages]
+    if stray or leaked:
+        raise Broken("; ".join(filter(None, [stray and f"keys outside adapter./composer.: {few(stray)}",
+                                             leaked and f"base weights saved as {few(leaked)}"])) + ".")
+    size = sum(v.numel() for v in state.values())
+    return f"{len(state)} tensors, {size} values, none of the base's"
+
+
+PROMISES: dict[str, tuple[str, Callable[[Subject], str | None]]] = {
+    "card": ("the card is a valid ModelCard and default_objective() predicts what it says", check_card),
+    "to": (".to(device, dtype) moves every weight, base.device/dtype follow, a round trip is bit-exact", check_to),
+    "provides": ("provides() names exactly the conditions prepare_batch(raw) supplies", check_provides),
+    "encode_decode": ("encode / decode shapes and dtypes; prepare_batch's latents are encode(video)",
+                      check_encode_decode),
+    "identity": ("a zero adapter composes to the frozen base, bit-exact", check_identity),
+    "constrain": ("constrain fixes only given frames, idempotently; sampling keeps them", check_constrain),
+    "recording": ("recorded == unrecorded sampling, bit-exact; the generator is the only randomness",
+                  check_recording),
+    "fork": ("a fork at k replays its prefix bit-exactly with N-k steps of model calls", check_fork),
+    "training": ("a training step changes only trainable parameters; the base stays bit-identical, in eval mode",
+                 check_training),
+    "state_dict": ("the trainable state dict holds no base weights", check_state_dict),
+}
+"""Promise name → (what it promises, its check), in checking order."""
+
+__all__ = ["PROMISES"]
