@@ -118,6 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--quick", action="store_true", help="a reduced budget (for CI)")
     demo.add_argument("--output", default="outputs/demo")
     demo.add_argument("--steps", type=int)
+    demo.add_argument("--data", default="sample",
+                      help="rollouts to train and evaluate on: 'sample' (default), an .h5 file from `workbench data "
+                           "metaworld`, or a LeRobot dataset directory (v2.1 / v3.0)")
     demo.set_defaults(func=_demo)
 
     pretrain = sub.add_parser("pretrain", help="pretrain the tiny_video backbone on Meta-World clips (no actions)")

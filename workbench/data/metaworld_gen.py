@@ -537,7 +537,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default: %(default)s)")
     parser.add_argument("--action-repeat", type=int, default=1,
                         help="simulator steps per stored frame/action (default: %(default)s = 80 fps)")
-    parser.add_argument("--out", required=True, help="output .h5 file")
+    parser.add_argument("--format", choices=("hdf5", "lerobot"), default="hdf5",
+                        help="hdf5: one .h5 file (the metaworld dataset); lerobot: a LeRobot v3.0 dataset "
+                             "directory (the lerobot dataset) (default: %(default)s)")
+    parser.add_argument("--out", required=True, help="output .h5 file (--format hdf5) or new directory (lerobot)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
@@ -545,11 +548,33 @@ def run(args: argparse.Namespace) -> int:
     """Run ``workbench data metaworld`` from parsed arguments; returns the exit status."""
     noise = {"noise_std": args.noise, "segment_fraction": args.segment_fraction}
     start = time.perf_counter()
+    if getattr(args, "format", "hdf5") == "lerobot":
+        return _run_lerobot(args, noise)
     out = generate(args.out, tasks=args.tasks, episodes=args.episodes, frames=args.frames, size=args.size,
                    seed=args.seed, camera=args.camera, noise=noise, progress=not args.no_progress,
                    action_repeat=args.action_repeat)
     if args.no_progress:  # generate() prints the summary itself when showing progress
         print(_summary(out, time.perf_counter() - start))
+    return 0
+
+
+def _run_lerobot(args: argparse.Namespace, noise: Mapping[str, Any]) -> int:
+    """Generate into a temporary HDF5 file next to ``--out``, then write it as a LeRobot v3.0 dataset."""
+    from workbench.data.lerobot_write import metaworld_to_lerobot
+
+    out = Path(args.out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ConfigError(f"--out {out} exists and is not an empty directory; --format lerobot writes a new "
+                          f"dataset directory. Choose another --out.")
+    tmp = out.with_name(out.name + ".rollouts.h5")
+    try:
+        generate(tmp, tasks=args.tasks, episodes=args.episodes, frames=args.frames, size=args.size, seed=args.seed,
+                 camera=args.camera, noise=noise, progress=not args.no_progress, action_repeat=args.action_repeat)
+        metaworld_to_lerobot(tmp, out)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    print(f"wrote {out}: LeRobot v3.0 dataset ({args.episodes} episodes x {args.frames} frames, H.264 video)")
     return 0
 
 

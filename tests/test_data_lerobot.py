@@ -1,0 +1,242 @@
+"""LeRobot datasets: reading v2.1 and v3.0, the errors, writing v3.0 from Meta-World, training from one."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+pytest.importorskip("pyarrow", reason="the lerobot dataset needs pyarrow (pip install 'grafted-workbench[data]')")
+pytest.importorskip("av", reason="the lerobot dataset needs PyAV (pip install 'grafted-workbench[data]')")
+
+import lerobot_fixture as fx  # noqa: E402
+
+from workbench.config import build_component  # noqa: E402
+from workbench.data.lerobot import LeRobotClips  # noqa: E402
+from workbench.errors import ConfigError, DataError  # noqa: E402
+
+torch.set_num_threads(1)
+ROOT = Path(__file__).resolve().parents[1]
+LEVELS = 4 / 127.5  # flat colours come back from H.264 within a few levels
+
+
+@pytest.fixture(scope="module", params=["v2.1", "v3.0"])
+def dataset(request, tmp_path_factory):
+    return fx.write(tmp_path_factory.mktemp(request.param.replace(".", "")) / "ds", request.param)
+
+
+@pytest.fixture(scope="module")
+def both(tmp_path_factory):
+    base = tmp_path_factory.mktemp("both")
+    return fx.write(base / "v21", "v2.1"), fx.write(base / "v30", "v3.0")
+
+
+def code(video: torch.Tensor) -> torch.Tensor:
+    """Mean colour of each frame of (3, T, H, W) in [-1, 1], back in 0..255: (T, 3)."""
+    return ((video.mean(dim=(2, 3)) + 1) * 127.5).T
+
+
+# ------------------------------------------------------------------------------------------ reading
+@pytest.mark.parametrize("camera", [0, 1])
+def test_reads_windows_of_both_layouts(dataset, camera):
+    clips = LeRobotClips(root=str(dataset), camera=fx.CAMERAS[camera], window=4, stride=2, split="all")
+    assert clips.meta.version in ("v2.1", "v3.0")
+    assert len(clips) == sum((n - 4) // 2 + 1 for n in fx.LENGTHS)
+    assert clips.widths() == {"action": 5, "proprio": 7}
+    for i in range(len(clips)):
+        item = clips[i]
+        e, s = item["episode"], item["start"]
+        frames = np.arange(s, s + 4)
+        assert item["video"].shape == (3, 4, *fx.HW) and item["video"].dtype == torch.float32
+        want = torch.as_tensor(fx.frame_codes(e, frames, camera), dtype=torch.float32)
+        assert torch.allclose(code(item["video"]), want, atol=4), (e, s)
+        arrays = fx.episode_arrays(e, fx.LENGTHS[e])
+        assert torch.equal(item["action"], torch.from_numpy(arrays["action"][s:s + 4]))  # exact
+        assert torch.equal(item["proprio"], torch.from_numpy(arrays["observation.state"][s:s + 4]))
+        assert s + 4 <= fx.LENGTHS[e]  # windows never cross an episode boundary
+        assert item["task"] == item["prompt"] == fx.TASKS[e % 2]
+
+
+def test_both_layouts_serve_the_same_items(both):
+    a = LeRobotClips(root=str(both[0]), camera=fx.CAMERAS[1], window=5, stride=3, split="all")
+    b = LeRobotClips(root=str(both[1]), camera=fx.CAMERAS[1], window=5, stride=3, split="all")
+    assert a.index == b.index and len(a) > 0
+    for i in range(len(a)):
+        x, y = a[i], b[i]
+        assert torch.equal(x["action"], y["action"]) and x["task"] == y["task"]
+        assert torch.allclose(x["video"], y["video"], atol=2 * LEVELS)
+
+
+def test_resampling_to_a_lower_fps_takes_every_other_frame(both):
+    clips = LeRobotClips(root=str(both[1]), camera=fx.CAMERAS[0], window=4, stride=1, split="all", fps=5)
+    assert clips.fps == 5 and clips.source_fps == 10
+    assert [clips.served_length(e) for e in range(3)] == [6, 5, 8]  # frames 0, 2, 4, ... of 12, 9, 15
+    item = clips[1]
+    e, s = item["episode"], item["start"]
+    rows = 2 * np.arange(s, s + 4)
+    assert torch.equal(item["action"], torch.from_numpy(fx.episode_arrays(e, fx.LENGTHS[e])["action"][rows]))
+    assert torch.allclose(code(item["video"])[:, 0], torch.as_tensor(8.0 * rows, dtype=torch.float32), atol=4)
+
+
+def test_resize_to_the_backbone_size(both):
+    clips = LeRobotClips(root=str(both[0]), camera=fx.CAMERAS[0], window=3, split="all", size=[16, 16])
+    item = clips[0]
+    assert item["video"].shape == (3, 3, 16, 16)
+    want = torch.as_tensor(fx.frame_codes(0, np.arange(3), 0), dtype=torch.float32)
+    assert torch.allclose(code(item["video"]), want, atol=4)
+
+
+def test_split_is_by_episode_and_seeded(both):
+    root = str(both[1])
+    train = LeRobotClips(root=root, window=4, camera=fx.CAMERAS[0], split="train", val_fraction=0.4, seed=1)
+    val = LeRobotClips(root=root, window=4, camera=fx.CAMERAS[0], split="val", val_fraction=0.4, seed=1)
+    assert set(train.episodes).isdisjoint(val.episodes) and sorted(train.episodes + val.episodes) == [0, 1, 2]
+    assert {e for e, _ in train.index}.isdisjoint({e for e, _ in val.index})
+    again = LeRobotClips(root=root, window=4, camera=fx.CAMERAS[0], split="val", val_fraction=0.4, seed=1)
+    assert again.episodes == val.episodes
+
+
+def test_only_the_served_window_is_decoded(tmp_path):
+    root = fx.write_v30(tmp_path / "long", lengths=(30, 100), files=((0, 1),))
+    clips = LeRobotClips(root=str(root), camera=fx.CAMERAS[0], window=4, stride=4, split="all")
+    last = len(clips) - 1
+    item = clips[last]
+    assert (item["episode"], item["start"]) == (1, 96)
+    # a key frame every 4 frames: at most one group of pictures before the window, never the whole file
+    assert clips._video.decoded <= 4 + 4
+    red = torch.as_tensor(8.0 * np.arange(96, 100) % 256, dtype=torch.float32)  # uint8 codes wrap around
+    assert torch.allclose(code(item["video"])[:, 0], red, atol=4)
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")  # 1-core CI machines
+def test_dataloader_workers_match_one_process(both):
+    clips = LeRobotClips(root=str(both[1]), camera=fx.CAMERAS[0], window=4, stride=2, split="all")
+    clips[0]  # a container opened in the parent: workers must open their own
+    one = list(DataLoader(clips, batch_size=4, num_workers=0))
+    two = list(DataLoader(clips, batch_size=4, num_workers=2))
+    for a, b in zip(one, two):
+        for key in ("video", "action", "proprio", "episode", "start"):
+            assert torch.equal(a[key], b[key]), key
+        assert a["prompt"] == b["prompt"] and isinstance(a["prompt"][0], str)
+
+
+def test_registered_and_config_validated(both):
+    clips = build_component("dataset", "lerobot", {"root": str(both[1]), "camera": fx.CAMERAS[0], "window": 4})
+    assert isinstance(clips, LeRobotClips)
+    with pytest.raises(ConfigError, match=r"dataset\.config\.camra: unknown key.*Did you mean 'camera'"):
+        build_component("dataset", "lerobot", {"root": str(both[1]), "camra": "x"})
+    with pytest.raises(ConfigError, match=r"size: must be \[height, width\]"):
+        build_component("dataset", "lerobot", {"root": str(both[1]), "size": [64]})
+
+
+# ------------------------------------------------------------------------------------------- errors
+def _copy(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_missing_info_json(tmp_path, both):
+    root = _copy(both[1], tmp_path / "ds")
+    (root / "meta" / "info.json").unlink()
+    with pytest.raises(DataError, match=r"ds/meta/info\.json is missing: .* is not a LeRobot dataset"):
+        LeRobotClips(root=str(root))
+
+
+def test_unknown_codebase_version(tmp_path, both):
+    root = _copy(both[1], tmp_path / "ds")
+    info = json.loads((root / "meta" / "info.json").read_text())
+    (root / "meta" / "info.json").write_text(json.dumps({**info, "codebase_version": "v1.6"}))
+    with pytest.raises(DataError, match=r"info\.json: codebase_version 'v1\.6' is not a LeRobot layout this "
+                                        r"workbench reads; supported: v2\.0, v2\.1, v3\.0"):
+        LeRobotClips(root=str(root))
+
+
+def test_unknown_camera_lists_the_cameras(both):
+    with pytest.raises(DataError, match=r"info\.json: camera 'observation\.images\.frnt' is not a video feature of "
+                                        r"this dataset\. Cameras: 'observation\.images\.front', "
+                                        r"'observation\.images\.wrist'\. Did you mean .*'observation\.images\.front'"):
+        LeRobotClips(root=str(both[0]), camera="observation.images.frnt")
+    with pytest.raises(DataError, match=r"has 2 cameras .*choose one with `camera:`"):
+        LeRobotClips(root=str(both[0]))
+
+
+def test_unknown_action_feature(both):
+    with pytest.raises(DataError, match=r"actions: 'actions' is not a feature of this dataset\. Numeric features: "
+                                        r".*Did you mean 'action'"):
+        LeRobotClips(root=str(both[1]), camera=fx.CAMERAS[0], actions="actions")
+
+
+def test_action_width_must_match_the_adapter(both):
+    from conftest import tiny_base
+
+    from workbench.adapters.latent_residual import LatentResidual
+    from workbench.core.composers import GatedResidual
+    from workbench.train import AdapterExperiment, TrainingConfig
+
+    base = tiny_base(image_size=16, frames=4)
+    clips = LeRobotClips(root=str(both[1]), camera=fx.CAMERAS[0], window=4, split="all", size=[16, 16])
+    exp = AdapterExperiment(base=base, adapter=LatentResidual(width=16, depth=1, dim=4), composer=GatedResidual(),
+                            training=TrainingConfig(steps=1, batch_size=2, progress=False))
+    with pytest.raises(DataError, match=r"info\.json: feature 'action' \(actions: action\) has width 5, but the "
+                                        r"adapter \(LatentResidual\) declares Condition 'action' with dim=4\. Set "
+                                        r"the adapter's dim: 5"):
+        exp.fit(clips, steps=1)
+    ok = AdapterExperiment(base=tiny_base(image_size=16, frames=4), adapter=LatentResidual(width=16, depth=1, dim=5),
+                           composer=GatedResidual(), training=TrainingConfig(steps=1, batch_size=2, progress=False))
+    ok.fit(clips, steps=1)
+    assert ok.step == 1
+
+
+def test_episodes_shorter_than_the_window(both):
+    with pytest.raises(DataError, match=r"episode_000001\.parquet: episode 1 has 9 frames at 10 fps, shorter than "
+                                        r"window=10 \(1 of the 3 episodes .*\)\. Use window <= 9"):
+        LeRobotClips(root=str(both[0]), camera=fx.CAMERAS[0], window=10, split="all")
+    kept = LeRobotClips(root=str(both[0]), camera=fx.CAMERAS[0], window=10, split="all", drop_short=True)
+    assert kept.episodes == [0, 2]
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated"])
+def test_corrupt_or_truncated_mp4(tmp_path, both, damage):
+    root = _copy(both[1], tmp_path / "ds")
+    video = root / "videos" / fx.CAMERAS[0] / "chunk-000" / "file-001.mp4"
+    data = video.read_bytes()
+    video.write_bytes(b"\x00garbage" * 50 if damage == "garbage" else data[: len(data) // 2])
+    clips = LeRobotClips(root=str(root), camera=fx.CAMERAS[0], window=4, stride=4, split="all")
+    last = len(clips) - 1  # episode 2 lives in file-001
+    assert clips[0]["video"].shape[1] == 4  # the other file is fine
+    with pytest.raises(DataError, match=r"file-001\.mp4: .*(corrupt or truncated|truncated)"):
+        clips[last]
+
+
+def test_imports_stay_light():
+    code = ("import sys, workbench, workbench.data, workbench.data.lerobot, workbench.data.lerobot_write, "
+            "workbench.data.sources; heavy = [m for m in ('pyarrow', 'av', 'h5py') if m in sys.modules]; "
+            "assert not heavy, heavy")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+# --------------------------------------------------------------------------- LeRobot's own reader
+def test_lerobot_reads_what_we_read(both):
+    """Where LeRobot itself installs, its LeRobotDataset serves the same frames and actions as ours."""
+    if importlib.util.find_spec("lerobot") is None:
+        pytest.skip("lerobot is not installed: its releases pin torch<2.11, diffusers<0.36 and huggingface-hub<0.36, "
+                    "which conflict with this stack (constraints.txt); the reader follows its layout with pyarrow+PyAV")
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    ours = LeRobotClips(root=str(both[1]), camera=fx.CAMERAS[0], window=4, stride=4, split="all")
+    theirs = LeRobotDataset("local/test", root=both[1])
+    for i in range(len(ours)):
+        item = ours[i]
+        start = sum(fx.LENGTHS[:item["episode"]]) + item["start"]
+        for k in range(4):
+            ref = theirs[start + k]
+            assert torch.equal(item["action"][k], ref["action"])
+            assert torch.allclose((item["video"][:, k] + 1) / 2, ref[fx.CAMERAS[0]], atol=2 / 255)
