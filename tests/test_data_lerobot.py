@@ -240,3 +240,127 @@ def test_lerobot_reads_what_we_read(both):
             ref = theirs[start + k]
             assert torch.equal(item["action"][k], ref["action"])
             assert torch.allclose((item["video"][:, k] + 1) / 2, ref[fx.CAMERAS[0]], atol=2 / 255)
+
+
+# ------------------------------------------------------------------ Meta-World → LeRobot → workbench
+def psnr(a: torch.Tensor, b: torch.Tensor) -> float:
+    """PSNR in dB of two videos in [-1, 1] (as uint8 levels)."""
+    mse = float(((a - b) * 127.5).pow(2).mean())
+    return 10 * np.log10(255.0**2 / mse)
+
+
+@pytest.fixture(scope="module")
+def sample_lerobot(tmp_path_factory):
+    """The shipped Meta-World sample (60 episodes × 48 frames, 64×64) written as a LeRobot v3.0 dataset."""
+    pytest.importorskip("h5py")
+    from workbench.data.lerobot_write import metaworld_to_lerobot
+
+    return metaworld_to_lerobot("sample", tmp_path_factory.mktemp("sample") / "metaworld_lerobot")
+
+
+def compare_with_hdf5(root: Path, h5: str, split: str = "all") -> list[float]:
+    """Every clip of the LeRobot copy against the HDF5 file's: exact signals, the frames' PSNR per clip."""
+    from workbench.data.metaworld import MetaWorldClips
+
+    ours = LeRobotClips(root=str(root), window=16, stride=4, split=split, ee_pos="observation.ee_pos")
+    ref = MetaWorldClips(path=h5, window=16, stride=4, split=split)
+    assert ours.index == ref.index and len(ours) > 0
+    assert ours.train_episodes == ref.train_episodes  # the same split rule on the same task names
+    db = []
+    for i in range(len(ours)):
+        a, b = ours[i], ref[i]
+        assert torch.equal(a["action"], b["action"])  # exact
+        assert torch.equal(a["proprio"], b["proprio"]) and torch.equal(a["ee_pos"], b["ee_pos"])
+        assert (a["episode"], a["start"], a["task"]) == (b["episode"], b["start"], b["task"])
+        db.append(psnr(a["video"], b["video"]))
+    return db
+
+
+def test_shipped_sample_round_trip(sample_lerobot):
+    info = json.loads((sample_lerobot / "meta" / "info.json").read_text())
+    assert info["codebase_version"] == "v3.0" and info["total_episodes"] == 60 and info["fps"] == 40
+    video = info["features"]["observation.images.corner2_close"]
+    assert video["dtype"] == "video" and video["info"]["video.codec"] == "h264"
+    assert info["features"]["observation.state"]["shape"] == [10]
+    stats = json.loads((sample_lerobot / "meta" / "stats.json").read_text())
+    assert len(stats["action"]["mean"]) == 4 and np.array(stats["observation.images.corner2_close"]["mean"]).shape \
+        == (3, 1, 1)
+    db = compare_with_hdf5(sample_lerobot, "sample")
+    print(f"\nshipped sample via LeRobot v3.0 / H.264 crf 18: PSNR per clip min {min(db):.2f} dB, "
+          f"mean {np.mean(db):.2f} dB over {len(db)} clips")
+    assert min(db) > 28.0
+
+
+def _needs_simulator():
+    for name in ("metaworld", "mujoco", "h5py"):
+        if importlib.util.find_spec(name) is None:
+            pytest.skip(f"{name} is not installed (pip install 'grafted-workbench[data]')")
+
+
+def test_generator_writes_lerobot_with_the_same_rollouts(tmp_path):
+    _needs_simulator()
+    from workbench.cli import main
+    from workbench.data.metaworld_gen import RenderingUnavailable, generate
+
+    args = dict(tasks="reach-v3,push-v3", episodes=2, frames=20, size=32, seed=3)
+    try:
+        h5 = generate(tmp_path / "rollouts.h5", progress=False, **args)
+    except RenderingUnavailable as err:
+        pytest.skip(str(err))
+    out = tmp_path / "lerobot"
+    argv = ["data", "metaworld", "--format", "lerobot", "--out", str(out), "--no-progress", "--tasks", args["tasks"],
+            "--episodes", "2", "--frames", "20", "--size", "32", "--seed", "3"]
+    assert main(argv) == 0
+    assert not (tmp_path / "lerobot.rollouts.h5").exists()  # the intermediate file is gone
+    db = compare_with_hdf5(out, str(h5))
+    print(f"\ngenerated via LeRobot: PSNR per clip min {min(db):.2f} dB, mean {np.mean(db):.2f} dB")
+    assert min(db) > 25.0
+    assert main(argv) == 2  # --out exists: refused, nothing overwritten
+
+
+def test_yaml_config_trains_and_resumes_bit_exactly(sample_lerobot, tmp_path):
+    import yaml
+
+    from workbench.cli import main
+
+    config = yaml.safe_load((ROOT / "examples" / "configs" / "lerobot_world_model.yaml").read_text())
+    assert config["data"]["type"] == "lerobot"
+    config["data"]["config"]["root"] = str(sample_lerobot)
+    config["training"].update(batch_size=2, warmup_steps=1, checkpoint_every=100)
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(config))
+    one, two = tmp_path / "one", tmp_path / "two"
+    assert main(["train", str(path), "--steps", "4", "--output", str(one), "--quiet"]) == 0
+    assert main(["train", str(path), "--steps", "2", "--output", str(two), "--quiet"]) == 0
+    assert main(["train", str(path), "--steps", "4", "--output", str(two), "--resume", "--quiet"]) == 0
+    a = json.loads((one / "step-0000004" / "meta.json").read_text())["loss_history"]
+    b = json.loads((two / "step-0000004" / "meta.json").read_text())["loss_history"]
+    assert len(a) == 4 and a == b
+    assert (one / "step-0000004" / "trainable.safetensors").read_bytes() == \
+        (two / "step-0000004" / "trainable.safetensors").read_bytes()
+
+
+def test_demo_takes_a_lerobot_directory(sample_lerobot, tmp_path):
+    from workbench.cli import build_parser
+    from workbench.demo import DemoConfig, run_demo
+
+    assert build_parser().parse_args(["demo", "--data", str(sample_lerobot)]).data == str(sample_lerobot)
+    out = tmp_path / "demo"
+    cfg = DemoConfig.quick(output=str(out), data=str(sample_lerobot), steps=2, sampling_steps=2, batch_size=2)
+    metrics = run_demo(cfg, progress=False)
+    assert metrics["evaluation"]["data"] == str(sample_lerobot) and metrics["training"]["steps"] == 2
+    assert metrics["summary"]["clips"] == 4 and (out / "side_by_side.mp4").exists()
+
+
+def test_open_clips_reads_either_kind(sample_lerobot, tmp_path):
+    from workbench.data.metaworld import MetaWorldClips
+    from workbench.data.sources import open_clips
+
+    lr = open_clips(sample_lerobot, window=16, stride=16, split="val", size=(64, 64))
+    h5 = open_clips("sample", window=16, stride=16, split="val", size=(64, 64))
+    assert isinstance(lr, LeRobotClips) and isinstance(h5, MetaWorldClips)
+    assert lr.index == h5.index and torch.equal(lr[3]["action"], h5[3]["action"])
+    with pytest.raises(DataError, match=r"is not a LeRobot dataset\. --data takes"):
+        open_clips(tmp_path, window=16, stride=16)
+    with pytest.raises(DataError, match=r"holds 64x64 frames, but 32x32 are needed"):
+        open_clips("sample", window=16, stride=16, size=(32, 32))
