@@ -26,7 +26,7 @@ import numpy as np
 
 from workbench.data.lerobot_format import V3_DATA, V3_EPISODES, V3_VIDEO
 from workbench.data.video_io import H264Writer, video_info
-from workbench.errors import DataError
+from workbench.errors import ConfigError, DataError
 
 CODEBASE_VERSION = "v3.0"
 _DEFAULTS = {"timestamp": "float32", "frame_index": "int64", "episode_index": "int64", "index": "int64",
@@ -203,3 +203,27 @@ def metaworld_to_lerobot(h5_path: str | Path, out: str | Path, episodes: list[in
                 video.container.close()
             shutil.rmtree(writer.root, ignore_errors=True)
             raise
+
+
+def generate_lerobot(out: str | Path, **generate_args: Any) -> Path:
+    """Meta-World rollouts as a LeRobot v3.0 dataset (``workbench data metaworld --format lerobot``).
+
+    Generates with :func:`workbench.data.metaworld_gen.generate` (same arguments, same rollouts) into a
+    temporary HDF5 file beside ``out``, converts it with :func:`metaworld_to_lerobot`, and removes it.
+    """
+    from workbench.data.metaworld_gen import generate
+
+    out = Path(out).expanduser()
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ConfigError(f"--out {out} exists and is not an empty directory; --format lerobot writes a new "
+                          f"dataset directory. Choose another --out.")
+    tmp = out.with_name(out.name + ".rollouts.h5")
+    try:
+        generate(tmp, **generate_args)
+        metaworld_to_lerobot(tmp, out)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    if generate_args.get("progress", True):
+        print(f"wrote {out}: LeRobot v3.0 dataset (H.264 video, {len(list(out.rglob('*.mp4')))} video file(s))")
+    return out

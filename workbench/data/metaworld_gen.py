@@ -549,32 +549,17 @@ def run(args: argparse.Namespace) -> int:
     noise = {"noise_std": args.noise, "segment_fraction": args.segment_fraction}
     start = time.perf_counter()
     if getattr(args, "format", "hdf5") == "lerobot":
-        return _run_lerobot(args, noise)
+        from workbench.data.lerobot_write import generate_lerobot
+
+        generate_lerobot(args.out, tasks=args.tasks, episodes=args.episodes, frames=args.frames, size=args.size,
+                         seed=args.seed, camera=args.camera, noise=noise, progress=not args.no_progress,
+                         action_repeat=args.action_repeat)
+        return 0
     out = generate(args.out, tasks=args.tasks, episodes=args.episodes, frames=args.frames, size=args.size,
                    seed=args.seed, camera=args.camera, noise=noise, progress=not args.no_progress,
                    action_repeat=args.action_repeat)
     if args.no_progress:  # generate() prints the summary itself when showing progress
         print(_summary(out, time.perf_counter() - start))
-    return 0
-
-
-def _run_lerobot(args: argparse.Namespace, noise: Mapping[str, Any]) -> int:
-    """Generate into a temporary HDF5 file next to ``--out``, then write it as a LeRobot v3.0 dataset."""
-    from workbench.data.lerobot_write import metaworld_to_lerobot
-
-    out = Path(args.out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise ConfigError(f"--out {out} exists and is not an empty directory; --format lerobot writes a new "
-                          f"dataset directory. Choose another --out.")
-    tmp = out.with_name(out.name + ".rollouts.h5")
-    try:
-        generate(tmp, tasks=args.tasks, episodes=args.episodes, frames=args.frames, size=args.size, seed=args.seed,
-                 camera=args.camera, noise=noise, progress=not args.no_progress, action_repeat=args.action_repeat)
-        metaworld_to_lerobot(tmp, out)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    print(f"wrote {out}: LeRobot v3.0 dataset ({args.episodes} episodes x {args.frames} frames, H.264 video)")
     return 0
 
 
