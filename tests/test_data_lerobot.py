@@ -364,3 +364,16 @@ def test_open_clips_reads_either_kind(sample_lerobot, tmp_path):
         open_clips(tmp_path, window=16, stride=16)
     with pytest.raises(DataError, match=r"holds 64x64 frames, but 32x32 are needed"):
         open_clips("sample", window=16, stride=16, size=(32, 32))
+
+
+def test_open_video_files_are_capped(both, monkeypatch):
+    from workbench.data import video_io
+
+    monkeypatch.setattr(video_io, "MAX_OPEN", 2)
+    clips = LeRobotClips(root=str(both[0]), camera=fx.CAMERAS[1], window=4, stride=4, split="all")
+    for i in range(len(clips)):  # three per-episode files, at most two open at a time
+        item = clips[i]
+        assert len(clips._video._open) <= 2
+        want = torch.as_tensor(fx.frame_codes(item["episode"], np.arange(item["start"], item["start"] + 4), 1),
+                               dtype=torch.float32)
+        assert torch.allclose(code(item["video"]), want, atol=4)

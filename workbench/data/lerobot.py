@@ -38,7 +38,7 @@ import torch
 from torch.utils.data import Dataset
 
 from workbench.config import check
-from workbench.data.lerobot_format import Episode, LeRobotMeta, column, read_parquet
+from workbench.data.lerobot_format import Episode, LeRobotMeta, column, parquet_columns, read_parquet
 from workbench.data.metaworld import split_episodes
 from workbench.data.video_io import VideoReader
 from workbench.errors import DataError, did_you_mean, listing
@@ -112,7 +112,8 @@ class LeRobotClips(Dataset):
         self.tolerance = config.tolerance_s or (1.0 / meta.fps - 1e-4)
         self.size = tuple(int(s) for s in config.size) if config.size else None
         self._load_tables()
-        self.task_names = [self.tasks_of[e][0] if self.tasks_of[e] else "" for e in range(len(meta.episodes))]
+        # an episode's task (for the stratified split): that of its first frame, else its metadata's first
+        self.task_names = [self._task(e, 0) for e in range(len(meta.episodes))]
         self.train_episodes, self.val_episodes = split_episodes(self.task_names, config.val_fraction, config.seed)
         chosen = {"train": self.train_episodes, "val": self.val_episodes,
                   "all": list(range(len(meta.episodes)))}[config.split]
@@ -184,11 +185,12 @@ class LeRobotClips(Dataset):
         position = {ep.index: i for i, ep in enumerate(meta.episodes)}
         self.frames_of: list[dict[str, np.ndarray]] = [{} for _ in meta.episodes]
         for path, eps in by_file.items():
-            table = read_parquet(path)
-            missing = [c for c in columns if c not in table.column_names]
+            names = parquet_columns(path)
+            missing = [c for c in columns if c not in names]
             if missing:
                 raise DataError(f"{path}: missing column(s) {missing} (features in meta/info.json promise them); "
-                                f"the table has {table.column_names}. Re-export the dataset.")
+                                f"the table has {names}. Re-export the dataset.")
+            table = read_parquet(path, columns=list(dict.fromkeys(columns)))  # not the image columns, if any
             data = {c: column(table, c, path) for c in columns}
             for ep in eps:
                 rows = np.flatnonzero(data["episode_index"] == ep.index)
@@ -202,11 +204,11 @@ class LeRobotClips(Dataset):
                     value = data[key][rows].astype(np.float32)
                     frames[name] = value.reshape(len(rows), -1)
                 self.frames_of[position[ep.index]] = frames
-        self.tasks_of = []
-        for i, ep in enumerate(meta.episodes):
-            first = int(self.frames_of[i]["task_index"][0]) if ep.length else None
-            self.tasks_of.append([meta.tasks.get(first, ep.tasks[0] if ep.tasks else "")] if first is not None
-                                 else list(ep.tasks))
+
+    def _task(self, e: int, row: int) -> str:
+        indices, listed = self.frames_of[e]["task_index"], self.meta.episodes[e].tasks
+        fallback = listed[0] if listed else ""
+        return self.meta.tasks.get(int(indices[row]), fallback) if len(indices) else fallback
 
     def served_length(self, e: int) -> int:
         """Frames of episode position ``e`` at the served fps."""
@@ -257,7 +259,7 @@ class LeRobotClips(Dataset):
         path, offset = self.meta.episodes[e].videos[self.camera]
         images = self._video.frames(path, offset + frames["timestamp"][rows], self.size, self.tolerance)
         video = torch.from_numpy(images).permute(3, 0, 1, 2).float().div_(127.5).sub_(1.0)  # (3, T, H, W)
-        task = self.meta.tasks.get(int(frames["task_index"][rows[0]]), self.task_names[e])
+        task = self._task(e, int(rows[0]))
         item: dict[str, Any] = {"video": video.contiguous()}
         for name in self.signals:
             item[name] = torch.from_numpy(np.ascontiguousarray(frames[name][rows]))

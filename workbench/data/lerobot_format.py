@@ -92,6 +92,20 @@ def read_parquet(path: Path, columns: list[str] | None = None) -> Any:
                         f"({type(err).__name__}: {err}).") from err
 
 
+def parquet_columns(path: Path) -> list[str]:
+    """Column names of a parquet file (its schema only), with a DataError naming the file when it fails."""
+    import pyarrow.parquet as pq
+
+    if not path.is_file():
+        raise DataError(f"{path} is missing (expected a parquet file of the LeRobot layout). The dataset is "
+                        f"incomplete; re-download or re-export it.")
+    try:
+        return list(pq.read_schema(path).names)
+    except Exception as err:  # pyarrow raises ArrowInvalid / OSError for a damaged file
+        raise DataError(f"{path}: not a readable parquet file ({type(err).__name__}: {err}); re-download or "
+                        f"re-export the dataset.") from err
+
+
 def column(table: Any, name: str, where: Path) -> np.ndarray:
     """A column as numpy: scalars → (N,), list / fixed-size-list columns → (N, D)."""
     import pyarrow as pa

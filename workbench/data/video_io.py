@@ -15,6 +15,9 @@ import numpy as np
 
 from workbench.errors import DataError
 
+#: Video files one process keeps open at most.
+MAX_OPEN = 32
+
 
 class VideoReader:
     """Open video files of one process, each kept open between reads (reopened after a fork)."""
@@ -41,6 +44,9 @@ class VideoReader:
             except av.error.FFmpegError as err:
                 raise DataError(f"{path}: not a readable video ({type(err).__name__}: {err}). The MP4 is corrupt "
                                 f"or truncated; re-download or re-export the dataset.") from err
+            if len(self._open) >= MAX_OPEN:  # per-episode layouts have thousands of files: close the oldest
+                oldest = next(iter(self._open))
+                self._open.pop(oldest).close()
             self._open[path] = container
         return container
 
@@ -105,8 +111,13 @@ def video_info(path: Path) -> dict[str, Any]:
         stream = container.streams.video[0]
         return {"video.height": stream.height, "video.width": stream.width,
                 "video.codec": stream.codec_context.name, "video.pix_fmt": stream.pix_fmt,
-                "video.is_depth_map": False, "video.fps": float(stream.average_rate or 0),
+                "video.is_depth_map": False, "video.fps": _number(stream.average_rate),
                 "video.channels": 3, "has_audio": bool(container.streams.audio)}
+
+
+def _number(rate: Any) -> float | int:
+    value = float(rate or 0)
+    return int(value) if value.is_integer() else value
 
 
 class H264Writer:
