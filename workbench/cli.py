@@ -56,7 +56,8 @@ def _doctor(args: argparse.Namespace) -> int:
     print(f"workbench {workbench.__version__}  python {platform.python_version()}  torch {torch.__version__}")
     cuda = torch.cuda.is_available()
     print(f"device: {'cuda ' + torch.cuda.get_device_name(0) if cuda else 'cpu'} (threads {torch.get_num_threads()})")
-    for name in ("numpy", "safetensors", "PyYAML", "h5py", "metaworld", "mujoco", "diffusers", "ipywidgets"):
+    for name in ("numpy", "safetensors", "PyYAML", "h5py", "pyarrow", "av", "metaworld", "mujoco", "diffusers",
+                 "ipywidgets"):
         try:
             print(f"  {name:<12} {md.version(name)}")
         except md.PackageNotFoundError:
