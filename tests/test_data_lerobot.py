@@ -224,22 +224,65 @@ def test_imports_stay_light():
 
 
 # --------------------------------------------------------------------------- LeRobot's own reader
-def test_lerobot_reads_what_we_read(both):
-    """Where LeRobot itself installs, its LeRobotDataset serves the same frames and actions as ours."""
-    if importlib.util.find_spec("lerobot") is None:
-        pytest.skip("lerobot is not installed: its releases pin torch<2.11, diffusers<0.36 and huggingface-hub<0.36, "
-                    "which conflict with this stack (constraints.txt); the reader follows its layout with pyarrow+PyAV")
-    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+def _lerobot_items(root: Path, camera: str, indices: list[int]) -> tuple[list[dict], list[tuple], bool]:
+    """Items of LeRobot's own ``LeRobotDataset`` and the (file, times) it asked its video decoder for.
 
-    ours = LeRobotClips(root=str(both[1]), camera=fx.CAMERAS[0], window=4, stride=4, split="all")
-    theirs = LeRobotDataset("local/test", root=both[1])
-    for i in range(len(ours)):
+    Where this torchvision has no video reader (LeRobot's ``pyav`` backend needs
+    ``torchvision.io.VideoReader``), the requests are still recorded and the frames come back as
+    ``None``: the metadata, tables and time arithmetic are still LeRobot's.
+    """
+    import lerobot.datasets.lerobot_dataset as lerobot_dataset
+
+    requests: list[tuple] = []
+    real = lerobot_dataset.decode_video_frames
+    decoded = [True]
+
+    def recording(path, timestamps, tolerance_s, backend=None):
+        requests.append((Path(path).resolve(), [float(t) for t in timestamps]))
+        try:
+            return real(path, timestamps, tolerance_s, backend)
+        except AttributeError:  # torchvision without io.VideoReader
+            decoded[0] = False
+            return torch.zeros(len(timestamps), 3, 1, 1)
+
+    theirs = lerobot_dataset.LeRobotDataset("local/test", root=root, video_backend="pyav")
+    lerobot_dataset.decode_video_frames = recording
+    try:
+        items = [theirs[i] for i in indices]
+    finally:
+        lerobot_dataset.decode_video_frames = real
+    return items, [r for r in requests if camera in r[0].parts], decoded[0]  # it decodes every camera
+
+
+def _cross_check(root: Path, camera: str, lengths, clips: int | None = None) -> None:
+    ours = LeRobotClips(root=str(root), camera=camera, window=4, stride=4, split="all", state=None)
+    served = []
+    for i in range(len(ours) if clips is None else clips):
         item = ours[i]
-        start = sum(fx.LENGTHS[:item["episode"]]) + item["start"]
-        for k in range(4):
-            ref = theirs[start + k]
-            assert torch.equal(item["action"][k], ref["action"])
-            assert torch.allclose((item["video"][:, k] + 1) / 2, ref[fx.CAMERAS[0]], atol=2 / 255)
+        e = ours.index[i][0]
+        first = sum(lengths[:e]) + item["start"]
+        served += [(item, k, first + k) for k in range(4)]
+    theirs, requests, decoded = _lerobot_items(root, camera, [g for _, _, g in served])
+    for (item, k, _), ref, (path, times) in zip(served, theirs, requests):
+        assert torch.equal(item["action"][k], ref["action"])  # exact
+        assert item["task"] == ref["task"] and item["episode"] == int(ref["episode_index"])
+        position = [p for p, ep in enumerate(ours.meta.episodes) if ep.index == item["episode"]][0]
+        video, offset = ours.meta.episodes[position].videos[camera]
+        assert path == video.resolve()
+        want = offset + ours.frames_of[position]["timestamp"][item["start"] + k]
+        assert times == pytest.approx([want], abs=1e-6)  # the same time in the same file
+        if decoded:
+            assert torch.allclose((item["video"][:, k] + 1) / 2, ref[camera], atol=1.5 / 255)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("lerobot") is None,
+                    reason="lerobot is not installed: its releases pin torch<2.11, diffusers<0.36 and "
+                           "huggingface-hub<0.36, which conflict with this stack (constraints.txt); the reader "
+                           "follows its layout with pyarrow + PyAV")
+def test_lerobot_reads_what_we_read(both, sample_lerobot):
+    """Where LeRobot itself installs, its LeRobotDataset reads the test layout and our writer's output as we do."""
+    _cross_check(both[1], fx.CAMERAS[1], fx.LENGTHS)  # LeRobot reads v3.0 only (it converts v2.1 first)
+    _cross_check(sample_lerobot, "observation.images.corner2_close", [48] * 60, clips=30)
 
 
 # ------------------------------------------------------------------ Meta-World → LeRobot → workbench
