@@ -387,9 +387,12 @@ def test_demo_takes_a_lerobot_directory(sample_lerobot, tmp_path):
     from workbench.cli import build_parser
     from workbench.demo import DemoConfig, run_demo
 
-    assert build_parser().parse_args(["demo", "--data", str(sample_lerobot)]).data == str(sample_lerobot)
+    camera = "observation.images.corner2_close"
+    args = build_parser().parse_args(["demo", "--data", str(sample_lerobot), "--camera", camera])
+    assert (args.data, args.camera) == (str(sample_lerobot), camera)
     out = tmp_path / "demo"
-    cfg = DemoConfig.quick(output=str(out), data=str(sample_lerobot), steps=2, sampling_steps=2, batch_size=2)
+    cfg = DemoConfig.quick(output=str(out), data=str(sample_lerobot), camera=camera, steps=2, sampling_steps=2,
+                           batch_size=2)
     metrics = run_demo(cfg, progress=False)
     assert metrics["evaluation"]["data"] == str(sample_lerobot) and metrics["training"]["steps"] == 2
     assert metrics["summary"]["clips"] == 4 and (out / "side_by_side.mp4").exists()

@@ -122,6 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--data", default="sample",
                       help="rollouts to train and evaluate on: 'sample' (default), an .h5 file from `workbench data "
                            "metaworld`, or a LeRobot dataset directory (v2.1 / v3.0)")
+    demo.add_argument("--camera", help="with a LeRobot --data of several cameras: the video feature to use, e.g. "
+                                       "observation.images.front")
     demo.set_defaults(func=_demo)
 
     pretrain = sub.add_parser("pretrain", help="pretrain the tiny_video backbone on Meta-World clips (no actions)")

@@ -62,6 +62,7 @@ class DemoConfig:
     video_clips: int = 6
     seed: int = 0
     data: str = "sample"
+    camera: str | None = None
     base_weights: str = "pretrained"
     adapter: dict = dataclasses.field(default_factory=lambda: copy.deepcopy(ADAPTER))
     composer: dict = dataclasses.field(default_factory=lambda: copy.deepcopy(COMPOSER))
@@ -225,6 +226,11 @@ def _table(summary: dict[str, Any], steps: int, seconds: float) -> str:
     return "\n".join(lines)
 
 
+def _camera(cfg: DemoConfig) -> dict[str, str]:
+    """The ``camera`` option of a LeRobot dataset, when one is chosen."""
+    return {"camera": cfg.camera} if cfg.camera else {}
+
+
 def build_experiment(cfg: DemoConfig, run_dir: Path):
     """The frozen pretrained base + the action adapter, as an :class:`AdapterExperiment`."""
     from workbench.backbones.tiny_video import TinyVideoConfig
@@ -248,7 +254,7 @@ def build_experiment(cfg: DemoConfig, run_dir: Path):
         "training": {"steps": cfg.steps, "learning_rate": cfg.learning_rate, "batch_size": cfg.batch_size,
                      "warmup_steps": min(50, max(1, cfg.steps // 10)), "schedule": "cosine", "min_lr_ratio": 0.1,
                      "cache_latents": True, "sync_every": 10, "seed": cfg.seed, "output_dir": str(run_dir)},
-        "data": data_block(cfg.data, window=16, stride=4, split="train", size=(size, size)),
+        "data": data_block(cfg.data, window=16, stride=4, split="train", size=(size, size), **_camera(cfg)),
         **({"objective": cfg.objective} if cfg.objective else {}),
     })
     return AdapterExperiment.from_config(config)
@@ -268,7 +274,8 @@ def run_demo(cfg: DemoConfig, progress: bool = True) -> dict[str, Any]:
     train_seconds = time.perf_counter() - started
     checkpoint = exp.save_checkpoint()
     size = (base.config.image_size, base.config.image_size)
-    held_out = open_clips(cfg.data, window=base.config.frames, stride=base.config.frames, split="val", size=size)
+    held_out = open_clips(cfg.data, window=base.config.frames, stride=base.config.frames, split="val", size=size,
+                          **_camera(cfg))
     clips = torch.utils.data.Subset(held_out, list(range(min(cfg.eval_clips, len(held_out)))))
     result = evaluate_world_model(exp, clips, sampling_steps=cfg.sampling_steps, seed=cfg.seed, progress=progress)
     summary = summarise(result)
@@ -310,6 +317,7 @@ def run(args) -> int:
 
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     overrides = {"output": args.output, "data": getattr(args, "data", "sample"),
+                 "camera": getattr(args, "camera", None),
                  **({"steps": args.steps} if args.steps else {})}
     cfg = DemoConfig.quick(**overrides) if args.quick else DemoConfig(**overrides)
     metrics = run_demo(cfg)

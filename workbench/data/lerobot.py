@@ -217,7 +217,7 @@ class LeRobotClips(Dataset):
             return 0
         if self.fps == self.source_fps:
             return len(ts)
-        return int(np.floor((ts[-1] - ts[0]) * self.fps + 1e-6)) + 1
+        return int(np.floor((ts[-1] - ts[0]) * self.fps + 1e-3)) + 1  # slack for float32 timestamps
 
     def _long_enough(self, chosen: list[int]) -> list[int]:
         window, short = self.config.window, [e for e in chosen if self.served_length(e) < self.config.window]
