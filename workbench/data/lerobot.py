@@ -229,7 +229,8 @@ class LeRobotClips(Dataset):
                 f"{ep.data_file}: episode {ep.index} has {self.served_length(e)} frames at {self.fps:g} fps, shorter "
                 f"than window={window} ({len(short)} of the {len(chosen)} episodes of split {self.config.split!r} "
                 f"are). Use window <= {shortest} (the shortest episode), or drop_short: true to leave them out.")
-        kept = [e for e in chosen if e not in short]
+        too_short = set(short)
+        kept = [e for e in chosen if e not in too_short]
         if not kept:
             raise DataError(f"{self.root}: split {self.config.split!r} has no episodes of at least {window} frames "
                             f"({len(self.meta.episodes)} episode(s), val_fraction={self.config.val_fraction}). Use "
