@@ -128,6 +128,16 @@ def test_dataloader_workers_match_one_process(both):
         assert a["prompt"] == b["prompt"] and isinstance(a["prompt"][0], str)
 
 
+def test_task_strings_are_the_text_condition(both):
+    """A batch's ``prompt`` is what text-conditioned backbones (wan22_ti2v, easyanimate) turn into prompts."""
+    from workbench.backbones.diffusers_bridge import prompts_from
+
+    clips = LeRobotClips(root=str(both[1]), camera=fx.CAMERAS[0], window=4, stride=4, split="all")
+    batch = next(iter(DataLoader(clips, batch_size=4)))
+    prompts = prompts_from(batch, "prompt", None, "a robot arm: {}", 4, "test")
+    assert prompts == [f"a robot arm: {fx.TASKS[int(e) % 2]}" for e in batch["episode"]]
+
+
 def test_registered_and_config_validated(both):
     clips = build_component("dataset", "lerobot", {"root": str(both[1]), "camera": fx.CAMERAS[0], "window": 4})
     assert isinstance(clips, LeRobotClips)
