@@ -56,7 +56,8 @@ def _doctor(args: argparse.Namespace) -> int:
     print(f"workbench {workbench.__version__}  python {platform.python_version()}  torch {torch.__version__}")
     cuda = torch.cuda.is_available()
     print(f"device: {'cuda ' + torch.cuda.get_device_name(0) if cuda else 'cpu'} (threads {torch.get_num_threads()})")
-    for name in ("numpy", "safetensors", "PyYAML", "h5py", "metaworld", "mujoco", "diffusers", "ipywidgets"):
+    for name in ("numpy", "safetensors", "PyYAML", "h5py", "pyarrow", "av", "metaworld", "mujoco", "diffusers",
+                 "ipywidgets"):
         try:
             print(f"  {name:<12} {md.version(name)}")
         except md.PackageNotFoundError:
@@ -118,6 +119,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--quick", action="store_true", help="a reduced budget (for CI)")
     demo.add_argument("--output", default="outputs/demo")
     demo.add_argument("--steps", type=int)
+    demo.add_argument("--data", default="sample",
+                      help="rollouts to train and evaluate on: 'sample' (default), an .h5 file from `workbench data "
+                           "metaworld`, or a LeRobot dataset directory (v2.1 / v3.0)")
+    demo.add_argument("--camera", help="with a LeRobot --data of several cameras: the video feature to use, e.g. "
+                                       "observation.images.front")
     demo.set_defaults(func=_demo)
 
     pretrain = sub.add_parser("pretrain", help="pretrain the tiny_video backbone on Meta-World clips (no actions)")

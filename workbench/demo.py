@@ -12,7 +12,9 @@
    ``OUT/loss.png``, ``OUT/metrics.json`` (every number) and the adapter checkpoint;
 5. print a short table.
 
-``workbench demo --quick`` runs the same path on a reduced budget (for CI).
+``workbench demo --quick`` runs the same path on a reduced budget (for CI). ``workbench demo --data
+PATH`` trains and evaluates on other rollouts: an HDF5 file of ``workbench data metaworld`` or a
+LeRobot dataset directory (frames resized to the base's size; the adapter reads its ``action``).
 """
 
 from __future__ import annotations
@@ -59,6 +61,8 @@ class DemoConfig:
     sampling_steps: int = 20
     video_clips: int = 6
     seed: int = 0
+    data: str = "sample"
+    camera: str | None = None
     base_weights: str = "pretrained"
     adapter: dict = dataclasses.field(default_factory=lambda: copy.deepcopy(ADAPTER))
     composer: dict = dataclasses.field(default_factory=lambda: copy.deepcopy(COMPOSER))
@@ -222,20 +226,35 @@ def _table(summary: dict[str, Any], steps: int, seconds: float) -> str:
     return "\n".join(lines)
 
 
+def _camera(cfg: DemoConfig) -> dict[str, str]:
+    """The ``camera`` option of a LeRobot dataset, when one is chosen."""
+    return {"camera": cfg.camera} if cfg.camera else {}
+
+
 def build_experiment(cfg: DemoConfig, run_dir: Path):
     """The frozen pretrained base + the action adapter, as an :class:`AdapterExperiment`."""
+    from workbench.backbones.tiny_video import TinyVideoConfig
+    from workbench.data.sources import data_block, data_kind
     from workbench.train import AdapterExperiment
     from workbench.train.config import parse_experiment
 
+    size = TinyVideoConfig().image_size
+    adapter = copy.deepcopy(cfg.adapter)
+    if data_kind(cfg.data) == "lerobot":  # the adapter reads the dataset's action vector, whatever its width
+        from workbench.data.lerobot_format import LeRobotMeta
+
+        meta = LeRobotMeta(cfg.data)
+        if "action" in meta.features:
+            adapter.setdefault("config", {}).setdefault("dim", meta.width("action"))
     config = parse_experiment({
         "name": "demo",
         "base": {"type": "tiny_video", "config": {"weights": cfg.base_weights}},
-        "adapter": cfg.adapter,
+        "adapter": adapter,
         "composer": cfg.composer,
         "training": {"steps": cfg.steps, "learning_rate": cfg.learning_rate, "batch_size": cfg.batch_size,
                      "warmup_steps": min(50, max(1, cfg.steps // 10)), "schedule": "cosine", "min_lr_ratio": 0.1,
                      "cache_latents": True, "sync_every": 10, "seed": cfg.seed, "output_dir": str(run_dir)},
-        "data": {"type": "metaworld", "config": {"path": "sample", "window": 16, "stride": 4, "split": "train"}},
+        "data": data_block(cfg.data, window=16, stride=4, split="train", size=(size, size), **_camera(cfg)),
         **({"objective": cfg.objective} if cfg.objective else {}),
     })
     return AdapterExperiment.from_config(config)
@@ -244,7 +263,7 @@ def build_experiment(cfg: DemoConfig, run_dir: Path):
 def run_demo(cfg: DemoConfig, progress: bool = True) -> dict[str, Any]:
     import torch
 
-    from workbench.data.metaworld import MetaWorldClips
+    from workbench.data.sources import open_clips
 
     out = Path(cfg.output)
     out.mkdir(parents=True, exist_ok=True)
@@ -254,7 +273,9 @@ def run_demo(cfg: DemoConfig, progress: bool = True) -> dict[str, Any]:
     exp.fit(progress=progress)
     train_seconds = time.perf_counter() - started
     checkpoint = exp.save_checkpoint()
-    held_out = MetaWorldClips(path="sample", window=base.config.frames, stride=base.config.frames, split="val")
+    size = (base.config.image_size, base.config.image_size)
+    held_out = open_clips(cfg.data, window=base.config.frames, stride=base.config.frames, split="val", size=size,
+                          **_camera(cfg))
     clips = torch.utils.data.Subset(held_out, list(range(min(cfg.eval_clips, len(held_out)))))
     result = evaluate_world_model(exp, clips, sampling_steps=cfg.sampling_steps, seed=cfg.seed, progress=progress)
     summary = summarise(result)
@@ -275,7 +296,7 @@ def run_demo(cfg: DemoConfig, progress: bool = True) -> dict[str, Any]:
                      "learning_rate": cfg.learning_rate, "loss_history": [round(v, 6) for v in exp.loss_history],
                      "checkpoint": str(checkpoint), "gates": exp.model.composer.gate_values()},
         "evaluation": {"clips": len(clips), "sampling_steps": cfg.sampling_steps, "split": "val",
-                       "data": "sample", "window": base.config.frames, "seed": cfg.seed,
+                       "data": cfg.data, "window": base.config.frames, "seed": cfg.seed,
                        "moving_threshold_uint8": 10.0},
         "adapter": cfg.adapter,
         "composer": cfg.composer,
@@ -295,7 +316,9 @@ def run(args) -> int:
     import torch
 
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
-    overrides = {"output": args.output, **({"steps": args.steps} if args.steps else {})}
+    overrides = {"output": args.output, "data": getattr(args, "data", "sample"),
+                 "camera": getattr(args, "camera", None),
+                 **({"steps": args.steps} if args.steps else {})}
     cfg = DemoConfig.quick(**overrides) if args.quick else DemoConfig(**overrides)
     metrics = run_demo(cfg)
     print()

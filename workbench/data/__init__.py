@@ -2,8 +2,11 @@
 
 * :mod:`workbench.data.metaworld_gen` renders episodes into an HDF5 file (``workbench data metaworld``).
 * :mod:`workbench.data.metaworld` reads them as clips: the ``metaworld`` dataset.
+* :mod:`workbench.data.lerobot` reads LeRobot datasets (v2.1, v3.0) as clips: the ``lerobot`` dataset;
+  :mod:`workbench.data.lerobot_write` writes v3.0 (``workbench data metaworld --format lerobot``).
+* :func:`open_clips` opens either kind from a path (an ``.h5`` file or a LeRobot directory).
 
-Nothing heavy is imported here: h5py, MuJoCo and Meta-World load only when a file is generated
+Nothing heavy is imported here: h5py, pyarrow, PyAV, MuJoCo and Meta-World load only when a file is generated
 or read, and the names below are resolved on first access.
 """
 
@@ -18,6 +21,11 @@ _LAZY = {
     "split_episodes": "workbench.data.metaworld",
     "generate": "workbench.data.metaworld_gen",
     "Perturbation": "workbench.data.metaworld_gen",
+    "LeRobotClips": "workbench.data.lerobot",
+    "LeRobotConfig": "workbench.data.lerobot",
+    "LeRobotWriter": "workbench.data.lerobot_write",
+    "metaworld_to_lerobot": "workbench.data.lerobot_write",
+    "open_clips": "workbench.data.sources",
 }
 
 __all__, __getattr__, __dir__ = lazy_exports("workbench.data", _LAZY, "names")

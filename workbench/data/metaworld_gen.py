@@ -537,7 +537,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default: %(default)s)")
     parser.add_argument("--action-repeat", type=int, default=1,
                         help="simulator steps per stored frame/action (default: %(default)s = 80 fps)")
-    parser.add_argument("--out", required=True, help="output .h5 file")
+    parser.add_argument("--format", choices=("hdf5", "lerobot"), default="hdf5",
+                        help="hdf5: one .h5 file (the metaworld dataset); lerobot: a LeRobot v3.0 dataset "
+                             "directory (the lerobot dataset) (default: %(default)s)")
+    parser.add_argument("--out", required=True, help="output .h5 file (--format hdf5) or new directory (lerobot)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
@@ -545,6 +548,13 @@ def run(args: argparse.Namespace) -> int:
     """Run ``workbench data metaworld`` from parsed arguments; returns the exit status."""
     noise = {"noise_std": args.noise, "segment_fraction": args.segment_fraction}
     start = time.perf_counter()
+    if getattr(args, "format", "hdf5") == "lerobot":
+        from workbench.data.lerobot_write import generate_lerobot
+
+        generate_lerobot(args.out, tasks=args.tasks, episodes=args.episodes, frames=args.frames, size=args.size,
+                         seed=args.seed, camera=args.camera, noise=noise, progress=not args.no_progress,
+                         action_repeat=args.action_repeat)
+        return 0
     out = generate(args.out, tasks=args.tasks, episodes=args.episodes, frames=args.frames, size=args.size,
                    seed=args.seed, camera=args.camera, noise=noise, progress=not args.no_progress,
                    action_repeat=args.action_repeat)

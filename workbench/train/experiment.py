@@ -192,6 +192,9 @@ class AdapterExperiment:
             if self._stream is not None:
                 return self._stream
             data = self.default_data()
+        check = getattr(data, "check_conditions", None)
+        if callable(check):  # a dataset that knows its signal widths checks them against the adapter's
+            check(self.model.adapter.consumes, owner=f"the adapter ({type(self.model.adapter).__name__})")
         data = self._cached(data)
         if self._stream is not None and self._stream.source is data:
             return self._stream

@@ -1,0 +1,62 @@
+"""Clips from a path, whatever it holds: a ``workbench data metaworld`` HDF5 file or a LeRobot directory.
+
+Commands that take ``--data PATH`` (``workbench demo``, evaluation) go through here, so both
+kinds serve the same items: ``video`` (3, T, H, W) in [-1, 1], ``action`` (T, A), ``episode``,
+``start``, ``task`` (plus ``proprio`` / ``ee_pos`` where recorded)::
+
+    clips = open_clips("robot_data/", window=16, stride=16, split="val", size=(64, 64))
+    block = data_block("robot_data/", window=16, stride=4, split="train", size=(64, 64))  # a YAML data: block
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from workbench.errors import DataError
+
+
+def data_kind(path: str | Path) -> str:
+    """``"metaworld"`` for ``sample`` or an HDF5 file, ``"lerobot"`` for a LeRobot dataset directory."""
+    from workbench.data.lerobot import is_lerobot_dir
+
+    if str(path) == "sample":
+        return "metaworld"
+    p = Path(path).expanduser()
+    if p.is_dir():
+        if is_lerobot_dir(p):
+            return "lerobot"
+        raise DataError(f"{p / 'meta' / 'info.json'} is missing: {p} is not a LeRobot dataset. --data takes a "
+                        f"LeRobot dataset directory, an .h5 file from `workbench data metaworld`, or 'sample'.")
+    if p.is_file():
+        return "metaworld"
+    raise DataError(f"--data {path}: no such file or directory. Give a LeRobot dataset directory, an .h5 file from "
+                    f"`workbench data metaworld`, or 'sample'.")
+
+
+def data_block(path: str | Path, *, window: int, stride: int, split: str = "train",
+               size: tuple[int, int] | None = None, **options: Any) -> dict[str, Any]:
+    """The ``data:`` block of an experiment config that reads ``path`` (``options`` go into its config)."""
+    if data_kind(path) == "lerobot":
+        config = {"root": str(path), "window": window, "stride": stride, "split": split,
+                  "size": list(size) if size else None, **options}
+        return {"type": "lerobot", "config": config}
+    return {"type": "metaworld", "config": {"path": str(path), "window": window, "stride": stride, "split": split,
+                                            **options}}
+
+
+def open_clips(path: str | Path, *, window: int, stride: int, split: str = "val",
+               size: tuple[int, int] | None = None, **options: Any) -> Any:
+    """The clip dataset of ``path`` (a ``MetaWorldClips`` or a ``LeRobotClips``) with these windows.
+
+    ``size`` (H, W) resizes LeRobot frames; an HDF5 file must already hold frames of that size.
+    """
+    from workbench.registry import build
+
+    block = data_block(path, window=window, stride=stride, split=split, size=size, **options)
+    clips = build("dataset", block["type"], block["config"], where="data")
+    if block["type"] == "metaworld" and size is not None and tuple(clips.frame_size) != tuple(size):
+        raise DataError(f"{clips.path} holds {clips.frame_size[0]}x{clips.frame_size[1]} frames, but "
+                        f"{size[0]}x{size[1]} are needed. Regenerate it with `workbench data metaworld --size "
+                        f"{size[0]}`.")
+    return clips
