@@ -19,7 +19,6 @@ from workbench.inspect import (
     VIEWS,
     Ablation,
     ConditionEdit,
-    FitSession,
     InspectError,
     StepError,
     StepperState,
@@ -31,6 +30,7 @@ from workbench.inspect import (
 )
 from workbench.inspect.colors import colorize, lut
 from workbench.inspect.views import _given, condition_plots
+from workbench.train import FitSession
 
 STEPS = 4
 
