@@ -12,8 +12,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import signal
-import threading
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -31,6 +29,7 @@ from workbench.errors import CallbackError, CheckpointError, CompositionError, C
 from workbench.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from workbench.train.config import ExperimentConfig, TrainingConfig, experiment_to_dict, load_yaml
 from workbench.train.data import DataStream, LatentCache, is_map_dataset
+from workbench.train.interrupt import SigintGuard
 
 HOOKS = ("on_fit_start", "on_step_start", "on_after_backward", "on_step_end", "on_eval", "on_fit_end")
 
@@ -49,49 +48,6 @@ def _mix_seed(*parts: int) -> int:
     for p in parts:
         value = (value ^ (int(p) + 0x632BE59BD9B4E019 + (value << 6) + (value >> 2))) & (2**63 - 1)
     return value
-
-
-class _SigintGuard:
-    """For the length of a fit: a Ctrl-C (the notebook stop button) that arrives while ``holding``
-    is held until :meth:`release`, so an optimizer update is never cut in half.
-
-    The handler is installed once per fit, not per step (installing one costs more than the rest
-    of the loop's bookkeeping); outside the held sections it passes Ctrl-C on to the handler it
-    replaced. Only the main thread can receive signals: elsewhere (a background fit) it does nothing.
-    """
-
-    def __init__(self):
-        self.holding = False
-        self.received = False
-        self._previous: Any = None
-        self._installed = False
-
-    def __enter__(self) -> _SigintGuard:
-        if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._handle)
-            self._installed = True
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.holding = self.received = False
-        if self._installed:
-            signal.signal(signal.SIGINT, self._previous)
-            self._installed = False
-
-    def _handle(self, signum, frame) -> None:
-        if self.holding:
-            self.received = True
-        elif callable(self._previous):
-            self._previous(signum, frame)
-        elif self._previous != signal.SIG_IGN:
-            raise KeyboardInterrupt
-
-    def release(self) -> None:
-        """End the held section; raise the Ctrl-C that arrived during it, now that it is safe."""
-        self.holding = False
-        if self.received:
-            self.received = False
-            raise KeyboardInterrupt
 
 
 def _overrides(callbacks: list[Callback], hook: str) -> list[Callback]:
@@ -151,7 +107,6 @@ class AdapterExperiment:
                                            weight_decay=t.weight_decay)
         self.scaler = torch.amp.GradScaler("cuda") if t.amp_dtype == "fp16" and self.device.type == "cuda" else None
         self._noise = torch.Generator(device=self.device)  # re-seeded for every micro-batch (see _generator)
-        self._sigint = _SigintGuard()
         self.step = 0
         self.loss_history: list[float] = []
         self._pending: list[tuple[int, torch.Tensor]] = []
@@ -308,7 +263,7 @@ class AdapterExperiment:
             self.loss_history.append(value)
         self._pending = []
 
-    def _run_step(self, stream: DataStream, hooks: dict[str, list[Callback]], guard: _SigintGuard) -> None:
+    def _run_step(self, stream: DataStream, hooks: dict[str, list[Callback]], guard: SigintGuard) -> None:
         # The hot path: anything done here per step beyond the work itself is overhead a short
         # interactive fit feels, so hooks nobody overrides are skipped, nothing is read back from
         # the device outside _sync, and nothing is allocated that a step does not need.
@@ -395,7 +350,7 @@ class AdapterExperiment:
         self.model.train()
         self._call(hooks["on_fit_start"], "on_fit_start")
         try:
-            with _SigintGuard() as guard:
+            with SigintGuard() as guard:
                 while self.step < target:
                     before = self.step
                     self._run_step(stream, hooks, guard)
