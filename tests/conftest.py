@@ -178,3 +178,41 @@ def toy_raw(b: int = 2, t: int = 3, seed: int = 0, **extra) -> dict:
            "fs": torch.tensor([3.0] * b), "c_concat": torch.randn(b, 4, 2, 2, generator=g)}
     raw.update(extra)
     return raw
+
+
+class DeviceReads:
+    """Counts the reads of tensor values back to the host made by workbench's own code while
+    active (``item``, ``cpu``, ``tolist``, ``float()``, ``int()``, ``bool()``, ``numpy``): on a GPU
+    each is a device sync. ``calls`` lists them as ``"<read> in <function>"``.
+
+    Library internals are out of scope (e.g. AdamW's step counter lives on the host by design),
+    and so is the user's data loading, which runs on the host before the transfer.
+    """
+
+    READS = ("item", "cpu", "tolist", "__float__", "__int__", "__bool__", "numpy")
+
+    def __init__(self):
+        import workbench
+
+        self.package = os.path.dirname(workbench.__file__)
+        self.calls: list[str] = []
+        self._saved: dict[str, object] = {}
+
+    def __enter__(self) -> DeviceReads:
+        import sys
+
+        for name in self.READS:
+            original = self._saved[name] = getattr(torch.Tensor, name)
+
+            def counted(tensor, *args, _original=original, _name=name, **kwargs):
+                caller = sys._getframe(1).f_code
+                if caller.co_filename.startswith(self.package):
+                    self.calls.append(f"{_name} in {caller.co_name}")
+                return _original(tensor, *args, **kwargs)
+
+            setattr(torch.Tensor, name, counted)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for name, original in self._saved.items():
+            setattr(torch.Tensor, name, original)

@@ -38,12 +38,20 @@ def test_every_option_is_the_identity_at_init_and_trains(options):
     x_t = torch.randn(batch.latents.shape, generator=torch.Generator().manual_seed(1))
     pred = model.predict(x_t, torch.full((2,), 0.6), batch)
     assert torch.equal(pred.composed, pred.base)
-    loss, _ = model.training_loss(batch, generator=torch.Generator().manual_seed(2), step=0)
-    loss.backward()
-    grads = {n: p.grad for n, p in model.adapter.named_parameters()}
-    assert grads["out.weight"].abs().sum() > 0  # the zero output layer receives a gradient at once
-    if options.get("warps"):
-        assert grads["warp.weight"] is not None
+    optimizer = torch.optim.SGD(model.adapter.parameters(), lr=0.1)
+    learning = []
+    for step in range(2):
+        optimizer.zero_grad(set_to_none=True)
+        loss, _ = model.training_loss(batch, generator=torch.Generator().manual_seed(2 + step), step=step)
+        loss.backward()
+        learning.append({n for n, p in model.adapter.named_parameters()
+                         if p.grad is not None and p.grad.abs().sum() > 0})
+        optimizer.step()
+    # At init the zero output layer is the only one with a gradient (it blocks every path behind it) ...
+    assert learning[0] == {"out.weight", "out.bias"}
+    # ... and once it has moved, every parameter learns — the warp's too, when there is one.
+    assert learning[1] == {n for n, _ in model.adapter.named_parameters()}
+    assert bool(options.get("warps")) == ({"warp.weight", "warp.bias"} <= learning[1])
 
 
 def test_cumulative_condition_is_the_sum_over_previous_frames():

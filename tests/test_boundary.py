@@ -15,14 +15,33 @@ PACKAGE = ROOT / "workbench"
 HEAVY = ("diffusers", "transformers", "ipywidgets", "matplotlib", "h5py", "metaworld", "mujoco", "imageio", "PIL")
 
 
-def imported_modules(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text())
+def _from_import(node: ast.ImportFrom, path: Path) -> set[str]:
+    """What ``from M import a, b`` imports: ``M.a`` where ``a`` is a submodule of a package of
+    ours, else ``M`` itself (``from workbench import Batch`` runs all of ``workbench/__init__``).
+    Relative imports are resolved against ``path``."""
+    module = node.module or ""
+    if node.level:
+        anchor = path.resolve().parent
+        for _ in range(node.level - 1):
+            anchor = anchor.parent
+        prefix = ".".join(anchor.relative_to(ROOT).parts) if anchor.is_relative_to(ROOT) else anchor.name
+        module = f"{prefix}.{module}" if module else prefix
+    folder = ROOT.joinpath(*module.split("."))
+    names = set()
+    for alias in node.names:
+        sub = folder / alias.name
+        names.add(f"{module}.{alias.name}" if sub.is_dir() or sub.with_suffix(".py").is_file() else module)
+    return names
+
+
+def imported_modules(path: Path, source: str | None = None) -> set[str]:
+    tree = ast.parse(path.read_text() if source is None else source)
     names = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
+        elif isinstance(node, ast.ImportFrom):
+            names |= _from_import(node, path)
     return names
 
 
@@ -68,17 +87,46 @@ LAYERS = {
 LEAVES = {"errors", "registry", "config", "layers", "metrics", "media", "_lazy"}
 
 
+def _layers_reached(name: str) -> set[str]:
+    """The packages of workbench an import of ``name`` loads: the named one, or for the top-level
+    ``workbench`` itself everything its ``__init__`` imports (the training layer among them)."""
+    parts = name.split(".")
+    if parts[0] != "workbench":
+        return set()
+    if len(parts) > 1:
+        return {parts[1]}
+    return {n.split(".")[1] for n in imported_modules(PACKAGE / "__init__.py") if n.startswith("workbench.")}
+
+
+def layer_offenders(layer: str, paths, source: str | None = None) -> list[str]:
+    offenders = []
+    for path in paths:
+        for name in sorted(imported_modules(path, source)):
+            beyond = _layers_reached(name) - LAYERS[layer] - LEAVES
+            if beyond:
+                offenders.append(f"{path.relative_to(ROOT)} imports {name} (reaching {', '.join(sorted(beyond))})")
+    return offenders
+
+
 @pytest.mark.parametrize("layer", sorted(LAYERS))
 def test_layers_import_one_way(layer):
-    offenders = []
-    for path in (PACKAGE / layer).rglob("*.py"):
-        for name in imported_modules(path):
-            parts = name.split(".")
-            if parts[0] != "workbench" or len(parts) < 2:
-                continue
-            if parts[1] not in LAYERS[layer] | LEAVES:
-                offenders.append(f"{path.relative_to(ROOT)} imports {name}")
-    assert offenders == []
+    assert layer_offenders(layer, (PACKAGE / layer).rglob("*.py")) == []
+
+
+@pytest.mark.parametrize("line, reaches", [
+    ("from workbench import Batch", "train"),  # the top-level package loads the training layer
+    ("import workbench", "train"),
+    ("from workbench.train import AdapterExperiment", "train"),
+    ("from workbench.inspect.trajectory import record", "inspect"),
+    ("from workbench import inspect", "inspect"),
+    ("from .. import train", "train"),
+    ("from ..widgets.fit import Fit", "widgets"),
+])
+def test_the_layer_check_catches_every_import_form(line, reaches):
+    probe = PACKAGE / "backbones" / "probe.py"  # parsed from `source`, never written
+    offenders = layer_offenders("backbones", [probe], source=line)
+    assert len(offenders) == 1 and offenders[0].endswith(f"(reaching {reaches})"), offenders
+    assert layer_offenders("backbones", [probe], source="from workbench.core import Batch") == []
 
 
 def test_heavy_libraries_are_never_imported_at_module_level():

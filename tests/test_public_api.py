@@ -1,47 +1,80 @@
 """The public API is frozen: a change here is a deliberate, reviewed change of the contract."""
 
-import workbench
+import dataclasses
+import inspect
+from collections.abc import Mapping
 
-SNAPSHOT = [
-    "Adapter",
-    "AdapterExperiment",
-    "Add",
-    "BaseVideoModel",
-    "Batch",
-    "Callback",
-    "ComponentSpec",
-    "ComposeContext",
-    "ComposedModel",
-    "Composer",
-    "Condition",
-    "Conditioning",
-    "Diffusion",
-    "ExperimentConfig",
-    "FlowMatching",
-    "GatedResidual",
-    "MaskMix",
-    "ModelCard",
-    "NoiseGated",
-    "Objective",
-    "Prediction",
-    "PretrainWarmup",
-    "RecipeSpec",
-    "Replace",
-    "SamplingDefaults",
-    "StepRecord",
-    "TrainingConfig",
-    "build",
-    "register",
-]
+from torch import nn
+
+import workbench
+from workbench.core.composers import Composer
+from workbench.core.objectives import Objective
+
+# name -> what it is: the base class it must derive from, "dataclass", or "function"
+SNAPSHOT = {
+    "Adapter": nn.Module,
+    "AdapterExperiment": object,
+    "Add": Composer,
+    "BaseVideoModel": nn.Module,
+    "Batch": "dataclass",
+    "Callback": object,
+    "ComponentSpec": "dataclass",
+    "ComposeContext": "dataclass",
+    "ComposedModel": nn.Module,
+    "Composer": nn.Module,
+    "Condition": "dataclass",
+    "Conditioning": Mapping,
+    "Diffusion": Objective,
+    "ExperimentConfig": "dataclass",
+    "FlowMatching": Objective,
+    "GatedResidual": Composer,
+    "MaskMix": Composer,
+    "ModelCard": "dataclass",
+    "NoiseGated": Composer,
+    "Objective": object,
+    "Prediction": "dataclass",
+    "PretrainWarmup": Composer,
+    "RecipeSpec": "dataclass",
+    "Replace": Composer,
+    "SamplingDefaults": "dataclass",
+    "StepRecord": "dataclass",
+    "TrainingConfig": "dataclass",
+    "build": "function",
+    "register": "function",
+}
 
 
 def test_public_surface_is_frozen():
     assert sorted(workbench.__all__) == sorted(SNAPSHOT), "update SNAPSHOT deliberately if this change is intended"
 
 
-def test_every_public_name_resolves():
-    for name in workbench.__all__:
-        assert getattr(workbench, name) is not None
+def test_every_public_name_is_what_the_snapshot_says():
+    wrong = []
+    for name, kind in SNAPSHOT.items():
+        obj = getattr(workbench, name)
+        if kind == "function":
+            ok = inspect.isfunction(obj) and obj.__name__ == name
+        elif kind == "dataclass":
+            ok = inspect.isclass(obj) and dataclasses.is_dataclass(obj) and obj.__name__ == name
+        else:
+            ok = inspect.isclass(obj) and issubclass(obj, kind) and obj.__name__ == name
+        if not ok or not obj.__module__.startswith("workbench."):
+            wrong.append(f"{name}: {obj!r} from {getattr(obj, '__module__', '?')} is not a {kind}")
+    assert wrong == []
+
+
+def test_public_functions_keep_their_signatures():
+    assert list(inspect.signature(workbench.build).parameters) == ["kind", "name", "config", "where"]
+    assert list(inspect.signature(workbench.register).parameters) == ["kind", "name"]
+    assert isinstance(workbench.build("composer", "add"), workbench.Add)
+
+
+def test_the_top_level_names_are_the_submodules_own():
+    from workbench.core import composers
+    from workbench.train import experiment
+
+    assert workbench.GatedResidual is composers.GatedResidual
+    assert workbench.AdapterExperiment is experiment.AdapterExperiment
 
 
 TESTING_SNAPSHOT = ["PROMISES", "ConformanceError", "ConformanceReport", "Finding", "ProbeAdapter", "check_backbone",

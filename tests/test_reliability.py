@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -186,6 +187,54 @@ def test_unreadable_and_mismatched_checkpoints(tmp_path):
     (good / "state.pt").unlink()
     with pytest.raises(CheckpointError, match="is incomplete: missing state.pt"):
         other.load_checkpoint(good)
+
+
+class _RunsCode:
+    """Unpickling this would call os.system (what a tampered checkpoint could hold)."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+class _Unknown:
+    """A class torch's safe loader does not know."""
+
+
+@pytest.mark.parametrize("payload, found", [
+    (lambda marker: {"optimizer": {}, "rng_cpu": torch.zeros(1), "step": 0, "hook": _RunsCode(marker)},
+     r"references to posix\.system"),
+    (lambda marker: {"optimizer": {}, "rng_cpu": torch.zeros(1), "step": 0, "extra": _Unknown()},
+     r"references to test_reliability\._Unknown"),
+])
+def test_state_that_is_not_tensors_and_plain_data_is_refused_unread(tmp_path, payload, found):
+    exp = AdapterExperiment(base=tiny_base(), adapter=LatentResidual(width=8, depth=1),
+                            training=TrainingConfig(progress=False, output_dir=str(tmp_path / "run")))
+    path = exp.save_checkpoint()
+    marker = tmp_path / "code-ran"
+    torch.save(payload(marker), path / "state.pt")
+    for load in (exp.load_checkpoint, AdapterExperiment.load):
+        with pytest.raises(CheckpointError) as info:
+            load(path)
+        message = str(info.value)
+        assert re.search(rf"Checkpoint .*{path.name}: state\.pt holds {found}\. workbench writes only tensors "
+                         rf"and plain data .* tampered with or not written by workbench, and it will not be "
+                         rf"unpickled", message), message
+        assert "weights_only" not in message and "trusted source" not in message  # not torch's advice
+        assert info.value.__cause__ is None
+    assert not marker.exists()
+
+
+def test_state_without_the_training_state_is_refused(tmp_path):
+    exp = AdapterExperiment(base=tiny_base(), adapter=LatentResidual(width=8, depth=1),
+                            training=TrainingConfig(progress=False, output_dir=str(tmp_path / "run")))
+    path = exp.save_checkpoint()
+    torch.save([torch.zeros(2)], path / "state.pt")
+    with pytest.raises(CheckpointError, match=r"state\.pt holds list, not the training state workbench writes "
+                                              r"\(missing optimizer, rng_cpu, step\)"):
+        exp.load_checkpoint(path)
 
 
 def test_tiny_video_weights_errors(tmp_path):

@@ -6,13 +6,13 @@ import json
 
 import pytest
 import torch
-from conftest import tiny_base
+from conftest import DeviceReads, tiny_base
 
 from workbench import Callback, GatedResidual, NoiseGated, PretrainWarmup
 from workbench.adapters.latent_residual import LatentResidual
 from workbench.data.synthetic import SyntheticMoves
 from workbench.errors import CallbackError, NonFiniteLossError
-from workbench.train import AdapterExperiment, TrainingConfig
+from workbench.train import AdapterExperiment, FitSession, TrainingConfig
 from workbench.train.callbacks import GradNorm, LossHistory
 from workbench.train.checkpoint import list_checkpoints
 
@@ -198,36 +198,81 @@ def test_nan_loss_stops_naming_the_step_and_keeps_the_last_checkpoint(tmp_path):
     assert AdapterExperiment.load_checkpoint(make(), good).step == 2
 
 
-def test_no_host_device_sync_outside_the_sync_cadence(monkeypatch):
-    """Counts value reads (item/cpu/tolist/float/int/bool/numpy) made by workbench's own code.
-
-    Library internals are out of scope (e.g. AdamW's step counter lives on the host by design),
-    and so is the user's data loading, which runs on the host before the transfer.
-    """
-    import sys
-    from pathlib import Path
-
-    import workbench
-
-    package = str(Path(workbench.__file__).parent)
-    exp = make(sync_every=4)
+def loader_of_fixed_batches(n: int = 8) -> list[dict]:
     batches = [DATA[i] for i in range(4)]
-    loader = [{k: torch.stack([b[k] for b in batches]) for k in batches[0]}] * 8
+    return [{k: torch.stack([b[k] for b in batches]) for k in batches[0]}] * n
+
+
+SYNCS_AT_4_AND_8 = ["cpu in _sync", "tolist in _sync"] * 2
+
+
+def test_no_host_device_sync_outside_the_sync_cadence():
+    """Values are read back from the device only in _sync, every sync_every steps (see DeviceReads)."""
+    exp = make(sync_every=4)
+    loader = loader_of_fixed_batches()
     exp.fit(loader, steps=1)  # warm up
-    calls = []
-    for name in ("item", "cpu", "tolist", "__float__", "__int__", "__bool__", "numpy"):
-        original = getattr(torch.Tensor, name)
+    with DeviceReads() as reads:
+        exp.fit(loader, steps=7)  # steps 2..8: syncs at steps 4 and 8 only
+    assert reads.calls == SYNCS_AT_4_AND_8
+    assert len(exp.loss_history) == 8
 
-        def counted(self, *a, _original=original, _name=name, **k):
-            caller = sys._getframe(1).f_code
-            if caller.co_filename.startswith(package):
-                calls.append(f"{_name} in {caller.co_name}")
-            return _original(self, *a, **k)
 
-        monkeypatch.setattr(torch.Tensor, name, counted)
-    exp.fit(loader, steps=7)  # steps 2..8: syncs at steps 4 and 8 only
-    monkeypatch.undo()
-    assert calls == ["cpu in _sync", "tolist in _sync"] * 2, calls
+def test_a_live_fit_session_reads_losses_at_the_sync_points_only():
+    exp = make(sync_every=4)
+    session = FitSession(exp, loader_of_fixed_batches(), steps=1).run()  # warm up
+    seen = []
+    session.add_listener(lambda s, event: seen.append((event, exp.step, len(s.history))))
+    with DeviceReads() as reads:
+        session.run(steps=7)
+    assert reads.calls == SYNCS_AT_4_AND_8
+    # "step" after every step, for progress; the history grows when the experiment syncs
+    assert [e for e in seen if e[0] == "step"] == [("step", k, 1 if k < 4 else 4 if k < 8 else 8)
+                                                   for k in range(2, 9)]
+    assert session.history == list(zip(range(1, 9), exp.loss_history))
+
+
+def test_a_stopped_session_has_every_completed_step_in_its_history():
+    exp = make(sync_every=4)
+    session = FitSession(exp, loader_of_fixed_batches(), steps=8)
+    session.add_listener(lambda s, event: s.stop() if event == "step" and exp.step == 6 else None)
+    session.run()
+    assert session.state == "stopped" and exp.step == 6
+    assert session.history == list(zip(range(1, 7), exp.loss_history))  # read back when the run ended
+    session.run()
+    assert session.history == list(zip(range(1, 9), exp.loss_history))
+
+
+@pytest.mark.parametrize("when", ["during the update", "before the update"])
+def test_ctrl_c_during_an_update_is_held_until_it_completes(when):
+    """A real SIGINT: during the optimizer update it is held (the step completes and its loss is
+    kept); before it, the step is undone. Either way the resumed run equals an uninterrupted one."""
+    import os
+    import signal
+
+    full = make()
+    full.fit(DATA, steps=4)
+    exp = make()
+    handler = signal.getsignal(signal.SIGINT)
+    update = exp.optimizer.step
+
+    class CtrlC(Callback):
+        def on_after_backward(self, exp, step):
+            if step == 2 and when == "before the update":
+                os.kill(os.getpid(), signal.SIGINT)
+
+    def interrupted_update(*args, **kwargs):
+        if exp.step == 2 and when == "during the update":
+            os.kill(os.getpid(), signal.SIGINT)
+        return update(*args, **kwargs)
+
+    exp.optimizer.step = interrupted_update
+    exp.fit(DATA, steps=4, callbacks=[CtrlC()])
+    assert exp.interrupted and exp.step == (3 if when == "during the update" else 2)
+    assert len(exp.loss_history) == exp.step
+    assert signal.getsignal(signal.SIGINT) is handler  # the fit's handler is gone again
+    exp.fit(DATA, steps=4 - exp.step)
+    assert exp.loss_history == full.loss_history
+    assert same(weights(exp), weights(full))
 
 
 def test_checkpoint_rotation_keeps_the_newest(tmp_path):

@@ -1,6 +1,7 @@
-"""The logic behind the notebook views (workbench.inspect: views, ablation, live fits, colours),
-tested without any widget: what each view shows, that scrubbing and sliders reuse what was
-computed, and that a background fit stops at a step boundary and resumes exactly."""
+"""The logic behind the notebook views (workbench.inspect: views, ablation, colours; the live
+fit, workbench.train.FitSession), tested without any widget: what each view shows, that
+scrubbing and sliders reuse what was computed, and that a background fit stops at a step
+boundary and resumes exactly."""
 
 from __future__ import annotations
 
@@ -19,7 +20,6 @@ from workbench.inspect import (
     VIEWS,
     Ablation,
     ConditionEdit,
-    FitSession,
     InspectError,
     StepError,
     StepperState,
@@ -31,6 +31,7 @@ from workbench.inspect import (
 )
 from workbench.inspect.colors import colorize, lut
 from workbench.inspect.views import _given, condition_plots
+from workbench.train import FitSession
 
 STEPS = 4
 

@@ -4,6 +4,7 @@ click buttons) in Python, and check the logic state and the rendered picture. No
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import subprocess
 import sys
@@ -12,7 +13,7 @@ import threading
 import numpy as np
 import pytest
 import torch
-from conftest import BaseCalls, raw_batch, tiny_base
+from conftest import BaseCalls, DeviceReads, raw_batch, tiny_base
 
 pytest.importorskip("ipywidgets")
 pytest.importorskip("matplotlib")
@@ -322,6 +323,20 @@ def test_fit_run_blocks_and_the_experiment_is_usable_next():
     assert exp.step == 3 and fit.session.state == "done"
     traj = exp.sample(raw_batch(), steps=2, seed=0)
     assert traj.complete
+
+
+def test_fit_view_makes_no_step_wait_for_the_device():
+    """The widget's run reads losses back only at the experiment's sync points (see DeviceReads)."""
+    exp = tiny_exp()
+    exp.training = dataclasses.replace(exp.training, sync_every=4)
+    items = [DATA[i] for i in range(4)]  # batches made up front: data loading runs on the host anyway
+    loader = [{k: torch.stack([item[k] for item in items]) for k in items[0]}] * 8
+    fit = Fit(exp, loader, steps=1).run()  # warm up
+    with DeviceReads() as reads:
+        fit.run(steps=7)
+    assert reads.calls == ["cpu in _sync", "tolist in _sync"] * 2  # steps 4 and 8
+    assert fit.session.history == list(zip(range(1, 9), exp.loss_history))
+    assert repr(fit) == f"Fit: step 8/8, loss {exp.loss_history[-1]:.4f} (done)"
 
 
 def test_fit_start_returns_at_once():

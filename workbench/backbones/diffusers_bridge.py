@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from workbench import BaseVideoModel, Batch, StepRecord
+from workbench.core import BaseVideoModel, Batch, StepRecord
 from workbench.core.backbone import as_video  # noqa: F401  (part of this module's API for plugins)
 from workbench.errors import CheckpointError, CompositionError, DataError
 

@@ -11,7 +11,6 @@ import time; writing videos (``Trajectory.export``) loads imageio when called.
 
 from workbench.inspect.ablation import Ablation, ConditionEdit, swap_conditions
 from workbench.inspect.common import InspectError, StepError, StorageWarning, t_for_noise_level
-from workbench.inspect.live import FitSession
 from workbench.inspect.preview import (
     LatentPreview,
     backbone_identity,
@@ -53,7 +52,7 @@ from workbench.inspect.views import (
 from workbench.metrics import moving_psnr, per_clip, psnr, ssim
 
 __all__ = [
-    "VIEWS", "Ablation", "ActionSensitivity", "BandRecommendation", "ConditionEdit", "FitSession", "InspectError",
+    "VIEWS", "Ablation", "ActionSensitivity", "BandRecommendation", "ConditionEdit", "InspectError",
     "LatentPreview", "Panel", "Settings", "SigmaSensitivity", "StepError", "StepperState", "StopSampling",
     "StorageWarning", "StoragePolicy", "Trajectory", "TrajectoryStep", "ViewImage", "action_sensitivity",
     "backbone_identity", "cache_dir", "clear_preview_cache", "condition_table", "decode_chunked",

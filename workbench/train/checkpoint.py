@@ -3,7 +3,8 @@
 A checkpoint is a directory ``step-000123/`` holding:
 
 * ``trainable.safetensors`` — adapter and composer weights and buffers (never the base);
-* ``state.pt`` — optimizer state, RNG states and data position (read with ``weights_only=True``);
+* ``state.pt`` — optimizer state, RNG states and data position: tensors and plain data only, read with
+  ``weights_only=True`` (a file holding anything else is refused, never unpickled);
 * ``config.yaml`` — the fully resolved experiment config;
 * ``meta.json`` — step, metrics, loss history, versions.
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import pickle
 import platform
 import shutil
 import time
@@ -141,12 +143,65 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     try:
         meta = json.loads((path / "meta.json").read_text())
         trainable = load_file(str(path / "trainable.safetensors"))
-        state = torch.load(path / "state.pt", map_location="cpu", weights_only=True)
+        state = _load_state(path / "state.pt")
         config_yaml = (path / "config.yaml").read_text()
+    except CheckpointError:
+        raise
     except Exception as err:
         raise CheckpointError(f"Checkpoint {path} is unreadable ({type(err).__name__}: {err}). It is corrupt; "
                               f"use an earlier checkpoint of the same run.") from err
     return {"path": path, "meta": meta, "trainable": trainable, "state": state, "config_yaml": config_yaml}
+
+
+STATE_KEYS = ("optimizer", "rng_cpu", "step")
+
+
+def _load_state(file: Path) -> dict[str, Any]:
+    """``state.pt``, read as tensors and plain data only; anything else is refused, never unpickled."""
+    try:
+        state = torch.load(file, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        found = _pickled_globals(file)
+        what = f"references to {', '.join(found)}" if found else "Python objects other than tensors and plain data"
+        raise CheckpointError(
+            f"Checkpoint {file.parent}: state.pt holds {what}. workbench writes only tensors and plain data "
+            f"(numbers, strings, lists, dicts) there, so this file was tampered with or not written by workbench, "
+            f"and it will not be unpickled (unpickling can run code from the file). Use another checkpoint of "
+            f"this run, or one saved by AdapterExperiment.save / training.checkpoint_every."
+        ) from None
+    missing = [k for k in STATE_KEYS if not isinstance(state, dict) or k not in state]
+    if missing:
+        got = f"a dict with keys {sorted(map(str, state))[:8]}" if isinstance(state, dict) else type(state).__name__
+        raise CheckpointError(
+            f"Checkpoint {file.parent}: state.pt holds {got}, not the training state workbench writes (missing "
+            f"{', '.join(missing)}). It was not written by workbench; use a checkpoint saved by "
+            f"AdapterExperiment.save / training.checkpoint_every."
+        )
+    return state
+
+
+def _pickled_globals(file: Path) -> list[str]:
+    """The Python names a torch-saved pickle refers to, beyond torch's own and OrderedDict (read, not run)."""
+    import pickletools
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(file) as archive:
+            data = archive.read(next(n for n in archive.namelist() if n.endswith("data.pkl")))
+    except (zipfile.BadZipFile, StopIteration, OSError):
+        data = file.read_bytes()
+    names, strings = [], []
+    try:
+        for op, arg, _ in pickletools.genops(data):
+            if op.name == "GLOBAL":
+                names.append(str(arg).replace(" ", "."))
+            elif op.name == "STACK_GLOBAL" and len(strings) >= 2:
+                names.append(f"{strings[-2]}.{strings[-1]}")
+            if isinstance(arg, str):
+                strings.append(arg)
+    except Exception:  # a truncated or garbled pickle: report what was read before the damage
+        pass
+    return [n for n in dict.fromkeys(names) if not n.startswith("torch.") and n != "collections.OrderedDict"]
 
 
 def versions() -> dict[str, str]:

@@ -12,8 +12,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import signal
-import threading
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -31,6 +29,7 @@ from workbench.errors import CallbackError, CheckpointError, CompositionError, C
 from workbench.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from workbench.train.config import ExperimentConfig, TrainingConfig, experiment_to_dict, load_yaml
 from workbench.train.data import DataStream, LatentCache, is_map_dataset
+from workbench.train.interrupt import SigintGuard
 
 HOOKS = ("on_fit_start", "on_step_start", "on_after_backward", "on_step_end", "on_eval", "on_fit_end")
 
@@ -51,20 +50,15 @@ def _mix_seed(*parts: int) -> int:
     return value
 
 
-@contextlib.contextmanager
-def _defer_sigint():
-    """Hold a Ctrl-C (the notebook stop button) until the block has finished."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    received = []
-    previous = signal.signal(signal.SIGINT, lambda *_: received.append(True))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if received:
-        raise KeyboardInterrupt
+def _overrides(callbacks: list[Callback], hook: str) -> list[Callback]:
+    """The callbacks whose ``hook`` does something (the base class's hooks do nothing)."""
+    default = getattr(Callback, hook)
+    return [cb for cb in callbacks if getattr(getattr(cb, hook), "__func__", None) is not default]
+
+
+def _on_device(batch: Batch, device: torch.device) -> bool:
+    tensors = (batch.latents, batch.loss_mask, *batch.cond.values())
+    return all(v.device == device for v in tensors if isinstance(v, torch.Tensor))
 
 
 def describe(obj: Any, kind: str) -> dict:
@@ -112,6 +106,7 @@ class AdapterExperiment:
         self.optimizer = torch.optim.AdamW(params, lr=t.learning_rate, betas=tuple(t.betas),
                                            weight_decay=t.weight_decay)
         self.scaler = torch.amp.GradScaler("cuda") if t.amp_dtype == "fp16" and self.device.type == "cuda" else None
+        self._noise = torch.Generator(device=self.device)  # re-seeded for every micro-batch (see _generator)
         self.step = 0
         self.loss_history: list[float] = []
         self._pending: list[tuple[int, torch.Tensor]] = []
@@ -209,7 +204,7 @@ class AdapterExperiment:
 
     def prepare(self, raw: Any) -> Batch:
         batch = self.model.base.prepare_batch(raw)
-        return batch.to(self.device)
+        return batch if _on_device(batch, self.device) else batch.to(self.device)
 
     # -- callbacks ---------------------------------------------------------------------------
     def _collect(self, extra: Iterable[Callback]) -> list[Callback]:
@@ -225,8 +220,6 @@ class AdapterExperiment:
 
     def _call(self, callbacks: list[Callback], hook: str, *args) -> None:
         for cb in callbacks:
-            if hook == "on_step_end" and not cb.due(args[0]):
-                continue
             try:
                 getattr(cb, hook)(self, *args)
             except (KeyboardInterrupt, NonFiniteLossError, CallbackError):
@@ -240,13 +233,20 @@ class AdapterExperiment:
     # -- the loop ----------------------------------------------------------------------------
     def _generator(self, step: int, micro: int) -> torch.Generator:
         # Noise and t are a pure function of (seed, step, micro-batch): resumable, rank-independent.
-        return torch.Generator(device=self.device).manual_seed(_mix_seed(self.training.seed, step, micro))
+        # One generator, re-seeded: the same draws as a fresh one, without allocating it every step.
+        return self._noise.manual_seed(_mix_seed(self.training.seed, step, micro))
 
     def _autocast(self):
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, None: None}[self.training.amp_dtype]
         if dtype is None:
             return contextlib.nullcontext()
         return torch.autocast(device_type=self.device.type, dtype=dtype)
+
+    @property
+    def synced_step(self) -> int:
+        """The step whose loss is the last one in ``loss_history`` (losses are read back every
+        ``training.sync_every`` steps, so this can trail ``step`` by up to that many)."""
+        return self._pending[0][0] - 1 if self._pending else self.step
 
     def _sync(self) -> None:
         """Read pending losses back from the device; stop on the first non-finite one."""
@@ -266,31 +266,38 @@ class AdapterExperiment:
             self.loss_history.append(value)
         self._pending = []
 
-    def _run_step(self, stream: DataStream, callbacks: list[Callback]) -> None:
+    def _run_step(self, stream: DataStream, hooks: dict[str, list[Callback]], guard: SigintGuard) -> None:
+        # The hot path: anything done here per step beyond the work itself is overhead a short
+        # interactive fit feels, so hooks nobody overrides are skipped, nothing is read back from
+        # the device outside _sync, and nothing is allocated that a step does not need.
         t = self.training
         step = self.step
+        accum = t.grad_accum
         mark = stream.mark()
         rng = torch.get_rng_state()
         try:
-            self._call(callbacks, "on_step_start", step)
+            if hooks["on_step_start"]:
+                self._call(hooks["on_step_start"], "on_step_start", step)
             lr = t.lr_at(step)
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
             total = None
-            for micro in range(t.grad_accum):
+            for micro in range(accum):
                 batch = self.prepare(stream.next())
                 with self._autocast():
                     loss, _ = self.model.training_loss(batch, generator=self._generator(step, micro), step=step)
-                scaled = loss / t.grad_accum
+                scaled = loss / accum if accum > 1 else loss  # (a division by 1 would be one more op, same values)
                 (self.scaler.scale(scaled) if self.scaler else scaled).backward()
                 total = loss.detach() if total is None else total + loss.detach()
-            self._call(callbacks, "on_after_backward", step)
-            params = self._params
-            with _defer_sigint():
+            step_loss = total / accum if accum > 1 else total
+            if hooks["on_after_backward"]:
+                self._call(hooks["on_after_backward"], "on_after_backward", step)
+            guard.holding = True  # a Ctrl-C from here on waits until the update is complete
+            try:
                 if self.scaler:
                     self.scaler.unscale_(self.optimizer)
                 if t.clip_grad_norm is not None:
-                    torch.nn.utils.clip_grad_norm_(params, t.clip_grad_norm)
+                    torch.nn.utils.clip_grad_norm_(self._params, t.clip_grad_norm)
                 if self.scaler:
                     self.scaler.step(self.optimizer)
                     self.scaler.update()
@@ -299,17 +306,22 @@ class AdapterExperiment:
                 self.optimizer.zero_grad(set_to_none=True)
                 self.step = step + 1
                 stream.commit()
+                self._pending.append((self.step, step_loss))
+            except BaseException:
+                guard.holding = False
+                raise
+            guard.release()  # raises the Ctrl-C held during the update, if one came
         except KeyboardInterrupt:
             if self.step == step:  # the step did not complete: undo it entirely
                 self.optimizer.zero_grad(set_to_none=True)
                 stream.rollback(mark)
                 torch.set_rng_state(rng)
             raise
-        step_loss = total / t.grad_accum
-        self._pending.append((self.step, step_loss))
         if self.step % t.sync_every == 0:
             self._sync()
-        self._call(callbacks, "on_step_end", self.step, {"loss": step_loss, "lr": lr, "step": self.step})
+        due = [cb for cb in hooks["on_step_end"] if cb.due(self.step)]
+        if due:
+            self._call(due, "on_step_end", self.step, {"loss": step_loss, "lr": lr, "step": self.step})
 
     def fit(self, data: Any = None, steps: int | None = None, callbacks: Iterable[Callback] = (),
             progress: bool | None = None) -> AdapterExperiment:
@@ -318,6 +330,10 @@ class AdapterExperiment:
         ``data``: a DataLoader / iterable of raw batch dicts, or a map-style dataset (batched with
         seeded, resumable shuffling); defaults to the config's ``data:`` block. A KeyboardInterrupt
         stops cleanly after the last completed step; call ``fit`` again to continue.
+
+        Losses are read back from the device every ``training.sync_every`` steps (and when the
+        fit ends) into ``loss_history``; ``on_step_end`` callbacks receive the step's loss as a
+        device tensor, so a callback that reads it every step makes every step wait for the device.
         """
         if steps is None:
             steps = max(0, self.training.steps - self.step)
@@ -325,6 +341,7 @@ class AdapterExperiment:
             raise ConfigError(f"fit(steps=...) must be a non-negative int, got {steps!r}.")
         stream = self._stream_for(data)
         cbs = self._collect(callbacks)
+        hooks = {hook: _overrides(cbs, hook) for hook in HOOKS}
         target = self.step + steps
         show = self.training.progress if progress is None else progress
         bar = None
@@ -334,15 +351,16 @@ class AdapterExperiment:
             bar = tqdm(total=steps, desc=self.name, unit="step", leave=True)
         self.interrupted = False
         self.model.train()
-        self._call(cbs, "on_fit_start")
+        self._call(hooks["on_fit_start"], "on_fit_start")
         try:
-            while self.step < target:
-                before = self.step
-                self._run_step(stream, cbs)
-                if bar is not None:
-                    bar.update(self.step - before)
-                    if self.step % self.training.sync_every == 0 and self.loss_history:
-                        bar.set_postfix(loss=f"{self.loss_history[-1]:.4f}")
+            with SigintGuard() as guard:
+                while self.step < target:
+                    before = self.step
+                    self._run_step(stream, hooks, guard)
+                    if bar is not None:
+                        bar.update(self.step - before)
+                        if self.step % self.training.sync_every == 0 and self.loss_history:
+                            bar.set_postfix(loss=f"{self.loss_history[-1]:.4f}")
         except KeyboardInterrupt:
             self.interrupted = True
             self._sync()
@@ -353,7 +371,7 @@ class AdapterExperiment:
                 bar.close()
             self.model.train(False)
         self._sync()
-        self._call(cbs, "on_fit_end")
+        self._call(hooks["on_fit_end"], "on_fit_end")
         return self
 
     # -- evaluation --------------------------------------------------------------------------

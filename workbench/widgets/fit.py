@@ -7,7 +7,7 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from workbench.inspect.live import FitSession
+from workbench.train.live import FitSession
 from workbench.widgets import render
 from workbench.widgets.base import View, button, status_line
 
@@ -21,7 +21,7 @@ class Fit(View):
     the result equals an uninterrupted run. :meth:`wait` blocks until the run ends; after it
     the experiment is usable in the next cell. :meth:`run` trains in the cell itself (blocking;
     the kernel's interrupt button stops it). After a run is done, "train" trains the number of
-    steps in the box again. The logic is :class:`workbench.inspect.FitSession` (``self.session``).
+    steps in the box again. The logic is :class:`workbench.train.FitSession` (``self.session``).
 
     >>> fit = Fit(exp, data, steps=200).start()   # returns at once; display `fit` to watch it
     >>> fit.wait()                                 # then sample / evaluate with exp

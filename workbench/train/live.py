@@ -15,6 +15,10 @@ thread (a notebook cell that blocks; the kernel's interrupt button then stops it
 While a background run is going, the experiment belongs to it: call :meth:`FitSession.wait`
 before sampling or evaluating with the same experiment. Torch's intra-op thread count is
 process-wide (``torch.set_num_threads``), so the background run uses what the notebook set.
+
+A session never makes a step wait for the device: ``history`` grows when the experiment reads
+its losses back (every ``training.sync_every`` steps, and when the run ends), while the
+``"step"`` event, for progress, comes after every step.
 """
 
 from __future__ import annotations
@@ -25,36 +29,55 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from workbench.core.callbacks import Callback
-from workbench.inspect.common import InspectError
+from workbench.errors import InspectError
 
 State = Literal["ready", "running", "stopping", "stopped", "done", "failed"]
 Listener = Callable[["FitSession", str], None]
 
 
 class _SessionHook(Callback):
-    """Raises the stop request at a step boundary and reports each completed step."""
+    """Raises the stop request at a step boundary, reports each completed step, and collects the
+    losses the experiment has read back (never the step's own loss tensor: reading it would make
+    every step wait for the device)."""
 
     def __init__(self, session: FitSession):
         self.session = session
+        self.seen = 0  # entries of exp.loss_history already in the session's history
 
     def key(self) -> Any:
         return (type(self), id(self.session))
+
+    def on_fit_start(self, exp) -> None:
+        self.seen = len(exp.loss_history)
 
     def on_step_start(self, exp, step: int) -> None:
         if self.session._stop.is_set():
             raise KeyboardInterrupt  # fit undoes nothing (no work done yet) and stops after step `step`
 
     def on_step_end(self, exp, step: int, metrics: dict) -> None:
-        self.session.history.append((int(step), float(metrics["loss"])))
+        self._collect(exp)
         self.session._notify("step")
+
+    def on_fit_end(self, exp) -> None:
+        self._collect(exp)
+
+    def _collect(self, exp) -> None:
+        losses = exp.loss_history
+        new = len(losses) - self.seen
+        if new > 0:
+            first = getattr(exp, "synced_step", exp.step) - new + 1
+            self.session.history.extend(zip(range(first, first + new), losses[self.seen:]))
+            self.seen = len(losses)
 
 
 class FitSession:
     """``exp.fit(data, ...)`` towards ``exp.step + steps`` total steps, startable, stoppable, resumable.
 
-    ``history``: ``(step, loss)`` of every step this session ran. ``state``: ``ready``,
-    ``running``, ``stopping`` (a stop was requested), ``stopped`` (steps remain; start again to
-    resume), ``done``, or ``failed`` (``error`` holds the exception; :meth:`wait` re-raises it).
+    ``history``: ``(step, loss)`` of every step this session ran, as far as the experiment has
+    read the losses back (every ``training.sync_every`` steps; all of them once the run has
+    ended). ``state``: ``ready``, ``running``, ``stopping`` (a stop was requested), ``stopped``
+    (steps remain; start again to resume), ``done``, or ``failed`` (``error`` holds the exception;
+    :meth:`wait` re-raises it).
     Listeners ``fn(session, event)`` are called with ``"start"``, ``"step"`` (after each step) and
     ``"end"``, from the thread that trains.
     """
