@@ -1,4 +1,4 @@
-"""``workbench demo | train | data | pretrain | doctor``."""
+"""``workbench demo | train | cache-latents | data | pretrain | doctor``."""
 
 from __future__ import annotations
 
@@ -82,6 +82,12 @@ def _demo(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _cache_latents(args: argparse.Namespace) -> int:
+    from workbench.train.latent_store import run
+
+    return run(args)
+
+
 def _pretrain(args: argparse.Namespace) -> int:
     from workbench.train.pretrain import run
 
@@ -99,6 +105,12 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--output", help="run directory (default outputs/<name>)")
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     train.set_defaults(func=_train)
+
+    cache = sub.add_parser("cache-latents", help="encode a config's data once through its frozen backbone, to disk")
+    cache.add_argument("config", help="YAML experiment config (its base: and data: blocks are used)")
+    cache.add_argument("--out", required=True, help="cache directory (resumes if it holds part of this cache)")
+    cache.add_argument("--shard-size", type=int, default=256, help="items per safetensors shard")
+    cache.set_defaults(func=_cache_latents)
 
     doctor = sub.add_parser("doctor", help="versions, device, installed plugins and entry points")
     doctor.set_defaults(func=_doctor)

@@ -52,7 +52,7 @@ class TrainingConfig:
     seed: int = 0
     batch_size: int = 4
     num_workers: int = 0
-    cache_latents: bool = False
+    cache_latents: bool | str = False
     shuffle: bool = True
     sync_every: int = 10
     checkpoint_every: int | None = None
@@ -79,9 +79,12 @@ class TrainingConfig:
             problems.add("min_lr_ratio", f"must be in [0, 1], got {self.min_lr_ratio}.")
         if self.num_workers < 0:
             problems.add("num_workers", f"must be >= 0, got {self.num_workers}.")
-        if self.cache_latents and self.num_workers:
+        if self.cache_latents is True and self.num_workers:
             problems.add("cache_latents", f"needs num_workers: 0 (the cache lives in the training process), got "
-                                          f"num_workers: {self.num_workers}. Set one of them off.")
+                                          f"num_workers: {self.num_workers}. Set one of them off, or write the cache "
+                                          f"to disk with `workbench cache-latents` and set cache_latents: DIR.")
+        if isinstance(self.cache_latents, str) and not self.cache_latents:
+            problems.add("cache_latents", "must be true, false or a cache directory, got an empty string.")
         if self.checkpoint_every is not None and self.checkpoint_every < 1:
             problems.add("checkpoint_every", f"must be >= 1 or null, got {self.checkpoint_every}.")
         if not all(0 <= b < 1 for b in self.betas):

@@ -27,7 +27,14 @@ from workbench.core.composed import ComposedModel
 from workbench.core.composers import Composer, GatedResidual
 from workbench.core.conditions import Batch
 from workbench.core.objectives import Objective
-from workbench.errors import CallbackError, CheckpointError, CompositionError, ConfigError, NonFiniteLossError
+from workbench.errors import (
+    CallbackError,
+    CheckpointError,
+    CompositionError,
+    ConfigError,
+    DataError,
+    NonFiniteLossError,
+)
 from workbench.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from workbench.train.config import ExperimentConfig, TrainingConfig, experiment_to_dict, load_yaml
 from workbench.train.data import DataStream, LatentCache, is_map_dataset
@@ -123,6 +130,7 @@ class AdapterExperiment:
         self._stream: DataStream | None = None
         self._data_state: dict | None = None
         self._latent_caches: list[tuple[Any, LatentCache]] = []
+        self._disk = None  # the training.cache_latents: DIR dataset, opened on first use
         self.callbacks: list[Callback] = list(callbacks)
         if t.checkpoint_every:
             from workbench.train.callbacks import Checkpoint
@@ -177,8 +185,8 @@ class AdapterExperiment:
         return build("dataset", block["type"], block.get("config"), where="data")
 
     def _cached(self, data: Any) -> Any:
-        """``data`` behind its latent cache when ``training.cache_latents`` is on (one cache per dataset)."""
-        if not self.training.cache_latents or not is_map_dataset(data):
+        """``data`` behind its in-process latent cache when ``training.cache_latents: true``."""
+        if self.training.cache_latents is not True or not is_map_dataset(data):
             return data
         for source, cache in self._latent_caches:
             if source is data:
@@ -187,12 +195,26 @@ class AdapterExperiment:
         self._latent_caches.append((data, cache))
         return cache
 
+    def _disk_cache(self, data: Any) -> Any:
+        """The training data read from the ``training.cache_latents: DIR`` cache (checked against this run)."""
+        from workbench.train.latent_store import DiskLatentCache, cache_identity
+
+        root = self.training.cache_latents
+        if self._disk is None:
+            cache = DiskLatentCache(root)
+            cache.require(cache_identity(self.model.base, self._config.data if self._config else None, len(cache)))
+            self._disk = cache
+        if data is not None and is_map_dataset(data) and len(data) != len(self._disk):
+            raise DataError(f"training.cache_latents: {root} caches {len(self._disk)} items but the data passed to "
+                            f"fit() has {len(data)}. Fit without data to train from the cache, or rebuild it.")
+        return self._disk
+
     def _stream_for(self, data: Any) -> DataStream:
         if data is None:
             if self._stream is not None:
                 return self._stream
-            data = self.default_data()
-        data = self._cached(data)
+            data = None if isinstance(self.training.cache_latents, str) else self.default_data()
+        data = self._disk_cache(data) if isinstance(self.training.cache_latents, str) else self._cached(data)
         if self._stream is not None and self._stream.source is data:
             return self._stream
         t = self.training
