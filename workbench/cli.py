@@ -27,9 +27,9 @@ def _train(args: argparse.Namespace) -> int:
     if args.resume:
         if existing is None:
             raise WorkbenchError(f"--resume: no checkpoint in {output}. Run without --resume to start the run.")
-        exp = AdapterExperiment.load(existing)
-        exp.training = config.training
-        print(f"Resuming {config.name} from {existing} (step {exp.step}) up to step {config.training.steps}.")
+        exp = AdapterExperiment.load(existing, training=config.training)
+        say = print if exp.is_main else _quiet
+        say(f"Resuming {config.name} from {existing} (step {exp.step}) up to step {config.training.steps}.")
     else:
         if existing is not None:
             raise WorkbenchError(
@@ -37,11 +37,21 @@ def _train(args: argparse.Namespace) -> int:
                 f"run, or --output DIR to start a new one; nothing was overwritten."
             )
         exp = AdapterExperiment.from_config(config)
-    exp.fit(steps=max(0, config.training.steps - exp.step))
-    path = exp.save_checkpoint()
+        say = print if exp.is_main else _quiet
+    try:
+        exp.fit(steps=max(0, config.training.steps - exp.step))
+        path = exp.save_checkpoint()
+    finally:
+        if exp.dist is not None:
+            exp.dist.close()
     loss = exp.loss_history[-1] if exp.loss_history else float("nan")
-    print(f"Finished {config.name} at step {exp.step}: loss {loss:.5f}. Checkpoint: {path}")
+    ranks = f" on {exp.dist.world_size} ranks" if exp.dist is not None else ""
+    say(f"Finished {config.name} at step {exp.step}{ranks}: loss {loss:.5f}. Checkpoint: {path}")
     return 0
+
+
+def _quiet(*_args, **_kwargs) -> None:
+    """What ranks other than 0 print: nothing."""
 
 
 def _doctor(args: argparse.Namespace) -> int:

@@ -25,11 +25,16 @@ from typing import Any, Literal
 
 from workbench.config import Problems, check, component_field, raise_problems, validate, validate_component_block
 from workbench.errors import ConfigError, did_you_mean, listing
+from workbench.train.distributed import DistributedConfig
 
 
 @dataclass
 class TrainingConfig:
     """How to train. Steps are optimizer steps (each of ``grad_accum`` micro-batches).
+
+    ``grad_accum`` counts a step's micro-batches over all ranks of a distributed run (each of K
+    ranks takes ``grad_accum / K``), so one config means the same training at any world size.
+    ``distributed``: how a ``torchrun`` launch splits the work (see :class:`DistributedConfig`).
 
     ``sync_every``: how often the loop reads values back from the device (loss logging,
     NaN/inf checks); between those the hot path never synchronises. ``amp_dtype``: autocast
@@ -60,6 +65,7 @@ class TrainingConfig:
     output_dir: str | None = None
     device: Literal["auto", "cpu", "cuda"] = "auto"
     progress: bool = True
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
 
     def __post_init__(self):
         problems = Problems()

@@ -37,7 +37,8 @@ from workbench.errors import (
 )
 from workbench.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from workbench.train.config import ExperimentConfig, TrainingConfig, experiment_to_dict, load_yaml
-from workbench.train.data import DataStream, LatentCache, is_map_dataset
+from workbench.train.data import DataStream, LatentCache, ShardedStream, is_map_dataset
+from workbench.train.distributed import Distributed, shard_base
 
 HOOKS = ("on_fit_start", "on_step_start", "on_after_backward", "on_step_end", "on_eval", "on_fit_end")
 
@@ -107,11 +108,22 @@ class AdapterExperiment:
         self.training = training or TrainingConfig()
         self.name = name
         self.device = resolve_device(self.training.device)
+        self.dist = Distributed.setup(self.training.distributed, self.device)  # None on one process
+        self._micro = self.training.grad_accum  # micro-batches per step on this process
+        if self.dist is not None:
+            self.device = self.dist.device
+            self._micro = self.dist.split_micro_batches(self.training.grad_accum)
         composer = composer if composer is not None else GatedResidual()
         objective = objective if objective is not None else base.default_objective()
         self.model = ComposedModel(base, adapter, composer, objective).to(self.device)
         adapter.condition_seed = self.training.seed
         params = self.model.trainable_parameters()  # fixed for the experiment's lifetime
+        self._config = config
+        if self.dist is not None:
+            self.dist.agree_on_config(self.resolved_config())
+            self.dist.broadcast_(params)  # every rank starts from rank 0's trainable weights
+            if self.training.distributed.shard_base:
+                shard_base(self.model.base, self.dist)
         self._params = params
         if not params:
             raise CompositionError("The adapter and composer have no trainable parameters; nothing would train.")
@@ -126,7 +138,6 @@ class AdapterExperiment:
         self.output_dir = Path(t.output_dir or Path("outputs") / name)
         self.last_checkpoint: Path | None = None
         self.interrupted = False
-        self._config = config
         self._stream: DataStream | None = None
         self._data_state: dict | None = None
         self._latent_caches: list[tuple[Any, LatentCache]] = []
@@ -218,8 +229,13 @@ class AdapterExperiment:
         if self._stream is not None and self._stream.source is data:
             return self._stream
         t = self.training
-        stream = DataStream(data, batch_size=t.batch_size, seed=t.seed, shuffle=t.shuffle,
-                            num_workers=t.num_workers, pin_memory=self.device.type == "cuda")
+        options = dict(batch_size=t.batch_size, seed=t.seed, shuffle=t.shuffle, num_workers=t.num_workers,
+                       pin_memory=self.device.type == "cuda")
+        if self.dist is None:
+            stream = DataStream(data, **options)
+        else:
+            stream = ShardedStream(data, rank=self.dist.rank, world=self.dist.world_size, per_rank=self._micro,
+                                   **options)
         if self._data_state is not None:
             stream.load_state_dict(self._data_state)
             self._data_state = None
@@ -242,8 +258,15 @@ class AdapterExperiment:
             out.append(cb)
         return out
 
+    @property
+    def is_main(self) -> bool:
+        """True on the process that logs and writes checkpoints (rank 0; the only one without torchrun)."""
+        return self.dist is None or self.dist.is_main
+
     def _call(self, callbacks: list[Callback], hook: str, *args) -> None:
         for cb in callbacks:
+            if cb.main_process_only and not self.is_main:
+                continue
             if hook == "on_step_end" and not cb.due(args[0]):
                 continue
             try:
@@ -259,6 +282,7 @@ class AdapterExperiment:
     # -- the loop ----------------------------------------------------------------------------
     def _generator(self, step: int, micro: int) -> torch.Generator:
         # Noise and t are a pure function of (seed, step, micro-batch): resumable, rank-independent.
+        # ``micro`` is the micro-batch's place among the step's micro-batches of all ranks.
         return torch.Generator(device=self.device).manual_seed(_mix_seed(self.training.seed, step, micro))
 
     def _autocast(self):
@@ -271,7 +295,10 @@ class AdapterExperiment:
         """Read pending losses back from the device; stop on the first non-finite one."""
         if not self._pending:
             return
-        values = torch.stack([v for _, v in self._pending]).float().cpu().tolist()
+        values = torch.stack([v for _, v in self._pending]).float()
+        if self.dist is not None:  # a step's loss is the mean over every rank's micro-batches
+            self.dist.mean_(values)
+        values = values.cpu().tolist()
         for (step, _), value in zip(self._pending, values):
             if not math.isfinite(value):
                 self._pending = []
@@ -296,13 +323,18 @@ class AdapterExperiment:
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
             total = None
-            for micro in range(t.grad_accum):
+            micros = self._micro
+            first = self.dist.rank * micros if self.dist is not None else 0
+            for micro in range(micros):
                 batch = self.prepare(stream.next())
                 with self._autocast():
-                    loss, _ = self.model.training_loss(batch, generator=self._generator(step, micro), step=step)
-                scaled = loss / t.grad_accum
+                    loss, _ = self.model.training_loss(batch, generator=self._generator(step, first + micro),
+                                                       step=step)
+                scaled = loss / micros
                 (self.scaler.scale(scaled) if self.scaler else scaled).backward()
                 total = loss.detach() if total is None else total + loss.detach()
+            if self.dist is not None:
+                self.dist.average_gradients_(self._params)
             self._call(callbacks, "on_after_backward", step)
             params = self._params
             with _defer_sigint():
@@ -324,10 +356,12 @@ class AdapterExperiment:
                 stream.rollback(mark)
                 torch.set_rng_state(rng)
             raise
-        step_loss = total / t.grad_accum
+        step_loss = total / self._micro
         self._pending.append((self.step, step_loss))
         if self.step % t.sync_every == 0:
             self._sync()
+        if self.dist is not None and any(cb.due(self.step) for cb in callbacks):
+            step_loss = self.dist.mean_(step_loss.clone())  # what the callbacks see is the run's loss
         self._call(callbacks, "on_step_end", self.step, {"loss": step_loss, "lr": lr, "step": self.step})
 
     def fit(self, data: Any = None, steps: int | None = None, callbacks: Iterable[Callback] = (),
@@ -345,7 +379,7 @@ class AdapterExperiment:
         stream = self._stream_for(data)
         cbs = self._collect(callbacks)
         target = self.step + steps
-        show = self.training.progress if progress is None else progress
+        show = (self.training.progress if progress is None else progress) and self.is_main
         bar = None
         if show and steps:
             from tqdm.auto import tqdm
@@ -379,23 +413,35 @@ class AdapterExperiment:
     @torch.no_grad()
     def evaluate(self, data: Any, batches: int = 4, seed: int = 0) -> dict[str, float]:
         """Mean adapted and base-only loss over ``batches`` batches, on fixed noise draws."""
-        stream = DataStream(self._cached(data), batch_size=self.training.batch_size, seed=seed, shuffle=False,
+        mine = range(batches) if self.dist is None else range(self.dist.rank, batches, self.dist.world_size)
+        source = self._cached(data)
+        if self.dist is not None and is_map_dataset(source):  # each rank loads only its own batches
+            b, n = self.training.batch_size, len(source) // self.training.batch_size
+            source = torch.utils.data.Subset(source, [(i % n) * b + j for i in mine for j in range(b)])
+            reads = list(mine)
+        else:
+            reads = list(range(batches)) if self.dist is not None else list(mine)
+        stream = DataStream(source, batch_size=self.training.batch_size, seed=seed, shuffle=False,
                             num_workers=self.training.num_workers)
         was = self.model.training
         self.model.train(False)
-        adapted, base = [], []
+        losses = torch.zeros(2, batches, device=self.device)  # adapted, base
         try:
             objective = self.model.objective
-            for i in range(batches):
-                batch = self.prepare(stream.next())
+            for i in reads:
+                raw = stream.next()
+                if i not in mine:
+                    continue
+                batch = self.prepare(raw)
                 x_t, t, target = self.model.noised(batch, self._eval_generator(seed, i))
                 pred = self.model.predict(x_t, t, batch)
-                adapted.append(objective.loss(pred.composed, target, batch.loss_mask))
-                base.append(objective.loss(pred.base, target, batch.loss_mask))
+                losses[0, i] = objective.loss(pred.composed, target, batch.loss_mask)
+                losses[1, i] = objective.loss(pred.base, target, batch.loss_mask)
         finally:
             self.model.train(was)
-        a = float(torch.stack(adapted).mean())
-        b = float(torch.stack(base).mean())
+        if self.dist is not None:  # each batch was evaluated by one rank; the others hold zeros there
+            self.dist.sum_(losses)
+        a, b = float(losses[0].mean()), float(losses[1].mean())
         metrics = {"loss": a, "base_loss": b, "improvement": b - a, "batches": batches}
         self._call(self._collect(()), "on_eval", self.step, metrics)
         return metrics
@@ -432,6 +478,8 @@ class AdapterExperiment:
         import yaml
 
         self._sync()  # never save past a non-finite loss
+        if not self.is_main:  # rank 0 writes; the others hold the same state
+            return Path(run_dir or self.output_dir)
         path = save_checkpoint(
             run_dir or self.output_dir, self.step, trainable=self.model.trainable_state_dict(), state=self._state(),
             config_yaml=yaml.safe_dump(self.resolved_config(), sort_keys=False),
@@ -480,7 +528,11 @@ class AdapterExperiment:
 
     @classmethod
     def load(cls, path: str | Path, **overrides) -> AdapterExperiment:
-        """Rebuild an experiment from a checkpoint's own config, then restore its state."""
+        """Rebuild an experiment from a checkpoint's own config, then restore its state.
+
+        ``training=TrainingConfig(...)`` replaces the saved training settings (``workbench train
+        --resume`` passes the config file's, so a run can continue with more steps or ranks).
+        """
         import yaml
 
         from workbench.train.config import parse_experiment
@@ -492,4 +544,6 @@ class AdapterExperiment:
         if not config_file.exists():
             load_checkpoint(path)  # raises the precise error
         config = parse_experiment(yaml.safe_load(config_file.read_text()), source=str(config_file))
+        if overrides.get("training") is not None:  # e.g. more steps, or another world size's settings
+            config = dataclasses.replace(config, training=overrides.pop("training"))
         return cls.from_config(config, **overrides).load_checkpoint(ckpt_dir)

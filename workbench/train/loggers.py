@@ -7,7 +7,6 @@ never synchronise for them), and log from rank 0 alone when the run is distribut
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -18,12 +17,6 @@ from workbench.config import check
 from workbench.core.callbacks import Callback
 from workbench.errors import CallbackError
 from workbench.registry import register
-
-
-def _is_main_process() -> bool:
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_rank() == 0
-    return int(os.environ.get("RANK", 0)) == 0
 
 
 def _scalars(metrics: dict, prefix: str = "") -> dict[str, float]:
@@ -59,6 +52,7 @@ class TensorBoard(Callback):
     """Writes loss, learning rate and evaluation metrics as TensorBoard scalars (``train/``, ``eval/``)."""
 
     config_class = TensorBoardConfig
+    main_process_only = True
 
     def __init__(self, every_n_steps: int = 10, log_dir: str | None = None):
         self.config = TensorBoardConfig(every_n_steps, log_dir)
@@ -66,7 +60,7 @@ class TensorBoard(Callback):
         self.writer = None
 
     def on_fit_start(self, exp) -> None:
-        if self.writer is not None or not _is_main_process():
+        if self.writer is not None:
             return
         try:
             from torch.utils.tensorboard import SummaryWriter
@@ -119,6 +113,7 @@ class Wandb(Callback):
     """Logs loss, learning rate and evaluation metrics to a Weights & Biases run (offline unless configured)."""
 
     config_class = WandbConfig
+    main_process_only = True
 
     def __init__(self, every_n_steps: int = 10, project: str = "workbench", name: str | None = None,
                  mode: str = "offline", dir: str | None = None):
@@ -127,7 +122,7 @@ class Wandb(Callback):
         self.run: Any = None
 
     def on_fit_start(self, exp) -> None:
-        if self.run is not None or not _is_main_process():
+        if self.run is not None:
             return
         try:
             import wandb
