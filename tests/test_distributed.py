@@ -137,6 +137,70 @@ def test_fsdp_sharding_the_base_is_bit_exact_with_the_unsharded_run(tmp_path, re
     assert_same_run(single, out)
 
 
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_mixed_precision_and_gradient_checkpointing_work_under_both_strategies(tmp_path, strategy):
+    settings = {"amp_dtype": "bf16", "gradient_checkpointing": True, "steps": 2}
+    single = tmp_path / "single"
+    run_single(write_config(tmp_path, **settings), single)
+    distributed = {"strategy": strategy, "shard_base": strategy == "fsdp"}
+    out = tmp_path / strategy
+    run_torchrun(write_config(tmp_path, **settings, distributed=distributed), out)
+    assert_same_run(single, out, step=2)
+
+
+def test_gradient_checkpointing_recomputes_the_same_gradients():
+    from conftest import tiny_base
+
+    from workbench import AdapterExperiment, GatedResidual, TrainingConfig
+    from workbench.adapters.latent_residual import LatentResidual
+    from workbench.data.synthetic import SyntheticMoves
+
+    runs = []
+    for checkpointing in (False, True):
+        torch.manual_seed(0)
+        exp = AdapterExperiment(tiny_base(frames=8), LatentResidual(width=8, depth=1), GatedResidual(),
+                                training=TrainingConfig(batch_size=2, learning_rate=1e-3, progress=False,
+                                                        gradient_checkpointing=checkpointing))
+        calls = [0]
+        exp.model.adapter.register_forward_pre_hook(lambda *_, c=calls: c.__setitem__(0, c[0] + 1))
+        exp.fit(SyntheticMoves(items=4, frames=8, size=16), steps=3)
+        runs.append((exp.loss_history, exp.model.trainable_state_dict(), calls[0]))
+    (loss_a, state_a, calls_a), (loss_b, state_b, calls_b) = runs
+    assert loss_a == loss_b and all(torch.equal(state_a[k], state_b[k]) for k in state_a)
+    assert (calls_a, calls_b) == (3, 6)  # the adapter ran again in each backward
+
+
+def test_a_rank_that_dies_ends_the_run_and_leaves_the_last_checkpoint_whole(tmp_path, reference):
+    from workbench.train.checkpoint import latest_checkpoint
+
+    config, single = reference
+    script = tmp_path / "dies.py"
+    script.write_text(
+        "import os, sys\n"
+        "from workbench.cli import main\n"
+        "from workbench.core.callbacks import Callback\n"
+        "import workbench.train.experiment as e\n"
+        "class Die(Callback):\n"
+        "    def on_step_start(self, exp, step):\n"
+        "        if step == 3 and exp.dist.rank == 1:\n"
+        "            os._exit(7)\n"
+        "init = e.AdapterExperiment.__init__\n"
+        "def patched(self, *a, **k):\n"
+        "    init(self, *a, **k)\n"
+        "    self.callbacks.append(Die())\n"
+        "e.AdapterExperiment.__init__ = patched\n"
+        f"sys.exit(main(['train', {str(config)!r}, '--output', {str(tmp_path / 'out')!r}, '--quiet']))\n")
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           str(script)], env=ENV, capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0
+    assert "exitcode  : 7" in done.stderr or "exitcode: 7" in done.stderr.replace(" ", "")
+    out = tmp_path / "out"
+    assert latest_checkpoint(out).name == "step-0000002"
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no half-written checkpoint
+    want, got = weights(single, 2), weights(out, 2)
+    assert all(torch.equal(want[k], got[k]) for k in want)
+
+
 class Ids(Dataset):
     def __len__(self):
         return 10

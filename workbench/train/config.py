@@ -35,6 +35,8 @@ class TrainingConfig:
     ``grad_accum`` counts a step's micro-batches over all ranks of a distributed run (each of K
     ranks takes ``grad_accum / K``), so one config means the same training at any world size.
     ``distributed``: how a ``torchrun`` launch splits the work (see :class:`DistributedConfig`).
+    ``gradient_checkpointing``: recompute the adapter's activations in backward instead of keeping
+    them (less memory for one more adapter forward; the result is the same).
 
     ``sync_every``: how often the loop reads values back from the device (loss logging,
     NaN/inf checks); between those the hot path never synchronises. ``amp_dtype``: autocast
@@ -65,6 +67,7 @@ class TrainingConfig:
     output_dir: str | None = None
     device: Literal["auto", "cpu", "cuda"] = "auto"
     progress: bool = True
+    gradient_checkpointing: bool = False
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
 
     def __post_init__(self):

@@ -117,6 +117,7 @@ class AdapterExperiment:
         objective = objective if objective is not None else base.default_objective()
         self.model = ComposedModel(base, adapter, composer, objective).to(self.device)
         adapter.condition_seed = self.training.seed
+        self.model.checkpoint_adapter = self.training.gradient_checkpointing
         params = self.model.trainable_parameters()  # fixed for the experiment's lifetime
         self._config = config
         if self.dist is not None:
