@@ -138,3 +138,23 @@ def test_the_disk_cache_is_not_bound_to_num_workers(tmp_path, cache_dir):
     from workbench.train.config import TrainingConfig
 
     assert TrainingConfig(cache_latents=str(cache_dir), num_workers=2).num_workers == 2
+
+
+def test_ranks_share_the_encoding_and_write_the_same_cache(tmp_path, cache_dir):
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "ranked"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "workbench",
+           "cache-latents", str(write_config(tmp_path)), "--out", str(out), "--shard-size", "4"]
+    done = subprocess.run(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "rank 0: 2 shard(s) written" in done.stdout and "rank 1: 1 shard(s) written" in done.stdout
+    assert done.stdout.count("10 items of synthetic_moves cached") == 1
+    single, ranked = DiskLatentCache(cache_dir), DiskLatentCache(out)
+    assert single.identity == ranked.identity
+    for i in range(10):
+        a, b = single[i], ranked[i]
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) if isinstance(a[k], torch.Tensor) else a[k] == b[k]
+                                            for k in a)
