@@ -1,4 +1,4 @@
-"""``workbench demo | train | data | pretrain | doctor``."""
+"""``workbench demo | train | cache-latents | data | pretrain | doctor``."""
 
 from __future__ import annotations
 
@@ -27,9 +27,9 @@ def _train(args: argparse.Namespace) -> int:
     if args.resume:
         if existing is None:
             raise WorkbenchError(f"--resume: no checkpoint in {output}. Run without --resume to start the run.")
-        exp = AdapterExperiment.load(existing)
-        exp.training = config.training
-        print(f"Resuming {config.name} from {existing} (step {exp.step}) up to step {config.training.steps}.")
+        exp = AdapterExperiment.load(existing, training=config.training)
+        say = print if exp.is_main else _quiet
+        say(f"Resuming {config.name} from {existing} (step {exp.step}) up to step {config.training.steps}.")
     else:
         if existing is not None:
             raise WorkbenchError(
@@ -37,11 +37,21 @@ def _train(args: argparse.Namespace) -> int:
                 f"run, or --output DIR to start a new one; nothing was overwritten."
             )
         exp = AdapterExperiment.from_config(config)
-    exp.fit(steps=max(0, config.training.steps - exp.step))
-    path = exp.save_checkpoint()
+        say = print if exp.is_main else _quiet
+    try:
+        exp.fit(steps=max(0, config.training.steps - exp.step))
+        path = exp.save_checkpoint()
+    finally:
+        if exp.dist is not None:
+            exp.dist.close()
     loss = exp.loss_history[-1] if exp.loss_history else float("nan")
-    print(f"Finished {config.name} at step {exp.step}: loss {loss:.5f}. Checkpoint: {path}")
+    ranks = f" on {exp.dist.world_size} ranks" if exp.dist is not None else ""
+    say(f"Finished {config.name} at step {exp.step}{ranks}: loss {loss:.5f}. Checkpoint: {path}")
     return 0
+
+
+def _quiet(*_args, **_kwargs) -> None:
+    """What ranks other than 0 print: nothing."""
 
 
 def _doctor(args: argparse.Namespace) -> int:
@@ -83,6 +93,12 @@ def _demo(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _cache_latents(args: argparse.Namespace) -> int:
+    from workbench.train.latent_store import run
+
+    return run(args)
+
+
 def _pretrain(args: argparse.Namespace) -> int:
     from workbench.train.pretrain import run
 
@@ -100,6 +116,12 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--output", help="run directory (default outputs/<name>)")
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     train.set_defaults(func=_train)
+
+    cache = sub.add_parser("cache-latents", help="encode a config's data once through its frozen backbone, to disk")
+    cache.add_argument("config", help="YAML experiment config (its base: and data: blocks are used)")
+    cache.add_argument("--out", required=True, help="cache directory (resumes if it holds part of this cache)")
+    cache.add_argument("--shard-size", type=int, default=256, help="items per safetensors shard")
+    cache.set_defaults(func=_cache_latents)
 
     doctor = sub.add_parser("doctor", help="versions, device, installed plugins and entry points")
     doctor.set_defaults(func=_doctor)

@@ -16,6 +16,7 @@ class Callback:
     relevant, the step and a metrics dict)."""
 
     every_n_steps: int | None = None
+    main_process_only: bool = False  # in a distributed run, call it on rank 0 only (loggers)
 
     def key(self) -> Any:
         """Identity used to drop duplicates when callbacks are collected."""

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import torch.utils.checkpoint
 from torch import nn
 
 from workbench.core.adapter import Adapter
@@ -85,6 +86,7 @@ class ComposedModel(nn.Module):
         self.composer = composer
         self.objective = objective
         self.adapter_enabled = True
+        self.checkpoint_adapter = False  # training.gradient_checkpointing
 
     # -- modes and parameters ----------------------------------------------------------------
     def train(self, mode: bool = True) -> ComposedModel:
@@ -140,7 +142,12 @@ class ComposedModel(nn.Module):
             return Prediction(x_t, t, base_output, None, base_output, None)
         if cond is None:
             cond = self.adapter.conditioning(batch, x_t, step=step, training=self.adapter.training)
-        correction = self.adapter(x_t, t, cond, base_output)
+        if self.checkpoint_adapter and self.training and torch.is_grad_enabled():
+            # Recompute the adapter's activations in backward instead of holding them: same values.
+            correction = torch.utils.checkpoint.checkpoint(self.adapter, x_t, t, cond, base_output,
+                                                           use_reentrant=False)
+        else:
+            correction = self.adapter(x_t, t, cond, base_output)
         ctx = ComposeContext(x_t=x_t, t=t, noise_level=self.objective.noise_level(t), step=step)
         composed, diagnostics = self.composer.compose(base_output, correction, ctx)
         composed = self.base.constrain(composed, x_t, t, batch.cond)

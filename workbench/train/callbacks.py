@@ -40,6 +40,7 @@ class Console(Callback):
     """Prints step, loss and learning rate every ``every_n_steps`` steps."""
 
     config_class = EveryConfig
+    main_process_only = True
 
     def __init__(self, every_n_steps: int = 10):
         self.every_n_steps = every_n_steps
@@ -64,6 +65,7 @@ class JsonlLogger(Callback):
     """Appends ``{"step", "loss", "lr", ...}`` rows to ``metrics.jsonl`` in the run directory."""
 
     config_class = JsonlConfig
+    main_process_only = True
 
     def __init__(self, every_n_steps: int = 10, path: str | Path | None = None):
         self.every_n_steps = every_n_steps

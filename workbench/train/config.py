@@ -25,11 +25,18 @@ from typing import Any, Literal
 
 from workbench.config import Problems, check, component_field, raise_problems, validate, validate_component_block
 from workbench.errors import ConfigError, did_you_mean, listing
+from workbench.train.distributed import DistributedConfig
 
 
 @dataclass
 class TrainingConfig:
     """How to train. Steps are optimizer steps (each of ``grad_accum`` micro-batches).
+
+    ``grad_accum`` counts a step's micro-batches over all ranks of a distributed run (each of K
+    ranks takes ``grad_accum / K``), so one config means the same training at any world size.
+    ``distributed``: how a ``torchrun`` launch splits the work (see :class:`DistributedConfig`).
+    ``gradient_checkpointing``: recompute the adapter's activations in backward instead of keeping
+    them (less memory for one more adapter forward; the result is the same).
 
     ``sync_every``: how often the loop reads values back from the device (loss logging,
     NaN/inf checks); between those the hot path never synchronises. ``amp_dtype``: autocast
@@ -52,7 +59,7 @@ class TrainingConfig:
     seed: int = 0
     batch_size: int = 4
     num_workers: int = 0
-    cache_latents: bool = False
+    cache_latents: bool | str = False
     shuffle: bool = True
     sync_every: int = 10
     checkpoint_every: int | None = None
@@ -60,6 +67,8 @@ class TrainingConfig:
     output_dir: str | None = None
     device: Literal["auto", "cpu", "cuda"] = "auto"
     progress: bool = True
+    gradient_checkpointing: bool = False
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
 
     def __post_init__(self):
         problems = Problems()
@@ -79,9 +88,12 @@ class TrainingConfig:
             problems.add("min_lr_ratio", f"must be in [0, 1], got {self.min_lr_ratio}.")
         if self.num_workers < 0:
             problems.add("num_workers", f"must be >= 0, got {self.num_workers}.")
-        if self.cache_latents and self.num_workers:
+        if self.cache_latents is True and self.num_workers:
             problems.add("cache_latents", f"needs num_workers: 0 (the cache lives in the training process), got "
-                                          f"num_workers: {self.num_workers}. Set one of them off.")
+                                          f"num_workers: {self.num_workers}. Set one of them off, or write the cache "
+                                          f"to disk with `workbench cache-latents` and set cache_latents: DIR.")
+        if isinstance(self.cache_latents, str) and not self.cache_latents:
+            problems.add("cache_latents", "must be true, false or a cache directory, got an empty string.")
         if self.checkpoint_every is not None and self.checkpoint_every < 1:
             problems.add("checkpoint_every", f"must be >= 1 or null, got {self.checkpoint_every}.")
         if not all(0 <= b < 1 for b in self.betas):

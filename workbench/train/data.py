@@ -161,3 +161,82 @@ class DataStream:
     def load_state_dict(self, state: dict[str, int]) -> None:
         self.epoch, self.batches = int(state["epoch"]), int(state["batches"])
         self._it, self._pending = None, []
+
+
+class ShardedStream(DataStream):
+    """Rank ``rank`` of ``world``'s share of a map-style dataset, ``per_rank`` micro-batches a step.
+
+    Each optimizer step covers the next ``world × per_rank`` micro-batches of the one seeded
+    order (exactly those a single process with ``grad_accum = world × per_rank`` reads); rank ``r``
+    reads the ``r``-th run of ``per_rank`` of them and never loads the others. The position is
+    counted in micro-batches of that one order, so it means the same at any world size: a run
+    stopped on two ranks continues on one, and the reverse.
+    """
+
+    def __init__(self, source: Any, *, rank: int, world: int, per_rank: int, **kwargs):
+        super().__init__(source, **kwargs)
+        if not self.map_style:
+            raise DataError(f"A distributed run reads a map-style dataset (__len__ and __getitem__), so each rank can "
+                            f"load only its own items; got {type(source).__name__}. Wrap the data in a Dataset, or "
+                            f"give the config a data: block.")
+        self.rank, self.world, self.per_rank = rank, world, per_rank
+        self._served = 0  # own micro-batches served in the current step
+        self._step_start = (self.epoch, self.batches)
+
+    def _advance(self, position: tuple[int, int], count: int) -> tuple[int, int]:
+        epoch, k = position
+        per_epoch = len(self.source) // self.batch_size
+        k += count
+        return epoch + k // per_epoch, k % per_epoch
+
+    def _plan(self) -> Iterator[list[int]]:
+        """Own index lists from the current position on, across epochs (never ends)."""
+        epoch, k = self.epoch, self.batches
+        per_epoch = len(self.source) // self.batch_size
+        block, first = self.world * self.per_rank, self.rank * self.per_rank
+        order = EpochSampler(len(self.source), self.seed, epoch, 0, self.shuffle).order()
+        slot = 0
+        while True:
+            if k >= per_epoch:
+                epoch, k = epoch + 1, 0
+                order = EpochSampler(len(self.source), self.seed, epoch, 0, self.shuffle).order()
+            if first <= slot < first + self.per_rank:
+                yield order[k * self.batch_size:(k + 1) * self.batch_size].tolist()
+            k, slot = k + 1, (slot + 1) % block
+
+    def _open(self) -> Iterator:
+        self._step_start, self._served = (self.epoch, self.batches), 0
+        loader = DataLoader(self.source, batch_sampler=_Plan(self._plan), num_workers=self.num_workers,
+                            pin_memory=self.pin_memory, persistent_workers=False)
+        return iter(loader)
+
+    def next(self) -> Any:
+        if self._pending:  # served again after a rollback, with the positions it had
+            item = super().next()
+        else:
+            if self._it is None:
+                self._it = self._open()
+            item = next(self._it)
+            if self._served + 1 == self.per_rank:  # the step's block is done, on every rank
+                self.epoch, self.batches = self._advance(self._step_start, self.world * self.per_rank)
+            if self._recent is not None:
+                self._recent.append((item, self.epoch, self.batches))
+        self._served += 1
+        if self._served == self.per_rank:
+            self._step_start, self._served = (self.epoch, self.batches), 0
+        return item
+
+    def rollback(self, mark: tuple[int, int]) -> None:
+        super().rollback(mark)
+        self._served = 0
+        self._step_start = mark
+
+
+class _Plan:
+    """A batch sampler over a generator of index lists (DataLoader wants an iterable object)."""
+
+    def __init__(self, make: Any):
+        self.make = make
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return self.make()

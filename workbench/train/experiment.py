@@ -25,10 +25,18 @@ from workbench.core.composed import ComposedModel
 from workbench.core.composers import Composer, GatedResidual
 from workbench.core.conditions import Batch
 from workbench.core.objectives import Objective
-from workbench.errors import CallbackError, CheckpointError, CompositionError, ConfigError, NonFiniteLossError
+from workbench.errors import (
+    CallbackError,
+    CheckpointError,
+    CompositionError,
+    ConfigError,
+    DataError,
+    NonFiniteLossError,
+)
 from workbench.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from workbench.train.config import ExperimentConfig, TrainingConfig, experiment_to_dict, load_yaml
-from workbench.train.data import DataStream, LatentCache, is_map_dataset
+from workbench.train.data import DataStream, LatentCache, ShardedStream, is_map_dataset
+from workbench.train.distributed import Distributed, shard_base
 from workbench.train.interrupt import SigintGuard
 
 HOOKS = ("on_fit_start", "on_step_start", "on_after_backward", "on_step_end", "on_eval", "on_fit_end")
@@ -94,11 +102,23 @@ class AdapterExperiment:
         self.training = training or TrainingConfig()
         self.name = name
         self.device = resolve_device(self.training.device)
+        self.dist = Distributed.setup(self.training.distributed, self.device)  # None on one process
+        self._micro = self.training.grad_accum  # micro-batches per step on this process
+        if self.dist is not None:
+            self.device = self.dist.device
+            self._micro = self.dist.split_micro_batches(self.training.grad_accum)
         composer = composer if composer is not None else GatedResidual()
         objective = objective if objective is not None else base.default_objective()
         self.model = ComposedModel(base, adapter, composer, objective).to(self.device)
         adapter.condition_seed = self.training.seed
+        self.model.checkpoint_adapter = self.training.gradient_checkpointing
         params = self.model.trainable_parameters()  # fixed for the experiment's lifetime
+        self._config = config
+        if self.dist is not None:
+            self.dist.agree_on_config(self.resolved_config())
+            self.dist.broadcast_(params)  # every rank starts from rank 0's trainable weights
+            if self.training.distributed.shard_base:
+                shard_base(self.model.base, self.dist)
         self._params = params
         if not params:
             raise CompositionError("The adapter and composer have no trainable parameters; nothing would train.")
@@ -114,10 +134,10 @@ class AdapterExperiment:
         self.output_dir = Path(t.output_dir or Path("outputs") / name)
         self.last_checkpoint: Path | None = None
         self.interrupted = False
-        self._config = config
         self._stream: DataStream | None = None
         self._data_state: dict | None = None
         self._latent_caches: list[tuple[Any, LatentCache]] = []
+        self._disk = None  # the training.cache_latents: DIR dataset, opened on first use
         self.callbacks: list[Callback] = list(callbacks)
         if t.checkpoint_every:
             from workbench.train.callbacks import Checkpoint
@@ -172,8 +192,8 @@ class AdapterExperiment:
         return build("dataset", block["type"], block.get("config"), where="data")
 
     def _cached(self, data: Any) -> Any:
-        """``data`` behind its latent cache when ``training.cache_latents`` is on (one cache per dataset)."""
-        if not self.training.cache_latents or not is_map_dataset(data):
+        """``data`` behind its in-process latent cache when ``training.cache_latents: true``."""
+        if self.training.cache_latents is not True or not is_map_dataset(data):
             return data
         for source, cache in self._latent_caches:
             if source is data:
@@ -182,20 +202,39 @@ class AdapterExperiment:
         self._latent_caches.append((data, cache))
         return cache
 
+    def _disk_cache(self, data: Any) -> Any:
+        """The training data read from the ``training.cache_latents: DIR`` cache (checked against this run)."""
+        from workbench.train.latent_store import DiskLatentCache, cache_identity
+
+        root = self.training.cache_latents
+        if self._disk is None:
+            cache = DiskLatentCache(root)
+            cache.require(cache_identity(self.model.base, self._config.data if self._config else None, len(cache)))
+            self._disk = cache
+        if data is not None and is_map_dataset(data) and len(data) != len(self._disk):
+            raise DataError(f"training.cache_latents: {root} caches {len(self._disk)} items but the data passed to "
+                            f"fit() has {len(data)}. Fit without data to train from the cache, or rebuild it.")
+        return self._disk
+
     def _stream_for(self, data: Any) -> DataStream:
         if data is None:
             if self._stream is not None:
                 return self._stream
-            data = self.default_data()
+            data = None if isinstance(self.training.cache_latents, str) else self.default_data()
         check = getattr(data, "check_conditions", None)
         if callable(check):  # a dataset that knows its signal widths checks them against the adapter's
             check(self.model.adapter.consumes, owner=f"the adapter ({type(self.model.adapter).__name__})")
-        data = self._cached(data)
+        data = self._disk_cache(data) if isinstance(self.training.cache_latents, str) else self._cached(data)
         if self._stream is not None and self._stream.source is data:
             return self._stream
         t = self.training
-        stream = DataStream(data, batch_size=t.batch_size, seed=t.seed, shuffle=t.shuffle,
-                            num_workers=t.num_workers, pin_memory=self.device.type == "cuda")
+        options = dict(batch_size=t.batch_size, seed=t.seed, shuffle=t.shuffle, num_workers=t.num_workers,
+                       pin_memory=self.device.type == "cuda")
+        if self.dist is None:
+            stream = DataStream(data, **options)
+        else:
+            stream = ShardedStream(data, rank=self.dist.rank, world=self.dist.world_size, per_rank=self._micro,
+                                   **options)
         if self._data_state is not None:
             stream.load_state_dict(self._data_state)
             self._data_state = None
@@ -218,8 +257,15 @@ class AdapterExperiment:
             out.append(cb)
         return out
 
+    @property
+    def is_main(self) -> bool:
+        """True on the process that logs and writes checkpoints (rank 0; the only one without torchrun)."""
+        return self.dist is None or self.dist.is_main
+
     def _call(self, callbacks: list[Callback], hook: str, *args) -> None:
         for cb in callbacks:
+            if cb.main_process_only and self.dist is not None and not self.dist.is_main:
+                continue  # (decided here, after every rank took the same collectives for the same list)
             try:
                 getattr(cb, hook)(self, *args)
             except (KeyboardInterrupt, NonFiniteLossError, CallbackError):
@@ -233,6 +279,7 @@ class AdapterExperiment:
     # -- the loop ----------------------------------------------------------------------------
     def _generator(self, step: int, micro: int) -> torch.Generator:
         # Noise and t are a pure function of (seed, step, micro-batch): resumable, rank-independent.
+        # ``micro`` is the micro-batch's place among the step's micro-batches of all ranks.
         # One generator, re-seeded: the same draws as a fresh one, without allocating it every step.
         return self._noise.manual_seed(_mix_seed(self.training.seed, step, micro))
 
@@ -252,7 +299,10 @@ class AdapterExperiment:
         """Read pending losses back from the device; stop on the first non-finite one."""
         if not self._pending:
             return
-        values = torch.stack([v for _, v in self._pending]).float().cpu().tolist()
+        values = torch.stack([v for _, v in self._pending]).float()
+        if self.dist is not None:  # a step's loss is the mean over every rank's micro-batches
+            self.dist.mean_(values)
+        values = values.cpu().tolist()
         for (step, _), value in zip(self._pending, values):
             if not math.isfinite(value):
                 self._pending = []
@@ -272,7 +322,6 @@ class AdapterExperiment:
         # the device outside _sync, and nothing is allocated that a step does not need.
         t = self.training
         step = self.step
-        accum = t.grad_accum
         mark = stream.mark()
         rng = torch.get_rng_state()
         try:
@@ -282,14 +331,19 @@ class AdapterExperiment:
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
             total = None
+            accum = self._micro  # this process's micro-batches of the step
+            first = self.dist.rank * accum if self.dist is not None else 0
             for micro in range(accum):
                 batch = self.prepare(stream.next())
                 with self._autocast():
-                    loss, _ = self.model.training_loss(batch, generator=self._generator(step, micro), step=step)
+                    loss, _ = self.model.training_loss(batch, generator=self._generator(step, first + micro),
+                                                       step=step)
                 scaled = loss / accum if accum > 1 else loss  # (a division by 1 would be one more op, same values)
                 (self.scaler.scale(scaled) if self.scaler else scaled).backward()
                 total = loss.detach() if total is None else total + loss.detach()
             step_loss = total / accum if accum > 1 else total
+            if self.dist is not None:
+                self.dist.average_gradients_(self._params)
             if hooks["on_after_backward"]:
                 self._call(hooks["on_after_backward"], "on_after_backward", step)
             guard.holding = True  # a Ctrl-C from here on waits until the update is complete
@@ -321,6 +375,8 @@ class AdapterExperiment:
             self._sync()
         due = [cb for cb in hooks["on_step_end"] if cb.due(self.step)]
         if due:
+            if self.dist is not None:  # what the callbacks see is the run's loss (every rank has the same due list)
+                step_loss = self.dist.mean_(step_loss.clone())
             self._call(due, "on_step_end", self.step, {"loss": step_loss, "lr": lr, "step": self.step})
 
     def fit(self, data: Any = None, steps: int | None = None, callbacks: Iterable[Callback] = (),
@@ -343,7 +399,7 @@ class AdapterExperiment:
         cbs = self._collect(callbacks)
         hooks = {hook: _overrides(cbs, hook) for hook in HOOKS}
         target = self.step + steps
-        show = self.training.progress if progress is None else progress
+        show = (self.training.progress if progress is None else progress) and self.is_main
         bar = None
         if show and steps:
             from tqdm.auto import tqdm
@@ -378,23 +434,35 @@ class AdapterExperiment:
     @torch.no_grad()
     def evaluate(self, data: Any, batches: int = 4, seed: int = 0) -> dict[str, float]:
         """Mean adapted and base-only loss over ``batches`` batches, on fixed noise draws."""
-        stream = DataStream(self._cached(data), batch_size=self.training.batch_size, seed=seed, shuffle=False,
+        mine = range(batches) if self.dist is None else range(self.dist.rank, batches, self.dist.world_size)
+        source = self._cached(data)
+        if self.dist is not None and is_map_dataset(source):  # each rank loads only its own batches
+            b, n = self.training.batch_size, len(source) // self.training.batch_size
+            source = torch.utils.data.Subset(source, [(i % n) * b + j for i in mine for j in range(b)])
+            reads = list(mine)
+        else:
+            reads = list(range(batches)) if self.dist is not None else list(mine)
+        stream = DataStream(source, batch_size=self.training.batch_size, seed=seed, shuffle=False,
                             num_workers=self.training.num_workers)
         was = self.model.training
         self.model.train(False)
-        adapted, base = [], []
+        losses = torch.zeros(2, batches, device=self.device)  # adapted, base
         try:
             objective = self.model.objective
-            for i in range(batches):
-                batch = self.prepare(stream.next())
+            for i in reads:
+                raw = stream.next()
+                if i not in mine:
+                    continue
+                batch = self.prepare(raw)
                 x_t, t, target = self.model.noised(batch, self._eval_generator(seed, i))
                 pred = self.model.predict(x_t, t, batch)
-                adapted.append(objective.loss(pred.composed, target, batch.loss_mask))
-                base.append(objective.loss(pred.base, target, batch.loss_mask))
+                losses[0, i] = objective.loss(pred.composed, target, batch.loss_mask)
+                losses[1, i] = objective.loss(pred.base, target, batch.loss_mask)
         finally:
             self.model.train(was)
-        a = float(torch.stack(adapted).mean())
-        b = float(torch.stack(base).mean())
+        if self.dist is not None:  # each batch was evaluated by one rank; the others hold zeros there
+            self.dist.sum_(losses)
+        a, b = float(losses[0].mean()), float(losses[1].mean())
         metrics = {"loss": a, "base_loss": b, "improvement": b - a, "batches": batches}
         self._call(self._collect(()), "on_eval", self.step, metrics)
         return metrics
@@ -431,6 +499,8 @@ class AdapterExperiment:
         import yaml
 
         self._sync()  # never save past a non-finite loss
+        if not self.is_main:  # rank 0 writes; the others hold the same state
+            return Path(run_dir or self.output_dir)
         path = save_checkpoint(
             run_dir or self.output_dir, self.step, trainable=self.model.trainable_state_dict(), state=self._state(),
             config_yaml=yaml.safe_dump(self.resolved_config(), sort_keys=False),
@@ -479,7 +549,11 @@ class AdapterExperiment:
 
     @classmethod
     def load(cls, path: str | Path, **overrides) -> AdapterExperiment:
-        """Rebuild an experiment from a checkpoint's own config, then restore its state."""
+        """Rebuild an experiment from a checkpoint's own config, then restore its state.
+
+        ``training=TrainingConfig(...)`` replaces the saved training settings (``workbench train
+        --resume`` passes the config file's, so a run can continue with more steps or ranks).
+        """
         import yaml
 
         from workbench.train.config import parse_experiment
@@ -491,4 +565,6 @@ class AdapterExperiment:
         if not config_file.exists():
             load_checkpoint(path)  # raises the precise error
         config = parse_experiment(yaml.safe_load(config_file.read_text()), source=str(config_file))
+        if overrides.get("training") is not None:  # e.g. more steps, or another world size's settings
+            config = dataclasses.replace(config, training=overrides.pop("training"))
         return cls.from_config(config, **overrides).load_checkpoint(ckpt_dir)

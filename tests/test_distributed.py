@@ -1,0 +1,278 @@
+"""torchrun scale-out on the CPU (gloo): K ranks train exactly what one process trains.
+
+Every run here is a real `torchrun -m workbench train` (or two of them rendezvousing as two
+"nodes"), compared bit for bit with the single-process run of the same config.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from safetensors.torch import load_file
+from torch.utils.data import Dataset
+
+from workbench.errors import ConfigError
+from workbench.train.data import DataStream, ShardedStream
+from workbench.train.distributed import Distributed, DistributedConfig, DistributedError
+
+CONFIG = {
+    "name": "dist",
+    "base": {"type": "tiny_video", "config": {"image_size": 16, "frames": 8, "width": 16, "ae_width": 8, "depth": 1}},
+    "adapter": {"type": "latent_residual", "config": {"width": 16, "depth": 1, "dim": 4, "per_frame": "keep"}},
+    "training": {"steps": 4, "learning_rate": 1.0e-3, "batch_size": 2, "grad_accum": 2, "sync_every": 2,
+                 "checkpoint_every": 2, "keep_last": 4, "progress": False},
+    "callbacks": [{"type": "jsonl", "config": {"every_n_steps": 1}}],
+    "data": {"type": "synthetic_moves", "config": {"items": 10, "frames": 8, "size": 16}},
+}
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_config(tmp_path: Path, **training) -> Path:
+    config = {**CONFIG, "training": {**CONFIG["training"], **training}}
+    path = tmp_path / f"config-{len(list(tmp_path.glob('config-*')))}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def train(config: Path, out: Path, *extra: str) -> list[str]:
+    return ["-m", "workbench", "train", str(config), "--output", str(out), "--quiet", *extra]
+
+
+def run_single(config: Path, out: Path, *extra: str) -> str:
+    done = subprocess.run([sys.executable, *train(config, out, *extra)], env=ENV, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def run_torchrun(config: Path, out: Path, *extra: str, nproc: int = 2) -> str:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+           *train(config, out, *extra)]
+    done = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-3000:])
+    return done.stdout
+
+
+def weights(out: Path, step: int) -> dict[str, torch.Tensor]:
+    return load_file(str(out / f"step-{step:07d}" / "trainable.safetensors"))
+
+
+def history(out: Path, step: int) -> list[float]:
+    import json
+
+    return json.loads((out / f"step-{step:07d}" / "meta.json").read_text())["loss_history"]
+
+
+def assert_same_run(a: Path, b: Path, step: int = 4) -> None:
+    wa, wb = weights(a, step), weights(b, step)
+    assert wa.keys() == wb.keys()
+    for key in wa:
+        assert torch.equal(wa[key], wb[key]), key
+    assert history(a, step) == history(b, step)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The single-process run: 4 steps of 2 micro-batches each."""
+    tmp = tmp_path_factory.mktemp("single")
+    config = write_config(tmp)
+    run_single(config, tmp / "run")
+    return config, tmp / "run"
+
+
+def test_two_ranks_train_bit_exactly_what_one_process_trains(tmp_path, reference):
+    config, single = reference
+    out = tmp_path / "ddp"
+    stdout = run_torchrun(config, out)
+    assert stdout.count("Finished dist at step 4 on 2 ranks") == 1  # rank 0 alone reports
+    assert_same_run(single, out)
+    rows = (out / "metrics.jsonl").read_text().splitlines()
+    assert len(rows) == 4  # rank 0 alone logs
+
+
+def test_two_nodes_rendezvous_on_localhost_and_train_the_same(tmp_path, reference):
+    config, single = reference
+    out = tmp_path / "nodes"
+    port = free_port()
+    procs = [subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1", f"--node_rank={i}",
+         "--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{port}", "--rdzv_id=workbench-test",
+         *train(config, out)], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for i in range(2)]
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err[-3000:]
+    assert_same_run(single, out)
+
+
+@pytest.mark.parametrize("first, then", [("ddp", "single"), ("single", "ddp")])
+def test_resume_across_world_sizes_equals_the_uninterrupted_run(tmp_path, reference, first, then):
+    config, single = reference
+    out = tmp_path / "resumed"
+    half = write_config(tmp_path, steps=2)
+    (run_torchrun if first == "ddp" else run_single)(half, out)
+    stdout = (run_torchrun if then == "ddp" else run_single)(config, out, "--resume")
+    assert "Resuming dist from" in stdout and "(step 2) up to step 4" in stdout
+    assert_same_run(single, out)
+
+
+def test_fsdp_sharding_the_base_is_bit_exact_with_the_unsharded_run(tmp_path, reference):
+    config, single = reference
+    sharded = write_config(tmp_path, distributed={"strategy": "fsdp", "shard_base": True})
+    out = tmp_path / "fsdp"
+    run_torchrun(sharded, out)
+    assert_same_run(single, out)
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_mixed_precision_and_gradient_checkpointing_work_under_both_strategies(tmp_path, strategy):
+    settings = {"amp_dtype": "bf16", "gradient_checkpointing": True, "steps": 2}
+    single = tmp_path / "single"
+    run_single(write_config(tmp_path, **settings), single)
+    distributed = {"strategy": strategy, "shard_base": strategy == "fsdp"}
+    out = tmp_path / strategy
+    run_torchrun(write_config(tmp_path, **settings, distributed=distributed), out)
+    assert_same_run(single, out, step=2)
+
+
+def test_gradient_checkpointing_recomputes_the_same_gradients():
+    from conftest import tiny_base
+
+    from workbench import AdapterExperiment, GatedResidual, TrainingConfig
+    from workbench.adapters.latent_residual import LatentResidual
+    from workbench.data.synthetic import SyntheticMoves
+
+    runs = []
+    for checkpointing in (False, True):
+        torch.manual_seed(0)
+        exp = AdapterExperiment(tiny_base(frames=8), LatentResidual(width=8, depth=1), GatedResidual(),
+                                training=TrainingConfig(batch_size=2, learning_rate=1e-3, progress=False,
+                                                        gradient_checkpointing=checkpointing))
+        calls = [0]
+        exp.model.adapter.register_forward_pre_hook(lambda *_, c=calls: c.__setitem__(0, c[0] + 1))
+        exp.fit(SyntheticMoves(items=4, frames=8, size=16), steps=3)
+        runs.append((exp.loss_history, exp.model.trainable_state_dict(), calls[0]))
+    (loss_a, state_a, calls_a), (loss_b, state_b, calls_b) = runs
+    assert loss_a == loss_b and all(torch.equal(state_a[k], state_b[k]) for k in state_a)
+    assert (calls_a, calls_b) == (3, 6)  # the adapter ran again in each backward
+
+
+def test_a_rank_that_dies_ends_the_run_and_leaves_the_last_checkpoint_whole(tmp_path, reference):
+    from workbench.train.checkpoint import latest_checkpoint
+
+    config, single = reference
+    script = tmp_path / "dies.py"
+    script.write_text(
+        "import os, sys\n"
+        "from workbench.cli import main\n"
+        "from workbench.core.callbacks import Callback\n"
+        "import workbench.train.experiment as e\n"
+        "class Die(Callback):\n"
+        "    def on_step_start(self, exp, step):\n"
+        "        if step == 3 and exp.dist.rank == 1:\n"
+        "            os._exit(7)\n"
+        "init = e.AdapterExperiment.__init__\n"
+        "def patched(self, *a, **k):\n"
+        "    init(self, *a, **k)\n"
+        "    self.callbacks.append(Die())\n"
+        "e.AdapterExperiment.__init__ = patched\n"
+        f"sys.exit(main(['train', {str(config)!r}, '--output', {str(tmp_path / 'out')!r}, '--quiet']))\n")
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           str(script)], env=ENV, capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0
+    assert "exitcode  : 7" in done.stderr or "exitcode: 7" in done.stderr.replace(" ", "")
+    out = tmp_path / "out"
+    assert latest_checkpoint(out).name == "step-0000002"
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no half-written checkpoint
+    want, got = weights(single, 2), weights(out, 2)
+    assert all(torch.equal(want[k], got[k]) for k in want)
+
+
+class Ids(Dataset):
+    def __len__(self):
+        return 10
+
+    def __getitem__(self, i):
+        return {"i": i}
+
+
+@pytest.mark.parametrize("world, per_rank", [(2, 1), (2, 2), (4, 1), (1, 4)])
+def test_ranks_read_disjoint_shares_of_the_single_process_order(world, per_rank):
+    single = DataStream(Ids(), batch_size=2, seed=3)
+    want = [single.next()["i"].tolist() for _ in range(24)]
+    streams = [ShardedStream(Ids(), rank=r, world=world, per_rank=per_rank, batch_size=2, seed=3)
+               for r in range(world)]
+    got = []
+    for _ in range(24 // (world * per_rank)):
+        for s in streams:
+            got += [s.next()["i"].tolist() for _ in range(per_rank)]
+        assert len({(s.epoch, s.batches) for s in streams}) == 1  # every rank at the same global position
+    assert got == want
+    assert all(s.state_dict() == single.state_dict() for s in streams)
+
+
+def test_an_iterable_cannot_be_sharded():
+    from workbench.errors import DataError
+
+    with pytest.raises(DataError, match="A distributed run reads a map-style dataset .* got list_iterator"):
+        ShardedStream(iter([{"i": 0}]), rank=0, world=2, per_rank=1, batch_size=1)
+
+
+def test_a_missing_master_addr_says_how_to_launch(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    monkeypatch.delenv("MASTER_PORT", raising=False)
+    monkeypatch.setenv("RANK", "0")
+    with pytest.raises(DistributedError, match=r"WORLD_SIZE=2 asks for a distributed run, but MASTER_ADDR, "
+                                               r"MASTER_PORT are not set. Launch with `torchrun --nproc_per_node=2"):
+        Distributed.setup(DistributedConfig(), torch.device("cpu"))
+
+
+def test_nccl_on_the_cpu_is_refused_with_the_fix(monkeypatch):
+    for key, value in {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1", "RANK": "0"}.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(DistributedError, match=r"backend: 'nccl' cannot run on device 'cpu'.* Use backend: gloo"):
+        Distributed.setup(DistributedConfig(backend="nccl"), torch.device("cpu"))
+
+
+def test_shard_base_needs_fsdp():
+    with pytest.raises(ConfigError, match="shard_base: sharding the base needs strategy: fsdp, got strategy: ddp"):
+        DistributedConfig(shard_base=True)
+
+
+def test_grad_accum_that_does_not_split_over_the_ranks_is_refused():
+    d = Distributed(rank=0, world_size=2, device=torch.device("cpu"), config=DistributedConfig(), owns_group=False)
+    assert d.split_micro_batches(4) == 2
+    with pytest.raises(ConfigError, match=r"grad_accum: 3 micro-batches per step cannot be split evenly over 2 ranks"
+                                          r".* use a multiple of 2, e.g. 2, 4, 6, or launch 1, 3 ranks"):
+        d.split_micro_batches(3)
+
+
+def test_mismatched_configs_across_ranks_are_named(tmp_path):
+    config = write_config(tmp_path)
+    other = write_config(tmp_path, learning_rate=2.0e-3)
+    script = tmp_path / "launch.py"
+    script.write_text(
+        "import os, sys\n"
+        "from workbench.cli import main\n"
+        f"path = {str(config)!r} if os.environ['RANK'] == '0' else {str(other)!r}\n"
+        f"sys.exit(main(['train', path, '--output', {str(tmp_path / 'out')!r}, '--quiet']))\n")
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           str(script)], env=ENV, capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0
+    assert ("Rank 1 was started with a different config from rank 0 (training.learning_rate: rank 0 has 0.001, this "
+            "rank has 0.002). Every rank must run the same config") in done.stderr
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").glob("step-*"))
