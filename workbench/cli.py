@@ -54,8 +54,7 @@ def _doctor(args: argparse.Namespace) -> int:
     from workbench.registry import KINDS
 
     print(f"workbench {workbench.__version__}  python {platform.python_version()}  torch {torch.__version__}")
-    cuda = torch.cuda.is_available()
-    print(f"device: {'cuda ' + torch.cuda.get_device_name(0) if cuda else 'cpu'} (threads {torch.get_num_threads()})")
+    print(_platform_report())
     for name in ("numpy", "safetensors", "PyYAML", "h5py", "metaworld", "mujoco", "diffusers", "ipywidgets"):
         try:
             print(f"  {name:<12} {md.version(name)}")
@@ -68,6 +67,26 @@ def _doctor(args: argparse.Namespace) -> int:
         eps = sorted(f"{e.name} ({e.value.split(':')[0]})" for e in md.entry_points(group=group))
         print(f"{group}: {', '.join(eps) if eps else '(none)'}")
     return 0
+
+
+def _platform_report() -> str:
+    """The devices and what they support, then what ``device: auto`` / ``dtype: auto`` resolve to."""
+    from workbench.backbones.diffusers_bridge import PRECISION as DIFFUSERS
+    from workbench.backbones.tiny_video import PRECISION as TINY
+    from workbench.core import platform
+
+    found = platform.detect()
+    device = found.best.type
+
+    def auto(precision) -> str:
+        return str(platform.resolve_dtype("auto", device, precision=precision)).removeprefix("torch.")
+
+    table = ", ".join(f"{name} -> {auto({device: name})}" for name in platform.DTYPE_NAMES)
+    return "\n".join([
+        "platform:", platform.report(found),
+        f"dtype: auto on {device} takes the card's precision for {device} where the device supports it: {table}",
+        f"  tiny_video -> {auto(TINY)}; diffusers backbones (card precision {DIFFUSERS}) -> {auto(DIFFUSERS)}",
+    ])
 
 
 def _data(args: argparse.Namespace) -> int:
@@ -100,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     train.set_defaults(func=_train)
 
-    doctor = sub.add_parser("doctor", help="versions, device, installed plugins and entry points")
+    doctor = sub.add_parser("doctor", help="versions, devices and what auto resolves to, plugins and entry points")
     doctor.set_defaults(func=_doctor)
 
     data = sub.add_parser("data", help="generate data sets")

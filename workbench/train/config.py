@@ -37,6 +37,8 @@ class TrainingConfig:
     ``cache_latents``: encode each item of a map-style dataset through the frozen base once and
     reuse it (the base's ``encode_item``): the encoder is frozen, so this only saves time — often
     most of a small adapter's step. Needs ``num_workers: 0`` (the cache lives in this process).
+    ``device``: ``auto`` = the best visible device (CUDA, else MPS, else CPU); a backbone whose
+    config leaves its own ``device`` on ``auto`` is loaded there, in its card's precision for it.
     """
 
     steps: int = 1000
@@ -58,7 +60,7 @@ class TrainingConfig:
     checkpoint_every: int | None = None
     keep_last: int = 3
     output_dir: str | None = None
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
     progress: bool = True
 
     def __post_init__(self):

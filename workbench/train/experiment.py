@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from workbench.core import platform
 from workbench.core.adapter import Adapter
 from workbench.core.backbone import BaseVideoModel
 from workbench.core.callbacks import Callback
@@ -36,12 +37,21 @@ HOOKS = ("on_fit_start", "on_step_start", "on_after_backward", "on_step_end", "o
 
 
 def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("training.device: 'cuda' was requested but no CUDA device is visible. "
-                          "Use device: auto or cpu.")
-    return torch.device(name)
+    """``training.device`` as a torch device (``auto``: the best visible, see :mod:`workbench.core.platform`)."""
+    return platform.resolve_device(name, where="training.device")
+
+
+def _base_block_on(block: dict, device: torch.device) -> dict:
+    """The base's config with ``device: auto`` pinned to the run's device, so its weights load there
+    (and in the dtype the card wants there) instead of on the best device of the machine."""
+    from workbench.registry import resolve
+
+    config = dict(block.get("config") or {})
+    config_class = getattr(resolve("backbone", block["type"], where="base.type"), "config_class", None)
+    fields = {f.name for f in dataclasses.fields(config_class)} if dataclasses.is_dataclass(config_class) else ()
+    if "device" in fields and config.get("device", "auto") == "auto":
+        config["device"] = str(device)
+    return config
 
 
 def _mix_seed(*parts: int) -> int:
@@ -111,6 +121,9 @@ class AdapterExperiment:
         t = self.training
         self.optimizer = torch.optim.AdamW(params, lr=t.learning_rate, betas=tuple(t.betas),
                                            weight_decay=t.weight_decay)
+        if t.amp_dtype is not None:  # refuse autocast to a dtype this device cannot compute in
+            platform.resolve_dtype({"bf16": "bfloat16", "fp16": "float16"}[t.amp_dtype], self.device,
+                                   where="training.amp_dtype")
         self.scaler = torch.amp.GradScaler("cuda") if t.amp_dtype == "fp16" and self.device.type == "cuda" else None
         self.step = 0
         self.loss_history: list[float] = []
@@ -137,9 +150,10 @@ class AdapterExperiment:
         from workbench.registry import build
 
         # Random inits are a function of training.seed, so a config means the same run in any process.
+        device = resolve_device(config.training.device)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(config.training.seed)
-            base = build("backbone", config.base["type"], config.base.get("config"), where="base")
+            base = build("backbone", config.base["type"], _base_block_on(config.base, device), where="base")
             adapter = build("adapter", config.adapter["type"], config.adapter.get("config"), where="adapter")
             composer = build("composer", config.composer["type"], config.composer.get("config"), where="composer")
             objective = (build("objective", config.objective["type"], config.objective.get("config"),
