@@ -78,22 +78,10 @@ def _defer_sigint():
 
 
 def describe(obj: Any, kind: str) -> dict:
-    """A ``{type, config}`` block for a component built in Python (best effort)."""
-    from workbench.config import to_dict
-    from workbench.registry import name_of
+    """A ``{type, config}`` block for a component built in Python (its ``self.config``; wrappers included)."""
+    from workbench.config import block_of
 
-    cls = type(obj)
-    name = name_of(kind, cls)
-    block: dict[str, Any] = {"type": name or f"{cls.__module__}:{cls.__qualname__}"}
-    config = getattr(obj, "config", None)
-    if dataclasses.is_dataclass(config):
-        block["config"] = to_dict(config)
-    if kind == "composer" and hasattr(obj, "inner"):
-        block.setdefault("config", {})["inner"] = describe(obj.inner, "composer")
-        for attr in ("lo", "hi", "ramp", "steps"):
-            if hasattr(obj, attr):
-                block["config"][attr] = getattr(obj, attr)
-    return block
+    return block_of(obj, kind)
 
 
 class AdapterExperiment:
@@ -140,7 +128,7 @@ class AdapterExperiment:
         if t.checkpoint_every:
             from workbench.train.callbacks import Checkpoint
 
-            self.callbacks.append(Checkpoint(t.checkpoint_every, t.keep_last))
+            self.callbacks.append(Checkpoint(every_n_steps=t.checkpoint_every, keep_last=t.keep_last))
         self.component_callbacks: list[Callback] = [
             *base.callbacks(), *adapter.callbacks(), *composer.callbacks(), *objective.callbacks()]
 
@@ -160,6 +148,9 @@ class AdapterExperiment:
                                where="objective") if config.objective else None)
         callbacks = [build("callback", c["type"], c.get("config"), where=f"callbacks[{i}]")
                      for i, c in enumerate(config.callbacks)]
+        if config.evaluation is not None and "eval_data" not in overrides:
+            block = config.evaluation.block(config.data)
+            overrides["eval_data"] = build("dataset", block["type"], block.get("config"), where="evaluation.data")
         exp = cls(base=base, adapter=adapter, composer=composer, objective=objective, training=config.training,
                   callbacks=callbacks, name=config.name, config=config, **overrides)
         return exp
