@@ -181,3 +181,39 @@ def test_doctor_prints_the_platform_and_what_auto_resolves_to(machine, capsys):
     main(["doctor"])
     out = capsys.readouterr().out
     assert "\ndevice: auto -> cpu\n" in out and "  cpu   CPU (" in out and "cuda  " not in out
+
+
+def test_the_cuda_probe_reads_torch_cuda(monkeypatch):
+    """The probe itself, against a stubbed ``torch.cuda`` (the CPU build has no device to read)."""
+    cuda = torch.cuda
+    monkeypatch.setattr(cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(cuda, "get_device_capability", lambda index=0: (8, 0))
+    monkeypatch.setattr(cuda, "mem_get_info", lambda index=0: (30 * 2**30, 40 * 2**30))
+    monkeypatch.setattr(cuda, "get_device_name", lambda index=0: "Stub A100")
+    monkeypatch.setattr(cuda, "is_bf16_supported", lambda *a, **k: True)
+    monkeypatch.setattr(cuda, "device_count", lambda: 2)
+    found = platform._probe_cuda()
+    assert (found.name, found.capability, found.bf16, found.tf32, found.count) == ("Stub A100", (8, 0), True, True, 2)
+    assert (found.memory_free, found.memory_total) == (30 * 2**30, 40 * 2**30)
+    assert found.flash_attention == torch.backends.cuda.flash_sdp_enabled()
+
+
+def test_an_experiment_refuses_a_base_whose_auto_dtype_was_resolved_for_another_device():
+    from conftest import tiny_base
+
+    from workbench.adapters.latent_residual import LatentResidual
+    from workbench.train.config import TrainingConfig
+    from workbench.train.experiment import AdapterExperiment
+
+    # stands in for bfloat16 weights loaded for a GPU (no GPU here: the meta device plays it)
+    base = tiny_base().to(device="meta", dtype=torch.bfloat16)
+    with pytest.raises(ConfigError, match=r"training.device is cpu, but the backbone was loaded on meta in bfloat16 "
+                                          r"\(its dtype: auto, resolved for meta\); on cpu its card runs float32\. "
+                                          r"Moving it would train in bfloat16 on cpu\. Build the backbone with "
+                                          r"device: cpu"):
+        AdapterExperiment(base=base, adapter=LatentResidual(width=16, depth=1),
+                          training=TrainingConfig(device="cpu", progress=False))
+    explicit = tiny_base(dtype="bfloat16")  # asked for: honoured, no refusal
+    exp = AdapterExperiment(base=explicit, adapter=LatentResidual(width=16, depth=1),
+                            training=TrainingConfig(device="cpu", progress=False))
+    assert exp.model.base.dtype == torch.bfloat16

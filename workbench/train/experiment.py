@@ -54,6 +54,25 @@ def _base_block_on(block: dict, device: torch.device) -> dict:
     return config
 
 
+def _check_base_dtype(base: BaseVideoModel, device: torch.device) -> None:
+    """Refuse to move a base whose ``dtype: auto`` was resolved for another device type, where its
+    card wants another dtype (e.g. bfloat16 weights loaded for a GPU, trained on the CPU)."""
+    if getattr(getattr(base, "config", None), "dtype", None) != "auto" or base.device.type == device.type:
+        return
+    want = platform.resolve_dtype("auto", device, precision=base.card.precision)
+    have = base.dtype
+    if have != want:
+        def name(dtype: torch.dtype) -> str:
+            return str(dtype).removeprefix("torch.")
+
+        raise ConfigError(
+            f"training.device is {device.type}, but the backbone was loaded on {base.device.type} in {name(have)} "
+            f"(its dtype: auto, resolved for {base.device.type}); on {device.type} its card runs {name(want)}. Moving "
+            f"it would train in {name(have)} on {device.type}. Build the backbone with device: {device.type} (in a "
+            f"YAML config, leave its device on auto: it follows training.device), or give its dtype explicitly."
+        )
+
+
 def _mix_seed(*parts: int) -> int:
     value = 0x9E3779B97F4A7C15
     for p in parts:
@@ -100,6 +119,7 @@ class AdapterExperiment:
         self.device = resolve_device(self.training.device)
         composer = composer if composer is not None else GatedResidual()
         objective = objective if objective is not None else base.default_objective()
+        _check_base_dtype(base, self.device)
         self.model = ComposedModel(base, adapter, composer, objective).to(self.device)
         adapter.condition_seed = self.training.seed
         params = self.model.trainable_parameters()  # fixed for the experiment's lifetime
