@@ -32,6 +32,7 @@ from workbench.errors import CallbackError, CheckpointError, CompositionError, C
 from workbench.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from workbench.train.config import ExperimentConfig, TrainingConfig, experiment_to_dict, load_yaml
 from workbench.train.data import DataStream, LatentCache, is_map_dataset
+from workbench.train.placement import base_config_on, check_base_dtype
 
 HOOKS = ("on_fit_start", "on_step_start", "on_after_backward", "on_step_end", "on_eval", "on_fit_end")
 
@@ -39,38 +40,6 @@ HOOKS = ("on_fit_start", "on_step_start", "on_after_backward", "on_step_end", "o
 def resolve_device(name: str) -> torch.device:
     """``training.device`` as a torch device (``auto``: the best visible, see :mod:`workbench.core.platform`)."""
     return platform.resolve_device(name, where="training.device")
-
-
-def _base_block_on(block: dict, device: torch.device) -> dict:
-    """The base's config with ``device: auto`` pinned to the run's device, so its weights load there
-    (and in the dtype the card wants there) instead of on the best device of the machine."""
-    from workbench.registry import resolve
-
-    config = dict(block.get("config") or {})
-    config_class = getattr(resolve("backbone", block["type"], where="base.type"), "config_class", None)
-    fields = {f.name for f in dataclasses.fields(config_class)} if dataclasses.is_dataclass(config_class) else ()
-    if "device" in fields and config.get("device", "auto") == "auto":
-        config["device"] = str(device)
-    return config
-
-
-def _check_base_dtype(base: BaseVideoModel, device: torch.device) -> None:
-    """Refuse to move a base whose ``dtype: auto`` was resolved for another device type, where its
-    card wants another dtype (e.g. bfloat16 weights loaded for a GPU, trained on the CPU)."""
-    if getattr(getattr(base, "config", None), "dtype", None) != "auto" or base.device.type == device.type:
-        return
-    want = platform.resolve_dtype("auto", device, precision=base.card.precision)
-    have = base.dtype
-    if have != want:
-        def name(dtype: torch.dtype) -> str:
-            return str(dtype).removeprefix("torch.")
-
-        raise ConfigError(
-            f"training.device is {device.type}, but the backbone was loaded on {base.device.type} in {name(have)} "
-            f"(its dtype: auto, resolved for {base.device.type}); on {device.type} its card runs {name(want)}. Moving "
-            f"it would train in {name(have)} on {device.type}. Build the backbone with device: {device.type} (in a "
-            f"YAML config, leave its device on auto: it follows training.device), or give its dtype explicitly."
-        )
 
 
 def _mix_seed(*parts: int) -> int:
@@ -119,7 +88,7 @@ class AdapterExperiment:
         self.device = resolve_device(self.training.device)
         composer = composer if composer is not None else GatedResidual()
         objective = objective if objective is not None else base.default_objective()
-        _check_base_dtype(base, self.device)
+        check_base_dtype(base, self.device)
         self.model = ComposedModel(base, adapter, composer, objective).to(self.device)
         adapter.condition_seed = self.training.seed
         params = self.model.trainable_parameters()  # fixed for the experiment's lifetime
@@ -161,7 +130,7 @@ class AdapterExperiment:
         device = resolve_device(config.training.device)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(config.training.seed)
-            base = build("backbone", config.base["type"], _base_block_on(config.base, device), where="base")
+            base = build("backbone", config.base["type"], base_config_on(config.base, device), where="base")
             adapter = build("adapter", config.adapter["type"], config.adapter.get("config"), where="adapter")
             composer = build("composer", config.composer["type"], config.composer.get("config"), where="composer")
             objective = (build("objective", config.objective["type"], config.objective.get("config"),
