@@ -217,3 +217,12 @@ def test_an_experiment_refuses_a_base_whose_auto_dtype_was_resolved_for_another_
     exp = AdapterExperiment(base=explicit, adapter=LatentResidual(width=16, depth=1),
                             training=TrainingConfig(device="cpu", progress=False))
     assert exp.model.base.dtype == torch.bfloat16
+
+
+def test_a_backbone_config_names_a_device_or_auto():
+    from workbench.registry import build
+
+    with pytest.raises(ConfigError, match=r"base.config.device: must be auto, cpu, cuda, cuda:N or mps, got 'gpu'"):
+        build("backbone", "tiny_video", {**TINY, "device": "gpu"}, where="base")
+    assert [platform.is_device_name(n) for n in ("auto", "cpu", "cuda", "cuda:1", "mps", "mps:0", "cuda:x")] == [
+        True, True, True, True, True, False, False]

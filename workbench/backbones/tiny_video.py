@@ -30,7 +30,7 @@ from workbench.core.backbone import BaseVideoModel, StepRecord, as_video
 from workbench.core.card import ComponentSpec, ModelCard, RecipeSpec, SamplingDefaults
 from workbench.core.conditions import Batch
 from workbench.core.objectives import Diffusion, FlowMatching, shift_t
-from workbench.core.platform import placement
+from workbench.core.platform import is_device_name, placement
 from workbench.errors import CheckpointError, DataError
 from workbench.layers import ResBlock, group_count, timestep_embedding
 from workbench.registry import register
@@ -83,6 +83,7 @@ class TinyVideoConfig:
         check(self.sampling_steps >= 1, "sampling_steps", f"must be >= 1, got {self.sampling_steps}.")
         check(self.shift > 0, "shift", f"must be > 0, got {self.shift}.")
         check(0.0 <= self.dropout < 1.0, "dropout", f"must be in [0, 1), got {self.dropout}.")
+        check(is_device_name(self.device), "device", f"must be auto, cpu, cuda, cuda:N or mps, got {self.device!r}.")
 
 
 class FrameAutoencoder(nn.Module):

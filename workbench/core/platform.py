@@ -133,6 +133,12 @@ def detect(refresh: bool = False) -> Platform:
 
 
 # -- resolution ------------------------------------------------------------------------------
+def is_device_name(name: str) -> bool:
+    """``auto``, ``cpu``, ``mps``, ``cuda`` or ``cuda:N`` (for a config's ``__post_init__``)."""
+    kind, _, index = str(name).partition(":")
+    return name == "auto" or (kind in DEVICE_TYPES and (not index or (kind == "cuda" and index.isdigit())))
+
+
 def resolve_device(name: str | torch.device = "auto", *, where: str = "device") -> torch.device:
     """``auto`` → the best visible device (cuda, mps, cpu); an explicit one is checked to exist.
 
