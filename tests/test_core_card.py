@@ -71,3 +71,70 @@ def test_tiny_video_card_describes_the_model():
     assert c.components["denoiser"].parameters == sum(p.numel() for p in base.denoiser.parameters())
     ddim = tiny_base(objective="diffusion", prediction="v")
     assert ddim.card.prediction_type == "v" and ddim.card.samplers == ("ddim",)
+
+
+# -- precision per device, and the mode a backbone serves ----------------------------------
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(precision={"gpu": "bfloat16"}), r"precision has a key 'gpu', not a device type; allowed: 'cpu', 'cuda', "
+                                          r"'mps'\."),
+    (dict(precision={"cuda": ()}), r"precision\['cuda'\]=\(\); give a dtype or a non-empty list of them, best first"),
+    (dict(precision={"cuda": ("bfloat16", "fp8")}), r"precision\['cuda'\]='fp8'; allowed: 'bfloat16'"),
+    (dict(capabilities=("t2v", "ti2v"), mode="i2v"), r"mode='i2v' is not one of the card's capabilities 't2v', "
+                                                     r"'ti2v'"),
+])
+def test_precision_and_mode_are_validated(kwargs, message):
+    with pytest.raises(CardError, match=message):
+        card(**kwargs)
+
+
+def test_precision_lists_preferences_per_device():
+    c = card(precision={"cpu": "float32", "cuda": ("bfloat16", "float16")})
+    assert (c.dtype_for("cuda"), c.dtype_for("cpu"), c.dtype_for("mps")) == ("bfloat16", "float32", "float32")
+    assert card(capabilities=("t2v", "ti2v")).serving is None
+    assert card(capabilities=("t2v", "ti2v"), mode="t2v").serving == "t2v"
+    assert card(capabilities=("i2v",)).serving == "i2v"
+
+
+IMAGE = torch.zeros(1, 3, 8, 8)
+
+
+@pytest.mark.parametrize("mode, raw, message", [
+    ("i2v", {"image": IMAGE, "prompt": "a robot"},
+     r"m serves image-to-video \('i2v'; card capabilities: 'i2v', 't2v', 'ti2v'\), which reads no text, but the "
+     r"request holds 'prompt': it would be ignored\. Remove it, or use a backbone or mode that reads text\. FIX$"),
+    ("t2v", {"image": IMAGE, "prompt": "a robot"},
+     r"m serves text-to-video \('t2v'.*which generates without a given first frame, but the request holds 'image': "
+     r"it would be ignored\. Remove 'image', or use an image-to-video mode\. FIX$"),
+    ("ti2v", {"prompt": "a robot", "frames": 9},
+     r"m serves text\+image-to-video \('ti2v'.*which generates from a given first frame, but the request is text only "
+     r"\(keys \['frames', 'prompt'\]\)\. Add 'image' \(B, 3, H, W\) in \[-1, 1\], or use a text-to-video mode\. FIX$"),
+    ("ti2v", {"prompt_embeds": torch.zeros(1, 2, 3)}, r"the request is text only \(keys \['prompt_embeds'\]\)"),
+])
+def test_a_request_the_mode_cannot_serve_is_refused(mode, raw, message):
+    from workbench.errors import CapabilityError, DataError
+
+    c = card(capabilities=("t2v", "i2v", "ti2v"), mode=mode)
+    with pytest.raises(CapabilityError, match=message) as info:
+        c.check_request(raw, backbone="m", fix="FIX")
+    assert isinstance(info.value, DataError)  # callers catching data errors still catch it
+
+
+@pytest.mark.parametrize("mode, raw", [
+    ("i2v", {"image": IMAGE}), ("i2v", {"video": IMAGE[:, :, None], "task": "push"}),
+    ("t2v", {"prompt": "a robot"}), ("t2v", {"video": IMAGE[:, :, None], "prompt": None, "image": None}),
+    ("ti2v", {"image": IMAGE, "prompt": "x"}), ("ti2v", {"video": IMAGE[:, :, None], "prompt": "x"}),
+    ("ti2v", {"image": IMAGE}),  # the text may come from the backbone's default prompt
+])
+def test_requests_the_mode_serves_pass(mode, raw):
+    card(capabilities=("t2v", "i2v", "ti2v"), mode=mode).check_request(raw, backbone="m")
+
+
+def test_tiny_video_refuses_text_it_would_ignore():
+    from workbench.errors import CapabilityError
+
+    base = tiny_base()
+    with pytest.raises(CapabilityError, match=r"tiny_video serves image-to-video \('i2v'; card capabilities: 'i2v'\), "
+                                              r"which reads no text, but the request holds 'prompt'.*tiny_video "
+                                              r"conditions on the first frame only"):
+        base.prepare_batch({"image": torch.zeros(1, 3, 16, 16), "prompt": "push the puck"})
+    assert base.prepare_batch({"image": torch.zeros(1, 3, 16, 16), "task": "push"}).latents.shape[0] == 1

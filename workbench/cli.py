@@ -64,8 +64,7 @@ def _doctor(args: argparse.Namespace) -> int:
     from workbench.registry import KINDS
 
     print(f"workbench {workbench.__version__}  python {platform.python_version()}  torch {torch.__version__}")
-    cuda = torch.cuda.is_available()
-    print(f"device: {'cuda ' + torch.cuda.get_device_name(0) if cuda else 'cpu'} (threads {torch.get_num_threads()})")
+    print(_platform_report())
     for name in ("numpy", "safetensors", "PyYAML", "h5py", "pyarrow", "av", "metaworld", "mujoco", "diffusers",
                  "ipywidgets"):
         try:
@@ -79,6 +78,26 @@ def _doctor(args: argparse.Namespace) -> int:
         eps = sorted(f"{e.name} ({e.value.split(':')[0]})" for e in md.entry_points(group=group))
         print(f"{group}: {', '.join(eps) if eps else '(none)'}")
     return 0
+
+
+def _platform_report() -> str:
+    """The devices and what they support, then what ``device: auto`` / ``dtype: auto`` resolve to."""
+    from workbench.backbones.diffusers_bridge import PRECISION as DIFFUSERS
+    from workbench.backbones.tiny_video import PRECISION as TINY
+    from workbench.core import platform
+
+    found = platform.detect()
+    device = found.best.type
+
+    def auto(precision) -> str:
+        return str(platform.resolve_dtype("auto", device, precision=precision)).removeprefix("torch.")
+
+    table = ", ".join(f"{name} -> {auto({device: name})}" for name in platform.DTYPE_NAMES)
+    return "\n".join([
+        "platform:", platform.report(found),
+        f"dtype: auto on {device} takes the card's precision for {device} where the device supports it: {table}",
+        f"  tiny_video -> {auto(TINY)}; diffusers backbones (card precision {DIFFUSERS}) -> {auto(DIFFUSERS)}",
+    ])
 
 
 def _data(args: argparse.Namespace) -> int:
@@ -117,13 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     train.set_defaults(func=_train)
 
-    cache = sub.add_parser("cache-latents", help="encode a config's data once through its frozen backbone, to disk")
-    cache.add_argument("config", help="YAML experiment config (its base: and data: blocks are used)")
-    cache.add_argument("--out", required=True, help="cache directory (resumes if it holds part of this cache)")
-    cache.add_argument("--shard-size", type=int, default=256, help="items per safetensors shard")
-    cache.set_defaults(func=_cache_latents)
-
-    doctor = sub.add_parser("doctor", help="versions, device, installed plugins and entry points")
+    print(_platform_report())
+    for name in ("numpy", "safetensors", "PyYAML", "h5py", "pyarrow", "av", "metaworld", "mujoco", "diffusers",
+                 "ipywidgets"):
     doctor.set_defaults(func=_doctor)
 
     data = sub.add_parser("data", help="generate data sets")

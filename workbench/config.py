@@ -56,7 +56,9 @@ class ComponentSpec:
 def component_field(kind: str, default: Any = dataclasses.MISSING) -> Any:
     """Declare a dataclass field that holds a nested component block of ``kind``."""
     kwargs: dict[str, Any] = {"metadata": {"component_kind": kind}}
-    if default is not dataclasses.MISSING:
+    if default is None:
+        kwargs["default"] = None  # an optional block
+    elif default is not dataclasses.MISSING:
         kwargs["default_factory"] = lambda: dict(default)
     return dataclasses.field(**kwargs)
 
@@ -216,7 +218,9 @@ def validate(cls: type, data: Any, path: str, problems: Problems) -> Any:
                 problems.add(sub, f"missing required field ({_type_name(hints[name])}).")
             continue
         kind = f.metadata.get("component_kind")
-        if kind:
+        if kind and data[name] is None and f.default is None:
+            values[name] = None
+        elif kind:
             block = validate_component_block(kind, data[name], sub, problems)
             values[name] = block
         else:
@@ -229,6 +233,50 @@ def validate(cls: type, data: Any, path: str, problems: Problems) -> Any:
         for field_path, message in getattr(err, "problems", [("", str(err))]):
             problems.add(f"{path}.{field_path}" if path and field_path else (path or field_path), message)
         return None
+
+
+def config_from(owner: type, config: Any = None, overrides: Mapping[str, Any] | None = None) -> Any:
+    """The one construction convention: ``Component(config=None, **overrides)``.
+
+    Returns ``config`` (an ``owner.config_class`` instance) as given, or ``config_class(**overrides)``
+    when there is none — validated by the dataclass either way — for the component to keep as
+    ``self.config``. Both at once is a TypeError (one of them would be dropped), and so is a
+    positional value that is not a config; an unknown override name is a ConfigError.
+    """
+    config_class = owner.config_class
+    overrides = dict(overrides or {})
+    if config is not None and not isinstance(config, config_class):
+        raise TypeError(f"{owner.__name__}(...) takes a {config_class.__name__} or keyword fields, got "
+                        f"{type(config).__name__} {config!r:.60}. Pass fields by name, e.g. "
+                        f"{owner.__name__}({dataclasses.fields(config_class)[0].name}=...).")
+    if config is not None:
+        if overrides:
+            raise TypeError(f"pass either a config ({config_class.__name__}) or keyword overrides, not both: "
+                            f"got a config and {listing(overrides)}. Use dataclasses.replace(config, ...) to "
+                            f"change fields of a config.")
+        return config
+    fields = [f.name for f in dataclasses.fields(config_class) if f.init]
+    unknown = [k for k in overrides if k not in fields]
+    if unknown:
+        raise_problems([(k, f"unknown field of {config_class.__name__}. Allowed: {listing(fields)}."
+                            f"{did_you_mean(k, fields)}") for k in unknown], header=f"Invalid {owner.__name__}")
+    return config_class(**overrides)
+
+
+def block_of(component: Any, kind: str) -> dict:
+    """``{type, config}`` of a built component: its registered name and its config as plain data.
+
+    ``build(kind, block["type"], block.get("config"))`` rebuilds it (a component registered under
+    no name gets ``module:qualname``, which documents it but does not rebuild).
+    """
+    from workbench.registry import name_of
+
+    cls = type(component)
+    block: dict[str, Any] = {"type": name_of(kind, cls) or f"{cls.__module__}:{cls.__qualname__}"}
+    config = getattr(component, "config", None)
+    if dataclasses.is_dataclass(config) and not isinstance(config, type):
+        block["config"] = to_dict(config)
+    return block
 
 
 def to_dict(config: Any) -> dict:

@@ -46,6 +46,10 @@ class DataError(WorkbenchError, ValueError):
     """A data file or batch does not have the expected layout."""
 
 
+class CapabilityError(DataError):
+    """A request the backbone's current mode cannot serve (e.g. text-only on an image-to-video mode)."""
+
+
 class NonFiniteLossError(WorkbenchError, FloatingPointError):
     """Training produced a NaN or infinite loss."""
 

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workbench.config import check
+from workbench.config import check, config_from
 from workbench.core.adapter import Adapter
 from workbench.core.conditions import Condition
 from workbench.errors import DataError
@@ -81,8 +81,7 @@ class LatentResidual(Adapter):
 
     def __init__(self, config: LatentResidualConfig | None = None, **overrides):
         super().__init__()
-        config = config or LatentResidualConfig(**overrides)
-        self.config = config
+        self.config = config = config_from(type(self), config, overrides)
         self.consumes = (
             Condition(config.condition, aliases=config.aliases, dim=config.dim, per_frame=config.per_frame,
                       dropout=config.dropout),

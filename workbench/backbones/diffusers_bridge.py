@@ -24,10 +24,12 @@ from typing import Any
 import torch
 
 from workbench.core import BaseVideoModel, Batch, StepRecord
+from workbench.core import platform
 from workbench.core.backbone import as_video  # noqa: F401  (part of this module's API for plugins)
 from workbench.errors import CheckpointError, CompositionError, DataError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+PRECISION = {"cpu": "float32", "cuda": "bfloat16"}  # what the diffusers video models run in, per device type
 SIGNAL_KEYS = ("action", "proprio", "ee_pos")  # per-frame signals passed through to adapters
 
 
@@ -91,10 +93,30 @@ def tiny_fixture_cli(argv: list[str] | None, *, prog: str, description: str, wha
     print(f"wrote {what} to {out} ({size / 1024:.0f} KiB)")
 
 
-def resolve_dtype(name: str) -> torch.dtype:
-    if name == "auto":
-        return torch.bfloat16 if torch.cuda.is_available() else torch.float32
-    return DTYPES[name]
+def resolve_dtype(name: str, device: str | torch.device = "auto",
+                  precision: Mapping[str, str | Sequence[str]] = PRECISION) -> torch.dtype:
+    """The weights' dtype on ``device`` (``auto``: the best visible): ``auto`` = ``precision`` there."""
+    return platform.resolve_dtype(name, platform.resolve_device(device), precision=precision)
+
+
+def load_pipeline(folder: str | Path, *, plugin: str, device: str = "auto", dtype: str = "auto",
+                  precision: Mapping[str, str | Sequence[str]] = PRECISION, float32: Sequence[str] = ()):
+    """Load a diffusers pipeline onto the target device in the target dtype; returns ``(pipeline, dtype)``.
+
+    ``device`` / ``dtype`` are the backbone config's (``auto`` resolves through
+    :mod:`workbench.core.platform` and ``precision``, the card's per-device precision), so a
+    backbone on the CPU is float32 even on a machine with a GPU. ``float32``: components kept in
+    float32 whatever the dtype (e.g. a VAE that upstream runs in float32).
+    """
+    from diffusers import DiffusionPipeline
+
+    target, weights = platform.placement(device, dtype, precision, where=f"{plugin} config")
+    dtypes = {"default": weights, **{name: torch.float32 for name in float32}} if float32 else weights
+    loaded = DiffusionPipeline.from_pretrained(str(folder), dtype=dtypes)
+    for module in loaded.components.values():
+        if isinstance(module, torch.nn.Module):
+            module.to(target)
+    return loaded, weights
 
 
 def pool_to_latent_frames(signal: torch.Tensor, ratio: int) -> torch.Tensor:

@@ -30,12 +30,15 @@ from workbench.core.backbone import BaseVideoModel, StepRecord, as_video
 from workbench.core.card import ComponentSpec, ModelCard, RecipeSpec, SamplingDefaults
 from workbench.core.conditions import Batch
 from workbench.core.objectives import Diffusion, FlowMatching, shift_t
+from workbench.core.platform import is_device_name, placement
 from workbench.errors import CheckpointError, DataError
 from workbench.layers import ResBlock, group_count, timestep_embedding
 from workbench.registry import register
 
 WEIGHTS_DIR = Path(__file__).parent / "weights"
 PER_FRAME_KEYS = ("action", "proprio", "ee_pos")
+PRECISION = {"cpu": "float32", "cuda": "float32", "mps": "float32"}
+PLACEMENT_FIELDS = ("weights", "device", "dtype")  # how this model is loaded, not what it is
 
 
 @dataclass
@@ -46,6 +49,9 @@ class TinyVideoConfig:
     workbench), or a path to a ``.safetensors`` file saved by :meth:`TinyVideo.save_pretrained`.
     The defaults are the shipped weights' architecture (64×64, 16 frames at 40 fps), so
     ``TinyVideoConfig(weights="pretrained")`` — ``{weights: pretrained}`` in YAML — just works.
+    ``device`` / ``dtype``: where and in what the weights load (``auto``: the best visible device,
+    in the card's precision for it — float32 everywhere for this model; see
+    :mod:`workbench.core.platform`). Neither is part of the architecture saved with the weights.
     """
 
     image_size: int = 64
@@ -62,6 +68,8 @@ class TinyVideoConfig:
     dropout: float = 0.0
     fps: int = 40
     weights: str | None = None
+    device: str = "auto"
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
 
     def __post_init__(self):
         check(self.image_size % self.downsample == 0, "image_size",
@@ -75,6 +83,7 @@ class TinyVideoConfig:
         check(self.sampling_steps >= 1, "sampling_steps", f"must be >= 1, got {self.sampling_steps}.")
         check(self.shift > 0, "shift", f"must be > 0, got {self.shift}.")
         check(0.0 <= self.dropout < 1.0, "dropout", f"must be in [0, 1), got {self.dropout}.")
+        check(is_device_name(self.device), "device", f"must be auto, cpu, cuda, cuda:N or mps, got {self.device!r}.")
 
 
 class FrameAutoencoder(nn.Module):
@@ -155,15 +164,21 @@ class TinyVideo(BaseVideoModel):
     def __init__(self, config: TinyVideoConfig | None = None, **overrides):
         super().__init__()
         self.config = config = self.config_from(config, overrides)
-        self.autoencoder = FrameAutoencoder(config.latent_channels, config.ae_width, config.downsample)
-        self.denoiser = Denoiser(config.latent_channels, config.width, config.depth, config.dropout)
-        self.register_buffer("latent_mean", torch.zeros(config.latent_channels))
-        self.register_buffer("latent_std", torch.ones(config.latent_channels))
+        device, dtype = placement(config.device, config.dtype, PRECISION, where="tiny_video")
+        # Saved weights load straight onto the device, in the dtype (no random init to overwrite);
+        # a random init is drawn on the CPU, so a seed means the same weights on every machine.
+        with torch.device("meta" if config.weights is not None else "cpu"):
+            self.autoencoder = FrameAutoencoder(config.latent_channels, config.ae_width, config.downsample)
+            self.denoiser = Denoiser(config.latent_channels, config.width, config.depth, config.dropout)
+            self.register_buffer("latent_mean", torch.zeros(config.latent_channels))
+            self.register_buffer("latent_std", torch.ones(config.latent_channels))
         self.provenance: dict[str, Any] = {}
         self._objective = (FlowMatching(shift=config.shift) if config.objective == "flow_matching"
                            else Diffusion(prediction=config.prediction))
         if config.weights is not None:
-            self.load_weights(config.weights)
+            self.load_weights(config.weights, device=device, dtype=dtype)
+        else:
+            self.to(device=device, dtype=dtype)
         self.card = self._make_card()
 
     @classmethod
@@ -171,10 +186,15 @@ class TinyVideo(BaseVideoModel):
         return cls(config)
 
     @classmethod
-    def from_pretrained(cls, path: str | Path = "pretrained") -> TinyVideo:
-        """Load weights and architecture saved by :meth:`save_pretrained` (or the shipped ones)."""
+    def from_pretrained(cls, path: str | Path = "pretrained", *, device: str = "auto",
+                        dtype: str = "auto") -> TinyVideo:
+        """Load weights and architecture saved by :meth:`save_pretrained` (or the shipped ones).
+
+        The weights load directly onto ``device`` in ``dtype`` (``auto``: see :class:`TinyVideoConfig`).
+        """
         meta = _read_meta(_weights_path(path))
-        return cls(TinyVideoConfig(**{**meta["config"], "weights": str(path)}))
+        arch = {k: v for k, v in meta["config"].items() if k not in PLACEMENT_FIELDS}
+        return cls(TinyVideoConfig(**arch, weights=str(path), device=device, dtype=dtype))
 
     # -- card --------------------------------------------------------------------------------
     def _make_card(self) -> ModelCard:
@@ -189,16 +209,17 @@ class TinyVideo(BaseVideoModel):
         )
         n_den = sum(p.numel() for p in self.denoiser.parameters())
         n_ae = sum(p.numel() for p in self.autoencoder.parameters())
+        dtype = str(self.dtype).replace("torch.", "")
         return ModelCard(
             model_id=self.provenance.get("model_id", f"tiny_video-{c.objective}"),
             family="tiny_video",
             prediction_type="velocity" if flow else c.prediction,
-            components={"denoiser": ComponentSpec("denoiser", source, "float32", n_den),
-                        "vae": ComponentSpec("vae", source, "float32", n_ae)},
+            components={"denoiser": ComponentSpec("denoiser", source, dtype, n_den),
+                        "vae": ComponentSpec("vae", source, dtype, n_ae)},
             sampling=SamplingDefaults(steps=c.sampling_steps, sampler="euler" if flow else "ddim",
                                       height=c.image_size, width=c.image_size, num_frames=c.frames, fps=c.fps,
                                       shift=c.shift if flow else None),
-            precision={"cpu": "float32", "cuda": "float32"},
+            precision=dict(PRECISION),
             capabilities=("i2v",),
             recipe=recipe,
             samplers=("euler",) if flow else ("ddim",),
@@ -252,6 +273,9 @@ class TinyVideo(BaseVideoModel):
             return raw
         if not isinstance(raw, Mapping):
             raise DataError(f"prepare_batch expects a mapping of tensors, got {type(raw).__name__}.")
+        self.card.check_request(raw, backbone="tiny_video", fix="tiny_video conditions on the first frame only "
+                                "('image' or the first frame of 'video'); a text-conditioned backbone such as "
+                                "wan22_ti2v reads prompts.")
         device = self.device
         size = self.config.image_size
         with torch.no_grad():
@@ -259,11 +283,11 @@ class TinyVideo(BaseVideoModel):
                 latents = self._check_latents(raw["latents"]).to(device)
                 video, frames, has_target = None, latents.shape[2], True
             elif "video" in raw:
-                video = as_video(raw["video"], "video").to(device)
+                video = as_video(raw["video"], "video").to(device=device, dtype=self.dtype)
                 frames = video.shape[2]
                 has_target = True
             elif "image" in raw:
-                image = torch.as_tensor(raw["image"]).float().to(device)
+                image = torch.as_tensor(raw["image"]).to(device=device, dtype=self.dtype)
                 if image.ndim != 4 or image.shape[1] != 3:
                     raise DataError(f"'image' must be (B, 3, H, W) in [-1, 1], got {tuple(image.shape)}.")
                 frames = self._frames_from(raw)
@@ -314,7 +338,7 @@ class TinyVideo(BaseVideoModel):
         """A dataset item with ``"video"`` (``(3, T, H, W)`` or uint8 ``(T, H, W, 3)``) replaced by its latents."""
         if "video" not in item:
             return None
-        video = as_video(torch.as_tensor(item["video"])[None], "video").to(self.device)
+        video = as_video(torch.as_tensor(item["video"])[None], "video").to(device=self.device, dtype=self.dtype)
         with torch.no_grad():
             latents = self.encode(video)[0].cpu()  # (C, T, h, w)
         return {**{k: v for k, v in item.items() if k != "video"}, "latents": latents}
@@ -405,19 +429,25 @@ class TinyVideo(BaseVideoModel):
 
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        config = {k: v for k, v in asdict(self.config).items() if k != "weights"}
+        config = {k: v for k, v in asdict(self.config).items() if k not in PLACEMENT_FIELDS}
         meta = {"config": config, "provenance": {**self.provenance, **provenance}}
         state = {k: v.contiguous() for k, v in self.state_dict().items()}
         save_file(state, str(path), metadata={"workbench": json.dumps(meta)})
         return path
 
-    def load_weights(self, path: str | Path) -> None:
+    def load_weights(self, path: str | Path, *, device: torch.device | str | None = None,
+                     dtype: torch.dtype | None = None) -> None:
+        """Load weights saved by :meth:`save_pretrained` into this model (same architecture).
+
+        With ``device`` / ``dtype`` the tensors are read onto that device and cast once, and the
+        module takes them as they are (it may have been built on the ``meta`` device).
+        """
         from safetensors.torch import load_file
 
         file = _weights_path(path)
         meta = _read_meta(file)
-        ours = {k: v for k, v in vars(self.config).items() if k != "weights"}
-        theirs = meta["config"]
+        ours = {k: v for k, v in vars(self.config).items() if k not in PLACEMENT_FIELDS}
+        theirs = {k: v for k, v in meta["config"].items() if k not in PLACEMENT_FIELDS}
         diff = {k: (ours.get(k), theirs.get(k)) for k in set(ours) | set(theirs) if ours.get(k) != theirs.get(k)}
         if diff:
             raise CheckpointError(
@@ -425,8 +455,11 @@ class TinyVideo(BaseVideoModel):
                 + ", ".join(f"{k}: built {a!r}, weights {b!r}" for k, (a, b) in sorted(diff.items()))
                 + ". Build with TinyVideo.from_pretrained(path) to take the saved architecture."
             )
-        state = load_file(str(file))
-        missing, unexpected = self.load_state_dict(state, strict=False)
+        target = device if device is not None else self.device
+        state = load_file(str(file), device=str(target))
+        if dtype is not None:
+            state = {k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()}
+        missing, unexpected = self.load_state_dict(state, strict=False, assign=device is not None)
         if missing or unexpected:
             raise CheckpointError(f"Weights {file} do not fit tiny_video: missing {missing}, unexpected {unexpected}.")
         self.provenance = {**meta.get("provenance", {}), "source": str(path)}

@@ -28,6 +28,11 @@ class Adapter(nn.Module):
     modules (LoRA, ControlNet) override :meth:`attach_base_model` and set
     ``reuses_base_output = False`` (the base's own forward then depends on the adapter).
 
+    Construction (the convention every component follows): an adapter with settings has a
+    ``config_class`` dataclass that validates itself, takes ``__init__(config=None, **overrides)``
+    (a config or its fields by name, never both: see :func:`workbench.config.config_from`), keeps
+    the validated config as ``self.config``, and ``build(kind, name, to_dict(self.config))`` rebuilds it.
+
     >>> class ActionBias(Adapter):
     ...     consumes = (Condition("action", dim=4, per_frame="mean"),)
     ...     def forward(self, x_t, t, cond, base_output=None):

@@ -105,13 +105,12 @@ class BaseVideoModel(nn.Module):
     def config_from(cls, config: Any | None, overrides: Mapping[str, Any]) -> Any:
         """For ``__init__(config=None, **overrides)``: ``config``, or ``config_class(**overrides)``.
 
-        Both at once is a TypeError.
+        Both at once is a TypeError (see :func:`workbench.config.config_from`, the convention every
+        component follows).
         """
-        if config is None:
-            return cls.config_class(**overrides)
-        if overrides:
-            raise TypeError(f"pass either a config ({cls.config_class.__name__}) or keyword overrides, not both")
-        return config
+        from workbench.config import config_from
+
+        return config_from(cls, config, overrides)
 
     # -- data --------------------------------------------------------------------------------
     def provides(self) -> tuple[str, ...]:

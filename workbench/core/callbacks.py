@@ -13,7 +13,12 @@ from typing import Any
 class Callback:
     """Base class: hooks ``on_fit_start``, ``on_step_start``, ``on_after_backward``,
     ``on_step_end``, ``on_eval``, ``on_fit_end``. Each receives the experiment (and, where
-    relevant, the step and a metrics dict)."""
+    relevant, the step and a metrics dict).
+
+    A callback buildable from YAML follows the components' construction convention: a
+    ``config_class`` dataclass, ``__init__(config=None, **overrides)``, the validated config kept
+    as ``self.config`` (see :func:`workbench.config.config_from` and the built-ins in
+    :mod:`workbench.train.callbacks`)."""
 
     every_n_steps: int | None = None
     main_process_only: bool = False  # in a distributed run, call it on rank 0 only (loggers)

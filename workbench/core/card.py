@@ -8,13 +8,20 @@ may assume a sampler: a model distilled for 4 steps refuses a 50-step request wi
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from workbench.errors import CardError, SamplerMismatchError, did_you_mean, listing
+from workbench.core.platform import DEVICE_TYPES, preferences
+from workbench.errors import CapabilityError, CardError, SamplerMismatchError, did_you_mean, listing
 
 PREDICTION_TYPES = ("eps", "v", "x0", "velocity")
 CAPABILITIES = ("t2v", "i2v", "ti2v", "v2v", "t2i", "action")
 DTYPES = ("float32", "bfloat16", "float16")
+MODE_NAMES = {"t2v": "text-to-video", "i2v": "image-to-video", "ti2v": "text+image-to-video",
+              "v2v": "video-to-video", "t2i": "text-to-image", "action": "action-conditioned"}
+TEXT_MODES = ("t2v", "ti2v", "t2i")  # modes that read a prompt
+IMAGE_MODES = ("i2v", "ti2v")  # modes that generate from a given first frame
 COMPONENT_KINDS = ("denoiser", "vae", "text_encoder", "image_encoder", "tokenizer", "scheduler", "other")
 
 
@@ -66,6 +73,12 @@ class RecipeSpec:
 class ModelCard:
     """A validated description of a backbone.
 
+    ``precision``: per device type (``cpu`` / ``cuda`` / ``mps``) the dtype to run in, or a list
+    of them best first (e.g. ``{"cuda": ("bfloat16", "float16")}``); ``dtype: auto`` takes the
+    first one the device supports (:mod:`workbench.core.platform`), float32 when none is named.
+    ``capabilities``: what the model can do; ``mode``: which of them this backbone, as built,
+    serves (default: the only capability). :meth:`check_request` refuses what the mode cannot serve.
+
     >>> card = ModelCard(model_id="tiny", family="tiny_video", prediction_type="velocity",
     ...                  components={"denoiser": ComponentSpec("denoiser")},
     ...                  capabilities=("i2v",))
@@ -76,8 +89,9 @@ class ModelCard:
     prediction_type: str
     components: dict[str, ComponentSpec] = field(default_factory=dict)
     sampling: SamplingDefaults = field(default_factory=SamplingDefaults)
-    precision: dict[str, str] = field(default_factory=lambda: {"cpu": "float32", "cuda": "float32"})
+    precision: dict[str, str | tuple[str, ...]] = field(default_factory=lambda: {"cpu": "float32", "cuda": "float32"})
     capabilities: tuple[str, ...] = ()
+    mode: str | None = None
     recipe: RecipeSpec = field(default_factory=RecipeSpec)
     samplers: tuple[str, ...] = ("euler",)
     notes: str = ""
@@ -115,9 +129,19 @@ class ModelCard:
             if cap not in CAPABILITIES:
                 errs.append(f"capability {cap!r} is unknown; allowed: {listing(CAPABILITIES)}."
                             f"{did_you_mean(cap, CAPABILITIES)}")
-        for device, dtype in self.precision.items():
-            if dtype not in DTYPES:
-                errs.append(f"precision[{device!r}]={dtype!r}; allowed: {listing(DTYPES)}.")
+        if self.mode is not None and self.mode not in self.capabilities:
+            errs.append(f"mode={self.mode!r} is not one of the card's capabilities {listing(self.capabilities)}.")
+        for device, choice in self.precision.items():
+            if device not in DEVICE_TYPES:
+                errs.append(f"precision has a key {device!r}, not a device type; allowed: {listing(DEVICE_TYPES)}."
+                             f"{did_you_mean(device, DEVICE_TYPES)}")
+            names = (choice,) if isinstance(choice, str) else choice
+            if not isinstance(names, (tuple, list)) or not names:
+                errs.append(f"precision[{device!r}]={choice!r}; give a dtype or a non-empty list of them, best first.")
+                continue
+            for dtype in names:
+                if dtype not in DTYPES:
+                    errs.append(f"precision[{device!r}]={dtype!r}; allowed: {listing(DTYPES)}.")
         s = self.sampling
         if not isinstance(s.steps, int) or s.steps < 1:
             errs.append(f"sampling.steps={s.steps!r}; must be a positive int.")
@@ -171,7 +195,47 @@ class ModelCard:
         return steps, sampler
 
     def dtype_for(self, device_type: str) -> str:
-        return self.precision.get(device_type, "float32")
+        """The dtype the card prefers on ``device_type`` (``cpu`` / ``cuda`` / ``mps``); float32 if it names none.
+
+        :func:`workbench.core.platform.resolve_dtype` picks the first of the preferences the
+        device supports; this is the first preference.
+        """
+        return preferences(self.precision, device_type)[0]
+
+    @property
+    def serving(self) -> str | None:
+        """The mode this backbone serves: ``mode``, else the only capability (``None`` if ambiguous)."""
+        if self.mode is not None:
+            return self.mode
+        return self.capabilities[0] if len(self.capabilities) == 1 else None
+
+    def check_request(self, raw: Mapping[str, Any], *, backbone: str, text_keys: Sequence[str] = ("prompt",
+                      "prompt_embeds"), fix: str = "") -> None:
+        """Refuse a raw request the serving mode cannot serve, instead of ignoring part of it.
+
+        Refused: text (any of ``text_keys``) on a mode without text, an ``"image"`` on a mode that
+        does not generate from one, and a text-only generation request (no ``video`` / ``latents``
+        / ``image``) on an image-to-video mode. ``fix`` (the backbone's own words: which setting
+        switches the mode) ends the message.
+        """
+        mode = self.serving
+        if mode not in MODE_NAMES or not isinstance(raw, Mapping):
+            return
+        present = {k for k, v in raw.items() if v is not None}
+        text = [k for k in text_keys if k in present]
+        what = f"{backbone} serves {MODE_NAMES[mode]} ('{mode}'; card capabilities: {listing(self.capabilities)})"
+        tail = f" {fix}" if fix else ""
+        if text and mode not in TEXT_MODES:
+            raise CapabilityError(f"{what}, which reads no text, but the request holds {listing(text)}: it would be "
+                                  f"ignored. Remove it, or use a backbone or mode that reads text.{tail}")
+        if "image" in present and mode not in IMAGE_MODES:
+            raise CapabilityError(f"{what}, which generates without a given first frame, but the request holds "
+                                  f"'image': it would be ignored. Remove 'image', or use an image-to-video mode."
+                                  f"{tail}")
+        if mode in IMAGE_MODES and text and not present & {"video", "latents", "image"}:
+            raise CapabilityError(f"{what}, which generates from a given first frame, but the request is text only "
+                                  f"(keys {sorted(map(str, raw))}). Add 'image' (B, 3, H, W) in [-1, 1], or use a "
+                                  f"text-to-video mode.{tail}")
 
     def replace(self, **changes) -> ModelCard:
         return dataclasses.replace(self, **changes)

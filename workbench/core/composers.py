@@ -11,6 +11,7 @@ zero-output adapter (``needs_zero_adapter``); the test suite proves every claim 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from workbench.config import check, component_field
+from workbench.config import block_of, check, component_field, config_from
 from workbench.core.callbacks import GateStatistics
 from workbench.errors import CompositionError
 from workbench.registry import register
@@ -40,7 +41,13 @@ class ComposeContext:
 
 
 class Composer(nn.Module):
-    """Base class. Subclasses implement :meth:`compose`."""
+    """Base class. Subclasses implement :meth:`compose`.
+
+    Construction follows the components' one convention: a composer with settings has a
+    ``config_class`` dataclass, is built as ``Composer(config=None, **overrides)`` (a config, or
+    its fields by name; not both), keeps the validated config as ``self.config``, and
+    ``build("composer", name, to_dict(self.config))`` rebuilds it (see :func:`workbench.config.config_from`).
+    """
 
     identity_at_init: bool = False
     needs_zero_adapter: bool = False
@@ -157,11 +164,11 @@ class GatedResidual(Composer):
 
     config_class = GatedResidualConfig
 
-    def __init__(self, gate_init: float = 0.1, max_gate: float | None = None, per_channel: bool = False,
-                 channels: int | None = None):
+    def __init__(self, config: GatedResidualConfig | None = None, **overrides):
         super().__init__()
-        self.config = GatedResidualConfig(gate_init, max_gate, per_channel, channels)
-        shape = (channels,) if per_channel else ()
+        self.config = c = config_from(type(self), config, overrides)
+        gate_init, max_gate = c.gate_init, c.max_gate
+        shape = (c.channels,) if c.per_channel else ()
         if max_gate is None:
             p0 = gate_init
         else:
@@ -255,14 +262,14 @@ class MaskMix(Composer):
     config_class = MaskMixConfig
     needs_zero_adapter = False
 
-    def __init__(self, channels: int, gate_init: float = 0.5, max_gate: float = 1.0, identity_init: bool = True):
+    def __init__(self, config: MaskMixConfig | None = None, **overrides):
         super().__init__()
-        self.config = MaskMixConfig(channels, gate_init, max_gate, identity_init)
-        self.mask_net = nn.Conv3d(2 * channels, 1, kernel_size=1)
+        self.config = c = config_from(type(self), config, overrides)
+        self.mask_net = nn.Conv3d(2 * c.channels, 1, kernel_size=1)
         nn.init.zeros_(self.mask_net.weight)
-        ratio = gate_init / max_gate
+        ratio = c.gate_init / c.max_gate
         nn.init.constant_(self.mask_net.bias, math.log(ratio / (1 - ratio)))
-        self.scale = nn.Parameter(torch.zeros(())) if identity_init else None
+        self.scale = nn.Parameter(torch.zeros(())) if c.identity_init else None
 
     @property
     def identity_at_init(self) -> bool:  # type: ignore[override]
@@ -304,13 +311,28 @@ class MaskMix(Composer):
 
 
 class Wrapper(Composer):
-    """A composer that modifies another one."""
+    """A composer that modifies another one: ``Wrapper(inner=None, config=None, **overrides)``.
 
-    def __init__(self, inner: Composer):
+    ``inner``: the wrapped composer; without one it is built from ``config.inner``. Either way
+    ``self.config.inner`` is the inner composer's ``{type, config}`` block, so the wrapper's
+    config alone rebuilds the whole stack.
+    """
+
+    def __init__(self, inner: Composer | None = None, config=None, **overrides):
         super().__init__()
+        config = config_from(type(self), config, overrides)
+        if inner is None:
+            from workbench.registry import build
+
+            inner = build("composer", config.inner["type"], config.inner.get("config"), where="composer.inner")
         if not isinstance(inner, Composer):
             raise CompositionError(f"{type(self).__name__} wraps a Composer, got {type(inner).__name__}.")
         self.inner = inner
+        self.config = dataclasses.replace(config, inner=block_of(inner, "composer"))
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(config=config)
 
     @property
     def identity_at_init(self) -> bool:  # type: ignore[override]
@@ -368,10 +390,9 @@ class NoiseGated(Wrapper):
 
     config_class = NoiseGatedConfig
 
-    def __init__(self, inner: Composer, lo: float = 0.0, hi: float = 1.0, ramp: float = 0.0):
-        super().__init__(inner)
-        NoiseGatedConfig(inner={"type": "add"}, lo=lo, hi=hi, ramp=ramp)  # validates the band
-        self.lo, self.hi, self.ramp = float(lo), float(hi), float(ramp)
+    def __init__(self, inner: Composer | None = None, config: NoiseGatedConfig | None = None, **overrides):
+        super().__init__(inner, config, **overrides)
+        self.lo, self.hi, self.ramp = float(self.config.lo), float(self.config.hi), float(self.config.ramp)
 
     def weight(self, noise_level: torch.Tensor) -> torch.Tensor:
         """``(B,)`` weight in [0, 1] of the inner composition at each noise level."""
@@ -400,12 +421,6 @@ class NoiseGated(Wrapper):
     def describe(self) -> str:
         return f"NoiseGated({self.inner.describe()}, lo={self.lo:g}, hi={self.hi:g})"
 
-    @classmethod
-    def from_config(cls, config: NoiseGatedConfig):
-        from workbench.registry import build
-
-        inner = build("composer", config.inner["type"], config.inner.get("config"), where="composer.inner")
-        return cls(inner, config.lo, config.hi, config.ramp)
 
 
 @dataclass
@@ -431,11 +446,9 @@ class PretrainWarmup(Wrapper):
 
     config_class = PretrainWarmupConfig
 
-    def __init__(self, inner: Composer, steps: int = 500):
-        super().__init__(inner)
-        if steps < 0:
-            raise CompositionError(f"PretrainWarmup steps must be >= 0, got {steps}.")
-        self.steps = int(steps)
+    def __init__(self, inner: Composer | None = None, config: PretrainWarmupConfig | None = None, **overrides):
+        super().__init__(inner, config, **overrides)
+        self.steps = int(self.config.steps)
         self.register_buffer("seen_step", torch.zeros((), dtype=torch.long))
 
     @property
@@ -465,12 +478,6 @@ class PretrainWarmup(Wrapper):
     def describe(self) -> str:
         return f"PretrainWarmup({self.inner.describe()}, steps={self.steps})"
 
-    @classmethod
-    def from_config(cls, config: PretrainWarmupConfig):
-        from workbench.registry import build
-
-        inner = build("composer", config.inner["type"], config.inner.get("config"), where="composer.inner")
-        return cls(inner, config.steps)
 
 
 def composer_tree(composer: Composer) -> list[Composer]:

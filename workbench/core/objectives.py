@@ -18,7 +18,7 @@ from typing import Literal
 
 import torch
 
-from workbench.config import check
+from workbench.config import check, config_from
 from workbench.registry import register
 
 
@@ -39,7 +39,13 @@ def masked_mse(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor | No
 
 
 class Objective:
-    """Base class for training objectives."""
+    """Base class for training objectives.
+
+    Construction (the convention every component follows): an objective with settings has a
+    ``config_class`` dataclass that validates itself, takes ``__init__(config=None, **overrides)``
+    (a config or its fields by name, never both: see :func:`workbench.config.config_from`), keeps
+    the validated config as ``self.config``, and ``build(kind, name, to_dict(self.config))`` rebuilds it.
+    """
 
     prediction_type: str = ""
     config_class: type | None = None
@@ -107,9 +113,8 @@ class FlowMatching(Objective):
     prediction_type = "velocity"
     config_class = FlowMatchingConfig
 
-    def __init__(self, shift: float = 1.0, t_sampling: str = "uniform", logit_mean: float = 0.0,
-                 logit_std: float = 1.0):
-        self.config = FlowMatchingConfig(shift, t_sampling, logit_mean, logit_std)
+    def __init__(self, config: FlowMatchingConfig | None = None, **overrides):
+        self.config = config_from(type(self), config, overrides)
 
     def sample_t(self, batch_size, generator, device):
         c = self.config
@@ -177,11 +182,10 @@ class Diffusion(Objective):
 
     config_class = DiffusionConfig
 
-    def __init__(self, prediction: str = "eps", schedule: str = "linear", num_train_timesteps: int = 1000,
-                 beta_start: float = 1e-4, beta_end: float = 0.02):
-        self.config = DiffusionConfig(prediction, schedule, num_train_timesteps, beta_start, beta_end)
-        self.prediction_type = prediction
-        self.alphas_cumprod = alphas_cumprod(schedule, num_train_timesteps, beta_start, beta_end)
+    def __init__(self, config: DiffusionConfig | None = None, **overrides):
+        self.config = c = config_from(type(self), config, overrides)
+        self.prediction_type = c.prediction
+        self.alphas_cumprod = alphas_cumprod(c.schedule, c.num_train_timesteps, c.beta_start, c.beta_end)
         self._tables: dict[torch.device, torch.Tensor] = {}
 
     def _abar(self, t: torch.Tensor) -> torch.Tensor:

@@ -62,7 +62,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from workbench.config import check
+from workbench.config import check, config_from
 from workbench.errors import DataError
 from workbench.registry import register
 
@@ -162,12 +162,8 @@ class MetaWorldClips(Dataset):
 
     config_class = MetaWorldConfig
 
-    def __init__(self, config: MetaWorldConfig | None = None, **kwargs: Any):
-        if config is None:
-            config = MetaWorldConfig(**kwargs)
-        elif kwargs:
-            config = dataclasses.replace(config, **kwargs)
-        self.config = config
+    def __init__(self, config: MetaWorldConfig | None = None, **overrides: Any):
+        self.config = config = config_from(type(self), config, overrides)
         self.path = sample_path() if config.path == "sample" else Path(config.path).expanduser()
         info = self._validate()
         self.num_episodes, self.episode_length = info["N"], info["T"]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch.utils.data import Dataset
 
-from workbench.config import check
+from workbench.config import check, config_from
 from workbench.registry import register
 
 
@@ -38,7 +38,7 @@ class SyntheticMoves(Dataset):
     config_class = SyntheticMovesConfig
 
     def __init__(self, config: SyntheticMovesConfig | None = None, **overrides):
-        self.config = config or SyntheticMovesConfig(**overrides)
+        self.config = config_from(type(self), config, overrides)
 
     @classmethod
     def from_config(cls, config: SyntheticMovesConfig) -> SyntheticMoves:

@@ -13,8 +13,9 @@ from typing import Any
 
 import torch
 
-from workbench.config import check
+from workbench.config import check, config_from
 from workbench.core.callbacks import Callback, GateStatistics
+from workbench.errors import ConfigError
 from workbench.registry import register
 
 __all__ = ["Callback", "Checkpoint", "Console", "GateStatistics", "GradNorm", "JsonlLogger", "LossHistory",
@@ -23,7 +24,7 @@ __all__ = ["Callback", "Checkpoint", "Console", "GateStatistics", "GradNorm", "J
 
 @dataclass
 class EveryConfig:
-    """The cadence every built-in callback takes; components are built as ``cls(**fields)``."""
+    """The cadence every built-in callback takes."""
 
     every_n_steps: int = 10
 
@@ -31,21 +32,34 @@ class EveryConfig:
         check(self.every_n_steps >= 1, "every_n_steps", f"must be >= 1, got {self.every_n_steps}.")
 
 
+class Configured(Callback):
+    """A built-in callback: ``Callback(config=None, **overrides)`` like every component, the
+    validated config kept as ``self.config`` (its ``every_n_steps`` sets the cadence)."""
+
+    config_class: type = EveryConfig
+
+    def __init__(self, config=None, **overrides):
+        self.config = config_from(type(self), config, overrides)
+        self.every_n_steps = self.config.every_n_steps
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(config)
+
+
 def _plain(metrics: dict) -> dict:
     return {k: (float(v) if isinstance(v, torch.Tensor) else v) for k, v in metrics.items()}
 
 
 @register("callback", "console")
-class Console(Callback):
+class Console(Configured):
     """Prints step, loss and learning rate every ``every_n_steps`` steps."""
 
-    config_class = EveryConfig
     main_process_only = True
 
-    def __init__(self, every_n_steps: int = 10):
-        self.every_n_steps = every_n_steps
+    def __init__(self, config: EveryConfig | None = None, **overrides):
+        super().__init__(config, **overrides)
         self._t0 = 0.0
-
 
     def on_fit_start(self, exp):
         self._t0 = time.perf_counter()
@@ -61,16 +75,16 @@ class JsonlConfig(EveryConfig):
 
 
 @register("callback", "jsonl")
-class JsonlLogger(Callback):
-    """Appends ``{"step", "loss", "lr", ...}`` rows to ``metrics.jsonl`` in the run directory."""
+class JsonlLogger(Configured):
+    """Appends ``{"step", "loss", "lr", ...}`` rows (and ``{"step", "eval"}`` rows) to ``metrics.jsonl``
+    in the run directory, or to ``path``."""
 
     config_class = JsonlConfig
     main_process_only = True
 
-    def __init__(self, every_n_steps: int = 10, path: str | Path | None = None):
-        self.every_n_steps = every_n_steps
-        self.path = Path(path) if path else None
-
+    def __init__(self, config: JsonlConfig | None = None, **overrides):
+        super().__init__(config, **overrides)
+        self.path = Path(self.config.path) if self.config.path else None
 
     def _file(self, exp) -> Path:
         path = self.path or Path(exp.output_dir) / "metrics.jsonl"
@@ -99,18 +113,17 @@ class CheckpointConfig(EveryConfig):
 
 
 @register("callback", "checkpoint")
-class Checkpoint(Callback):
+class Checkpoint(Configured):
     """Saves a checkpoint every ``every_n_steps`` steps into the run directory."""
 
     config_class = CheckpointConfig
 
-    def __init__(self, every_n_steps: int = 100, keep_last: int = 3):
-        self.every_n_steps = every_n_steps
-        self.keep_last = keep_last
+    def __init__(self, config: CheckpointConfig | None = None, **overrides):
+        super().__init__(config, **overrides)
+        self.keep_last = self.config.keep_last
 
     def key(self):
         return (type(self),)
-
 
     def on_step_end(self, exp, step, metrics):
         exp.save_checkpoint(keep_last=self.keep_last)
@@ -127,38 +140,43 @@ class EvalConfig(EveryConfig):
 
 
 @register("callback", "periodic_eval")
-class PeriodicEval(Callback):
-    """Runs ``exp.evaluate(data, batches)`` every ``every_n_steps`` steps (on the validation
-    data given to it, or the experiment's ``eval_data``)."""
+class PeriodicEval(Configured):
+    """Runs ``exp.evaluate(data, batches)`` every ``every_n_steps`` steps, on ``data`` or else the
+    experiment's evaluation data (``eval_data=``, or the config's ``evaluation:`` block).
+
+    Without either, ``fit`` refuses to start: an evaluation that silently never runs is a bug.
+    """
 
     config_class = EvalConfig
 
-    def __init__(self, every_n_steps: int = 100, batches: int = 2, data: Any = None):
-        self.every_n_steps = every_n_steps
-        self.batches = batches
+    def __init__(self, config: EvalConfig | None = None, *, data: Any = None, **overrides):
+        super().__init__(config, **overrides)
+        self.batches = self.config.batches
         self.data = data
         self.history: list[dict] = []
 
+    def on_fit_start(self, exp):
+        if self.data is None and exp.eval_data is None:
+            raise ConfigError(
+                "periodic_eval has no evaluation data, so it would never evaluate. In YAML add an evaluation block: "
+                "`evaluation: {split: val}` (the training data's validation split) or `evaluation: {data: {type: ..., "
+                "config: ...}}`; in Python pass AdapterExperiment(..., eval_data=...) or PeriodicEval(data=...)."
+            )
 
     def on_step_end(self, exp, step, metrics):
         data = self.data if self.data is not None else exp.eval_data
-        if data is None:
-            return
         result = exp.evaluate(data, batches=self.batches)
         self.history.append({"step": step, **result})
 
 
 @register("callback", "grad_norm")
-class GradNorm(Callback):
+class GradNorm(Configured):
     """Records the global gradient norm (before clipping) every ``every_n_steps`` steps."""
 
-    config_class = EveryConfig
-
-    def __init__(self, every_n_steps: int = 10):
-        self.every_n_steps = every_n_steps
+    def __init__(self, config: EveryConfig | None = None, **overrides):
+        super().__init__(config, **overrides)
         self.history: list[dict] = []
         self._pending = None
-
 
     def on_after_backward(self, exp, step):
         if self.due(step + 1):
@@ -171,17 +189,21 @@ class GradNorm(Callback):
             self._pending = None
 
 
+@dataclass
+class LossHistoryConfig(EveryConfig):
+    every_n_steps: int = 1
+
+
 @register("callback", "loss_history")
-class LossHistory(Callback):
+class LossHistory(Configured):
     """Keeps ``(step, loss)`` rows every ``every_n_steps`` steps; the notebook live plot reads it."""
 
-    config_class = EveryConfig
+    config_class = LossHistoryConfig
 
-    def __init__(self, every_n_steps: int = 1):
-        self.every_n_steps = every_n_steps
+    def __init__(self, config: LossHistoryConfig | None = None, **overrides):
+        super().__init__(config, **overrides)
         self.steps: list[int] = []
         self.losses: list[float] = []
-
 
     def on_step_end(self, exp, step, metrics):
         self.steps.append(step)

@@ -9,6 +9,7 @@ objective: {type: flow_matching}          # optional: the backbone's own objecti
 training:  {steps: 200, learning_rate: 1.0e-3}
 callbacks: [{type: jsonl, config: {every_n_steps: 10}}]
 data:      {type: metaworld, config: {path: ..., window: 16, stride: 4}}
+evaluation: {split: val}                  # optional: eval_data, read by periodic_eval
 ```
 
 Every ``config:`` block is validated by its component's own dataclass; all problems are
@@ -44,6 +45,8 @@ class TrainingConfig:
     ``cache_latents``: encode each item of a map-style dataset through the frozen base once and
     reuse it (the base's ``encode_item``): the encoder is frozen, so this only saves time — often
     most of a small adapter's step. Needs ``num_workers: 0`` (the cache lives in this process).
+    ``device``: ``auto`` = the best visible device (CUDA, else MPS, else CPU); a backbone whose
+    config leaves its own ``device`` on ``auto`` is loaded there, in its card's precision for it.
     """
 
     steps: int = 1000
@@ -65,7 +68,7 @@ class TrainingConfig:
     checkpoint_every: int | None = None
     keep_last: int = 3
     output_dir: str | None = None
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
     progress: bool = True
     gradient_checkpointing: bool = False
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
@@ -116,6 +119,32 @@ class TrainingConfig:
 
 
 @dataclass
+class EvaluationConfig:
+    """What the run is evaluated on: the experiment's ``eval_data``, which ``periodic_eval`` reads.
+
+    Exactly one of ``data`` (a dataset block of its own) or ``split`` (the training ``data:``
+    block with its config's ``split`` set to this, e.g. ``val``)::
+
+        evaluation: {split: val}
+        evaluation: {data: {type: metaworld, config: {path: sample, window: 16, split: val}}}
+    """
+
+    data: dict | None = component_field("dataset", None)
+    split: str | None = None
+
+    def __post_init__(self):
+        check((self.data is None) != (self.split is None), "data",
+              "give exactly one of data (a {type, config} dataset block) or split (the training data's split, "
+              f"e.g. val); got data={self.data!r}, split={self.split!r}.")
+
+    def block(self, training_data: dict | None) -> dict:
+        """The dataset block to build: ``data``, or the training data's block at ``split``."""
+        if self.data is not None:
+            return self.data
+        return {"type": training_data["type"], "config": {**(training_data.get("config") or {}), "split": self.split}}
+
+
+@dataclass
 class ExperimentConfig:
     """The outer schema: fixed and small; components bring their own config dataclasses."""
 
@@ -127,13 +156,37 @@ class ExperimentConfig:
     training: TrainingConfig = field(default_factory=TrainingConfig)
     callbacks: list = field(default_factory=list)
     data: dict | None = None
+    evaluation: EvaluationConfig | None = None
 
     def __post_init__(self):
-        check(bool(self.name) and "/" not in self.name, "name",
-              f"must be a non-empty name without '/', got {self.name!r}.")
+        problems = Problems()
+        if not (isinstance(self.name, str) and self.name and "/" not in self.name):
+            problems.add("name", f"must be a non-empty name without '/', got {self.name!r}.")
+        evaluation = self.evaluation
+        if evaluation is not None and evaluation.split is not None:
+            if self.data is None:
+                problems.add("evaluation.split", f"split: {evaluation.split} takes the training data at that "
+                                                 f"split, but the config has no data: block. Add one, or give "
+                                                 f"evaluation.data.")
+            else:
+                from workbench.registry import resolve
+
+                dataset = resolve("dataset", self.data["type"], where="data.type")
+                fields = [f.name for f in dataclasses.fields(dataset.config_class)] if getattr(
+                    dataset, "config_class", None) else []
+                if "split" not in fields:
+                    problems.add("evaluation.split", f"dataset {self.data['type']!r} has no split setting (its config "
+                                                     f"fields: {listing(fields)}); give evaluation.data, a dataset "
+                                                     f"block of its own, instead.")
+        for i, block in enumerate(self.callbacks):
+            if block.get("type") == "periodic_eval" and evaluation is None:
+                problems.add(f"callbacks[{i}]", "periodic_eval needs evaluation data, and the config names none: add "
+                                                "`evaluation: {split: val}` (the training data's validation split) or "
+                                                "`evaluation: {data: {type: ..., config: ...}}`.")
+        raise_problems(problems)
 
 
-OUTER_KEYS = ("name", "base", "adapter", "composer", "objective", "training", "callbacks", "data")
+OUTER_KEYS = ("name", "base", "adapter", "composer", "objective", "training", "callbacks", "data", "evaluation")
 KINDS = {"base": "backbone", "adapter": "adapter", "composer": "composer", "objective": "objective",
          "data": "dataset"}
 
@@ -164,6 +217,8 @@ def parse_experiment(data: Any, source: str | None = None) -> ExperimentConfig:
         else:
             problems.add("name", f"expected str, got {type(data['name']).__name__} {data['name']!r}.")
     training = validate(TrainingConfig, data.get("training") or {}, "training", problems)
+    if data.get("evaluation") is not None:
+        values["evaluation"] = validate(EvaluationConfig, data["evaluation"], "evaluation", problems)
     callbacks = data.get("callbacks") or []
     if not isinstance(callbacks, list):
         problems.add("callbacks", f"expected a list of {{type, config}} blocks, got {type(callbacks).__name__}.")

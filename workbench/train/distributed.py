@@ -67,6 +67,13 @@ def launched_world_size() -> int:
         raise DistributedError(f"WORLD_SIZE must be an integer, got {os.environ['WORLD_SIZE']!r}.") from err
 
 
+def local_device(device: torch.device) -> torch.device:
+    """``device`` as this process's own: ``cuda:LOCAL_RANK`` for a CUDA run under a launcher."""
+    if device.type == "cuda" and launched_world_size() > 1:
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return device
+
+
 def _backend(config: DistributedConfig, device: torch.device) -> str:
     backend = config.backend
     if backend == "auto":
@@ -105,8 +112,8 @@ class Distributed:
             return None
         if not dist.is_available():
             raise DistributedError("This PyTorch build has no torch.distributed; run on one process.")
+        device = local_device(device)
         if device.type == "cuda":
-            device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
             torch.cuda.set_device(device)
         owns = False
         if not dist.is_initialized():

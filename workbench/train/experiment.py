@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from workbench.core import platform
 from workbench.core.adapter import Adapter
 from workbench.core.backbone import BaseVideoModel
 from workbench.core.callbacks import Callback
@@ -36,19 +37,16 @@ from workbench.errors import (
 from workbench.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from workbench.train.config import ExperimentConfig, TrainingConfig, experiment_to_dict, load_yaml
 from workbench.train.data import DataStream, LatentCache, ShardedStream, is_map_dataset
-from workbench.train.distributed import Distributed, shard_base
+from workbench.train.distributed import Distributed, local_device, shard_base
 from workbench.train.interrupt import SigintGuard
+from workbench.train.placement import base_config_on, check_base_dtype
 
 HOOKS = ("on_fit_start", "on_step_start", "on_after_backward", "on_step_end", "on_eval", "on_fit_end")
 
 
 def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("training.device: 'cuda' was requested but no CUDA device is visible. "
-                          "Use device: auto or cpu.")
-    return torch.device(name)
+    """``training.device`` as a torch device (``auto``: the best visible, see :mod:`workbench.core.platform`)."""
+    return platform.resolve_device(name, where="training.device")
 
 
 def _mix_seed(*parts: int) -> int:
@@ -70,22 +68,10 @@ def _on_device(batch: Batch, device: torch.device) -> bool:
 
 
 def describe(obj: Any, kind: str) -> dict:
-    """A ``{type, config}`` block for a component built in Python (best effort)."""
-    from workbench.config import to_dict
-    from workbench.registry import name_of
+    """A ``{type, config}`` block for a component built in Python (its ``self.config``; wrappers included)."""
+    from workbench.config import block_of
 
-    cls = type(obj)
-    name = name_of(kind, cls)
-    block: dict[str, Any] = {"type": name or f"{cls.__module__}:{cls.__qualname__}"}
-    config = getattr(obj, "config", None)
-    if dataclasses.is_dataclass(config):
-        block["config"] = to_dict(config)
-    if kind == "composer" and hasattr(obj, "inner"):
-        block.setdefault("config", {})["inner"] = describe(obj.inner, "composer")
-        for attr in ("lo", "hi", "ramp", "steps"):
-            if hasattr(obj, attr):
-                block["config"][attr] = getattr(obj, attr)
-    return block
+    return block_of(obj, kind)
 
 
 class AdapterExperiment:
@@ -109,6 +95,7 @@ class AdapterExperiment:
             self._micro = self.dist.split_micro_batches(self.training.grad_accum)
         composer = composer if composer is not None else GatedResidual()
         objective = objective if objective is not None else base.default_objective()
+        check_base_dtype(base, self.device)
         self.model = ComposedModel(base, adapter, composer, objective).to(self.device)
         adapter.condition_seed = self.training.seed
         self.model.checkpoint_adapter = self.training.gradient_checkpointing
@@ -125,6 +112,9 @@ class AdapterExperiment:
         t = self.training
         self.optimizer = torch.optim.AdamW(params, lr=t.learning_rate, betas=tuple(t.betas),
                                            weight_decay=t.weight_decay)
+        if t.amp_dtype is not None:  # refuse autocast to a dtype this device cannot compute in
+            platform.resolve_dtype({"bf16": "bfloat16", "fp16": "float16"}[t.amp_dtype], self.device,
+                                   where="training.amp_dtype")
         self.scaler = torch.amp.GradScaler("cuda") if t.amp_dtype == "fp16" and self.device.type == "cuda" else None
         self._noise = torch.Generator(device=self.device)  # re-seeded for every micro-batch (see _generator)
         self.step = 0
@@ -142,7 +132,7 @@ class AdapterExperiment:
         if t.checkpoint_every:
             from workbench.train.callbacks import Checkpoint
 
-            self.callbacks.append(Checkpoint(t.checkpoint_every, t.keep_last))
+            self.callbacks.append(Checkpoint(every_n_steps=t.checkpoint_every, keep_last=t.keep_last))
         self.component_callbacks: list[Callback] = [
             *base.callbacks(), *adapter.callbacks(), *composer.callbacks(), *objective.callbacks()]
 
@@ -152,15 +142,19 @@ class AdapterExperiment:
         from workbench.registry import build
 
         # Random inits are a function of training.seed, so a config means the same run in any process.
+        device = local_device(resolve_device(config.training.device))  # (each rank loads onto its own GPU)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(config.training.seed)
-            base = build("backbone", config.base["type"], config.base.get("config"), where="base")
+            base = build("backbone", config.base["type"], base_config_on(config.base, device), where="base")
             adapter = build("adapter", config.adapter["type"], config.adapter.get("config"), where="adapter")
             composer = build("composer", config.composer["type"], config.composer.get("config"), where="composer")
             objective = (build("objective", config.objective["type"], config.objective.get("config"),
                                where="objective") if config.objective else None)
         callbacks = [build("callback", c["type"], c.get("config"), where=f"callbacks[{i}]")
                      for i, c in enumerate(config.callbacks)]
+        if config.evaluation is not None and "eval_data" not in overrides:
+            block = config.evaluation.block(config.data)
+            overrides["eval_data"] = build("dataset", block["type"], block.get("config"), where="evaluation.data")
         exp = cls(base=base, adapter=adapter, composer=composer, objective=objective, training=config.training,
                   callbacks=callbacks, name=config.name, config=config, **overrides)
         return exp

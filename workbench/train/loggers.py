@@ -14,9 +14,9 @@ from typing import Any, Literal
 import torch
 
 from workbench.config import check
-from workbench.core.callbacks import Callback
 from workbench.errors import CallbackError
 from workbench.registry import register
+from workbench.train.callbacks import Configured
 
 
 def _scalars(metrics: dict, prefix: str = "") -> dict[str, float]:
@@ -48,15 +48,14 @@ class TensorBoardConfig:
 
 
 @register("callback", "tensorboard")
-class TensorBoard(Callback):
+class TensorBoard(Configured):
     """Writes loss, learning rate and evaluation metrics as TensorBoard scalars (``train/``, ``eval/``)."""
 
     config_class = TensorBoardConfig
     main_process_only = True
 
-    def __init__(self, every_n_steps: int = 10, log_dir: str | None = None):
-        self.config = TensorBoardConfig(every_n_steps, log_dir)
-        self.every_n_steps = every_n_steps
+    def __init__(self, config: TensorBoardConfig | None = None, **overrides):
+        super().__init__(config, **overrides)
         self.writer = None
 
     def on_fit_start(self, exp) -> None:
@@ -109,16 +108,14 @@ class WandbConfig:
 
 
 @register("callback", "wandb")
-class Wandb(Callback):
+class Wandb(Configured):
     """Logs loss, learning rate and evaluation metrics to a Weights & Biases run (offline unless configured)."""
 
     config_class = WandbConfig
     main_process_only = True
 
-    def __init__(self, every_n_steps: int = 10, project: str = "workbench", name: str | None = None,
-                 mode: str = "offline", dir: str | None = None):
-        self.config = WandbConfig(every_n_steps, project, name, mode, dir)
-        self.every_n_steps = every_n_steps
+    def __init__(self, config: WandbConfig | None = None, **overrides):
+        super().__init__(config, **overrides)
         self.run: Any = None
 
     def on_fit_start(self, exp) -> None:

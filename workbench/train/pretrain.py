@@ -276,7 +276,7 @@ def pretrain(cfg: PretrainConfig, progress: bool = True) -> TinyVideo:
         raise DataError(f"{info['path']}: episodes have {info['frames']} frames, shorter than "
                         f"window={cfg.window}. Use --window <= {info['frames']}.")
     arch = {**cfg.arch, "frames": cfg.window, "image_size": int(frames.shape[2])}
-    base = TinyVideo(TinyVideoConfig(**arch))
+    base = TinyVideo(TinyVideoConfig(**arch, device="cpu"))  # the pretraining loops below run on the CPU
     validation = {"data": cfg.val_data, "split": "val", "window": cfg.window, "stride": 8, "seed": 0, "levels": 8}
     ae_losses = train_autoencoder(base, frames, cfg, progress)
     ae_seconds = time.perf_counter() - started

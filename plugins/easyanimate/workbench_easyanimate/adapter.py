@@ -27,4 +27,4 @@ class EasyAnimateLatentResidual(LatentResidual):
     config_class = EasyAnimateLatentResidualConfig
 
     def __init__(self, config: EasyAnimateLatentResidualConfig | None = None, **overrides):
-        super().__init__(config or EasyAnimateLatentResidualConfig(**overrides))
+        super().__init__(config, **overrides)  # config_class makes the config (or refuses both)

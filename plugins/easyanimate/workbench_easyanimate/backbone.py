@@ -41,10 +41,10 @@ from workbench.backbones.diffusers_bridge import (
     as_video,
     batch_size_of,
     check_video_size,
+    load_pipeline,
     pipeline_directory,
     prompts_from,
     requested_frames,
-    resolve_dtype,
     transformer_output,
     uncond_batch,
 )
@@ -62,13 +62,15 @@ class EasyAnimateConfig:
 
     ``path``: a diffusers-format directory (``model_index.json``), or ``"tiny"`` for a tiny
     random pipeline built once under the workbench cache (tests and examples).
-    ``dtype``: ``auto`` = bf16 on a GPU, float32 on CPU.
+    ``device``: where the weights load (``auto``: the best visible device); ``dtype``: ``auto`` =
+    the card's precision on that device, bf16 on a GPU that has it, else float32.
     ``prompt_key`` / ``prompt_template`` / ``prompt`` / ``negative_prompt``: where prompts come from (see
     ``wan22_ti2v``). ``steps`` ... ``fps``: card sampling defaults, ``None`` = the real model's
     (50, 6.0, 512, 512, 49, 8).
     """
 
     path: str
+    device: str = "auto"
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     prompt_key: str = "prompt"
     prompt_template: str = "{}"
@@ -148,10 +150,9 @@ class EasyAnimate(DiffusersBackbone):
                 f"download {RELEASE} (or the 7b one) instead, or load the upstream weights with diffusers' "
                 f"EasyAnimate classes and write them with EasyAnimatePipeline.save_pretrained(DIR).")
         self.folder = folder
-        from diffusers import DiffusionPipeline, EasyAnimatePipeline
+        from diffusers import EasyAnimatePipeline
 
-        dtype = resolve_dtype(config.dtype)
-        loaded = DiffusionPipeline.from_pretrained(str(folder), dtype=dtype)
+        loaded, dtype = load_pipeline(folder, plugin="easyanimate", device=config.device, dtype=config.dtype)
         parts = loaded.components
         latent_channels = parts["vae"].config.latent_channels
         if parts["transformer"].config.in_channels != latent_channels:
@@ -292,6 +293,9 @@ class EasyAnimate(DiffusersBackbone):
             return raw
         if not isinstance(raw, Mapping):
             raise DataError(f"easyanimate.prepare_batch expects a mapping of tensors, got {type(raw).__name__}.")
+        text_keys = ("prompt", "prompt_embeds", self.config.prompt_key)
+        self.card.check_request(raw, backbone="easyanimate", text_keys=text_keys,
+                                fix="For image-to-video use wan22_ti2v (first_frame: true).")
         device = self.device
         with torch.no_grad():
             if "video" in raw:

@@ -25,4 +25,4 @@ class Wan22LatentResidual(LatentResidual):
     config_class = Wan22LatentResidualConfig
 
     def __init__(self, config: Wan22LatentResidualConfig | None = None, **overrides):
-        super().__init__(config or Wan22LatentResidualConfig(**overrides))
+        super().__init__(config, **overrides)  # config_class makes the config (or refuses both)

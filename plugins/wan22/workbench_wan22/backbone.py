@@ -43,10 +43,10 @@ from workbench.backbones.diffusers_bridge import (
     as_video,
     batch_size_of,
     check_video_size,
+    load_pipeline,
     pipeline_directory,
     prompts_from,
     requested_frames,
-    resolve_dtype,
     transformer_output,
     uncond_batch,
 )
@@ -64,7 +64,9 @@ class Wan22Config:
 
     ``path``: a diffusers-format directory (``model_index.json``), or ``"tiny"`` for a tiny
     random pipeline built once under the workbench cache (tests and examples).
-    ``dtype``: ``auto`` = bf16 on a GPU, float32 on CPU (the VAE always runs in float32).
+    ``device``: where the weights load (``auto``: the best visible device); ``dtype``: ``auto`` =
+    the card's precision on that device, bf16 on a GPU that has it, else float32 (the VAE always
+    runs in float32).
     ``first_frame``: condition on the first frame (TI2V image-to-video); ``False`` = text only.
     ``prompt_key``: the raw-batch key holding prompts (``task`` for Meta-World clips), each put
     into ``prompt_template`` (e.g. ``"a robot arm doing the {} task"``);
@@ -74,6 +76,7 @@ class Wan22Config:
     """
 
     path: str
+    device: str = "auto"
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     first_frame: bool = True
     prompt_key: str = "prompt"
@@ -151,11 +154,11 @@ class Wan22TI2V(DiffusersBackbone):
                 "download Wan-AI/Wan2.2-TI2V-5B-Diffusers instead, or convert the upstream checkpoint with diffusers' "
                 "scripts/convert_wan_to_diffusers.py (model type Wan2.2-TI2V-5B) and point path at its output.")
         self.folder = folder
-        from diffusers import DiffusionPipeline, WanImageToVideoPipeline, WanPipeline
+        from diffusers import WanImageToVideoPipeline, WanPipeline
 
-        dtype = resolve_dtype(config.dtype)
         # the Wan VAE runs in float32, as upstream recommends
-        loaded = DiffusionPipeline.from_pretrained(str(folder), dtype={"default": dtype, "vae": torch.float32})
+        loaded, dtype = load_pipeline(folder, plugin="wan22_ti2v", device=config.device, dtype=config.dtype,
+                                      float32=("vae",))
         parts = loaded.components
         problems = []
         if parts.get("transformer_2") is not None or getattr(loaded.config, "boundary_ratio", None) is not None:
@@ -223,6 +226,7 @@ class Wan22TI2V(DiffusersBackbone):
             sampling=SamplingDefaults(sampler=sampler, shift=float(shift) if shift else None, **defaults),
             precision={"cpu": "float32", "cuda": "bfloat16"},
             capabilities=("t2v", "i2v", "ti2v"),
+            mode="ti2v" if c.first_frame else "t2v",
             samplers=(sampler,),
             notes="Wan2.2 TI2V-5B through diffusers' WanImageToVideoPipeline / WanPipeline (expand_timesteps): "
                   "48-channel latents, 16x spatial and 4x temporal compression, UMT5 text encoder; the first "
@@ -323,6 +327,10 @@ class Wan22TI2V(DiffusersBackbone):
             return raw
         if not isinstance(raw, Mapping):
             raise DataError(f"wan22_ti2v.prepare_batch expects a mapping of tensors, got {type(raw).__name__}.")
+        text_keys = ("prompt", "prompt_embeds", self.config.prompt_key)
+        self.card.check_request(raw, backbone="wan22_ti2v", text_keys=text_keys,
+                                fix="The mode is first_frame in the backbone config: true = text+image-to-video, "
+                                    "false = text-to-video.")
         device = self.device
         with torch.no_grad():
             if "video" in raw:
