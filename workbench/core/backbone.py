@@ -58,6 +58,10 @@ class BaseVideoModel(nn.Module):
 
     card: ModelCard
     config_class: type | None = None
+    causal_latents: bool | None = None
+    pixel_space: bool | None = None
+    decoder_modules: tuple[str, ...] = ("vae", "autoencoder", "first_stage_model", "decoder")
+    preview_identity: Callable[[], str] | None = None
 
     @classmethod
     def config_from(cls, config: Any | None, overrides: Mapping[str, Any]) -> Any:
