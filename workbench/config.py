@@ -45,14 +45,6 @@ def check(ok: bool, field: str, message: str) -> None:
         raise_problems([(field, message)])
 
 
-@dataclasses.dataclass
-class ComponentSpec:
-    """A ``{type: name, config: {...}}`` block for a component of a given kind."""
-
-    type: str
-    config: dict = dataclasses.field(default_factory=dict)
-
-
 def component_field(kind: str, default: Any = dataclasses.MISSING) -> Any:
     """Declare a dataclass field that holds a nested component block of ``kind``."""
     kwargs: dict[str, Any] = {"metadata": {"component_kind": kind}}

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,11 +42,6 @@ class Console(Callback):
 
     def __init__(self, every_n_steps: int = 10):
         self.every_n_steps = every_n_steps
-        self._t0 = 0.0
-
-
-    def on_fit_start(self, exp):
-        self._t0 = time.perf_counter()
 
     def on_step_end(self, exp, step, metrics):
         m = _plain(metrics)
