@@ -8,6 +8,9 @@
 * :class:`_PipelineCall` makes the frozen base's prediction inside ``generate`` *the pipeline's own
   transformer call*, made once and only if the composition asks for it: a zero adapter then
   reproduces the pipeline bit for bit, and a replayed step (a fork's prefix) costs no call at all.
+* :class:`DiffusersBackbone` and :class:`DiffusersConfig`: what every such backbone shares — the
+  construction (``tiny`` fixture or a checked pipeline directory, the dtype, the frozen modules),
+  the card, the flow-matching objective, the signal conditions it provides.
 * Loading and data helpers shared by the plugins.
 
 Every diffusers-native plugin builds on this module; it is part of workbench's public API for
@@ -18,83 +21,27 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
-from workbench import BaseVideoModel, Batch, StepRecord
+from workbench.backbones.diffusers_loading import pipeline_directory, resolve_dtype
+from workbench.config import check
+from workbench.core import BaseVideoModel, Batch, ComponentSpec, FlowMatching, ModelCard, SamplingDefaults, StepRecord
 from workbench.core.backbone import as_video  # noqa: F401  (part of this module's API for plugins)
-from workbench.errors import CheckpointError, CompositionError, DataError
+from workbench.errors import CompositionError, DataError
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 SIGNAL_KEYS = ("action", "proprio", "ee_pos")  # per-frame signals passed through to adapters
+SIGNAL_CONDITIONS = tuple(k for key in SIGNAL_KEYS for k in (key, f"{key}_frames"))  # what prepare_batch supplies
+RAW_ALIASES = {"action": "actions"}  # a raw batch may name a signal so (Meta-World files say "actions")
 
 
-def pipeline_directory(path: str | Path, plugin: str, release: str, convert: str) -> Path:
-    """``path`` as a diffusers pipeline directory, or a :class:`CheckpointError` saying how to get one."""
-    folder = Path(path).expanduser()
-    if not folder.is_dir():
-        raise CheckpointError(
-            f"{plugin}: {str(path)!r} is not a directory. Expected a diffusers-format pipeline directory "
-            f"(model_index.json plus transformer/, vae/, text_encoder/, tokenizer/, scheduler/), e.g. the "
-            f"{release} release downloaded with `huggingface-cli download {release} --local-dir DIR`."
-        )
-    if not (folder / "model_index.json").is_file():
-        found = sorted(p.name for p in folder.iterdir())[:8]
-        raise CheckpointError(
-            f"{plugin}: {str(folder)!r} has no model_index.json, so it is not a diffusers-format pipeline "
-            f"(found: {', '.join(found) or 'nothing'}). Expected the diffusers layout: model_index.json plus "
-            f"transformer/, vae/, text_encoder/, tokenizer/ and scheduler/ subfolders. A raw upstream release must be "
-            f"converted first: {convert}"
-        )
-    return folder
-
-
-def fixture_directory(name: str, write: Callable[[Path], Any]) -> Path:
-    """``$WORKBENCH_CACHE/fixtures/NAME`` (default cache ``~/.cache/workbench``), written once by ``write(dir)``.
-
-    The directory is written under a temporary name and renamed into place, so concurrent
-    processes (test workers, notebooks) never see a half-written fixture.
-    """
-    import contextlib
-    import os
-    import shutil
-    import tempfile
-
-    root = Path(os.environ.get("WORKBENCH_CACHE") or "~/.cache/workbench").expanduser() / "fixtures"
-    target = root / name
-    if (target / "model_index.json").is_file():
-        return target
-    root.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=root))
-    try:
-        write(staging)
-        with contextlib.suppress(OSError):  # another process finished first: its copy is identical
-            os.replace(staging, target)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
-
-
-def tiny_fixture_cli(argv: list[str] | None, *, prog: str, description: str, what: str,
-                     save: Callable[[Path, int], Path]) -> None:
-    """``python -m <plugin>.tiny OUT_DIR [--seed N]``: write a tiny pipeline and say where and how big."""
-    import argparse
-
-    parser = argparse.ArgumentParser(prog=prog, description=description)
-    parser.add_argument("out_dir", help="directory to write (model_index.json, transformer/, vae/, ...)")
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    out = save(Path(args.out_dir), args.seed)
-    size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
-    print(f"wrote {what} to {out} ({size / 1024:.0f} KiB)")
-
-
-def resolve_dtype(name: str) -> torch.dtype:
-    if name == "auto":
-        return torch.bfloat16 if torch.cuda.is_available() else torch.float32
-    return DTYPES[name]
+def raw_signal(raw: Mapping[str, Any], key: str) -> Any:
+    """The raw batch's ``key`` signal (or its :data:`RAW_ALIASES` spelling), ``None`` when absent."""
+    value = raw.get(key)
+    return raw.get(RAW_ALIASES[key]) if value is None and key in RAW_ALIASES else value
 
 
 def pool_to_latent_frames(signal: torch.Tensor, ratio: int) -> torch.Tensor:
@@ -130,9 +77,9 @@ def check_video_size(shape: Sequence[int], key: str, *, plugin: str, model: str,
 
 def requested_frames(raw: Mapping[str, Any], default: int) -> int:
     """How many frames a generation request without video asks for: its signals' length, else ``frames``."""
-    for key in ("action", "actions", *SIGNAL_KEYS):
-        if raw.get(key) is not None:
-            return int(torch.as_tensor(raw[key]).shape[1])
+    for key in SIGNAL_KEYS:
+        if (value := raw_signal(raw, key)) is not None:
+            return int(torch.as_tensor(value).shape[1])
     return int(raw.get("frames", default))
 
 
@@ -146,7 +93,7 @@ def add_signals(cond: dict[str, Any], raw: Mapping[str, Any], *, batch_size: int
     """
     keys = set()
     for key in SIGNAL_KEYS:
-        value = raw.get(key, raw.get("actions") if key == "action" else None)
+        value = raw_signal(raw, key)
         if value is None:
             continue
         value = torch.as_tensor(value, device=device).float()
@@ -182,9 +129,11 @@ def prompts_from(raw: Mapping[str, Any], key: str, default: str | None, template
 
 def batch_size_of(raw: Mapping[str, Any], prompt_key: str) -> int:
     """How many clips a generation request without video asks for (signals, embeddings or prompts; else 1)."""
-    for key in ("prompt_embeds", "action", "actions", *SIGNAL_KEYS):
-        if raw.get(key) is not None:
-            return int(torch.as_tensor(raw[key]).shape[0])
+    if raw.get("prompt_embeds") is not None:
+        return int(torch.as_tensor(raw["prompt_embeds"]).shape[0])
+    for key in SIGNAL_KEYS:
+        if (value := raw_signal(raw, key)) is not None:
+            return int(torch.as_tensor(value).shape[0])
     prompts = raw.get(prompt_key)
     if isinstance(prompts, Sequence) and not isinstance(prompts, str):
         return len(prompts)
@@ -319,11 +268,92 @@ class Injection:
         return {}
 
 
-class DiffusersBackbone(BaseVideoModel):
-    """What the diffusers-native backbones share: the pipeline's modules, and a lazily evaluated
-    base call inside ``generate``."""
+@dataclass
+class DiffusersConfig:
+    """What every diffusers-native backbone is configured with (plugins extend it).
 
+    ``path``: a diffusers-format directory (``model_index.json``), or ``"tiny"`` for a tiny
+    random pipeline built once under the workbench cache (tests and examples).
+    ``dtype``: ``auto`` = bf16 on a GPU, float32 on CPU.
+    ``prompt_key``: the raw-batch key holding prompts (``task`` for Meta-World clips), each put
+    into ``prompt_template`` (e.g. ``"a robot arm doing the {} task"``);
+    ``prompt``: the prompt for batches without one. ``negative_prompt``: the guidance prompt.
+    ``steps`` / ``guidance_scale`` / ``height`` / ``width`` / ``num_frames`` / ``fps``: sampling
+    defaults for the card; ``None`` keeps the real model's.
+    """
+
+    path: str
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    prompt_key: str = "prompt"
+    prompt_template: str = "{}"
+    prompt: str | None = None
+    negative_prompt: str = ""
+    steps: int | None = None
+    guidance_scale: float | None = None
+    height: int | None = None
+    width: int | None = None
+    num_frames: int | None = None
+    fps: int | None = None
+
+    def __post_init__(self):
+        check("{}" in self.prompt_template, "prompt_template",
+              f"must contain '{{}}' where the batch's prompt goes, got {self.prompt_template!r}.")
+        check(bool(self.path), "path", "is empty; give a diffusers-format directory (with model_index.json) or 'tiny'.")
+        check(self.steps is None or self.steps >= 1, "steps", f"must be >= 1 or null, got {self.steps}.")
+        check(self.guidance_scale is None or self.guidance_scale >= 0, "guidance_scale",
+              f"must be >= 0 or null, got {self.guidance_scale}.")
+        for name in ("height", "width", "num_frames", "fps"):
+            value = getattr(self, name)
+            check(value is None or value >= 1, name, f"must be a positive int or null, got {value}.")
+
+
+class DiffusersBackbone(BaseVideoModel):
+    """What the diffusers-native backbones share: construction, the pipeline's modules, the card,
+    the flow-matching objective, the signal conditions, and a lazily evaluated base call inside
+    ``generate``.
+
+    A plugin sets ``name`` (its registry name, used in messages), ``release`` (the diffusers-format
+    release to point users at), ``convert`` (how to get one from an upstream checkpoint),
+    ``real_defaults`` (the real model's sampling settings) and ``config_class`` (a
+    :class:`DiffusersConfig`), and implements :meth:`tiny_pipeline` and :meth:`load` (load the
+    pipeline's parts, check them, :meth:`adopt_components`, build the pipelines).
+    """
+
+    name: str = ""
+    release: str = ""
+    convert: str = ""
+    real_defaults: Mapping[str, Any] = {}
+    causal_latents = True  # the video VAEs diffusers ships are causal in time: frame 0 → latent 0, then r per frame
     _pending: _PipelineCall | None = None
+
+    def __init__(self, config: DiffusersConfig | None = None, **overrides):
+        super().__init__()
+        self.config = config = self.config_from(config, overrides)
+        if config.path == "tiny":
+            self.folder = self.tiny_pipeline()
+        else:
+            self.folder = pipeline_directory(config.path, self.name, self.release, self.convert)
+        dtype = resolve_dtype(config.dtype)
+        self.load(dtype)
+        self._text_cache: dict[str, Any] = {}
+        self.card = self.make_card(dtype)
+
+    @classmethod
+    def from_config(cls, config: DiffusersConfig) -> DiffusersBackbone:
+        return cls(config)
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, **overrides) -> DiffusersBackbone:
+        """Load a diffusers-format directory (``model_index.json``); ``overrides``: the config's fields."""
+        return cls(cls.config_class(path=str(path), **overrides))
+
+    def tiny_pipeline(self) -> Path:
+        """The directory of this plugin's tiny random pipeline (``path: tiny``), written once."""
+        raise NotImplementedError
+
+    def load(self, dtype: torch.dtype) -> None:
+        """Load the pipeline from ``self.folder`` in ``dtype``, check it, adopt its modules, build the pipelines."""
+        raise NotImplementedError
 
     def adopt_components(self, parts: Mapping[str, Any]) -> None:
         """Own the loaded pipeline's modules (frozen, in eval mode, moved and counted with the backbone).
@@ -340,10 +370,60 @@ class DiffusersBackbone(BaseVideoModel):
             if module is not None:
                 module.eval()
 
+    # -- card --------------------------------------------------------------------------------
+    def make_card(self, dtype: torch.dtype) -> ModelCard:
+        """The card: :meth:`card_fields` plus what every diffusers backbone shares (components with
+        their sources and sizes, the config's sampling defaults over :attr:`real_defaults`, precision)."""
+        c = self.config
+        fields = self.card_fields()
+        source = "tiny random pipeline" if c.path == "tiny" else str(self.folder)
+        weights = str(dtype).replace("torch.", "")
+
+        def spec(kind: str, module, sub: str, dtype_name: str | None = weights) -> ComponentSpec:
+            count = sum(p.numel() for p in module.parameters()) if isinstance(module, torch.nn.Module) else None
+            return ComponentSpec(kind, f"{source}/{sub}", dtype_name if count is not None else None, count)
+
+        components = {"transformer": spec("denoiser", self.transformer, "transformer"),
+                      "vae": spec("vae", self.vae, "vae", fields.pop("vae_dtype", weights)),
+                      "scheduler": spec("scheduler", None, "scheduler")}
+        if self.text_encoder is not None:
+            components["text_encoder"] = spec("text_encoder", self.text_encoder, "text_encoder")
+        if self.tokenizer is not None:
+            components["tokenizer"] = spec("tokenizer", None, "tokenizer")
+        defaults = {k: getattr(c, k) if getattr(c, k) is not None else v for k, v in self.real_defaults.items()}
+        shift, sampler = fields.pop("shift"), fields.pop("sampler")
+        return ModelCard(
+            model_id=f"{fields.pop('model_id')}:{Path(self.folder).name}",
+            prediction_type="velocity",
+            components=components,
+            sampling=SamplingDefaults(sampler=sampler, shift=float(shift) if shift else None, **defaults),
+            precision={"cpu": "float32", "cuda": "bfloat16"},
+            samplers=(sampler,),
+            **fields,
+        )
+
+    def card_fields(self) -> dict[str, Any]:
+        """What only this backbone's card says: ``model_id`` (the prefix before the folder name),
+        ``family``, ``sampler``, ``shift``, ``capabilities``, ``notes`` and optionally ``vae_dtype``."""
+        raise NotImplementedError
+
+    def default_objective(self):
+        return FlowMatching(shift=self.card.sampling.shift or 1.0)
+
+    def text_conditions(self) -> tuple[str, ...]:
+        """The text (and image) conditions :meth:`prepare_batch` supplies, before the signals."""
+        return ("prompt_embeds", "negative_prompt_embeds")
+
+    def provides(self) -> tuple[str, ...]:
+        return (*self.text_conditions(), *SIGNAL_CONDITIONS)
+
     def native_prediction(self, x_t: torch.Tensor) -> torch.Tensor | None:
         """The pipeline's own transformer output for ``x_t`` when ``x_t`` is what the injected call handed out."""
         pending = self._pending
         return None if pending is None else pending.output_for(x_t)
+
+    def _frames_from(self, raw: Mapping[str, Any]) -> int:
+        return requested_frames(raw, self.card.sampling.num_frames)
 
 
 def transformer_output(sample: torch.Tensor):

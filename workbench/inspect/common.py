@@ -18,9 +18,9 @@ from workbench.core.conditions import Batch
 from workbench.core.objectives import Objective
 from workbench.errors import DataError, InspectError, StepError, StorageWarning, did_you_mean, listing
 
-__all__ = ["DEFAULT_LEVELS", "InspectError", "StepError", "StorageWarning", "check_choice", "check_levels",
-           "check_model", "condition_key", "condition_keys", "masked_rms", "prepare", "rolled_conditions",
-           "seeded_noise", "t_for_noise_level", "t_tensor", "with_conditions"]
+__all__ = ["DEFAULT_LEVELS", "InspectError", "StepError", "StorageWarning", "check_choice", "check_frame",
+           "check_levels", "check_model", "condition_key", "condition_keys", "masked_rms", "prepare",
+           "rolled_conditions", "seeded_noise", "t_for_noise_level", "t_tensor", "with_conditions"]
 
 DEFAULT_LEVELS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
@@ -32,6 +32,13 @@ def check_choice(value: Any, choices: Sequence[Any], what: str, fix: str = "") -
     hint = did_you_mean(value, [str(c) for c in choices]) if isinstance(value, str) else ""
     allowed = ", ".join(repr(c) for c in choices)
     raise InspectError(f"{what}={value!r} is not allowed; allowed: {allowed}.{hint}{' ' + fix if fix else ''}")
+
+
+def check_frame(frame: Any, frames: int, what: str = "the video") -> int:
+    """``frame`` as an int in ``0..frames - 1``, or a :class:`StepError` saying what has how many frames."""
+    if isinstance(frame, bool) or not isinstance(frame, (int, np.integer)) or not 0 <= frame < frames:
+        raise StepError(f"frame={frame!r} is out of range: {what} has {frames} frames (0..{frames - 1}).")
+    return int(frame)
 
 
 def check_model(model: Any, who: str) -> ComposedModel:

@@ -25,6 +25,7 @@ from workbench.core.conditions import Batch
 from workbench.inspect.common import (
     DEFAULT_LEVELS,
     InspectError,
+    check_frame,
     check_levels,
     masked_rms,
     prepare,
@@ -230,10 +231,7 @@ class GatesState:
         return self.step
 
     def set_frame(self, frame: int) -> int:
-        n = self.frames
-        if isinstance(frame, bool) or not isinstance(frame, (int, np.integer)) or not 0 <= frame < n:
-            raise InspectError(f"frame={frame!r} is out of range: the gate map has {n} frames (0..{n - 1}).")
-        self.frame = int(frame)
+        self.frame = check_frame(frame, self.frames, "the gate map")
         return self.frame
 
     def map_panel(self) -> Panel | None:

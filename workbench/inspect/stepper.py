@@ -26,13 +26,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from workbench.core.composers import Composer
 from workbench.core.conditions import Batch
 from workbench.inspect.cache import LRUCache
-from workbench.inspect.common import InspectError, StepError, check_choice
+from workbench.inspect.common import InspectError, check_choice, check_frame
 from workbench.inspect.export import default_steps, write_grid
 from workbench.inspect.pictures import Panel, ViewImage
 from workbench.inspect.preview import DECODES
@@ -99,10 +98,7 @@ class StepperState:
         return self.seek(self.steps[min(max(i + int(delta), 0), len(self.steps) - 1)])
 
     def set_frame(self, frame: int) -> int:
-        n = self.frames
-        if isinstance(frame, bool) or not isinstance(frame, (int, np.integer)) or not 0 <= frame < n:
-            raise StepError(f"frame={frame!r} is out of range: the video has {n} frames (0..{n - 1}).")
-        self.frame = int(frame)
+        self.frame = check_frame(frame, self.frames)
         return self.frame
 
     def set_view(self, view: str) -> str:

@@ -28,27 +28,23 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
-from workbench import Batch, ComponentSpec, FlowMatching, ModelCard, SamplingDefaults
+from workbench import Batch
 from workbench.backbones.diffusers_bridge import (
-    SIGNAL_KEYS,
     DiffusersBackbone,
+    DiffusersConfig,
     Injection,
     add_signals,
     as_video,
     batch_size_of,
     check_video_size,
-    pipeline_directory,
     prompts_from,
-    requested_frames,
-    resolve_dtype,
     transformer_output,
     uncond_batch,
 )
-from workbench.config import check
 from workbench.errors import CheckpointError, CompositionError, DataError
 
 # EasyAnimate V5.1's own settings: 50 steps, guidance 6, 49 frames at 8 fps, 512x512 (its diffusers example).
@@ -57,40 +53,9 @@ RELEASE = "alibaba-pai/EasyAnimateV5.1-12b-zh-diffusers"
 
 
 @dataclass
-class EasyAnimateConfig:
-    """How to load and drive EasyAnimate.
-
-    ``path``: a diffusers-format directory (``model_index.json``), or ``"tiny"`` for a tiny
-    random pipeline built once under the workbench cache (tests and examples).
-    ``dtype``: ``auto`` = bf16 on a GPU, float32 on CPU.
-    ``prompt_key`` / ``prompt_template`` / ``prompt`` / ``negative_prompt``: where prompts come from (see
-    ``wan22_ti2v``). ``steps`` ... ``fps``: card sampling defaults, ``None`` = the real model's
-    (50, 6.0, 512, 512, 49, 8).
-    """
-
-    path: str
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-    prompt_key: str = "prompt"
-    prompt_template: str = "{}"
-    prompt: str | None = None
-    negative_prompt: str = ""
-    steps: int | None = None
-    guidance_scale: float | None = None
-    height: int | None = None
-    width: int | None = None
-    num_frames: int | None = None
-    fps: int | None = None
-
-    def __post_init__(self):
-        check("{}" in self.prompt_template, "prompt_template",
-              f"must contain '{{}}' where the batch's prompt goes, got {self.prompt_template!r}.")
-        check(bool(self.path), "path", "is empty; give a diffusers-format directory (with model_index.json) or 'tiny'.")
-        check(self.steps is None or self.steps >= 1, "steps", f"must be >= 1 or null, got {self.steps}.")
-        check(self.guidance_scale is None or self.guidance_scale >= 0, "guidance_scale",
-              f"must be >= 0 or null, got {self.guidance_scale}.")
-        for name in ("height", "width", "num_frames", "fps"):
-            value = getattr(self, name)
-            check(value is None or value >= 1, name, f"must be a positive int or null, got {value}.")
+class EasyAnimateConfig(DiffusersConfig):
+    """How to load and drive EasyAnimate: the :class:`DiffusersConfig` fields. Sampling defaults
+    left ``None`` keep the real model's (50 steps, guidance 6.0, 512x512, 49 frames, 8 fps)."""
 
 
 class _EasyAnimateInjection(Injection):
@@ -133,32 +98,29 @@ class EasyAnimate(DiffusersBackbone):
     """
 
     config_class = EasyAnimateConfig
-    causal_latents = True  # the VAE is causal in time: frame 0 → latent 0, then 4 frames per latent frame
+    name = "easyanimate"
+    release = RELEASE
+    convert = (f"download {RELEASE} (or the 7b one) instead, or load the upstream weights with diffusers' "
+               f"EasyAnimate classes and write them with EasyAnimatePipeline.save_pretrained(DIR).")
+    real_defaults = REAL_DEFAULTS
 
-    def __init__(self, config: EasyAnimateConfig | None = None, **overrides):
-        super().__init__()
-        self.config = config = self.config_from(config, overrides)
-        if config.path == "tiny":
-            from workbench_easyanimate.tiny import ensure_tiny_pipeline
+    def tiny_pipeline(self) -> Path:
+        from workbench_easyanimate.tiny import ensure_tiny_pipeline
 
-            folder = ensure_tiny_pipeline()
-        else:
-            folder = pipeline_directory(
-                config.path, "easyanimate", RELEASE,
-                f"download {RELEASE} (or the 7b one) instead, or load the upstream weights with diffusers' "
-                f"EasyAnimate classes and write them with EasyAnimatePipeline.save_pretrained(DIR).")
-        self.folder = folder
+        return ensure_tiny_pipeline()
+
+    def load(self, dtype: torch.dtype) -> None:
         from diffusers import DiffusionPipeline, EasyAnimatePipeline
 
-        dtype = resolve_dtype(config.dtype)
-        loaded = DiffusionPipeline.from_pretrained(str(folder), dtype=dtype)
+        loaded = DiffusionPipeline.from_pretrained(str(self.folder), dtype=dtype)
         parts = loaded.components
         latent_channels = parts["vae"].config.latent_channels
         if parts["transformer"].config.in_channels != latent_channels:
             raise CheckpointError(
-                f"easyanimate: {folder} holds a transformer taking {parts['transformer'].config.in_channels} input "
-                f"channels for a {latent_channels}-channel VAE: an inpainting (-InP) or control (-Control) variant. "
-                f"Only the text-to-video release is supported (input channels == latent channels), e.g. {RELEASE}."
+                f"easyanimate: {self.folder} holds a transformer taking {parts['transformer'].config.in_channels} "
+                f"input channels for a {latent_channels}-channel VAE: an inpainting (-InP) or control (-Control) "
+                f"variant. Only the text-to-video release is supported (input channels == latent channels), e.g. "
+                f"{RELEASE}."
             )
         self.adopt_components(parts)
         self.pipeline = EasyAnimatePipeline(vae=self.vae, text_encoder=self.text_encoder, tokenizer=self.tokenizer,
@@ -170,57 +132,21 @@ class EasyAnimate(DiffusersBackbone):
         self.patch = self.transformer.config.patch_size
         self.scaling_factor = float(self.vae.config.scaling_factor)
         self.train_timesteps = self.scheduler.config.num_train_timesteps
-        self._text_cache: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
-        self.card = self._make_card(dtype)
-
-    @classmethod
-    def from_config(cls, config: EasyAnimateConfig) -> EasyAnimate:
-        return cls(config)
-
-    @classmethod
-    def from_pretrained(cls, path: str | Path, **overrides) -> EasyAnimate:
-        """Load a diffusers-format EasyAnimate directory; ``overrides``: :class:`EasyAnimateConfig` fields."""
-        return cls(EasyAnimateConfig(path=str(path), **overrides))
 
     # -- card --------------------------------------------------------------------------------
-    def _make_card(self, dtype: torch.dtype) -> ModelCard:
-        c = self.config
-        shift = getattr(self.scheduler.config, "shift", None)
-        defaults = {k: getattr(c, k) if getattr(c, k) is not None else v for k, v in REAL_DEFAULTS.items()}
-        source = "tiny random pipeline" if c.path == "tiny" else str(self.folder)
-        weights = str(dtype).replace("torch.", "")
-
-        def spec(kind: str, module, sub: str) -> ComponentSpec:
-            count = sum(p.numel() for p in module.parameters()) if isinstance(module, torch.nn.Module) else None
-            return ComponentSpec(kind, f"{source}/{sub}", weights if count is not None else None, count)
-
-        components = {"transformer": spec("denoiser", self.transformer, "transformer"),
-                      "vae": spec("vae", self.vae, "vae"), "scheduler": spec("scheduler", None, "scheduler")}
-        if self.text_encoder is not None:
-            components["text_encoder"] = spec("text_encoder", self.text_encoder, "text_encoder")
-        if self.tokenizer is not None:
-            components["tokenizer"] = spec("tokenizer", None, "tokenizer")
-        return ModelCard(
-            model_id=f"easyanimate:{Path(self.folder).name}",
+    def card_fields(self) -> dict[str, Any]:
+        return dict(
+            model_id="easyanimate",
             family="easyanimate",
-            prediction_type="velocity",
-            components=components,
-            sampling=SamplingDefaults(sampler="flow_euler", shift=float(shift) if shift else None, **defaults),
-            precision={"cpu": "float32", "cuda": "bfloat16"},
+            sampler="flow_euler",
+            shift=getattr(self.scheduler.config, "shift", None),
             capabilities=("t2v",),
-            samplers=("flow_euler",),
             notes="EasyAnimate V5.1 through diffusers' EasyAnimatePipeline: MagViT VAE (8x spatial, 4x temporal), "
                   "Qwen2-VL text encoder, MMDiT transformer; guidance runs [uncond; cond] in one transformer call.",
         )
 
-    def default_objective(self):
-        return FlowMatching(shift=self.card.sampling.shift or 1.0)
-
-    def provides(self) -> tuple[str, ...]:
-        keys = ["prompt_embeds", "prompt_attention_mask", "negative_prompt_embeds", "negative_prompt_attention_mask"]
-        for key in SIGNAL_KEYS:
-            keys += [key, f"{key}_frames"]
-        return tuple(keys)
+    def text_conditions(self) -> tuple[str, ...]:
+        return ("prompt_embeds", "prompt_attention_mask", "negative_prompt_embeds", "negative_prompt_attention_mask")
 
     # -- autoencoder -------------------------------------------------------------------------
     def encode(self, video: torch.Tensor) -> torch.Tensor:
@@ -314,9 +240,6 @@ class EasyAnimate(DiffusersBackbone):
         per_frame = add_signals(cond, raw, batch_size=batch_size, frames=frames, ratio=self.temporal, device=device,
                                 plugin="easyanimate")
         return Batch(latents=latents, cond=cond, per_frame=frozenset(per_frame), meta={"has_target": has_target})
-
-    def _frames_from(self, raw: Mapping[str, Any]) -> int:
-        return requested_frames(raw, self.card.sampling.num_frames)
 
     # -- denoising ---------------------------------------------------------------------------
     def denoise(self, x_t: torch.Tensor, t: torch.Tensor, cond: Mapping[str, Any]) -> torch.Tensor:

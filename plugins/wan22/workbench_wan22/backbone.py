@@ -30,23 +30,20 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
-from workbench import Batch, ComponentSpec, FlowMatching, ModelCard, SamplingDefaults
+from workbench import Batch
 from workbench.backbones.diffusers_bridge import (
-    SIGNAL_KEYS,
     DiffusersBackbone,
+    DiffusersConfig,
     Injection,
     add_signals,
     as_video,
     batch_size_of,
     check_video_size,
-    pipeline_directory,
     prompts_from,
-    requested_frames,
-    resolve_dtype,
     transformer_output,
     uncond_batch,
 )
@@ -59,46 +56,21 @@ SAMPLER_NAMES = {"UniPCMultistepScheduler": "unipc", "FlowMatchEulerDiscreteSche
 
 
 @dataclass
-class Wan22Config:
-    """How to load and drive Wan2.2 TI2V.
+class Wan22Config(DiffusersConfig):
+    """How to load and drive Wan2.2 TI2V: the :class:`DiffusersConfig` fields, and
 
-    ``path``: a diffusers-format directory (``model_index.json``), or ``"tiny"`` for a tiny
-    random pipeline built once under the workbench cache (tests and examples).
     ``dtype``: ``auto`` = bf16 on a GPU, float32 on CPU (the VAE always runs in float32).
     ``first_frame``: condition on the first frame (TI2V image-to-video); ``False`` = text only.
-    ``prompt_key``: the raw-batch key holding prompts (``task`` for Meta-World clips), each put
-    into ``prompt_template`` (e.g. ``"a robot arm doing the {} task"``);
-    ``prompt``: the prompt for batches without one. ``negative_prompt``: the guidance prompt.
-    ``steps`` / ``guidance_scale`` / ``height`` / ``width`` / ``num_frames`` / ``fps``: sampling
-    defaults for the card; ``None`` keeps the real model's (50, 5.0, 704, 1280, 121, 24).
+    ``max_sequence_length``: prompt tokens. Sampling defaults left ``None`` keep the real
+    model's (50 steps, guidance 5.0, 704x1280, 121 frames, 24 fps).
     """
 
-    path: str
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     first_frame: bool = True
-    prompt_key: str = "prompt"
-    prompt_template: str = "{}"
-    prompt: str | None = None
-    negative_prompt: str = ""
     max_sequence_length: int = 512
-    steps: int | None = None
-    guidance_scale: float | None = None
-    height: int | None = None
-    width: int | None = None
-    num_frames: int | None = None
-    fps: int | None = None
 
     def __post_init__(self):
-        check("{}" in self.prompt_template, "prompt_template",
-              f"must contain '{{}}' where the batch's prompt goes, got {self.prompt_template!r}.")
-        check(bool(self.path), "path", "is empty; give a diffusers-format directory (with model_index.json) or 'tiny'.")
+        super().__post_init__()
         check(self.max_sequence_length >= 1, "max_sequence_length", f"must be >= 1, got {self.max_sequence_length}.")
-        check(self.steps is None or self.steps >= 1, "steps", f"must be >= 1 or null, got {self.steps}.")
-        check(self.guidance_scale is None or self.guidance_scale >= 0, "guidance_scale",
-              f"must be >= 0 or null, got {self.guidance_scale}.")
-        for name in ("height", "width", "num_frames", "fps"):
-            value = getattr(self, name)
-            check(value is None or value >= 1, name, f"must be a positive int or null, got {value}.")
 
 
 class _WanInjection(Injection):
@@ -135,24 +107,21 @@ class Wan22TI2V(DiffusersBackbone):
     """
 
     config_class = Wan22Config
-    causal_latents = True  # the VAE is causal in time: frame 0 → latent 0, then 4 frames per latent frame
+    name = "wan22_ti2v"
+    release = "Wan-AI/Wan2.2-TI2V-5B-Diffusers"
+    convert = ("download Wan-AI/Wan2.2-TI2V-5B-Diffusers instead, or convert the upstream checkpoint with diffusers' "
+               "scripts/convert_wan_to_diffusers.py (model type Wan2.2-TI2V-5B) and point path at its output.")
+    real_defaults = REAL_DEFAULTS
 
-    def __init__(self, config: Wan22Config | None = None, **overrides):
-        super().__init__()
-        self.config = config = self.config_from(config, overrides)
-        if config.path == "tiny":
-            from workbench_wan22.tiny import ensure_tiny_pipeline
+    def tiny_pipeline(self) -> Path:
+        from workbench_wan22.tiny import ensure_tiny_pipeline
 
-            folder = ensure_tiny_pipeline()
-        else:
-            folder = pipeline_directory(
-                config.path, "wan22_ti2v", "Wan-AI/Wan2.2-TI2V-5B-Diffusers",
-                "download Wan-AI/Wan2.2-TI2V-5B-Diffusers instead, or convert the upstream checkpoint with diffusers' "
-                "scripts/convert_wan_to_diffusers.py (model type Wan2.2-TI2V-5B) and point path at its output.")
-        self.folder = folder
+        return ensure_tiny_pipeline()
+
+    def load(self, dtype: torch.dtype) -> None:
         from diffusers import DiffusionPipeline, WanImageToVideoPipeline, WanPipeline
 
-        dtype = resolve_dtype(config.dtype)
+        folder = self.folder
         # the Wan VAE runs in float32, as upstream recommends
         loaded = DiffusionPipeline.from_pretrained(str(folder), dtype={"default": dtype, "vae": torch.float32})
         parts = loaded.components
@@ -181,63 +150,25 @@ class Wan22TI2V(DiffusersBackbone):
         self.register_buffer("latents_mean", torch.tensor(vae.latents_mean).view(1, -1, 1, 1, 1), persistent=False)
         self.register_buffer("latents_inv_std", 1.0 / torch.tensor(vae.latents_std).view(1, -1, 1, 1, 1),
                              persistent=False)
-        self._text_cache: dict[str, torch.Tensor] = {}
-        self.card = self._make_card(dtype)
-
-    @classmethod
-    def from_config(cls, config: Wan22Config) -> Wan22TI2V:
-        return cls(config)
-
-    @classmethod
-    def from_pretrained(cls, path: str | Path, **overrides) -> Wan22TI2V:
-        """Load a diffusers-format Wan2.2 TI2V directory (``model_index.json``); ``overrides``: :class:`Wan22Config`."""
-        return cls(Wan22Config(path=str(path), **overrides))
 
     # -- card --------------------------------------------------------------------------------
-    def _make_card(self, dtype: torch.dtype) -> ModelCard:
-        c = self.config
+    def card_fields(self) -> dict[str, Any]:
         scheduler = self.scheduler.config
-        shift = getattr(scheduler, "flow_shift", None) or getattr(scheduler, "shift", None)
-        sampler = SAMPLER_NAMES.get(type(self.scheduler).__name__, type(self.scheduler).__name__.lower())
-        defaults = {k: getattr(c, k) if getattr(c, k) is not None else v for k, v in REAL_DEFAULTS.items()}
-        source = "tiny random pipeline" if c.path == "tiny" else str(self.folder)
-        weights = str(dtype).replace("torch.", "")
-
-        def spec(kind: str, module, sub: str, dtype_name: str | None = weights) -> ComponentSpec:
-            count = sum(p.numel() for p in module.parameters()) if isinstance(module, torch.nn.Module) else None
-            return ComponentSpec(kind, f"{source}/{sub}", dtype_name if count is not None else None, count)
-
-        components = {"transformer": spec("denoiser", self.transformer, "transformer"),
-                      "vae": spec("vae", self.vae, "vae", "float32"),
-                      "scheduler": spec("scheduler", None, "scheduler")}
-        if self.text_encoder is not None:
-            components["text_encoder"] = spec("text_encoder", self.text_encoder, "text_encoder")
-        if self.tokenizer is not None:
-            components["tokenizer"] = spec("tokenizer", None, "tokenizer")
-        return ModelCard(
-            model_id=f"wan2.2-ti2v:{Path(self.folder).name}",
+        return dict(
+            model_id="wan2.2-ti2v",
             family="wan2.2",
-            prediction_type="velocity",
-            components=components,
-            sampling=SamplingDefaults(sampler=sampler, shift=float(shift) if shift else None, **defaults),
-            precision={"cpu": "float32", "cuda": "bfloat16"},
+            sampler=SAMPLER_NAMES.get(type(self.scheduler).__name__, type(self.scheduler).__name__.lower()),
+            shift=getattr(scheduler, "flow_shift", None) or getattr(scheduler, "shift", None),
+            vae_dtype="float32",
             capabilities=("t2v", "i2v", "ti2v"),
-            samplers=(sampler,),
             notes="Wan2.2 TI2V-5B through diffusers' WanImageToVideoPipeline / WanPipeline (expand_timesteps): "
                   "48-channel latents, 16x spatial and 4x temporal compression, UMT5 text encoder; the first "
                   "latent frame is the condition (token timestep 0).",
         )
 
-    def default_objective(self):
-        return FlowMatching(shift=self.card.sampling.shift or 1.0)
-
-    def provides(self) -> tuple[str, ...]:
-        keys = ["prompt_embeds", "negative_prompt_embeds"]  # the batch's "image" is pipeline input, not a condition
-        if self.config.first_frame:
-            keys.append("first_frame")
-        for key in SIGNAL_KEYS:
-            keys += [key, f"{key}_frames"]
-        return tuple(keys)
+    def text_conditions(self) -> tuple[str, ...]:
+        # the batch's "image" is pipeline input, not a condition
+        return ("prompt_embeds", "negative_prompt_embeds", *(("first_frame",) if self.config.first_frame else ()))
 
     # -- autoencoder -------------------------------------------------------------------------
     def encode(self, video: torch.Tensor) -> torch.Tensor:
@@ -368,9 +299,6 @@ class Wan22TI2V(DiffusersBackbone):
             cond["image"] = image  # the first frame's pixels, which the i2v pipeline encodes itself
         return Batch(latents=latents, cond=cond, loss_mask=mask, per_frame=frozenset(per_frame),
                      meta={"has_target": has_target})
-
-    def _frames_from(self, raw: Mapping[str, Any]) -> int:
-        return requested_frames(raw, self.card.sampling.num_frames)
 
     # -- denoising ---------------------------------------------------------------------------
     def token_timesteps(self, t: torch.Tensor, latents_shape: Sequence[int]) -> torch.Tensor:

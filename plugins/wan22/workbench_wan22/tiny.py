@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from workbench.backbones.diffusers_bridge import fixture_directory, tiny_fixture_cli
+from workbench.backbones.diffusers_loading import fixture_directory, tiny_fixture_cli
 
 VERSION = 1
 LETTERS = [chr(c) for c in range(ord("a"), ord("z") + 1)] + [str(d) for d in range(10)] + ["-", "▁"]

@@ -1,0 +1,85 @@
+"""Loading a diffusers-format pipeline for a plugin: the checked directory, the tiny test fixture, the dtype.
+
+No diffusers import here; :mod:`workbench.backbones.diffusers_bridge` builds on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from workbench.errors import CheckpointError
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def pipeline_directory(path: str | Path, plugin: str, release: str, convert: str) -> Path:
+    """``path`` as a diffusers pipeline directory, or a :class:`CheckpointError` saying how to get one."""
+    folder = Path(path).expanduser()
+    if not folder.is_dir():
+        raise CheckpointError(
+            f"{plugin}: {str(path)!r} is not a directory. Expected a diffusers-format pipeline directory "
+            f"(model_index.json plus transformer/, vae/, text_encoder/, tokenizer/, scheduler/), e.g. the "
+            f"{release} release downloaded with `huggingface-cli download {release} --local-dir DIR`."
+        )
+    if not (folder / "model_index.json").is_file():
+        found = sorted(p.name for p in folder.iterdir())[:8]
+        raise CheckpointError(
+            f"{plugin}: {str(folder)!r} has no model_index.json, so it is not a diffusers-format pipeline "
+            f"(found: {', '.join(found) or 'nothing'}). Expected the diffusers layout: model_index.json plus "
+            f"transformer/, vae/, text_encoder/, tokenizer/ and scheduler/ subfolders. A raw upstream release must be "
+            f"converted first: {convert}"
+        )
+    return folder
+
+
+def fixture_directory(name: str, write: Callable[[Path], Any]) -> Path:
+    """``$WORKBENCH_CACHE/fixtures/NAME`` (default cache ``~/.cache/workbench``), written once by ``write(dir)``.
+
+    The directory is written under a temporary name and renamed into place, so concurrent
+    processes (test workers, notebooks) never see a half-written fixture.
+    """
+    import contextlib
+    import os
+    import shutil
+    import tempfile
+
+    root = Path(os.environ.get("WORKBENCH_CACHE") or "~/.cache/workbench").expanduser() / "fixtures"
+    target = root / name
+    if (target / "model_index.json").is_file():
+        return target
+    root.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=root))
+    try:
+        write(staging)
+        with contextlib.suppress(OSError):  # another process finished first: its copy is identical
+            os.replace(staging, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def tiny_fixture_cli(argv: list[str] | None, *, prog: str, description: str, what: str,
+                     save: Callable[[Path, int], Path]) -> None:
+    """``python -m <plugin>.tiny OUT_DIR [--seed N]``: write a tiny pipeline and say where and how big."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("out_dir", help="directory to write (model_index.json, transformer/, vae/, ...)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    out = save(Path(args.out_dir), args.seed)
+    size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
+    print(f"wrote {what} to {out} ({size / 1024:.0f} KiB)")
+
+
+def resolve_dtype(name: str) -> torch.dtype:
+    if name == "auto":
+        return torch.bfloat16 if torch.cuda.is_available() else torch.float32
+    return DTYPES[name]
+
+
+__all__ = ["DTYPES", "fixture_directory", "pipeline_directory", "resolve_dtype", "tiny_fixture_cli"]
