@@ -27,117 +27,18 @@ from typing import Any, Literal
 
 import torch
 
+from workbench.backbones.diffusers_data import (
+    SIGNAL_CONDITIONS,
+    add_signals,
+    batch_size_of,
+    check_video_size,
+    requested_frames,
+)
 from workbench.backbones.diffusers_loading import pipeline_directory, resolve_dtype
 from workbench.config import check
 from workbench.core import BaseVideoModel, Batch, ComponentSpec, FlowMatching, ModelCard, SamplingDefaults, StepRecord
-from workbench.core.backbone import as_video  # noqa: F401  (part of this module's API for plugins)
+from workbench.core.backbone import as_video
 from workbench.errors import CompositionError, DataError
-
-SIGNAL_KEYS = ("action", "proprio", "ee_pos")  # per-frame signals passed through to adapters
-SIGNAL_CONDITIONS = tuple(k for key in SIGNAL_KEYS for k in (key, f"{key}_frames"))  # what prepare_batch supplies
-RAW_ALIASES = {"action": "actions"}  # a raw batch may name a signal so (Meta-World files say "actions")
-
-
-def raw_signal(raw: Mapping[str, Any], key: str) -> Any:
-    """The raw batch's ``key`` signal (or its :data:`RAW_ALIASES` spelling), ``None`` when absent."""
-    value = raw.get(key)
-    return raw.get(RAW_ALIASES[key]) if value is None and key in RAW_ALIASES else value
-
-
-def pool_to_latent_frames(signal: torch.Tensor, ratio: int) -> torch.Tensor:
-    """Per-frame ``(B, T, D)`` → per-latent-frame ``(B, 1 + (T - 1) / r, D)``: the causal VAE's first
-    latent frame covers frame 0, each later one the next ``r`` frames; each gets its frames' mean."""
-    first = signal[:, :1]
-    rest = signal[:, 1:].unflatten(1, (-1, ratio)).mean(dim=2)  # (B, T' - 1, D)
-    return torch.cat([first, rest], dim=1)
-
-
-def check_video_size(shape: Sequence[int], key: str, *, plugin: str, model: str, temporal: int, spatial: int,
-                     patch: int, max_frames: int, example: str) -> None:
-    """``(T, H, W)`` of ``key`` fits a causal video VAE (``1 + temporal k`` frames) and the patching, or a DataError.
-
-    ``model``: the model's name in the message; ``example``: a size that works for the real model.
-    """
-    frames, height, width = shape
-    multiple = spatial * patch
-    problems = []
-    if (frames - 1) % temporal:
-        sizes = ", ".join(str(1 + k * temporal) for k in range(4))
-        problems.append(f"{frames} frames (allowed: 1 + {temporal}k: {sizes}, ..., {max_frames})")
-    if height % multiple or width % multiple:
-        problems.append(f"{height}x{width} pixels (height and width must be multiples of {multiple})")
-    if problems:
-        raise DataError(
-            f"{plugin}: '{key}' has {' and '.join(problems)}; received shape (T, H, W) = {tuple(shape)}. "
-            f"{model}'s VAE compresses {temporal}x in time after the first frame and {spatial}x in space, with "
-            f"{patch}x{patch} transformer patches. Crop or resize the clips, e.g. a Meta-World window of 9 frames "
-            f"at 64x64, or {example} for the real model."
-        )
-
-
-def requested_frames(raw: Mapping[str, Any], default: int) -> int:
-    """How many frames a generation request without video asks for: its signals' length, else ``frames``."""
-    for key in SIGNAL_KEYS:
-        if (value := raw_signal(raw, key)) is not None:
-            return int(torch.as_tensor(value).shape[1])
-    return int(raw.get("frames", default))
-
-
-def add_signals(cond: dict[str, Any], raw: Mapping[str, Any], *, batch_size: int, frames: int, ratio: int,
-                device: torch.device, plugin: str) -> set[str]:
-    """Put the raw per-frame signals into ``cond``; returns their (per-frame) keys.
-
-    Each of ``action`` (or ``actions``), ``proprio``, ``ee_pos`` ``(B, T, D)`` is supplied pooled
-    onto latent frames (``action``, see :func:`pool_to_latent_frames`) and at full rate
-    (``action_frames``).
-    """
-    keys = set()
-    for key in SIGNAL_KEYS:
-        value = raw_signal(raw, key)
-        if value is None:
-            continue
-        value = torch.as_tensor(value, device=device).float()
-        if value.ndim != 3 or value.shape[0] != batch_size or value.shape[1] != frames:
-            raise DataError(f"{plugin}: '{key}' must be (B, T, D) with B={batch_size} and T={frames} frames, "
-                            f"got {tuple(value.shape)}.")
-        cond[key] = pool_to_latent_frames(value, ratio)
-        cond[f"{key}_frames"] = value
-        keys |= {key, f"{key}_frames"}
-    return keys
-
-
-def prompts_from(raw: Mapping[str, Any], key: str, default: str | None, template: str, batch_size: int,
-                 plugin: str) -> list[str]:
-    """One prompt per clip: ``raw[key]`` (a str, or one str per clip) put into ``template``, else ``default``."""
-    value = raw.get(key)
-    if value is None:
-        if default is None:
-            raise DataError(
-                f"{plugin}.prepare_batch needs the text condition: a '{key}' entry (a str, or a list of {batch_size} "
-                f"str), precomputed 'prompt_embeds' (B, L, D), or a default prompt in the backbone config "
-                f"(prompt: '...'). The batch has keys {sorted(raw)}. Add one of these (for Meta-World clips, "
-                f"prompt_key: task reads the task name)."
-            )
-        return [default] * batch_size
-    if isinstance(value, str):
-        return [template.format(value)] * batch_size
-    if not (isinstance(value, Sequence) and all(isinstance(v, str) for v in value)) or len(value) != batch_size:
-        raise DataError(f"{plugin}: '{key}' must be a str or a list of {batch_size} str (one per clip), got "
-                        f"{type(value).__name__} {value!r:.80}.")
-    return [template.format(v) for v in value]
-
-
-def batch_size_of(raw: Mapping[str, Any], prompt_key: str) -> int:
-    """How many clips a generation request without video asks for (signals, embeddings or prompts; else 1)."""
-    if raw.get("prompt_embeds") is not None:
-        return int(torch.as_tensor(raw["prompt_embeds"]).shape[0])
-    for key in SIGNAL_KEYS:
-        if (value := raw_signal(raw, key)) is not None:
-            return int(torch.as_tensor(value).shape[0])
-    prompts = raw.get(prompt_key)
-    if isinstance(prompts, Sequence) and not isinstance(prompts, str):
-        return len(prompts)
-    return int(raw.get("batch_size", 1))
 
 
 class _PipelineCall:
@@ -312,15 +213,19 @@ class DiffusersBackbone(BaseVideoModel):
     the flow-matching objective, the signal conditions, and a lazily evaluated base call inside
     ``generate``.
 
-    A plugin sets ``name`` (its registry name, used in messages), ``release`` (the diffusers-format
-    release to point users at), ``convert`` (how to get one from an upstream checkpoint),
-    ``real_defaults`` (the real model's sampling settings) and ``config_class`` (a
-    :class:`DiffusersConfig`), and implements :meth:`tiny_pipeline` and :meth:`load` (load the
-    pipeline's parts, check them, :meth:`adopt_components`, build the pipelines).
+    A plugin sets ``name`` (its registry name) and ``model_name`` (the model, in messages),
+    ``release`` (the diffusers-format release to point users at), ``convert`` (how to get one from
+    an upstream checkpoint), ``real_defaults`` (the real model's sampling settings) and
+    ``config_class`` (a :class:`DiffusersConfig`); implements :meth:`tiny_pipeline`, :meth:`load`
+    (load the pipeline's parts, check them, :meth:`adopt_components`, build the pipelines, set
+    ``latent_channels``, ``spatial`` / ``temporal`` compression and ``spatial_patch``),
+    :meth:`card_fields`, ``_text`` (the text conditions of a raw batch), ``denoise`` and
+    ``_generate`` (through :meth:`run_pipeline`); and overrides :meth:`latents_from`,
+    :meth:`condition_on` / :meth:`batch_from` where its inputs go beyond clips and text.
     """
 
     name: str = ""
-    release: str = ""
+    model_name: str = ""
     convert: str = ""
     real_defaults: Mapping[str, Any] = {}
     causal_latents = True  # the video VAEs diffusers ships are causal in time: frame 0 → latent 0, then r per frame
@@ -417,6 +322,75 @@ class DiffusersBackbone(BaseVideoModel):
     def provides(self) -> tuple[str, ...]:
         return (*self.text_conditions(), *SIGNAL_CONDITIONS)
 
+    # -- batches -----------------------------------------------------------------------------
+    def check_frames(self, shape: Sequence[int], key: str) -> None:
+        """``(T, H, W)`` of ``key`` fits the VAE and the patching (see :func:`check_video_size`)."""
+        d = self.real_defaults
+        check_video_size(shape, key, plugin=self.name, model=self.model_name, temporal=self.temporal,
+                         spatial=self.spatial, patch=self.spatial_patch, max_frames=d["num_frames"],
+                         example=f"{d['num_frames']} frames at {d['height']}x{d['width']}")
+
+    def blank_latents(self, batch_size: int, frames: int, height: int, width: int, key: str) -> torch.Tensor:
+        """Zero latents ``(B, C, T', h, w)`` for a generation request of that size (checked first)."""
+        self.check_frames((frames, height, width), key)
+        shape = (batch_size, self.latent_channels, (frames - 1) // self.temporal + 1, height // self.spatial,
+                 width // self.spatial)
+        return torch.zeros(shape, device=self.device)
+
+    def latents_from(self, raw: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor | None, bool]:
+        """``(latents, video, has_target)`` of a raw batch: its ``"video"`` encoded, or else zero latents of the
+        size a text-to-video request asks for (``"frames"`` or the signals' length, ``"height"`` / ``"width"``,
+        default the card's; ``video`` is then ``None``)."""
+        if "video" in raw:
+            video = as_video(raw["video"], "video").to(self.device)
+            self.check_frames(video.shape[2:], "video")
+            return self.encode(video), video, True
+        batch_size = batch_size_of(raw, self.config.prompt_key)
+        frames, s = self._frames_from(raw), self.card.sampling
+        height, width = int(raw.get("height", s.height)), int(raw.get("width", s.width))
+        return self.blank_latents(batch_size, frames, height, width, "generation size"), None, False
+
+    def prepare_batch(self, raw: Mapping[str, Any] | Batch) -> Batch:
+        """Raw data → :class:`Batch`: the latents (:meth:`latents_from`), the text conditions, what the
+        backbone conditions on besides (:meth:`condition_on`), then each per-frame signal (``"action"`` or
+        ``"actions"``, ``"proprio"``, ``"ee_pos"`` ``(B, T, D)``) pooled onto latent frames (``action``
+        ``(B, T', D)``) and at full rate (``action_frames``), see :func:`add_signals`."""
+        if isinstance(raw, Batch):
+            return raw
+        if not isinstance(raw, Mapping):
+            raise DataError(f"{self.name}.prepare_batch expects a mapping of tensors, got {type(raw).__name__}.")
+        with torch.no_grad():
+            latents, video, has_target = self.latents_from(raw)
+            cond: dict[str, Any] = self._text(raw, latents.shape[0])
+            self.condition_on(cond, latents, video, has_target)
+        batch_size, frames = latents.shape[0], 1 + (latents.shape[2] - 1) * self.temporal
+        per_frame = add_signals(cond, raw, batch_size=batch_size, frames=frames, ratio=self.temporal,
+                                device=self.device, plugin=self.name)
+        return self.batch_from(latents, cond, frozenset(per_frame), video, has_target)
+
+    def condition_on(self, cond: dict[str, Any], latents: torch.Tensor, video: torch.Tensor | None,
+                     has_target: bool) -> None:
+        """Add to ``cond`` what the backbone conditions on besides text (e.g. a first frame); nothing by default."""
+
+    def batch_from(self, latents: torch.Tensor, cond: dict[str, Any], per_frame: frozenset[str],
+                   video: torch.Tensor | None, has_target: bool) -> Batch:
+        """The prepared :class:`Batch` (every latent frame predicted unless a backbone says otherwise)."""
+        return Batch(latents=latents, cond=cond, per_frame=per_frame, meta={"has_target": has_target})
+
+    def _text(self, raw: Mapping[str, Any], batch_size: int) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+    # -- sampling ----------------------------------------------------------------------------
+    def run_pipeline(self, pipe: Any, injection: Injection, batch: Batch, *, steps: int, guidance: float,
+                     generator: torch.Generator | None, **kwargs: Any) -> torch.Tensor:
+        """Run ``pipe`` for ``batch``'s size with ``injection`` installed; its final latents in the batch's dtype."""
+        _, _, frames, h, w = batch.latents.shape
+        with injection.installed(pipe):
+            out = pipe(height=h * self.spatial, width=w * self.spatial, num_frames=1 + (frames - 1) * self.temporal,
+                       num_inference_steps=steps, guidance_scale=guidance, generator=generator, output_type="latent",
+                       **injection.callback, **kwargs)
+        return out.frames.to(batch.latents.dtype)
+
     def native_prediction(self, x_t: torch.Tensor) -> torch.Tensor | None:
         """The pipeline's own transformer output for ``x_t`` when ``x_t`` is what the injected call handed out."""
         pending = self._pending
@@ -430,21 +404,3 @@ def transformer_output(sample: torch.Tensor):
     from diffusers.models.modeling_outputs import Transformer2DModelOutput
 
     return Transformer2DModelOutput(sample=sample)
-
-
-def uncond_batch(batch: Batch, negative: torch.Tensor, **extra: torch.Tensor) -> Batch:
-    """The batch the unconditional branch is composed with: the negative prompt, the signals dropped.
-
-    Dropped means zeros, exactly what a condition's dropout feeds the adapter in training, so an
-    adapter trained with condition dropout has learned what "unconditional" looks like.
-    """
-    cond = dict(batch.cond)
-    cond["prompt_embeds"] = negative
-    cond.update(extra)
-    for key in [k for k in cond if k.removesuffix("_frames") in SIGNAL_KEYS]:
-        if isinstance(cond[key], torch.Tensor):
-            cond[key] = torch.zeros_like(cond[key])
-    return Batch(latents=batch.latents, cond=cond, loss_mask=batch.loss_mask, per_frame=batch.per_frame,
-                 meta={**batch.meta, "branch": "uncond"})
-
-

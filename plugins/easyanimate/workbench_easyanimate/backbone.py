@@ -33,18 +33,8 @@ from typing import Any
 import torch
 
 from workbench import Batch
-from workbench.backbones.diffusers_bridge import (
-    DiffusersBackbone,
-    DiffusersConfig,
-    Injection,
-    add_signals,
-    as_video,
-    batch_size_of,
-    check_video_size,
-    prompts_from,
-    transformer_output,
-    uncond_batch,
-)
+from workbench.backbones.diffusers_bridge import DiffusersBackbone, DiffusersConfig, Injection, transformer_output
+from workbench.backbones.diffusers_data import prompts_from, uncond_batch
 from workbench.errors import CheckpointError, CompositionError, DataError
 
 # EasyAnimate V5.1's own settings: 50 steps, guidance 6, 49 frames at 8 fps, 512x512 (its diffusers example).
@@ -95,10 +85,17 @@ class EasyAnimate(DiffusersBackbone):
     >>> base = EasyAnimate.from_pretrained("/models/EasyAnimateV5.1-12b-zh-diffusers")   # bf16 on a GPU
     >>> batch = base.prepare_batch({"video": clips, "prompt": "a robot arm", "action": actions})
     >>> latents = base.generate({"prompt": "a robot arm", "frames": 49, "height": 512, "width": 512})
+
+    ``prepare_batch`` takes ``"video"`` ``(B, 3, T, H, W)`` in [-1, 1] (or uint8 ``(B, T, H, W, 3)``)
+    for training, or only the text plus ``"frames"`` / ``"height"`` / ``"width"`` (default: the
+    card's) for generation; text as ``"prompt"`` (or ``prompt_key``), precomputed
+    ``"prompt_embeds"`` (+ ``"prompt_attention_mask"``), or the config's default prompt; and the
+    per-frame signals (see :meth:`DiffusersBackbone.prepare_batch`).
     """
 
     config_class = EasyAnimateConfig
     name = "easyanimate"
+    model_name = "EasyAnimate"
     release = RELEASE
     convert = (f"download {RELEASE} (or the 7b one) instead, or load the upstream weights with diffusers' "
                f"EasyAnimate classes and write them with EasyAnimatePipeline.save_pretrained(DIR).")
@@ -129,7 +126,7 @@ class EasyAnimate(DiffusersBackbone):
         self.latent_channels = latent_channels
         self.spatial = self.vae.spatial_compression_ratio
         self.temporal = self.vae.temporal_compression_ratio
-        self.patch = self.transformer.config.patch_size
+        self.patch = self.spatial_patch = self.transformer.config.patch_size
         self.scaling_factor = float(self.vae.config.scaling_factor)
         self.train_timesteps = self.scheduler.config.num_train_timesteps
 
@@ -199,48 +196,6 @@ class EasyAnimate(DiffusersBackbone):
             cond["prompt_embeds"], cond["prompt_attention_mask"] = self.encode_text(prompts)
         return cond
 
-    # -- batches -----------------------------------------------------------------------------
-    def _check_frames(self, shape: Sequence[int], key: str) -> None:
-        check_video_size(shape, key, plugin="easyanimate", model="EasyAnimate", temporal=self.temporal,
-                         spatial=self.spatial, patch=self.patch, max_frames=49, example="49 frames at 512x512")
-
-    def prepare_batch(self, raw: Mapping[str, Any] | Batch) -> Batch:
-        """Raw data → :class:`Batch`.
-
-        ``raw`` holds ``"video"`` ``(B, 3, T, H, W)`` in [-1, 1] (or uint8 ``(B, T, H, W, 3)``) for
-        training, or only the text plus ``"frames"`` / ``"height"`` / ``"width"`` (default: the
-        card's) for generation; text as ``"prompt"`` (or ``prompt_key``), precomputed
-        ``"prompt_embeds"`` (+ ``"prompt_attention_mask"``), or the config's default prompt;
-        per-frame ``"action"`` (or ``"actions"``), ``"proprio"``, ``"ee_pos"`` ``(B, T, D)``, supplied
-        pooled onto latent frames (``action`` ``(B, T', D)``) and at full rate (``action_frames``).
-        """
-        if isinstance(raw, Batch):
-            return raw
-        if not isinstance(raw, Mapping):
-            raise DataError(f"easyanimate.prepare_batch expects a mapping of tensors, got {type(raw).__name__}.")
-        device = self.device
-        with torch.no_grad():
-            if "video" in raw:
-                video = as_video(raw["video"], "video").to(device)
-                self._check_frames(video.shape[2:], "video")
-                latents = self.encode(video)
-                has_target = True
-            else:
-                batch_size = batch_size_of(raw, self.config.prompt_key)
-                frames = self._frames_from(raw)
-                s = self.card.sampling
-                height, width = int(raw.get("height", s.height)), int(raw.get("width", s.width))
-                self._check_frames((frames, height, width), "generation size")
-                shape = (batch_size, self.latent_channels, (frames - 1) // self.temporal + 1,
-                         height // self.spatial, width // self.spatial)
-                latents = torch.zeros(shape, device=device)
-                has_target = False
-            batch_size, frames = latents.shape[0], 1 + (latents.shape[2] - 1) * self.temporal
-            cond: dict[str, Any] = self._text(raw, batch_size)
-        per_frame = add_signals(cond, raw, batch_size=batch_size, frames=frames, ratio=self.temporal, device=device,
-                                plugin="easyanimate")
-        return Batch(latents=latents, cond=cond, per_frame=frozenset(per_frame), meta={"has_target": has_target})
-
     # -- denoising ---------------------------------------------------------------------------
     def denoise(self, x_t: torch.Tensor, t: torch.Tensor, cond: Mapping[str, Any]) -> torch.Tensor:
         """The frozen transformer's velocity at ``x_t`` (``t``: noise level in [0, 1], ``(B,)``).
@@ -269,7 +224,7 @@ class EasyAnimate(DiffusersBackbone):
         ``guidance_scale`` defaults to the card's; other keyword arguments go to the pipeline.
         """
         guidance = self.card.sampling.guidance_scale if guidance_scale is None else guidance_scale
-        b, _, frames, h, w = batch.latents.shape
+        b = batch.batch_size
         kwargs: dict[str, Any] = dict(prompt_embeds=batch.cond["prompt_embeds"],
                                       prompt_attention_mask=batch.cond["prompt_attention_mask"])
         uncond = None
@@ -280,9 +235,5 @@ class EasyAnimate(DiffusersBackbone):
             kwargs.update(negative_prompt_embeds=negative, negative_prompt_attention_mask=mask)
             uncond = uncond_batch(batch, negative, prompt_attention_mask=mask)
         injection = _EasyAnimateInjection(self, batch, uncond, compose_fn, on_step, steps)
-        with injection.installed(self.pipeline):
-            out = self.pipeline(height=h * self.spatial, width=w * self.spatial,
-                                num_frames=1 + (frames - 1) * self.temporal, num_inference_steps=steps,
-                                guidance_scale=guidance, generator=generator, output_type="latent",
-                                **injection.callback, **kwargs, **pipeline_kwargs)
-        return out.frames.to(batch.latents.dtype)
+        return self.run_pipeline(self.pipeline, injection, batch, steps=steps, guidance=guidance, generator=generator,
+                                 **kwargs, **pipeline_kwargs)

@@ -35,18 +35,8 @@ from typing import Any
 import torch
 
 from workbench import Batch
-from workbench.backbones.diffusers_bridge import (
-    DiffusersBackbone,
-    DiffusersConfig,
-    Injection,
-    add_signals,
-    as_video,
-    batch_size_of,
-    check_video_size,
-    prompts_from,
-    transformer_output,
-    uncond_batch,
-)
+from workbench.backbones.diffusers_bridge import DiffusersBackbone, DiffusersConfig, Injection, transformer_output
+from workbench.backbones.diffusers_data import prompts_from, uncond_batch
 from workbench.config import check
 from workbench.errors import CheckpointError, CompositionError, DataError
 
@@ -108,6 +98,7 @@ class Wan22TI2V(DiffusersBackbone):
 
     config_class = Wan22Config
     name = "wan22_ti2v"
+    model_name = "Wan2.2"
     release = "Wan-AI/Wan2.2-TI2V-5B-Diffusers"
     convert = ("download Wan-AI/Wan2.2-TI2V-5B-Diffusers instead, or convert the upstream checkpoint with diffusers' "
                "scripts/convert_wan_to_diffusers.py (model type Wan2.2-TI2V-5B) and point path at its output.")
@@ -146,6 +137,8 @@ class Wan22TI2V(DiffusersBackbone):
         self.spatial = vae.scale_factor_spatial
         self.temporal = vae.scale_factor_temporal
         self.patch = tuple(self.transformer.config.patch_size)  # (1, 2, 2)
+        self.spatial_patch = self.patch[1]
+        self.latent_channels = vae.z_dim
         self.train_timesteps = self.scheduler.config.num_train_timesteps
         self.register_buffer("latents_mean", torch.tensor(vae.latents_mean).view(1, -1, 1, 1, 1), persistent=False)
         self.register_buffer("latents_inv_std", 1.0 / torch.tensor(vae.latents_std).view(1, -1, 1, 1, 1),
@@ -228,12 +221,6 @@ class Wan22TI2V(DiffusersBackbone):
         return cond
 
     # -- batches -----------------------------------------------------------------------------
-    def _check_frames(self, shape: Sequence[int], key: str) -> None:
-        check_video_size(shape, key, plugin="wan22_ti2v", model="Wan2.2", temporal=self.temporal,
-                         spatial=self.spatial, patch=self.patch[1], max_frames=REAL_DEFAULTS["num_frames"],
-                         example=f"{REAL_DEFAULTS['num_frames']} frames at {REAL_DEFAULTS['height']}x"
-                                 f"{REAL_DEFAULTS['width']}")
-
     def prepare_batch(self, raw: Mapping[str, Any] | Batch) -> Batch:
         """Raw data → :class:`Batch`.
 
@@ -249,56 +236,38 @@ class Wan22TI2V(DiffusersBackbone):
         each next 4) and at full rate (``action_frames`` ``(B, T, D)``). ``loss_mask`` leaves out the
         conditioning latent frame.
         """
-        if isinstance(raw, Batch):
-            return raw
-        if not isinstance(raw, Mapping):
-            raise DataError(f"wan22_ti2v.prepare_batch expects a mapping of tensors, got {type(raw).__name__}.")
-        device = self.device
-        with torch.no_grad():
-            if "video" in raw:
-                video = as_video(raw["video"], "video").to(device)
-                self._check_frames(video.shape[2:], "video")
-                latents = self.encode(video)
-                image = video[:, :, 0]
-                has_target = True
-            elif "image" in raw:
-                image = torch.as_tensor(raw["image"]).float().to(device)
-                if image.ndim != 4 or image.shape[1] != 3:
-                    raise DataError(f"wan22_ti2v: 'image' must be (B, 3, H, W) in [-1, 1], got {tuple(image.shape)}.")
-                frames = self._frames_from(raw)
-                self._check_frames((frames, *image.shape[2:]), "image")
-                shape = (image.shape[0], self.vae.config.z_dim, (frames - 1) // self.temporal + 1,
-                         image.shape[2] // self.spatial, image.shape[3] // self.spatial)
-                latents = torch.zeros(shape, device=device)
-                has_target = False
-            elif not self.config.first_frame:  # text-to-video generation: the size comes from the request
-                batch_size = batch_size_of(raw, self.config.prompt_key)
-                frames, s = self._frames_from(raw), self.card.sampling
-                height, width = int(raw.get("height", s.height)), int(raw.get("width", s.width))
-                self._check_frames((frames, height, width), "generation size")
-                shape = (batch_size, self.vae.config.z_dim, (frames - 1) // self.temporal + 1, height // self.spatial,
-                         width // self.spatial)
-                latents, image, has_target = torch.zeros(shape, device=device), None, False
-            else:
-                raise DataError(f"wan22_ti2v.prepare_batch needs 'video' (B, 3, T, H, W), or 'image' (B, 3, H, W) to "
-                                f"generate from a first frame; got keys {sorted(raw)}. For text-to-video, build the "
-                                f"backbone with first_frame: false.")
-            batch_size, frames = latents.shape[0], 1 + (latents.shape[2] - 1) * self.temporal
-            cond: dict[str, Any] = self._text(raw, batch_size)
-            if self.config.first_frame:
-                first = self.encode(image[:, :, None])[:, :, 0]  # as the pipeline encodes its condition
-                cond["first_frame"] = first
-                if not has_target:
-                    latents[:, :, 0] = first
-        per_frame = add_signals(cond, raw, batch_size=batch_size, frames=frames, ratio=self.temporal, device=device,
-                                plugin="wan22_ti2v")
-        mask = torch.ones(batch_size, latents.shape[2], device=device)
+        return super().prepare_batch(raw)
+
+    def latents_from(self, raw: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor | None, bool]:
+        if "video" in raw or ("image" not in raw and not self.config.first_frame):
+            return super().latents_from(raw)  # clips, or a text-to-video request
+        if "image" not in raw:
+            raise DataError(f"wan22_ti2v.prepare_batch needs 'video' (B, 3, T, H, W), or 'image' (B, 3, H, W) to "
+                            f"generate from a first frame; got keys {sorted(raw)}. For text-to-video, build the "
+                            f"backbone with first_frame: false.")
+        image = torch.as_tensor(raw["image"]).float().to(self.device)
+        if image.ndim != 4 or image.shape[1] != 3:
+            raise DataError(f"wan22_ti2v: 'image' must be (B, 3, H, W) in [-1, 1], got {tuple(image.shape)}.")
+        latents = self.blank_latents(image.shape[0], self._frames_from(raw), *image.shape[2:], "image")
+        return latents, image[:, :, None], False
+
+    def condition_on(self, cond: dict[str, Any], latents: torch.Tensor, video: torch.Tensor | None,
+                     has_target: bool) -> None:
+        if self.config.first_frame:
+            image = video[:, :, 0]
+            first = self.encode(image[:, :, None])[:, :, 0]  # as the pipeline encodes its condition
+            cond["first_frame"] = first
+            if not has_target:
+                latents[:, :, 0] = first
+
+    def batch_from(self, latents: torch.Tensor, cond: dict[str, Any], per_frame: frozenset[str],
+                   video: torch.Tensor | None, has_target: bool) -> Batch:
+        mask = torch.ones(latents.shape[0], latents.shape[2], device=self.device)
         if self.config.first_frame:
             mask[:, 0] = 0  # the first latent frame is given, not predicted
-        if image is not None:
-            cond["image"] = image  # the first frame's pixels, which the i2v pipeline encodes itself
-        return Batch(latents=latents, cond=cond, loss_mask=mask, per_frame=frozenset(per_frame),
-                     meta={"has_target": has_target})
+        if video is not None:
+            cond["image"] = video[:, :, 0]  # the first frame's pixels, which the i2v pipeline encodes itself
+        return Batch(latents=latents, cond=cond, loss_mask=mask, per_frame=per_frame, meta={"has_target": has_target})
 
     # -- denoising ---------------------------------------------------------------------------
     def token_timesteps(self, t: torch.Tensor, latents_shape: Sequence[int]) -> torch.Tensor:
@@ -346,7 +315,7 @@ class Wan22TI2V(DiffusersBackbone):
         ``guidance_scale`` defaults to the card's; other keyword arguments go to the pipeline.
         """
         guidance = self.card.sampling.guidance_scale if guidance_scale is None else guidance_scale
-        b, _, frames, h, w = batch.latents.shape
+        b = batch.batch_size
         uncond = None
         kwargs: dict[str, Any] = dict(prompt_embeds=batch.cond["prompt_embeds"])
         if guidance > 1:
@@ -365,9 +334,5 @@ class Wan22TI2V(DiffusersBackbone):
         else:
             pipe = self.pipelines["t2v"]
         injection = _WanInjection(self, batch, uncond, compose_fn, on_step, steps)
-        with injection.installed(pipe):
-            out = pipe(height=h * self.spatial, width=w * self.spatial, num_frames=1 + (frames - 1) * self.temporal,
-                       num_inference_steps=steps, guidance_scale=guidance, generator=generator, output_type="latent",
-                       max_sequence_length=self.config.max_sequence_length,
-                       **injection.callback, **kwargs, **pipeline_kwargs)
-        return out.frames.to(batch.latents.dtype)
+        return self.run_pipeline(pipe, injection, batch, steps=steps, guidance=guidance, generator=generator,
+                                 max_sequence_length=self.config.max_sequence_length, **kwargs, **pipeline_kwargs)
