@@ -380,6 +380,20 @@ class DiffusersBackbone(BaseVideoModel):
     def _text(self, raw: Mapping[str, Any], batch_size: int) -> dict[str, torch.Tensor]:
         raise NotImplementedError
 
+    def cached_text(self, prompts: Sequence[str], encode: Callable[[list[str]], Sequence[Any]], fix: str) -> list[Any]:
+        """Each prompt's encoding: prompts not seen before are encoded together, once per backbone
+        (``encode(missing)`` gives one entry per prompt), and kept — the text encoder dwarfs any adapter.
+        ``fix``: what to pass instead when the pipeline has no text encoder."""
+        missing = [p for p in dict.fromkeys(prompts) if p not in self._text_cache]
+        if missing:
+            if self.text_encoder is None or self.tokenizer is None:
+                raise DataError(f"{self.name}: prompts were given but {self.folder} has no text_encoder / tokenizer. "
+                                f"{fix}")
+            with torch.no_grad():
+                for prompt, value in zip(missing, encode(missing)):
+                    self._text_cache[prompt] = value
+        return [self._text_cache[p] for p in prompts]
+
     # -- sampling ----------------------------------------------------------------------------
     def run_pipeline(self, pipe: Any, injection: Injection, batch: Batch, *, steps: int, guidance: float,
                      generator: torch.Generator | None, **kwargs: Any) -> torch.Tensor:

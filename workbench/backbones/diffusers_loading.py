@@ -6,6 +6,7 @@ No diffusers import here; :mod:`workbench.backbones.diffusers_bridge` builds on 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -82,4 +83,34 @@ def resolve_dtype(name: str) -> torch.dtype:
     return DTYPES[name]
 
 
-__all__ = ["DTYPES", "fixture_directory", "pipeline_directory", "resolve_dtype", "tiny_fixture_cli"]
+
+@dataclass(frozen=True)
+class TinyFixture:
+    """A plugin's tiny random pipeline for tests and examples.
+
+    ``build(seed)`` makes it (a diffusers pipeline, ``what`` in words); :meth:`save` writes it in
+    the diffusers layout; :meth:`ensure` keeps one under ``$WORKBENCH_CACHE/fixtures/<name>``
+    (``path: tiny``); :meth:`main` is ``prog OUT_DIR [--seed N]``.
+    """
+
+    name: str
+    build: Callable[[int], Any]
+    what: str
+    prog: str
+
+    def save(self, out_dir: str | Path, seed: int = 0) -> Path:
+        """Write the pipeline built from ``seed`` to ``out_dir`` (diffusers layout, safetensors); return the path."""
+        out = Path(out_dir)
+        self.build(seed).save_pretrained(str(out), safe_serialization=True)
+        return out
+
+    def ensure(self) -> Path:
+        """The pipeline's directory under ``$WORKBENCH_CACHE/fixtures`` (built once, atomically)."""
+        return fixture_directory(self.name, self.save)
+
+    def main(self, argv: list[str] | None = None) -> None:
+        tiny_fixture_cli(argv, prog=self.prog, description=f"Write {self.what} (random weights, diffusers layout).",
+                         what=self.what, save=self.save)
+
+
+__all__ = ["DTYPES", "TinyFixture", "fixture_directory", "pipeline_directory", "resolve_dtype", "tiny_fixture_cli"]

@@ -102,9 +102,9 @@ class EasyAnimate(DiffusersBackbone):
     real_defaults = REAL_DEFAULTS
 
     def tiny_pipeline(self) -> Path:
-        from workbench_easyanimate.tiny import ensure_tiny_pipeline
+        from workbench_easyanimate.tiny import FIXTURE
 
-        return ensure_tiny_pipeline()
+        return FIXTURE.ensure()
 
     def load(self, dtype: torch.dtype) -> None:
         from diffusers import DiffusionPipeline, EasyAnimatePipeline
@@ -160,19 +160,13 @@ class EasyAnimate(DiffusersBackbone):
     def encode_text(self, prompts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """Prompts → Qwen2-VL embeddings ``(B, L, D)`` and attention mask ``(B, L)``, through the
         pipeline's own ``encode_prompt`` and cached per prompt (the text encoder dwarfs any adapter)."""
-        missing = [p for p in dict.fromkeys(prompts) if p not in self._text_cache]
-        if missing:
-            if self.text_encoder is None or self.tokenizer is None:
-                raise DataError(
-                    f"easyanimate: prompts were given but {self.folder} has no text_encoder / tokenizer. Pass "
-                    f"precomputed 'prompt_embeds' (B, L, D) and 'prompt_attention_mask' (B, L) in the batch instead."
-                )
-            with torch.no_grad():
-                embeds, _, mask, _ = self.pipeline.encode_prompt(
-                    missing, do_classifier_free_guidance=False, device=self.device, dtype=self.transformer.dtype)
-            for prompt, embed, m in zip(missing, embeds, mask):
-                self._text_cache[prompt] = (embed, m)
-        pairs = [self._text_cache[p] for p in prompts]
+        def encode(missing: list[str]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+            embeds, _, mask, _ = self.pipeline.encode_prompt(
+                missing, do_classifier_free_guidance=False, device=self.device, dtype=self.transformer.dtype)
+            return list(zip(embeds, mask))
+
+        pairs = self.cached_text(prompts, encode, "Pass precomputed 'prompt_embeds' (B, L, D) and "
+                                                  "'prompt_attention_mask' (B, L) in the batch instead.")
         return (torch.stack([e for e, _ in pairs]).to(self.device), torch.stack([m for _, m in pairs]).to(self.device))
 
     def _text(self, raw: Mapping[str, Any], batch_size: int) -> dict[str, torch.Tensor]:

@@ -105,9 +105,9 @@ class Wan22TI2V(DiffusersBackbone):
     real_defaults = REAL_DEFAULTS
 
     def tiny_pipeline(self) -> Path:
-        from workbench_wan22.tiny import ensure_tiny_pipeline
+        from workbench_wan22.tiny import FIXTURE
 
-        return ensure_tiny_pipeline()
+        return FIXTURE.ensure()
 
     def load(self, dtype: torch.dtype) -> None:
         from diffusers import DiffusionPipeline, WanImageToVideoPipeline, WanPipeline
@@ -187,21 +187,14 @@ class Wan22TI2V(DiffusersBackbone):
         The text encoder is large next to any adapter, so each distinct prompt is encoded once per
         backbone and kept (in the transformer's dtype).
         """
-        missing = [p for p in dict.fromkeys(prompts) if p not in self._text_cache]
-        if missing:
-            if self.text_encoder is None or self.tokenizer is None:
-                raise DataError(
-                    f"wan22_ti2v: prompts were given but {self.folder} has no text_encoder / tokenizer. Pass "
-                    f"precomputed 'prompt_embeds' (B, L, D) in the batch instead, or use a pipeline directory with "
-                    f"the UMT5 text encoder."
-                )
-            with torch.no_grad():
-                embeds, _ = self.pipelines["t2v"].encode_prompt(
-                    missing, do_classifier_free_guidance=False, max_sequence_length=self.config.max_sequence_length,
-                    device=self.device, dtype=self.transformer.dtype)
-            for prompt, embed in zip(missing, embeds):
-                self._text_cache[prompt] = embed
-        return torch.stack([self._text_cache[p].to(self.device) for p in prompts])
+        def encode(missing: list[str]) -> torch.Tensor:
+            return self.pipelines["t2v"].encode_prompt(
+                missing, do_classifier_free_guidance=False, max_sequence_length=self.config.max_sequence_length,
+                device=self.device, dtype=self.transformer.dtype)[0]
+
+        embeds = self.cached_text(prompts, encode, "Pass precomputed 'prompt_embeds' (B, L, D) in the batch instead, "
+                                                   "or use a pipeline directory with the UMT5 text encoder.")
+        return torch.stack([e.to(self.device) for e in embeds])
 
     def _text(self, raw: Mapping[str, Any], batch_size: int) -> dict[str, torch.Tensor]:
         cond = {}
