@@ -14,7 +14,9 @@
 * Loading and data helpers shared by the plugins.
 
 Every diffusers-native plugin builds on this module; it is part of workbench's public API for
-plugin authors and never imports diffusers itself (``import workbench`` does not load it).
+plugin authors (``__all__``, including the data helpers of :mod:`~workbench.backbones.diffusers_data`
+and the loading helpers of :mod:`~workbench.backbones.diffusers_loading`) and never imports
+diffusers itself (``import workbench`` does not load it).
 """
 
 from __future__ import annotations
@@ -29,12 +31,16 @@ import torch
 
 from workbench.backbones.diffusers_data import (
     SIGNAL_CONDITIONS,
+    SIGNAL_KEYS,
     add_signals,
     batch_size_of,
     check_video_size,
+    pool_to_latent_frames,
+    prompts_from,
     requested_frames,
+    uncond_batch,
 )
-from workbench.backbones.diffusers_loading import pipeline_directory, resolve_dtype
+from workbench.backbones.diffusers_loading import TinyFixture, fixture_directory, pipeline_directory, resolve_dtype
 from workbench.config import check
 from workbench.core import BaseVideoModel, Batch, ComponentSpec, FlowMatching, ModelCard, SamplingDefaults, StepRecord
 from workbench.core.backbone import as_video
@@ -418,3 +424,11 @@ def transformer_output(sample: torch.Tensor):
     from diffusers.models.modeling_outputs import Transformer2DModelOutput
 
     return Transformer2DModelOutput(sample=sample)
+
+
+__all__ = [
+    "SIGNAL_CONDITIONS", "SIGNAL_KEYS", "DiffusersBackbone", "DiffusersConfig", "Injection", "TinyFixture",
+    "add_signals", "as_video", "batch_size_of", "check_video_size", "fixture_directory", "pipeline_directory",
+    "pool_to_latent_frames", "prompts_from", "requested_frames", "resolve_dtype", "transformer_output",
+    "uncond_batch",
+]

@@ -33,8 +33,14 @@ from typing import Any
 import torch
 
 from workbench import Batch
-from workbench.backbones.diffusers_bridge import DiffusersBackbone, DiffusersConfig, Injection, transformer_output
-from workbench.backbones.diffusers_data import prompts_from, uncond_batch
+from workbench.backbones.diffusers_bridge import (
+    DiffusersBackbone,
+    DiffusersConfig,
+    Injection,
+    prompts_from,
+    transformer_output,
+    uncond_batch,
+)
 from workbench.errors import CheckpointError, CompositionError, DataError
 
 # EasyAnimate V5.1's own settings: 50 steps, guidance 6, 49 frames at 8 fps, 512x512 (its diffusers example).

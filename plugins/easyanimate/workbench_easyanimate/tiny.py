@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from workbench.backbones.diffusers_loading import TinyFixture
+from workbench.backbones.diffusers_bridge import TinyFixture
 
 VERSION = 1
 CHARACTERS = [chr(c) for c in range(ord("a"), ord("z") + 1)] + [str(d) for d in range(10)] + [

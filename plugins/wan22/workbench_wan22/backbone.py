@@ -35,8 +35,14 @@ from typing import Any
 import torch
 
 from workbench import Batch
-from workbench.backbones.diffusers_bridge import DiffusersBackbone, DiffusersConfig, Injection, transformer_output
-from workbench.backbones.diffusers_data import prompts_from, uncond_batch
+from workbench.backbones.diffusers_bridge import (
+    DiffusersBackbone,
+    DiffusersConfig,
+    Injection,
+    prompts_from,
+    transformer_output,
+    uncond_batch,
+)
 from workbench.config import check
 from workbench.errors import CheckpointError, CompositionError, DataError
 
