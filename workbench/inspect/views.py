@@ -114,7 +114,8 @@ def given_frames(batch: Batch, index: int, frames: int, causal: bool | None = Tr
 
 
 def view_image(traj: Trajectory, step: int, view: str, decode: str = "preview", index: int = 0) -> ViewImage:
-    """One view (see the module docstring) of ``traj``'s step ``step`` for batch element ``index``."""
+    """One view (see :mod:`workbench.inspect.stepper` for what each shows) of ``traj``'s step ``step`` for batch
+    element ``index``."""
     view = normalise_view(view)
     rec = traj[step]
     base = traj.model.base
