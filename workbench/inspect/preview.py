@@ -175,8 +175,9 @@ def backbone_identity(base: BaseVideoModel) -> str:
     ``preview_identity() -> str`` instead (e.g. its VAE checkpoint's hash) to skip hashing.
     Computed once per backbone object: the base is frozen.
     """
-    if base.preview_identity is not None:
-        return str(base.preview_identity())
+    custom = None if base.preview_identity is None else base.preview_identity()
+    if custom is not None:
+        return str(custom)
     if base in _IDENTITIES:
         return _IDENTITIES[base]
     h = hashlib.sha256()
