@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from workbench import Diffusion, FlowMatching
-from workbench.core.objectives import alphas_cumprod, masked_mse
+from workbench import Diffusion, FlowMatching, Objective
+from workbench.core.objectives import alphas_cumprod, masked_mse, shift_t
 from workbench.errors import ConfigError
 
 SHAPE = (4, 2, 3, 2, 2)
@@ -77,6 +77,57 @@ def test_diffusion_targets_and_x0_round_trip(prediction):
     assert torch.allclose(target, expected, atol=1e-6)
     assert torch.allclose(d.x0_from_prediction(target, x_t, t), x0, atol=1e-4)
     assert torch.allclose(d.noise_level(t), s.flatten().float())
+
+
+# -- what inspect and the backbones ask of an objective -------------------------------------
+def test_flow_matching_prediction_from_x0_inverts_the_x0_estimate():
+    fm = FlowMatching()
+    x0, noise = data()
+    t = torch.tensor([0.25, 0.5, 0.75, 1.0], dtype=torch.float64)
+    x_t = fm.add_noise(x0, noise, t)
+    pred = fm.prediction_from_x0(x0, x_t, t)
+    assert torch.allclose(pred, noise - x0)  # the velocity target itself
+    assert torch.allclose(fm.x0_from_prediction(pred, x_t, t), x0)
+    # at t = 0 every prediction gives x_t back: the divisor is clamped, the result stays finite
+    zero = torch.zeros(4, dtype=torch.float64)
+    assert torch.equal(fm.prediction_from_x0(x0, x_t, zero), (x_t - x0) / 1e-4)
+
+
+@pytest.mark.parametrize("prediction", ["eps", "v", "x0"])
+def test_diffusion_prediction_from_x0_round_trips(prediction):
+    d = Diffusion(prediction=prediction)
+    x0, noise = data()
+    t = torch.tensor([10, 200, 500, 999])
+    x_t = d.add_noise(x0, noise, t)
+    pred = d.prediction_from_x0(x0, x_t, t)
+    assert torch.allclose(pred, d.target(x0, noise, t), atol=1e-5)  # the target that produced x_t
+    assert torch.allclose(d.x0_from_prediction(pred, x_t, t), x0, atol=1e-5)
+    if prediction == "x0":
+        assert pred is x0
+
+
+def test_t_for_noise_level():
+    assert FlowMatching(shift=3.0).t_for_noise_level(0.4) == 0.4
+    d = Diffusion()
+    for level in (0.1, 0.5, 0.9):
+        t = d.t_for_noise_level(level)
+        assert isinstance(t, int)
+        sigma = (1 - d.alphas_cumprod).sqrt()
+        assert abs(float(sigma[t]) - level) == pytest.approx(float((sigma - level).abs().min()))
+        assert abs(float(d.noise_level(torch.tensor([t]))) - level) < 2e-3
+    assert d.t_for_noise_level(0.0) == 0 and d.t_for_noise_level(1.0) == 999
+    with pytest.raises(NotImplementedError, match="Objective does not map noise levels to t"):
+        Objective().t_for_noise_level(0.5)
+
+
+def test_sampling_times():
+    times = FlowMatching(shift=3.0).sampling_times(4)
+    assert times.dtype == torch.float32
+    assert torch.equal(times, shift_t(torch.tensor([1.0, 0.75, 0.5, 0.25, 0.0], dtype=torch.float64), 3.0).float())
+    assert times[0] == 1 and times[-1] == 0
+    steps = Diffusion(num_train_timesteps=1000).sampling_times(4)
+    assert steps.tolist() == [999, 666, 333, 0, -1]  # -1: the clean end
+    assert steps.dtype == torch.long
 
 
 def test_masked_loss_counts_only_selected_frames():

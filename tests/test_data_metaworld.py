@@ -57,7 +57,8 @@ def _needs_simulator():
 
 def _generate(path, **kwargs):
     _needs_simulator()
-    from workbench.data.metaworld_gen import RenderingUnavailable, generate
+    from workbench.data.metaworld_gen import generate
+    from workbench.data.metaworld_sim import RenderingUnavailable
 
     try:
         return generate(path, progress=False, **kwargs)
@@ -105,10 +106,11 @@ def test_generator_writes_valid_deterministic_file(tmp_path):
 
 def test_generator_rejects_bad_arguments(tmp_path):
     _needs_simulator()
-    from workbench.data.metaworld_gen import RenderingUnavailable, _import_simulator, generate
+    from workbench.data.metaworld_gen import generate
+    from workbench.data.metaworld_sim import RenderingUnavailable, import_simulator
 
     try:
-        _import_simulator()
+        import_simulator()
     except RenderingUnavailable as err:
         pytest.skip(str(err))  # "MuJoCo cannot render offscreen here: ..."
     with pytest.raises(ConfigError, match=r"unknown Meta-World task 'psh-v3'\. Did you mean .*'push-v3'"):

@@ -15,8 +15,8 @@ from torch import nn
 
 from workbench import BaseVideoModel, ComponentSpec, ComposedModel, GatedResidual, ModelCard
 from workbench.adapters.latent_residual import LatentResidual
-from workbench.inspect import InspectError, StepError, clear_preview_cache, decode_chunked, fit_preview, record
-from workbench.inspect.preview import backbone_identity, identity_preview, render
+from workbench.inspect import InspectError, StepError, clear_preview_cache, decode_chunked, fit_preview, record, render
+from workbench.inspect.preview import backbone_identity, identity_preview
 from workbench.metrics import to_uint8_video
 
 

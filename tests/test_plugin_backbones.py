@@ -41,7 +41,7 @@ class Plugin:
     backbone: str
     adapter: str
     module: str
-    fixture_dir: str  # the name ``ensure_tiny_pipeline`` gives it under $WORKBENCH_CACHE/fixtures
+    fixture_dir: str  # the name ``FIXTURE.ensure()`` gives it under $WORKBENCH_CACHE/fixtures
     channels: int
     downsample: int
     guidance: float  # the real model's default guidance

@@ -20,6 +20,7 @@ from workbench.inspect import (
     VIEWS,
     Ablation,
     ConditionEdit,
+    GatesState,
     InspectError,
     StepError,
     StepperState,
@@ -29,8 +30,10 @@ from workbench.inspect import (
     swap_conditions,
     view_image,
 )
+from workbench.inspect.cache import LRUCache
 from workbench.inspect.colors import colorize, lut
-from workbench.inspect.views import _given, condition_plots
+from workbench.inspect.probes import condition_plots
+from workbench.inspect.views import given_frames as _given
 from workbench.train import FitSession
 
 STEPS = 4
@@ -143,6 +146,44 @@ def test_mask_mix_gate_map_is_its_spatial_mask():
 def test_gate_map_is_zero_with_the_adapter_off(traj):
     off = traj.fork(at=0, adapter="off")
     assert (effective_gate_map(off[1]) == 0).all()
+
+
+def test_gates_state_probes_levels_reads_the_band_and_maps_a_step():
+    model = nonzero_model(composer=NoiseGated(GatedResidual(gate_init=0.5), lo=0.3, hi=0.9))
+    traj = record(model, model.base.prepare_batch(raw_batch()), steps=STEPS, seed=0)
+    state = GatesState(model, trajectory=traj, levels=(0.1, 0.5, 0.97))
+    assert state.band == (0.3, 0.9) and state.history is None
+    np.testing.assert_allclose(state.weight, [0.0, 0.5, 0.0], atol=1e-6)
+    assert (state.step, state.frame, state.frames) == (2, 1, 4)  # the middle stored step, frame 1
+    assert state.seek(0) == 0  # noise level 1.0: outside the band, the map is 0
+    assert (state.map_panel().image == 0).all() and "gate map · step 0 of 4" in state.map_panel().title
+    state.seek(-2)  # noise level 0.5: inside, the gate itself
+    np.testing.assert_allclose(state.map_panel().image, 0.5, rtol=1e-6)
+    summary = state.describe()
+    assert summary.startswith("adapter weight by noise level {0.1: 0.000, 0.5: 0.500, 1.0: 0.000}; gate_mean=0.5000")
+    assert summary.endswith("map at step 2, frame 1")
+    with pytest.raises(InspectError, match="frame=4 is out of range: the gate map has 4 frames"):
+        state.set_frame(4)
+    bare = GatesState(model)
+    assert bare.map_panel() is None
+    with pytest.raises(InspectError, match="no trajectory, so no gate map"):
+        bare.seek(0)
+    with pytest.raises(InspectError, match="Gates needs an AdapterExperiment or a ComposedModel, got int"):
+        GatesState(3)
+
+
+def test_lru_cache_computes_once_and_drops_the_least_recent():
+    cache, calls = LRUCache(2), []
+
+    def compute(k):
+        calls.append(k)
+        return k * 10
+
+    assert cache.get("a", lambda: compute(1)) == 10 and cache.get("a", lambda: compute(9)) == 10
+    cache.get("b", lambda: compute(2))
+    cache.get("a", lambda: compute(9))  # "a" is now the most recent
+    cache.get("c", lambda: compute(3))  # drops "b"
+    assert calls == [1, 2, 3] and "a" in cache and "b" not in cache and len(cache) == 2
 
 
 # -- the stepper state -------------------------------------------------------------------------

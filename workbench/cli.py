@@ -136,9 +136,13 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     train.set_defaults(func=_train)
 
-    print(_platform_report())
-    for name in ("numpy", "safetensors", "PyYAML", "h5py", "pyarrow", "av", "metaworld", "mujoco", "diffusers",
-                 "ipywidgets"):
+    cache = sub.add_parser("cache-latents", help="encode a config's data once through its frozen backbone, to disk")
+    cache.add_argument("config", help="YAML experiment config (its base: and data: blocks are used)")
+    cache.add_argument("--out", required=True, help="cache directory (resumes if it holds part of this cache)")
+    cache.add_argument("--shard-size", type=int, default=256, help="items per safetensors shard")
+    cache.set_defaults(func=_cache_latents)
+
+    doctor = sub.add_parser("doctor", help="versions, devices and what auto resolves to, plugins and entry points")
     doctor.set_defaults(func=_doctor)
 
     data = sub.add_parser("data", help="generate data sets")

@@ -45,14 +45,6 @@ def check(ok: bool, field: str, message: str) -> None:
         raise_problems([(field, message)])
 
 
-@dataclasses.dataclass
-class ComponentSpec:
-    """A ``{type: name, config: {...}}`` block for a component of a given kind."""
-
-    type: str
-    config: dict = dataclasses.field(default_factory=dict)
-
-
 def component_field(kind: str, default: Any = dataclasses.MISSING) -> Any:
     """Declare a dataclass field that holds a nested component block of ``kind``."""
     kwargs: dict[str, Any] = {"metadata": {"component_kind": kind}}
@@ -84,6 +76,24 @@ def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
+SCALAR_NAMES = {bool: "bool (true/false)", int: "int", float: "float", str: "str"}
+
+
+def _scalar(tp: type, value: Any) -> tuple[bool, Any]:
+    """Whether ``value`` is a ``tp`` (bool / int / float / str) as YAML gives it, and the value as a ``tp``.
+
+    A bool is never an int or a float; an integral float is an int; an int is a float.
+    """
+    if tp is int:
+        if isinstance(value, float) and value.is_integer():
+            return True, int(value)
+        return isinstance(value, int) and not isinstance(value, bool), value
+    if tp is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        return ok, float(value) if ok else value
+    return isinstance(value, tp), value
+
+
 def coerce(tp: Any, value: Any, path: str, problems: Problems) -> Any:
     """Check ``value`` against the annotation ``tp``; return the converted value."""
     if tp is Any:
@@ -108,28 +118,11 @@ def coerce(tp: Any, value: Any, path: str, problems: Problems) -> Any:
                 return result
         problems.add(path, f"expected {_type_name(tp)}, got {_describe(value)}.")
         return value
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        problems.add(path, f"expected bool (true/false), got {_describe(value)}.")
-        return value
-    if tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        problems.add(path, f"expected int, got {_describe(value)}.")
-        return value
-    if tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        problems.add(path, f"expected float, got {_describe(value)}.")
-        return value
-    if tp is str:
-        if isinstance(value, str):
-            return value
-        problems.add(path, f"expected str, got {_describe(value)}.")
-        return value
+    if tp in SCALAR_NAMES:
+        ok, converted = _scalar(tp, value)
+        if not ok:
+            problems.add(path, f"expected {SCALAR_NAMES[tp]}, got {_describe(value)}.")
+        return converted
     if origin in (tuple, list):
         if not isinstance(value, (list, tuple)):
             problems.add(path, f"expected a list, got {_describe(value)}.")

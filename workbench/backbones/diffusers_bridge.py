@@ -8,209 +8,50 @@
 * :class:`_PipelineCall` makes the frozen base's prediction inside ``generate`` *the pipeline's own
   transformer call*, made once and only if the composition asks for it: a zero adapter then
   reproduces the pipeline bit for bit, and a replayed step (a fork's prefix) costs no call at all.
+* :class:`DiffusersBackbone` and :class:`DiffusersConfig`: what every such backbone shares — the
+  construction (``tiny`` fixture or a checked pipeline directory, the dtype, the frozen modules),
+  the card, the flow-matching objective, the signal conditions it provides.
 * Loading and data helpers shared by the plugins.
 
 Every diffusers-native plugin builds on this module; it is part of workbench's public API for
-plugin authors and never imports diffusers itself (``import workbench`` does not load it).
+plugin authors (``__all__``, including the data helpers of :mod:`~workbench.backbones.diffusers_data`
+and the loading helpers of :mod:`~workbench.backbones.diffusers_loading`) and never imports
+diffusers itself (``import workbench`` does not load it).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
-from workbench.core import BaseVideoModel, Batch, StepRecord
-from workbench.core import platform
-from workbench.core.backbone import as_video  # noqa: F401  (part of this module's API for plugins)
-from workbench.errors import CheckpointError, CompositionError, DataError
-
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-PRECISION = {"cpu": "float32", "cuda": "bfloat16"}  # what the diffusers video models run in, per device type
-SIGNAL_KEYS = ("action", "proprio", "ee_pos")  # per-frame signals passed through to adapters
-
-
-def pipeline_directory(path: str | Path, plugin: str, release: str, convert: str) -> Path:
-    """``path`` as a diffusers pipeline directory, or a :class:`CheckpointError` saying how to get one."""
-    folder = Path(path).expanduser()
-    if not folder.is_dir():
-        raise CheckpointError(
-            f"{plugin}: {str(path)!r} is not a directory. Expected a diffusers-format pipeline directory "
-            f"(model_index.json plus transformer/, vae/, text_encoder/, tokenizer/, scheduler/), e.g. the "
-            f"{release} release downloaded with `huggingface-cli download {release} --local-dir DIR`."
-        )
-    if not (folder / "model_index.json").is_file():
-        found = sorted(p.name for p in folder.iterdir())[:8]
-        raise CheckpointError(
-            f"{plugin}: {str(folder)!r} has no model_index.json, so it is not a diffusers-format pipeline "
-            f"(found: {', '.join(found) or 'nothing'}). Expected the diffusers layout: model_index.json plus "
-            f"transformer/, vae/, text_encoder/, tokenizer/ and scheduler/ subfolders. A raw upstream release must be "
-            f"converted first: {convert}"
-        )
-    return folder
-
-
-def fixture_directory(name: str, write: Callable[[Path], Any]) -> Path:
-    """``$WORKBENCH_CACHE/fixtures/NAME`` (default cache ``~/.cache/workbench``), written once by ``write(dir)``.
-
-    The directory is written under a temporary name and renamed into place, so concurrent
-    processes (test workers, notebooks) never see a half-written fixture.
-    """
-    import contextlib
-    import os
-    import shutil
-    import tempfile
-
-    root = Path(os.environ.get("WORKBENCH_CACHE") or "~/.cache/workbench").expanduser() / "fixtures"
-    target = root / name
-    if (target / "model_index.json").is_file():
-        return target
-    root.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=root))
-    try:
-        write(staging)
-        with contextlib.suppress(OSError):  # another process finished first: its copy is identical
-            os.replace(staging, target)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
-
-
-def tiny_fixture_cli(argv: list[str] | None, *, prog: str, description: str, what: str,
-                     save: Callable[[Path, int], Path]) -> None:
-    """``python -m <plugin>.tiny OUT_DIR [--seed N]``: write a tiny pipeline and say where and how big."""
-    import argparse
-
-    parser = argparse.ArgumentParser(prog=prog, description=description)
-    parser.add_argument("out_dir", help="directory to write (model_index.json, transformer/, vae/, ...)")
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    out = save(Path(args.out_dir), args.seed)
-    size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
-    print(f"wrote {what} to {out} ({size / 1024:.0f} KiB)")
-
-
-def resolve_dtype(name: str, device: str | torch.device = "auto",
-                  precision: Mapping[str, str | Sequence[str]] = PRECISION) -> torch.dtype:
-    """The weights' dtype on ``device`` (``auto``: the best visible): ``auto`` = ``precision`` there."""
-    return platform.resolve_dtype(name, platform.resolve_device(device), precision=precision)
-
-
-def load_pipeline(folder: str | Path, *, plugin: str, device: str = "auto", dtype: str = "auto",
-                  precision: Mapping[str, str | Sequence[str]] = PRECISION, float32: Sequence[str] = ()):
-    """Load a diffusers pipeline onto the target device in the target dtype; returns ``(pipeline, dtype)``.
-
-    ``device`` / ``dtype`` are the backbone config's (``auto`` resolves through
-    :mod:`workbench.core.platform` and ``precision``, the card's per-device precision), so a
-    backbone on the CPU is float32 even on a machine with a GPU. ``float32``: components kept in
-    float32 whatever the dtype (e.g. a VAE that upstream runs in float32).
-    """
-    from diffusers import DiffusionPipeline
-
-    target, weights = platform.placement(device, dtype, precision, where=f"{plugin} config")
-    dtypes = {"default": weights, **{name: torch.float32 for name in float32}} if float32 else weights
-    loaded = DiffusionPipeline.from_pretrained(str(folder), dtype=dtypes)
-    for module in loaded.components.values():
-        if isinstance(module, torch.nn.Module):
-            module.to(target)
-    return loaded, weights
-
-
-def pool_to_latent_frames(signal: torch.Tensor, ratio: int) -> torch.Tensor:
-    """Per-frame ``(B, T, D)`` → per-latent-frame ``(B, 1 + (T - 1) / r, D)``: the causal VAE's first
-    latent frame covers frame 0, each later one the next ``r`` frames; each gets its frames' mean."""
-    first = signal[:, :1]
-    rest = signal[:, 1:].unflatten(1, (-1, ratio)).mean(dim=2)  # (B, T' - 1, D)
-    return torch.cat([first, rest], dim=1)
-
-
-def check_video_size(shape: Sequence[int], key: str, *, plugin: str, model: str, temporal: int, spatial: int,
-                     patch: int, max_frames: int, example: str) -> None:
-    """``(T, H, W)`` of ``key`` fits a causal video VAE (``1 + temporal k`` frames) and the patching, or a DataError.
-
-    ``model``: the model's name in the message; ``example``: a size that works for the real model.
-    """
-    frames, height, width = shape
-    multiple = spatial * patch
-    problems = []
-    if (frames - 1) % temporal:
-        sizes = ", ".join(str(1 + k * temporal) for k in range(4))
-        problems.append(f"{frames} frames (allowed: 1 + {temporal}k: {sizes}, ..., {max_frames})")
-    if height % multiple or width % multiple:
-        problems.append(f"{height}x{width} pixels (height and width must be multiples of {multiple})")
-    if problems:
-        raise DataError(
-            f"{plugin}: '{key}' has {' and '.join(problems)}; received shape (T, H, W) = {tuple(shape)}. "
-            f"{model}'s VAE compresses {temporal}x in time after the first frame and {spatial}x in space, with "
-            f"{patch}x{patch} transformer patches. Crop or resize the clips, e.g. a Meta-World window of 9 frames "
-            f"at 64x64, or {example} for the real model."
-        )
-
-
-def requested_frames(raw: Mapping[str, Any], default: int) -> int:
-    """How many frames a generation request without video asks for: its signals' length, else ``frames``."""
-    for key in ("action", "actions", *SIGNAL_KEYS):
-        if raw.get(key) is not None:
-            return int(torch.as_tensor(raw[key]).shape[1])
-    return int(raw.get("frames", default))
-
-
-def add_signals(cond: dict[str, Any], raw: Mapping[str, Any], *, batch_size: int, frames: int, ratio: int,
-                device: torch.device, plugin: str) -> set[str]:
-    """Put the raw per-frame signals into ``cond``; returns their (per-frame) keys.
-
-    Each of ``action`` (or ``actions``), ``proprio``, ``ee_pos`` ``(B, T, D)`` is supplied pooled
-    onto latent frames (``action``, see :func:`pool_to_latent_frames`) and at full rate
-    (``action_frames``).
-    """
-    keys = set()
-    for key in SIGNAL_KEYS:
-        value = raw.get(key, raw.get("actions") if key == "action" else None)
-        if value is None:
-            continue
-        value = torch.as_tensor(value, device=device).float()
-        if value.ndim != 3 or value.shape[0] != batch_size or value.shape[1] != frames:
-            raise DataError(f"{plugin}: '{key}' must be (B, T, D) with B={batch_size} and T={frames} frames, "
-                            f"got {tuple(value.shape)}.")
-        cond[key] = pool_to_latent_frames(value, ratio)
-        cond[f"{key}_frames"] = value
-        keys |= {key, f"{key}_frames"}
-    return keys
-
-
-def prompts_from(raw: Mapping[str, Any], key: str, default: str | None, template: str, batch_size: int,
-                 plugin: str) -> list[str]:
-    """One prompt per clip: ``raw[key]`` (a str, or one str per clip) put into ``template``, else ``default``."""
-    value = raw.get(key)
-    if value is None:
-        if default is None:
-            raise DataError(
-                f"{plugin}.prepare_batch needs the text condition: a '{key}' entry (a str, or a list of {batch_size} "
-                f"str), precomputed 'prompt_embeds' (B, L, D), or a default prompt in the backbone config "
-                f"(prompt: '...'). The batch has keys {sorted(raw)}. Add one of these (for Meta-World clips, "
-                f"prompt_key: task reads the task name)."
-            )
-        return [default] * batch_size
-    if isinstance(value, str):
-        return [template.format(value)] * batch_size
-    if not (isinstance(value, Sequence) and all(isinstance(v, str) for v in value)) or len(value) != batch_size:
-        raise DataError(f"{plugin}: '{key}' must be a str or a list of {batch_size} str (one per clip), got "
-                        f"{type(value).__name__} {value!r:.80}.")
-    return [template.format(v) for v in value]
-
-
-def batch_size_of(raw: Mapping[str, Any], prompt_key: str) -> int:
-    """How many clips a generation request without video asks for (signals, embeddings or prompts; else 1)."""
-    for key in ("prompt_embeds", "action", "actions", *SIGNAL_KEYS):
-        if raw.get(key) is not None:
-            return int(torch.as_tensor(raw[key]).shape[0])
-    prompts = raw.get(prompt_key)
-    if isinstance(prompts, Sequence) and not isinstance(prompts, str):
-        return len(prompts)
-    return int(raw.get("batch_size", 1))
+from workbench.backbones.diffusers_data import (
+    SIGNAL_CONDITIONS,
+    SIGNAL_KEYS,
+    add_signals,
+    batch_size_of,
+    check_video_size,
+    pool_to_latent_frames,
+    prompts_from,
+    requested_frames,
+    uncond_batch,
+)
+from workbench.backbones.diffusers_loading import (
+    PRECISION,
+    TinyFixture,
+    fixture_directory,
+    load_pipeline,
+    pipeline_directory,
+    resolve_dtype,
+)
+from workbench.config import check
+from workbench.core import BaseVideoModel, Batch, ComponentSpec, FlowMatching, ModelCard, SamplingDefaults, StepRecord
+from workbench.core.backbone import as_video
+from workbench.errors import CompositionError, DataError
 
 
 class _PipelineCall:
@@ -341,11 +182,100 @@ class Injection:
         return {}
 
 
-class DiffusersBackbone(BaseVideoModel):
-    """What the diffusers-native backbones share: the pipeline's modules, and a lazily evaluated
-    base call inside ``generate``."""
+@dataclass
+class DiffusersConfig:
+    """What every diffusers-native backbone is configured with (plugins extend it).
 
+    ``path``: a diffusers-format directory (``model_index.json``), or ``"tiny"`` for a tiny
+    random pipeline built once under the workbench cache (tests and examples).
+    ``device``: where the weights load (``auto``: the best visible device); ``dtype``: ``auto`` =
+    the card's precision on that device, bf16 on a GPU that has it, else float32.
+    ``prompt_key``: the raw-batch key holding prompts (``task`` for Meta-World clips), each put
+    into ``prompt_template`` (e.g. ``"a robot arm doing the {} task"``);
+    ``prompt``: the prompt for batches without one. ``negative_prompt``: the guidance prompt.
+    ``steps`` / ``guidance_scale`` / ``height`` / ``width`` / ``num_frames`` / ``fps``: sampling
+    defaults for the card; ``None`` keeps the real model's.
+    """
+
+    path: str
+    device: str = "auto"
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    prompt_key: str = "prompt"
+    prompt_template: str = "{}"
+    prompt: str | None = None
+    negative_prompt: str = ""
+    steps: int | None = None
+    guidance_scale: float | None = None
+    height: int | None = None
+    width: int | None = None
+    num_frames: int | None = None
+    fps: int | None = None
+
+    def __post_init__(self):
+        check("{}" in self.prompt_template, "prompt_template",
+              f"must contain '{{}}' where the batch's prompt goes, got {self.prompt_template!r}.")
+        check(bool(self.path), "path", "is empty; give a diffusers-format directory (with model_index.json) or 'tiny'.")
+        check(self.steps is None or self.steps >= 1, "steps", f"must be >= 1 or null, got {self.steps}.")
+        check(self.guidance_scale is None or self.guidance_scale >= 0, "guidance_scale",
+              f"must be >= 0 or null, got {self.guidance_scale}.")
+        for name in ("height", "width", "num_frames", "fps"):
+            value = getattr(self, name)
+            check(value is None or value >= 1, name, f"must be a positive int or null, got {value}.")
+
+
+class DiffusersBackbone(BaseVideoModel):
+    """What the diffusers-native backbones share: construction, the pipeline's modules, the card,
+    the flow-matching objective, the signal conditions, and a lazily evaluated base call inside
+    ``generate``.
+
+    A plugin sets ``name`` (its registry name) and ``model_name`` (the model, in messages),
+    ``release`` (the diffusers-format release to point users at), ``convert`` (how to get one from
+    an upstream checkpoint), ``real_defaults`` (the real model's sampling settings) and
+    ``config_class`` (a :class:`DiffusersConfig`); implements :meth:`tiny_pipeline`, :meth:`load`
+    (load the pipeline's parts with :func:`load_pipeline`, check them, :meth:`adopt_components`, build the
+    pipelines, set
+    ``latent_channels``, ``spatial`` / ``temporal`` compression and ``spatial_patch``),
+    :meth:`card_fields`, ``_text`` (the text conditions of a raw batch), ``denoise`` and
+    ``run_sampler`` (through :meth:`run_pipeline`); and overrides :meth:`latents_from`,
+    :meth:`condition_on` / :meth:`batch_from` where its inputs go beyond clips and text.
+    """
+
+    name: str = ""
+    model_name: str = ""
+    convert: str = ""
+    real_defaults: Mapping[str, Any] = {}
+    mode_fix: str = ""  # how to get a backbone of another mode, said when a request is refused
+    causal_latents = True  # the video VAEs diffusers ships are causal in time: frame 0 → latent 0, then r per frame
     _pending: _PipelineCall | None = None
+
+    def __init__(self, config: DiffusersConfig | None = None, **overrides):
+        super().__init__()
+        self.config = config = self.config_from(config, overrides)
+        if config.path == "tiny":
+            self.folder = self.tiny_pipeline()
+        else:
+            self.folder = pipeline_directory(config.path, self.name, self.release, self.convert)
+        dtype = self.load()
+        self._text_cache: dict[str, Any] = {}
+        self.card = self.make_card(dtype)
+
+    @classmethod
+    def from_config(cls, config: DiffusersConfig) -> DiffusersBackbone:
+        return cls(config)
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, **overrides) -> DiffusersBackbone:
+        """Load a diffusers-format directory (``model_index.json``); ``overrides``: the config's fields."""
+        return cls(cls.config_class(path=str(path), **overrides))
+
+    def tiny_pipeline(self) -> Path:
+        """The directory of this plugin's tiny random pipeline (``path: tiny``), written once."""
+        raise NotImplementedError
+
+    def load(self) -> torch.dtype:
+        """Load the pipeline from ``self.folder`` onto the config's device in its dtype (see
+        :func:`load_pipeline`), check it, adopt its modules, build the pipelines; return the dtype."""
+        raise NotImplementedError
 
     def adopt_components(self, parts: Mapping[str, Any]) -> None:
         """Own the loaded pipeline's modules (frozen, in eval mode, moved and counted with the backbone).
@@ -362,10 +292,145 @@ class DiffusersBackbone(BaseVideoModel):
             if module is not None:
                 module.eval()
 
+    # -- card --------------------------------------------------------------------------------
+    def make_card(self, dtype: torch.dtype) -> ModelCard:
+        """The card: :meth:`card_fields` plus what every diffusers backbone shares (components with
+        their sources and sizes, the config's sampling defaults over :attr:`real_defaults`, precision)."""
+        c = self.config
+        fields = self.card_fields()
+        source = "tiny random pipeline" if c.path == "tiny" else str(self.folder)
+        weights = str(dtype).replace("torch.", "")
+
+        def spec(kind: str, module, sub: str, dtype_name: str | None = weights) -> ComponentSpec:
+            count = sum(p.numel() for p in module.parameters()) if isinstance(module, torch.nn.Module) else None
+            return ComponentSpec(kind, f"{source}/{sub}", dtype_name if count is not None else None, count)
+
+        components = {"transformer": spec("denoiser", self.transformer, "transformer"),
+                      "vae": spec("vae", self.vae, "vae", fields.pop("vae_dtype", weights)),
+                      "scheduler": spec("scheduler", None, "scheduler")}
+        if self.text_encoder is not None:
+            components["text_encoder"] = spec("text_encoder", self.text_encoder, "text_encoder")
+        if self.tokenizer is not None:
+            components["tokenizer"] = spec("tokenizer", None, "tokenizer")
+        defaults = {k: getattr(c, k) if getattr(c, k) is not None else v for k, v in self.real_defaults.items()}
+        shift, sampler = fields.pop("shift"), fields.pop("sampler")
+        return ModelCard(
+            model_id=f"{fields.pop('model_id')}:{Path(self.folder).name}",
+            prediction_type="velocity",
+            components=components,
+            sampling=SamplingDefaults(sampler=sampler, shift=float(shift) if shift else None, **defaults),
+            precision=dict(PRECISION),
+            samplers=(sampler,),
+            **fields,
+        )
+
+    def card_fields(self) -> dict[str, Any]:
+        """What only this backbone's card says: ``model_id`` (the prefix before the folder name),
+        ``family``, ``sampler``, ``shift``, ``capabilities``, ``notes`` and optionally ``vae_dtype``."""
+        raise NotImplementedError
+
+    def default_objective(self):
+        return FlowMatching(shift=self.card.sampling.shift or 1.0)
+
+    def text_conditions(self) -> tuple[str, ...]:
+        """The text (and image) conditions :meth:`prepare_batch` supplies, before the signals."""
+        return ("prompt_embeds", "negative_prompt_embeds")
+
+    def provides(self) -> tuple[str, ...]:
+        return (*self.text_conditions(), *SIGNAL_CONDITIONS)
+
+    # -- batches -----------------------------------------------------------------------------
+    def check_frames(self, shape: Sequence[int], key: str) -> None:
+        """``(T, H, W)`` of ``key`` fits the VAE and the patching (see :func:`check_video_size`)."""
+        d = self.real_defaults
+        check_video_size(shape, key, plugin=self.name, model=self.model_name, temporal=self.temporal,
+                         spatial=self.spatial, patch=self.spatial_patch, max_frames=d["num_frames"],
+                         example=f"{d['num_frames']} frames at {d['height']}x{d['width']}")
+
+    def blank_latents(self, batch_size: int, frames: int, height: int, width: int, key: str) -> torch.Tensor:
+        """Zero latents ``(B, C, T', h, w)`` for a generation request of that size (checked first)."""
+        self.check_frames((frames, height, width), key)
+        shape = (batch_size, self.latent_channels, (frames - 1) // self.temporal + 1, height // self.spatial,
+                 width // self.spatial)
+        return torch.zeros(shape, device=self.device)
+
+    def latents_from(self, raw: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor | None, bool]:
+        """``(latents, video, has_target)`` of a raw batch: its ``"video"`` encoded, or else zero latents of the
+        size a text-to-video request asks for (``"frames"`` or the signals' length, ``"height"`` / ``"width"``,
+        default the card's; ``video`` is then ``None``)."""
+        if "video" in raw:
+            video = as_video(raw["video"], "video").to(self.device)
+            self.check_frames(video.shape[2:], "video")
+            return self.encode(video), video, True
+        batch_size = batch_size_of(raw, self.config.prompt_key)
+        frames, s = self._frames_from(raw), self.card.sampling
+        height, width = int(raw.get("height", s.height)), int(raw.get("width", s.width))
+        return self.blank_latents(batch_size, frames, height, width, "generation size"), None, False
+
+    def prepare_batch(self, raw: Mapping[str, Any] | Batch) -> Batch:
+        """Raw data → :class:`Batch`: the latents (:meth:`latents_from`), the text conditions, what the
+        backbone conditions on besides (:meth:`condition_on`), then each per-frame signal (``"action"`` or
+        ``"actions"``, ``"proprio"``, ``"ee_pos"`` ``(B, T, D)``) pooled onto latent frames (``action``
+        ``(B, T', D)``) and at full rate (``action_frames``), see :func:`add_signals`."""
+        if isinstance(raw, Batch):
+            return raw
+        if not isinstance(raw, Mapping):
+            raise DataError(f"{self.name}.prepare_batch expects a mapping of tensors, got {type(raw).__name__}.")
+        text_keys = ("prompt", "prompt_embeds", self.config.prompt_key)
+        self.card.check_request(raw, backbone=self.name, text_keys=text_keys, fix=self.mode_fix)
+        with torch.no_grad():
+            latents, video, has_target = self.latents_from(raw)
+            cond: dict[str, Any] = self._text(raw, latents.shape[0])
+            self.condition_on(cond, latents, video, has_target)
+        batch_size, frames = latents.shape[0], 1 + (latents.shape[2] - 1) * self.temporal
+        per_frame = add_signals(cond, raw, batch_size=batch_size, frames=frames, ratio=self.temporal,
+                                device=self.device, plugin=self.name)
+        return self.batch_from(latents, cond, frozenset(per_frame), video, has_target)
+
+    def condition_on(self, cond: dict[str, Any], latents: torch.Tensor, video: torch.Tensor | None,
+                     has_target: bool) -> None:
+        """Add to ``cond`` what the backbone conditions on besides text (e.g. a first frame); nothing by default."""
+
+    def batch_from(self, latents: torch.Tensor, cond: dict[str, Any], per_frame: frozenset[str],
+                   video: torch.Tensor | None, has_target: bool) -> Batch:
+        """The prepared :class:`Batch` (every latent frame predicted unless a backbone says otherwise)."""
+        return Batch(latents=latents, cond=cond, per_frame=per_frame, meta={"has_target": has_target})
+
+    def _text(self, raw: Mapping[str, Any], batch_size: int) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+    def cached_text(self, prompts: Sequence[str], encode: Callable[[list[str]], Sequence[Any]], fix: str) -> list[Any]:
+        """Each prompt's encoding: prompts not seen before are encoded together, once per backbone
+        (``encode(missing)`` gives one entry per prompt), and kept — the text encoder dwarfs any adapter.
+        ``fix``: what to pass instead when the pipeline has no text encoder."""
+        missing = [p for p in dict.fromkeys(prompts) if p not in self._text_cache]
+        if missing:
+            if self.text_encoder is None or self.tokenizer is None:
+                raise DataError(f"{self.name}: prompts were given but {self.folder} has no text_encoder / tokenizer. "
+                                f"{fix}")
+            with torch.no_grad():
+                for prompt, value in zip(missing, encode(missing)):
+                    self._text_cache[prompt] = value
+        return [self._text_cache[p] for p in prompts]
+
+    # -- sampling ----------------------------------------------------------------------------
+    def run_pipeline(self, pipe: Any, injection: Injection, batch: Batch, *, steps: int, guidance: float,
+                     generator: torch.Generator | None, **kwargs: Any) -> torch.Tensor:
+        """Run ``pipe`` for ``batch``'s size with ``injection`` installed; its final latents in the batch's dtype."""
+        _, _, frames, h, w = batch.latents.shape
+        with injection.installed(pipe):
+            out = pipe(height=h * self.spatial, width=w * self.spatial, num_frames=1 + (frames - 1) * self.temporal,
+                       num_inference_steps=steps, guidance_scale=guidance, generator=generator, output_type="latent",
+                       **injection.callback, **kwargs)
+        return out.frames.to(batch.latents.dtype)
+
     def native_prediction(self, x_t: torch.Tensor) -> torch.Tensor | None:
         """The pipeline's own transformer output for ``x_t`` when ``x_t`` is what the injected call handed out."""
         pending = self._pending
         return None if pending is None else pending.output_for(x_t)
+
+    def _frames_from(self, raw: Mapping[str, Any]) -> int:
+        return requested_frames(raw, self.card.sampling.num_frames)
 
 
 def transformer_output(sample: torch.Tensor):
@@ -374,19 +439,9 @@ def transformer_output(sample: torch.Tensor):
     return Transformer2DModelOutput(sample=sample)
 
 
-def uncond_batch(batch: Batch, negative: torch.Tensor, **extra: torch.Tensor) -> Batch:
-    """The batch the unconditional branch is composed with: the negative prompt, the signals dropped.
-
-    Dropped means zeros, exactly what a condition's dropout feeds the adapter in training, so an
-    adapter trained with condition dropout has learned what "unconditional" looks like.
-    """
-    cond = dict(batch.cond)
-    cond["prompt_embeds"] = negative
-    cond.update(extra)
-    for key in [k for k in cond if k.removesuffix("_frames") in SIGNAL_KEYS]:
-        if isinstance(cond[key], torch.Tensor):
-            cond[key] = torch.zeros_like(cond[key])
-    return Batch(latents=batch.latents, cond=cond, loss_mask=batch.loss_mask, per_frame=batch.per_frame,
-                 meta={**batch.meta, "branch": "uncond"})
-
-
+__all__ = [
+    "SIGNAL_CONDITIONS", "SIGNAL_KEYS", "DiffusersBackbone", "DiffusersConfig", "Injection", "TinyFixture",
+    "add_signals", "as_video", "batch_size_of", "check_video_size", "fixture_directory", "pipeline_directory",
+    "load_pipeline", "pool_to_latent_frames", "prompts_from", "requested_frames", "resolve_dtype", "transformer_output",
+    "uncond_batch",
+]

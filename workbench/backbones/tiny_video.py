@@ -29,7 +29,7 @@ from workbench.config import check
 from workbench.core.backbone import BaseVideoModel, StepRecord, as_video
 from workbench.core.card import ComponentSpec, ModelCard, RecipeSpec, SamplingDefaults
 from workbench.core.conditions import Batch
-from workbench.core.objectives import Diffusion, FlowMatching, shift_t
+from workbench.core.objectives import Diffusion, FlowMatching
 from workbench.core.platform import is_device_name, placement
 from workbench.errors import CheckpointError, DataError
 from workbench.layers import ResBlock, group_count, timestep_embedding
@@ -350,23 +350,12 @@ class TinyVideo(BaseVideoModel):
         return int(raw.get("frames", self.config.frames))
 
     # -- denoising ---------------------------------------------------------------------------
-    def _first_frame_prediction(self, x_t0: torch.Tensor, t: torch.Tensor, z0: torch.Tensor) -> torch.Tensor:
-        """The prediction that maps frame 0 of ``x_t`` exactly onto the conditioning latent."""
-        obj = self._objective
-        view = (-1, 1, 1, 1)
-        if isinstance(obj, FlowMatching):
-            return (x_t0 - z0) / t.to(x_t0.dtype).clamp_min(1e-4).view(view)
-        a, s = (c.to(x_t0.dtype).view(view) for c in obj.coefficients(t))
-        if obj.prediction_type == "x0":
-            return z0
-        eps = (x_t0 - a * z0) / s.clamp_min(1e-4)
-        return eps if obj.prediction_type == "eps" else a * eps - s * z0
-
     def pin_first_frame(self, pred: torch.Tensor, x_t: torch.Tensor, t: torch.Tensor,
                         cond: Mapping[str, Any]) -> torch.Tensor:
         z0 = cond["first_frame"]
         pinned = pred.clone()
-        pinned[:, :, 0] = self._first_frame_prediction(x_t[:, :, 0], t, z0)
+        # the prediction that maps frame 0 of x_t exactly onto the conditioning latent
+        pinned[:, :, 0] = self._objective.prediction_from_x0(z0, x_t[:, :, 0], t)
         return pinned
 
     def constrain(self, prediction: torch.Tensor, x_t: torch.Tensor, t: torch.Tensor,
@@ -385,11 +374,7 @@ class TinyVideo(BaseVideoModel):
     # -- native samplers ---------------------------------------------------------------------
     def schedule(self, steps: int) -> torch.Tensor:
         """The ``steps + 1`` times the native sampler visits (objective units)."""
-        if isinstance(self._objective, FlowMatching):
-            return shift_t(torch.linspace(1.0, 0.0, steps + 1, dtype=torch.float64), self.config.shift).float()
-        n = self._objective.config.num_train_timesteps
-        ts = torch.linspace(n - 1, 0, steps, dtype=torch.float64).round().long()
-        return torch.cat([ts, torch.tensor([-1])])
+        return self._objective.sampling_times(steps)
 
     def run_sampler(self, batch, *, steps, sampler, generator, compose_fn, on_step, initial_noise=None):
         shape = batch.latents.shape

@@ -99,10 +99,6 @@ class Composer(nn.Module):
         """Callbacks this composer brings to any training run it is part of."""
         return ()
 
-    @property
-    def is_gated(self) -> bool:
-        return False
-
     def describe(self) -> str:
         return type(self).__name__
 
@@ -188,10 +184,6 @@ class GatedResidual(Composer):
     def starves_zero_adapter(self) -> bool:  # type: ignore[override]
         return self.config.gate_init == 0.0
 
-    @property
-    def is_gated(self) -> bool:
-        return True
-
     def effective_gate(self) -> torch.Tensor:
         if self._gate_override is not None:
             return self._gate_override
@@ -275,10 +267,6 @@ class MaskMix(Composer):
     def identity_at_init(self) -> bool:  # type: ignore[override]
         return self.config.identity_init
 
-    @property
-    def is_gated(self) -> bool:
-        return True
-
     def _gate_override_value(self, value):
         m = torch.as_tensor(value, dtype=self.mask_net.weight.dtype, device=self.mask_net.weight.device)
         if m.ndim != 0 or not 0.0 <= float(m) <= 1.0:
@@ -345,10 +333,6 @@ class Wrapper(Composer):
     @property
     def starves_zero_adapter(self) -> bool:  # type: ignore[override]
         return self.inner.starves_zero_adapter
-
-    @property
-    def is_gated(self) -> bool:
-        return True
 
     def gate_values(self):
         return self.inner.gate_values()

@@ -7,7 +7,10 @@ Time conventions (the ``t`` every backbone's ``denoise`` receives):
 * :class:`Diffusion` — ``t`` is a training timestep in ``[0, num_train_timesteps)``:
   ``x_t = sqrt(ᾱ_t) x0 + sqrt(1 - ᾱ_t) ε``, the model predicts ε, v or x0.
 
-``noise_level(t)`` maps either to [0, 1] (1 = pure noise) for noise-aware composers.
+``noise_level(t)`` maps either to [0, 1] (1 = pure noise) for noise-aware composers, and
+``t_for_noise_level(level)`` back; ``x0_from_prediction`` turns a prediction into a clean-sample
+estimate and ``prediction_from_x0`` is its inverse (the prediction that estimates a given x0);
+``sampling_times(steps)`` is the schedule a plain sampler visits.
 """
 
 from __future__ import annotations
@@ -63,7 +66,24 @@ class Objective:
         raise NotImplementedError
 
     def x0_from_prediction(self, pred: torch.Tensor, x_t: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        """The clean-sample estimate ``(B, C, T, H, W)`` the prediction ``pred`` at ``x_t`` implies."""
         raise NotImplementedError
+
+    def prediction_from_x0(self, x0: torch.Tensor, x_t: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        """The prediction at ``x_t`` whose x0 estimate is ``x0``: the inverse of :meth:`x0_from_prediction`.
+
+        Where ``x_t`` carries (almost) no signal of the prediction (noise level near 0) the
+        divisor is clamped at ``1e-4``, so the result stays finite.
+        """
+        raise NotImplementedError
+
+    def t_for_noise_level(self, level: float) -> float | int:
+        """The ``t`` (this objective's units) whose noise level is ``level`` in [0, 1]."""
+        raise NotImplementedError(f"{self.describe()} does not map noise levels to t; define t_for_noise_level.")
+
+    def sampling_times(self, steps: int) -> torch.Tensor:
+        """The ``steps + 1`` times a sampler visits from pure noise to clean (this objective's units)."""
+        raise NotImplementedError(f"{self.describe()} has no sampling schedule; define sampling_times.")
 
     def loss(self, pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         return masked_mse(pred, target, mask)
@@ -137,6 +157,17 @@ class FlowMatching(Objective):
 
     def x0_from_prediction(self, pred, x_t, t):
         return x_t - _bcast(t, x_t) * pred
+
+    def prediction_from_x0(self, x0, x_t, t):
+        return (x_t - x0) / _bcast(t, x_t).clamp_min(1e-4)
+
+    def t_for_noise_level(self, level):
+        """``t`` is the noise level."""
+        return float(level)
+
+    def sampling_times(self, steps):
+        """``steps + 1`` times from 1 to 0, evenly spaced before the shift, float32."""
+        return shift_t(torch.linspace(1.0, 0.0, steps + 1, dtype=torch.float64), self.config.shift).float()
 
     def describe(self):
         return f"FlowMatching(shift={self.config.shift:g}, t={self.config.t_sampling})"
@@ -225,6 +256,24 @@ class Diffusion(Objective):
         if self.prediction_type == "eps":
             return (x_t - s * pred) / a
         return a * x_t - s * pred
+
+    def prediction_from_x0(self, x0, x_t, t):
+        if self.prediction_type == "x0":
+            return x0
+        a, s = (_bcast(c, x_t) for c in self.coefficients(t))
+        eps = (x_t - a * x0) / s.clamp_min(1e-4)
+        return eps if self.prediction_type == "eps" else a * eps - s * x0
+
+    def t_for_noise_level(self, level):
+        """The training timestep whose ``sqrt(1 - ᾱ_t)`` is closest to ``level``."""
+        sigma = (1 - self.alphas_cumprod).sqrt()  # increasing in t
+        return int((sigma - float(level)).abs().argmin())
+
+    def sampling_times(self, steps):
+        """``steps`` timesteps from ``num_train_timesteps - 1`` down to 0 (rounded, long), then ``-1``: clean."""
+        n = self.config.num_train_timesteps
+        ts = torch.linspace(n - 1, 0, steps, dtype=torch.float64).round().long()
+        return torch.cat([ts, torch.tensor([-1])])
 
     def describe(self):
         c = self.config

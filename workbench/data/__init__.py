@@ -1,6 +1,7 @@
 """Data sets, e.g. Meta-World robot-arm video with actions.
 
-* :mod:`workbench.data.metaworld_gen` renders episodes into an HDF5 file (``workbench data metaworld``).
+* :mod:`workbench.data.metaworld_gen` renders episodes into an HDF5 file (``workbench data metaworld``),
+  with :mod:`workbench.data.metaworld_sim` (cameras, the action perturbation, one rollout).
 * :mod:`workbench.data.metaworld` reads them as clips: the ``metaworld`` dataset.
 * :mod:`workbench.data.lerobot` reads LeRobot datasets (v2.1, v3.0) as clips: the ``lerobot`` dataset;
   :mod:`workbench.data.lerobot_write` writes v3.0 (``workbench data metaworld --format lerobot``).
@@ -20,7 +21,7 @@ _LAZY = {
     "sample_path": "workbench.data.metaworld",
     "split_episodes": "workbench.data.metaworld",
     "generate": "workbench.data.metaworld_gen",
-    "Perturbation": "workbench.data.metaworld_gen",
+    "Perturbation": "workbench.data.metaworld_sim",
     "LeRobotClips": "workbench.data.lerobot",
     "LeRobotConfig": "workbench.data.lerobot",
     "LeRobotWriter": "workbench.data.lerobot_write",

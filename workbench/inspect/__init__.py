@@ -11,6 +11,9 @@ import time; writing videos (``Trajectory.export``) loads imageio when called.
 
 from workbench.inspect.ablation import Ablation, ConditionEdit, swap_conditions
 from workbench.inspect.common import InspectError, StepError, StorageWarning, t_for_noise_level
+from workbench.inspect.decoding import render, render_float
+from workbench.inspect.gates import GatesState, find_gate_history, gate_history, gate_statistics
+from workbench.inspect.pictures import Panel, ViewImage
 from workbench.inspect.preview import (
     LatentPreview,
     backbone_identity,
@@ -18,45 +21,31 @@ from workbench.inspect.preview import (
     clear_preview_cache,
     decode_chunked,
     fit_preview,
-    render,
 )
 from workbench.inspect.probes import (
     ActionSensitivity,
     BandRecommendation,
     SigmaSensitivity,
     action_sensitivity,
+    condition_plots,
     condition_table,
-    gate_history,
-    gate_statistics,
     sigma_sensitivity,
 )
-from workbench.inspect.trajectory import (
-    Settings,
-    StopSampling,
-    StoragePolicy,
-    Trajectory,
-    TrajectoryStep,
-    estimate_memory,
-    record,
-)
-from workbench.inspect.views import (
-    VIEWS,
-    Panel,
-    StepperState,
-    ViewImage,
-    effective_gate_map,
-    find_gate_history,
-    render_float,
-    view_image,
-)
+from workbench.inspect.recorder import StopSampling
+from workbench.inspect.settings import Settings
+from workbench.inspect.step import TrajectoryStep
+from workbench.inspect.stepper import StepperState
+from workbench.inspect.storage import StoragePolicy, estimate_memory
+from workbench.inspect.trajectory import Trajectory, record
+from workbench.inspect.views import VIEWS, effective_gate_map, view_image
 from workbench.metrics import moving_psnr, per_clip, psnr, ssim
 
 __all__ = [
-    "VIEWS", "Ablation", "ActionSensitivity", "BandRecommendation", "ConditionEdit", "InspectError",
-    "LatentPreview", "Panel", "Settings", "SigmaSensitivity", "StepError", "StepperState", "StopSampling",
-    "StorageWarning", "StoragePolicy", "Trajectory", "TrajectoryStep", "ViewImage", "action_sensitivity",
-    "backbone_identity", "cache_dir", "clear_preview_cache", "condition_table", "decode_chunked",
-    "effective_gate_map", "estimate_memory", "find_gate_history", "fit_preview", "gate_history", "gate_statistics",
-    "moving_psnr", "per_clip", "psnr", "record", "render", "render_float", "sigma_sensitivity", "ssim",
-    "swap_conditions", "t_for_noise_level", "view_image",
+    "VIEWS", "Ablation", "ActionSensitivity", "BandRecommendation", "ConditionEdit", "GatesState",
+    "InspectError", "LatentPreview", "Panel", "Settings", "SigmaSensitivity", "StepError", "StepperState",
+    "StopSampling", "StoragePolicy", "StorageWarning", "Trajectory", "TrajectoryStep", "ViewImage",
+    "action_sensitivity", "backbone_identity", "cache_dir", "clear_preview_cache", "condition_plots",
+    "condition_table", "decode_chunked", "effective_gate_map", "estimate_memory", "find_gate_history", "fit_preview",
+    "gate_history", "gate_statistics", "moving_psnr", "per_clip", "psnr", "record", "render", "render_float",
+    "sigma_sensitivity", "ssim", "swap_conditions", "t_for_noise_level", "view_image",
 ]

@@ -13,7 +13,6 @@ makes a slider answer at once. Results are cached per (step, condition values).
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,10 +21,20 @@ import torch
 
 from workbench.core.composed import ComposedModel, Prediction
 from workbench.core.conditions import Batch
-from workbench.inspect.common import InspectError, StepError, check_choice, condition_key, rolled_conditions
+from workbench.inspect.cache import LRUCache
+from workbench.inspect.common import (
+    InspectError,
+    StepError,
+    check_choice,
+    condition_key,
+    masked_rms,
+    rolled_conditions,
+)
+from workbench.inspect.decoding import as_uint8, render_float
+from workbench.inspect.pictures import Panel, ViewImage, signed_limit
 from workbench.inspect.preview import DECODES
 from workbench.inspect.trajectory import Trajectory
-from workbench.inspect.views import Panel, ViewImage, _given_frames, _limit, _uint8, render_float
+from workbench.inspect.views import given_frames
 
 
 class ConditionEdit:
@@ -126,7 +135,7 @@ class Ablation:
         self.step = stored[len(stored) // 2]
         if step is not None:
             self.seek(step)
-        self._cache: OrderedDict[tuple, Prediction] = OrderedDict()
+        self._cache: LRUCache[Prediction] = LRUCache(self.CACHE_SIZE)
         self.evaluations = 0  # recompose calls made (cache misses)
 
     @property
@@ -145,17 +154,14 @@ class Ablation:
 
     def prediction(self) -> Prediction:
         """The composed prediction at the current step with the edited condition (cached)."""
-        key = (self.step, self.edit.values.numpy().tobytes() if self.edit.values.device.type == "cpu"
-               else self.edit.values.cpu().numpy().tobytes())
-        if key in self._cache:
-            self._cache.move_to_end(key)
-            return self._cache[key]
-        pred = self.trajectory.recompose(self.step, cond={self.condition: self.edit.values})
-        self.evaluations += 1
-        self._cache[key] = pred
-        while len(self._cache) > self.CACHE_SIZE:
-            self._cache.popitem(last=False)
-        return pred
+        key = (self.step, self.edit.values.cpu().numpy().tobytes())
+
+        def evaluate() -> Prediction:
+            pred = self.trajectory.recompose(self.step, cond={self.condition: self.edit.values})
+            self.evaluations += 1
+            return pred
+
+        return self._cache.get(key, evaluate)
 
     def original_x0(self) -> torch.Tensor:
         """The recorded x0 estimate at the current step ``(B, C, T, h, w)``."""
@@ -175,12 +181,8 @@ class Ablation:
         after = self.ablated_x0().float()
         diff = after - self.original_x0().to(after.device).float()
         mask = self.trajectory.batch.loss_mask
-        sq = diff[self.index].square()  # (C, T, h, w)
-        if mask is not None:
-            m = mask[self.index].to(sq.device).view(1, -1, *([1] * (sq.ndim - 2)))
-            count = (m.sum() * sq.shape[0] * sq[0, 0].numel()).clamp_min(1.0)
-            return float(((sq * m).sum() / count).sqrt())
-        return float(sq.mean().sqrt())
+        i = self.index
+        return masked_rms(diff[i:i + 1], None if mask is None else mask[i:i + 1])
 
     def images(self) -> tuple[ViewImage, ViewImage, ViewImage]:
         """``(recorded, edited, edited − recorded)`` x0 estimates: two RGB views and a signed one."""
@@ -190,12 +192,12 @@ class Ablation:
         before = render_float(base, self.original_x0(), self.decode, self.index)
         after = render_float(base, self.ablated_x0(), self.decode, self.index)
         diff = (after - before).mean(-1).astype(np.float32)
-        given = _given_frames(self.trajectory, self.index, diff.shape[0])
+        given = given_frames(self.trajectory.batch, self.index, diff.shape[0], base.causal_latents)
         edited = ", ".join(self.describe_edits()) or "unchanged"
-        return (ViewImage("x0", f"recorded {self.condition}", "rgb", _uint8(before), given=given, caption=caption),
-                ViewImage("x0", f"edited: {edited}", "rgb", _uint8(after), given=given, caption=caption),
+        return (ViewImage("x0", f"recorded {self.condition}", "rgb", as_uint8(before), given=given, caption=caption),
+                ViewImage("x0", f"edited: {edited}", "rgb", as_uint8(after), given=given, caption=caption),
                 ViewImage("adapter-base", "edited − recorded", "signed", diff,
-                          "x0 difference (mean RGB, [-1, 1] units)", _limit(diff), given, caption))
+                          "x0 difference (mean RGB, [-1, 1] units)", signed_limit(diff), given, caption))
 
     def panels(self, frame: int = 0) -> tuple[list[Panel], str]:
         """The three pictures at ``frame`` and their common caption (view, step, noise, frame)."""

@@ -1,4 +1,4 @@
-"""What the instruments share: their error types, condition overrides, and noise-level ↔ t.
+"""What the instruments share: their error types, condition overrides, noise levels ↔ t, one noise draw.
 
 Nothing here imports more than ``torch`` and the core.
 """
@@ -6,18 +6,23 @@ Nothing here imports more than ``torch`` and the core.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 from workbench.core.composed import ComposedModel
 from workbench.core.conditions import Batch
-from workbench.core.objectives import Diffusion, FlowMatching, Objective
+from workbench.core.objectives import Objective
 from workbench.errors import DataError, InspectError, StepError, StorageWarning, did_you_mean, listing
 
-__all__ = ["InspectError", "StepError", "StorageWarning", "check_choice", "check_model", "condition_key",
-           "condition_keys", "prepare", "rolled_conditions", "t_for_noise_level", "t_tensor", "with_conditions"]
+__all__ = ["DEFAULT_LEVELS", "InspectError", "StepError", "StorageWarning", "check_choice", "check_frame",
+           "check_levels", "check_model", "condition_key", "condition_keys", "masked_rms", "prepare",
+           "rolled_conditions", "seeded_noise", "t_for_noise_level", "t_tensor", "with_conditions"]
+
+DEFAULT_LEVELS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
 
 def check_choice(value: Any, choices: Sequence[Any], what: str, fix: str = "") -> None:
@@ -27,6 +32,13 @@ def check_choice(value: Any, choices: Sequence[Any], what: str, fix: str = "") -
     hint = did_you_mean(value, [str(c) for c in choices]) if isinstance(value, str) else ""
     allowed = ", ".join(repr(c) for c in choices)
     raise InspectError(f"{what}={value!r} is not allowed; allowed: {allowed}.{hint}{' ' + fix if fix else ''}")
+
+
+def check_frame(frame: Any, frames: int, what: str = "the video") -> int:
+    """``frame`` as an int in ``0..frames - 1``, or a :class:`StepError` saying what has how many frames."""
+    if isinstance(frame, bool) or not isinstance(frame, (int, np.integer)) or not 0 <= frame < frames:
+        raise StepError(f"frame={frame!r} is out of range: {what} has {frames} frames (0..{frames - 1}).")
+    return int(frame)
 
 
 def check_model(model: Any, who: str) -> ComposedModel:
@@ -142,7 +154,7 @@ def condition_key(model: ComposedModel, batch: Batch, condition: str) -> str:
 
 
 def t_for_noise_level(objective: Objective, level: float) -> float | int:
-    """The ``t`` (objective units) whose noise level is ``level`` in [0, 1].
+    """The ``t`` (objective units) whose noise level is ``level`` in [0, 1]: ``objective.t_for_noise_level``.
 
     Flow matching: ``t`` is the noise level. Diffusion: the training timestep whose
     ``sqrt(1 - ᾱ_t)`` is closest to ``level``.
@@ -150,15 +162,13 @@ def t_for_noise_level(objective: Objective, level: float) -> float | int:
     level = float(level)
     if not 0.0 <= level <= 1.0:
         raise InspectError(f"noise level {level!r} is outside [0, 1] (0 = clean, 1 = pure noise).")
-    if isinstance(objective, FlowMatching):
-        return level
-    if isinstance(objective, Diffusion):
-        sigma = (1 - objective.alphas_cumprod).sqrt()  # increasing in t
-        return int((sigma - level).abs().argmin())
-    raise InspectError(
-        f"Cannot map noise level {level} to t for {objective.describe()}: the probes know FlowMatching and "
-        f"Diffusion. Give the objective's own mapping, or use one of those objectives."
-    )
+    try:
+        return objective.t_for_noise_level(level)
+    except NotImplementedError as err:
+        raise InspectError(
+            f"Cannot map noise level {level} to t for {objective.describe()}: it defines no t_for_noise_level. "
+            f"Give the objective that method, or use FlowMatching or Diffusion."
+        ) from err
 
 
 def t_tensor(objective: Objective, level: float, batch_size: int, device: torch.device) -> torch.Tensor:
@@ -166,3 +176,27 @@ def t_tensor(objective: Objective, level: float, batch_size: int, device: torch.
     t = t_for_noise_level(objective, level)
     dtype = torch.long if isinstance(t, int) else torch.float32
     return torch.full((batch_size,), t, dtype=dtype, device=device)
+
+
+def check_levels(levels: Sequence[float]) -> np.ndarray:
+    """``levels`` as a float64 array of noise levels, checked to lie in [0, 1]."""
+    out = np.asarray(list(levels), dtype=np.float64)
+    if out.ndim != 1 or not out.size or ((out < 0) | (out > 1)).any():
+        raise InspectError(f"levels must be noise levels in [0, 1] (0 = clean, 1 = pure noise), got {list(levels)!r}.")
+    return out
+
+
+def seeded_noise(batch: Batch, seed: int) -> torch.Tensor:
+    """One standard-normal draw shaped like ``batch.latents``, from ``seed`` on the batch's device."""
+    g = torch.Generator(device=batch.latents.device).manual_seed(int(seed))
+    return torch.randn(batch.latents.shape, generator=g, device=batch.latents.device, dtype=batch.latents.dtype)
+
+
+def masked_rms(x: torch.Tensor, mask: torch.Tensor | None) -> float:
+    """Root mean square of ``(B, C, T, ...)`` over the frames ``mask`` ``(B, T)`` selects (all when ``None``)."""
+    sq = x.float().square()
+    if mask is None:
+        return float(sq.mean().sqrt())
+    m = mask.to(device=sq.device, dtype=sq.dtype).view(sq.shape[0], 1, sq.shape[2], *([1] * (sq.ndim - 3)))
+    count = (m.sum() * sq.shape[1] * math.prod(sq.shape[3:])).clamp_min(1.0)
+    return float(((sq * m).sum() / count).sqrt())

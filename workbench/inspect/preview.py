@@ -42,19 +42,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from workbench.core.backbone import BaseVideoModel
 from workbench.core.conditions import Batch
-from workbench.inspect.common import InspectError, check_choice
-from workbench.metrics import psnr, to_uint8_video
+from workbench.inspect.common import InspectError
+from workbench.metrics import psnr
 
 PREVIEW_VERSION = 1
 DECODES = ("preview", "full")
-DECODER_MODULES = ("vae", "autoencoder", "first_stage_model", "decoder")
 DEFAULT_CHUNK_FRAMES = 8
 
 _IDENTITIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -177,9 +175,9 @@ def backbone_identity(base: BaseVideoModel) -> str:
     ``preview_identity() -> str`` instead (e.g. its VAE checkpoint's hash) to skip hashing.
     Computed once per backbone object: the base is frozen.
     """
-    custom = getattr(base, "preview_identity", None)
-    if callable(custom):
-        return str(custom())
+    custom = None if base.preview_identity is None else base.preview_identity()
+    if custom is not None:
+        return str(custom)
     if base in _IDENTITIES:
         return _IDENTITIES[base]
     h = hashlib.sha256()
@@ -188,7 +186,7 @@ def backbone_identity(base: BaseVideoModel) -> str:
     if dataclasses.is_dataclass(config):
         fields = {k: v for k, v in dataclasses.asdict(config).items() if k != "weights"}
         h.update(json.dumps(fields, sort_keys=True, default=str).encode())
-    decoder = next((m for n in DECODER_MODULES if isinstance(m := getattr(base, n, None), nn.Module)), None)
+    decoder = next((m for n in base.decoder_modules if isinstance(m := getattr(base, n, None), nn.Module)), None)
     if decoder is None:
         tensors = base.state_dict()
     else:
@@ -253,9 +251,8 @@ def save_cached(preview: LatentPreview) -> Path:
 # -- fitting -------------------------------------------------------------------------------
 def is_pixel_space(base: BaseVideoModel, channels: int | None = None) -> bool:
     """True when the backbone samples in pixel space (its "latents" are the video)."""
-    flag = getattr(base, "pixel_space", None)
-    if flag is not None:
-        return bool(flag)
+    if base.pixel_space is not None:
+        return bool(base.pixel_space)
     card = getattr(base, "card", None)
     has_vae = card is not None and any(c.kind == "vae" for c in card.components.values())
     return not has_vae and channels == 3
@@ -281,7 +278,7 @@ def decode_chunked(base: BaseVideoModel, latents: torch.Tensor, chunk_frames: in
                                      or chunk_frames < 1):
         raise InspectError(f"chunk_frames must be a positive int or None, got {chunk_frames!r}.")
     t = latents.shape[2]
-    step = t if chunk_frames is None or getattr(base, "causal_latents", False) else chunk_frames
+    step = t if chunk_frames is None or base.causal_latents else chunk_frames
     with torch.no_grad():
         parts = [base.decode(latents[:, :, s:s + step]) for s in range(0, t, step)]
     return parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)
@@ -443,7 +440,7 @@ def fit_preview(base: BaseVideoModel, samples: Any = None, *, latent_shape: tupl
         return identity_preview(z.shape[1])
     video = torch.cat([decode_chunked(base, z[i:i + 1], chunk_frames) for i in range(z.shape[0])])
     z, video = z.detach().float().cpu(), video.detach().float().cpu()
-    d, r, causal = _layout(z.shape, video.shape, getattr(base, "causal_latents", None))
+    d, r, causal = _layout(z.shape, video.shape, base.causal_latents)
     fit_z, fit_x, test_z, test_x = z[:-held], video[:-held], z[-held:], video[-held:]
     if causal:
         weight_first, mean_first = _solve(fit_z[:, :, :1], fit_x[:, :, :1], d, 1)
@@ -475,25 +472,3 @@ def preview_for(base: BaseVideoModel, latent_shape: tuple[int, ...]) -> LatentPr
     if cached is not None:
         return cached
     return fit_preview(base, latent_shape=latent_shape)
-
-
-def render(base: BaseVideoModel, latents: torch.Tensor, *, decode: str = "preview", index: int = 0,
-           chunk_frames: int | None = DEFAULT_CHUNK_FRAMES, preview: LatentPreview | None = None) -> np.ndarray:
-    """Latents ``(B, C, T', h, w)`` → uint8 frames ``[T, H, W, 3]`` of batch element ``index``.
-
-    ``decode="preview"`` uses the linear preview (fitted on first use), ``"full"`` the backbone's
-    decoder chunked along time. The work runs on the base's device; only the frames leave it.
-    """
-    check_choice(decode, DECODES, "decode", "Use 'preview' (fast, linear) or 'full' (the backbone's decoder).")
-    if latents.ndim != 5:
-        raise InspectError(f"render expects latents (B, C, T, h, w), got shape {tuple(latents.shape)}.")
-    b = latents.shape[0]
-    if isinstance(index, bool) or not isinstance(index, int) or not -b <= index < b:
-        raise InspectError(f"index={index!r} is not a batch element; this batch has {b} (0..{b - 1}).")
-    index %= b
-    z = latents[index:index + 1].to(device=base.device, dtype=base.dtype, non_blocking=True)
-    if decode == "full":
-        video = decode_chunked(base, z, chunk_frames)
-    else:
-        video = (preview or preview_for(base, tuple(z.shape[1:])))(z)
-    return to_uint8_video(video[0].float())

@@ -8,8 +8,9 @@ them and a widget can plot them without knowing about models:
   of each action dimension, per noise level, and how much a wrong (swapped) action changes them.
 * :func:`sigma_sensitivity` — base / adapted / wrong-condition loss per noise level on one
   noise draw, and :meth:`SigmaSensitivity.recommend_band` for a ``NoiseGated`` band.
-* :func:`gate_statistics` — the composer's gates and its effective adapter weight across
-  noise levels; :func:`gate_history` — ``GateStatistics`` rows over training as arrays.
+* :func:`condition_plots` — what to plot for each declared condition, as the adapter sees it.
+
+Gate statistics live in :mod:`workbench.inspect.gates`.
 
 Every model evaluation runs in eval mode under ``no_grad`` on the model's device; losses use
 the objective's own masked loss. Image metrics live in :mod:`workbench.metrics`.
@@ -17,9 +18,7 @@ the objective's own masked loss. Image metrics live in :mod:`workbench.metrics`.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,22 +26,25 @@ import numpy as np
 import torch
 
 from workbench.core.adapter import Adapter
-from workbench.core.callbacks import GateStatistics
 from workbench.core.composed import ComposedModel
-from workbench.core.composers import ComposeContext, Composer, NoiseGated, composer_tree
+from workbench.core.composers import Composer, NoiseGated
 from workbench.core.conditions import Batch
 from workbench.inspect.common import (
+    DEFAULT_LEVELS,
     InspectError,
+    check_levels,
     check_model,
     condition_key,
+    masked_rms,
     prepare,
     rolled_conditions,
+    seeded_noise,
     t_for_noise_level,
     t_tensor,
 )
-from workbench.inspect.trajectory import Settings, applied
-
-DEFAULT_LEVELS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+from workbench.inspect.decoding import as_uint8, render_float
+from workbench.inspect.gates import open_noise_gates
+from workbench.inspect.settings import Settings, applied
 
 
 # -- condition table -------------------------------------------------------------------------
@@ -79,49 +81,9 @@ def condition_table(adapter: Adapter | ComposedModel, raw_or_batch: Mapping[str,
 
 
 # -- shared evaluation -----------------------------------------------------------------------
-def _levels(levels: Sequence[float]) -> np.ndarray:
-    out = np.asarray(list(levels), dtype=np.float64)
-    if out.ndim != 1 or not out.size or ((out < 0) | (out > 1)).any():
-        raise InspectError(f"levels must be noise levels in [0, 1] (0 = clean, 1 = pure noise), got {list(levels)!r}.")
-    return out
-
-
-def _noise(batch: Batch, seed: int) -> torch.Tensor:
-    g = torch.Generator(device=batch.latents.device).manual_seed(int(seed))
-    return torch.randn(batch.latents.shape, generator=g, device=batch.latents.device, dtype=batch.latents.dtype)
-
-
-def _rms(x: torch.Tensor, mask: torch.Tensor | None) -> float:
-    """Root mean square over the frames ``mask`` ``(B, T)`` selects (all when ``None``)."""
-    sq = x.float().square()
-    if mask is None:
-        return float(sq.mean().sqrt())
-    m = mask.to(device=sq.device, dtype=sq.dtype).view(sq.shape[0], 1, sq.shape[2], *([1] * (sq.ndim - 3)))
-    count = (m.sum() * sq.shape[1] * math.prod(sq.shape[3:])).clamp_min(1.0)
-    return float(((sq * m).sum() / count).sqrt())
-
-
 def _with_value(batch: Batch, key: str, value: torch.Tensor) -> Batch:
     return Batch(latents=batch.latents, cond={**batch.cond, key: value}, loss_mask=batch.loss_mask,
                  per_frame=batch.per_frame, meta=batch.meta)
-
-
-@contextmanager
-def open_noise_gates(composer: Composer) -> Iterator[Composer]:
-    """Inside the block every ``NoiseGated`` in ``composer`` lets all noise levels through.
-
-    The sensitivity probes measure the adapter where a band would *not* let it act, which is
-    what recommending a band needs.
-    """
-    gates = [c for c in composer_tree(composer) if isinstance(c, NoiseGated)]
-    saved = [(g.lo, g.hi, g.ramp) for g in gates]
-    try:
-        for g in gates:
-            g.lo, g.hi, g.ramp = 0.0, 1.0, 0.0
-        yield composer
-    finally:
-        for g, (lo, hi, ramp) in zip(gates, saved):
-            g.lo, g.hi, g.ramp = lo, hi, ramp
 
 
 # -- action sensitivity ----------------------------------------------------------------------
@@ -170,9 +132,9 @@ def action_sensitivity(model: ComposedModel, batch: Mapping[str, Any] | Batch,
     batch = prepare(model, batch)
     key = condition_key(model, batch, condition)
     action = batch.cond[key]
-    lv = _levels(levels)
+    lv = check_levels(levels)
     obj, x0_clean, mask = model.objective, batch.latents, batch.loss_mask
-    noise = _noise(batch, seed)
+    noise = seeded_noise(batch, seed)
     dims = action.shape[-1]
     sens_a, sens_x = np.zeros((lv.size, dims)), np.zeros((lv.size, dims))
     gap_a, gap_x, scale, ts = np.zeros(lv.size), np.zeros(lv.size), np.zeros(lv.size), np.zeros(lv.size)
@@ -189,16 +151,16 @@ def action_sensitivity(model: ComposedModel, batch: Mapping[str, Any] | Batch,
                 return p.adapter, obj.x0_from_prediction(p.composed, x_t, t)
 
             true_a, true_x = run(batch)
-            scale[i] = _rms(true_a, mask)
+            scale[i] = masked_rms(true_a, mask)
             for d in range(dims):
                 bump = torch.zeros_like(action)
                 bump[..., d] = eps
                 ap, xp = run(_with_value(batch, key, action + bump))
                 am, xm = run(_with_value(batch, key, action - bump))
-                sens_a[i, d] = _rms((ap - am) / (2 * eps), mask)
-                sens_x[i, d] = _rms((xp - xm) / (2 * eps), mask)
+                sens_a[i, d] = masked_rms((ap - am) / (2 * eps), mask)
+                sens_x[i, d] = masked_rms((xp - xm) / (2 * eps), mask)
             sa, sx = run(swapped)
-            gap_a[i], gap_x[i] = _rms(true_a - sa, mask), _rms(true_x - sx, mask)
+            gap_a[i], gap_x[i] = masked_rms(true_a - sa, mask), masked_rms(true_x - sx, mask)
     return ActionSensitivity(condition, lv, ts, float(eps), sens_a, sens_x, {"adapter": gap_a, "x0": gap_x}, scale)
 
 
@@ -295,10 +257,10 @@ def sigma_sensitivity(model: ComposedModel, batch: Mapping[str, Any] | Batch, le
         raise InspectError("sigma_sensitivity needs clean targets: this batch was prepared from a single image. "
                            "Pass a raw batch with the full video.")
     condition_key(model, batch, condition)
-    lv = _levels(levels)
+    lv = check_levels(levels)
     obj, x0 = model.objective, batch.latents
     swapped = rolled_conditions(model, batch, condition)
-    noises = [_noise(batch, seed + k) for k in range(draws)]
+    noises = [seeded_noise(batch, seed + k) for k in range(draws)]
     losses = np.zeros((3, lv.size))
     ts = np.zeros(lv.size)
     with applied(model, Settings()), open_noise_gates(model.composer), torch.no_grad():
@@ -316,91 +278,53 @@ def sigma_sensitivity(model: ComposedModel, batch: Mapping[str, Any] | Batch, le
     return SigmaSensitivity(condition, lv, ts, losses[0], losses[1], losses[2], objective=obj)
 
 
-# -- gates -----------------------------------------------------------------------------------
-def _summarise(prefix: str, value: torch.Tensor) -> dict[str, float]:
-    v = value.detach().float()
-    if v.numel() == 1:
-        return {prefix: float(v)}
-    return {f"{prefix}_mean": float(v.mean()), f"{prefix}_min": float(v.min()), f"{prefix}_max": float(v.max())}
+# -- condition plots -------------------------------------------------------------------------
+def condition_plots(model_or_adapter: Any, raw_or_batch: Mapping[str, Any] | Batch, step: int | None = None,
+                    index: int = 0) -> dict[str, dict[str, Any]]:
+    """What to plot for each declared condition, exactly as the adapter sees it (``adapter.view``).
 
-
-def _channels(composer: Composer) -> int:
-    config = getattr(composer_tree(composer)[-1], "config", None)
-    return int(getattr(config, "channels", None) or 1)
-
-
-def gate_statistics(model_or_composer: ComposedModel | Composer, levels: Sequence[float] = DEFAULT_LEVELS,
-                    batch: Mapping[str, Any] | Batch | None = None, seed: int = 0) -> list[dict[str, float]]:
-    """The composer's diagnostics across noise levels, one row per level.
-
-    With a model and a ``batch``: the composed prediction at each level (one noise draw),
-    its diagnostics summarised (``gate``, ``mask_mean`` / ``_min`` / ``_max``,
-    ``noise_weight``, ...) and ``weight``: ``RMS(composed - base) / RMS(adapter)`` over the
-    predicted frames (loss mask > 0), how much of the adapter's output reaches the prediction.
-    With a bare composer (or no batch): the composer on ``base = 0``, ``adapter = 1`` probes,
-    where the composed value *is* the
-    adapter's weight (``weight_mean`` / ``_min`` / ``_max`` over channels). Every row also has
-    ``level`` and the composer's ``gate_values()``.
+    Returns ``{name: {"kind", "title", "values"}}`` for clip ``index``: ``"series"`` (per-frame
+    values ``[T, D]``), ``"vector"`` (``[D]``), ``"image"`` (a latent frame ``(C, h, w)`` through
+    the backbone's decoder, uint8 ``[H, W, 3]``, when a ``ComposedModel`` is given; otherwise
+    the channel mean as a grey picture), ``"missing"`` (an absent optional condition, with a
+    ``note``). ``step=k`` shows training step ``k``'s view (dropout included, in train mode).
     """
-    if isinstance(model_or_composer, ComposedModel):
-        composer, model = model_or_composer.composer, model_or_composer
-    elif isinstance(model_or_composer, Composer):
-        composer, model = model_or_composer, None
-    else:
-        raise InspectError(f"gate_statistics needs a ComposedModel or a Composer, got "
-                           f"{type(model_or_composer).__name__}.")
-    if batch is not None and model is None:
-        raise InspectError("gate_statistics with a batch needs the ComposedModel (the batch goes through its base).")
-    lv = _levels(levels)
-    rows = []
-    was_training = composer.training
-    composer.train(False)
-    try:
-        with torch.no_grad():
-            if batch is not None:
-                rows = _gates_on_batch(model, prepare(model, batch), lv, seed)
-            else:
-                device = next((p.device for p in composer.parameters()), torch.device("cpu"))
-                c = _channels(composer)
-                zeros, ones = torch.zeros(1, c, 1, 1, 1, device=device), torch.ones(1, c, 1, 1, 1, device=device)
-                for level in lv:
-                    s = torch.full((1,), float(level), device=device)
-                    out, diag = composer.compose(zeros, ones, ComposeContext(x_t=zeros, t=s, noise_level=s))
-                    row = {"level": float(level), **_summarise("weight", out)}
-                    for key, value in diag.items():
-                        row.update(_summarise(key, value))
-                    rows.append(row)
-    finally:
-        composer.train(was_training)
-    gates = composer.gate_values()
-    return [{**row, **gates} for row in rows]
+    model = model_or_adapter if isinstance(model_or_adapter, ComposedModel) else None
+    adapter = model.adapter if model is not None else model_or_adapter
+    if not isinstance(adapter, Adapter):
+        raise InspectError(f"condition_plots needs an Adapter or a ComposedModel, got "
+                           f"{type(model_or_adapter).__name__}.")
+    view = adapter.view(raw_or_batch, step=step)
+    out: dict[str, dict[str, Any]] = {}
+    for name, info in view.info.items():
+        value = view.declared.get(name)
+        title = name if info.key in (None, name) else f"{name} (from {info.key!r})"
+        if not isinstance(value, torch.Tensor):
+            out[name] = {"kind": "missing", "title": title, "values": None, "note": "missing (optional, None)"}
+            continue
+        v = value.detach().float().cpu()
+        v = v[index if v.shape[0] > 1 else 0]
+        if v.ndim == 2:
+            out[name] = {"kind": "series", "title": f"{title}, per frame", "values": v.numpy()}
+        elif v.ndim <= 1:
+            out[name] = {"kind": "vector", "title": title, "values": v.reshape(-1).numpy()}
+        elif v.ndim == 3:
+            image = None
+            if model is not None:
+                try:  # a latent frame of the backbone: its preview
+                    image = as_uint8(render_float(model.base, v[None, :, None].to(value.dtype), "full"))[0]
+                except InspectError:  # not shaped like the backbone's latents
+                    image = None
+            if image is None:
+                grey = v.mean(dim=0).numpy()
+                grey = (grey - grey.min()) / max(float(np.ptp(grey)), 1e-8)
+                image = np.repeat((grey * 255).round().astype(np.uint8)[..., None], 3, axis=-1)
+            out[name] = {"kind": "image", "title": title, "values": image}
+        else:
+            out[name] = {"kind": "missing", "title": title, "values": None,
+                         "note": f"shape {tuple(v.shape)}: not plotted"}
+    return out
 
 
-def _gates_on_batch(model: ComposedModel, batch: Batch, lv: np.ndarray, seed: int) -> list[dict[str, float]]:
-    obj, noise, rows = model.objective, _noise(batch, seed), []
-    with applied(model, Settings()):
-        for level in lv:
-            t = t_tensor(obj, level, batch.batch_size, batch.latents.device)
-            x_t = obj.add_noise(batch.latents, noise, t)
-            pred = model.predict(x_t, t, batch, adapter=True)
-            # over the predicted frames: what a backbone fixes by construction (a given frame) never moves
-            size = _rms(pred.adapter, batch.loss_mask)
-            row = {"level": float(level),
-                   "weight": _rms(pred.composed - pred.base, batch.loss_mask) / size if size > 0 else float("nan")}
-            for key, value in pred.diagnostics.items():
-                row.update(_summarise(key, value))
-            rows.append(row)
-    return rows
-
-
-def gate_history(callback: GateStatistics | Sequence[Mapping[str, float]]) -> dict[str, np.ndarray]:
-    """``GateStatistics.history`` (or its rows) as arrays by column: ``{"step": (N,), "gate_mean": (N,), ...}``.
-
-    A column missing from some rows is NaN there.
-    """
-    rows = callback.history if isinstance(callback, GateStatistics) else callback
-    if not isinstance(rows, Sequence) or any(not isinstance(r, Mapping) for r in rows):
-        raise InspectError(f"gate_history needs a GateStatistics callback or its history rows, got "
-                           f"{type(callback).__name__}.")
-    columns = list(dict.fromkeys(["step", *(k for r in rows for k in r)]))
-    return {k: np.array([float(r.get(k, np.nan)) for r in rows], dtype=np.float64) for k in columns}
+__all__ = ["DEFAULT_LEVELS", "ActionSensitivity", "BandRecommendation", "SigmaSensitivity", "action_sensitivity",
+           "condition_plots", "condition_table", "sigma_sensitivity"]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,10 +58,6 @@ class Console(Configured):
 
     def __init__(self, config: EveryConfig | None = None, **overrides):
         super().__init__(config, **overrides)
-        self._t0 = 0.0
-
-    def on_fit_start(self, exp):
-        self._t0 = time.perf_counter()
 
     def on_step_end(self, exp, step, metrics):
         m = _plain(metrics)

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from workbench.inspect.colors import lut
-from workbench.inspect.views import Panel
+from workbench.inspect.pictures import Panel
 
 DPI = 100
 PANEL_INCHES = 2.7
@@ -283,7 +283,7 @@ def sensitivity_figure(levels: Sequence[float], values: np.ndarray, swap_gap: Ma
 
 
 def condition_figure(series: Mapping[str, Mapping[str, Any]], dim_names: Mapping[str, Sequence[str]] | None = None):
-    """One small plot per condition, as :func:`workbench.inspect.views.condition_plots` describes it.
+    """One small plot per condition, as :func:`workbench.inspect.probes.condition_plots` describes it.
 
     Per-frame values: one line per dimension over frames; per-clip vectors: bars; images
     (e.g. the first frame): the picture; a missing optional condition: a note.

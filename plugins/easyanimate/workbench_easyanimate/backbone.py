@@ -28,27 +28,20 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
-from workbench import Batch, ComponentSpec, FlowMatching, ModelCard, SamplingDefaults
+from workbench import Batch
 from workbench.backbones.diffusers_bridge import (
-    SIGNAL_KEYS,
     DiffusersBackbone,
+    DiffusersConfig,
     Injection,
-    add_signals,
-    as_video,
-    batch_size_of,
-    check_video_size,
     load_pipeline,
-    pipeline_directory,
     prompts_from,
-    requested_frames,
     transformer_output,
     uncond_batch,
 )
-from workbench.config import check
 from workbench.errors import CheckpointError, CompositionError, DataError
 
 # EasyAnimate V5.1's own settings: 50 steps, guidance 6, 49 frames at 8 fps, 512x512 (its diffusers example).
@@ -57,42 +50,9 @@ RELEASE = "alibaba-pai/EasyAnimateV5.1-12b-zh-diffusers"
 
 
 @dataclass
-class EasyAnimateConfig:
-    """How to load and drive EasyAnimate.
-
-    ``path``: a diffusers-format directory (``model_index.json``), or ``"tiny"`` for a tiny
-    random pipeline built once under the workbench cache (tests and examples).
-    ``device``: where the weights load (``auto``: the best visible device); ``dtype``: ``auto`` =
-    the card's precision on that device, bf16 on a GPU that has it, else float32.
-    ``prompt_key`` / ``prompt_template`` / ``prompt`` / ``negative_prompt``: where prompts come from (see
-    ``wan22_ti2v``). ``steps`` ... ``fps``: card sampling defaults, ``None`` = the real model's
-    (50, 6.0, 512, 512, 49, 8).
-    """
-
-    path: str
-    device: str = "auto"
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-    prompt_key: str = "prompt"
-    prompt_template: str = "{}"
-    prompt: str | None = None
-    negative_prompt: str = ""
-    steps: int | None = None
-    guidance_scale: float | None = None
-    height: int | None = None
-    width: int | None = None
-    num_frames: int | None = None
-    fps: int | None = None
-
-    def __post_init__(self):
-        check("{}" in self.prompt_template, "prompt_template",
-              f"must contain '{{}}' where the batch's prompt goes, got {self.prompt_template!r}.")
-        check(bool(self.path), "path", "is empty; give a diffusers-format directory (with model_index.json) or 'tiny'.")
-        check(self.steps is None or self.steps >= 1, "steps", f"must be >= 1 or null, got {self.steps}.")
-        check(self.guidance_scale is None or self.guidance_scale >= 0, "guidance_scale",
-              f"must be >= 0 or null, got {self.guidance_scale}.")
-        for name in ("height", "width", "num_frames", "fps"):
-            value = getattr(self, name)
-            check(value is None or value >= 1, name, f"must be a positive int or null, got {value}.")
+class EasyAnimateConfig(DiffusersConfig):
+    """How to load and drive EasyAnimate: the :class:`DiffusersConfig` fields. Sampling defaults
+    left ``None`` keep the real model's (50 steps, guidance 6.0, 512x512, 49 frames, 8 fps)."""
 
 
 class _EasyAnimateInjection(Injection):
@@ -132,34 +92,41 @@ class EasyAnimate(DiffusersBackbone):
     >>> base = EasyAnimate.from_pretrained("/models/EasyAnimateV5.1-12b-zh-diffusers")   # bf16 on a GPU
     >>> batch = base.prepare_batch({"video": clips, "prompt": "a robot arm", "action": actions})
     >>> latents = base.generate({"prompt": "a robot arm", "frames": 49, "height": 512, "width": 512})
+
+    ``prepare_batch`` takes ``"video"`` ``(B, 3, T, H, W)`` in [-1, 1] (or uint8 ``(B, T, H, W, 3)``)
+    for training, or only the text plus ``"frames"`` / ``"height"`` / ``"width"`` (default: the
+    card's) for generation; text as ``"prompt"`` (or ``prompt_key``), precomputed
+    ``"prompt_embeds"`` (+ ``"prompt_attention_mask"``), or the config's default prompt; and the
+    per-frame signals (see :meth:`DiffusersBackbone.prepare_batch`).
     """
 
     config_class = EasyAnimateConfig
-    causal_latents = True  # the VAE is causal in time: frame 0 → latent 0, then 4 frames per latent frame
+    name = "easyanimate"
+    model_name = "EasyAnimate"
+    release = RELEASE
+    convert = (f"download {RELEASE} (or the 7b one) instead, or load the upstream weights with diffusers' "
+               f"EasyAnimate classes and write them with EasyAnimatePipeline.save_pretrained(DIR).")
+    mode_fix = "For image-to-video use wan22_ti2v (first_frame: true)."
+    real_defaults = REAL_DEFAULTS
 
-    def __init__(self, config: EasyAnimateConfig | None = None, **overrides):
-        super().__init__()
-        self.config = config = self.config_from(config, overrides)
-        if config.path == "tiny":
-            from workbench_easyanimate.tiny import ensure_tiny_pipeline
+    def tiny_pipeline(self) -> Path:
+        from workbench_easyanimate.tiny import FIXTURE
 
-            folder = ensure_tiny_pipeline()
-        else:
-            folder = pipeline_directory(
-                config.path, "easyanimate", RELEASE,
-                f"download {RELEASE} (or the 7b one) instead, or load the upstream weights with diffusers' "
-                f"EasyAnimate classes and write them with EasyAnimatePipeline.save_pretrained(DIR).")
-        self.folder = folder
+        return FIXTURE.ensure()
+
+    def load(self) -> torch.dtype:
         from diffusers import EasyAnimatePipeline
 
-        loaded, dtype = load_pipeline(folder, plugin="easyanimate", device=config.device, dtype=config.dtype)
+        c = self.config
+        loaded, dtype = load_pipeline(self.folder, plugin=self.name, device=c.device, dtype=c.dtype)
         parts = loaded.components
         latent_channels = parts["vae"].config.latent_channels
         if parts["transformer"].config.in_channels != latent_channels:
             raise CheckpointError(
-                f"easyanimate: {folder} holds a transformer taking {parts['transformer'].config.in_channels} input "
-                f"channels for a {latent_channels}-channel VAE: an inpainting (-InP) or control (-Control) variant. "
-                f"Only the text-to-video release is supported (input channels == latent channels), e.g. {RELEASE}."
+                f"easyanimate: {self.folder} holds a transformer taking {parts['transformer'].config.in_channels} "
+                f"input channels for a {latent_channels}-channel VAE: an inpainting (-InP) or control (-Control) "
+                f"variant. Only the text-to-video release is supported (input channels == latent channels), e.g. "
+                f"{RELEASE}."
             )
         self.adopt_components(parts)
         self.pipeline = EasyAnimatePipeline(vae=self.vae, text_encoder=self.text_encoder, tokenizer=self.tokenizer,
@@ -168,60 +135,25 @@ class EasyAnimate(DiffusersBackbone):
         self.latent_channels = latent_channels
         self.spatial = self.vae.spatial_compression_ratio
         self.temporal = self.vae.temporal_compression_ratio
-        self.patch = self.transformer.config.patch_size
+        self.patch = self.spatial_patch = self.transformer.config.patch_size
         self.scaling_factor = float(self.vae.config.scaling_factor)
         self.train_timesteps = self.scheduler.config.num_train_timesteps
-        self._text_cache: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
-        self.card = self._make_card(dtype)
-
-    @classmethod
-    def from_config(cls, config: EasyAnimateConfig) -> EasyAnimate:
-        return cls(config)
-
-    @classmethod
-    def from_pretrained(cls, path: str | Path, **overrides) -> EasyAnimate:
-        """Load a diffusers-format EasyAnimate directory; ``overrides``: :class:`EasyAnimateConfig` fields."""
-        return cls(EasyAnimateConfig(path=str(path), **overrides))
+        return dtype
 
     # -- card --------------------------------------------------------------------------------
-    def _make_card(self, dtype: torch.dtype) -> ModelCard:
-        c = self.config
-        shift = getattr(self.scheduler.config, "shift", None)
-        defaults = {k: getattr(c, k) if getattr(c, k) is not None else v for k, v in REAL_DEFAULTS.items()}
-        source = "tiny random pipeline" if c.path == "tiny" else str(self.folder)
-        weights = str(dtype).replace("torch.", "")
-
-        def spec(kind: str, module, sub: str) -> ComponentSpec:
-            count = sum(p.numel() for p in module.parameters()) if isinstance(module, torch.nn.Module) else None
-            return ComponentSpec(kind, f"{source}/{sub}", weights if count is not None else None, count)
-
-        components = {"transformer": spec("denoiser", self.transformer, "transformer"),
-                      "vae": spec("vae", self.vae, "vae"), "scheduler": spec("scheduler", None, "scheduler")}
-        if self.text_encoder is not None:
-            components["text_encoder"] = spec("text_encoder", self.text_encoder, "text_encoder")
-        if self.tokenizer is not None:
-            components["tokenizer"] = spec("tokenizer", None, "tokenizer")
-        return ModelCard(
-            model_id=f"easyanimate:{Path(self.folder).name}",
+    def card_fields(self) -> dict[str, Any]:
+        return dict(
+            model_id="easyanimate",
             family="easyanimate",
-            prediction_type="velocity",
-            components=components,
-            sampling=SamplingDefaults(sampler="flow_euler", shift=float(shift) if shift else None, **defaults),
-            precision={"cpu": "float32", "cuda": "bfloat16"},
+            sampler="flow_euler",
+            shift=getattr(self.scheduler.config, "shift", None),
             capabilities=("t2v",),
-            samplers=("flow_euler",),
             notes="EasyAnimate V5.1 through diffusers' EasyAnimatePipeline: MagViT VAE (8x spatial, 4x temporal), "
                   "Qwen2-VL text encoder, MMDiT transformer; guidance runs [uncond; cond] in one transformer call.",
         )
 
-    def default_objective(self):
-        return FlowMatching(shift=self.card.sampling.shift or 1.0)
-
-    def provides(self) -> tuple[str, ...]:
-        keys = ["prompt_embeds", "prompt_attention_mask", "negative_prompt_embeds", "negative_prompt_attention_mask"]
-        for key in SIGNAL_KEYS:
-            keys += [key, f"{key}_frames"]
-        return tuple(keys)
+    def text_conditions(self) -> tuple[str, ...]:
+        return ("prompt_embeds", "prompt_attention_mask", "negative_prompt_embeds", "negative_prompt_attention_mask")
 
     # -- autoencoder -------------------------------------------------------------------------
     def encode(self, video: torch.Tensor) -> torch.Tensor:
@@ -238,19 +170,13 @@ class EasyAnimate(DiffusersBackbone):
     def encode_text(self, prompts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """Prompts → Qwen2-VL embeddings ``(B, L, D)`` and attention mask ``(B, L)``, through the
         pipeline's own ``encode_prompt`` and cached per prompt (the text encoder dwarfs any adapter)."""
-        missing = [p for p in dict.fromkeys(prompts) if p not in self._text_cache]
-        if missing:
-            if self.text_encoder is None or self.tokenizer is None:
-                raise DataError(
-                    f"easyanimate: prompts were given but {self.folder} has no text_encoder / tokenizer. Pass "
-                    f"precomputed 'prompt_embeds' (B, L, D) and 'prompt_attention_mask' (B, L) in the batch instead."
-                )
-            with torch.no_grad():
-                embeds, _, mask, _ = self.pipeline.encode_prompt(
-                    missing, do_classifier_free_guidance=False, device=self.device, dtype=self.transformer.dtype)
-            for prompt, embed, m in zip(missing, embeds, mask):
-                self._text_cache[prompt] = (embed, m)
-        pairs = [self._text_cache[p] for p in prompts]
+        def encode(missing: list[str]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+            embeds, _, mask, _ = self.pipeline.encode_prompt(
+                missing, do_classifier_free_guidance=False, device=self.device, dtype=self.transformer.dtype)
+            return list(zip(embeds, mask))
+
+        pairs = self.cached_text(prompts, encode, "Pass precomputed 'prompt_embeds' (B, L, D) and "
+                                                  "'prompt_attention_mask' (B, L) in the batch instead.")
         return (torch.stack([e for e, _ in pairs]).to(self.device), torch.stack([m for _, m in pairs]).to(self.device))
 
     def _text(self, raw: Mapping[str, Any], batch_size: int) -> dict[str, torch.Tensor]:
@@ -273,54 +199,6 @@ class EasyAnimate(DiffusersBackbone):
             prompts = prompts_from(raw, c.prompt_key, c.prompt, c.prompt_template, batch_size, "easyanimate")
             cond["prompt_embeds"], cond["prompt_attention_mask"] = self.encode_text(prompts)
         return cond
-
-    # -- batches -----------------------------------------------------------------------------
-    def _check_frames(self, shape: Sequence[int], key: str) -> None:
-        check_video_size(shape, key, plugin="easyanimate", model="EasyAnimate", temporal=self.temporal,
-                         spatial=self.spatial, patch=self.patch, max_frames=49, example="49 frames at 512x512")
-
-    def prepare_batch(self, raw: Mapping[str, Any] | Batch) -> Batch:
-        """Raw data → :class:`Batch`.
-
-        ``raw`` holds ``"video"`` ``(B, 3, T, H, W)`` in [-1, 1] (or uint8 ``(B, T, H, W, 3)``) for
-        training, or only the text plus ``"frames"`` / ``"height"`` / ``"width"`` (default: the
-        card's) for generation; text as ``"prompt"`` (or ``prompt_key``), precomputed
-        ``"prompt_embeds"`` (+ ``"prompt_attention_mask"``), or the config's default prompt;
-        per-frame ``"action"`` (or ``"actions"``), ``"proprio"``, ``"ee_pos"`` ``(B, T, D)``, supplied
-        pooled onto latent frames (``action`` ``(B, T', D)``) and at full rate (``action_frames``).
-        """
-        if isinstance(raw, Batch):
-            return raw
-        if not isinstance(raw, Mapping):
-            raise DataError(f"easyanimate.prepare_batch expects a mapping of tensors, got {type(raw).__name__}.")
-        text_keys = ("prompt", "prompt_embeds", self.config.prompt_key)
-        self.card.check_request(raw, backbone="easyanimate", text_keys=text_keys,
-                                fix="For image-to-video use wan22_ti2v (first_frame: true).")
-        device = self.device
-        with torch.no_grad():
-            if "video" in raw:
-                video = as_video(raw["video"], "video").to(device)
-                self._check_frames(video.shape[2:], "video")
-                latents = self.encode(video)
-                has_target = True
-            else:
-                batch_size = batch_size_of(raw, self.config.prompt_key)
-                frames = self._frames_from(raw)
-                s = self.card.sampling
-                height, width = int(raw.get("height", s.height)), int(raw.get("width", s.width))
-                self._check_frames((frames, height, width), "generation size")
-                shape = (batch_size, self.latent_channels, (frames - 1) // self.temporal + 1,
-                         height // self.spatial, width // self.spatial)
-                latents = torch.zeros(shape, device=device)
-                has_target = False
-            batch_size, frames = latents.shape[0], 1 + (latents.shape[2] - 1) * self.temporal
-            cond: dict[str, Any] = self._text(raw, batch_size)
-        per_frame = add_signals(cond, raw, batch_size=batch_size, frames=frames, ratio=self.temporal, device=device,
-                                plugin="easyanimate")
-        return Batch(latents=latents, cond=cond, per_frame=frozenset(per_frame), meta={"has_target": has_target})
-
-    def _frames_from(self, raw: Mapping[str, Any]) -> int:
-        return requested_frames(raw, self.card.sampling.num_frames)
 
     # -- denoising ---------------------------------------------------------------------------
     def denoise(self, x_t: torch.Tensor, t: torch.Tensor, cond: Mapping[str, Any]) -> torch.Tensor:
@@ -350,7 +228,7 @@ class EasyAnimate(DiffusersBackbone):
         ``guidance_scale`` defaults to the card's; other keyword arguments go to the pipeline.
         """
         guidance = self.card.sampling.guidance_scale if guidance_scale is None else guidance_scale
-        b, _, frames, h, w = batch.latents.shape
+        b = batch.batch_size
         kwargs: dict[str, Any] = dict(prompt_embeds=batch.cond["prompt_embeds"],
                                       prompt_attention_mask=batch.cond["prompt_attention_mask"])
         uncond = None
@@ -361,9 +239,5 @@ class EasyAnimate(DiffusersBackbone):
             kwargs.update(negative_prompt_embeds=negative, negative_prompt_attention_mask=mask)
             uncond = uncond_batch(batch, negative, prompt_attention_mask=mask)
         injection = _EasyAnimateInjection(self, batch, uncond, compose_fn, on_step, steps)
-        with injection.installed(self.pipeline):
-            out = self.pipeline(height=h * self.spatial, width=w * self.spatial,
-                                num_frames=1 + (frames - 1) * self.temporal, num_inference_steps=steps,
-                                guidance_scale=guidance, generator=generator, output_type="latent",
-                                **injection.callback, **kwargs, **pipeline_kwargs)
-        return out.frames.to(batch.latents.dtype)
+        return self.run_pipeline(self.pipeline, injection, batch, steps=steps, guidance=guidance, generator=generator,
+                                 **kwargs, **pipeline_kwargs)

@@ -13,11 +13,9 @@ and loaded back like any real checkpoint.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 
-from workbench.backbones.diffusers_bridge import fixture_directory, tiny_fixture_cli
+from workbench.backbones.diffusers_bridge import TinyFixture
 
 VERSION = 1
 CHARACTERS = [chr(c) for c in range(ord("a"), ord("z") + 1)] + [str(d) for d in range(10)] + [
@@ -64,22 +62,9 @@ def build_tiny_pipeline(seed: int = 0):
                                scheduler=FlowMatchEulerDiscreteScheduler(shift=1.0))
 
 
-def save_tiny_pipeline(out_dir: str | Path, seed: int = 0) -> Path:
-    """Write the tiny pipeline to ``out_dir`` (diffusers layout, safetensors) and return the path."""
-    out = Path(out_dir)
-    build_tiny_pipeline(seed).save_pretrained(str(out), safe_serialization=True)
-    return out
-
-
-def ensure_tiny_pipeline() -> Path:
-    """The tiny pipeline's directory under ``$WORKBENCH_CACHE/fixtures`` (built once, atomically)."""
-    return fixture_directory(f"easyanimate-tiny-v{VERSION}", save_tiny_pipeline)
-
-
-def main(argv: list[str] | None = None) -> None:
-    tiny_fixture_cli(argv, prog="python -m workbench_easyanimate.tiny", description=__doc__.split("\n\n")[0],
-                     what="a tiny EasyAnimate pipeline", save=save_tiny_pipeline)
-
+FIXTURE = TinyFixture(f"easyanimate-tiny-v{VERSION}", build_tiny_pipeline, "a tiny EasyAnimate pipeline",
+                      "python -m workbench_easyanimate.tiny")
+save_tiny_pipeline = FIXTURE.save  # (out_dir, seed=0) -> Path
 
 if __name__ == "__main__":
-    main()
+    FIXTURE.main()

@@ -30,23 +30,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
-from workbench import Batch, ComponentSpec, FlowMatching, ModelCard, SamplingDefaults
+from workbench import Batch
 from workbench.backbones.diffusers_bridge import (
-    SIGNAL_KEYS,
     DiffusersBackbone,
+    DiffusersConfig,
     Injection,
-    add_signals,
-    as_video,
-    batch_size_of,
-    check_video_size,
     load_pipeline,
-    pipeline_directory,
     prompts_from,
-    requested_frames,
     transformer_output,
     uncond_batch,
 )
@@ -59,49 +53,21 @@ SAMPLER_NAMES = {"UniPCMultistepScheduler": "unipc", "FlowMatchEulerDiscreteSche
 
 
 @dataclass
-class Wan22Config:
-    """How to load and drive Wan2.2 TI2V.
+class Wan22Config(DiffusersConfig):
+    """How to load and drive Wan2.2 TI2V: the :class:`DiffusersConfig` fields, and
 
-    ``path``: a diffusers-format directory (``model_index.json``), or ``"tiny"`` for a tiny
-    random pipeline built once under the workbench cache (tests and examples).
-    ``device``: where the weights load (``auto``: the best visible device); ``dtype``: ``auto`` =
-    the card's precision on that device, bf16 on a GPU that has it, else float32 (the VAE always
-    runs in float32).
+    ``dtype``: ``auto`` = the card's precision on the config's ``device`` (the VAE always runs in float32).
     ``first_frame``: condition on the first frame (TI2V image-to-video); ``False`` = text only.
-    ``prompt_key``: the raw-batch key holding prompts (``task`` for Meta-World clips), each put
-    into ``prompt_template`` (e.g. ``"a robot arm doing the {} task"``);
-    ``prompt``: the prompt for batches without one. ``negative_prompt``: the guidance prompt.
-    ``steps`` / ``guidance_scale`` / ``height`` / ``width`` / ``num_frames`` / ``fps``: sampling
-    defaults for the card; ``None`` keeps the real model's (50, 5.0, 704, 1280, 121, 24).
+    ``max_sequence_length``: prompt tokens. Sampling defaults left ``None`` keep the real
+    model's (50 steps, guidance 5.0, 704x1280, 121 frames, 24 fps).
     """
 
-    path: str
-    device: str = "auto"
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     first_frame: bool = True
-    prompt_key: str = "prompt"
-    prompt_template: str = "{}"
-    prompt: str | None = None
-    negative_prompt: str = ""
     max_sequence_length: int = 512
-    steps: int | None = None
-    guidance_scale: float | None = None
-    height: int | None = None
-    width: int | None = None
-    num_frames: int | None = None
-    fps: int | None = None
 
     def __post_init__(self):
-        check("{}" in self.prompt_template, "prompt_template",
-              f"must contain '{{}}' where the batch's prompt goes, got {self.prompt_template!r}.")
-        check(bool(self.path), "path", "is empty; give a diffusers-format directory (with model_index.json) or 'tiny'.")
+        super().__post_init__()
         check(self.max_sequence_length >= 1, "max_sequence_length", f"must be >= 1, got {self.max_sequence_length}.")
-        check(self.steps is None or self.steps >= 1, "steps", f"must be >= 1 or null, got {self.steps}.")
-        check(self.guidance_scale is None or self.guidance_scale >= 0, "guidance_scale",
-              f"must be >= 0 or null, got {self.guidance_scale}.")
-        for name in ("height", "width", "num_frames", "fps"):
-            value = getattr(self, name)
-            check(value is None or value >= 1, name, f"must be a positive int or null, got {value}.")
 
 
 class _WanInjection(Injection):
@@ -138,27 +104,26 @@ class Wan22TI2V(DiffusersBackbone):
     """
 
     config_class = Wan22Config
-    causal_latents = True  # the VAE is causal in time: frame 0 → latent 0, then 4 frames per latent frame
+    name = "wan22_ti2v"
+    model_name = "Wan2.2"
+    release = "Wan-AI/Wan2.2-TI2V-5B-Diffusers"
+    convert = ("download Wan-AI/Wan2.2-TI2V-5B-Diffusers instead, or convert the upstream checkpoint with diffusers' "
+               "scripts/convert_wan_to_diffusers.py (model type Wan2.2-TI2V-5B) and point path at its output.")
+    mode_fix = "The mode is first_frame in the backbone config: true = text+image-to-video, false = text-to-video."
     sampler_inputs = ("image",)  # the first frame's pixels, which the i2v pipeline encodes itself
+    real_defaults = REAL_DEFAULTS
 
-    def __init__(self, config: Wan22Config | None = None, **overrides):
-        super().__init__()
-        self.config = config = self.config_from(config, overrides)
-        if config.path == "tiny":
-            from workbench_wan22.tiny import ensure_tiny_pipeline
+    def tiny_pipeline(self) -> Path:
+        from workbench_wan22.tiny import FIXTURE
 
-            folder = ensure_tiny_pipeline()
-        else:
-            folder = pipeline_directory(
-                config.path, "wan22_ti2v", "Wan-AI/Wan2.2-TI2V-5B-Diffusers",
-                "download Wan-AI/Wan2.2-TI2V-5B-Diffusers instead, or convert the upstream checkpoint with diffusers' "
-                "scripts/convert_wan_to_diffusers.py (model type Wan2.2-TI2V-5B) and point path at its output.")
-        self.folder = folder
+        return FIXTURE.ensure()
+
+    def load(self) -> torch.dtype:
         from diffusers import WanImageToVideoPipeline, WanPipeline
 
+        folder, c = self.folder, self.config
         # the Wan VAE runs in float32, as upstream recommends
-        loaded, dtype = load_pipeline(folder, plugin="wan22_ti2v", device=config.device, dtype=config.dtype,
-                                      float32=("vae",))
+        loaded, dtype = load_pipeline(folder, plugin=self.name, device=c.device, dtype=c.dtype, float32=("vae",))
         parts = loaded.components
         problems = []
         if parts.get("transformer_2") is not None or getattr(loaded.config, "boundary_ratio", None) is not None:
@@ -181,68 +146,34 @@ class Wan22TI2V(DiffusersBackbone):
         self.spatial = vae.scale_factor_spatial
         self.temporal = vae.scale_factor_temporal
         self.patch = tuple(self.transformer.config.patch_size)  # (1, 2, 2)
+        self.spatial_patch = self.patch[1]
+        self.latent_channels = vae.z_dim
         self.train_timesteps = self.scheduler.config.num_train_timesteps
         self.register_buffer("latents_mean", torch.tensor(vae.latents_mean).view(1, -1, 1, 1, 1), persistent=False)
         self.register_buffer("latents_inv_std", 1.0 / torch.tensor(vae.latents_std).view(1, -1, 1, 1, 1),
                              persistent=False)
-        self._text_cache: dict[str, torch.Tensor] = {}
-        self.card = self._make_card(dtype)
-
-    @classmethod
-    def from_config(cls, config: Wan22Config) -> Wan22TI2V:
-        return cls(config)
-
-    @classmethod
-    def from_pretrained(cls, path: str | Path, **overrides) -> Wan22TI2V:
-        """Load a diffusers-format Wan2.2 TI2V directory (``model_index.json``); ``overrides``: :class:`Wan22Config`."""
-        return cls(Wan22Config(path=str(path), **overrides))
+        self.to(self.transformer.device)  # the buffers join the weights' device
+        return dtype
 
     # -- card --------------------------------------------------------------------------------
-    def _make_card(self, dtype: torch.dtype) -> ModelCard:
-        c = self.config
+    def card_fields(self) -> dict[str, Any]:
         scheduler = self.scheduler.config
-        shift = getattr(scheduler, "flow_shift", None) or getattr(scheduler, "shift", None)
-        sampler = SAMPLER_NAMES.get(type(self.scheduler).__name__, type(self.scheduler).__name__.lower())
-        defaults = {k: getattr(c, k) if getattr(c, k) is not None else v for k, v in REAL_DEFAULTS.items()}
-        source = "tiny random pipeline" if c.path == "tiny" else str(self.folder)
-        weights = str(dtype).replace("torch.", "")
-
-        def spec(kind: str, module, sub: str, dtype_name: str | None = weights) -> ComponentSpec:
-            count = sum(p.numel() for p in module.parameters()) if isinstance(module, torch.nn.Module) else None
-            return ComponentSpec(kind, f"{source}/{sub}", dtype_name if count is not None else None, count)
-
-        components = {"transformer": spec("denoiser", self.transformer, "transformer"),
-                      "vae": spec("vae", self.vae, "vae", "float32"),
-                      "scheduler": spec("scheduler", None, "scheduler")}
-        if self.text_encoder is not None:
-            components["text_encoder"] = spec("text_encoder", self.text_encoder, "text_encoder")
-        if self.tokenizer is not None:
-            components["tokenizer"] = spec("tokenizer", None, "tokenizer")
-        return ModelCard(
-            model_id=f"wan2.2-ti2v:{Path(self.folder).name}",
+        return dict(
+            model_id="wan2.2-ti2v",
             family="wan2.2",
-            prediction_type="velocity",
-            components=components,
-            sampling=SamplingDefaults(sampler=sampler, shift=float(shift) if shift else None, **defaults),
-            precision={"cpu": "float32", "cuda": "bfloat16"},
+            sampler=SAMPLER_NAMES.get(type(self.scheduler).__name__, type(self.scheduler).__name__.lower()),
+            shift=getattr(scheduler, "flow_shift", None) or getattr(scheduler, "shift", None),
+            vae_dtype="float32",
             capabilities=("t2v", "i2v", "ti2v"),
-            mode="ti2v" if c.first_frame else "t2v",
-            samplers=(sampler,),
+            mode="ti2v" if self.config.first_frame else "t2v",
             notes="Wan2.2 TI2V-5B through diffusers' WanImageToVideoPipeline / WanPipeline (expand_timesteps): "
                   "48-channel latents, 16x spatial and 4x temporal compression, UMT5 text encoder; the first "
                   "latent frame is the condition (token timestep 0).",
         )
 
-    def default_objective(self):
-        return FlowMatching(shift=self.card.sampling.shift or 1.0)
-
-    def provides(self) -> tuple[str, ...]:
-        keys = ["prompt_embeds", "negative_prompt_embeds"]  # the batch's "image" is pipeline input, not a condition
-        if self.config.first_frame:
-            keys.append("first_frame")
-        for key in SIGNAL_KEYS:
-            keys += [key, f"{key}_frames"]
-        return tuple(keys)
+    def text_conditions(self) -> tuple[str, ...]:
+        # the batch's "image" is pipeline input, not a condition
+        return ("prompt_embeds", "negative_prompt_embeds", *(("first_frame",) if self.config.first_frame else ()))
 
     # -- autoencoder -------------------------------------------------------------------------
     def encode(self, video: torch.Tensor) -> torch.Tensor:
@@ -268,21 +199,14 @@ class Wan22TI2V(DiffusersBackbone):
         The text encoder is large next to any adapter, so each distinct prompt is encoded once per
         backbone and kept (in the transformer's dtype).
         """
-        missing = [p for p in dict.fromkeys(prompts) if p not in self._text_cache]
-        if missing:
-            if self.text_encoder is None or self.tokenizer is None:
-                raise DataError(
-                    f"wan22_ti2v: prompts were given but {self.folder} has no text_encoder / tokenizer. Pass "
-                    f"precomputed 'prompt_embeds' (B, L, D) in the batch instead, or use a pipeline directory with "
-                    f"the UMT5 text encoder."
-                )
-            with torch.no_grad():
-                embeds, _ = self.pipelines["t2v"].encode_prompt(
-                    missing, do_classifier_free_guidance=False, max_sequence_length=self.config.max_sequence_length,
-                    device=self.device, dtype=self.transformer.dtype)
-            for prompt, embed in zip(missing, embeds):
-                self._text_cache[prompt] = embed
-        return torch.stack([self._text_cache[p].to(self.device) for p in prompts])
+        def encode(missing: list[str]) -> torch.Tensor:
+            return self.pipelines["t2v"].encode_prompt(
+                missing, do_classifier_free_guidance=False, max_sequence_length=self.config.max_sequence_length,
+                device=self.device, dtype=self.transformer.dtype)[0]
+
+        embeds = self.cached_text(prompts, encode, "Pass precomputed 'prompt_embeds' (B, L, D) in the batch instead, "
+                                                   "or use a pipeline directory with the UMT5 text encoder.")
+        return torch.stack([e.to(self.device) for e in embeds])
 
     def _text(self, raw: Mapping[str, Any], batch_size: int) -> dict[str, torch.Tensor]:
         cond = {}
@@ -302,12 +226,6 @@ class Wan22TI2V(DiffusersBackbone):
         return cond
 
     # -- batches -----------------------------------------------------------------------------
-    def _check_frames(self, shape: Sequence[int], key: str) -> None:
-        check_video_size(shape, key, plugin="wan22_ti2v", model="Wan2.2", temporal=self.temporal,
-                         spatial=self.spatial, patch=self.patch[1], max_frames=REAL_DEFAULTS["num_frames"],
-                         example=f"{REAL_DEFAULTS['num_frames']} frames at {REAL_DEFAULTS['height']}x"
-                                 f"{REAL_DEFAULTS['width']}")
-
     def prepare_batch(self, raw: Mapping[str, Any] | Batch) -> Batch:
         """Raw data → :class:`Batch`.
 
@@ -323,63 +241,38 @@ class Wan22TI2V(DiffusersBackbone):
         each next 4) and at full rate (``action_frames`` ``(B, T, D)``). ``loss_mask`` leaves out the
         conditioning latent frame.
         """
-        if isinstance(raw, Batch):
-            return raw
-        if not isinstance(raw, Mapping):
-            raise DataError(f"wan22_ti2v.prepare_batch expects a mapping of tensors, got {type(raw).__name__}.")
-        text_keys = ("prompt", "prompt_embeds", self.config.prompt_key)
-        self.card.check_request(raw, backbone="wan22_ti2v", text_keys=text_keys,
-                                fix="The mode is first_frame in the backbone config: true = text+image-to-video, "
-                                    "false = text-to-video.")
-        device = self.device
-        with torch.no_grad():
-            if "video" in raw:
-                video = as_video(raw["video"], "video").to(device)
-                self._check_frames(video.shape[2:], "video")
-                latents = self.encode(video)
-                image = video[:, :, 0]
-                has_target = True
-            elif "image" in raw:
-                image = torch.as_tensor(raw["image"]).float().to(device)
-                if image.ndim != 4 or image.shape[1] != 3:
-                    raise DataError(f"wan22_ti2v: 'image' must be (B, 3, H, W) in [-1, 1], got {tuple(image.shape)}.")
-                frames = self._frames_from(raw)
-                self._check_frames((frames, *image.shape[2:]), "image")
-                shape = (image.shape[0], self.vae.config.z_dim, (frames - 1) // self.temporal + 1,
-                         image.shape[2] // self.spatial, image.shape[3] // self.spatial)
-                latents = torch.zeros(shape, device=device)
-                has_target = False
-            elif not self.config.first_frame:  # text-to-video generation: the size comes from the request
-                batch_size = batch_size_of(raw, self.config.prompt_key)
-                frames, s = self._frames_from(raw), self.card.sampling
-                height, width = int(raw.get("height", s.height)), int(raw.get("width", s.width))
-                self._check_frames((frames, height, width), "generation size")
-                shape = (batch_size, self.vae.config.z_dim, (frames - 1) // self.temporal + 1, height // self.spatial,
-                         width // self.spatial)
-                latents, image, has_target = torch.zeros(shape, device=device), None, False
-            else:
-                raise DataError(f"wan22_ti2v.prepare_batch needs 'video' (B, 3, T, H, W), or 'image' (B, 3, H, W) to "
-                                f"generate from a first frame; got keys {sorted(raw)}. For text-to-video, build the "
-                                f"backbone with first_frame: false.")
-            batch_size, frames = latents.shape[0], 1 + (latents.shape[2] - 1) * self.temporal
-            cond: dict[str, Any] = self._text(raw, batch_size)
-            if self.config.first_frame:
-                first = self.encode(image[:, :, None])[:, :, 0]  # as the pipeline encodes its condition
-                cond["first_frame"] = first
-                if not has_target:
-                    latents[:, :, 0] = first
-        per_frame = add_signals(cond, raw, batch_size=batch_size, frames=frames, ratio=self.temporal, device=device,
-                                plugin="wan22_ti2v")
-        mask = torch.ones(batch_size, latents.shape[2], device=device)
+        return super().prepare_batch(raw)
+
+    def latents_from(self, raw: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor | None, bool]:
+        if "video" in raw or ("image" not in raw and not self.config.first_frame):
+            return super().latents_from(raw)  # clips, or a text-to-video request
+        if "image" not in raw:
+            raise DataError(f"wan22_ti2v.prepare_batch needs 'video' (B, 3, T, H, W), or 'image' (B, 3, H, W) to "
+                            f"generate from a first frame; got keys {sorted(raw)}. For text-to-video, build the "
+                            f"backbone with first_frame: false.")
+        image = torch.as_tensor(raw["image"]).float().to(self.device)
+        if image.ndim != 4 or image.shape[1] != 3:
+            raise DataError(f"wan22_ti2v: 'image' must be (B, 3, H, W) in [-1, 1], got {tuple(image.shape)}.")
+        latents = self.blank_latents(image.shape[0], self._frames_from(raw), *image.shape[2:], "image")
+        return latents, image[:, :, None], False
+
+    def condition_on(self, cond: dict[str, Any], latents: torch.Tensor, video: torch.Tensor | None,
+                     has_target: bool) -> None:
+        if self.config.first_frame:
+            image = video[:, :, 0]
+            first = self.encode(image[:, :, None])[:, :, 0]  # as the pipeline encodes its condition
+            cond["first_frame"] = first
+            if not has_target:
+                latents[:, :, 0] = first
+
+    def batch_from(self, latents: torch.Tensor, cond: dict[str, Any], per_frame: frozenset[str],
+                   video: torch.Tensor | None, has_target: bool) -> Batch:
+        mask = torch.ones(latents.shape[0], latents.shape[2], device=self.device)
         if self.config.first_frame:
             mask[:, 0] = 0  # the first latent frame is given, not predicted
-        if image is not None:
-            cond["image"] = image  # the first frame's pixels, which the i2v pipeline encodes itself
-        return Batch(latents=latents, cond=cond, loss_mask=mask, per_frame=frozenset(per_frame),
-                     meta={"has_target": has_target})
-
-    def _frames_from(self, raw: Mapping[str, Any]) -> int:
-        return requested_frames(raw, self.card.sampling.num_frames)
+        if video is not None:
+            cond["image"] = video[:, :, 0]  # the first frame's pixels, which the i2v pipeline encodes itself
+        return Batch(latents=latents, cond=cond, loss_mask=mask, per_frame=per_frame, meta={"has_target": has_target})
 
     # -- denoising ---------------------------------------------------------------------------
     def token_timesteps(self, t: torch.Tensor, latents_shape: Sequence[int]) -> torch.Tensor:
@@ -427,7 +320,7 @@ class Wan22TI2V(DiffusersBackbone):
         ``guidance_scale`` defaults to the card's; other keyword arguments go to the pipeline.
         """
         guidance = self.card.sampling.guidance_scale if guidance_scale is None else guidance_scale
-        b, _, frames, h, w = batch.latents.shape
+        b = batch.batch_size
         uncond = None
         kwargs: dict[str, Any] = dict(prompt_embeds=batch.cond["prompt_embeds"])
         if guidance > 1:
@@ -446,9 +339,5 @@ class Wan22TI2V(DiffusersBackbone):
         else:
             pipe = self.pipelines["t2v"]
         injection = _WanInjection(self, batch, uncond, compose_fn, on_step, steps)
-        with injection.installed(pipe):
-            out = pipe(height=h * self.spatial, width=w * self.spatial, num_frames=1 + (frames - 1) * self.temporal,
-                       num_inference_steps=steps, guidance_scale=guidance, generator=generator, output_type="latent",
-                       max_sequence_length=self.config.max_sequence_length,
-                       **injection.callback, **kwargs, **pipeline_kwargs)
-        return out.frames.to(batch.latents.dtype)
+        return self.run_pipeline(pipe, injection, batch, steps=steps, guidance=guidance, generator=generator,
+                                 max_sequence_length=self.config.max_sequence_length, **kwargs, **pipeline_kwargs)

@@ -13,11 +13,9 @@ prediction, shift 5); ``expand_timesteps=True``. 64x64 frames, 9 frames → 4x4x
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 
-from workbench.backbones.diffusers_bridge import fixture_directory, tiny_fixture_cli
+from workbench.backbones.diffusers_bridge import TinyFixture
 
 VERSION = 1
 LETTERS = [chr(c) for c in range(ord("a"), ord("z") + 1)] + [str(d) for d in range(10)] + ["-", "▁"]
@@ -51,22 +49,9 @@ def build_tiny_pipeline(seed: int = 0):
                        transformer=transformer, expand_timesteps=True)
 
 
-def save_tiny_pipeline(out_dir: str | Path, seed: int = 0) -> Path:
-    """Write the tiny pipeline to ``out_dir`` (diffusers layout, safetensors) and return the path."""
-    out = Path(out_dir)
-    build_tiny_pipeline(seed).save_pretrained(str(out), safe_serialization=True)
-    return out
-
-
-def ensure_tiny_pipeline() -> Path:
-    """The tiny pipeline's directory under ``$WORKBENCH_CACHE/fixtures`` (built once, atomically)."""
-    return fixture_directory(f"wan22-ti2v-tiny-v{VERSION}", save_tiny_pipeline)
-
-
-def main(argv: list[str] | None = None) -> None:
-    tiny_fixture_cli(argv, prog="python -m workbench_wan22.tiny", description=__doc__.split("\n\n")[0],
-                     what="a tiny Wan2.2 TI2V pipeline", save=save_tiny_pipeline)
-
+FIXTURE = TinyFixture(f"wan22-ti2v-tiny-v{VERSION}", build_tiny_pipeline, "a tiny Wan2.2 TI2V pipeline",
+                      "python -m workbench_wan22.tiny")
+save_tiny_pipeline = FIXTURE.save  # (out_dir, seed=0) -> Path
 
 if __name__ == "__main__":
-    main()
+    FIXTURE.main()

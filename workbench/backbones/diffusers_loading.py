@@ -1,0 +1,135 @@
+"""Loading a diffusers-format pipeline for a plugin: the checked directory, the tiny test fixture, the dtype.
+
+No diffusers import here; :mod:`workbench.backbones.diffusers_bridge` builds on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from workbench.core import platform
+from workbench.errors import CheckpointError
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+PRECISION = {"cpu": "float32", "cuda": "bfloat16"}  # what the diffusers video models run in, per device type
+
+
+def pipeline_directory(path: str | Path, plugin: str, release: str, convert: str) -> Path:
+    """``path`` as a diffusers pipeline directory, or a :class:`CheckpointError` saying how to get one."""
+    folder = Path(path).expanduser()
+    if not folder.is_dir():
+        raise CheckpointError(
+            f"{plugin}: {str(path)!r} is not a directory. Expected a diffusers-format pipeline directory "
+            f"(model_index.json plus transformer/, vae/, text_encoder/, tokenizer/, scheduler/), e.g. the "
+            f"{release} release downloaded with `huggingface-cli download {release} --local-dir DIR`."
+        )
+    if not (folder / "model_index.json").is_file():
+        found = sorted(p.name for p in folder.iterdir())[:8]
+        raise CheckpointError(
+            f"{plugin}: {str(folder)!r} has no model_index.json, so it is not a diffusers-format pipeline "
+            f"(found: {', '.join(found) or 'nothing'}). Expected the diffusers layout: model_index.json plus "
+            f"transformer/, vae/, text_encoder/, tokenizer/ and scheduler/ subfolders. A raw upstream release must be "
+            f"converted first: {convert}"
+        )
+    return folder
+
+
+def fixture_directory(name: str, write: Callable[[Path], Any]) -> Path:
+    """``$WORKBENCH_CACHE/fixtures/NAME`` (default cache ``~/.cache/workbench``), written once by ``write(dir)``.
+
+    The directory is written under a temporary name and renamed into place, so concurrent
+    processes (test workers, notebooks) never see a half-written fixture.
+    """
+    import contextlib
+    import os
+    import shutil
+    import tempfile
+
+    root = Path(os.environ.get("WORKBENCH_CACHE") or "~/.cache/workbench").expanduser() / "fixtures"
+    target = root / name
+    if (target / "model_index.json").is_file():
+        return target
+    root.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=root))
+    try:
+        write(staging)
+        with contextlib.suppress(OSError):  # another process finished first: its copy is identical
+            os.replace(staging, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def tiny_fixture_cli(argv: list[str] | None, *, prog: str, description: str, what: str,
+                     save: Callable[[Path, int], Path]) -> None:
+    """``python -m <plugin>.tiny OUT_DIR [--seed N]``: write a tiny pipeline and say where and how big."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("out_dir", help="directory to write (model_index.json, transformer/, vae/, ...)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    out = save(Path(args.out_dir), args.seed)
+    size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
+    print(f"wrote {what} to {out} ({size / 1024:.0f} KiB)")
+
+
+def resolve_dtype(name: str, device: str | torch.device = "auto",
+                  precision: Mapping[str, str | Sequence[str]] = PRECISION) -> torch.dtype:
+    """The weights' dtype on ``device`` (``auto``: the best visible): ``auto`` = ``precision`` there."""
+    return platform.resolve_dtype(name, platform.resolve_device(device), precision=precision)
+
+
+def load_pipeline(folder: str | Path, *, plugin: str, device: str = "auto", dtype: str = "auto",
+                  precision: Mapping[str, str | Sequence[str]] = PRECISION, float32: Sequence[str] = ()):
+    """Load a diffusers pipeline onto the target device in the target dtype; returns ``(pipeline, dtype)``.
+
+    ``device`` / ``dtype`` are the backbone config's (``auto`` resolves through
+    :mod:`workbench.core.platform` and ``precision``, the card's per-device precision), so a
+    backbone on the CPU is float32 even on a machine with a GPU. ``float32``: components kept in
+    float32 whatever the dtype (e.g. a VAE that upstream runs in float32).
+    """
+    from diffusers import DiffusionPipeline
+
+    target, weights = platform.placement(device, dtype, precision, where=f"{plugin} config")
+    dtypes = {"default": weights, **{name: torch.float32 for name in float32}} if float32 else weights
+    loaded = DiffusionPipeline.from_pretrained(str(folder), dtype=dtypes)
+    for module in loaded.components.values():
+        if isinstance(module, torch.nn.Module):
+            module.to(target)
+    return loaded, weights
+
+
+class TinyFixture:
+    """A plugin's tiny random pipeline for tests and examples.
+
+    ``build(seed)`` makes it (a diffusers pipeline, ``what`` in words); :meth:`save` writes it in
+    the diffusers layout; :meth:`ensure` keeps one under ``$WORKBENCH_CACHE/fixtures/<name>``
+    (``path: tiny``); :meth:`main` is ``prog OUT_DIR [--seed N]``.
+    """
+
+    name: str
+    build: Callable[[int], Any]
+    what: str
+    prog: str
+
+    def save(self, out_dir: str | Path, seed: int = 0) -> Path:
+        """Write the pipeline built from ``seed`` to ``out_dir`` (diffusers layout, safetensors); return the path."""
+        out = Path(out_dir)
+        self.build(seed).save_pretrained(str(out), safe_serialization=True)
+        return out
+
+    def ensure(self) -> Path:
+        """The pipeline's directory under ``$WORKBENCH_CACHE/fixtures`` (built once, atomically)."""
+        return fixture_directory(self.name, self.save)
+
+    def main(self, argv: list[str] | None = None) -> None:
+        tiny_fixture_cli(argv, prog=self.prog, description=f"Write {self.what} (random weights, diffusers layout).",
+                         what=self.what, save=self.save)
+
+
+__all__ = ["DTYPES", "TinyFixture", "fixture_directory", "pipeline_directory", "resolve_dtype", "tiny_fixture_cli"]

@@ -1,0 +1,59 @@
+"""Latents to pictures: the one path every view, export and widget decodes through.
+
+``decode="preview"`` uses the backbone's linear preview (fitted on first use, see
+:mod:`workbench.inspect.preview`), ``"full"`` its decoder chunked along time. The work runs on
+the base's device; only the frames leave it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from workbench.core.backbone import BaseVideoModel
+from workbench.inspect.common import InspectError, check_choice
+from workbench.inspect.preview import DECODES, DEFAULT_CHUNK_FRAMES, LatentPreview, decode_chunked, preview_for
+from workbench.metrics import to_uint8_video
+
+
+def decode_video(base: BaseVideoModel, latents: torch.Tensor, decode: str = "preview", index: int = 0,
+                 chunk_frames: int | None = DEFAULT_CHUNK_FRAMES,
+                 preview: LatentPreview | None = None) -> torch.Tensor:
+    """Latents ``(B, C, T', h, w)`` → video ``(3, T, H, W)`` in [-1, 1] of batch element ``index`` (base device)."""
+    check_choice(decode, DECODES, "decode", "Use 'preview' (fast, linear) or 'full' (the backbone's decoder).")
+    if latents.ndim != 5:
+        raise InspectError(f"render expects latents (B, C, T, h, w), got shape {tuple(latents.shape)}.")
+    b = latents.shape[0]
+    if isinstance(index, bool) or not isinstance(index, int) or not -b <= index < b:
+        raise InspectError(f"index={index!r} is not a batch element; this batch has {b} (0..{b - 1}).")
+    index %= b
+    z = latents[index:index + 1].to(device=base.device, dtype=base.dtype, non_blocking=True)
+    if decode == "full":
+        return decode_chunked(base, z, chunk_frames)[0]
+    return (preview or preview_for(base, tuple(z.shape[1:])))(z)[0]
+
+
+def render(base: BaseVideoModel, latents: torch.Tensor, *, decode: str = "preview", index: int = 0,
+           chunk_frames: int | None = DEFAULT_CHUNK_FRAMES, preview: LatentPreview | None = None) -> np.ndarray:
+    """Latents ``(B, C, T', h, w)`` → uint8 frames ``[T, H, W, 3]`` of batch element ``index``.
+
+    >>> frames = render(base, traj.final)           # the linear preview
+    >>> frames = render(base, traj.final, decode="full")
+    """
+    return to_uint8_video(decode_video(base, latents, decode, index, chunk_frames, preview).float())
+
+
+def render_float(base: BaseVideoModel, latents: torch.Tensor, decode: str = "preview", index: int = 0) -> np.ndarray:
+    """Latents ``(B, C, T', h, w)`` → float frames ``[T, H, W, 3]`` in [-1, 1] of batch element ``index``.
+
+    What signed views subtract before colouring; :func:`as_uint8` turns it into a picture.
+    """
+    return decode_video(base, latents, decode, index).float().clamp(-1, 1).permute(1, 2, 3, 0).cpu().numpy()
+
+
+def as_uint8(frames: np.ndarray) -> np.ndarray:
+    """Float frames ``[T, H, W, 3]`` in [-1, 1] (from :func:`render_float`) → uint8 ``[T, H, W, 3]``."""
+    return to_uint8_video(np.moveaxis(frames, -1, 0))
+
+
+__all__ = ["as_uint8", "decode_video", "render", "render_float"]

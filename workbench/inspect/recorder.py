@@ -1,0 +1,127 @@
+"""The recorder: a ``compose_fn`` + ``on_step`` pair handed to the backbone's native sampler.
+
+The sampler calls ``compose_fn`` for every prediction and ``on_step`` once per step after that
+step's calls. :class:`Recorder` answers the calls of a fork's replayed prefix from the parent's
+cache (no model call) and evaluates the live ones through the composed model, keeping what the
+:class:`~workbench.inspect.storage.StoragePolicy` asks for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+
+from workbench.core.backbone import StepRecord
+from workbench.core.composed import ComposedModel, Prediction
+from workbench.core.conditions import Batch
+from workbench.errors import CallbackError
+from workbench.inspect.common import InspectError
+from workbench.inspect.settings import Settings
+from workbench.inspect.step import TrajectoryStep
+from workbench.inspect.storage import StoragePolicy, store
+
+OnTrajectoryStep = Callable[[TrajectoryStep], None]
+
+
+class StopSampling(Exception):  # noqa: N818 - a control-flow signal, not an error
+    """Raise from an ``on_step`` callback to stop sampling after that step.
+
+    :func:`record` (and :meth:`Trajectory.fork`) then return the partial trajectory
+    (``traj.complete`` is False); ``traj.resume()`` finishes it, bit-identical to a run that was
+    never stopped. This is how a notebook's stop button pauses a sample.
+    """
+
+
+class Recorder:
+    """Serves replayed steps from a cache and records the live ones."""
+
+    def __init__(self, model: ComposedModel, settings: Settings, storage: StoragePolicy, *, keep: bool,
+                 replay_prefix: Sequence[Sequence[torch.Tensor]], live_from: int,
+                 on_step: OnTrajectoryStep | None):
+        self.model, self.settings, self.storage, self.keep = model, settings, storage, keep
+        self.prefix, self.live_from, self.user_on_step = replay_prefix, live_from, on_step
+        self.step = 0  # the index of the step the sampler is in
+        self.calls: list[torch.Tensor] = []  # compose_fn outputs of the current step
+        self.pending: Prediction | None = None
+        self.records: dict[int, TrajectoryStep] = {}
+        self.replay: list[list[torch.Tensor]] = []
+        self.t: list[torch.Tensor] = []
+        self.noise: list[torch.Tensor] = []
+        self.native: torch.dtype | None = None
+
+    def compose(self, x_t: torch.Tensor, t: torch.Tensor, batch: Batch) -> torch.Tensor:
+        if self.step < self.live_from:
+            cached = self.prefix[self.step][len(self.calls)]
+            self.calls.append(cached)
+            # a copy: the sampler may modify its prediction in place, the parent's cache must not change
+            return cached.to(device=x_t.device, copy=True, non_blocking=True)
+        pred = self.model.predict(x_t, t, batch, adapter=self.settings.adapter)
+        if not self.calls:
+            self.pending = pred
+        self.calls.append(pred.composed)
+        return pred.composed
+
+    def on_step(self, rec: StepRecord) -> None:
+        if rec.index != self.step:
+            raise InspectError(
+                f"The sampler reported step {rec.index} while step {self.step} was expected: recording needs "
+                f"on_step called once per step, in order, after that step's compose_fn calls."
+            )
+        if not self.calls:
+            raise InspectError(f"The sampler finished step {rec.index} without calling compose_fn; nothing to record.")
+        live = self._record(rec) if self.step >= self.live_from else None
+        self.step += 1  # the step is done (and stored) before the user sees it: a stop keeps it
+        self.calls, self.pending = [], None
+        if live is not None and self.user_on_step is not None:
+            try:
+                self.user_on_step(live)
+            except StopSampling:
+                raise
+            except Exception as err:
+                name = getattr(self.user_on_step, "__qualname__", type(self.user_on_step).__name__)
+                raise CallbackError(f"on_step callback {name} raised at step {rec.index} of {rec.steps}: "
+                                    f"{type(err).__name__}: {err}") from err
+
+    def _record(self, rec: StepRecord) -> TrajectoryStep | None:
+        if not self.keep and self.user_on_step is None:
+            return None
+        model, storage, pred = self.model, self.storage, self.pending
+        self.native = rec.x_t.dtype
+        noise_level = model.objective.noise_level(rec.t)
+        keep_fields = self.keep and storage.keeps(rec.index, rec.steps, self.live_from)
+        want_x0 = (keep_fields and "x0" in storage.fields) or self.user_on_step is not None
+        x0 = model.objective.x0_from_prediction(rec.prediction, rec.x_t, rec.t) if want_x0 else None
+        live = TrajectoryStep(rec.index, rec.steps, rec.t, noise_level, rec.x_t, x0, pred.base, pred.adapter,
+                              pred.composed, pred.diagnostics)
+        if self.keep:
+            device, dtype = storage.device, storage.dtype
+            self.t.append(store(rec.t, device))
+            self.noise.append(store(noise_level, device))
+            if keep_fields:
+                values = {name: store(getattr(live, name), device, dtype) if getattr(live, name) is not None
+                          else None for name in storage.fields}
+                diagnostics = {k: store(v, device, dtype) for k, v in pred.diagnostics.items()}
+                self.records[rec.index] = TrajectoryStep(rec.index, rec.steps, self.t[-1], self.noise[-1],
+                                                         diagnostics=diagnostics, stored=storage.fields, **values)
+            if storage.replay:
+                shared = self.records.get(rec.index)
+                cached = [shared.composed if i == 0 and shared is not None and storage.shares_replay(c.dtype)
+                          else store(c, device) for i, c in enumerate(self.calls)]
+                self.replay.append(cached)
+        return live
+
+
+def generator_state(generator: torch.Generator | None, seed: int, device: torch.device) -> torch.Tensor:
+    if generator is not None:
+        if generator.device.type != device.type:
+            raise InspectError(f"generator is on {generator.device}, but the batch is on {device}; the initial "
+                               f"noise is drawn on the batch's device. Pass torch.Generator(device='{device}').")
+        return generator.get_state()
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise InspectError(f"seed must be an int, got {seed!r}.")
+    return torch.Generator(device=device).manual_seed(int(seed)).get_state()
+
+
+__all__ = ["OnTrajectoryStep", "Recorder", "StopSampling", "generator_state"]

@@ -1,0 +1,86 @@
+"""How the live steps of a run evaluate: adapter on / off, another composer, a gate override.
+
+A :class:`Settings` travels with a trajectory and stacks through forks; :func:`applied` puts
+one in force on a model for the length of a ``with`` block.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from workbench.core.composed import ComposedModel
+from workbench.core.composers import Composer
+from workbench.inspect.common import InspectError, check_choice
+
+ADAPTER_CHOICES = ("on", "off", True, False, None)
+
+
+@dataclass(frozen=True, eq=False)
+class Settings:
+    """How the live steps of a run evaluate: adapter on / off, another composer, a gate override.
+
+    ``None`` everywhere means the model as it is (``model.adapter_enabled``, ``model.composer``).
+    """
+
+    adapter: bool | None = None
+    composer: Composer | None = None
+    gate_override: float | torch.Tensor | None = None
+
+    def merged(self, adapter: Any = None, composer: Composer | None = None, gate_override: Any = None) -> Settings:
+        check_choice(adapter, ADAPTER_CHOICES, "adapter", "None keeps the parent's setting.")
+        if composer is not None and not isinstance(composer, Composer):
+            raise InspectError(f"composer must be a workbench.Composer, got {type(composer).__name__}.")
+        flag = {"on": True, "off": False}.get(adapter, adapter)
+        return Settings(adapter=self.adapter if flag is None else bool(flag),
+                        composer=composer if composer is not None else self.composer,
+                        gate_override=gate_override if gate_override is not None else self.gate_override)
+
+    def describe(self) -> list[str]:
+        parts = []
+        if self.adapter is not None:
+            parts.append(f"adapter {'on' if self.adapter else 'off'}")
+        if self.composer is not None:
+            parts.append(self.composer.describe())
+        if self.gate_override is not None:
+            g = self.gate_override
+            parts.append(f"gate={float(g):g}" if torch.as_tensor(g).numel() == 1 else "gate=override")
+        return parts
+
+
+@contextmanager
+def applied(model: ComposedModel, settings: Settings) -> Iterator[ComposedModel]:
+    """``model`` in eval mode with ``settings`` in force for the block; restored afterwards."""
+    was_training = model.training
+    original = model.composer
+    swapped_mode = settings.composer.training if settings.composer is not None else None
+    with ExitStack() as stack:
+        try:
+            model.train(False)
+            if settings.composer is not None:
+                model.composer = settings.composer
+                settings.composer.train(False)
+            if settings.gate_override is not None:
+                stack.enter_context(model.composer.override_gate(settings.gate_override))
+            yield model
+        finally:
+            stack.close()
+            if settings.composer is not None:
+                settings.composer.train(swapped_mode)
+                model.composer = original
+            model.train(was_training)
+
+
+def check_gate_override(model: ComposedModel, settings: Settings) -> None:
+    """Raise now (not mid-sampling) when the gate override does not fit the composer."""
+    if settings.gate_override is not None:
+        composer = settings.composer if settings.composer is not None else model.composer
+        with composer.override_gate(settings.gate_override):
+            pass
+
+
+__all__ = ["ADAPTER_CHOICES", "Settings", "applied", "check_gate_override"]

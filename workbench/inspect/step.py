@@ -1,0 +1,52 @@
+"""What one recorded sampling step holds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from workbench.inspect.common import InspectError, check_choice
+from workbench.inspect.storage import FIELDS
+
+
+@dataclass
+class TrajectoryStep:
+    """One sampling step. Latent-shaped tensors are ``(B, C, T, h, w)``; ``None`` = not stored.
+
+    ``t`` ``(B,)`` is in the objective's units; ``noise_level`` (alias ``sigma``) ``(B,)`` in
+    [0, 1]. ``x_t`` entered the step; ``base`` / ``adapter`` / ``composed`` are the predictions
+    at ``x_t`` (``adapter`` is ``None`` when the adapter was off), ``composed`` being what the
+    composer returned to the sampler; ``x0`` is the objective's clean-sample estimate from the
+    prediction the sampler used. ``diagnostics``: the composer's (gates, masks, noise weight).
+    """
+
+    index: int
+    steps: int
+    t: torch.Tensor
+    noise_level: torch.Tensor
+    x_t: torch.Tensor | None = None
+    x0: torch.Tensor | None = None
+    base: torch.Tensor | None = None
+    adapter: torch.Tensor | None = None
+    composed: torch.Tensor | None = None
+    diagnostics: dict[str, torch.Tensor] = field(default_factory=dict)
+    stored: tuple[str, ...] = FIELDS
+
+    @property
+    def sigma(self) -> torch.Tensor:
+        return self.noise_level
+
+    def get(self, kind: str) -> torch.Tensor:
+        """The tensor of ``kind`` (one of ``x_t``, ``x0``, ``base``, ``adapter``, ``composed``)."""
+        check_choice(kind, FIELDS, "kind")
+        if kind not in self.stored:
+            raise InspectError(f"Step {self.index} has no {kind!r}: it was not stored (StoragePolicy fields="
+                               f"{self.stored}). Record with {kind!r} in StoragePolicy.fields.")
+        value = getattr(self, kind)
+        if value is None:
+            raise InspectError(f"Step {self.index} has no {kind!r}: the adapter was off for this step.")
+        return value
+
+
+__all__ = ["TrajectoryStep"]
