@@ -54,9 +54,15 @@ COMPONENTS = [(kind, name) for kind in KINDS for name in registered(kind)]
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory):
-    """``path: tiny`` pipelines are written into a scratch cache, once for the module."""
+    """``path: tiny`` pipelines are written into a scratch cache, and a small LeRobot dataset into a
+    scratch directory, once for the module."""
+    from lerobot_fixture import CAMERAS, write_v30
+
     patch = pytest.MonkeyPatch()
     patch.setenv("WORKBENCH_CACHE", str(tmp_path_factory.mktemp("workbench-cache")))
+    root = write_v30(tmp_path_factory.mktemp("lerobot") / "data")
+    patch.setitem(CONFIGS, ("dataset", "lerobot"), {"root": str(root), "camera": CAMERAS[1], "window": 4,
+                                                    "stride": 3, "split": "all", "fps": 5.0, "seed": 2})
     yield
     patch.undo()
 

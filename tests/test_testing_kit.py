@@ -263,11 +263,14 @@ def test_a_backbone_still_defining_the_old_sampler_hook_is_told_to_rename_it():
 
 
 def test_every_backbone_attribute_read_anywhere_is_declared_on_the_base_class():
-    """What workbench reads off a backbone by name (``getattr(base, "...")``) has its one default on BaseVideoModel."""
+    """What workbench reads off a backbone by name (``getattr(base, "...")``) has its one default on
+    BaseVideoModel; the attributes the instruments read plainly are declared there with theirs."""
     root = Path(__file__).resolve().parents[1]
     pattern = re.compile(r"getattr\((?:self\.)?(?:base|model\.base|traj\.model\.base|self\.base), \"(\w+)\"")
     read = {m.group(1) for path in (root / "workbench").rglob("*.py") for m in pattern.finditer(path.read_text())}
-    assert {"causal_latents", "pixel_space", "preview_identity"} <= read
+    defaults = {name: getattr(BaseVideoModel, name) for name in ("causal_latents", "pixel_space", "preview_identity",
+                                                                 "sampler_inputs")}
+    assert defaults == {"causal_latents": None, "pixel_space": None, "preview_identity": None, "sampler_inputs": ()}
     undeclared = sorted(n for n in read if not hasattr(BaseVideoModel, n))
     assert undeclared == [], f"declare these on BaseVideoModel (with a docstring and the default): {undeclared}"
     decoders = {"vae", "autoencoder", "first_stage_model", "decoder"}

@@ -6,6 +6,7 @@ No diffusers import here; :mod:`workbench.backbones.diffusers_bridge` builds on 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +105,7 @@ def load_pipeline(folder: str | Path, *, plugin: str, device: str = "auto", dtyp
     return loaded, weights
 
 
+@dataclass(frozen=True)
 class TinyFixture:
     """A plugin's tiny random pipeline for tests and examples.
 

@@ -37,7 +37,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from workbench.config import check
+from workbench.config import check, config_from
 from workbench.data.lerobot_format import Episode, LeRobotMeta, column, parquet_columns, read_parquet
 from workbench.data.metaworld import split_episodes
 from workbench.data.video_io import VideoReader
@@ -94,12 +94,8 @@ class LeRobotClips(Dataset):
 
     config_class = LeRobotConfig
 
-    def __init__(self, config: LeRobotConfig | None = None, **kwargs: Any):
-        if config is None:
-            config = LeRobotConfig(**kwargs)
-        elif kwargs:
-            config = dataclasses.replace(config, **kwargs)
-        self.config = config
+    def __init__(self, config: LeRobotConfig | None = None, **overrides: Any):
+        self.config = config = config_from(type(self), config, overrides)
         self.meta = meta = LeRobotMeta(config.root)
         self.root = meta.root
         self.camera = self._camera()
