@@ -121,6 +121,7 @@ def test_a_request_the_mode_cannot_serve_is_refused(mode, raw, message):
 
 @pytest.mark.parametrize("mode, raw", [
     ("i2v", {"image": IMAGE}), ("i2v", {"video": IMAGE[:, :, None], "task": "push"}),
+    ("i2v", {"video": IMAGE[:, :, None], "prompt": "push"}),  # a training clip's task text (LeRobot) is data
     ("t2v", {"prompt": "a robot"}), ("t2v", {"video": IMAGE[:, :, None], "prompt": None, "image": None}),
     ("ti2v", {"image": IMAGE, "prompt": "x"}), ("ti2v", {"video": IMAGE[:, :, None], "prompt": "x"}),
     ("ti2v", {"image": IMAGE}),  # the text may come from the backbone's default prompt

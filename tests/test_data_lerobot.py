@@ -353,7 +353,8 @@ def _needs_simulator():
 def test_generator_writes_lerobot_with_the_same_rollouts(tmp_path):
     _needs_simulator()
     from workbench.cli import main
-    from workbench.data.metaworld_gen import RenderingUnavailable, generate
+    from workbench.data.metaworld_gen import generate
+    from workbench.data.metaworld_sim import RenderingUnavailable
 
     args = dict(tasks="reach-v3,push-v3", episodes=2, frames=20, size=32, seed=3)
     try:

@@ -213,9 +213,11 @@ class ModelCard:
                       "prompt_embeds"), fix: str = "") -> None:
         """Refuse a raw request the serving mode cannot serve, instead of ignoring part of it.
 
-        Refused: text (any of ``text_keys``) on a mode without text, an ``"image"`` on a mode that
-        does not generate from one, and a text-only generation request (no ``video`` / ``latents``
-        / ``image``) on an image-to-video mode. ``fix`` (the backbone's own words: which setting
+        Refused: text (any of ``text_keys``) in a generation request (no ``video`` / ``latents``) on
+        a mode without text, an ``"image"`` on a mode that does not generate from one, and a
+        text-only generation request (no ``video`` / ``latents`` / ``image``) on an image-to-video
+        mode. Training clips may carry their task text (a LeRobot dataset's ``prompt``) whatever the
+        backbone reads: there the text is a property of the data, not a request. ``fix`` (the backbone's own words: which setting
         switches the mode) ends the message.
         """
         mode = self.serving
@@ -225,14 +227,15 @@ class ModelCard:
         text = [k for k in text_keys if k in present]
         what = f"{backbone} serves {MODE_NAMES[mode]} ('{mode}'; card capabilities: {listing(self.capabilities)})"
         tail = f" {fix}" if fix else ""
-        if text and mode not in TEXT_MODES:
+        clips = bool(present & {"video", "latents"})
+        if text and mode not in TEXT_MODES and not clips:
             raise CapabilityError(f"{what}, which reads no text, but the request holds {listing(text)}: it would be "
                                   f"ignored. Remove it, or use a backbone or mode that reads text.{tail}")
         if "image" in present and mode not in IMAGE_MODES:
             raise CapabilityError(f"{what}, which generates without a given first frame, but the request holds "
                                   f"'image': it would be ignored. Remove 'image', or use an image-to-video mode."
                                   f"{tail}")
-        if mode in IMAGE_MODES and text and not present & {"video", "latents", "image"}:
+        if mode in IMAGE_MODES and text and not clips and "image" not in present:
             raise CapabilityError(f"{what}, which generates from a given first frame, but the request is text only "
                                   f"(keys {sorted(map(str, raw))}). Add 'image' (B, 3, H, W) in [-1, 1], or use a "
                                   f"text-to-video mode.{tail}")

@@ -46,6 +46,11 @@ class VideoReader:
                 container = av.open(str(path))
                 if not container.streams.video:
                     raise DataError(f"{path} holds no video stream; expected an MP4 with one video stream.")
+                # One decoding thread: parallelism comes from DataLoader workers, and a decoder with a
+                # thread pool that is torn down in a forked worker (the garbage collector freeing an
+                # inherited container) waits forever on its threads' condition variables.
+                codec = container.streams.video[0].codec_context
+                codec.thread_count, codec.thread_type = 1, "NONE"
             except av.error.FFmpegError as err:
                 raise DataError(f"{path}: not a readable video ({type(err).__name__}: {err}). The MP4 is corrupt "
                                 f"or truncated; re-download or re-export the dataset.") from err
