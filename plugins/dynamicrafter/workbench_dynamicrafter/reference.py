@@ -1,10 +1,12 @@
 """Tiny configurations and seeded random weights in the official key layout (parity checks, ``path: tiny``).
 
-:data:`PARITY_SIZES` changes every size knob away from the release (a different width for every
-tower, two U-Net levels, three heads in ``init_attn``, ...). :func:`random_state` fills a key →
-shape layout with values that depend only on the seed and each key's name, so the same weights can
-be made on another machine, in another process, or inside the upstream code. Output layers the
-release initialises at zero get random values too, so a parity check never compares zeros.
+:data:`PARITY_SIZES` changes the size knobs away from the release (a different width for every
+tower, two U-Net levels, three frames, ...) except what the release hard-codes: the vision
+tower's 224-pixel input, 8 heads in ``init_attn``, 77 text tokens and 16 image tokens per frame.
+:func:`random_state` fills a key → shape layout with values that depend only on the seed and
+each key's name, so the same weights can be made on another machine, in another process, or
+inside the upstream code. Output layers the release initialises at zero get random values too,
+so a parity check never compares zeros.
 
 This module imports only torch: the script that runs the upstream code imports it from the file.
 """
@@ -17,9 +19,9 @@ import torch
 
 PARITY_SIZES = dict(
     model_channels=32, channel_mult=(1, 2), num_res_blocks=1, attention_resolutions=(1, 2), head_channels=16,
-    context_dim=48, init_attn_heads=3, frames=3,
-    text_width=32, text_layers=3, text_heads=2, text_vocab=1000,
-    vision_width=64, vision_layers=2, vision_heads=4, vision_image_size=28, vision_patch=14, clip_embed_dim=24,
+    context_dim=48, init_attn_heads=8, frames=3,
+    text_width=48, text_layers=3, text_heads=2, text_vocab=1000,
+    vision_width=64, vision_layers=2, vision_heads=4, vision_image_size=224, vision_patch=14, clip_embed_dim=24,
     resampler_dim=40, resampler_depth=2, resampler_heads=3, resampler_head_dim=8, resampler_ff_mult=2,
     vae_channels=(32, 64), vae_res_blocks=1,
 )
