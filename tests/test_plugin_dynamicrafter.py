@@ -451,3 +451,22 @@ def test_a_real_checkpoint_loads_strictly_and_generates():
     raw = {"image": torch.zeros(1, 3, v.height, v.width), "frames": v.frames}
     latents = base.generate(raw, steps=2, generator=torch.Generator(device=base.device).manual_seed(0))
     assert latents.shape == (1, 4, v.frames, v.height // 8, v.width // 8) and torch.isfinite(latents).all()
+
+
+# -- the example config: training on Meta-World clips, resumed bit-exactly ----------------------
+def test_the_example_config_trains_on_metaworld_and_resumes_bit_exactly(cache_root, tmp_path, monkeypatch):
+    from workbench.cli import main
+
+    monkeypatch.setenv("WORKBENCH_CACHE", str(cache_root))
+    config = ROOT / "examples" / "configs" / "dynamicrafter.yaml"
+    one, two = tmp_path / "one", tmp_path / "two"
+    assert main(["train", str(config), "--steps", "4", "--output", str(one), "--quiet"]) == 0
+    assert main(["train", str(config), "--steps", "2", "--output", str(two), "--quiet"]) == 0
+    assert main(["train", str(config), "--steps", "4", "--output", str(two), "--resume", "--quiet"]) == 0
+    a = json.loads((one / "step-0000004" / "meta.json").read_text())["loss_history"]
+    b = json.loads((two / "step-0000004" / "meta.json").read_text())["loss_history"]
+    assert len(a) == 4 and a == b and all(v == v for v in a)
+    assert (one / "step-0000004" / "trainable.safetensors").read_bytes() == \
+        (two / "step-0000004" / "trainable.safetensors").read_bytes()
+    saved = (one / "step-0000004" / "config.yaml").read_text()
+    assert "type: dynamicrafter" in saved and "path: tiny" in saved
