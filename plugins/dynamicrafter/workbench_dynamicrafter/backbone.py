@@ -101,7 +101,7 @@ class DynamiCrafter(BaseVideoModel):
 
         self.config = config = self.config_from(config, overrides)
         dtype = resolve_dtype(config.dtype)
-        device = "cuda" if torch.cuda.is_available() and config.dtype == "auto" else "cpu"
+        device = "cuda" if torch.cuda.is_available() else "cpu"  # loaded where it runs, in the card's precision
         variant = None if config.variant is None else str(config.variant)
         if config.path == "tiny":
             from workbench_dynamicrafter.tiny import TINY_SIZES, ensure_tiny_checkpoint
