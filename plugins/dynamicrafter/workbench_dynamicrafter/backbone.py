@@ -45,8 +45,10 @@ class DynamiCrafterConfig:
     ``path``: an official checkpoint (``model.ckpt`` / ``.safetensors``), or ``"tiny"`` for a tiny
     random model built once under the workbench cache. ``variant``: ``256`` / ``512`` / ``1024`` /
     ``512_interp``; ``None`` recognises it from the checkpoint (``512_interp`` must be named).
-    ``dtype``: ``auto`` = bf16 on a GPU, float32 on CPU. ``tokenizer``: a transformers
-    ``CLIPTokenizer`` directory or hub id (OpenAI CLIP's BPE, the one open_clip uses).
+    ``sizes``: size overrides (``Sizes`` fields) for a checkpoint of non-released sizes, e.g. one
+    written by ``workbench_dynamicrafter.tiny``. ``dtype``: ``auto`` = bf16 on a GPU, float32 on CPU.
+    ``tokenizer``: a transformers ``CLIPTokenizer`` directory or hub id (OpenAI CLIP's BPE, the one
+    open_clip uses).
     ``prompt_key`` / ``prompt_template`` / ``prompt``: the text condition (as in the other plugins).
     ``steps`` / ``guidance_scale`` / ``image_guidance_scale`` / ``guidance_rescale`` / ``eta`` /
     ``spacing`` / ``fs`` / ``height`` / ``width`` / ``num_frames``: sampling defaults; ``None`` keeps
@@ -55,6 +57,7 @@ class DynamiCrafterConfig:
 
     path: str
     variant: Literal["256", "512", "1024", "512_interp"] | None = None
+    sizes: dict[str, Any] | None = None
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     tokenizer: str = "openai/clip-vit-large-patch14"
     prompt_key: str = "prompt"
@@ -107,10 +110,11 @@ class DynamiCrafter(BaseVideoModel):
             from workbench_dynamicrafter.tiny import TINY_SIZES, ensure_tiny_checkpoint
 
             file = ensure_tiny_checkpoint(variant or "512")
-            self.model = from_checkpoint(file, variant or "512", device=device, dtype=dtype, **TINY_SIZES)
+            sizes = {**TINY_SIZES, **(config.sizes or {})}
+            self.model = from_checkpoint(file, variant or "512", device=device, dtype=dtype, **sizes)
             self.source = "tiny random model"
         else:
-            self.model = from_checkpoint(config.path, variant, device=device, dtype=dtype)
+            self.model = from_checkpoint(config.path, variant, device=device, dtype=dtype, **(config.sizes or {}))
             self.source = str(config.path)
         self.variant = self.model.variant
         self._objective = DynamiCrafterDiffusion(self.variant)
