@@ -218,7 +218,7 @@ def cache_root(tmp_path_factory) -> Path:
     from workbench_dynamicrafter.tiny import save_tiny_checkpoint
 
     root = tmp_path_factory.mktemp("workbench-cache")
-    for variant in ("512", "256"):
+    for variant in ("512", "256", "512_interp"):
         save_tiny_checkpoint(root / "fixtures" / f"dynamicrafter-tiny-{variant}-v1", 0, variant)
     return root
 
@@ -226,13 +226,25 @@ def cache_root(tmp_path_factory) -> Path:
 _BASES: dict = {}
 
 
+def build_in(cache_root: Path, config: dict):
+    """``build`` with ``$WORKBENCH_CACHE`` pointing at the session's tiny checkpoints (restored after)."""
+    saved = os.environ.get("WORKBENCH_CACHE")
+    os.environ["WORKBENCH_CACHE"] = str(cache_root)
+    try:
+        return build("backbone", "dynamicrafter", config)
+    finally:
+        if saved is None:
+            del os.environ["WORKBENCH_CACHE"]
+        else:
+            os.environ["WORKBENCH_CACHE"] = saved
+
+
 def tiny(cache_root: Path, variant: str = "512", **overrides):
     key = f"{variant}:{sorted(overrides.items())}"
     if key not in _BASES:
-        os.environ["WORKBENCH_CACHE"] = str(cache_root)
         config = {"path": "tiny", "variant": variant, "prompt": PROMPT, "steps": 3, "num_frames": 4, "height": 32,
                   "width": 32, **overrides}
-        _BASES[key] = build("backbone", "dynamicrafter", config)
+        _BASES[key] = build_in(cache_root, config)
     return _BASES[key]
 
 
@@ -276,8 +288,7 @@ def test_the_card_carries_each_variants_release_defaults(cache_root):
         assert (v.height, v.width, v.spacing, v.guidance_rescale, v.prediction) == (h, w, spacing, rescale, prediction)
         assert (v.steps, v.eta, v.guidance_scale, v.frames) == (50, 1.0, 7.5, 16)
         assert (v.fs if v.fs_kind == "fps" else None) == fps
-    os.environ["WORKBENCH_CACHE"] = str(cache_root)
-    card = build("backbone", "dynamicrafter", {"path": "tiny", "variant": "256"}).card
+    card = build_in(cache_root, {"path": "tiny", "variant": "256"}).card
     s = card.sampling
     assert (s.steps, s.sampler, s.guidance_scale, s.height, s.width, s.num_frames, s.fps) == (
         50, "ddim", 7.5, 256, 256, 16, None)
@@ -303,6 +314,22 @@ def test_prepare_batch_builds_the_release_conditions(cache_root):
     assert torch.equal(batch.cond["action"], raw["action"])
     with pytest.raises(DataError, match=r"'video' is 34x32 pixels; height and width must be multiples of 4"):
         base.prepare_batch({"video": torch.zeros(1, 3, 4, 34, 32)})
+
+
+def test_the_interpolation_model_is_given_the_first_and_last_frame(cache_root):
+    base = tiny(cache_root, "512_interp")
+    assert base.variant.interp and base.recipe()["fs"] == 5
+    g = torch.Generator().manual_seed(3)
+    first, last = (torch.rand(1, 3, 32, 32, generator=g) * 2 - 1 for _ in range(2))
+    batch = base.prepare_batch({"image": first, "last_image": last, "frames": 4})
+    concat = batch.cond["concat"]
+    with torch.no_grad():
+        assert torch.equal(concat[:, :, 0], base.model.vae_encode(first))
+        assert torch.equal(concat[:, :, -1], base.model.vae_encode(last))
+    assert not concat[:, :, 1:-1].any()  # the frames in between are zeros, as the release conditions them
+    with pytest.raises(DataError, match=r"512_interp generates between two frames: give 'image' \(the first\) and "
+                                        r"'last_image'"):
+        base.prepare_batch({"image": first, "frames": 4})
 
 
 @pytest.mark.parametrize("composer", [Add, GatedResidual], ids=["add", "gated_residual"])
