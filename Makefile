@@ -14,7 +14,7 @@ $(PY):
 	$(PY) -m pip install --quiet --upgrade pip
 
 # The diffusers-native backbone plugins install next to the core, each its own distribution.
-PLUGINS := plugins/wan22 plugins/easyanimate
+PLUGINS := plugins/wan22 plugins/easyanimate plugins/dynamicrafter
 
 $(STAMP): $(PY) pyproject.toml constraints.txt $(addsuffix /pyproject.toml,$(PLUGINS))
 	$(PY) -m pip install --quiet -c constraints.txt -e ".[data,widgets,dev,diffusers,logging]" $(addprefix -e ,$(PLUGINS))

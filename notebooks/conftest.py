@@ -1,6 +1,6 @@
-"""Under ``pytest --nbval`` the notebooks run the pretrained ``tiny_video``, and notebook 6 the
-diffusers backbone plugins: a notebook whose requirements are not installed is skipped with the
-reason (and the fix) instead of failing."""
+"""Under ``pytest --nbval`` the notebooks run the pretrained ``tiny_video``, notebook 6 the
+diffusers backbone plugins and notebook 7 the DynamiCrafter plugin: a notebook whose requirements
+are not installed is skipped with the reason (and the fix) instead of failing."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from workbench.backbones.tiny_video import WEIGHTS_DIR
 WEIGHTS = WEIGHTS_DIR / "tiny_video.safetensors"
 PLUGIN_DISTRIBUTIONS = ("diffusers", "workbench-wan22", "workbench-easyanimate")
 NEEDS_PLUGINS = ("06_diffusers_backbone.ipynb",)
+NEEDS_DYNAMICRAFTER = ("07_dynamicrafter_backbone.ipynb",)
 
 
 def _missing(distributions: tuple[str, ...]) -> list[str]:
@@ -27,6 +28,13 @@ def _missing(distributions: tuple[str, ...]) -> list[str]:
 
 
 def _skip_reason(notebook: str) -> str | None:
+    if notebook in NEEDS_DYNAMICRAFTER:
+        missing = _missing(("diffusers", "transformers", "workbench-dynamicrafter"))
+        if missing:
+            return (f"{notebook} runs the DynamiCrafter backbone plugin, and {', '.join(missing)} is not installed in "
+                    f"this environment (make install installs it: pip install -c constraints.txt -e '.[diffusers]' "
+                    f"-e plugins/dynamicrafter).")
+        return None
     if notebook in NEEDS_PLUGINS:
         missing = _missing(PLUGIN_DISTRIBUTIONS)
         if missing:
