@@ -37,8 +37,8 @@ pytestmark = pytest.mark.skipif(not _installed(), reason="workbench-dynamicrafte
                                                           "installs it: pip install -e plugins/dynamicrafter)")
 
 from workbench.errors import CapabilityError, CheckpointError, DataError  # noqa: E402
-from workbench.testing import check_backbone  # noqa: E402
 from workbench.registry import build  # noqa: E402
+from workbench.testing import check_backbone  # noqa: E402
 
 KEYS = ROOT / "tests" / "fixtures" / "dynamicrafter_keys.json.gz"
 PROMPT = "a robot arm pushes a puck"
@@ -333,7 +333,6 @@ def test_the_interpolation_model_is_given_the_first_and_last_frame(cache_root):
         base.prepare_batch({"image": first, "frames": 4})
 
 
-@pytest.mark.parametrize("composer", [Add, GatedResidual], ids=["add", "gated_residual"])
 @pytest.mark.parametrize("variant", ["512", "512_interp"])
 def test_the_conformance_kit_finds_every_promise_kept(variant, cache_root):
     """``workbench.testing.check_backbone`` on the tiny model: valid card, provides() against prepare_batch,
@@ -341,7 +340,9 @@ def test_the_conformance_kit_finds_every_promise_kept(variant, cache_root):
     a fork's prefix, a training step that leaves the U-Net, VAE and towers bit-identical, .to(), no base
     weight saved."""
     base = tiny(cache_root, variant)
-    raw = {**clips(), "prompt": [PROMPT, "another prompt"]}
+    g = torch.Generator().manual_seed(5)
+    raw = {**clips(), "proprio": torch.rand(2, 4, 3, generator=g), "ee_pos": torch.rand(2, 4, 3, generator=g),
+           "prompt": [PROMPT, "another prompt"]}  # every input the backbone takes
     report = check_backbone(base, raw=raw, adapter_factory=adapter, steps=3)
     assert report["recording"].detail == "3 steps, 2 base call(s) per step, bit-exact"  # conditional + unconditional
     assert "this batch has no given frames" in report["constrain"].detail
@@ -354,6 +355,7 @@ def test_a_text_only_request_is_refused_with_the_fix(cache_root):
         base.prepare_batch({"prompt": [PROMPT], "frames": 4})
 
 
+@pytest.mark.parametrize("composer", [Add, GatedResidual], ids=["add", "gated_residual"])
 def test_identity_at_init_composed_equals_the_frozen_base_bit_exactly(composer, cache_root):
     base = tiny(cache_root)
     model = ComposedModel(base, adapter(), composer(), base.default_objective()).train()

@@ -49,9 +49,9 @@ from workbench.backbones.diffusers_loading import (
     resolve_dtype,
 )
 from workbench.config import check
-from workbench.core.platform import placement
 from workbench.core import BaseVideoModel, Batch, ComponentSpec, FlowMatching, ModelCard, SamplingDefaults, StepRecord
 from workbench.core.backbone import as_video
+from workbench.core.platform import placement
 from workbench.errors import CompositionError, DataError
 
 
@@ -443,6 +443,6 @@ def transformer_output(sample: torch.Tensor):
 __all__ = [
     "SIGNAL_CONDITIONS", "SIGNAL_KEYS", "DiffusersBackbone", "DiffusersConfig", "Injection", "TinyFixture",
     "add_signals", "as_video", "batch_size_of", "check_video_size", "fixture_directory", "pipeline_directory",
-    "load_pipeline", "placement", "pool_to_latent_frames", "prompts_from", "requested_frames", "resolve_dtype", "transformer_output",
-    "uncond_batch",
+    "load_pipeline", "placement", "pool_to_latent_frames", "prompts_from", "requested_frames", "resolve_dtype",
+    "transformer_output", "uncond_batch",
 ]

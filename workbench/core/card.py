@@ -217,8 +217,8 @@ class ModelCard:
         a mode without text, an ``"image"`` on a mode that does not generate from one, and a
         text-only generation request (no ``video`` / ``latents`` / ``image``) on an image-to-video
         mode. Training clips may carry their task text (a LeRobot dataset's ``prompt``) whatever the
-        backbone reads: there the text is a property of the data, not a request. ``fix`` (the backbone's own words: which setting
-        switches the mode) ends the message.
+        backbone reads: there the text is a property of the data, not a request. ``fix`` (the
+        backbone's own words: which setting switches the mode) ends the message.
         """
         mode = self.serving
         if mode not in MODE_NAMES or not isinstance(raw, Mapping):

@@ -25,4 +25,4 @@ class DynamiCrafterLatentResidual(LatentResidual):
     config_class = DynamiCrafterLatentResidualConfig
 
     def __init__(self, config: DynamiCrafterLatentResidualConfig | None = None, **overrides):
-        super().__init__(config or DynamiCrafterLatentResidualConfig(**overrides))
+        super().__init__(config, **overrides)  # config_class makes the config (or refuses both)

@@ -28,9 +28,9 @@ from workbench.backbones.diffusers_bridge import (
     SIGNAL_KEYS,
     add_signals,
     as_video,
+    placement,
     prompts_from,
     requested_frames,
-    placement,
 )
 from workbench.config import check
 from workbench.errors import DataError
