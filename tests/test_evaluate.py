@@ -189,3 +189,22 @@ def test_eval_rejects_clips_of_another_length():
     clips = MetaWorldClips(path="sample", window=8, stride=8, split="val")
     with pytest.raises(DataError, match="Clips have 8 frames but the model predicts windows of 16"):
         evaluate_world_model(exp, clips, sampling_steps=2, progress=False)
+
+
+def test_gate_scale_one_is_the_learned_gate_and_needs_a_gate():
+    from workbench import Replace
+    from workbench.evaluate import evaluate_world_model, scaled_gate
+    from workbench.train.experiment import AdapterExperiment
+
+    exp = AdapterExperiment.load(TRAINED_ADAPTER)
+    clips = torch.utils.data.Subset(metaworld_source("sample", window=16, split="val", stride=48), [0, 1])
+    plain = evaluate_world_model(exp, clips, sampling_steps=2, progress=False)
+    same = evaluate_world_model(exp, clips, sampling_steps=2, progress=False, gate_scale=1.0)
+    double = evaluate_world_model(exp, clips, sampling_steps=2, progress=False, gate_scale=2.0)
+    assert np.array_equal(plain["adapter"], same["adapter"]) and np.array_equal(plain["base"], double["base"])
+    assert not np.array_equal(plain["adapter"], double["adapter"])
+    assert exp.model.composer.gate_values() == AdapterExperiment.load(TRAINED_ADAPTER).model.composer.gate_values()
+    from workbench.errors import CompositionError
+
+    with pytest.raises(CompositionError, match="gate_scale=2.0 needs a learned gate"):
+        scaled_gate(Replace(), 2.0)

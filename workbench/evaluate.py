@@ -33,6 +33,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -40,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from workbench.errors import CheckpointError, DataError
+from workbench.errors import CheckpointError, CompositionError, DataError
 
 #: Six Meta-World tasks outside pretraining and the demo's training set, generated with their own seed
 #: (see README, "Unseen tasks").
@@ -99,6 +100,21 @@ def load_run(run_dir: str | Path):
     return AdapterExperiment.load(path)
 
 
+def scaled_gate(composer, scale: float):
+    """The learned gate of ``composer`` (a ``GatedResidual``, possibly wrapped) times ``scale``.
+
+    Sampling with ``composer.override_gate(scaled_gate(composer, 2.0))`` doubles the adapter's
+    correction at every step where it acts, a guidance-like knob that trains nothing.
+    """
+    inner = composer
+    while hasattr(inner, "inner"):
+        inner = inner.inner
+    if not hasattr(inner, "effective_gate"):
+        raise CompositionError(f"gate_scale={scale} needs a learned gate (gated_residual, alone or inside "
+                               f"noise_gated), but the composer is {composer.describe()}. Leave gate_scale unset.")
+    return inner.effective_gate().detach() * float(scale)
+
+
 def _stack(items: list[dict], key: str):
     import torch
 
@@ -106,8 +122,10 @@ def _stack(items: list[dict], key: str):
 
 
 def evaluate_world_model(exp, clips, *, sampling_steps: int, seed: int = 0, chunk: int = 12,
-                         progress: bool = True, probe: Any = None) -> dict[str, Any]:
+                         progress: bool = True, probe: Any = None, gate_scale: float | None = None) -> dict[str, Any]:
     """Predict every clip of ``clips`` (a clip source) three ways and score them.
+
+    ``gate_scale``: sample (b) and (c) with the adapter's learned gate times this (:func:`scaled_gate`).
 
     Returns uint8 videos ``[N, T, H, W, 3]`` (``truth`` and each variant), ``scores`` (per clip
     and variant: ``psnr``, ``ssim``, ``moving_psnr``, ``action_error`` in cm), ``hand_error``
@@ -129,6 +147,7 @@ def evaluate_world_model(exp, clips, *, sampling_steps: int, seed: int = 0, chun
                         f"{window}; build the clip source with window={window}.")
     partner = swap_partner([it["episode"] for it in items])
     model = exp.model
+    gate = None if gate_scale is None else scaled_gate(model.composer, gate_scale)
     videos: dict[str, list[np.ndarray]] = {"truth": [], **{v: [] for v in VARIANTS}}
     bar = tqdm(total=3 * len(items), desc="evaluate", unit="clip", disable=not progress)
     for lo in range(0, len(items), chunk):
@@ -142,8 +161,9 @@ def evaluate_world_model(exp, clips, *, sampling_steps: int, seed: int = 0, chun
             model.adapter_enabled = adapter
             try:
                 gen = torch.Generator(device=exp.device).manual_seed(seed * 7919 + lo)
-                latents = model.generate(exp.prepare({**first, "action": actions}), steps=sampling_steps,
-                                         generator=gen)
+                with model.composer.override_gate(gate) if adapter and gate is not None else contextlib.nullcontext():
+                    latents = model.generate(exp.prepare({**first, "action": actions}), steps=sampling_steps,
+                                             generator=gen)
             finally:
                 model.adapter_enabled = True
             with torch.no_grad():
@@ -300,7 +320,7 @@ def _json_safe(x: Any) -> Any:
 def evaluate_run(exp, source, *, out: str | Path, clips: int | None = None, sampling_steps: int | None = None,
                  seed: int = 0, video_clips: int = 6, progress: bool = True, title: str = "evaluation",
                  targets: dict[str, Any] | None = None, describe: dict[str, Any] | None = None,
-                 labels: dict[str, str] | None = None) -> dict[str, Any]:
+                 labels: dict[str, str] | None = None, gate_scale: float | None = None) -> dict[str, Any]:
     """Evaluate ``exp`` on the first ``clips`` clips of ``source``; write ``metrics.json`` and the videos."""
     import torch
 
@@ -311,12 +331,14 @@ def evaluate_run(exp, source, *, out: str | Path, clips: int | None = None, samp
     subset = torch.utils.data.Subset(source, list(range(n))) if n < len(source) else source
     base = exp.model.base
     steps = sampling_steps or base.card.sampling.steps
-    result = evaluate_world_model(exp, subset, sampling_steps=steps, seed=seed, progress=progress)
+    result = evaluate_world_model(exp, subset, sampling_steps=steps, seed=seed, progress=progress,
+                                  gate_scale=gate_scale)
     summary = summarise(result, targets)
     fps = float(base.card.sampling.fps or 10)
     videos = write_videos(out, result, video_clips, fps=fps / 4)
     metrics = {"summary": summary, "per_clip": per_clip_record(result),
                "evaluation": {"clips": n, "sampling_steps": steps, "seed": seed, "moving_threshold_uint8": 10.0,
+                              "gate_scale": gate_scale,
                               "probe": "workbench.hand_probe (shipped)", **(describe or {})},
                "files": [p.name for p in videos], "seconds": round(time.perf_counter() - started, 1)}
     (out / "metrics.json").write_text(json.dumps(_json_safe(metrics), indent=1))
@@ -335,6 +357,8 @@ def add_arguments(parser) -> None:
                                                    "model's window: non-overlapping clips)")
     parser.add_argument("--sampling-steps", type=int, help="sampler steps (default: the base's card)")
     parser.add_argument("--seed", type=int, default=0, help="noise seed (default: %(default)s)")
+    parser.add_argument("--gate-scale", type=float, help="sample with the adapter's learned gate times this "
+                                                         "(default: the learned gate)")
     parser.add_argument("--out", required=True, help="output directory (metrics.json, side_by_side.mp4/.gif)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
@@ -350,7 +374,7 @@ def run(args) -> int:
     tasks = [t for t in args.tasks.split(",") if t] if args.tasks else None
     source = metaworld_source(args.data, window=window, split=args.split, tasks=tasks, stride=args.stride)
     report = evaluate_run(exp, source, out=args.out, clips=args.clips, sampling_steps=args.sampling_steps,
-                          seed=args.seed, progress=not args.no_progress,
+                          seed=args.seed, progress=not args.no_progress, gate_scale=args.gate_scale,
                           title=f"{Path(str(source.path)).name} ({args.split})",
                           describe={"data": Path(str(source.path)).name, "split": args.split, "tasks": tasks,
                                     "window": window, "stride": source.config.stride, "run": str(args.run_dir),
