@@ -74,6 +74,7 @@ class DemoConfig:
     sampling_steps: int = 20
     video_clips: int = 6
     unseen_clips: int = 12
+    gate_scale: float | None = 2.0
     seed: int = 0
     from_scratch: bool = False
     base_weights: str = "pretrained"
@@ -90,6 +91,7 @@ class DemoConfig:
         if self.from_scratch:  # the same-size model alone, at every noise level, no pretrained denoiser
             self.adapter = copy.deepcopy(SCRATCH_ADAPTER)
             self.composer = copy.deepcopy(SCRATCH_COMPOSER)
+            self.gate_scale = None  # no gate to scale
 
 
 def loss_plot(path: Path, losses: list[float], title: str) -> Path:
@@ -144,20 +146,19 @@ def run_demo(cfg: DemoConfig, progress: bool = True) -> dict[str, Any]:
     checkpoint = exp.save_checkpoint()
     window = base.config.frames
     labels = SCRATCH_LABELS if cfg.from_scratch else None
+    common = dict(sampling_steps=cfg.sampling_steps, seed=cfg.seed, video_clips=cfg.video_clips, progress=progress,
+                  labels=labels, gate_scale=cfg.gate_scale)
     seen = evaluate_run(exp, metaworld_source("sample", window=window, split="val"), out=out, clips=cfg.eval_clips,
-                        sampling_steps=cfg.sampling_steps, seed=cfg.seed, video_clips=cfg.video_clips,
-                        progress=progress, title="held-out episodes, training tasks", targets=TARGETS["seen"],
-                        labels=labels, describe={"data": "sample", "split": "val", "window": window})
+                        title="held-out episodes, training tasks", targets=TARGETS["seen"],
+                        describe={"data": "sample", "split": "val", "window": window}, **common)
     unseen = None
     if cfg.unseen_clips:
         # the first window of each of its 12 episodes (two per task)
         source = metaworld_source("unseen", window=window, split="all", stride=10**6)
-        unseen = evaluate_run(exp, source, out=out / "unseen",
-                              clips=cfg.unseen_clips, sampling_steps=cfg.sampling_steps, seed=cfg.seed,
-                              video_clips=cfg.video_clips, progress=progress, targets=TARGETS["unseen"],
-                              title="tasks never seen in pretraining or training", labels=labels,
+        unseen = evaluate_run(exp, source, out=out / "unseen", clips=cfg.unseen_clips, targets=TARGETS["unseen"],
+                              title="tasks never seen in pretraining or training",
                               describe={"data": UNSEEN_NAME, "split": "all", "window": window,
-                                        "clips_per_episode": 1})
+                                        "clips_per_episode": 1}, **common)
     loss_plot(out / "loss.png", exp.loss_history, f"action adapter on frozen tiny_video ({exp.step} steps)")
     trainable = sum(p.numel() for p in exp.model.parameters() if p.requires_grad)
     metrics = {
@@ -167,7 +168,8 @@ def run_demo(cfg: DemoConfig, progress: bool = True) -> dict[str, Any]:
         "training": {"steps": exp.step, "seconds": round(train_seconds, 1), "batch_size": cfg.batch_size,
                      "learning_rate": cfg.learning_rate, "loss_history": [round(v, 6) for v in exp.loss_history],
                      "checkpoint": str(checkpoint), "gates": exp.model.composer.gate_values(),
-                     "trainable_parameters": trainable, "from_scratch": cfg.from_scratch},
+                     "trainable_parameters": trainable, "from_scratch": cfg.from_scratch,
+                     "gate_scale_at_sampling": cfg.gate_scale},
         "evaluation": seen["evaluation"],
         "adapter": cfg.adapter,
         "composer": cfg.composer,
@@ -179,7 +181,8 @@ def run_demo(cfg: DemoConfig, progress: bool = True) -> dict[str, Any]:
     }
     (out / "metrics.json").write_text(json.dumps(_json_safe(metrics), indent=1))
     head = (f"{'from-scratch model' if cfg.from_scratch else 'action adapter'} ({trainable} trainable parameters) "
-            f"trained {exp.step} steps in {train_seconds / 60:.1f} min; total {metrics['seconds'] / 60:.1f} min")
+            f"trained {exp.step} steps in {train_seconds / 60:.1f} min; total {metrics['seconds'] / 60:.1f} min"
+            + (f"; (b) and (c) sampled with the learned gate x{cfg.gate_scale:g}" if cfg.gate_scale else ""))
     metrics["table"] = "\n\n".join([head, seen["table"], *([unseen["table"]] if unseen else [])])
     return metrics
 
