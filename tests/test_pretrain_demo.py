@@ -208,3 +208,15 @@ def test_the_example_config_is_the_demo_and_trains(tmp_path):
     from workbench import AdapterExperiment
 
     assert AdapterExperiment.load(tmp_path / "wm").step == 2
+
+
+def test_the_demo_table_carries_the_stored_from_scratch_rows_at_its_own_budget():
+    from workbench.demo import SCRATCH_REFERENCE, DemoConfig, scratch_reference_rows
+
+    ref = json.loads(SCRATCH_REFERENCE.read_text())
+    assert ref["training"]["trainable_parameters"] == 51930 and ref["training"]["steps"] == DemoConfig().steps
+    rows = scratch_reference_rows(DemoConfig())
+    assert "(d) from scratch, true actions      21.31  0.779        13.40           7.77" in rows
+    assert "(d) beats (e) on 83% of clips" in rows
+    assert scratch_reference_rows(DemoConfig.quick()) == ""  # another budget: nothing to compare with
+    assert scratch_reference_rows(DemoConfig(from_scratch=True)) == ""
