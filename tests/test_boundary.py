@@ -141,6 +141,9 @@ def test_heavy_libraries_are_never_imported_at_module_level():
 
 
 VIEW_LIBRARIES = ("ipywidgets", "matplotlib")
+# The demo's report (a command's output files, not a library layer) draws loss.png with matplotlib's
+# object API inside one function; it may, and only what it imports there.
+REPORT_IMPORTS = {"workbench/demo.py": {"matplotlib.figure"}}
 
 
 def test_only_the_widgets_package_imports_ipywidgets_or_matplotlib():
@@ -148,8 +151,9 @@ def test_only_the_widgets_package_imports_ipywidgets_or_matplotlib():
     for path in PACKAGE.rglob("*.py"):
         if path.parent.name == "widgets" and path.parent.parent == PACKAGE:
             continue
+        allowed = REPORT_IMPORTS.get(str(path.relative_to(ROOT)), set())
         for name in imported_modules(path):  # anywhere in the file, not only at module level
-            if name.split(".")[0] in VIEW_LIBRARIES:
+            if name.split(".")[0] in VIEW_LIBRARIES and name not in allowed:
                 offenders.append(f"{path.relative_to(ROOT)} imports {name}")
     assert offenders == []
 

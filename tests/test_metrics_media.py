@@ -521,21 +521,3 @@ def test_import_does_not_pull_imageio_or_pil():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == ""
-
-
-def test_line_chart_draws_each_series_inside_the_axes():
-    from workbench.media import line_chart
-
-    img = line_chart({"per step": [3.0, 2.0, 1.5, 1.0], "mean": [2.5, 1.5]}, title="loss", xlabel="step",
-                     ylabel="loss", size=(300, 200))
-    assert img.shape == (200, 300, 3) and img.dtype == np.uint8
-    assert (img[0, 0] == 255).all()  # white background
-    red = (img[..., 0] > 180) & (img[..., 1] < 80) & (img[..., 2] < 80)  # the second series, full colour
-    assert red[50:156, 64:284].sum() > 20  # drawn within the plot area, not only in the legend
-
-
-def test_line_chart_rejects_an_empty_series():
-    from workbench.media import line_chart
-
-    with pytest.raises(DataError, match="line_chart: series is empty"):
-        line_chart({"loss": []})

@@ -12,8 +12,8 @@ import torch
 from workbench.adapters.latent_residual import LatentResidual
 from workbench.backbones.tiny_video import WEIGHTS_DIR, TinyVideo
 from workbench.cli import main
-from workbench.demo import summarise, swap_partner
 from workbench.errors import ConfigError, DataError
+from workbench.evaluate import swap_partner
 from workbench.train import pretrain
 
 SHIPPED = WEIGHTS_DIR / "tiny_video.safetensors"
@@ -123,35 +123,24 @@ def test_swap_partner_always_borrows_from_another_episode():
         swap_partner([1, 1])
 
 
-def test_summary_counts_wins_and_gains():
-    scores = {"base": {"psnr": np.array([10.0, 10.0, 10.0, 10.0]), "ssim": np.full(4, 0.5),
-                       "moving_psnr": np.array([10.0, 11.0, 12.0, np.nan])},
-              "adapter": {"psnr": np.full(4, 12.0), "ssim": np.full(4, 0.6),
-                          "moving_psnr": np.array([12.0, 13.0, 11.0, np.nan])},
-              "swapped": {"psnr": np.full(4, 11.0), "ssim": np.full(4, 0.55),
-                          "moving_psnr": np.array([11.0, 11.0, 12.0, 5.0])}}
-    s = summarise({"scores": scores, "moving_fraction": np.array([0.1, 0.2, 0.3, 0.0])})
-    assert s["adapter_beats_swapped_fraction"] == pytest.approx(2 / 3)
-    assert s["adapter_minus_base_moving_psnr_db"] == pytest.approx(1.0)
-    assert s["targets"] == {"adapter_beats_swapped_on_75pct_of_clips": False, "adapter_beats_base_by_1db_moving": True}
-    assert s["mean"]["adapter"]["moving_psnr"] == pytest.approx(12.0)
-    assert s["mean_moving_fraction"] == pytest.approx(0.15)
-
-
 def test_demo_quick_writes_every_output(tmp_path, capsys):
     out = tmp_path / "demo"
     assert main(["demo", "--quick", "--output", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "(b) beats (c) on moving PSNR" in printed and "(a) frozen base alone" in printed
-    for name in ("side_by_side.mp4", "side_by_side.gif", "loss.png", "metrics.json"):
+    assert "tasks never seen in pretraining or training: 4 clips" in printed and "action err cm" in printed
+    for name in ("side_by_side.mp4", "side_by_side.gif", "loss.png", "metrics.json", "unseen/side_by_side.gif"):
         assert (out / name).stat().st_size > 1000, name
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["training"]["steps"] == 10 and len(metrics["training"]["loss_history"]) == 10
-    assert metrics["evaluation"]["clips"] == 4
-    for variant in ("base", "adapter", "swapped"):
-        for metric in ("psnr", "ssim", "moving_psnr"):
-            values = metrics["per_clip"][f"{variant}_{metric}"]
-            assert len(values) == 4 and all(np.isfinite(values)), (variant, metric)
+    assert metrics["evaluation"]["clips"] == 4 and metrics["unseen"]["evaluation"]["clips"] == 4
+    for per_clip in (metrics["per_clip"], metrics["unseen"]["per_clip"]):
+        for variant in ("base", "adapter", "swapped"):
+            for metric in ("psnr", "ssim", "moving_psnr", "action_error"):
+                values = per_clip[f"{variant}_{metric}"]
+                assert len(values) == 4 and all(np.isfinite(values)), (variant, metric)
+    assert set(metrics["unseen"]["summary"]["per_task"]) <= {
+        "button-press-v3", "drawer-open-v3", "door-close-v3", "window-open-v3", "plate-slide-v3", "sweep-into-v3"}
     assert metrics["base"]["model_id"] == "tiny_video-metaworld-i2v"
     # the adapter checkpoint is loadable and holds the trained adapter
     from workbench import AdapterExperiment
@@ -165,7 +154,7 @@ def test_demo_quick_writes_every_output(tmp_path, capsys):
 
 
 def test_video_rows_show_one_clip_per_task_first():
-    from workbench.demo import _one_per_task
+    from workbench.evaluate import _one_per_task
 
     items = [{"task": t} for t in ("push", "push", "reach", "push", "door")]
     assert _one_per_task(items, 3) == [0, 2, 4]
@@ -192,7 +181,8 @@ def test_the_shipped_world_model_follows_the_actions():
     """On held-out clips the shipped adapter's predictions beat both the base and swapped actions."""
     from workbench import AdapterExperiment
     from workbench.data.metaworld import MetaWorldClips
-    from workbench.demo import TRAINED_ADAPTER, evaluate_world_model, summarise
+    from workbench.demo import TRAINED_ADAPTER
+    from workbench.evaluate import evaluate_world_model, summarise
 
     exp = AdapterExperiment.load(TRAINED_ADAPTER)
     val = MetaWorldClips(path="sample", window=16, stride=16, split="val")
@@ -218,3 +208,15 @@ def test_the_example_config_is_the_demo_and_trains(tmp_path):
     from workbench import AdapterExperiment
 
     assert AdapterExperiment.load(tmp_path / "wm").step == 2
+
+
+def test_the_demo_table_carries_the_stored_from_scratch_rows_at_its_own_budget():
+    from workbench.demo import SCRATCH_REFERENCE, DemoConfig, scratch_reference_rows
+
+    ref = json.loads(SCRATCH_REFERENCE.read_text())
+    assert ref["training"]["trainable_parameters"] == 51930 and ref["training"]["steps"] == DemoConfig().steps
+    rows = scratch_reference_rows(DemoConfig())
+    assert "(d) from scratch, true actions      21.31  0.779        13.40           7.77" in rows
+    assert "(d) beats (e) on 83% of clips" in rows
+    assert scratch_reference_rows(DemoConfig.quick()) == ""  # another budget: nothing to compare with
+    assert scratch_reference_rows(DemoConfig(from_scratch=True)) == ""

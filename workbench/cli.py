@@ -1,4 +1,4 @@
-"""``workbench demo | train | cache-latents | data | pretrain | doctor``."""
+"""``workbench demo | eval | train | cache-latents | data | pretrain | probe | doctor``."""
 
 from __future__ import annotations
 
@@ -124,6 +124,18 @@ def _pretrain(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _eval(args: argparse.Namespace) -> int:
+    from workbench.evaluate import run
+
+    return run(args)
+
+
+def _probe(args: argparse.Namespace) -> int:
+    from workbench.hand_probe import run
+
+    return run(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="workbench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -165,13 +177,27 @@ def build_parser() -> argparse.ArgumentParser:
                            "metaworld`, or a LeRobot dataset directory (v2.1 / v3.0)")
     demo.add_argument("--camera", help="with a LeRobot --data of several cameras: the video feature to use, e.g. "
                                        "observation.images.front")
+    demo.add_argument("--from-scratch", action="store_true",
+                      help="train the from-scratch baseline (same parameters, clips, steps; no pretrained denoiser)")
     demo.set_defaults(func=_demo)
+
+    evaluate = sub.add_parser("eval", help="evaluate an adapter checkpoint as a world model on Meta-World clips")
+    from workbench import evaluate as evaluate_module
+
+    evaluate_module.add_arguments(evaluate)
+    evaluate.set_defaults(func=_eval)
 
     pretrain = sub.add_parser("pretrain", help="pretrain the tiny_video backbone on Meta-World clips (no actions)")
     from workbench.train import pretrain as pretrain_module
 
     pretrain_module.add_arguments(pretrain)
     pretrain.set_defaults(func=_pretrain)
+
+    probe = sub.add_parser("probe", help="the hand-position probe that scores action error")
+    from workbench import hand_probe
+
+    hand_probe.add_arguments(probe)
+    probe.set_defaults(func=_probe)
     return parser
 
 

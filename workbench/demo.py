@@ -7,14 +7,18 @@
 3. on held-out episodes, predict every clip from its first frame with the base's own sampler
    and the same noise for (a) the frozen base alone, (b) base + adapter with the true actions,
    (c) base + adapter with the actions of another clip; score PSNR / SSIM overall and on the
-   pixels that move (where the true future differs from the first frame);
-4. write ``OUT/side_by_side.mp4`` / ``.gif`` (truth | base | adapter | swapped actions),
+   pixels that move (where the true future differs from the first frame), and the action error
+   (where a hand-position probe finds the arm in the predicted frames vs where it was);
+4. the same on clips of six tasks never seen in pretraining or training (``unseen/``);
+5. write ``OUT/side_by_side.mp4`` / ``.gif`` (truth | base | adapter | swapped actions),
    ``OUT/loss.png``, ``OUT/metrics.json`` (every number) and the adapter checkpoint;
-5. print a short table.
+6. print the tables (:mod:`workbench.evaluate` does steps 3-5 for any checkpoint).
 
-``workbench demo --quick`` runs the same path on a reduced budget (for CI). ``workbench demo --data
-PATH`` trains and evaluates on other rollouts: an HDF5 file of ``workbench data metaworld`` or a
-LeRobot dataset directory (frames resized to the base's size; the adapter reads its ``action``).
+``workbench demo --quick`` runs the same path on a reduced budget (for CI);
+``workbench demo --from-scratch`` trains the baseline at equal compute instead of the adapter.
+``workbench demo --data PATH`` trains and evaluates on other rollouts: an HDF5 file of ``workbench
+data metaworld`` or a LeRobot dataset directory (frames resized to the base's size; the adapter
+reads its ``action``); the unseen-task step runs for Meta-World data only.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from workbench.errors import DataError
+from workbench.evaluate import _json_safe
 
 #: What the demo trains, as the blocks a YAML config would hold. The adapter reads the actions and
 #: their running sum (the displacement since the first frame), pixel coordinates, and two copies
@@ -43,15 +47,54 @@ COMPOSER = {"type": "noise_gated",
                                                                    "config": {"gate_init": 0.1}}}}
 OBJECTIVE = {"type": "flow_matching", "config": {"shift": 3.0}}
 
+#: The from-scratch baseline at equal compute (``workbench demo --from-scratch``): the same network
+#: replaces the base's prediction instead of correcting it, so the frozen pretrained denoiser plays
+#: no part (the frozen autoencoder still maps frames to latents and back). Its input of the base's
+#: output is swapped for a third warp of the first frame, which keeps the trainable parameter count
+#: equal to the adapter's (+ its composer's gate) within 17 parameters.
+SCRATCH_ADAPTER = {"type": "latent_residual",
+                   "config": {**ADAPTER["config"], "use_base_output": False, "warps": 3}}
+SCRATCH_COMPOSER = {"type": "replace", "config": {}}
+SCRATCH_LABELS = {"base": "(a) frozen base alone", "adapter": "(d) from scratch, true actions",
+                  "swapped": "(e) from scratch, swapped"}
+UNSEEN_NAME = "metaworld_unseen.h5"
+
 #: The adapter checkpoint `workbench demo` trained with its defaults (and its metrics.json as
 #: demo_metrics.json), shipped so notebooks can show the result without the fit:
 #: ``AdapterExperiment.load(TRAINED_ADAPTER)``.
 TRAINED_ADAPTER = Path(__file__).resolve().parent / "adapters" / "weights" / "metaworld_action"
+#: What ``workbench demo --from-scratch`` measured with the default budget (the demo prints its row
+#: for reference instead of spending another training run on it).
+SCRATCH_REFERENCE = TRAINED_ADAPTER / "scratch_metrics.json"
+
+
+def scratch_reference_rows(cfg: DemoConfig) -> str:
+    """The stored from-scratch rows for the demo's table, when they were measured at ``cfg``'s budget."""
+    if cfg.from_scratch or not SCRATCH_REFERENCE.is_file():
+        return ""
+    ref = json.loads(SCRATCH_REFERENCE.read_text())
+    if ref["training"]["steps"] != cfg.steps or ref["evaluation"]["clips"] != cfg.eval_clips:
+        return ""
+    s = ref["summary"]
+    rows = [f"from scratch at equal compute (same trainable parameter count, clips and steps; no pretrained "
+            f"denoiser), stored, not rerun: `{ref['command']}`"]
+    for key, label in (("adapter", "(d) from scratch, true actions"), ("swapped", "(e) from scratch, swapped")):
+        m = s["mean"][key]
+        rows.append(f"{label:34}{m['psnr']:7.2f}{m['ssim']:7.3f}{m['moving_psnr']:13.2f}{m['action_error']:15.2f}"
+                    f"{s['action_error_ratio_to_probe'][key]:9.2f}")
+    rows.append(f"(d) - (a): {s['adapter_minus_base_moving_psnr_db']:+.2f} dB moving PSNR; (d) beats (e) on "
+                f"{100 * s['adapter_beats_swapped_fraction']:.0f}% of clips; action error (d)/(a) = "
+                f"{s['action_error_adapter_over_base']:.2f}")
+    return "\n".join(rows)
 
 
 @dataclasses.dataclass
 class DemoConfig:
-    """Budget and evaluation of the demo (``--quick`` shrinks every number)."""
+    """Budget and evaluation of the demo (``--quick`` shrinks every number).
+
+    ``gate_scale``: (b) and (c) are sampled with the adapter's learned gate times this (``None``:
+    as learned); it trains nothing (:func:`workbench.evaluate.scaled_gate`).
+    """
 
     output: str = "outputs/demo"
     steps: int = 900
@@ -60,9 +103,12 @@ class DemoConfig:
     eval_clips: int = 36
     sampling_steps: int = 20
     video_clips: int = 6
+    unseen_clips: int = 12
+    gate_scale: float | None = 2.0
     seed: int = 0
     data: str = "sample"
     camera: str | None = None
+    from_scratch: bool = False
     base_weights: str = "pretrained"
     adapter: dict = dataclasses.field(default_factory=lambda: copy.deepcopy(ADAPTER))
     composer: dict = dataclasses.field(default_factory=lambda: copy.deepcopy(COMPOSER))
@@ -70,160 +116,34 @@ class DemoConfig:
 
     @classmethod
     def quick(cls, **overrides: Any) -> DemoConfig:
-        return cls(**{"steps": 10, "eval_clips": 4, "sampling_steps": 4, "video_clips": 2, **overrides})
+        return cls(**{"steps": 10, "eval_clips": 4, "unseen_clips": 4, "sampling_steps": 4, "video_clips": 2,
+                      **overrides})
+
+    def __post_init__(self):
+        if self.from_scratch:  # the same-size model alone, at every noise level, no pretrained denoiser
+            self.adapter = copy.deepcopy(SCRATCH_ADAPTER)
+            self.composer = copy.deepcopy(SCRATCH_COMPOSER)
+            self.gate_scale = None  # no gate to scale
 
 
-def _batch(items: list[dict]) -> dict[str, Any]:
-    import torch
+def loss_plot(path: Path, losses: list[float], title: str) -> Path:
+    """The training loss per step and its running mean, drawn with matplotlib, as a PNG."""
+    from matplotlib.figure import Figure  # no pyplot: the caller's backend (a notebook's) stays as it is
 
-    return {"video": torch.stack([it["video"] for it in items]), "action": torch.stack([it["action"] for it in items])}
-
-
-def swap_partner(episodes: list[int]) -> list[int]:
-    """For each clip, the index of a clip from another episode whose actions it borrows in (c).
-
-    The partner is the next clip (cyclically) that belongs to a different episode, so every
-    clip gets real, recorded actions that belong to someone else.
-    """
-    n = len(episodes)
-    out = []
-    for i in range(n):
-        j = next((k % n for k in range(i + 1, i + n) if episodes[k % n] != episodes[i]), None)
-        if j is None:
-            raise DataError(f"Swapping actions needs clips from at least two episodes; all {n} clips come from "
-                            f"episode {episodes[i]}. Evaluate on more episodes (e.g. the whole val split).")
-        out.append(j)
-    return out
-
-
-def evaluate_world_model(exp, clips, *, sampling_steps: int, seed: int = 0, chunk: int = 12,
-                         progress: bool = True) -> dict[str, Any]:
-    """Predict every clip from its first frame: base alone, adapter + true actions, adapter + swapped.
-
-    Returns the uint8 videos ``[N, T, H, W, 3]`` of the truth and of each variant, and per-clip
-    PSNR, SSIM and moving-pixel PSNR (frames after the first; the same noise for every variant).
-    """
-    import torch
-    from tqdm.auto import tqdm
-
-    from workbench.metrics import moving_mask, per_clip, to_uint8_video
-
-    items = [clips[i] for i in range(len(clips))]
-    partner = swap_partner([it["episode"] for it in items])
-    model = exp.model
-    videos: dict[str, list[np.ndarray]] = {"truth": [], "base": [], "adapter": [], "swapped": []}
-    bar = tqdm(total=3 * len(items), desc="evaluate", unit="clip", disable=not progress)
-    for lo in range(0, len(items), chunk):
-        part = items[lo:lo + chunk]
-        raw = _batch(part)
-        swapped = {**raw, "action": torch.stack([items[partner[lo + k]]["action"] for k in range(len(part))])}
-        first = {"image": raw["video"][:, :, 0]}
-        videos["truth"].append(to_uint8_video(raw["video"]))
-        for name, cond, adapter in (("base", {**first, "action": raw["action"]}, False),
-                                    ("adapter", {**first, "action": raw["action"]}, True),
-                                    ("swapped", {**first, "action": swapped["action"]}, True)):
-            model.adapter_enabled = adapter
-            try:
-                gen = torch.Generator(device=exp.device).manual_seed(seed * 7919 + lo)
-                latents = model.generate(exp.prepare(cond), steps=sampling_steps, generator=gen)
-            finally:
-                model.adapter_enabled = True
-            with torch.no_grad():
-                videos[name].append(to_uint8_video(model.base.decode(latents)))
-            bar.update(len(part))
-    bar.close()
-    out: dict[str, Any] = {k: np.concatenate(v) for k, v in videos.items()}
-    truth = out["truth"]
-    mask = moving_mask(truth)  # (N, T, H, W); frame 0 excluded
-    scored = {}
-    for name in ("base", "adapter", "swapped"):
-        pred = out[name]
-        scored[name] = {
-            "psnr": per_clip("psnr", pred[:, 1:], truth[:, 1:]),
-            "ssim": per_clip("ssim", pred[:, 1:], truth[:, 1:]),
-            "moving_psnr": per_clip("psnr", pred, truth, mask=mask),
-        }
-    out["scores"] = scored
-    out["moving_fraction"] = mask[:, 1:].mean(axis=(1, 2, 3))
-    out["partner"] = partner
-    out["items"] = [{"episode": it["episode"], "start": it["start"], "task": it["task"]} for it in items]
-    return out
-
-
-def summarise(result: dict[str, Any]) -> dict[str, Any]:
-    """The numbers the demo reports (and the targets), from :func:`evaluate_world_model`'s result."""
-    s = result["scores"]
-    mean = {name: {k: float(np.nanmean(v)) for k, v in m.items()} for name, m in s.items()}
-    b, c, a = s["adapter"]["moving_psnr"], s["swapped"]["moving_psnr"], s["base"]["moving_psnr"]
-    valid = ~(np.isnan(b) | np.isnan(c))
-    wins = float(np.mean(b[valid] > c[valid])) if valid.any() else float("nan")
-    gain = float(np.nanmean(b - a))
-    return {
-        "mean": mean,
-        "adapter_beats_swapped_fraction": wins,
-        "adapter_minus_base_moving_psnr_db": gain,
-        "adapter_minus_swapped_moving_psnr_db": float(np.nanmean(b - c)),
-        "targets": {
-            "adapter_beats_swapped_on_75pct_of_clips": bool(wins >= 0.75),
-            "adapter_beats_base_by_1db_moving": bool(gain >= 1.0),
-        },
-        "clips": len(b),
-        "mean_moving_fraction": float(np.mean(result["moving_fraction"])),
-    }
-
-
-def _loss_plot(path: Path, losses: list[float], title: str) -> None:
-    from workbench.media import line_chart, save_image
-
-    series = {"per step": losses}
+    fig = Figure(figsize=(7.2, 4.0), dpi=100)
+    ax = fig.subplots()
+    steps = np.arange(1, len(losses) + 1)
+    ax.plot(steps, losses, color="#9ecae1", linewidth=0.8, label="per step")
     if len(losses) >= 20:
         k = max(5, len(losses) // 30)
-        series[f"mean of {k} steps"] = np.convolve(losses, np.ones(k) / k, mode="valid").tolist()
-    save_image(path, line_chart(series, title=title, xlabel="optimizer step",
-                                ylabel="flow-matching loss (masked MSE)"))
-
-
-def write_videos(out: Path, result: dict[str, Any], clips: int, fps: float) -> list[Path]:
-    """The side-by-side grid (rows: clips, one per task; columns: truth | base | adapter | swapped) as MP4 and GIF."""
-    from workbench.media import label_grid, write_video
-
-    s = result["scores"]
-    rows, labels = [], []
-    for i in _one_per_task(result["items"], clips):
-        rows.append([result[k][i] for k in ("truth", "base", "adapter", "swapped")])
-        it = result["items"][i]
-        labels.append(f"{it['task'].removesuffix('-v3')}\nep {it['episode']} t{it['start']}\n"
-                      f"moving PSNR\nb {s['base']['moving_psnr'][i]:.1f}\na {s['adapter']['moving_psnr'][i]:.1f}\n"
-                      f"s {s['swapped']['moving_psnr'][i]:.1f}")
-    grid = label_grid(rows, row_labels=labels,
-                      col_labels=["truth", "(a) base alone", "(b) adapter,\ntrue actions", "(c) adapter,\nswapped"],
-                      scale=2)
-    return [write_video(out / "side_by_side.mp4", grid, fps=fps), write_video(out / "side_by_side.gif", grid, fps=fps)]
-
-
-def _one_per_task(items: list[dict], count: int) -> list[int]:
-    """Up to ``count`` clip indices, the first of each task before any task repeats."""
-    first, rest, seen = [], [], set()
-    for i, it in enumerate(items):
-        (rest if it["task"] in seen else first).append(i)
-        seen.add(it["task"])
-    return (first + rest)[:count]
-
-
-def _table(summary: dict[str, Any], steps: int, seconds: float) -> str:
-    m = summary["mean"]
-    lines = [f"held-out clips: {summary['clips']} (moving pixels: {100 * summary['mean_moving_fraction']:.1f}% "
-             f"of predicted frames); adapter trained {steps} steps in {seconds / 60:.1f} min",
-             f"{'':32}{'PSNR':>8}{'SSIM':>8}{'moving PSNR':>13}"]
-    for key, label in (("base", "(a) frozen base alone"), ("adapter", "(b) base + adapter, true actions"),
-                       ("swapped", "(c) base + adapter, swapped")):
-        lines.append(f"{label:32}{m[key]['psnr']:8.2f}{m[key]['ssim']:8.3f}{m[key]['moving_psnr']:13.2f}")
-    t = summary["targets"]
-    lines.append(f"(b) beats (c) on moving PSNR on {100 * summary['adapter_beats_swapped_fraction']:.0f}% of clips "
-                 f"(target >= 75%: {'met' if t['adapter_beats_swapped_on_75pct_of_clips'] else 'NOT met'})")
-    lines.append(f"(b) - (a) on moving PSNR: {summary['adapter_minus_base_moving_psnr_db']:+.2f} dB "
-                 f"(target >= +1 dB: {'met' if t['adapter_beats_base_by_1db_moving'] else 'NOT met'})")
-    return "\n".join(lines)
+        ax.plot(steps[k - 1:], np.convolve(losses, np.ones(k) / k, mode="valid"), color="#d62728",
+                linewidth=1.8, label=f"mean of {k} steps")
+    ax.set(title=title, xlabel="optimizer step", ylabel="flow-matching loss (masked MSE)")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper right")
+    fig.tight_layout()
+    fig.savefig(path)
+    return path
 
 
 def _camera(cfg: DemoConfig) -> dict[str, str]:
@@ -261,9 +181,8 @@ def build_experiment(cfg: DemoConfig, run_dir: Path):
 
 
 def run_demo(cfg: DemoConfig, progress: bool = True) -> dict[str, Any]:
-    import torch
-
-    from workbench.data.sources import open_clips
+    from workbench.data.sources import data_kind
+    from workbench.evaluate import TARGETS, clip_source, evaluate_run
 
     out = Path(cfg.output)
     out.mkdir(parents=True, exist_ok=True)
@@ -273,41 +192,51 @@ def run_demo(cfg: DemoConfig, progress: bool = True) -> dict[str, Any]:
     exp.fit(progress=progress)
     train_seconds = time.perf_counter() - started
     checkpoint = exp.save_checkpoint()
+    window = base.config.frames
+    labels = SCRATCH_LABELS if cfg.from_scratch else None
+    common = dict(sampling_steps=cfg.sampling_steps, seed=cfg.seed, video_clips=cfg.video_clips, progress=progress,
+                  labels=labels, gate_scale=cfg.gate_scale)
     size = (base.config.image_size, base.config.image_size)
-    held_out = open_clips(cfg.data, window=base.config.frames, stride=base.config.frames, split="val", size=size,
-                          **_camera(cfg))
-    clips = torch.utils.data.Subset(held_out, list(range(min(cfg.eval_clips, len(held_out)))))
-    result = evaluate_world_model(exp, clips, sampling_steps=cfg.sampling_steps, seed=cfg.seed, progress=progress)
-    summary = summarise(result)
-    fps = float(base.card.sampling.fps or 10)
-    videos = write_videos(out, result, cfg.video_clips, fps=fps / 4)
-    _loss_plot(out / "loss.png", exp.loss_history, f"action adapter on frozen tiny_video ({exp.step} steps)")
-    s = result["scores"]
+    held_out = clip_source(cfg.data, window=window, split="val", size=size, camera=cfg.camera)
+    shipped = cfg.data == "sample"  # the targets are set for the shipped sample
+    seen = evaluate_run(exp, held_out, out=out, clips=cfg.eval_clips,
+                        title="held-out episodes, training tasks", targets=TARGETS["seen"] if shipped else None,
+                        describe={"data": cfg.data, "split": "val", "window": window}, **common)
+    unseen = None
+    if cfg.unseen_clips and data_kind(cfg.data) == "metaworld":  # Meta-World's action space
+        # the first window of each of its 12 episodes (two per task)
+        source = clip_source("unseen", window=window, split="all", stride=10**6)
+        unseen = evaluate_run(exp, source, out=out / "unseen", clips=cfg.unseen_clips, targets=TARGETS["unseen"],
+                              title="tasks never seen in pretraining or training",
+                              describe={"data": UNSEEN_NAME, "split": "all", "window": window,
+                                        "clips_per_episode": 1}, **common)
+    loss_plot(out / "loss.png", exp.loss_history, f"action adapter on frozen tiny_video ({exp.step} steps)")
+    trainable = sum(p.numel() for p in exp.model.parameters() if p.requires_grad)
     metrics = {
-        "summary": summary,
-        "per_clip": {
-            "items": result["items"],
-            "swap_partner": result["partner"],
-            "moving_fraction": result["moving_fraction"].round(5).tolist(),
-            **{f"{variant}_{metric}": np.round(values, 4).tolist()
-               for variant, ms in s.items() for metric, values in ms.items()},
-        },
+        "summary": seen["summary"],
+        "per_clip": seen["per_clip"],
+        **({"unseen": {k: unseen[k] for k in ("summary", "per_clip", "evaluation")}} if unseen else {}),
         "training": {"steps": exp.step, "seconds": round(train_seconds, 1), "batch_size": cfg.batch_size,
                      "learning_rate": cfg.learning_rate, "loss_history": [round(v, 6) for v in exp.loss_history],
-                     "checkpoint": str(checkpoint), "gates": exp.model.composer.gate_values()},
-        "evaluation": {"clips": len(clips), "sampling_steps": cfg.sampling_steps, "split": "val",
-                       "data": cfg.data, "window": base.config.frames, "seed": cfg.seed,
-                       "moving_threshold_uint8": 10.0},
+                     "checkpoint": str(checkpoint), "gates": exp.model.composer.gate_values(),
+                     "trainable_parameters": trainable, "from_scratch": cfg.from_scratch,
+                     "gate_scale_at_sampling": cfg.gate_scale},
+        "evaluation": seen["evaluation"],
         "adapter": cfg.adapter,
         "composer": cfg.composer,
         "objective": cfg.objective,
         "base": {"model_id": base.card.model_id, "trained_on": base.card.recipe.trained_on,
                  "train_steps": base.card.recipe.train_steps, "val_loss": base.card.recipe.val_loss},
-        "files": [str(p.name) for p in (*videos, out / "loss.png")],
+        "files": [*seen["files"], *(f"unseen/{f}" for f in (unseen["files"] if unseen else [])), "loss.png"],
         "seconds": round(time.perf_counter() - started, 1),
     }
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=1))
-    metrics["table"] = _table(summary, exp.step, train_seconds)
+    (out / "metrics.json").write_text(json.dumps(_json_safe(metrics), indent=1))
+    head = (f"{'from-scratch model' if cfg.from_scratch else 'action adapter'} ({trainable} trainable parameters) "
+            f"trained {exp.step} steps in {train_seconds / 60:.1f} min; total {metrics['seconds'] / 60:.1f} min"
+            + (f"; (b) and (c) sampled with the learned gate x{cfg.gate_scale:g}" if cfg.gate_scale else ""))
+    reference = scratch_reference_rows(cfg)
+    metrics["table"] = "\n\n".join([head, seen["table"] + ("\n" + reference if reference else ""),
+                                     *([unseen["table"]] if unseen else [])])
     return metrics
 
 
@@ -317,11 +246,12 @@ def run(args) -> int:
 
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     overrides = {"output": args.output, "data": getattr(args, "data", "sample"),
-                 "camera": getattr(args, "camera", None),
-                 **({"steps": args.steps} if args.steps else {})}
+                 "camera": getattr(args, "camera", None), **({"steps": args.steps} if args.steps else {}),
+                 "from_scratch": bool(getattr(args, "from_scratch", False))}
     cfg = DemoConfig.quick(**overrides) if args.quick else DemoConfig(**overrides)
     metrics = run_demo(cfg)
     print()
     print(metrics["table"])
-    print(f"wrote {cfg.output}/: side_by_side.mp4, side_by_side.gif, loss.png, metrics.json, run/ (adapter checkpoint)")
+    print(f"wrote {cfg.output}/: side_by_side.mp4, side_by_side.gif, unseen/, loss.png, metrics.json, "
+          f"run/ (checkpoint)")
     return 0

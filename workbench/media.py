@@ -19,7 +19,7 @@ import numpy as np
 from workbench.errors import DataError
 from workbench.metrics import to_uint8_video
 
-__all__ = ["VIDEO_EXTENSIONS", "label_grid", "line_chart", "save_image", "side_by_side", "upscale", "write_video"]
+__all__ = ["VIDEO_EXTENSIONS", "label_grid", "save_image", "side_by_side", "upscale", "write_video"]
 
 VIDEO_EXTENSIONS = (".mp4", ".gif")
 """Extensions :func:`write_video` understands."""
@@ -385,75 +385,3 @@ def _gray(a: np.ndarray) -> np.ndarray:
     if a.size and (a.min() < 0 or a.max() > 255):
         raise DataError(f"save_image: integer pixel values must lie in 0..255, got {int(a.min())}..{int(a.max())}.")
     return a.astype(np.uint8)
-
-
-def _nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
-    """About ``count`` round tick values covering ``[lo, hi]``."""
-    if not hi > lo:
-        return [lo]
-    raw = (hi - lo) / max(1, count)
-    magnitude = 10 ** np.floor(np.log10(raw))
-    step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
-    first = np.ceil(lo / step) * step
-    return [float(v) for v in np.arange(first, hi + step * 1e-6, step)]
-
-
-def line_chart(series: dict[str, Sequence[float]], *, title: str = "", xlabel: str = "", ylabel: str = "",
-               size: tuple[int, int] = (720, 400), log_y: bool = False) -> np.ndarray:
-    """A line chart as a uint8 image ``[H, W, 3]`` (Pillow only; save it with :func:`save_image`).
-
-    ``series`` maps a legend label to y values at x = 1, 2, ...; the first series is drawn thin
-    and pale when a second one (e.g. its running mean) is given. Axes carry round ticks.
-    """
-    from PIL import Image, ImageDraw, ImageFont
-
-    if not series or not any(len(v) for v in series.values()):
-        raise DataError("line_chart: series is empty; pass {'label': [y1, y2, ...]} with at least one value.")
-    font = ImageFont.load_default()
-    width, height = size
-    left, right, top, bottom = 64, 16, 28 if title else 12, 44
-    img = Image.new("RGB", (width, height), (255, 255, 255))
-    draw = ImageDraw.Draw(img)
-    values = [np.asarray(v, dtype=np.float64) for v in series.values()]
-    finite = np.concatenate([v[np.isfinite(v)] for v in values])
-    if log_y:
-        finite = np.log10(finite[finite > 0])
-    lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
-    if hi - lo < 1e-12:
-        lo, hi = lo - 0.5, hi + 0.5
-    lo, hi = lo - 0.04 * (hi - lo), hi + 0.04 * (hi - lo)
-    n = max(len(v) for v in values)
-    x_of = lambda i: left + (i - 1) / max(1, n - 1) * (width - left - right)  # noqa: E731
-    y_of = lambda y: top + (hi - y) / (hi - lo) * (height - top - bottom)  # noqa: E731
-    for tick in _nice_ticks(lo, hi):
-        y = y_of(tick)
-        draw.line([(left, y), (width - right, y)], fill=(230, 230, 230))
-        text = f"{10 ** tick:.3g}" if log_y else f"{tick:.3g}"
-        draw.text((left - 6, y), text, fill=(60, 60, 60), font=font, anchor="rm")
-    for tick in _nice_ticks(1, n):
-        x = x_of(tick)
-        draw.line([(x, top), (x, height - bottom)], fill=(240, 240, 240))
-        draw.text((x, height - bottom + 6), f"{tick:g}", fill=(60, 60, 60), font=font, anchor="mt")
-    draw.rectangle([left, top, width - right, height - bottom], outline=(90, 90, 90))
-    colours = [(31, 119, 180), (214, 39, 40), (44, 160, 44), (148, 103, 189)]
-    for k, (label, v) in enumerate(series.items()):
-        colour = colours[k % len(colours)]
-        if k == 0 and len(series) > 1:
-            colour = tuple(int(c + 0.6 * (255 - c)) for c in colour)
-        ys = np.log10(np.where(v > 0, v, np.nan)) if log_y else v
-        offset = n - len(v) + 1  # a running mean starts later
-        points = [(x_of(i + offset), y_of(y)) for i, y in enumerate(ys) if np.isfinite(y)]
-        if len(points) > 1:
-            draw.line(points, fill=colour, width=1 if (k == 0 and len(series) > 1) else 2)
-        legend_x = width - right - 16 - max(draw.textlength(str(s), font=font) for s in series) - 34
-        draw.line([(legend_x, top + 12 + 14 * k), (legend_x + 18, top + 12 + 14 * k)], fill=colour, width=2)
-        draw.text((legend_x + 24, top + 12 + 14 * k), label, fill=(30, 30, 30), font=font, anchor="lm")
-    if title:
-        draw.text((width / 2, 8), title, fill=(0, 0, 0), font=font, anchor="mt")
-    if xlabel:
-        draw.text(((left + width - right) / 2, height - 8), xlabel, fill=(0, 0, 0), font=font, anchor="mb")
-    if ylabel:
-        label = Image.new("RGB", (height, 14), (255, 255, 255))
-        ImageDraw.Draw(label).text((height / 2, 7), ylabel, fill=(0, 0, 0), font=font, anchor="mm")
-        img.paste(label.rotate(90, expand=True), (2, 0))
-    return np.asarray(img, dtype=np.uint8)

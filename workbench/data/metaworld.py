@@ -226,6 +226,9 @@ class MetaWorldClips(Dataset):
             if version is not None and int(version) > SCHEMA_VERSION:
                 raise DataError(f"{where}: schema_version {int(version)} is newer than this workbench reads "
                                 f"({SCHEMA_VERSION}); upgrade workbench or {REGENERATE}.")
+            if version is not None and int(version) < SCHEMA_VERSION:
+                raise DataError(f"{where}: schema_version {int(version)} is older than this workbench reads "
+                                f"({SCHEMA_VERSION}); {REGENERATE}.")
             for name in [*_FIELDS, "task"]:
                 if name not in f or not hasattr(f[name], "shape"):
                     raise DataError(f"{where}: missing dataset '{name}' (expected {_EXPECTED[name]}); found "

@@ -1,0 +1,211 @@
+"""The hand-position probe, the action error, and `workbench eval` on Meta-World files."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from workbench.cli import main
+from workbench.data.metaworld import MetaWorldClips, sample_path
+from workbench.demo import TRAINED_ADAPTER
+from workbench.errors import CheckpointError, DataError
+from workbench.evaluate import UNSEEN_PATH, clip_source, load_run, summarise
+from workbench.hand_probe import WEIGHTS, HandProbe, shipped_probe
+from workbench.metrics import action_error, hand_error_cm
+
+h5py = pytest.importorskip("h5py")
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def val_clips():
+    return MetaWorldClips(path="sample", window=16, stride=16, split="val")
+
+
+# -- the probe ------------------------------------------------------------------------------------
+
+def test_shipped_probe_is_small_and_documented():
+    assert WEIGHTS.stat().st_size <= 2**20
+    meta = json.loads(WEIGHTS.with_suffix(".json").read_text())
+    assert "generator seed 1" in meta["trained_on"]  # pretraining's seed, not the sample's (0)
+    assert meta["held_out_error_cm"]["mean"] < 3.0
+    assert shipped_probe().provenance == meta
+
+
+def test_probe_finds_the_hand_on_real_held_out_frames(val_clips):
+    """On the sample's validation episodes (a seed the probe never saw) it lands within a few cm."""
+    items = [val_clips[i] for i in (0, 5, 10, 20)]
+    video = torch.stack([it["video"] for it in items])  # (4, 3, 16, 64, 64) float
+    ee = torch.stack([it["ee_pos"] for it in items])  # (4, 16, 3)
+    err = hand_error_cm(video, ee)
+    assert err.shape == (4, 16)
+    assert err.mean() < 4.0
+    # the same frames as uint8 channel-last give the same numbers
+    from workbench.metrics import to_uint8_video
+
+    assert np.allclose(hand_error_cm(to_uint8_video(video), ee.numpy()), err)
+    # a wrong position 10 cm away is seen as (about) 10 cm away
+    moved = ee + torch.tensor([0.10, 0.0, 0.0])
+    assert 6.0 < hand_error_cm(video, moved).mean() < 14.0
+    assert action_error(video, ee) == pytest.approx(err[:, 1:].mean())
+
+
+def test_action_error_rejects_positions_that_do_not_match_the_frames(val_clips):
+    video = val_clips[0]["video"][None]
+    with pytest.raises(DataError, match=r"ee_pos has shape \(1, 15, 3\), expected \(1, 16, 3\)"):
+        hand_error_cm(video, np.zeros((1, 15, 3)))
+
+
+def test_probe_command_trains_and_writes_provenance(tmp_path, capsys):
+    out = tmp_path / "p.safetensors"
+    assert main(["probe", "train", "--data", "sample", "--out", str(out), "--steps", "3", "--batch-size", "4",
+                 "--width", "8", "--no-progress"]) == 0
+    assert "held-out error" in capsys.readouterr().out
+    probe = HandProbe.from_pretrained(out)
+    meta = json.loads(out.with_suffix(".json").read_text())
+    assert meta["architecture"] == {"width": 8, "image_size": 64}
+    assert meta["held_out"].startswith("12 episodes (15% of each task) x 48 frames")
+    assert probe.positions(np.zeros((2, 64, 64, 3), np.uint8)).shape == (2, 3)
+    with pytest.raises(CheckpointError, match="Hand probe weights not found"):
+        HandProbe.from_pretrained(tmp_path / "missing.safetensors")
+
+
+# -- summaries ------------------------------------------------------------------------------------
+
+def test_summary_counts_wins_gains_and_action_error_per_task():
+    def arr(*v):
+        return np.array(v, dtype=float)
+
+    scores = {"base": {"psnr": arr(10, 10, 10, 10), "ssim": np.full(4, 0.5), "moving_psnr": arr(10, 11, 12, np.nan),
+                       "action_error": arr(8, 8, 6, 6)},
+              "adapter": {"psnr": np.full(4, 12.0), "ssim": np.full(4, 0.6), "moving_psnr": arr(12, 13, 11, np.nan),
+                          "action_error": arr(4, 4, 3, 3)},
+              "swapped": {"psnr": np.full(4, 11.0), "ssim": np.full(4, 0.55), "moving_psnr": arr(11, 11, 12, 5),
+                          "action_error": arr(9, 9, 9, 9)}}
+    items = [{"task": t, "episode": e, "start": 0} for t, e in (("a", 0), ("a", 1), ("b", 2), ("b", 3))]
+    s = summarise({"scores": scores, "moving_fraction": arr(0.1, 0.2, 0.3, 0.0), "items": items,
+                   "probe_error": arr(1, 1, 2, 2)}, targets={"gain_db": 1.0, "wins": 0.75, "action_ratio": 0.6})
+    assert s["adapter_beats_swapped_fraction"] == pytest.approx(2 / 3)
+    assert s["adapter_minus_base_moving_psnr_db"] == pytest.approx(1.0)
+    assert s["action_error_adapter_over_base"] == pytest.approx(3.5 / 7)
+    assert s["action_error_ratio_to_probe"]["base"] == pytest.approx(7 / 1.5)
+    assert s["targets"] == {"adapter_beats_base_by_1db_moving": True, "adapter_beats_swapped_on_75pct_of_clips": False,
+                            "action_error_at_most_0.6x_base": True}
+    assert s["per_task"]["a"]["clips"] == 2 and s["per_task"]["a"]["adapter_beats_swapped_fraction"] == 1.0
+    assert s["per_task"]["b"]["mean"]["adapter"]["action_error"] == pytest.approx(3.0)
+    assert s["mean_moving_fraction"] == pytest.approx(0.15)
+
+
+# -- workbench eval -------------------------------------------------------------------------------
+
+def _check_report(out, clips, tasks):
+    metrics = json.loads((out / "metrics.json").read_text())
+    s = metrics["summary"]
+    assert s["clips"] == clips and sorted(s["per_task"]) == sorted(tasks)
+    for variant in ("base", "adapter", "swapped"):
+        for metric in ("psnr", "ssim", "moving_psnr", "action_error"):
+            values = metrics["per_clip"][f"{variant}_{metric}"]
+            assert len(values) == clips and all(np.isfinite(values)), (variant, metric)
+    assert all(v > 0 for v in metrics["per_clip"]["probe_error_on_truth_cm"])
+    for name in ("side_by_side.mp4", "side_by_side.gif"):
+        assert (out / name).stat().st_size > 1000
+    return metrics
+
+
+def test_eval_the_shipped_adapter_on_the_sample(tmp_path, capsys):
+    out = tmp_path / "eval"
+    assert main(["eval", str(TRAINED_ADAPTER), "--data", "sample", "--tasks", "reach-v3,push-v3", "--stride", "48",
+                 "--sampling-steps", "4", "--out", str(out), "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert "(b) base + adapter, true actions" in printed and "probe on the true frames" in printed
+    metrics = _check_report(out, 4, ["push-v3", "reach-v3"])
+    assert metrics["evaluation"]["data"] == "metaworld_sample.h5" and metrics["evaluation"]["split"] == "val"
+    assert len({it["episode"] for it in metrics["per_clip"]["items"]}) == 4  # one clip per episode
+
+
+def test_eval_on_a_freshly_generated_file_of_unseen_tasks(tmp_path, capsys):
+    for name in ("metaworld", "mujoco"):
+        if importlib.util.find_spec(name) is None:
+            pytest.skip(f"{name} is not installed")
+    from workbench.data.metaworld_gen import generate
+    from workbench.data.metaworld_sim import RenderingUnavailable
+
+    try:
+        path = generate(tmp_path / "unseen.h5", tasks="drawer-open-v3,window-open-v3", episodes=2, frames=16,
+                        size=64, seed=5, action_repeat=2, progress=False)
+    except RenderingUnavailable as err:
+        pytest.skip(str(err))
+    out = tmp_path / "eval"
+    assert main(["eval", str(TRAINED_ADAPTER), "--data", str(path), "--split", "all", "--sampling-steps", "4",
+                 "--out", str(out), "--no-progress"]) == 0
+    _check_report(out, 2, ["drawer-open-v3", "window-open-v3"])
+
+
+def test_the_shipped_unseen_file_holds_six_other_tasks():
+    clips = clip_source("unseen", window=16, split="all")
+    seen = set(MetaWorldClips(path="sample", window=16, split="all").task_names)
+    assert len(set(clips.task_names)) == 6 and not set(clips.task_names) & seen
+    assert clips.attrs["seed"] not in (0, 1) and clips.path == UNSEEN_PATH
+
+
+def _copy_sample(path, frames=48, **attrs):
+    with h5py.File(sample_path()) as src, h5py.File(path, "w") as dst:
+        for name in ("frames", "actions", "ee_pos", "proprio"):
+            dst.create_dataset(name, data=src[name][:4, :frames])
+        dst.create_dataset("task", data=src["task"][:4], dtype=h5py.string_dtype())
+        dst.attrs.update({k: v for k, v in src.attrs.items()})
+        dst.attrs.update(attrs)
+    return path
+
+
+@pytest.mark.parametrize("change, pattern", [
+    (dict(schema_version=2), r"schema_version 2 is newer than this workbench reads \(1\)"),
+    (dict(schema_version=0), r"schema_version 0 is older than this workbench reads \(1\); regenerate it"),
+    (dict(frames=12), r"episodes have T=12 frames, shorter than window=16"),
+])
+def test_eval_explains_a_file_it_cannot_use(tmp_path, capsys, change, pattern):
+    path = _copy_sample(tmp_path / "bad.h5", **change)
+    assert main(["eval", str(TRAINED_ADAPTER), "--data", str(path), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and len(__import__("re").findall(pattern, err)) == 1, err
+
+
+def test_eval_explains_a_run_dir_without_a_checkpoint(tmp_path, capsys):
+    (tmp_path / "run").mkdir()
+    with pytest.raises(CheckpointError, match=r"holds no adapter checkpoint \(no step-\*/ directory, no LATEST\)"):
+        load_run(tmp_path / "run")
+    assert main(["eval", str(tmp_path / "missing"), "--out", str(tmp_path / "o")]) == 2
+    assert "Run directory not found" in capsys.readouterr().err
+
+
+def test_eval_rejects_clips_of_another_length():
+    from workbench.evaluate import evaluate_world_model
+    from workbench.train.experiment import AdapterExperiment
+
+    exp = AdapterExperiment.load(TRAINED_ADAPTER)
+    clips = MetaWorldClips(path="sample", window=8, stride=8, split="val")
+    with pytest.raises(DataError, match="Clips have 8 frames but the model predicts windows of 16"):
+        evaluate_world_model(exp, clips, sampling_steps=2, progress=False)
+
+
+def test_gate_scale_one_is_the_learned_gate_and_needs_a_gate():
+    from workbench import Replace
+    from workbench.evaluate import evaluate_world_model, scaled_gate
+    from workbench.train.experiment import AdapterExperiment
+
+    exp = AdapterExperiment.load(TRAINED_ADAPTER)
+    clips = torch.utils.data.Subset(clip_source("sample", window=16, split="val", stride=48), [0, 1])
+    plain = evaluate_world_model(exp, clips, sampling_steps=2, progress=False)
+    same = evaluate_world_model(exp, clips, sampling_steps=2, progress=False, gate_scale=1.0)
+    double = evaluate_world_model(exp, clips, sampling_steps=2, progress=False, gate_scale=2.0)
+    assert np.array_equal(plain["adapter"], same["adapter"]) and np.array_equal(plain["base"], double["base"])
+    assert not np.array_equal(plain["adapter"], double["adapter"])
+    assert exp.model.composer.gate_values() == AdapterExperiment.load(TRAINED_ADAPTER).model.composer.gate_values()
+    from workbench.errors import CompositionError
+
+    with pytest.raises(CompositionError, match="gate_scale=2.0 needs a learned gate"):
+        scaled_gate(Replace(), 2.0)

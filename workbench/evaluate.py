@@ -1,0 +1,400 @@
+"""World-model evaluation: ``workbench eval RUN_DIR --data FILE.h5|sample --out DIR``.
+
+Every clip is predicted from its first frame with the base's own sampler and the same noise for
+
+* (a) the frozen base alone,
+* (b) base + adapter with the clip's own actions,
+* (c) base + adapter with the actions of a clip from another episode (:func:`swap_partner`),
+
+and scored on the predicted frames (frame 0 is given): PSNR, SSIM, PSNR on the moving pixels
+(where the true future differs from the first frame), and the **action error** — the distance
+between the hand position a probe reads off each predicted frame and the recorded one, in cm
+(:func:`workbench.metrics.hand_error_cm`), also as a ratio to the probe's own error on the true
+frames. Results come overall and per task.
+
+Clips come from a **clip source**: any map-style dataset (``len`` and ``[i]``) whose items are ::
+
+    {"video": float [3, T, H, W] in [-1, 1], "action": float [T, A],
+     "episode": int, "start": int, "task": str, "ee_pos": float [T, 3] (optional, metres)}
+
+:class:`~workbench.data.metaworld.MetaWorldClips` is one (:func:`clip_source` builds it with
+the checks ``eval`` needs); another reader that yields the same items plugs into
+:func:`evaluate_world_model` / :func:`evaluate_run` unchanged. Without ``ee_pos`` the action
+error is reported as missing (NaN).
+
+Example::
+
+    from workbench import AdapterExperiment
+    from workbench.evaluate import evaluate_run, clip_source
+    exp = AdapterExperiment.load("outputs/demo/run")
+    report = evaluate_run(exp, clip_source("sample", window=16, split="val"), out="outputs/eval", clips=12)
+    print(report["table"])
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from workbench.errors import CheckpointError, CompositionError, DataError
+
+#: Six Meta-World tasks outside pretraining and the demo's training set, generated with their own seed
+#: (see README, "Unseen tasks").
+UNSEEN_PATH = Path(__file__).resolve().parent / "data" / "samples" / "metaworld_unseen.h5"
+VARIANTS = ("base", "adapter", "swapped")
+LABELS = {"base": "(a) frozen base alone", "adapter": "(b) base + adapter, true actions",
+          "swapped": "(c) base + adapter, swapped"}
+#: What `workbench demo` aims for on held-out episodes of the training tasks, and on unseen tasks.
+TARGETS = {"seen": {"gain_db": 2.0, "wins": 0.95, "action_ratio": 0.6},
+           "unseen": {"gain_db": 1.5, "wins": 0.85, "action_ratio": None}}
+
+
+def swap_partner(episodes: list[int]) -> list[int]:
+    """For each clip, the index of a clip from another episode whose actions it borrows in (c).
+
+    The partner is the next clip (cyclically) that belongs to a different episode, so every
+    clip gets real, recorded actions that belong to someone else.
+    """
+    n = len(episodes)
+    out = []
+    for i in range(n):
+        j = next((k % n for k in range(i + 1, i + n) if episodes[k % n] != episodes[i]), None)
+        if j is None:
+            raise DataError(f"Swapping actions needs clips from at least two episodes; all {n} clips come from "
+                            f"episode {episodes[i]}. Evaluate on more episodes (e.g. the whole val split).")
+        out.append(j)
+    return out
+
+
+def clip_source(path: str, *, window: int, split: str = "val", stride: int | None = None,
+                size: tuple[int, int] | None = None, tasks: list[str] | None = None, camera: str | None = None):
+    """``window``-frame clips of a Meta-World file or a LeRobot dataset, one every ``stride`` frames
+    (default: ``window``), through :func:`workbench.data.sources.open_clips`.
+
+    ``"sample"`` is the shipped sample (six training tasks); ``"unseen"`` the shipped file of six
+    tasks the pretrained base and the demo's adapter never saw (:data:`UNSEEN_PATH`). ``size``
+    resizes LeRobot frames (an HDF5 file must hold that size); ``tasks`` picks Meta-World tasks;
+    ``camera`` picks a LeRobot dataset's video feature.
+    """
+    from workbench.data.sources import data_kind, open_clips
+
+    path = str(UNSEEN_PATH) if path == "unseen" else path
+    options: dict = {}
+    if tasks:
+        if data_kind(path) == "lerobot":
+            raise DataError(f"--tasks {','.join(tasks)} picks tasks of a Meta-World file, but {path} is a LeRobot "
+                            f"dataset. Leave --tasks out (every episode of the split is evaluated).")
+        options["tasks"] = tasks
+    if camera:
+        options["camera"] = camera
+    return open_clips(path, window=window, stride=stride or window, split=split, size=size, **options)
+
+
+def load_run(run_dir: str | Path):
+    """The :class:`AdapterExperiment` of a run directory (its latest checkpoint) or of one checkpoint."""
+    from workbench.train.checkpoint import latest_checkpoint
+    from workbench.train.experiment import AdapterExperiment
+
+    path = Path(run_dir)
+    if not path.is_dir():
+        raise CheckpointError(f"Run directory not found: {path}. Pass the directory `workbench train` / `workbench "
+                              f"demo` wrote (e.g. outputs/demo/run) or one of its step-* checkpoints.")
+    if not (path / "meta.json").exists() and latest_checkpoint(path) is None:
+        raise CheckpointError(f"{path} holds no adapter checkpoint (no step-*/ directory, no LATEST). Pass the "
+                              f"run directory of a finished `workbench train` or `workbench demo` (e.g. "
+                              f"outputs/demo/run), or save one with exp.save_checkpoint().")
+    return AdapterExperiment.load(path)
+
+
+def scaled_gate(composer, scale: float):
+    """The learned gate of ``composer`` (a ``GatedResidual``, possibly wrapped) times ``scale``.
+
+    Sampling with ``composer.override_gate(scaled_gate(composer, 2.0))`` doubles the adapter's
+    correction at every step where it acts, a guidance-like knob that trains nothing.
+    """
+    inner = composer
+    while hasattr(inner, "inner"):
+        inner = inner.inner
+    if not hasattr(inner, "effective_gate"):
+        raise CompositionError(f"gate_scale={scale} needs a learned gate (gated_residual, alone or inside "
+                               f"noise_gated), but the composer is {composer.describe()}. Leave gate_scale unset.")
+    return inner.effective_gate().detach() * float(scale)
+
+
+def _stack(items: list[dict], key: str):
+    import torch
+
+    return torch.stack([it[key] for it in items])
+
+
+def evaluate_world_model(exp, clips, *, sampling_steps: int, seed: int = 0, chunk: int = 12,
+                         progress: bool = True, probe: Any = None, gate_scale: float | None = None) -> dict[str, Any]:
+    """Predict every clip of ``clips`` (a clip source) three ways and score them.
+
+    ``gate_scale``: sample (b) and (c) with the adapter's learned gate times this (:func:`scaled_gate`).
+
+    Returns uint8 videos ``[N, T, H, W, 3]`` (``truth`` and each variant), ``scores`` (per clip
+    and variant: ``psnr``, ``ssim``, ``moving_psnr``, ``action_error`` in cm), ``hand_error``
+    (per variant and for ``truth``: the probe's distance to the recorded position per frame,
+    ``[N, T]`` cm), ``moving_fraction``, ``partner`` and the clips' ``items``.
+    """
+    import torch
+    from tqdm.auto import tqdm
+
+    from workbench.metrics import hand_error_cm, moving_mask, per_clip, to_uint8_video
+
+    items = [clips[i] for i in range(len(clips))]
+    if not items:
+        raise DataError("No clips to evaluate: the clip source is empty. Choose another split, more tasks, or "
+                        "--clips >= 1.")
+    window = exp.model.base.config.frames if hasattr(exp.model.base.config, "frames") else None
+    if window is not None and items[0]["video"].shape[1] != window:
+        raise DataError(f"Clips have {items[0]['video'].shape[1]} frames but the model predicts windows of "
+                        f"{window}; build the clip source with window={window}.")
+    partner = swap_partner([it["episode"] for it in items])
+    model = exp.model
+    gate = None if gate_scale is None else scaled_gate(model.composer, gate_scale)
+    videos: dict[str, list[np.ndarray]] = {"truth": [], **{v: [] for v in VARIANTS}}
+    bar = tqdm(total=3 * len(items), desc="evaluate", unit="clip", disable=not progress)
+    for lo in range(0, len(items), chunk):
+        part = items[lo:lo + chunk]
+        video, action = _stack(part, "video"), _stack(part, "action")
+        swapped = torch.stack([items[partner[lo + k]]["action"] for k in range(len(part))])
+        first = {"image": video[:, :, 0]}
+        videos["truth"].append(to_uint8_video(video))
+        for name, actions, adapter in (("base", action, False), ("adapter", action, True),
+                                       ("swapped", swapped, True)):
+            model.adapter_enabled = adapter
+            try:
+                gen = torch.Generator(device=exp.device).manual_seed(seed * 7919 + lo)
+                with model.composer.override_gate(gate) if adapter and gate is not None else contextlib.nullcontext():
+                    latents = model.generate(exp.prepare({**first, "action": actions}), steps=sampling_steps,
+                                             generator=gen)
+            finally:
+                model.adapter_enabled = True
+            with torch.no_grad():
+                videos[name].append(to_uint8_video(model.base.decode(latents)))
+            bar.update(len(part))
+    bar.close()
+    out: dict[str, Any] = {k: np.concatenate(v) for k, v in videos.items()}
+    truth = out["truth"]
+    mask = moving_mask(truth)  # (N, T, H, W); frame 0 excluded
+    has_pos = all("ee_pos" in it for it in items)
+    ee_pos = np.stack([np.asarray(it["ee_pos"], np.float64) for it in items]) if has_pos else None
+    nan = np.full(truth.shape[:2], np.nan)
+    out["hand_error"] = {"truth": hand_error_cm(truth, ee_pos, probe) if has_pos else nan}
+    scored = {}
+    for name in VARIANTS:
+        pred = out[name]
+        out["hand_error"][name] = hand_error_cm(pred, ee_pos, probe) if has_pos else nan
+        scored[name] = {
+            "psnr": per_clip("psnr", pred[:, 1:], truth[:, 1:]),
+            "ssim": per_clip("ssim", pred[:, 1:], truth[:, 1:]),
+            "moving_psnr": per_clip("psnr", pred, truth, mask=mask),
+            "action_error": out["hand_error"][name][:, 1:].mean(axis=1),
+        }
+    out["scores"] = scored
+    out["probe_error"] = out["hand_error"]["truth"][:, 1:].mean(axis=1)
+    out["moving_fraction"] = mask[:, 1:].mean(axis=(1, 2, 3))
+    out["partner"] = partner
+    out["items"] = [{"episode": it["episode"], "start": it["start"], "task": it["task"]} for it in items]
+    return out
+
+
+def _aggregate(scores: dict[str, dict[str, np.ndarray]], probe_error: np.ndarray, idx: np.ndarray,
+               targets: dict[str, Any] | None) -> dict[str, Any]:
+    """Means, wins and gains over the clips ``idx``."""
+    with np.errstate(all="ignore"):
+        mean = {v: {k: float(np.nanmean(m[k][idx])) if np.isfinite(m[k][idx]).any() else float("nan")
+                    for k in m} for v, m in scores.items()}
+        b, c, a = (scores[v]["moving_psnr"][idx] for v in ("adapter", "swapped", "base"))
+        valid = ~(np.isnan(b) | np.isnan(c))
+        wins = float(np.mean(b[valid] > c[valid])) if valid.any() else float("nan")
+        gain = float(np.nanmean(b - a)) if np.isfinite(b - a).any() else float("nan")
+        floor = float(np.nanmean(probe_error[idx])) if np.isfinite(probe_error[idx]).any() else float("nan")
+    errs = {v: mean[v]["action_error"] for v in VARIANTS}
+    out = {
+        "clips": int(len(idx)),
+        "mean": mean,
+        "adapter_beats_swapped_fraction": wins,
+        "adapter_minus_base_moving_psnr_db": gain,
+        "adapter_minus_swapped_moving_psnr_db": float(np.nanmean(b - c)) if valid.any() else float("nan"),
+        "probe_error_on_truth_cm": floor,
+        "action_error_ratio_to_probe": {v: errs[v] / floor for v in VARIANTS},
+        "action_error_adapter_over_base": errs["adapter"] / errs["base"],
+    }
+    if targets is not None:
+        out["targets"] = {
+            f"adapter_beats_base_by_{targets['gain_db']:g}db_moving": bool(gain >= targets["gain_db"]),
+            f"adapter_beats_swapped_on_{100 * targets['wins']:.0f}pct_of_clips": bool(wins >= targets["wins"]),
+            **({f"action_error_at_most_{targets['action_ratio']:g}x_base":
+                bool(out["action_error_adapter_over_base"] <= targets["action_ratio"])}
+               if targets.get("action_ratio") is not None else {}),
+        }
+    return out
+
+
+def summarise(result: dict[str, Any], targets: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The numbers the table reports, overall (top level) and per task (``per_task``)."""
+    s = result["scores"]
+    n = len(s["base"]["moving_psnr"])
+    floor = result.get("probe_error", np.full(n, np.nan))
+    for m in s.values():  # older results (and hand-built ones) may lack the action error
+        m.setdefault("action_error", np.full(n, np.nan))
+    summary = _aggregate(s, floor, np.arange(n), targets)
+    summary["mean_moving_fraction"] = float(np.mean(result["moving_fraction"]))
+    tasks = [it["task"] for it in result.get("items", [])]
+    summary["per_task"] = {task: _aggregate(s, floor, np.flatnonzero(np.array(tasks) == task), None)
+                           for task in sorted(set(tasks))}
+    return summary
+
+
+def format_table(summary: dict[str, Any], title: str, labels: dict[str, str] | None = None) -> str:
+    """The overall table (one row per variant) and one line per task."""
+    labels = labels or LABELS
+    m = summary["mean"]
+    ratio = summary["action_error_ratio_to_probe"]
+    lines = [f"{title}: {summary['clips']} clips (moving pixels: {100 * summary['mean_moving_fraction']:.1f}% "
+             f"of predicted frames)",
+             f"{'':34}{'PSNR':>7}{'SSIM':>7}{'moving PSNR':>13}{'action err cm':>15}{'/ probe':>9}"]
+    for key in VARIANTS:
+        lines.append(f"{labels[key]:34}{m[key]['psnr']:7.2f}{m[key]['ssim']:7.3f}{m[key]['moving_psnr']:13.2f}"
+                     f"{m[key]['action_error']:15.2f}{ratio[key]:9.2f}")
+    lines.append(f"{'    probe on the true frames':34}{'':27}{summary['probe_error_on_truth_cm']:15.2f}{1:9.2f}")
+    lines.append(f"(b) beats (c) on moving PSNR on {100 * summary['adapter_beats_swapped_fraction']:.0f}% of clips; "
+                 f"(b) - (a): {summary['adapter_minus_base_moving_psnr_db']:+.2f} dB moving PSNR; action error "
+                 f"(b)/(a) = {summary['action_error_adapter_over_base']:.2f}")
+    for name, ok in summary.get("targets", {}).items():
+        lines.append(f"  target {name}: {'met' if ok else 'NOT met'}")
+    if len(summary["per_task"]) > 1:
+        lines.append(f"{'per task':26}{'clips':>6}{'moving PSNR a / b / c':>24}{'action err cm a / b / c':>26}"
+                     f"{'(b)>(c)':>9}")
+        for task, t in summary["per_task"].items():
+            mp = " / ".join(f"{t['mean'][v]['moving_psnr']:.1f}" for v in VARIANTS)
+            ae = " / ".join(f"{t['mean'][v]['action_error']:.1f}" for v in VARIANTS)
+            lines.append(f"  {task:24}{t['clips']:6}{mp:>24}{ae:>26}{100 * t['adapter_beats_swapped_fraction']:8.0f}%")
+    return "\n".join(lines)
+
+
+def _one_per_task(items: list[dict], count: int) -> list[int]:
+    """Up to ``count`` clip indices, the first of each task before any task repeats."""
+    first, rest, seen = [], [], set()
+    for i, it in enumerate(items):
+        (rest if it["task"] in seen else first).append(i)
+        seen.add(it["task"])
+    return (first + rest)[:count]
+
+
+def write_videos(out: Path, result: dict[str, Any], clips: int, fps: float, name: str = "side_by_side") -> list[Path]:
+    """The side-by-side grid (rows: clips, one per task; columns: truth | base | adapter | swapped) as MP4 and GIF."""
+    from workbench.media import label_grid, write_video
+
+    s = result["scores"]
+    rows, labels = [], []
+    for i in _one_per_task(result["items"], clips):
+        rows.append([result[k][i] for k in ("truth", *VARIANTS)])
+        it = result["items"][i]
+        labels.append(f"{it['task'].removesuffix('-v3')}\nep {it['episode']} t{it['start']}\n"
+                      f"moving PSNR\nb {s['base']['moving_psnr'][i]:.1f}\na {s['adapter']['moving_psnr'][i]:.1f}\n"
+                      f"s {s['swapped']['moving_psnr'][i]:.1f}")
+    grid = label_grid(rows, row_labels=labels,
+                      col_labels=["truth", "(a) base alone", "(b) adapter,\ntrue actions", "(c) adapter,\nswapped"],
+                      scale=2)
+    return [write_video(out / f"{name}.mp4", grid, fps=fps), write_video(out / f"{name}.gif", grid, fps=fps)]
+
+
+def per_clip_record(result: dict[str, Any]) -> dict[str, Any]:
+    """Every per-clip number of a result, JSON-ready."""
+    return {
+        "items": result["items"],
+        "swap_partner": result["partner"],
+        "moving_fraction": np.round(result["moving_fraction"], 5).tolist(),
+        "probe_error_on_truth_cm": np.round(result["probe_error"], 4).tolist(),
+        **{f"{variant}_{metric}": np.round(values, 4).tolist()
+           for variant, ms in result["scores"].items() for metric, values in ms.items()},
+    }
+
+
+def _json_safe(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {k: _json_safe(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_json_safe(v) for v in x]
+    return None if isinstance(x, float) and not np.isfinite(x) else x
+
+
+def evaluate_run(exp, source, *, out: str | Path, clips: int | None = None, sampling_steps: int | None = None,
+                 seed: int = 0, video_clips: int = 6, progress: bool = True, title: str = "evaluation",
+                 targets: dict[str, Any] | None = None, describe: dict[str, Any] | None = None,
+                 labels: dict[str, str] | None = None, gate_scale: float | None = None) -> dict[str, Any]:
+    """Evaluate ``exp`` on the first ``clips`` clips of ``source``; write ``metrics.json`` and the videos."""
+    import torch
+
+    started = time.perf_counter()
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    n = len(source) if clips is None else min(int(clips), len(source))
+    subset = torch.utils.data.Subset(source, list(range(n))) if n < len(source) else source
+    base = exp.model.base
+    steps = sampling_steps or base.card.sampling.steps
+    result = evaluate_world_model(exp, subset, sampling_steps=steps, seed=seed, progress=progress,
+                                  gate_scale=gate_scale)
+    summary = summarise(result, targets)
+    fps = float(base.card.sampling.fps or 10)
+    videos = write_videos(out, result, video_clips, fps=fps / 4)
+    metrics = {"summary": summary, "per_clip": per_clip_record(result),
+               "evaluation": {"clips": n, "sampling_steps": steps, "seed": seed, "moving_threshold_uint8": 10.0,
+                              "gate_scale": gate_scale,
+                              "probe": "workbench.hand_probe (shipped)", **(describe or {})},
+               "files": [p.name for p in videos], "seconds": round(time.perf_counter() - started, 1)}
+    (out / "metrics.json").write_text(json.dumps(_json_safe(metrics), indent=1))
+    return {**metrics, "result": result, "table": format_table(summary, title, labels)}
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("run_dir", help="a run directory with adapter checkpoints (or one step-* checkpoint)")
+    parser.add_argument("--data", default="sample", help="a Meta-World .h5 file, a LeRobot dataset directory (v2.1 "
+                                                         "/ v3.0), 'sample' (the shipped sample, default) or "
+                                                         "'unseen' (the shipped unseen-task file)")
+    parser.add_argument("--camera", help="with a LeRobot --data of several cameras: the video feature to use")
+    parser.add_argument("--split", default="val", choices=("val", "train", "all"),
+                        help="episodes to evaluate (default: %(default)s)")
+    parser.add_argument("--tasks", help="comma-separated task names (default: every task in the file)")
+    parser.add_argument("--clips", type=int, help="evaluate the first N clips (default: all)")
+    parser.add_argument("--stride", type=int, help="frames between clip starts in an episode (default: the "
+                                                   "model's window: non-overlapping clips)")
+    parser.add_argument("--sampling-steps", type=int, help="sampler steps (default: the base's card)")
+    parser.add_argument("--seed", type=int, default=0, help="noise seed (default: %(default)s)")
+    parser.add_argument("--gate-scale", type=float, help="sample with the adapter's learned gate times this "
+                                                         "(default: the learned gate)")
+    parser.add_argument("--out", required=True, help="output directory (metrics.json, side_by_side.mp4/.gif)")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+
+def run(args) -> int:
+    import os
+
+    import torch
+
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    exp = load_run(args.run_dir)
+    base = exp.model.base
+    window, side = base.config.frames, base.config.image_size
+    tasks = [t for t in args.tasks.split(",") if t] if args.tasks else None
+    source = clip_source(args.data, window=window, split=args.split, tasks=tasks, stride=args.stride,
+                         size=(side, side), camera=getattr(args, "camera", None))
+    name = Path(str(getattr(source, "path", None) or source.root)).name
+    report = evaluate_run(exp, source, out=args.out, clips=args.clips, sampling_steps=args.sampling_steps,
+                          seed=args.seed, progress=not args.no_progress, gate_scale=args.gate_scale,
+                          title=f"{name} ({args.split})",
+                          describe={"data": name, "split": args.split, "tasks": tasks,
+                                    "window": window, "stride": source.config.stride, "run": str(args.run_dir),
+                                    "step": exp.step})
+    print(report["table"])
+    print(f"wrote {args.out}/: metrics.json, side_by_side.mp4, side_by_side.gif")
+    return 0
