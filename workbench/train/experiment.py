@@ -24,7 +24,7 @@ from workbench.core.adapter import Adapter
 from workbench.core.backbone import BaseVideoModel
 from workbench.core.callbacks import Callback
 from workbench.core.composed import ComposedModel
-from workbench.core.composers import Composer, GatedResidual
+from workbench.core.composers import Composer, GatedResidual, Replace
 from workbench.core.conditions import Batch
 from workbench.core.objectives import Objective
 from workbench.errors import CallbackError, CheckpointError, CompositionError, ConfigError, NonFiniteLossError
@@ -100,7 +100,8 @@ class AdapterExperiment:
         self.training = training or TrainingConfig()
         self.name = name
         self.device = resolve_device(self.training.device)
-        composer = composer if composer is not None else GatedResidual()
+        if composer is None:  # an inside adapter's adapted base is the prediction
+            composer = Replace() if adapter.inside else GatedResidual()
         objective = objective if objective is not None else base.default_objective()
         self.model = ComposedModel(base, adapter, composer, objective).to(self.device)
         adapter.condition_seed = self.training.seed
