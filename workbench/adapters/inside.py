@@ -21,6 +21,7 @@ import difflib
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 import torch
@@ -108,7 +109,7 @@ def check_indices(indices: Sequence[int] | None, count: int, field: str, what: s
     return tuple(sorted(indices))
 
 
-OWNER = "_workbench_inside_adapter"  # set on the network an inside adapter is attached to
+OWNER = "_workbench_inside_adapter"  # set on the backbone an inside adapter is attached to
 
 
 class InsideAdapter(Adapter):
@@ -132,14 +133,14 @@ class InsideAdapter(Adapter):
         if self.spec is not None:
             raise CompositionError(f"{type(self).__name__} is already attached to a base; build a new adapter for "
                                    f"each ComposedModel.")
-        spec = reach_in(base)
-        owner = getattr(spec.root, OWNER, None)
+        owner = getattr(base, OWNER, None)
         if owner is not None:
             raise CompositionError(
                 f"This {type(base).__name__} already carries a {type(owner).__name__} adapter inside it (hooks or "
                 f"LoRA layers); a base takes one inside adapter. Build a fresh backbone for this "
                 f"{type(self).__name__} (e.g. TinyVideo.from_pretrained() again).")
-        object.__setattr__(spec.root, OWNER, self)
+        spec = reach_in(base)
+        object.__setattr__(base, OWNER, self)
         object.__setattr__(self, "spec", spec)
         self.attach(spec)
 
@@ -189,6 +190,16 @@ class InsideAdapter(Adapter):
             if layers and previous != off:
                 for layer in layers:
                     layer.enable_adapters(not previous)
+
+    def export_lora(self, path) -> Path:
+        """Write this adapter's LoRA for the base's ecosystem (see :meth:`LoraModules.export`)."""
+        lora = getattr(self, "lora", None)
+        if lora is None:
+            raise CompositionError(
+                f"{type(self).__name__} has no LoRA to export. Use adapter type lora, or action_modulation with a "
+                f"lora: {{rank: ...}} block."
+            )
+        return lora.export(path, self._bound_to)
 
     @property
     def active(self) -> bool:
@@ -246,7 +257,9 @@ def check_targets(root: nn.Module, targets: Sequence[str], backbone: str) -> Non
     missing = [t for t in targets if not any(n == t or n.endswith("." + t) for n in names)]
     if not missing:
         return
-    suffixes = sorted({n.split(".")[-1] for n in names} | {".".join(n.split(".")[-2:]) for n in names})
+    # the short names peft matches: the last part of each path, with its parent when it is an index (to_out.0)
+    suffixes = sorted({".".join(n.split(".")[-2:]) if n.split(".")[-1].isdigit() else n.split(".")[-1]
+                       for n in names})
     hints = [f"'{m}' (did you mean {', '.join(repr(c) for c in close)}?)" if (close := difflib.get_close_matches(
         m, suffixes, n=3, cutoff=0.6)) else f"'{m}'" for m in missing]
     raise ConfigError(
@@ -273,7 +286,8 @@ class LoraModules(nn.Module):
         targets = settings.targets or spec.lora_targets
         check_targets(spec.root, targets, backbone)
         self.settings = settings
-        inject_adapter_in_model(settings.peft_config(targets), spec.root, adapter_name=self.ADAPTER)
+        self.peft_config = settings.peft_config(targets)
+        inject_adapter_in_model(self.peft_config, spec.root, adapter_name=self.ADAPTER)
         self.layers = nn.ModuleDict()
         found = []
         for name, module in spec.root.named_modules():
@@ -295,11 +309,37 @@ class LoraModules(nn.Module):
             out[f"{path}.lora_B.weight"] = parts["B"][self.ADAPTER].weight
         return out
 
+    def export(self, path, base) -> Path:
+        """Write the LoRA where ``path`` (a directory) says, in the format the base's ecosystem loads.
+
+        A diffusers backbone (one with ``pipelines``): its pipeline class's ``save_lora_weights``
+        (``pytorch_lora_weights.safetensors``, keys ``transformer.<path>.lora_A.weight``, the peft
+        config as metadata), which ``pipe.load_lora_weights(path)`` loads. Otherwise the same
+        layout with the network's name as the prefix (``denoiser.<path>...``).
+        """
+        import json
+
+        from safetensors.torch import save_file
+
+        out = Path(path)
+        out.mkdir(parents=True, exist_ok=True)
+        state = {k: v.detach().cpu().contiguous().clone() for k, v in self.peft_state_dict().items()}
+        config = self.peft_config.to_dict()
+        config = {k: sorted(v) if isinstance(v, set) else v for k, v in config.items()}
+        pipelines = getattr(base, "pipelines", None)
+        if pipelines:
+            pipeline_class = type(next(iter(pipelines.values())))
+            pipeline_class.save_lora_weights(str(out), transformer_lora_layers=state,
+                                             transformer_lora_adapter_metadata=config)
+        else:
+            save_file({f"{self.root_name}.{k}": v for k, v in state.items()},
+                      str(out / "pytorch_lora_weights.safetensors"),
+                      metadata={"lora_adapter_metadata": json.dumps({self.root_name: config})})
+        return out
+
     def load(self, path: str) -> None:
         """Start from a LoRA saved elsewhere: peft (``base_model.model.<path>.lora_A.weight``,
         ``<path>.lora_A.default.weight``) or diffusers (``transformer.<path>.lora_A.weight``) keys."""
-        from pathlib import Path
-
         from safetensors.torch import load_file
 
         from workbench.errors import CheckpointError

@@ -391,6 +391,14 @@ class AdapterExperiment:
         batch = batch_or_cond if isinstance(batch_or_cond, Batch) else self.prepare(batch_or_cond)
         return record_trajectory(self.model, batch, steps=steps, seed=seed, record=record, on_step=on_step, **kwargs)
 
+    def export_lora(self, path: str | Path) -> Path:
+        """Write the adapter's LoRA where diffusers' pipelines load it (``pipe.load_lora_weights(path)``)."""
+        export = getattr(self.model.adapter, "export_lora", None)
+        if export is None:
+            raise CompositionError(f"{type(self.model.adapter).__name__} has no LoRA to export; exporting a LoRA "
+                                   f"needs adapter type lora, or action_modulation with a lora: block.")
+        return export(path)
+
     # -- checkpoints -------------------------------------------------------------------------
     def _state(self) -> dict[str, Any]:
         state: dict[str, Any] = {"optimizer": self.optimizer.state_dict(), "rng_cpu": torch.get_rng_state(),
