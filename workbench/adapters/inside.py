@@ -128,6 +128,9 @@ class InsideAdapter(Adapter):
         object.__setattr__(self, "state", None)  # what the hooks read while engaged
         object.__setattr__(self, "off", False)
         object.__setattr__(self, "_lora_layers", [])
+        # Weights made at attach time (LoRA, copies, projections) are drawn from this seed, so the
+        # adapter's init depends only on the RNG state when it was built (as a config promises).
+        object.__setattr__(self, "_init_seed", int(torch.randint(0, 2**62, ())))
 
     def attach_base_model(self, base) -> None:
         if self.spec is not None:
@@ -142,7 +145,9 @@ class InsideAdapter(Adapter):
         spec = reach_in(base)
         object.__setattr__(base, OWNER, self)
         object.__setattr__(self, "spec", spec)
-        self.attach(spec)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self._init_seed)
+            self.attach(spec)
 
     def attach(self, spec: InsideSpec) -> None:
         raise NotImplementedError
