@@ -149,7 +149,9 @@ def test_recording_keeps_the_base_and_the_adapted_prediction_at_the_same_x_t(kin
     traj = record(model, batch, steps=3, seed=0)
     assert calls.count == 6  # two calls per step: the base alone, then the adapted base
     assert torch.equal(traj.final, unrecorded)
-    assert "2 base calls per step" in model.evaluation_note()
+    assert traj.description == ("run (seed 0): 3/3 steps; " + type(model.adapter).__name__ + " works inside the "
+                                "base: 2 base calls per step (the base with the adapter switched off, and the adapted "
+                                "base, at the same x_t)")
     with torch.no_grad():
         step = traj[1]
         assert torch.equal(step.base, fresh.denoise(step.x_t, step.t, batch.cond))
@@ -255,3 +257,23 @@ def test_exported_lora_is_a_starting_point_for_another_fit(tmp_path):
 def test_export_without_a_lora_says_which_adapters_have_one(tmp_path):
     with pytest.raises(CompositionError, match=r"ControlNet has no LoRA to export"):
         make("controlnet").export_lora(tmp_path)
+
+
+def test_ablation_sliders_work_on_the_slower_path_and_say_why(tmp_path, monkeypatch):
+    pytest.importorskip("ipywidgets")
+    pytest.importorskip("matplotlib")
+    from conftest import BaseCalls
+
+    from workbench.widgets import AblationSliders
+
+    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path / "cache"))
+    model = model_of("action_modulation")
+    perturb(model)
+    traj = record(model, model.base.prepare_batch(raw_batch()), steps=3, seed=0)
+    view = AblationSliders(traj, step=1)
+    assert view.state.change() == 0.0
+    calls = BaseCalls(model)
+    view.sliders.sliders[0].value = 1.0
+    assert calls.count == 1  # the stored base is reused; the adapted base runs once per edit
+    assert view.state.change() > 0
+    assert "slower path: each edit re-runs the base (the adapter works inside it)" in view.status.value
