@@ -277,3 +277,29 @@ def test_ablation_sliders_work_on_the_slower_path_and_say_why(tmp_path, monkeypa
     assert calls.count == 1  # the stored base is reused; the adapted base runs once per edit
     assert view.state.change() > 0
     assert "slower path: each edit re-runs the base (the adapter works inside it)" in view.status.value
+
+
+# -- example configs -------------------------------------------------------------------------
+EXAMPLES = ["tiny_lora", "tiny_action_modulation", "tiny_controlnet", "wan22_lora", "wan22_action_modulation",
+            "wan22_controlnet"]
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_each_example_config_builds_and_trains_a_few_steps(name, tmp_path, monkeypatch):
+    from pathlib import Path
+
+    if name.startswith("wan22"):
+        from conftest import _installed
+
+        if not (_installed("workbench-wan22") and _installed("h5py")):
+            pytest.skip("the wan22 plugin and h5py are needed (pip install -e plugins/wan22 '.[data]')")
+        import workbench_wan22.tiny
+
+        monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path / "cache"))
+        workbench_wan22.tiny.ensure_tiny_pipeline()  # what path: tiny loads
+    monkeypatch.chdir(tmp_path)
+    config = Path(__file__).resolve().parents[1] / "examples" / "configs" / f"{name}.yaml"
+    exp = AdapterExperiment.from_yaml(config)
+    assert exp.model.adapter.inside and isinstance(exp.model.composer, Replace)
+    exp.fit(steps=2, progress=False)
+    assert exp.step == 2 and all(v == v for v in exp.loss_history)
