@@ -303,3 +303,20 @@ def test_each_example_config_builds_and_trains_a_few_steps(name, tmp_path, monke
     assert exp.model.adapter.inside and isinstance(exp.model.composer, Replace)
     exp.fit(steps=2, progress=False)
     assert exp.step == 2 and all(v == v for v in exp.loss_history)
+
+
+# -- evaluation and probes -------------------------------------------------------------------
+def test_evaluate_and_the_probes_compare_against_the_base_switched_off():
+    from workbench.inspect.probes import action_sensitivity, sigma_sensitivity
+
+    exp = make("action_modulation")
+    first = exp.evaluate(DATA, batches=1)
+    assert first["loss"] == first["base_loss"]  # identity at init
+    perturb(exp.model)
+    after = exp.evaluate(DATA, batches=1)
+    assert after["base_loss"] == first["base_loss"] and after["loss"] != after["base_loss"]
+    batch = exp.model.base.prepare_batch(raw_batch())
+    sens = action_sensitivity(exp.model, batch, levels=(0.5,))
+    assert (sens.x0 > 0).all()  # the adapted prediction moves with the actions
+    sigma = sigma_sensitivity(exp.model, batch, levels=(0.5,), draws=1)
+    assert sigma.adapted[0] != sigma.base[0]
