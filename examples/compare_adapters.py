@@ -31,13 +31,14 @@ KINDS = {
 OUT = Path("outputs/compare")
 
 
-def run(kind: str, steps: int | None, quick: bool = False) -> dict:
+def run(kind: str, steps: int | None, clips: int | None = None, quick: bool = False) -> dict:
     import torch
 
     from workbench.demo import DemoConfig, run_demo
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    overrides = {"output": str(OUT / kind), **({"steps": steps} if steps else {})}
+    overrides = {"output": str(OUT / kind), **({"steps": steps} if steps else {}),
+                 **({"eval_clips": clips} if clips else {})}
     if KINDS[kind] is not None:
         overrides.update(adapter=KINDS[kind], composer={"type": "replace"})
     started = time.perf_counter()
@@ -50,21 +51,22 @@ def run(kind: str, steps: int | None, quick: bool = False) -> dict:
            "gain_db": metrics["summary"]["adapter_minus_base_moving_psnr_db"],
            "wins": metrics["summary"]["adapter_beats_swapped_fraction"],
            "s_per_step": metrics["training"]["seconds"] / metrics["training"]["steps"],
-           "steps": metrics["training"]["steps"], "seconds": round(time.perf_counter() - started, 1)}
+           "steps": metrics["training"]["steps"], "clips": metrics["evaluation"]["clips"],
+           "seconds": round(time.perf_counter() - started, 1)}
     (OUT / kind / "row.json").write_text(json.dumps(row, indent=1))
     print(json.dumps(row))
     return row
 
 
 def table() -> str:
-    lines = ["| adapter | trainable params | moving-pixel PSNR gain over base | beats swapped actions | s/step |",
-             "|---|---|---|---|---|"]
+    lines = ["| adapter | trainable params | steps | clips | moving-pixel PSNR gain over base | beats swapped actions "
+             "| s/step |", "|---|---|---|---|---|---|---|"]
     for kind in KINDS:
         file = OUT / kind / "row.json"
         if file.exists():
             r = json.loads(file.read_text())
-            lines.append(f"| `{kind}` | {r['trainable'] / 1000:.0f}k | {r['gain_db']:+.2f} dB | {100 * r['wins']:.0f}% "
-                         f"| {r['s_per_step']:.2f} |")
+            lines.append(f"| `{kind}` | {r['trainable'] / 1000:.0f}k | {r['steps']} | {r['clips']} | "
+                         f"{r['gain_db']:+.2f} dB | {100 * r['wins']:.0f}% | {r['s_per_step']:.2f} |")
     return "\n".join(lines)
 
 
@@ -72,11 +74,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("kind", nargs="?", choices=sorted(KINDS))
     parser.add_argument("--steps", type=int, default=None, help="training steps (default: the demo's 900)")
+    parser.add_argument("--clips", type=int, default=None, help="held-out clips scored (default: the demo's 36)")
     parser.add_argument("--quick", action="store_true", help="the demo's reduced budget (a smoke test)")
     parser.add_argument("--table", action="store_true", help="print the table of the runs so far")
     args = parser.parse_args()
     if args.kind:
-        run(args.kind, args.steps, args.quick)
+        run(args.kind, args.steps, args.clips, args.quick)
     if args.table or not args.kind:
         print(table())
 

@@ -103,10 +103,9 @@ class ComposedModel(nn.Module):
 
     def trainable_parameters(self) -> list[nn.Parameter]:
         params = [*self.adapter.parameters(), *self.composer.parameters()]
-        # An inside adapter's weights (LoRA layers) live in the base's module tree too: only the
-        # base's own, frozen parameters are excluded.
-        base_ids = {id(p) for p in self.base.parameters() if not p.requires_grad}
-        return [p for p in dict.fromkeys(params) if p.requires_grad and id(p) not in base_ids]
+        # The base's own parameters were frozen by freeze(); an inside adapter's weights (LoRA
+        # layers) live in the base's module tree too, and are the adapter's, so they stay.
+        return [p for p in dict.fromkeys(params) if p.requires_grad]
 
     def trainable_state_dict(self) -> dict[str, torch.Tensor]:
         """Adapter and composer weights and buffers (never the base's)."""
