@@ -109,6 +109,9 @@ def coerce(tp: Any, value: Any, path: str, problems: Problems) -> Any:
     if origin in (Union, types.UnionType):
         if value is None and type(None) in args:
             return None
+        options = [a for a in args if a is not type(None)]
+        if len(options) == 1 and dataclasses.is_dataclass(options[0]):  # a nested block: report inside it
+            return coerce(options[0], value, path, problems)
         for option in args:
             if option is type(None):
                 continue

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -41,6 +42,7 @@ class Adapter(nn.Module):
 
     consumes: tuple[Condition, ...] = ()
     reuses_base_output: bool = True
+    inside: bool = False  # True: changes the base's own forward (see engaged / switched_off)
     zero_init_output: bool = False  # True when forward() returns exactly 0 at init
     config_class: type | None = None
 
@@ -83,6 +85,14 @@ class Adapter(nn.Module):
 
     def attach_base_model(self, base) -> None:
         """Hook for adapters that reach into the frozen base's modules. Default: nothing."""
+
+    def engaged(self, cond: Conditioning, x_t: torch.Tensor, t: torch.Tensor):
+        """Context in which the base's forward is the adapted one (``inside`` adapters). Default: nothing."""
+        return contextlib.nullcontext(self)
+
+    def switched_off(self):
+        """Context in which the base is exactly the frozen base (``inside`` adapters). Default: nothing."""
+        return contextlib.nullcontext(self)
 
     # -- conditioning ------------------------------------------------------------------------
     def conditioning(self, batch: Batch, like: torch.Tensor, *, step: int | None = None,

@@ -95,6 +95,17 @@ class BaseVideoModel(nn.Module):
     an adapter may consume (so not in :meth:`provides`), e.g. the first frame's pixels that an
     image-to-video pipeline encodes itself."""
 
+    inside_spec: Callable[[], Any] | None = None
+    """Optional method ``inside_spec() -> workbench.adapters.inside.InsideSpec`` saying where an
+    adapter inside the base (``lora``, ``action_modulation``, ``controlnet``) reaches: the module
+    LoRA targets, the chain of blocks, their widths. ``None``: the built-in answer for the card's
+    family (``tiny_video``, ``wan2.2``), else such adapters are refused with this fix."""
+
+    pipelines: Mapping[str, Any] | None = None
+    """The diffusers pipelines a diffusers-native backbone drives, by mode. When set,
+    ``exp.export_lora`` writes the LoRA in that pipeline class's own format (so
+    ``pipe.load_lora_weights`` reads it); ``None``: a plain safetensors file of the peft weights."""
+
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
         if "_generate" in vars(cls) and "run_sampler" not in vars(cls):

@@ -19,7 +19,7 @@ from torch import nn
 from workbench.core.adapter import Adapter
 from workbench.core.backbone import BaseVideoModel, OnStep, freeze
 from workbench.core.card import ModelCard
-from workbench.core.composers import ComposeContext, Composer
+from workbench.core.composers import ComposeContext, Composer, Replace
 from workbench.core.conditions import Batch, Conditioning
 from workbench.core.objectives import Objective
 from workbench.errors import CompositionError
@@ -31,7 +31,7 @@ class Prediction:
 
     x_t: torch.Tensor
     t: torch.Tensor
-    base: torch.Tensor
+    base: torch.Tensor | None  # None: an inside adapter in training (the base alone was not run)
     adapter: torch.Tensor | None
     composed: torch.Tensor
     cond: Conditioning | None
@@ -57,6 +57,12 @@ def _check_parts(base, adapter, composer, objective) -> None:
             f"Objective {objective.describe()} trains a {objective.prediction_type!r} prediction, but "
             f"{card.model_id!r} predicts {card.prediction_type!r} (its card). Use the backbone's own "
             f"objective (base.default_objective()) or a matching prediction type."
+        )
+    if adapter.inside and not isinstance(composer, Replace):
+        raise CompositionError(
+            f"{type(adapter).__name__} works inside the base (it changes the base's own forward), so the adapted "
+            f"base's prediction is the prediction; it is composed with Replace, got {composer.describe()}. Use "
+            f"composer: {{type: replace}} (gates and residual mixes are for adapters beside the base)."
         )
     if adapter.zero_init_output and composer.starves_zero_adapter:
         raise CompositionError(
@@ -99,8 +105,9 @@ class ComposedModel(nn.Module):
 
     def trainable_parameters(self) -> list[nn.Parameter]:
         params = [*self.adapter.parameters(), *self.composer.parameters()]
-        base_ids = {id(p) for p in self.base.parameters()}
-        return [p for p in dict.fromkeys(params) if p.requires_grad and id(p) not in base_ids]
+        # The base's own parameters were frozen by freeze(); an inside adapter's weights (LoRA
+        # layers) live in the base's module tree too, and are the adapter's, so they stay.
+        return [p for p in dict.fromkeys(params) if p.requires_grad]
 
     def trainable_state_dict(self) -> dict[str, torch.Tensor]:
         """Adapter and composer weights and buffers (never the base's)."""
@@ -120,6 +127,9 @@ class ComposedModel(nn.Module):
         return t.expand(x_t.shape[0]) if t.ndim == 0 else t
 
     def base_prediction(self, x_t: torch.Tensor, t: torch.Tensor, batch: Batch) -> torch.Tensor:
+        if self.adapter.inside:  # the base alone: the adapter inside it switched off exactly
+            with self.adapter.switched_off(), torch.no_grad():
+                return self.base.denoise(x_t, t, batch.cond)
         if self.adapter.reuses_base_output and torch.is_grad_enabled():  # (sampling runs without grad)
             with torch.no_grad():
                 return self.base.denoise(x_t, t, batch.cond)
@@ -127,14 +137,19 @@ class ComposedModel(nn.Module):
 
     def predict(self, x_t: torch.Tensor, t: torch.Tensor | float, batch: Batch, *, step: int | None = None,
                 adapter: bool | None = None, base_output: torch.Tensor | None = None,
-                cond: Conditioning | None = None) -> Prediction:
+                cond: Conditioning | None = None, reference: bool | None = None) -> Prediction:
         """Evaluate base, adapter and composer at ``x_t``.
 
         ``base_output``: a cached base prediction for these ``(x_t, t)`` (reused only when the
         adapter allows it). ``adapter=False``: the base alone. ``cond``: a prepared
         conditioning to use instead of the batch's (ablations).
+
+        Inside adapters (``adapter.inside``) make one adapted base call; ``reference`` (default:
+        outside training) adds a second call with the adapter switched off for ``Prediction.base``.
         """
         t = self._t_vector(t, x_t)
+        if self.adapter.inside:
+            return self._predict_inside(x_t, t, batch, step, adapter, base_output, cond, reference)
         if base_output is None or not self.adapter.reuses_base_output:
             base_output = self.base_prediction(x_t, t, batch)
         use_adapter = self.adapter_enabled if adapter is None else adapter
@@ -153,6 +168,29 @@ class ComposedModel(nn.Module):
         composed = self.base.constrain(composed, x_t, t, batch.cond)
         return Prediction(x_t, t, base_output, correction, composed, cond, diagnostics)
 
+    def _predict_inside(self, x_t, t, batch, step, adapter, base_output, cond, reference) -> Prediction:
+        use_adapter = self.adapter_enabled if adapter is None else adapter
+        reference = not self.training if reference is None else reference
+        if base_output is None and (reference or not use_adapter):
+            base_output = self.base_prediction(x_t, t, batch)
+        if not use_adapter:
+            return Prediction(x_t, t, base_output, None, base_output, None)
+        if cond is None:
+            cond = self.adapter.conditioning(batch, x_t, step=step, training=self.adapter.training)
+        with self.adapter.engaged(cond, x_t, t):
+            adapted = self.base.denoise(x_t, t, batch.cond)
+        ctx = ComposeContext(x_t=x_t, t=t, noise_level=self.objective.noise_level(t), step=step)
+        composed, diagnostics = self.composer.compose(base_output, adapted, ctx)
+        composed = self.base.constrain(composed, x_t, t, batch.cond)
+        return Prediction(x_t, t, base_output, adapted, composed, cond, diagnostics)
+
+    def evaluation_note(self) -> str:
+        """How one prediction of a recording is made (the number of base calls per sampler call)."""
+        if self.adapter.inside:
+            return (f"{type(self.adapter).__name__} works inside the base: 2 base calls per step (the base with the "
+                    f"adapter switched off, and the adapted base, at the same x_t)")
+        return "1 base call per step (the adapter reads the base's output)"
+
     def noised(self, batch: Batch, generator: torch.Generator | None = None):
         """``(x_t, t, target)`` for the batch's clean latents, drawn from ``generator`` only."""
         x0 = batch.latents
@@ -169,7 +207,7 @@ class ComposedModel(nn.Module):
     # -- sampling ----------------------------------------------------------------------------
     def compose_step(self, x_t: torch.Tensor, t: torch.Tensor, batch: Batch) -> torch.Tensor:
         """The ``compose_fn`` a native sampler calls instead of the bare base."""
-        return self.predict(x_t, t, batch).composed
+        return self.predict(x_t, t, batch, reference=False).composed
 
     def generate(self, cond: Mapping[str, Any] | Batch, *, steps: int | None = None,
                  generator: torch.Generator | None = None, on_step: OnStep | None = None,

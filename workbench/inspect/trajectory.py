@@ -78,6 +78,11 @@ class Trajectory:
         return (f"Trajectory({self.label!r}, {self._done}/{self.steps} steps {state}, latents {shape}, "
                 f"stored {len(self._records)} steps, {self.nbytes() / 2**20:.2f} MiB)")
 
+    @property
+    def description(self) -> str:
+        """What was run, and how each step's predictions were made (base calls per step)."""
+        return f"{self.label}: {self._done}/{self.steps} steps; {self.model.evaluation_note()}"
+
     # -- navigation ------------------------------------------------------------------------
     @property
     def complete(self) -> bool:

@@ -102,7 +102,10 @@ class DataStream:
                                    self.shuffle)
             loader = DataLoader(self.source, batch_size=self.batch_size, sampler=sampler, drop_last=True,
                                 num_workers=self.num_workers, pin_memory=self.pin_memory,
-                                persistent_workers=False)
+                                persistent_workers=False,
+                                # its own generator: opening a loader must not draw from the global RNG,
+                                # which dropout inside the model uses (a resumed run reopens at another step)
+                                generator=torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch))
             return iter(loader)
         it = iter(self.source)
         for _ in range(self.batches):  # fast-forward to the saved position

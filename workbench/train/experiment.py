@@ -23,7 +23,7 @@ from workbench.core.adapter import Adapter
 from workbench.core.backbone import BaseVideoModel
 from workbench.core.callbacks import Callback
 from workbench.core.composed import ComposedModel
-from workbench.core.composers import Composer, GatedResidual
+from workbench.core.composers import Composer, GatedResidual, Replace
 from workbench.core.conditions import Batch
 from workbench.core.objectives import Objective
 from workbench.errors import (
@@ -93,7 +93,8 @@ class AdapterExperiment:
         if self.dist is not None:
             self.device = self.dist.device
             self._micro = self.dist.split_micro_batches(self.training.grad_accum)
-        composer = composer if composer is not None else GatedResidual()
+        if composer is None:  # an inside adapter's adapted base is the prediction
+            composer = Replace() if adapter.inside else GatedResidual()
         objective = objective if objective is not None else base.default_objective()
         check_base_dtype(base, self.device)
         self.model = ComposedModel(base, adapter, composer, objective).to(self.device)
@@ -472,6 +473,14 @@ class AdapterExperiment:
 
         batch = batch_or_cond if isinstance(batch_or_cond, Batch) else self.prepare(batch_or_cond)
         return record_trajectory(self.model, batch, steps=steps, seed=seed, record=record, on_step=on_step, **kwargs)
+
+    def export_lora(self, path: str | Path) -> Path:
+        """Write the adapter's LoRA where diffusers' pipelines load it (``pipe.load_lora_weights(path)``)."""
+        export = getattr(self.model.adapter, "export_lora", None)
+        if export is None:
+            raise CompositionError(f"{type(self.model.adapter).__name__} has no LoRA to export; exporting a LoRA "
+                                   f"needs adapter type lora, or action_modulation with a lora: block.")
+        return export(path)
 
     # -- checkpoints -------------------------------------------------------------------------
     def _state(self) -> dict[str, Any]:

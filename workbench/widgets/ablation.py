@@ -54,7 +54,9 @@ class AblationSliders(View):
         self.timed(draw)
         edited = ", ".join(self.state.describe_edits()) or "nothing"
         self.status.value = (f"x0 change (RMS, latent units): <b>{self.state.change():.4f}</b><br>"
-                             f"edited: {edited}<br>re-rendered in {1000 * self.last_render_seconds:.0f} ms")
+                             f"edited: {edited}<br>re-rendered in {1000 * self.last_render_seconds:.0f} ms"
+                             + ("" if self.state.trajectory.model.adapter.reuses_base_output else
+                                "<br>slower path: each edit re-runs the base (the adapter works inside it)"))
 
     def summary(self) -> str:
         return f"{self.state.describe()}, frame {self.frame_slider.value}"
