@@ -280,13 +280,14 @@ def test_condition_declaration_error_is_a_workbench_error():
 
 def test_sigkill_mid_save_leaves_the_previous_checkpoint_loadable(tmp_path):
     script = textwrap.dedent(f"""
-        import sys, torch
+        import sys, time, torch
         sys.path.insert(0, {str(ROOT / 'tests')!r})
         torch.set_num_threads(1)
         from conftest import tiny_base
         from workbench.adapters.latent_residual import LatentResidual
         from workbench.data.synthetic import SyntheticMoves
         from workbench.train import AdapterExperiment, TrainingConfig
+        from workbench.train import checkpoint
         torch.manual_seed(0)
         exp = AdapterExperiment(base=tiny_base(), adapter=LatentResidual(width=16, depth=1),
                                 training=TrainingConfig(progress=False, batch_size=4, output_dir={str(tmp_path)!r}))
@@ -294,8 +295,13 @@ def test_sigkill_mid_save_leaves_the_previous_checkpoint_loadable(tmp_path):
         exp.fit(data, steps=1)
         exp.save_checkpoint()
         exp.fit(data, steps=1)
+        write = checkpoint._write_bytes
+        def slow_write(path, data):  # the kill lands between two files of the save
+            write(path, data)
+            time.sleep(30)
+        checkpoint._write_bytes = slow_write
         print("saving", flush=True)
-        exp.save_checkpoint(_pause_between_files=30)
+        exp.save_checkpoint()
     """)
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
                             env={**os.environ, "OMP_NUM_THREADS": "1"})

@@ -76,8 +76,7 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
 
 
 def save_checkpoint(run_dir: str | Path, step: int, *, trainable: dict[str, torch.Tensor], state: dict[str, Any],
-                    config_yaml: str, meta: dict[str, Any], keep_last: int | None = None,
-                    _pause_between_files: float = 0.0) -> Path:
+                    config_yaml: str, meta: dict[str, Any], keep_last: int | None = None) -> Path:
     """Write one checkpoint atomically; rotate to the newest ``keep_last``. Returns its path."""
     from safetensors.torch import save as save_safetensors
 
@@ -91,13 +90,9 @@ def save_checkpoint(run_dir: str | Path, step: int, *, trainable: dict[str, torc
     try:
         tensors = {k: v.detach().to("cpu").contiguous() for k, v in trainable.items()}
         _write_bytes(tmp / "trainable.safetensors", save_safetensors(tensors))
-        if _pause_between_files:
-            time.sleep(_pause_between_files)
         buffer = io.BytesIO()
         torch.save(state, buffer)
         _write_bytes(tmp / "state.pt", buffer.getvalue())
-        if _pause_between_files:
-            time.sleep(_pause_between_files)
         _write_bytes(tmp / "config.yaml", config_yaml.encode())
         full_meta = {**meta, "step": step, "versions": versions(), "saved_at": time.time()}
         _write_bytes(tmp / "meta.json", json.dumps(full_meta, indent=1).encode())

@@ -496,8 +496,7 @@ class AdapterExperiment:
             state["data"] = dict(self._data_state)
         return state
 
-    def save_checkpoint(self, run_dir: str | Path | None = None, keep_last: int | None = None,
-                        _pause_between_files: float = 0.0) -> Path:
+    def save_checkpoint(self, run_dir: str | Path | None = None, keep_last: int | None = None) -> Path:
         """Write a checkpoint of the current step into ``run_dir`` (default: the output directory)."""
         import yaml
 
@@ -510,7 +509,6 @@ class AdapterExperiment:
             meta={"name": self.name, "loss_history": self.loss_history,
                   "metrics": {"loss": self.loss_history[-1] if self.loss_history else None}},
             keep_last=keep_last if keep_last is not None else self.training.keep_last,
-            _pause_between_files=_pause_between_files,
         )
         self.last_checkpoint = path
         return path
