@@ -276,3 +276,28 @@ def test_mismatched_configs_across_ranks_are_named(tmp_path):
     assert ("Rank 1 was started with a different config from rank 0 (training.learning_rate: rank 0 has 0.001, this "
             "rank has 0.002). Every rank must run the same config") in done.stderr
     assert not (tmp_path / "out").exists() or not list((tmp_path / "out").glob("step-*"))
+
+
+def test_periodic_eval_from_the_evaluation_block_scores_what_one_process_scores(tmp_path):
+    """``evaluation:`` + ``periodic_eval`` under torchrun: each rank scores its own batches, rank 0 logs the
+    sum, and the logged numbers are the single-process run's, bit for bit (the weights are)."""
+    import json
+
+    config = {**CONFIG,
+              "callbacks": [{"type": "periodic_eval", "config": {"every_n_steps": 2, "batches": 3}},
+                            {"type": "jsonl", "config": {"every_n_steps": 1}}],
+              "evaluation": {"data": {"type": "synthetic_moves",
+                                      "config": {"items": 6, "frames": 8, "size": 16, "seed": 7}}}}
+    path = tmp_path / "eval.yaml"
+    path.write_text(yaml.safe_dump(config))
+    run_single(path, tmp_path / "single")
+    run_torchrun(path, tmp_path / "ddp")
+
+    def evals(out: Path) -> list[dict]:
+        rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+        return [row for row in rows if "eval" in row]
+
+    single, ddp = evals(tmp_path / "single"), evals(tmp_path / "ddp")
+    assert [row["step"] for row in single] == [2, 4]  # every 2 steps, logged once (rank 0)
+    assert ddp == single
+    assert all(row["eval"]["batches"] == 3 and row["eval"]["loss"] > 0 for row in single)
