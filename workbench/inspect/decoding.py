@@ -1,7 +1,9 @@
 """Latents to pictures: the one path every view, export and widget decodes through.
 
 ``decode="preview"`` uses the backbone's linear preview (fitted on first use, see
-:mod:`workbench.inspect.preview`), ``"full"`` its decoder chunked along time. The work runs on
+:mod:`workbench.inspect.preview`), ``"tiny"`` its distilled tiny preview (shipped for the
+embedded model, cached per backbone, distilled on first use otherwise; see
+:mod:`workbench.inspect.tiny_preview`), ``"full"`` its decoder chunked along time. The work runs on
 the base's device; only the frames leave it.
 """
 
@@ -15,12 +17,15 @@ from workbench.inspect.common import InspectError, check_choice
 from workbench.inspect.preview import DECODES, DEFAULT_CHUNK_FRAMES, LatentPreview, decode_chunked, preview_for
 from workbench.metrics import to_uint8_video
 
+DECODE_HINT = ("Use 'preview' (fast, linear), 'tiny' (a small distilled decoder, close to the full one) or 'full' "
+               "(the backbone's decoder).")
+
 
 def decode_video(base: BaseVideoModel, latents: torch.Tensor, decode: str = "preview", index: int = 0,
                  chunk_frames: int | None = DEFAULT_CHUNK_FRAMES,
                  preview: LatentPreview | None = None) -> torch.Tensor:
     """Latents ``(B, C, T', h, w)`` → video ``(3, T, H, W)`` in [-1, 1] of batch element ``index`` (base device)."""
-    check_choice(decode, DECODES, "decode", "Use 'preview' (fast, linear) or 'full' (the backbone's decoder).")
+    check_choice(decode, DECODES, "decode", DECODE_HINT)
     if latents.ndim != 5:
         raise InspectError(f"render expects latents (B, C, T, h, w), got shape {tuple(latents.shape)}.")
     b = latents.shape[0]
@@ -30,6 +35,10 @@ def decode_video(base: BaseVideoModel, latents: torch.Tensor, decode: str = "pre
     z = latents[index:index + 1].to(device=base.device, dtype=base.dtype, non_blocking=True)
     if decode == "full":
         return decode_chunked(base, z, chunk_frames)[0]
+    if decode == "tiny":
+        from workbench.inspect.tiny_preview import tiny_preview_for
+
+        return tiny_preview_for(base, tuple(z.shape[1:]))(z)[0]
     return (preview or preview_for(base, tuple(z.shape[1:])))(z)[0]
 
 

@@ -22,6 +22,7 @@ Views (``VIEWS``, see :mod:`workbench.inspect.views`):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from workbench.core.composers import Composer
 from workbench.core.conditions import Batch
 from workbench.inspect.cache import LRUCache
 from workbench.inspect.common import InspectError, check_choice, check_frame
+from workbench.inspect.decoding import DECODE_HINT
 from workbench.inspect.export import default_steps, write_grid
 from workbench.inspect.pictures import Panel, ViewImage
 from workbench.inspect.preview import DECODES
@@ -116,8 +118,26 @@ class StepperState:
         """The views the first trajectory's stored fields allow."""
         return available_views(self.trajectory)
 
+    def fidelity(self) -> dict[str, float | None]:
+        """Held-out PSNR (dB against the full decode) of each decode: the linear preview's, the tiny
+        preview's (``None`` until one is distilled or cached) and ``inf`` for the full decode."""
+        from workbench.inspect.preview import is_pixel_space, preview_for
+        from workbench.inspect.tiny_preview import cached_tiny_preview
+
+        base = self.trajectory.model.base
+        rec = self.trajectory[self.step]
+        latents = next((v for v in (rec.x_t, rec.x0, rec.composed, rec.base) if v is not None), None)
+        if latents is None:
+            return {"preview": None, "tiny": None, "full": math.inf}
+        shape = tuple(latents.shape[1:])
+        if is_pixel_space(base, shape[0]):
+            return {"preview": math.inf, "tiny": None, "full": math.inf}
+        tiny = cached_tiny_preview(base)
+        return {"preview": preview_for(base, shape).psnr, "tiny": None if tiny is None else tiny.psnr,
+                "full": math.inf}
+
     def set_decode(self, decode: str) -> str:
-        check_choice(decode, DECODES, "decode", "Use 'preview' (fast, linear) or 'full' (the backbone's decoder).")
+        check_choice(decode, DECODES, "decode", DECODE_HINT)
         self.decode = decode
         return self.decode
 

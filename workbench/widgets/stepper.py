@@ -24,7 +24,8 @@ class Stepper(View):
     """Step through ``trajectory`` (from ``exp.sample(...)``) and its forks, side by side.
 
     Controls: play / pause, back / step, a step slider, a frame (time) slider, the view
-    (x_t, x0, base, adapter, composed, adapter − base, gate), preview vs full decode; "fork here"
+    (x_t, x0, base, adapter, composed, adapter − base, gate), the decode (linear preview, tiny
+    preview or full decoder, each labelled with its held-out dB against the full decode); "fork here"
     with a condition editor (one slider per dimension of ``condition``, on every frame or one
     frame) and an adapter on / off choice; export of the current view to MP4 or GIF. The logic
     is :class:`workbench.inspect.StepperState` (``self.state``).
@@ -58,15 +59,19 @@ class Stepper(View):
         self.view_select = widgets.Dropdown(options=[(VIEW_LABELS[v], v) for v in self.state.views],
                                             value=self.state.view,
                                             description="view", layout=widgets.Layout(width="260px"))
-        self.decode_select = widgets.ToggleButtons(options=[("preview", "preview"), ("full decode", "full")],
-                                                   value=self.state.decode, style={"button_width": "90px"})
+        self.decode_select = widgets.ToggleButtons(options=self._decode_options(), value=self.state.decode,
+                                                   tooltips=["linear preview: least squares per latent pixel",
+                                                             "tiny preview: a small decoder distilled from the "
+                                                             "backbone's (distilled on first use if none is cached)",
+                                                             "the backbone's own decoder"],
+                                                   style={"button_width": "112px"})
         self.where = status_line()
         self.step_slider.observe(lambda c: self._seek(steps[c["new"]]), names="value")
         self.back_button.on_click(lambda _: self._move(-1))
         self.forward_button.on_click(lambda _: self._move(1))
         self.frame_slider.observe(lambda c: self._set(self.state.set_frame, c["new"]), names="value")
         self.view_select.observe(lambda c: self._set(self.state.set_view, c["new"]), names="value")
-        self.decode_select.observe(lambda c: self._set(self.state.set_decode, c["new"]), names="value")
+        self.decode_select.observe(lambda c: self._set_decode(c["new"]), names="value")
 
         # fork here, with a condition editor
         self.editor: ConditionSliders | None = None
@@ -115,6 +120,24 @@ class Stepper(View):
     def _set(self, setter, value: Any) -> None:
         setter(value)
         self.refresh()
+
+    def _decode_options(self) -> list[tuple[str, str]]:
+        """The decode choices, each labelled with its measured fidelity (held-out dB vs the full decode)."""
+        db = self.state.fidelity()
+
+        def label(name: str, value: float | None) -> str:
+            return name if value is None or value == float("inf") else f"{name} {value:.1f} dB"
+
+        return [(label("linear", db["preview"]), "preview"), (label("tiny", db["tiny"]), "tiny"), ("full", "full")]
+
+    def _set_decode(self, decode: str) -> None:
+        self._set(self.state.set_decode, decode)
+        options = self._decode_options()  # a first "tiny" has just distilled (or loaded) it: show its dB
+        if options != list(self.decode_select.options):
+            self.decode_select.unobserve_all("value")
+            self.decode_select.options = options
+            self.decode_select.value = decode
+            self.decode_select.observe(lambda c: self._set_decode(c["new"]), names="value")
 
     def _set_suffix(self, suffix: str) -> None:
         self.export_path.value = str(Path(self.export_path.value).with_suffix(suffix))
