@@ -131,6 +131,53 @@ def test_fork_here_with_the_condition_editor_adds_a_branch(traj, model):
     assert len(stepper.state.branches) == 1
 
 
+def test_slider_moves_draw_from_the_arrays_without_building_a_figure(traj, monkeypatch):
+    from workbench.widgets import render
+
+    stepper = Stepper(traj)
+    ablation = AblationSliders(traj, step=2, dim_names=DIMS)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a slider move built a matplotlib figure")
+
+    monkeypatch.setattr(render, "panels_figure", refuse)
+    stepper.step_slider.value = 2
+    stepper.frame_slider.value = 1
+    ablation.sliders.sliders[0].value = 0.5
+    shown = picture(stepper)[..., :3]
+    panel = stepper.state.panels()[0]
+    scale = render.PANEL_PIXELS // panel.image.shape[0]
+    expected = np.repeat(np.repeat(panel.colored(), scale, 0), scale, 1)
+    h, w = expected.shape[:2]
+    found = [(y, x) for y in range(shown.shape[0] - h + 1) for x in range(0, 20)
+             if np.array_equal(shown[y:y + h, x:x + w], expected)]
+    assert found  # the frame itself, scaled by an integer factor, pixel for pixel
+
+
+def test_a_burst_of_moves_inside_the_event_loop_draws_once(traj):
+    import asyncio
+
+    stepper = Stepper(traj)
+    draws = []
+    original = stepper.state.panels
+
+    def counted():
+        draws.append(stepper.state.step)
+        return original()
+
+    stepper.state.panels = counted
+
+    async def burst():
+        for value in (1, 2, 3, 2, 3):
+            stepper.step_slider.value = value  # each handled while the loop is busy with this burst
+        before = stepper.image.value
+        assert draws == [] and stepper.image.value == before  # the old picture stays until the new one
+        await asyncio.sleep(0)
+
+    asyncio.run(burst())
+    assert draws == [3] and stepper.state.step == 3  # only the latest state was drawn
+
+
 def test_condition_editor_shows_the_chosen_frame_without_editing(traj):
     stepper = Stepper(traj, dim_names=DIMS)
     editor = stepper.editor

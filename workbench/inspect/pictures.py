@@ -92,4 +92,12 @@ def signed_limit(values: np.ndarray) -> float:
     return peak if peak > 0 else 1.0
 
 
-__all__ = ["Kind", "Panel", "ViewImage", "signed_limit"]
+def shared_limit(images) -> float:
+    """The colour range several float maps share: the largest of their own ranges, leaving out maps
+    that are zero everywhere (a difference that is identically zero, e.g. the base-alone branch in
+    "adapter − base", says nothing about the scale and would otherwise force ±1); 1 when all are."""
+    limits = [im.limit for im in images if im.kind != "rgb" and np.any(im.frames)]
+    return max(limits) if limits else 1.0
+
+
+__all__ = ["Kind", "Panel", "ViewImage", "shared_limit", "signed_limit"]

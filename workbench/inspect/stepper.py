@@ -35,7 +35,7 @@ from workbench.inspect.cache import LRUCache
 from workbench.inspect.common import InspectError, check_choice, check_frame
 from workbench.inspect.decoding import DECODE_HINT
 from workbench.inspect.export import default_steps, write_grid
-from workbench.inspect.pictures import Panel, ViewImage
+from workbench.inspect.pictures import Panel, ViewImage, shared_limit
 from workbench.inspect.preview import DECODES
 from workbench.inspect.trajectory import Trajectory
 from workbench.inspect.views import VIEW_LABELS, VIEW_NEEDS, available_views, normalise_view, view_image
@@ -152,7 +152,7 @@ class StepperState:
     def panels(self) -> list[Panel]:
         """One panel per branch at the current step and frame; float maps share one colour range."""
         images = [self.view_image(b) for b in range(len(self.branches))]
-        limit = max(im.limit for im in images)
+        limit = shared_limit(images)
         return [im.frame(min(self.frame, len(im) - 1), limit) for im in images]
 
     def compare(self, views: Sequence[str] = ("x_t", "x0", "base", "adapter-base"), step: int | None = None,
@@ -174,7 +174,7 @@ class StepperState:
         frame = self.frame if frame is None else frame
         traj, out = self.branches[branch], []
         images = [self.view_image(branch, traj[s].index, view) for s in steps]
-        limit = max(im.limit for im in images)
+        limit = shared_limit(images)
         for s, image in zip(steps, images):
             panel = image.frame(min(frame, len(image) - 1), limit)
             k = traj[s].index
@@ -218,7 +218,7 @@ class StepperState:
         """
         steps = list(steps) if steps is not None else self.default_export_steps()
         images = [[self.view_image(b, s) for b in range(len(self.branches))] for s in steps]
-        limit = max((im.limit for row in images for im in row), default=1.0)
+        limit = shared_limit([im for row in images for im in row])
         rows = [[im.colored(limit) for im in row] for row in images]
         return write_grid(path, self.branches, steps, rows, fps=fps, scale=scale)
 

@@ -49,12 +49,12 @@ class AblationSliders(View):
     def refresh(self) -> None:
         def draw():
             panels, caption = self.state.panels(self.frame_slider.value)
-            self.show(render.panels_figure(panels, title=caption))
+            self.show_array(render.panels_image(panels, title=caption))
+            edited = ", ".join(self.state.describe_edits()) or "nothing"
+            self.status.value = (f"x0 change (RMS, latent units): <b>{self.state.change():.4f}</b><br>"
+                                 f"edited: {edited}")
 
-        self.timed(draw)
-        edited = ", ".join(self.state.describe_edits()) or "nothing"
-        self.status.value = (f"x0 change (RMS, latent units): <b>{self.state.change():.4f}</b><br>"
-                             f"edited: {edited}<br>re-rendered in {1000 * self.last_render_seconds:.0f} ms")
+        self.request(draw)
 
     def summary(self) -> str:
         return f"{self.state.describe()}, frame {self.frame_slider.value}"

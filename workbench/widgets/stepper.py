@@ -146,12 +146,12 @@ class Stepper(View):
         """Recompute and redraw the picture for the current state."""
         def draw():
             self.frame_slider.max = self.state.frames - 1
-            self.show(render.panels_figure(self.state.panels(), title=self.state.caption()))
+            self.show_array(render.panels_image(self.state.panels(), title=self.state.caption()))
+            step = self.state.step
+            noise = float(self.state.trajectory.noise_levels[step])
+            self.where.value = f"step <b>{step}</b> of {self.state.trajectory.steps} · noise level {noise:.2f}"
 
-        self.timed(draw)
-        step = self.state.step
-        noise = float(self.state.trajectory.noise_levels[step])
-        self.where.value = f"step <b>{step}</b> of {self.state.trajectory.steps} · noise level {noise:.2f}"
+        self.request(draw)
 
     def summary(self) -> str:
         return self.state.describe()
