@@ -154,6 +154,33 @@ def test_slider_moves_draw_from_the_arrays_without_building_a_figure(traj, monke
     assert found  # the frame itself, scaled by an integer factor, pixel for pixel
 
 
+def test_a_step_move_decodes_only_the_shown_frame_of_each_branch(traj, model):
+    from workbench.inspect import view_image
+
+    stepper = Stepper(traj, decode="full", frame=2)
+    stepper.fork_here(adapter="off")
+    seen = []
+    decode = model.base.decode
+
+    def counted(latents):
+        seen.append(latents.shape[2])
+        return decode(latents)
+
+    model.base.decode = counted
+    try:
+        stepper.step_slider.value = 3
+        assert seen == [1, 1]  # one latent frame per branch, not the clip's four
+        panel = stepper.state.panels()[0]
+        whole = view_image(traj, 3, "x0", decode="full")
+        assert np.array_equal(panel.image, whole.frames[2])  # the same pixels as decoding the whole clip
+        seen.clear()
+        stepper.step_slider.value = 2
+        stepper.step_slider.value = 3  # drawn before: from the cache
+        assert seen == [1, 1]
+    finally:
+        del model.base.decode
+
+
 def test_a_burst_of_moves_inside_the_event_loop_draws_once(traj):
     import asyncio
 

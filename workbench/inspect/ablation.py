@@ -189,7 +189,10 @@ class Ablation:
         base = self.trajectory.model.base
         rec = self.trajectory[self.step]
         caption = f"x0 estimate · step {rec.index} of {rec.steps} · noise level {float(rec.noise_level[0]):.2f}"
-        before = render_float(base, self.original_x0(), self.decode, self.index)
+        key = (self.step, self.decode, self.index)
+        if getattr(self, "_before", (None,))[0] != key:  # the recorded picture does not change with the edits
+            self._before = (key, render_float(base, self.original_x0(), self.decode, self.index))
+        before = self._before[1]
         after = render_float(base, self.ablated_x0(), self.decode, self.index)
         diff = (after - before).mean(-1).astype(np.float32)
         given = given_frames(self.trajectory.batch, self.index, diff.shape[0], base.causal_latents)

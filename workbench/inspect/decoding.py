@@ -60,9 +60,36 @@ def render_float(base: BaseVideoModel, latents: torch.Tensor, decode: str = "pre
     return decode_video(base, latents, decode, index).float().clamp(-1, 1).permute(1, 2, 3, 0).cpu().numpy()
 
 
+_FRAMES_PER_LATENT: dict[tuple[int, str], int] = {}
+
+
+def render_float_frame(base: BaseVideoModel, latents: torch.Tensor, frame: int, decode: str = "preview",
+                       index: int = 0) -> tuple[np.ndarray, int] | None:
+    """Only frame ``frame``: ``(float [1, H, W, 3] in [-1, 1], frames in the whole video)``, decoding the one
+    latent frame that covers it; ``None`` where a frame cannot be decoded alone (a causal video VAE, whose
+    frames depend on the ones before, or a preview laid out that way: decode the whole clip instead).
+
+    What a slider needs: moving to a step decodes one frame per branch, not the whole clip.
+    """
+    if base.causal_latents:
+        return None
+    t = latents.shape[2]
+    key = (id(base), decode)
+    if key not in _FRAMES_PER_LATENT:  # frames per latent frame, read off one decoded latent frame
+        _FRAMES_PER_LATENT[key] = decode_video(base, latents[:, :, :1], decode, index).shape[1]
+    r = _FRAMES_PER_LATENT[key]
+    if not 0 <= frame < t * r:
+        return None
+    one = decode_video(base, latents[:, :, frame // r:frame // r + 1], decode, index)  # (3, r, H, W)
+    if one.shape[1] != r:
+        return None
+    picture = one[:, frame % r:frame % r + 1].float().clamp(-1, 1).permute(1, 2, 3, 0).cpu().numpy()
+    return picture, t * r
+
+
 def as_uint8(frames: np.ndarray) -> np.ndarray:
     """Float frames ``[T, H, W, 3]`` in [-1, 1] (from :func:`render_float`) → uint8 ``[T, H, W, 3]``."""
     return to_uint8_video(np.moveaxis(frames, -1, 0))
 
 
-__all__ = ["as_uint8", "decode_video", "render", "render_float"]
+__all__ = ["as_uint8", "decode_video", "render", "render_float", "render_float_frame"]

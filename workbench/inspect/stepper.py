@@ -87,7 +87,7 @@ class StepperState:
     @property
     def frames(self) -> int:
         """Frames of the rendered video at the current step (and view)."""
-        return len(self.view_image(0))
+        return len(self._shown(0))
 
     def seek(self, step: int) -> int:
         """Show step ``step`` (negative counts from the end); it must be a stored step."""
@@ -142,16 +142,32 @@ class StepperState:
         return self.decode
 
     # -- pictures --------------------------------------------------------------------------
-    def view_image(self, branch: int = 0, step: int | None = None, view: str | None = None) -> ViewImage:
+    def view_image(self, branch: int = 0, step: int | None = None, view: str | None = None,
+                   frame: int | None = None) -> ViewImage:
+        """The picture of one branch, step and view (all frames; with ``frame``, only that frame where
+        the backbone decodes frames alone: see :func:`~workbench.inspect.views.view_image`)."""
         traj = self.branches[branch]
         step = self.step if step is None else step
         view = self.view if view is None else normalise_view(view)
-        key = (id(traj), step, view, self.decode, self.index)
-        return self._cache.get(key, lambda: view_image(traj, step, view, self.decode, self.index))
+        key = (id(traj), step, view, self.decode, self.index, frame)
+        return self._cache.get(key, lambda: view_image(traj, step, view, self.decode, self.index, frame))
+
+    def _shown(self, branch: int, step: int | None = None, view: str | None = None,
+               frame: int | None = None) -> ViewImage:
+        """The picture holding frame ``frame`` (default: the current one), decoding no more than it needs."""
+        frame = self.frame if frame is None else frame
+        whole = (id(self.branches[branch]), self.step if step is None else step,
+                 self.view if view is None else normalise_view(view), self.decode, self.index, None)
+        if whole in self._cache:
+            return self._cache.get(whole, lambda: None)
+        image = self.view_image(branch, step, view, frame)
+        if image.partial and not image.start <= frame < image.start + image.frames.shape[0]:
+            return self.view_image(branch, step, view)
+        return image
 
     def panels(self) -> list[Panel]:
         """One panel per branch at the current step and frame; float maps share one colour range."""
-        images = [self.view_image(b) for b in range(len(self.branches))]
+        images = [self._shown(b) for b in range(len(self.branches))]
         limit = shared_limit(images)
         return [im.frame(min(self.frame, len(im) - 1), limit) for im in images]
 
@@ -162,7 +178,7 @@ class StepperState:
         frame = self.frame if frame is None else frame
         out = []
         for view in views:
-            image = self.view_image(branch, step, view)
+            image = self._shown(branch, step, view, frame)
             panel = image.frame(min(frame, len(image) - 1))
             panel.title = VIEW_LABELS[normalise_view(view)]
             out.append(panel)
@@ -173,7 +189,7 @@ class StepperState:
         """One view of one frame at several steps (e.g. how the x0 estimate sharpens), titled by step."""
         frame = self.frame if frame is None else frame
         traj, out = self.branches[branch], []
-        images = [self.view_image(branch, traj[s].index, view) for s in steps]
+        images = [self._shown(branch, traj[s].index, view, frame) for s in steps]
         limit = shared_limit(images)
         for s, image in zip(steps, images):
             panel = image.frame(min(frame, len(image) - 1), limit)
@@ -184,7 +200,7 @@ class StepperState:
 
     def caption(self) -> str:
         """What the panels show: view, step, noise level and frame."""
-        image = self.view_image(0)
+        image = self._shown(0)
         return f"{image.caption} · {image.frame_name(min(self.frame, len(image) - 1))}"
 
     # -- branches --------------------------------------------------------------------------
