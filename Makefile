@@ -49,13 +49,14 @@ lint: $(STAMP)
 notebooks: $(STAMP)
 	$(PY) notebooks/execute.py
 
-# JupyterLab on the notebooks (as root it needs --allow-root; the news toast is switched off).
+# JupyterLab on the notebooks (as root it needs --allow-root; the news toast is switched off). Widget state is
+# saved with the notebook, so a notebook saved here reopens without a kernel showing each view's last picture.
 LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings
 lab: $(STAMP)
 	$(PY) -m pip install --quiet -c constraints.txt -e ".[lab]"
 	@mkdir -p $(LAB_SETTINGS)
-	@echo '{"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": false}}' \
-		> $(LAB_SETTINGS)/overrides.json
+	@echo '{"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": false}, \
+		"@jupyter-widgets/jupyterlab-manager:plugin": {"saveState": true}}' > $(LAB_SETTINGS)/overrides.json
 	$(VENV)/bin/jupyter lab notebooks $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 bench: $(STAMP)
