@@ -82,8 +82,6 @@ def test_stepper_step_slider_moves_the_picture(traj):
     stepper.back_button.click()
     stepper.back_button.click()
     assert stepper.state.step == 1
-    stepper.play.value = 3  # the play control drives the same slider
-    assert stepper.step_slider.value == 3 and stepper.state.step == 3
 
 
 def test_stepper_frame_slider_and_decode(traj):
@@ -179,6 +177,38 @@ def test_a_step_move_decodes_only_the_shown_frame_of_each_branch(traj, model):
         assert seen == [1, 1]
     finally:
         del model.base.decode
+
+
+def test_play_steps_to_the_end_in_the_kernel_however_often_the_view_is_displayed(traj):
+    import asyncio
+
+    from IPython.display import display
+
+    stepper = Stepper(traj, interval=1)
+    display(stepper)
+    display(stepper)  # a page-side Play would stop after one step here; the kernel's timer does not care
+    visited = []
+    stepper.step_slider.observe(lambda c: visited.append(c["new"]), names="value")
+
+    async def play():
+        stepper.play.value = True
+        assert stepper.play.description == "pause"
+        while stepper.play.value:
+            await asyncio.sleep(0.005)
+
+    asyncio.run(asyncio.wait_for(play(), timeout=30))
+    assert visited == [1, 2, 3] and stepper.state.step == 3  # every stored step, in order, then it stops
+    assert stepper.play.description == "play"
+
+    async def pause_and_replay():
+        stepper.play.value = True  # at the end: plays again from the start
+        await asyncio.sleep(0)
+        stepper.play.value = False
+        await asyncio.sleep(0.05)
+
+    visited.clear()
+    asyncio.run(pause_and_replay())
+    assert visited[0] == 0 and len(visited) <= 2 and not stepper.play.value  # paused: no more steps
 
 
 def test_a_burst_of_moves_inside_the_event_loop_draws_once(traj):

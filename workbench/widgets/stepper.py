@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -23,7 +26,8 @@ ADAPTER_CHOICES = (("adapter as recorded", None), ("adapter on", "on"), ("adapte
 class Stepper(View):
     """Step through ``trajectory`` (from ``exp.sample(...)``) and its forks, side by side.
 
-    Controls: play / pause, back / step, a step slider, a frame (time) slider, the view
+    Controls: play / pause (the kernel steps the view, so it plays wherever the view is
+    displayed, however many times), back / step, a step slider, a frame (time) slider, the view
     (x_t, x0, base, adapter, composed, adapter − base, gate), the decode (linear preview, tiny
     preview or full decoder, each labelled with its held-out dB against the full decode); "fork here"
     with a condition editor (one slider per dimension of ``condition``, on every frame or one
@@ -43,13 +47,16 @@ class Stepper(View):
         self.add_class("workbench-stepper")
         self.image.add_class("workbench-stepper-image")
         position = steps.index(self.state.step)
-        self.play = widgets.Play(value=position, min=0, max=len(steps) - 1, step=1, interval=interval,
-                                 description="play", tooltip="play / pause")
+        # played by the kernel, not by the page: one timer however many times the view is displayed
+        self.interval = interval
+        self.play = widgets.ToggleButton(value=False, description="play", icon="play",
+                                         tooltip="play / pause: one stored step every interval (from the start "
+                                                 "when at the end)", layout=widgets.Layout(width="auto"))
+        self._player: Any = None
         self.step_slider = widgets.IntSlider(value=position, min=0, max=len(steps) - 1, description="step",
                                              continuous_update=False, readout=False,
                                              layout=widgets.Layout(width="320px"))
         self.step_slider.add_class("workbench-step-slider")
-        widgets.link((self.play, "value"), (self.step_slider, "value"))
         self.back_button = button("back", "previous stored step", icon="step-backward")
         self.forward_button = button("step", "next stored step", icon="step-forward")
         self.frame_slider = widgets.IntSlider(value=self.state.frame, min=0, max=self.state.frames - 1,
@@ -67,6 +74,7 @@ class Stepper(View):
                                                    style={"button_width": "112px"})
         self.where = status_line()
         self.step_slider.observe(lambda c: self._seek(steps[c["new"]]), names="value")
+        self.play.observe(lambda c: self._play_changed(c["new"]), names="value")
         self.back_button.on_click(lambda _: self._move(-1))
         self.forward_button.on_click(lambda _: self._move(1))
         self.frame_slider.observe(lambda c: self._set(self.state.set_frame, c["new"]), names="value")
@@ -113,6 +121,47 @@ class Stepper(View):
     def _seek(self, step: int) -> None:
         self.state.seek(step)
         self.refresh()
+
+    def _play_changed(self, playing: bool) -> None:
+        self.play.description, self.play.icon = ("pause", "pause") if playing else ("play", "play")
+        if not playing or self._player is not None:
+            return
+        if self.state.step == self.state.steps[-1]:
+            self.step_slider.value = 0
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no event loop in this thread (a script): a timer thread plays instead
+            self._player = threading.Thread(target=self._play_in_thread, daemon=True)
+            self._player.start()
+            return
+        self._player = loop.create_task(self._play_in_loop())
+
+    def _advance(self) -> bool:
+        """One stored step forward; False (and play switched off) at the last step."""
+        position = self.state.steps.index(self.state.step)
+        if position + 1 >= len(self.state.steps):
+            self.play.value = False
+            return False
+        self.step_slider.value = position + 1
+        return True
+
+    async def _play_in_loop(self) -> None:
+        try:
+            while self.play.value:
+                await asyncio.sleep(self.interval / 1000)
+                if not (self.play.value and self._advance()):
+                    break
+        finally:
+            self._player = None
+
+    def _play_in_thread(self) -> None:
+        try:
+            while self.play.value:
+                time.sleep(self.interval / 1000)
+                if not (self.play.value and self._advance()):
+                    break
+        finally:
+            self._player = None
 
     def _move(self, delta: int) -> None:
         self.step_slider.value = self.state.steps.index(self.state.step_by(delta))
