@@ -463,3 +463,36 @@ def test_importing_the_widgets_package_is_light():
     assert json.loads(out.stdout) == []
     with pytest.raises(AttributeError, match="views: AblationSliders, ActionSensitivity"):
         __import__("workbench.widgets", fromlist=["x"]).Steper  # noqa: B018
+
+
+def test_awaiting_a_fit_keeps_the_loop_free_so_stop_is_handled_meanwhile():
+    import asyncio
+
+    exp = tiny_exp()
+    fit = Fit(exp, DATA, steps=40)
+    statuses = []
+
+    async def notebook():
+        fit.start()
+        waiting = asyncio.ensure_future(fit.finished())  # the cell that waits for the run
+        while exp.step < 2:  # meanwhile the loop serves other messages: a click on stop
+            await asyncio.sleep(0.01)
+        statuses.append(fit.status.value)
+        fit.stop_button.click()
+        return await asyncio.wait_for(waiting, timeout=60)
+
+    assert asyncio.run(notebook()) is fit
+    assert fit.session.state == "stopped" and 2 <= exp.step < 40
+    assert "steps/s · ETA " in statuses[0] and " · lr 0.003" in statuses[0]  # while running
+    assert fit.train_button.description == "resume"
+
+
+def test_the_loss_average_is_bias_corrected_not_seeded_by_the_first_loss():
+    from workbench.widgets.render import _ema
+
+    flat = _ema([2.0] * 5, 0.9)
+    assert np.allclose(flat, 2.0)  # an unchanging loss averages to itself from the first step
+    drop = _ema([10.0, 1.0, 1.0], 0.9)
+    weights = np.array([0.9 * 0.1, 0.1])
+    assert drop[1] == pytest.approx((weights @ [10.0, 1.0]) / weights.sum())  # 5.26, not 9.1 as a seeded average
+    assert drop[2] < drop[1] < drop[0] == 10.0

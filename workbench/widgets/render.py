@@ -261,10 +261,14 @@ def message_figure(text: str, width: float = 4.0, height: float = 1.0):
 
 
 def _ema(values: Sequence[float], smoothing: float) -> np.ndarray:
-    out, avg = [], None
+    """Bias-corrected exponential moving average: each point weighs the values seen so far by
+    ``smoothing ** age``, normalised by the weights' sum. Seeding the average with the first value
+    instead would drag it towards that value for tens of steps, a decline that looks like learning."""
+    out, avg, weight = [], 0.0, 0.0
     for v in values:
-        avg = v if avg is None else smoothing * avg + (1 - smoothing) * v
-        out.append(avg)
+        avg = smoothing * avg + (1 - smoothing) * v
+        weight = smoothing * weight + (1 - smoothing)
+        out.append(avg / weight)
     return np.asarray(out)
 
 
@@ -281,7 +285,8 @@ def loss_figure(steps: Sequence[int], losses: Sequence[float], target: int | Non
     ax.set_xlim(start, right)
     if len(steps):
         ax.plot(steps, losses, color="#9bbcd9", lw=1, label="per step")
-        ax.plot(steps, _ema(losses, smoothing), color="#1f4e8c", lw=2, label=f"moving average ({smoothing:g})")
+        ax.plot(steps, _ema(losses, smoothing), color="#1f4e8c", lw=2,
+                label=f"moving average ({smoothing:g}, bias-corrected)")
         ax.legend(fontsize=LABEL_SIZE - 1, loc="upper right")
         positive = np.asarray(losses) > 0
         if positive.all() and max(losses) / min(losses) > 20:
