@@ -21,6 +21,7 @@ pytest.importorskip("matplotlib")
 from workbench import AdapterExperiment, ComposedModel, GatedResidual, NoiseGated, TrainingConfig  # noqa: E402
 from workbench.adapters.latent_residual import LatentResidual  # noqa: E402
 from workbench.data.synthetic import SyntheticMoves  # noqa: E402
+from workbench.errors import DataError  # noqa: E402
 from workbench.inspect import InspectError, record  # noqa: E402
 from workbench.widgets import (  # noqa: E402
     AblationSliders,
@@ -121,10 +122,15 @@ def test_fork_here_with_the_condition_editor_adds_a_branch(traj, model):
     assert float(fork.batch.cond["action"][0, 2, 3]) == float(traj.batch.cond["action"][0, 2, 3])
     after = picture(stepper)
     assert after.shape[1] > before.shape[1]  # two branches side by side
-    assert "fork@2" in repr(stepper)
+    assert fork.label == "fork@2: grip=+0.75@f1"  # what changed, as the ablation says it
+    assert "fork@2: grip=+0.75@f1" in repr(stepper) and "fork@2: grip=+0.75@f1" in stepper.fork_status.value
+    assert stepper.adapter_select.value == "recorded"  # the first choice shows its label, not a blank
+    assert stepper.adapter_select.label == "adapter as recorded"
+    stepper.editor.reset_button.click()
     stepper.adapter_select.value = "off"
     stepper.fork_button.click()
     assert stepper.state.branches[2].settings.adapter is False
+    assert stepper.state.branches[2].label == "fork@2: adapter off"
     stepper.clear_button.click()
     assert len(stepper.state.branches) == 1
 
@@ -233,6 +239,31 @@ def test_a_burst_of_moves_inside_the_event_loop_draws_once(traj):
 
     asyncio.run(burst())
     assert draws == [3] and stepper.state.step == 3  # only the latest state was drawn
+
+
+def test_the_editor_says_when_all_frames_replaces_a_varying_sequence(traj):
+    stepper = Stepper(traj, dim_names=DIMS)
+    actions = traj.batch.cond["action"][0]
+    assert float(actions[:, 0].max() - actions[:, 0].min()) > 0  # the recorded dx varies over frames
+    note = stepper.editor.note.value
+    assert f"dx {float(actions[:, 0].min()):+.2f}…{float(actions[:, 0].max()):+.2f}" in note
+    assert "moving one sets every frame to its value" in note
+    assert stepper.editor.sliders[0].value == pytest.approx(float(actions[:, 0].mean()), abs=1e-6)
+
+
+def test_stale_status_lines_are_replaced(traj, tmp_path):
+    stepper = Stepper(traj, export_path=tmp_path / "a.gif")
+    stepper.export_button.click()
+    assert stepper.export_status.value.startswith(f"wrote {tmp_path / 'a.gif'}") and "x0, 1 branch" in \
+        stepper.export_status.value
+    stepper.frame_slider.value = 1
+    assert stepper.export_status.value.startswith("wrote")  # an export holds every frame: still true
+    stepper.view_select.value = "x_t"
+    assert stepper.export_status.value == ""  # it described the x0 view
+    stepper.export_path.value = str(tmp_path / "b.webm")
+    with pytest.raises(DataError, match=r"unknown file extension '\.webm'"):
+        stepper.export()
+    assert "not written: DataError: write_video: unknown file extension '.webm'" in stepper.export_status.value
 
 
 def test_condition_editor_shows_the_chosen_frame_without_editing(traj):

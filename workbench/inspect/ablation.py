@@ -108,6 +108,32 @@ class ConditionEdit:
             self._check(dim, None)
             self.values[..., dim] = self.original[..., dim]
 
+    def describe(self, index: int = 0) -> list[str]:
+        """The edited dimensions for clip ``index`` by name, e.g. ``["d3=+0.50"]``, ``["dx=-1.00@f5"]``."""
+        out = []
+        values, original = self.values[index], self.original[index]
+        for d, name in enumerate(self.names):
+            if torch.equal(values[..., d], original[..., d]):
+                continue
+            col = values[..., d]
+            if col.ndim == 0 or bool((col == col.reshape(-1)[0]).all()):
+                out.append(f"{name}={float(col.reshape(-1)[0]):+.2f}")
+            else:
+                frames = [int(f) for f in torch.nonzero(col != original[..., d]).reshape(-1)]
+                out.append(", ".join(f"{name}={float(col[f]):+.2f}@f{f}" for f in frames))
+        return out
+
+    def varying(self, index: int = 0) -> dict[str, tuple[float, float]]:
+        """Per dimension whose recorded values differ between frames (clip ``index``): its ``(min, max)``.
+
+        Setting such a dimension on every frame replaces that sequence by one value.
+        """
+        if self.frames is None:
+            return {}
+        original = self.original[index]
+        return {name: (float(original[:, d].min()), float(original[:, d].max()))
+                for d, name in enumerate(self.names) if float(original[:, d].max() - original[:, d].min()) > 1e-6}
+
     def overrides(self) -> dict[str, torch.Tensor] | None:
         """``{condition: values}`` for ``fork`` / ``recompose``, or ``None`` when nothing changed."""
         return {self.condition: self.values.clone()} if self.changed else None
@@ -210,18 +236,7 @@ class Ablation:
 
     def describe_edits(self) -> list[str]:
         """The edited dimensions for clip ``index`` by name, e.g. ``["d3=+0.50"]``, ``["dx=-1.00@f5"]``."""
-        out = []
-        values, original = self.edit.values[self.index], self.edit.original[self.index]
-        for d, name in enumerate(self.edit.names):
-            if torch.equal(values[..., d], original[..., d]):
-                continue
-            col = values[..., d]
-            if col.ndim == 0 or bool((col == col.reshape(-1)[0]).all()):
-                out.append(f"{name}={float(col.reshape(-1)[0]):+.2f}")
-            else:
-                frames = [int(f) for f in torch.nonzero(col != original[..., d]).reshape(-1)]
-                out.append(", ".join(f"{name}={float(col[f]):+.2f}@f{f}" for f in frames))
-        return out
+        return self.edit.describe(self.index)
 
     def describe(self) -> str:
         edits = ", ".join(self.describe_edits()) or "no edit"

@@ -20,7 +20,7 @@ from workbench.widgets import render
 from workbench.widgets.base import View, button, status_line
 from workbench.widgets.controls import ConditionSliders
 
-ADAPTER_CHOICES = (("adapter as recorded", None), ("adapter on", "on"), ("adapter off (base alone)", "off"))
+ADAPTER_CHOICES = (("adapter as recorded", "recorded"), ("adapter on", "on"), ("adapter off (base alone)", "off"))
 
 
 class Stepper(View):
@@ -88,7 +88,7 @@ class Stepper(View):
             edit = ConditionEdit(trajectory.model, trajectory.batch, condition, dim_names)  # raises naming what exists
             self.editor = ConditionSliders(edit, index=index)
             fork_children.append(self.editor)
-        self.adapter_select = widgets.Dropdown(options=ADAPTER_CHOICES, value=None, description="fork with",
+        self.adapter_select = widgets.Dropdown(options=ADAPTER_CHOICES, value="recorded", description="fork with",
                                                layout=widgets.Layout(width="300px"))
         self.fork_button = button("fork here", "rerun from this step with the edited condition", icon="code-fork")
         self.clear_button = button("remove forks", icon="trash")
@@ -168,6 +168,8 @@ class Stepper(View):
 
     def _set(self, setter, value: Any) -> None:
         setter(value)
+        if setter != self.state.set_frame:  # an export holds every frame: only another view or decode outdates it
+            self.export_status.value = ""
         self.refresh()
 
     def _decode_options(self) -> list[tuple[str, str]]:
@@ -208,12 +210,18 @@ class Stepper(View):
     # -- actions ---------------------------------------------------------------------------
     def fork_here(self, cond: Any = None, adapter: Any = None, label: str | None = None) -> Trajectory:
         """Fork at the current step with ``cond`` (default: the editor's edits) and show it alongside."""
+        edits: list[str] = []
         if cond is None and self.editor is not None:
             cond = self.editor.edit.overrides()
+            edits = self.editor.edit.describe(self.state.index)
         if adapter is None:
-            adapter = self.adapter_select.value
+            adapter = None if self.adapter_select.value == "recorded" else self.adapter_select.value
+        if label is None and (edits or adapter is not None):  # say what changed, as the ablation does
+            changes = edits + ([f"adapter {adapter}"] if adapter is not None else [])
+            label = f"fork@{self.state.step}: {', '.join(changes)}"
         fork = self.state.fork_here(cond=cond, adapter=adapter, label=label)
         self.fork_status.value = f"added <i>{fork.label}</i>"
+        self.export_status.value = ""
         self.refresh()
         return fork
 
@@ -221,12 +229,19 @@ class Stepper(View):
         while len(self.state.branches) > 1:
             self.state.remove_branch(len(self.state.branches) - 1)
         self.fork_status.value = ""
+        self.export_status.value = ""
         self.refresh()
 
     def export(self, path: str | Path | None = None, **kwargs: Any) -> Path:
         """Write the current view of every branch (see :meth:`StepperState.export`)."""
-        written = self.state.export(path or self.export_path.value, **kwargs)
-        self.export_status.value = f"wrote {written} ({written.stat().st_size / 1024:.0f} KiB)"
+        self.export_status.value = "writing…"
+        try:
+            written = self.state.export(path or self.export_path.value, **kwargs)
+        except Exception as err:
+            self.export_status.value = f"<span style='color:#b2182b'>not written: {type(err).__name__}: {err}</span>"
+            raise
+        self.export_status.value = (f"wrote {written} ({written.stat().st_size / 1024:.0f} KiB): {self.state.view}, "
+                                    f"{len(self.state.branches)} branch{'es' if len(self.state.branches) > 1 else ''}")
         return written
 
 
