@@ -59,6 +59,7 @@ def panels_image(panels: Sequence[Panel], title: str | None = None, panel_pixels
 
     panels = list(panels)
     font, small = _font(13), _font(11)
+    title = _drawable(title) if title else title
     pictures = []
     for p in panels:
         rgb = p.colored()
@@ -88,7 +89,7 @@ def panels_image(panels: Sequence[Panel], title: str | None = None, panel_pixels
     top = title_h + head
     for p, im in zip(panels, pictures):
         canvas.paste(Image.fromarray(np.ascontiguousarray(im)), (x, top))
-        for i, line in enumerate(p.title.split("\n")):
+        for i, line in enumerate(_drawable(p.title).split("\n")):
             tx = x + max(0, (im.shape[1] - _text_width(draw, line, small)) // 2)
             draw.text((tx, title_h + 2 + 15 * i), line, fill=TEXT_RGB, font=small)
         x += im.shape[1] + gap
@@ -101,8 +102,14 @@ def panels_image(panels: Sequence[Panel], title: str | None = None, panel_pixels
                       font=small)
         x += strip + 62
     for i, label in enumerate(labels):
-        draw.text((gap, top + height_img + gap // 2 + 16 * i), f"colours: {label}", fill=TEXT_RGB, font=small)
+        draw.text((gap, top + height_img + gap // 2 + 16 * i), _drawable(f"colours: {label}"), fill=TEXT_RGB,
+                  font=small)
     return np.asarray(canvas)
+
+
+def _drawable(text: str) -> str:
+    """``text`` in characters Pillow's built-in font has (it lacks the minus sign)."""
+    return text.replace("\u2212", "-")
 
 
 def _colorize(values: np.ndarray, cmap: str, lo: float, hi: float) -> np.ndarray:
