@@ -17,7 +17,7 @@ $(PY):
 PLUGINS := plugins/wan22 plugins/easyanimate
 
 $(STAMP): $(PY) pyproject.toml constraints.txt $(addsuffix /pyproject.toml,$(PLUGINS))
-	$(PY) -m pip install --quiet -c constraints.txt -e ".[data,widgets,dev,diffusers,logging]" $(addprefix -e ,$(PLUGINS))
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[data,widgets,dev,diffusers,logging,lab]" $(addprefix -e ,$(PLUGINS))
 	@touch $(STAMP)
 
 install: $(STAMP)
