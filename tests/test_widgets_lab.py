@@ -195,45 +195,44 @@ def kernel_ready(url: str) -> None:
 
 
 def run_all_and_use(page, url: str) -> None:
-    if True:
-        if True:
-            kernel_ready(url)
-            menu(page, "Run", "Run All Cells")
-            # the fit trains in the background; the next cell awaits it, the rest are queued behind
-            stop = page.locator(".workbench-fit button", has_text="stop")
-            page.wait_for_function("() => { const f = document.querySelector('.workbench-fit');"
-                                   " return f && /step [1-9][0-9]*\\/100[0-9]* · loss/.test(f.innerText); }",
-                                   timeout=TIMEOUT_MS)
-            stop.click()
-            page.locator(".jp-OutputArea-output", has_text="fit ended: stopped").wait_for(timeout=TIMEOUT_MS)
-            assert "stopped" in page.locator(".workbench-fit").inner_text()
-            # the queued cells ran after the stop: both views show a picture, and each slider moves it
-            picture_src(page, "img.workbench-stepper-image")
-            picture_src(page, "img.workbench-ablation-image")
-            press(page, ".workbench-step-slider", "ArrowRight", "img.workbench-stepper-image")
-            press(page, ".workbench-frame-slider", "ArrowLeft", "img.workbench-stepper-image")
-            press(page, ".workbench-ablation .workbench-condition-slider", "ArrowRight", "img.workbench-ablation-image")
-            assert "step <b>1</b>" in page.locator(".workbench-stepper").inner_html()
-            page.screenshot(path=str(ARTIFACTS / "lab-run-all.png"), full_page=True)
-            page.keyboard.press("Control+s")
-            page.wait_for_function("() => !document.querySelector('.jp-mod-dirty')", timeout=TIMEOUT_MS)
+    """Run All; stop the fit while later cells wait; move a slider of each view; save."""
+    kernel_ready(url)
+    menu(page, "Run", "Run All Cells")
+    # the fit trains in the background; the next cell awaits it, the rest are queued behind
+    stop = page.locator(".workbench-fit button", has_text="stop")
+    page.wait_for_function("() => { const f = document.querySelector('.workbench-fit');"
+                           " return f && /step [1-9][0-9]*\\/100[0-9]* · loss/.test(f.innerText); }",
+                           timeout=TIMEOUT_MS)
+    stop.click()
+    page.locator(".jp-OutputArea-output", has_text="fit ended: stopped").wait_for(timeout=TIMEOUT_MS)
+    assert "stopped" in page.locator(".workbench-fit").inner_text()
+    # the queued cells ran after the stop: both views show a picture, and each slider moves it
+    picture_src(page, "img.workbench-stepper-image")
+    picture_src(page, "img.workbench-ablation-image")
+    press(page, ".workbench-step-slider", "ArrowRight", "img.workbench-stepper-image")
+    press(page, ".workbench-frame-slider", "ArrowLeft", "img.workbench-stepper-image")
+    press(page, ".workbench-ablation .workbench-condition-slider", "ArrowRight", "img.workbench-ablation-image")
+    assert "step <b>1</b>" in page.locator(".workbench-stepper").inner_html()
+    page.screenshot(path=str(ARTIFACTS / "lab-run-all.png"), full_page=True)
+    page.keyboard.press("Control+s")
+    page.wait_for_function("() => !document.querySelector('.jp-mod-dirty')", timeout=TIMEOUT_MS)
 
 
 def check_reopened(p, url: str, folder: Path) -> None:
-    if True:
-        saved = json.loads((folder / "views.ipynb").read_text())
-        assert "application/vnd.jupyter.widget-state+json" in saved["metadata"].get("widgets", {})
-        for session in api(url, "/api/sessions"):  # the views' kernel is gone
-            api(url, f"/api/sessions/{session['id']}", method="DELETE")
-        assert api(url, "/api/sessions") == []
+    """The saved notebook carries the widget state; with the views' kernel gone it still shows the pictures."""
+    saved = json.loads((folder / "views.ipynb").read_text())
+    assert "application/vnd.jupyter.widget-state+json" in saved["metadata"].get("widgets", {})
+    for session in api(url, "/api/sessions"):  # the views' kernel is gone
+        api(url, f"/api/sessions/{session['id']}", method="DELETE")
+    assert api(url, "/api/sessions") == []
 
-        browser = p.chromium.launch(executable_path=chromium(), args=FLAGS, headless=True)
-        try:
-            page = open_notebook(browser, url)
-            picture_src(page, "img.workbench-stepper-image")  # from the saved widget state, not from a kernel
-            picture_src(page, "img.workbench-ablation-image")
-            page.wait_for_timeout(1000)
-            assert "model not found" not in page.locator(".jp-Notebook").inner_text()
-            page.screenshot(path=str(ARTIFACTS / "lab-reopened-without-kernel.png"), full_page=True)
-        finally:
-            browser.close()
+    browser = p.chromium.launch(executable_path=chromium(), args=FLAGS, headless=True)
+    try:
+        page = open_notebook(browser, url)
+        picture_src(page, "img.workbench-stepper-image")  # from the saved widget state, not from a kernel
+        picture_src(page, "img.workbench-ablation-image")
+        page.wait_for_timeout(1000)
+        assert "model not found" not in page.locator(".jp-Notebook").inner_text()
+        page.screenshot(path=str(ARTIFACTS / "lab-reopened-without-kernel.png"), full_page=True)
+    finally:
+        browser.close()
