@@ -51,11 +51,11 @@ class AblationSliders(View):
         def draw():
             panels, caption = self.state.panels(self.frame_slider.value)
             self.show_array(render.panels_image(panels, title=caption))
-            edited = ", ".join(self.state.describe_edits()) or "nothing"
-            self.status.value = (f"x0 change (RMS, latent units): <b>{self.state.change():.4f}</b><br>"
-                                 f"edited: {edited}")
 
-        self.request(draw)
+        self.timed(draw)
+        edited = ", ".join(self.state.describe_edits()) or "nothing"
+        self.status.value = (f"x0 change (RMS, latent units): <b>{self.state.change():.4f}</b><br>"
+                             f"edited: {edited}<br>re-rendered in {1000 * self.last_render_seconds:.0f} ms")
 
     def summary(self) -> str:
         return f"{self.state.describe()}, frame {self.frame_slider.value}"
