@@ -95,6 +95,23 @@ def test_stepper_frame_slider_and_decode(traj):
     assert stepper.state.decode == "full" and "full decode" in repr(stepper)
 
 
+def test_the_decode_choices_carry_their_measured_fidelity(traj):
+    from workbench.inspect import clear_preview_cache, fit_preview
+
+    clear_preview_cache()  # previews other tests fitted in this process
+    base = traj.model.base
+    linear = fit_preview(base, latent_shape=tuple(traj.final.shape[1:]))
+    labels = [label for label, _ in Stepper(traj).decode_select.options]
+    assert labels == [f"linear {linear.psnr:.1f} dB", "tiny", "full"]  # no tiny preview yet: no number
+    tiny = fit_preview(base, kind="tiny", n_fit=2, n_heldout=1, steps=5)
+    stepper = Stepper(traj)
+    assert [label for label, _ in stepper.decode_select.options] == [f"linear {linear.psnr:.1f} dB",
+                                                                     f"tiny {tiny.psnr:.1f} dB", "full"]
+    stepper.decode_select.value = "tiny"
+    assert stepper.state.decode == "tiny" and "tiny decode" in repr(stepper)
+    clear_preview_cache()
+
+
 @pytest.mark.parametrize("view", ["x_t", "x0", "base", "adapter", "composed", "adapter-base", "gate"])
 def test_stepper_renders_each_view(traj, view):
     stepper = Stepper(traj)
