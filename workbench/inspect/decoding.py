@@ -9,6 +9,8 @@ the base's device; only the frames leave it.
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 import torch
 
@@ -60,7 +62,7 @@ def render_float(base: BaseVideoModel, latents: torch.Tensor, decode: str = "pre
     return decode_video(base, latents, decode, index).float().clamp(-1, 1).permute(1, 2, 3, 0).cpu().numpy()
 
 
-_FRAMES_PER_LATENT: dict[tuple[int, str], int] = {}
+_FRAMES_PER_LATENT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # base -> {decode: r}
 
 
 def render_float_frame(base: BaseVideoModel, latents: torch.Tensor, frame: int, decode: str = "preview",
@@ -74,10 +76,10 @@ def render_float_frame(base: BaseVideoModel, latents: torch.Tensor, frame: int, 
     if base.causal_latents:
         return None
     t = latents.shape[2]
-    key = (id(base), decode)
-    if key not in _FRAMES_PER_LATENT:  # frames per latent frame, read off one decoded latent frame
-        _FRAMES_PER_LATENT[key] = decode_video(base, latents[:, :, :1], decode, index).shape[1]
-    r = _FRAMES_PER_LATENT[key]
+    known = _FRAMES_PER_LATENT.setdefault(base, {})
+    if decode not in known:  # frames per latent frame, read off one decoded latent frame
+        known[decode] = decode_video(base, latents[:, :, :1], decode, index).shape[1]
+    r = known[decode]
     if not 0 <= frame < t * r:
         return None
     one = decode_video(base, latents[:, :, frame // r:frame // r + 1], decode, index)  # (3, r, H, W)
