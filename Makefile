@@ -32,13 +32,19 @@ browser:
 	@command -v chromium >/dev/null || ! command -v apt-get >/dev/null || [ "$$(id -u)" != 0 ] || \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
 
+# The JupyterLab browser test drives JupyterLab itself (the lab extra).
+LAB_STAMP := $(VENV)/.lab-installed
+$(LAB_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[lab]"
+	@touch $(LAB_STAMP)
+
 demo: sysdeps $(STAMP)
 	$(VENV)/bin/workbench demo
 
 # Notebooks run under strict nbval: every stored output is compared after the sanitiser.
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
 
-test: sysdeps browser $(STAMP)
+test: sysdeps browser $(STAMP) $(LAB_STAMP)
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q tests notebooks $(NBVAL)
 
@@ -49,13 +55,14 @@ lint: $(STAMP)
 notebooks: $(STAMP)
 	$(PY) notebooks/execute.py
 
-# JupyterLab on the notebooks (as root it needs --allow-root; the news toast is switched off).
+# JupyterLab on the notebooks (as root it needs --allow-root; the news toast is switched off). Widget state is
+# saved with the notebook, so a notebook saved here reopens without a kernel showing each view's last picture.
 LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings
 lab: $(STAMP)
 	$(PY) -m pip install --quiet -c constraints.txt -e ".[lab]"
 	@mkdir -p $(LAB_SETTINGS)
-	@echo '{"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": false}}' \
-		> $(LAB_SETTINGS)/overrides.json
+	@echo '{"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": false}, \
+		"@jupyter-widgets/jupyterlab-manager:plugin": {"saveState": true}}' > $(LAB_SETTINGS)/overrides.json
 	$(VENV)/bin/jupyter lab notebooks $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 bench: $(STAMP)

@@ -1,14 +1,21 @@
 """Slider latency of the notebook views on the embedded model (64x64, 16 frames, 20 steps).
 
-Measures, as a person moving a control would feel it (wall time of the whole callback: logic,
-figure, PNG), the median over interleaved rounds of:
+Measures, in Python, the wall time of the whole callback (logic, decode, picture, PNG) as a
+person moving a control waits for it, the median over 19 moves of:
 
 * an ablation slider move (adapter + composer re-run on the cached base output, then drawn),
-* the same move on a recording that kept no base output, so the base runs too (what a slider
-  would cost without the cache),
-* a step-slider move in the Stepper to a step not seen yet, and back to one already drawn.
+  with the tiny preview and with the full decoder, and on a recording that kept no base output
+  (so the base runs too: what a slider would cost without the cache);
+* Stepper moves with three branches (the run and two forks, as notebook 2 shows them), for each
+  decode (linear preview, tiny preview, full): a step move to a step not drawn yet, back to one
+  already drawn, and a frame move; beside them, what drawing the same panels as a matplotlib
+  figure alone costs (what every move paid before pictures were composed from the arrays).
 
-Prints the times and the ratio of a cached ablation move to a full recompute. Uses the shipped
+Then, when Debian's chromium, voila and playwright are installed (``make browser``; the dev
+extra), the same configuration in a real browser: Voilà serves it on 127.0.0.1, headless
+Chromium presses an arrow key on a slider and times, in the page, until the view's picture
+(``<img src>``) changes: the median over 11 presses per slider, printed beside the Python-side
+cost. Without them that part says what is missing and is skipped. Uses the shipped
 pretrained tiny_video when it is installed, else the default architecture with random weights
 (the cost is the same). Nothing asserts on time.
 """
@@ -16,9 +23,16 @@ pretrained tiny_video when it is installed, else the default architecture with r
 from __future__ import annotations
 
 import os
+import shutil
+import socket
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
+from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("WORKBENCH_CACHE", tempfile.mkdtemp(prefix="workbench-bench-"))
@@ -31,7 +45,7 @@ from workbench import ComposedModel, GatedResidual  # noqa: E402
 from workbench.adapters.latent_residual import LatentResidual  # noqa: E402
 from workbench.backbones.tiny_video import WEIGHTS_DIR, TinyVideo  # noqa: E402
 from workbench.inspect import StoragePolicy, record  # noqa: E402
-from workbench.widgets import AblationSliders, Stepper  # noqa: E402
+from workbench.widgets import AblationSliders, Stepper, render  # noqa: E402
 
 STEPS = 20
 
@@ -55,6 +69,10 @@ def timed(fn) -> float:
     return time.perf_counter() - start
 
 
+def median_ms(times: list[float]) -> float:
+    return 1000 * statistics.median(times[2:])  # the first two moves warm caches up
+
+
 def main() -> None:
     model, which = embedded_model()
     size, frames = model.base.config.image_size, model.base.config.frames
@@ -65,28 +83,170 @@ def main() -> None:
     traj = record(model, batch, steps=STEPS, seed=0)
     # the same view on a recording that kept no base output: each move runs the base as well
     no_base = record(model, batch, steps=STEPS, seed=0, storage=StoragePolicy(fields=("x_t", "x0", "composed")))
-    ablation = AblationSliders(traj, step=STEPS // 2)
-    uncached = AblationSliders(no_base, step=STEPS // 2)
-    stepper = Stepper(traj)
-    slider, other = ablation.sliders.sliders[0], uncached.sliders.sliders[0]
-
-    cached, full, new_step, seen_step = [], [], [], []
-    values = [round(-1 + 0.1 * i, 2) for i in range(21)]
-    stepper.step_slider.value = 0
-    for i, value in enumerate(values):
-        cached.append(timed(lambda value=value: setattr(slider, "value", value)))
-        full.append(timed(lambda value=value: setattr(other, "value", value)))
-        target = (i % (STEPS - 1)) + 1
-        new_step.append(timed(lambda target=target: setattr(stepper.step_slider, "value", target)))
-        seen_step.append(timed(lambda: setattr(stepper.step_slider, "value", 0)))
-    ms = {name: 1000 * statistics.median(t[2:]) for name, t in
-          (("cached", cached), ("full", full), ("new step", new_step), ("seen step", seen_step))}
     print(f"model: {which}, {frames} frames of {size}x{size}, {STEPS} steps, one CPU thread")
-    print(f"ablation slider move, cached base output: {ms['cached']:.0f} ms (logic + figure + PNG)")
-    print(f"ablation slider move, recomputing the base too: {ms['full']:.0f} ms")
-    print(f"stepper step slider move: {ms['new step']:.0f} ms to an unseen step, {ms['seen step']:.0f} ms back "
-          f"to a drawn one")
-    print(f"cached / full recompute = {ms['cached'] / ms['full']:.2f}")
+    values = [round(-1 + 0.1 * i, 2) for i in range(21)]
+
+    # ablation slider, as notebook 3 ships it (tiny preview), and with the full decoder
+    ablations = {d: AblationSliders(traj, step=STEPS // 2, decode=d) for d in ("tiny", "full")}
+    uncached = AblationSliders(no_base, step=STEPS // 2, decode="tiny")
+    times: dict[str, list[float]] = {name: [] for name in ("tiny", "full", "no base cache")}
+    for value in values:
+        for name, view in (*ablations.items(), ("no base cache", uncached)):
+            times[name].append(timed(lambda view=view, value=value: setattr(view.sliders.sliders[0], "value", value)))
+    ms = {name: median_ms(t) for name, t in times.items()}
+    print(f"ablation slider move: {ms['tiny']:.0f} ms (tiny preview), {ms['full']:.0f} ms (full decode); "
+          f"{ms['no base cache']:.0f} ms when the base re-runs too (tiny)")
+    print(f"cached / base re-run = {ms['tiny'] / ms['no base cache']:.2f}")
+
+    # Stepper step and frame sliders with three branches (the run and two forks), as in notebook 2
+    for decode in ("preview", "tiny", "full"):
+        stepper = Stepper(traj, decode=decode)
+        stepper.step_slider.value = 4
+        stepper.fork_here(cond={"action": batch.cond["action"].flip(0)}, label="swapped")
+        stepper.step_slider.value = 0
+        stepper.fork_here(adapter="off", label="base alone")
+        new_step, seen_step, frame_move, figure = [], [], [], []
+        for i in range(len(values)):
+            target = (i % (STEPS - 1)) + 1
+            new_step.append(timed(lambda s=stepper, t=target: setattr(s.step_slider, "value", t)))
+            seen_step.append(timed(lambda s=stepper: setattr(s.step_slider, "value", 0)))
+            frame_move.append(timed(lambda s=stepper, i=i: setattr(s.frame_slider, "value", i % frames)))
+            panels, caption = stepper.state.panels(), stepper.state.caption()
+            figure.append(timed(lambda p=panels, c=caption: render.figure_png(render.panels_figure(p, title=c))))
+        print(f"stepper ({decode} decode, 3 branches): step move {median_ms(new_step):.0f} ms to an unseen step, "
+              f"{median_ms(seen_step):.0f} ms back to a drawn one; frame move {median_ms(frame_move):.0f} ms "
+              f"(a matplotlib figure of the same panels alone: {median_ms(figure):.0f} ms)")
+        if decode == "tiny":
+            python_side = {"step": median_ms(new_step), "frame": median_ms(frame_move)}
+    python_side["ablation"] = ms["tiny"]
+    browser(python_side)
+
+
+# -- in a real browser -------------------------------------------------------------------------
+APP = [
+    """import os
+os.environ["OMP_NUM_THREADS"] = "1"
+import torch
+torch.set_num_threads(1)
+from torch.utils.data import default_collate
+from workbench import ComposedModel, GatedResidual
+from workbench.adapters.latent_residual import LatentResidual
+from workbench.backbones.tiny_video import TinyVideo
+from workbench.data.metaworld import MetaWorldClips
+from workbench.inspect import record, swap_conditions
+from workbench.widgets import AblationSliders, Stepper
+torch.manual_seed(0)
+base = TinyVideo.from_pretrained()
+adapter = LatentResidual(width=16, depth=1)
+with torch.no_grad():
+    for p in adapter.out.parameters():
+        p.normal_(0, 0.1)
+model = ComposedModel(base, adapter, GatedResidual(gate_init=0.5), base.default_objective())
+clips = MetaWorldClips(path="sample", window=16, stride=8, split="val")
+traj = record(model, base.prepare_batch(default_collate([clips[10], clips[35]])), steps=20, seed=0)
+DIMS = ["dx", "dy", "dz", "grip"]""",
+    """stepper = Stepper(traj, decode="tiny", dim_names=DIMS)
+stepper.step_slider.value = 4
+stepper.fork_here(cond=swap_conditions(traj), label="swapped")
+stepper.step_slider.value = 0
+stepper.fork_here(adapter="off", label="base alone")
+stepper""",
+    """AblationSliders(traj, step=10, decode="tiny", dim_names=DIMS)""",
+]
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+PRESSES = 11
+TIME_PRESS = """([img, key]) => {
+  const image = document.querySelector(img);
+  const before = image.src;
+  window.__latency = new Promise(resolve => {
+    const seen = new MutationObserver(() => {
+      if (image.src !== before) { seen.disconnect(); resolve(performance.now() - window.__pressed); }
+    });
+    seen.observe(image, {attributes: true, attributeFilter: ["src"]});
+  });
+  window.__pressed = performance.now();
+}"""
+
+
+def browser(python_side: dict[str, float]) -> None:
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    missing = [name for name, ok in (("chromium (make browser)", chromium is not None),
+                                     ("voila", _importable("voila")), ("playwright", _importable("playwright")))
+               if not ok]
+    if missing:
+        print(f"browser latency: skipped, {', '.join(missing)} not installed")
+        return
+    import nbformat
+    from playwright.sync_api import sync_playwright
+
+    folder = Path(tempfile.mkdtemp(prefix="workbench-latency-"))
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(code) for code in APP]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, folder / "latency.ipynb")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "JUPYTER_RUNTIME_DIR": str(folder / "runtime")}
+    with open(folder / "voila.log", "w") as log:
+        server = subprocess.Popen([sys.executable, "-m", "voila", "latency.ipynb", "--no-browser", f"--port={port}",
+                                   "--Voila.ip=127.0.0.1"], cwd=folder, env=env, stdout=log,
+                                  stderr=subprocess.STDOUT)
+        try:
+            url = f"http://127.0.0.1:{port}/"
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    urllib.request.urlopen(url + "static/", timeout=2)  # noqa: S310 - our own local server
+                    break
+                except urllib.error.HTTPError:
+                    break
+                except OSError:
+                    if server.poll() is not None or time.monotonic() > deadline:
+                        print(f"browser latency: Voilà did not start ({folder / 'voila.log'})")
+                        return
+                    time.sleep(0.5)
+            with sync_playwright() as p:
+                chrome = p.chromium.launch(executable_path=chromium, args=FLAGS, headless=True)
+                try:
+                    page = chrome.new_page(viewport={"width": 1400, "height": 1600})
+                    page.route(__import__("re").compile(r"^https?://(?!127\.0\.0\.1[:/])"), lambda r: r.abort())
+                    page.goto(url, timeout=180_000)
+                    for img in ("img.workbench-stepper-image", "img.workbench-ablation-image"):
+                        page.wait_for_function(f"() => {{ const i = document.querySelector('{img}');"
+                                               " return i && i.complete && i.naturalWidth > 100; }", timeout=180_000)
+                    cases = [("stepper step slider (tiny, 3 branches)", ".workbench-step-slider",
+                              "img.workbench-stepper-image", "ArrowRight", "step"),
+                             ("stepper frame slider (tiny, 3 branches)", ".workbench-frame-slider",
+                              "img.workbench-stepper-image", "ArrowLeft", "frame"),
+                             ("ablation slider dx (tiny)", ".workbench-ablation .workbench-condition-slider",
+                              "img.workbench-ablation-image", "ArrowLeft", "ablation")]
+                    for name, slider, img, key, which in cases:
+                        handle = page.locator(f"{slider} .noUi-handle").first
+                        handle.focus()
+                        times = []
+                        for _ in range(PRESSES):
+                            page.evaluate(TIME_PRESS, [img, key])
+                            handle.press(key)
+                            times.append(page.evaluate("async () => await window.__latency"))
+                            page.wait_for_timeout(150)
+                        print(f"browser, key press to new picture, {name}: median {statistics.median(times):.0f} ms "
+                              f"(range {min(times):.0f}-{max(times):.0f}; Python side {python_side[which]:.0f} ms)")
+                finally:
+                    chrome.close()
+        finally:
+            server.terminate()
+            try:
+                server.wait(10)
+            except subprocess.TimeoutExpired:
+                server.kill()
+
+
+def _importable(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
 
 
 if __name__ == "__main__":

@@ -207,7 +207,8 @@ def test_frames_of_every_kind(traj):
 @pytest.mark.parametrize("call, error, message", [
     (lambda t: t.frames(1, kind="compose"), InspectError,
      r"kind='compose' is not allowed; allowed: 'x_t', 'x0', .*Did you mean 'composed'\? Pick what to show"),
-    (lambda t: t.frames(1, decode="vae"), InspectError, r"decode='vae' is not allowed; allowed: 'preview', 'full'"),
+    (lambda t: t.frames(1, decode="vae"), InspectError,
+     r"decode='vae' is not allowed; allowed: 'preview', 'tiny', 'full'"),
     (lambda t: t.frames(9), StepError, r"step=9 is out of range: this trajectory has 3 recorded steps"),
     (lambda t: t.frames("last"), StepError, r"step='last': use an int step index or 'final'"),
     (lambda t: t.frames(0, index=2), InspectError, r"index=2 is not a batch element; this batch has 2 \(0..1\)"),

@@ -39,6 +39,22 @@ def test_stored_in_order_with_pictures_and_nothing_on_stderr(path):
     assert "widgets" not in json.loads(path.read_text())["metadata"]
 
 
+VIEWS = ("Stepper", "AblationSliders", "Fit", "ConditionProbe", "Gates", "ActionSensitivity")
+
+
+@pytest.mark.parametrize("path", NUMBERED, ids=lambda p: p.stem)
+def test_every_view_output_carries_its_picture_and_status(path):
+    """Opened without a kernel (JupyterLab, GitHub, nbviewer), each view shows its last picture and line."""
+    shown = [o for o in outputs(path) if "".join(o.get("data", {}).get("text/plain", "")).startswith(
+        tuple(f"{v}: " for v in VIEWS))]
+    for output in shown:
+        data = output["data"]
+        assert "image/png" in data and len(data["image/png"]) > 1000, "".join(data["text/plain"])[:80]
+        assert sorted(data) == ["image/png", "text/plain"]  # no widget view that would need its model
+    if path.stem[:2] in ("01", "02", "03", "04"):
+        assert shown  # the notebooks of the instruments display views
+
+
 @pytest.mark.parametrize("path", NUMBERED, ids=lambda p: p.stem)
 def test_one_torch_thread_and_listed_in_the_readme(path):
     first = "".join(next(c for c in cells(path) if c["cell_type"] == "code")["source"])

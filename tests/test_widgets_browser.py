@@ -118,7 +118,7 @@ def voila_url(tmp_path_factory):
 
 
 def x0_change(page) -> float:
-    text = page.inner_text(".workbench-ablation .widget-html-content")
+    text = page.inner_text(".workbench-ablation-status")
     return float(re.search(r"x0 change \(RMS, latent units\): ([0-9.]+)", text).group(1))
 
 

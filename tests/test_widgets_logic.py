@@ -231,6 +231,17 @@ def test_signed_panels_of_all_branches_share_one_colour_range(traj):
     assert len(limits) == 1 and limits.pop() == max(state.view_image(b).limit for b in (0, 1))
 
 
+def test_an_all_zero_difference_does_not_set_the_shared_colour_range(traj):
+    state = StepperState(traj, view="adapter-base")
+    state.seek(2)
+    state.fork_here(adapter="off")  # the base alone: its adapter − base is zero everywhere
+    run, alone = state.view_image(0), state.view_image(1)
+    assert not np.any(alone.frames) and alone.limit == 1.0  # alone, its own range says nothing
+    assert 0 < run.limit < 1.0
+    assert {p.limit for p in state.panels()} == {run.limit}  # symmetric: ± the run's largest difference
+    assert {p.vrange for p in state.panels()} == {(-run.limit, run.limit)}
+
+
 @pytest.mark.parametrize("suffix", [".mp4", ".gif"])
 def test_export_writes_a_readable_video_of_steps_by_branches(traj, tmp_path, suffix):
     import imageio.v3 as iio

@@ -21,6 +21,7 @@ pytest.importorskip("matplotlib")
 from workbench import AdapterExperiment, ComposedModel, GatedResidual, NoiseGated, TrainingConfig  # noqa: E402
 from workbench.adapters.latent_residual import LatentResidual  # noqa: E402
 from workbench.data.synthetic import SyntheticMoves  # noqa: E402
+from workbench.errors import DataError  # noqa: E402
 from workbench.inspect import InspectError, record  # noqa: E402
 from workbench.widgets import (  # noqa: E402
     AblationSliders,
@@ -82,8 +83,6 @@ def test_stepper_step_slider_moves_the_picture(traj):
     stepper.back_button.click()
     stepper.back_button.click()
     assert stepper.state.step == 1
-    stepper.play.value = 3  # the play control drives the same slider
-    assert stepper.step_slider.value == 3 and stepper.state.step == 3
 
 
 def test_stepper_frame_slider_and_decode(traj):
@@ -94,6 +93,23 @@ def test_stepper_frame_slider_and_decode(traj):
     assert stepper.state.frame == 2 and changed(before, picture(stepper))
     stepper.decode_select.value = "full"
     assert stepper.state.decode == "full" and "full decode" in repr(stepper)
+
+
+def test_the_decode_choices_carry_their_measured_fidelity(traj):
+    from workbench.inspect import clear_preview_cache, fit_preview
+
+    clear_preview_cache()  # previews other tests fitted in this process
+    base = traj.model.base
+    linear = fit_preview(base, latent_shape=tuple(traj.final.shape[1:]))
+    labels = [label for label, _ in Stepper(traj).decode_select.options]
+    assert labels == [f"linear {linear.psnr:.1f} dB", "tiny", "full"]  # no tiny preview yet: no number
+    tiny = fit_preview(base, kind="tiny", n_fit=2, n_heldout=1, steps=5)
+    stepper = Stepper(traj)
+    assert [label for label, _ in stepper.decode_select.options] == [f"linear {linear.psnr:.1f} dB",
+                                                                     f"tiny {tiny.psnr:.1f} dB", "full"]
+    stepper.decode_select.value = "tiny"
+    assert stepper.state.decode == "tiny" and "tiny decode" in repr(stepper)
+    clear_preview_cache()
 
 
 @pytest.mark.parametrize("view", ["x_t", "x0", "base", "adapter", "composed", "adapter-base", "gate"])
@@ -123,12 +139,148 @@ def test_fork_here_with_the_condition_editor_adds_a_branch(traj, model):
     assert float(fork.batch.cond["action"][0, 2, 3]) == float(traj.batch.cond["action"][0, 2, 3])
     after = picture(stepper)
     assert after.shape[1] > before.shape[1]  # two branches side by side
-    assert "fork@2" in repr(stepper)
+    assert fork.label == "fork@2: grip=+0.75@f1"  # what changed, as the ablation says it
+    assert "fork@2: grip=+0.75@f1" in repr(stepper) and "fork@2: grip=+0.75@f1" in stepper.fork_status.value
+    assert stepper.adapter_select.value == "recorded"  # the first choice shows its label, not a blank
+    assert stepper.adapter_select.label == "adapter as recorded"
+    stepper.editor.reset_button.click()
     stepper.adapter_select.value = "off"
     stepper.fork_button.click()
     assert stepper.state.branches[2].settings.adapter is False
+    assert stepper.state.branches[2].label == "fork@2: adapter off"
     stepper.clear_button.click()
     assert len(stepper.state.branches) == 1
+
+
+def test_slider_moves_draw_from_the_arrays_without_building_a_figure(traj, monkeypatch):
+    from workbench.widgets import render
+
+    stepper = Stepper(traj)
+    ablation = AblationSliders(traj, step=2, dim_names=DIMS)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a slider move built a matplotlib figure")
+
+    monkeypatch.setattr(render, "panels_figure", refuse)
+    stepper.step_slider.value = 2
+    stepper.frame_slider.value = 1
+    ablation.sliders.sliders[0].value = 0.5
+    shown = picture(stepper)[..., :3]
+    panel = stepper.state.panels()[0]
+    scale = render.PANEL_PIXELS // panel.image.shape[0]
+    expected = np.repeat(np.repeat(panel.colored(), scale, 0), scale, 1)
+    h, w = expected.shape[:2]
+    found = [(y, x) for y in range(shown.shape[0] - h + 1) for x in range(0, 20)
+             if np.array_equal(shown[y:y + h, x:x + w], expected)]
+    assert found  # the frame itself, scaled by an integer factor, pixel for pixel
+
+
+def test_a_step_move_decodes_only_the_shown_frame_of_each_branch(traj, model):
+    from workbench.inspect import view_image
+
+    stepper = Stepper(traj, decode="full", frame=2)
+    stepper.fork_here(adapter="off")
+    seen = []
+    decode = model.base.decode
+
+    def counted(latents):
+        seen.append(latents.shape[2])
+        return decode(latents)
+
+    model.base.decode = counted
+    try:
+        stepper.step_slider.value = 3
+        assert seen == [1, 1]  # one latent frame per branch, not the clip's four
+        panel = stepper.state.panels()[0]
+        whole = view_image(traj, 3, "x0", decode="full")
+        assert np.array_equal(panel.image, whole.frames[2])  # the same pixels as decoding the whole clip
+        seen.clear()
+        stepper.step_slider.value = 2
+        stepper.step_slider.value = 3  # drawn before: from the cache
+        assert seen == [1, 1]
+    finally:
+        del model.base.decode
+
+
+def test_play_steps_to_the_end_in_the_kernel_however_often_the_view_is_displayed(traj):
+    import asyncio
+
+    from IPython.display import display
+
+    stepper = Stepper(traj, interval=1)
+    display(stepper)
+    display(stepper)  # a page-side Play would stop after one step here; the kernel's timer does not care
+    visited = []
+    stepper.step_slider.observe(lambda c: visited.append(c["new"]), names="value")
+
+    async def play():
+        stepper.play.value = True
+        assert stepper.play.description == "pause"
+        while stepper.play.value:
+            await asyncio.sleep(0.005)
+
+    asyncio.run(asyncio.wait_for(play(), timeout=30))
+    assert visited == [1, 2, 3] and stepper.state.step == 3  # every stored step, in order, then it stops
+    assert stepper.play.description == "play"
+
+    async def pause_and_replay():
+        stepper.play.value = True  # at the end: plays again from the start
+        await asyncio.sleep(0)
+        stepper.play.value = False
+        await asyncio.sleep(0.05)
+
+    visited.clear()
+    asyncio.run(pause_and_replay())
+    assert visited[0] == 0 and len(visited) <= 2 and not stepper.play.value  # paused: no more steps
+
+
+def test_a_burst_of_moves_inside_the_event_loop_draws_once(traj):
+    import asyncio
+
+    stepper = Stepper(traj)
+    draws = []
+    original = stepper.state.panels
+
+    def counted():
+        draws.append(stepper.state.step)
+        return original()
+
+    stepper.state.panels = counted
+
+    async def burst():
+        for value in (1, 2, 3, 2, 3):
+            stepper.step_slider.value = value  # each handled while the loop is busy with this burst
+        before = stepper.image.value
+        assert draws == [] and stepper.image.value == before  # the old picture stays until the new one
+        await asyncio.sleep(0)
+
+    asyncio.run(burst())
+    assert draws == [3] and stepper.state.step == 3  # only the latest state was drawn
+
+
+def test_the_editor_says_when_all_frames_replaces_a_varying_sequence(traj):
+    stepper = Stepper(traj, dim_names=DIMS)
+    actions = traj.batch.cond["action"][0]
+    assert float(actions[:, 0].max() - actions[:, 0].min()) > 0  # the recorded dx varies over frames
+    note = stepper.editor.note.value
+    assert f"dx {float(actions[:, 0].min()):+.2f}…{float(actions[:, 0].max()):+.2f}" in note
+    assert "moving one sets every frame to its value" in note
+    assert stepper.editor.sliders[0].value == pytest.approx(float(actions[:, 0].mean()), abs=1e-6)
+
+
+def test_stale_status_lines_are_replaced(traj, tmp_path):
+    stepper = Stepper(traj, export_path=tmp_path / "a.gif")
+    stepper.export_button.click()
+    assert stepper.export_status.value.startswith(f"wrote {tmp_path / 'a.gif'}") and "x0, 1 branch" in \
+        stepper.export_status.value
+    stepper.frame_slider.value = 1
+    assert stepper.export_status.value.startswith("wrote")  # an export holds every frame: still true
+    stepper.view_select.value = "x_t"
+    assert stepper.export_status.value == ""  # it described the x0 view
+    stepper.export_path.value = str(tmp_path / "b.webm")
+    with pytest.raises(DataError, match=r"unknown file extension '\.webm'"):
+        stepper.export()
+    assert "not written: DataError: write_video: unknown file extension '.webm'" in stepper.export_status.value
 
 
 def test_condition_editor_shows_the_chosen_frame_without_editing(traj):
@@ -359,3 +511,36 @@ def test_importing_the_widgets_package_is_light():
     assert json.loads(out.stdout) == []
     with pytest.raises(AttributeError, match="views: AblationSliders, ActionSensitivity"):
         __import__("workbench.widgets", fromlist=["x"]).Steper  # noqa: B018
+
+
+def test_awaiting_a_fit_keeps_the_loop_free_so_stop_is_handled_meanwhile():
+    import asyncio
+
+    exp = tiny_exp()
+    fit = Fit(exp, DATA, steps=40)
+    statuses = []
+
+    async def notebook():
+        fit.start()
+        waiting = asyncio.ensure_future(fit.finished())  # the cell that waits for the run
+        while exp.step < 2:  # meanwhile the loop serves other messages: a click on stop
+            await asyncio.sleep(0.01)
+        statuses.append(fit.status.value)
+        fit.stop_button.click()
+        return await asyncio.wait_for(waiting, timeout=60)
+
+    assert asyncio.run(notebook()) is fit
+    assert fit.session.state == "stopped" and 2 <= exp.step < 40
+    assert "steps/s · ETA " in statuses[0] and " · lr 0.003" in statuses[0]  # while running
+    assert fit.train_button.description == "resume"
+
+
+def test_the_loss_average_is_bias_corrected_not_seeded_by_the_first_loss():
+    from workbench.widgets.render import _ema
+
+    flat = _ema([2.0] * 5, 0.9)
+    assert np.allclose(flat, 2.0)  # an unchanging loss averages to itself from the first step
+    drop = _ema([10.0, 1.0, 1.0], 0.9)
+    weights = np.array([0.9 * 0.1, 0.1])
+    assert drop[1] == pytest.approx((weights @ [10.0, 1.0]) / weights.sum())  # 5.26, not 9.1 as a seeded average
+    assert drop[2] < drop[1] < drop[0] == 10.0

@@ -108,6 +108,32 @@ class ConditionEdit:
             self._check(dim, None)
             self.values[..., dim] = self.original[..., dim]
 
+    def describe(self, index: int = 0) -> list[str]:
+        """The edited dimensions for clip ``index`` by name, e.g. ``["d3=+0.50"]``, ``["dx=-1.00@f5"]``."""
+        out = []
+        values, original = self.values[index], self.original[index]
+        for d, name in enumerate(self.names):
+            if torch.equal(values[..., d], original[..., d]):
+                continue
+            col = values[..., d]
+            if col.ndim == 0 or bool((col == col.reshape(-1)[0]).all()):
+                out.append(f"{name}={float(col.reshape(-1)[0]):+.2f}")
+            else:
+                frames = [int(f) for f in torch.nonzero(col != original[..., d]).reshape(-1)]
+                out.append(", ".join(f"{name}={float(col[f]):+.2f}@f{f}" for f in frames))
+        return out
+
+    def varying(self, index: int = 0) -> dict[str, tuple[float, float]]:
+        """Per dimension whose recorded values differ between frames (clip ``index``): its ``(min, max)``.
+
+        Setting such a dimension on every frame replaces that sequence by one value.
+        """
+        if self.frames is None:
+            return {}
+        original = self.original[index]
+        return {name: (float(original[:, d].min()), float(original[:, d].max()))
+                for d, name in enumerate(self.names) if float(original[:, d].max() - original[:, d].min()) > 1e-6}
+
     def overrides(self) -> dict[str, torch.Tensor] | None:
         """``{condition: values}`` for ``fork`` / ``recompose``, or ``None`` when nothing changed."""
         return {self.condition: self.values.clone()} if self.changed else None
@@ -189,7 +215,10 @@ class Ablation:
         base = self.trajectory.model.base
         rec = self.trajectory[self.step]
         caption = f"x0 estimate · step {rec.index} of {rec.steps} · noise level {float(rec.noise_level[0]):.2f}"
-        before = render_float(base, self.original_x0(), self.decode, self.index)
+        key = (self.step, self.decode, self.index)
+        if getattr(self, "_before", (None,))[0] != key:  # the recorded picture does not change with the edits
+            self._before = (key, render_float(base, self.original_x0(), self.decode, self.index))
+        before = self._before[1]
         after = render_float(base, self.ablated_x0(), self.decode, self.index)
         diff = (after - before).mean(-1).astype(np.float32)
         given = given_frames(self.trajectory.batch, self.index, diff.shape[0], base.causal_latents)
@@ -207,18 +236,7 @@ class Ablation:
 
     def describe_edits(self) -> list[str]:
         """The edited dimensions for clip ``index`` by name, e.g. ``["d3=+0.50"]``, ``["dx=-1.00@f5"]``."""
-        out = []
-        values, original = self.edit.values[self.index], self.edit.original[self.index]
-        for d, name in enumerate(self.edit.names):
-            if torch.equal(values[..., d], original[..., d]):
-                continue
-            col = values[..., d]
-            if col.ndim == 0 or bool((col == col.reshape(-1)[0]).all()):
-                out.append(f"{name}={float(col.reshape(-1)[0]):+.2f}")
-            else:
-                frames = [int(f) for f in torch.nonzero(col != original[..., d]).reshape(-1)]
-                out.append(", ".join(f"{name}={float(col[f]):+.2f}@f{f}" for f in frames))
-        return out
+        return self.edit.describe(self.index)
 
     def describe(self) -> str:
         edits = ", ".join(self.describe_edits()) or "no edit"

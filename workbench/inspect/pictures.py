@@ -65,25 +65,37 @@ class ViewImage:
     limit: float = 1.0
     given: tuple[bool, ...] = ()
     caption: str = ""
+    start: int = 0
+    total: int | None = None
 
     def __len__(self) -> int:
-        return int(self.frames.shape[0])
+        """Frames of the whole video (``frames`` may hold only some of them: ``start`` onwards)."""
+        return int(self.frames.shape[0]) if self.total is None else self.total
+
+    @property
+    def partial(self) -> bool:
+        """True when ``frames`` holds only frames ``start ..`` of the video (a view of one frame)."""
+        return self.total is not None and self.total != self.frames.shape[0]
 
     def frame(self, i: int, limit: float | None = None) -> Panel:
         """Frame ``i`` as a :class:`Panel` (``limit`` overrides the colour range, e.g. to share it)."""
         if not 0 <= i < len(self):
             raise StepError(f"frame={i} is out of range: this view has {len(self)} frames (0..{len(self) - 1}).")
-        return Panel(self.title, self.kind, self.frames[i], self.label, self.limit if limit is None else limit)
+        if not 0 <= i - self.start < self.frames.shape[0]:
+            raise StepError(f"frame={i} was not rendered: this picture holds frames {self.start}.."
+                            f"{self.start + self.frames.shape[0] - 1} of {len(self)}; render the view with frame={i}.")
+        return Panel(self.title, self.kind, self.frames[i - self.start], self.label,
+                     self.limit if limit is None else limit)
 
     def frame_name(self, i: int) -> str:
         """``"frame 3"``, or ``"frame 0 (given)"`` for a frame the model is given."""
         return f"frame {i}" + (" (given)" if i < len(self.given) and self.given[i] else "")
 
     def colored(self, limit: float | None = None) -> np.ndarray:
-        """uint8 ``[T, H, W, 3]``: every frame as drawn."""
+        """uint8 ``[T, H, W, 3]``: every frame held, as drawn."""
         if self.kind == "rgb":
             return self.frames
-        return np.stack([self.frame(i, limit).colored() for i in range(len(self))])
+        return np.stack([self.frame(self.start + i, limit).colored() for i in range(self.frames.shape[0])])
 
 
 def signed_limit(values: np.ndarray) -> float:
@@ -92,4 +104,12 @@ def signed_limit(values: np.ndarray) -> float:
     return peak if peak > 0 else 1.0
 
 
-__all__ = ["Kind", "Panel", "ViewImage", "signed_limit"]
+def shared_limit(images) -> float:
+    """The colour range several float maps share: the largest of their own ranges, leaving out maps
+    that are zero everywhere (a difference that is identically zero, e.g. the base-alone branch in
+    "adapter − base", says nothing about the scale and would otherwise force ±1); 1 when all are."""
+    limits = [im.limit for im in images if im.kind != "rgb" and np.any(im.frames)]
+    return max(limits) if limits else 1.0
+
+
+__all__ = ["Kind", "Panel", "ViewImage", "shared_limit", "signed_limit"]

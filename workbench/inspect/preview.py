@@ -52,7 +52,10 @@ from workbench.inspect.common import InspectError
 from workbench.metrics import psnr
 
 PREVIEW_VERSION = 1
-DECODES = ("preview", "full")
+DECODES = ("preview", "tiny", "full")
+"""How latents become pictures: the linear preview, the distilled tiny preview
+(:mod:`workbench.inspect.tiny_preview`), or the backbone's full decoder."""
+PREVIEW_KINDS = ("linear", "tiny")
 DEFAULT_CHUNK_FRAMES = 8
 
 _IDENTITIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -67,11 +70,14 @@ def cache_dir() -> Path:
 
 def clear_preview_cache(disk: bool = False) -> None:
     """Forget the previews held in memory (and, with ``disk=True``, delete the cached files)."""
+    from workbench.inspect.tiny_preview import clear_tiny_cache
+
     _MEMORY.clear()
     _IDENTITIES.clear()
+    clear_tiny_cache()
     if disk and cache_dir().exists():
         for path in cache_dir().glob("*"):
-            if path.suffix in (".safetensors", ".json"):
+            if path.suffix in (".safetensors", ".json"):  # linear and tiny previews
                 path.unlink()
 
 
@@ -395,10 +401,15 @@ def _encode_samples(base: BaseVideoModel, samples: Any) -> torch.Tensor:
         return base.encode(video.to(device=base.device, dtype=base.dtype))
 
 
-def fit_preview(base: BaseVideoModel, samples: Any = None, *, latent_shape: tuple[int, ...] | None = None,
-                n_fit: int = 8, n_heldout: int = 4, seed: int = 0, cache: bool = True, refit: bool = False,
-                chunk_frames: int | None = DEFAULT_CHUNK_FRAMES) -> LatentPreview:
-    """Fit (or load) the linear preview of ``base``.
+def fit_preview(base: BaseVideoModel, samples: Any = None, *, kind: str = "linear",
+                latent_shape: tuple[int, ...] | None = None, n_fit: int | None = None, n_heldout: int = 4,
+                seed: int = 0, cache: bool = True, refit: bool = False,
+                chunk_frames: int | None = DEFAULT_CHUNK_FRAMES, **distil: Any) -> LatentPreview | Any:
+    """Fit (or load) the linear preview of ``base``, or with ``kind="tiny"`` distil (or load) its tiny preview.
+
+    ``kind="tiny"``: a small convolutional decoder distilled from ``base.decode``
+    (:class:`~workbench.inspect.tiny_preview.TinyPreview`, see that module); ``n_fit`` defaults to
+    24 clips there, and ``distil`` takes its training settings (``steps``, ``width``, ``batch``, ``lr``).
 
     ``samples``: real frames to encode — video ``(N, 3, T, H, W)`` in [-1, 1], uint8
     ``(N, T, H, W, 3)`` or a raw batch; the last ``n_heldout`` clips (at least one) measure the
@@ -411,7 +422,22 @@ def fit_preview(base: BaseVideoModel, samples: Any = None, *, latent_shape: tupl
     >>> preview = fit_preview(TinyVideo())
     >>> video = preview(latents)            # (B, 3, T, H, W) in [-1, 1]
     >>> preview.psnr, preview.baseline_psnr  # held-out dB against base.decode
+    >>> tiny = fit_preview(TinyVideo(), kind="tiny")
+    >>> tiny.psnr, tiny.linear_psnr          # held-out dB, distilled vs linear
     """
+    if kind not in PREVIEW_KINDS:
+        raise InspectError(f"fit_preview(kind={kind!r}): unknown preview kind. Allowed: {', '.join(PREVIEW_KINDS)} "
+                           f"('linear': least-squares per latent pixel; 'tiny': a distilled convolutional decoder).")
+    if kind == "tiny":
+        from workbench.inspect.tiny_preview import fit_tiny_preview
+
+        return fit_tiny_preview(base, samples, latent_shape=latent_shape, n_fit=24 if n_fit is None else n_fit,
+                                n_heldout=n_heldout, seed=seed, cache=cache, refit=refit, chunk_frames=chunk_frames,
+                                **distil)
+    if distil:
+        raise InspectError(f"fit_preview(kind='linear') takes no distillation settings; got {sorted(distil)}. "
+                           f"They apply to kind='tiny'.")
+    n_fit = 8 if n_fit is None else n_fit
     identity = backbone_identity(base)
     if samples is None and cache and not refit:
         loaded = _MEMORY.get(identity) or load_cached(identity)

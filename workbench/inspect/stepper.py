@@ -22,6 +22,7 @@ Views (``VIEWS``, see :mod:`workbench.inspect.views`):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -32,8 +33,9 @@ from workbench.core.composers import Composer
 from workbench.core.conditions import Batch
 from workbench.inspect.cache import LRUCache
 from workbench.inspect.common import InspectError, check_choice, check_frame
+from workbench.inspect.decoding import DECODE_HINT
 from workbench.inspect.export import default_steps, write_grid
-from workbench.inspect.pictures import Panel, ViewImage
+from workbench.inspect.pictures import Panel, ViewImage, shared_limit
 from workbench.inspect.preview import DECODES
 from workbench.inspect.trajectory import Trajectory
 from workbench.inspect.views import VIEW_LABELS, VIEW_NEEDS, available_views, normalise_view, view_image
@@ -85,7 +87,7 @@ class StepperState:
     @property
     def frames(self) -> int:
         """Frames of the rendered video at the current step (and view)."""
-        return len(self.view_image(0))
+        return len(self._shown(0))
 
     def seek(self, step: int) -> int:
         """Show step ``step`` (negative counts from the end); it must be a stored step."""
@@ -116,23 +118,57 @@ class StepperState:
         """The views the first trajectory's stored fields allow."""
         return available_views(self.trajectory)
 
+    def fidelity(self) -> dict[str, float | None]:
+        """Held-out PSNR (dB against the full decode) of each decode: the linear preview's, the tiny
+        preview's (``None`` until one is distilled or cached) and ``inf`` for the full decode."""
+        from workbench.inspect.preview import is_pixel_space, preview_for
+        from workbench.inspect.tiny_preview import cached_tiny_preview
+
+        base = self.trajectory.model.base
+        rec = self.trajectory[self.step]
+        latents = next((v for v in (rec.x_t, rec.x0, rec.composed, rec.base) if v is not None), None)
+        if latents is None:
+            return {"preview": None, "tiny": None, "full": math.inf}
+        shape = tuple(latents.shape[1:])
+        if is_pixel_space(base, shape[0]):
+            return {"preview": math.inf, "tiny": None, "full": math.inf}
+        tiny = cached_tiny_preview(base)
+        return {"preview": preview_for(base, shape).psnr, "tiny": None if tiny is None else tiny.psnr,
+                "full": math.inf}
+
     def set_decode(self, decode: str) -> str:
-        check_choice(decode, DECODES, "decode", "Use 'preview' (fast, linear) or 'full' (the backbone's decoder).")
+        check_choice(decode, DECODES, "decode", DECODE_HINT)
         self.decode = decode
         return self.decode
 
     # -- pictures --------------------------------------------------------------------------
-    def view_image(self, branch: int = 0, step: int | None = None, view: str | None = None) -> ViewImage:
+    def view_image(self, branch: int = 0, step: int | None = None, view: str | None = None,
+                   frame: int | None = None) -> ViewImage:
+        """The picture of one branch, step and view (all frames; with ``frame``, only that frame where
+        the backbone decodes frames alone: see :func:`~workbench.inspect.views.view_image`)."""
         traj = self.branches[branch]
         step = self.step if step is None else step
         view = self.view if view is None else normalise_view(view)
-        key = (id(traj), step, view, self.decode, self.index)
-        return self._cache.get(key, lambda: view_image(traj, step, view, self.decode, self.index))
+        key = (id(traj), step, view, self.decode, self.index, frame)
+        return self._cache.get(key, lambda: view_image(traj, step, view, self.decode, self.index, frame))
+
+    def _shown(self, branch: int, step: int | None = None, view: str | None = None,
+               frame: int | None = None) -> ViewImage:
+        """The picture holding frame ``frame`` (default: the current one), decoding no more than it needs."""
+        frame = self.frame if frame is None else frame
+        whole = (id(self.branches[branch]), self.step if step is None else step,
+                 self.view if view is None else normalise_view(view), self.decode, self.index, None)
+        if whole in self._cache:
+            return self._cache.get(whole, lambda: None)
+        image = self.view_image(branch, step, view, frame)
+        if image.partial and not image.start <= frame < image.start + image.frames.shape[0]:
+            return self.view_image(branch, step, view)
+        return image
 
     def panels(self) -> list[Panel]:
         """One panel per branch at the current step and frame; float maps share one colour range."""
-        images = [self.view_image(b) for b in range(len(self.branches))]
-        limit = max(im.limit for im in images)
+        images = [self._shown(b) for b in range(len(self.branches))]
+        limit = shared_limit(images)
         return [im.frame(min(self.frame, len(im) - 1), limit) for im in images]
 
     def compare(self, views: Sequence[str] = ("x_t", "x0", "base", "adapter-base"), step: int | None = None,
@@ -142,7 +178,7 @@ class StepperState:
         frame = self.frame if frame is None else frame
         out = []
         for view in views:
-            image = self.view_image(branch, step, view)
+            image = self._shown(branch, step, view, frame)
             panel = image.frame(min(frame, len(image) - 1))
             panel.title = VIEW_LABELS[normalise_view(view)]
             out.append(panel)
@@ -153,8 +189,8 @@ class StepperState:
         """One view of one frame at several steps (e.g. how the x0 estimate sharpens), titled by step."""
         frame = self.frame if frame is None else frame
         traj, out = self.branches[branch], []
-        images = [self.view_image(branch, traj[s].index, view) for s in steps]
-        limit = max(im.limit for im in images)
+        images = [self._shown(branch, traj[s].index, view, frame) for s in steps]
+        limit = shared_limit(images)
         for s, image in zip(steps, images):
             panel = image.frame(min(frame, len(image) - 1), limit)
             k = traj[s].index
@@ -164,7 +200,7 @@ class StepperState:
 
     def caption(self) -> str:
         """What the panels show: view, step, noise level and frame."""
-        image = self.view_image(0)
+        image = self._shown(0)
         return f"{image.caption} · {image.frame_name(min(self.frame, len(image) - 1))}"
 
     # -- branches --------------------------------------------------------------------------
@@ -198,7 +234,7 @@ class StepperState:
         """
         steps = list(steps) if steps is not None else self.default_export_steps()
         images = [[self.view_image(b, s) for b in range(len(self.branches))] for s in steps]
-        limit = max((im.limit for row in images for im in row), default=1.0)
+        limit = shared_limit([im for row in images for im in row])
         rows = [[im.colored(limit) for im in row] for row in images]
         return write_grid(path, self.branches, steps, rows, fps=fps, scale=scale)
 

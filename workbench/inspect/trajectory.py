@@ -32,7 +32,7 @@ from workbench.core.conditions import Batch
 from workbench.inspect.common import InspectError, StepError, check_choice, check_model, prepare, with_conditions
 from workbench.inspect.decoding import render
 from workbench.inspect.export import default_steps, write_grid
-from workbench.inspect.preview import DEFAULT_CHUNK_FRAMES
+from workbench.inspect.preview import DECODES, DEFAULT_CHUNK_FRAMES
 from workbench.inspect.recorder import OnTrajectoryStep, Recorder, StopSampling, generator_state
 from workbench.inspect.settings import Settings, applied, check_gate_override
 from workbench.inspect.step import TrajectoryStep
@@ -276,11 +276,11 @@ class Trajectory:
         ``step``: an index or ``"final"`` (the final latents; ``kind`` is then ignored); ``kind``:
         ``x0`` (the clean-sample estimate), ``x_t``,
         ``base``, ``adapter`` or ``composed`` (predictions are shown as if they were latents);
-        ``decode``: ``"preview"`` (linear, fitted once per backbone) or ``"full"`` (the decoder,
-        ``chunk_frames`` latent frames at a time).
+        ``decode``: ``"preview"`` (linear, fitted once per backbone), ``"tiny"`` (the distilled
+        tiny preview) or ``"full"`` (the decoder, ``chunk_frames`` latent frames at a time).
         """
         check_choice(kind, FIELDS, "kind", "Pick what to show: x0 is the model's current guess of the clean video.")
-        check_choice(decode, ("preview", "full"), "decode")
+        check_choice(decode, DECODES, "decode")
         if isinstance(step, str):
             if step != "final":
                 raise StepError(f"step={step!r}: use an int step index or 'final'.")

@@ -26,7 +26,7 @@ import numpy as np
 
 from workbench.core.conditions import Batch
 from workbench.inspect.common import InspectError, check_choice
-from workbench.inspect.decoding import as_uint8, render_float
+from workbench.inspect.decoding import as_uint8, render_float, render_float_frame
 from workbench.inspect.pictures import ViewImage, signed_limit
 from workbench.inspect.preview import preview_for, time_layout
 from workbench.inspect.step import TrajectoryStep
@@ -113,9 +113,15 @@ def given_frames(batch: Batch, index: int, frames: int, causal: bool | None = Tr
     return tuple(given[j // r] for j in range(frames))
 
 
-def view_image(traj: Trajectory, step: int, view: str, decode: str = "preview", index: int = 0) -> ViewImage:
+def view_image(traj: Trajectory, step: int, view: str, decode: str = "preview", index: int = 0,
+               frame: int | None = None) -> ViewImage:
     """One view (see :mod:`workbench.inspect.stepper` for what each shows) of ``traj``'s step ``step`` for batch
-    element ``index``."""
+    element ``index``.
+
+    ``frame``: render only that frame where the backbone's frames decode one latent frame at a time
+    (``image.start == frame``, ``len(image)`` still the whole video's length); every frame otherwise.
+    Signed maps are always rendered whole, so their colour range is the clip's.
+    """
     view = normalise_view(view)
     rec = traj[step]
     base = traj.model.base
@@ -137,20 +143,36 @@ def view_image(traj: Trajectory, step: int, view: str, decode: str = "preview", 
         frames = preview.linear(z)[0].float().mean(dim=0).cpu().numpy()
         return ViewImage(view, title, "signed", frames, "adapter output (linear preview, mean RGB)",
                          signed_limit(frames), given(frames.shape[0]), caption)
+    start, total = 0, None
+
+    def pictures(latents) -> np.ndarray:  # float [T, H, W, 3], or the one frame asked for
+        nonlocal start, total
+        if frame is not None:
+            one = render_float_frame(base, latents, frame, decode, index)
+            if one is not None:
+                start, total = frame, one[1]
+                return one[0]
+        return render_float(base, latents, decode, index)
+
+    def length(frames: np.ndarray) -> int:
+        return frames.shape[0] if total is None else total
+
     obj = traj.model.objective
     if view in ("base", "adapter-base"):
         x_t, b = rec.get("x_t"), rec.get("base")
         base_x0 = obj.x0_from_prediction(b.to(x_t.dtype), x_t, rec.t.to(x_t.device))
         if view == "base":
-            frames = as_uint8(render_float(base, base_x0, decode, index))
-            return ViewImage(view, title, "rgb", frames, given=given(frames.shape[0]),
-                             caption=caption)
+            frames = as_uint8(pictures(base_x0))
+            return ViewImage(view, title, "rgb", frames, given=given(length(frames)), caption=caption,
+                             start=start, total=total)
         composed_x0 = obj.x0_from_prediction(rec.get("composed").to(x_t.dtype), x_t, rec.t.to(x_t.device))
+        # every frame, so that the colour range is the clip's and scrubbing frames does not rescale it
         diff = (render_float(base, composed_x0, decode, index) - render_float(base, base_x0, decode, index)).mean(-1)
         return ViewImage(view, title, "signed", diff.astype(np.float32), "x0 difference (mean RGB, [-1, 1] units)",
                          signed_limit(diff), given(diff.shape[0]), caption)
-    frames = as_uint8(render_float(base, rec.get(view), decode, index))
-    return ViewImage(view, title, "rgb", frames, given=given(frames.shape[0]), caption=caption)
+    frames = as_uint8(pictures(rec.get(view)))
+    return ViewImage(view, title, "rgb", frames, given=given(length(frames)), caption=caption, start=start,
+                     total=total)
 
 
 __all__ = ["VIEWS", "VIEW_ALIASES", "VIEW_LABELS", "VIEW_NEEDS", "available_views", "effective_gate_map",

@@ -40,6 +40,7 @@ class AblationSliders(View):
                                               continuous_update=False, layout=widgets.Layout(width="340px"))
         self.sliders = ConditionSliders(self.state.edit, index=index, on_change=self.refresh)
         self.status = status_line()
+        self.status.add_class("workbench-ablation-status")
         self.step_slider.observe(lambda c: (self.state.seek(c["new"]), self.refresh()), names="value")
         self.frame_slider.observe(lambda _: self.refresh(), names="value")
         controls = widgets.VBox([self.step_slider, self.frame_slider, self.sliders])
@@ -49,7 +50,7 @@ class AblationSliders(View):
     def refresh(self) -> None:
         def draw():
             panels, caption = self.state.panels(self.frame_slider.value)
-            self.show(render.panels_figure(panels, title=caption))
+            self.show_array(render.panels_image(panels, title=caption))
 
         self.timed(draw)
         edited = ", ".join(self.state.describe_edits()) or "nothing"

@@ -8,7 +8,7 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from workbench.widgets.render import figure_png
+from workbench.widgets.render import array_png, figure_png
 
 
 class View(widgets.VBox):
@@ -27,6 +27,7 @@ class View(widgets.VBox):
         self.image = widgets.Image(format="png", layout=widgets.Layout(align_self="flex-start", max_width="100%"))
         self.last_render_seconds: float | None = None  # logic + drawing of the last picture
         self._handles: list[Any] = []
+        self._pending: Any = None  # the latest draw requested and not yet run
 
     def summary(self) -> str:
         raise NotImplementedError
@@ -35,6 +36,35 @@ class View(widgets.VBox):
         """Put ``fig`` (a matplotlib Figure) into the image."""
         self.image.value = figure_png(fig)
 
+    def show_array(self, image) -> None:
+        """Put a uint8 ``[H, W, 3]`` picture into the image (no figure: what slider moves use)."""
+        self.image.value = array_png(image)
+
+    def request(self, draw) -> None:
+        """Run ``draw()`` now, or, while the kernel's event loop is serving messages, once they are
+        handled: a burst of control changes (a fast drag, a held arrow key) then draws only the
+        latest state instead of queueing a picture per change. The picture shown stays until the
+        new one replaces it. Displaying the view draws anything still pending first.
+        """
+        import asyncio
+
+        pending = self._pending is not None
+        self._pending = draw
+        if pending:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no event loop (scripts, tests, nbconvert): draw at once
+            self.flush()
+            return
+        loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Draw what :meth:`request` left pending, if anything."""
+        draw, self._pending = self._pending, None
+        if draw is not None:
+            self.timed(draw)
+
     def timed(self, draw) -> None:
         """Run ``draw()`` (logic + rendering of one picture) and keep its wall time."""
         started = time.perf_counter()
@@ -42,9 +72,11 @@ class View(widgets.VBox):
         self.last_render_seconds = time.perf_counter() - started
 
     def __repr__(self) -> str:
+        self.flush()
         return f"{type(self).__name__}: {self.summary()}"
 
     def _repr_mimebundle_(self, **kwargs: Any) -> dict:
+        self.flush()
         data = super()._repr_mimebundle_(**kwargs) or {}
         data["text/plain"] = repr(self)
         if self.image.value:  # the display protocol carries images as base64 text

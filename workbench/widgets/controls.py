@@ -42,11 +42,17 @@ class ConditionSliders(widgets.VBox):
         for d, slider in enumerate(self.sliders):
             slider.add_class("workbench-condition-slider")
             slider.observe(lambda change, d=d: self._moved(d, change["new"]), names="value")
+        self.note = widgets.HTML(layout=widgets.Layout(margin="0 0 0 8px"))
+        varying = edit.varying(index)
+        if varying:  # "all frames" shows the mean: say that a move replaces the sequence
+            ranges = ", ".join(f"{name} {lo:+.2f}…{hi:+.2f}" for name, (lo, hi) in varying.items())
+            self.note.value = (f"<small>recorded values vary over frames ({ranges}); on all frames the sliders show "
+                               f"the mean, and moving one sets every frame to its value</small>")
         self.reset_button = button("reset", "back to the recorded values", icon="undo")
         self.reset_button.on_click(lambda _: self.reset())
         self.frame_select.observe(lambda _: self._sync(), names="value")
         self._syncing = False
-        self.children = (widgets.HBox([self.frame_select, self.reset_button]), *self.sliders)
+        self.children = (widgets.HBox([self.frame_select, self.reset_button]), self.note, *self.sliders)
 
     @property
     def frame(self) -> int | None:

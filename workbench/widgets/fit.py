@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
+from numbers import Real
 from typing import Any
 
 import ipywidgets as widgets
@@ -18,13 +20,14 @@ class Fit(View):
     "train" (or :meth:`start`) runs ``exp.fit`` in a background thread, so the kernel stays
     responsive: the progress bar and the loss plot update as steps complete, and "stop" ends
     the run after the step in progress — exactly as Ctrl-C would, so "train" again resumes and
-    the result equals an uninterrupted run. :meth:`wait` blocks until the run ends; after it
-    the experiment is usable in the next cell. :meth:`run` trains in the cell itself (blocking;
+    the result equals an uninterrupted run. ``await fit.finished()`` waits for the run to end
+    while the kernel keeps serving the view (stop stays clickable during Run All); :meth:`wait`
+    blocks instead. After either, the experiment is usable. :meth:`run` trains in the cell itself (blocking;
     the kernel's interrupt button stops it). After a run is done, "train" trains the number of
     steps in the box again. The logic is :class:`workbench.train.FitSession` (``self.session``).
 
     >>> fit = Fit(exp, data, steps=200).start()   # returns at once; display `fit` to watch it
-    >>> fit.wait()                                 # then sample / evaluate with exp
+    >>> await fit.finished()                       # (next cell) then sample / evaluate with exp
     """
 
     def __init__(self, exp: Any, data: Any = None, steps: int = 100, smoothing: float = 0.9,
@@ -46,6 +49,7 @@ class Fit(View):
         self.stop_button.on_click(lambda _: self.stop())
         self.session.add_listener(self._on_event)
         self._last_plot = 0.0
+        self._started: tuple[float, int] | None = None  # (time, step) when the current run started
         self.children = (widgets.HBox([self.train_button, self.stop_button, self.steps_box, self.progress,
                                        self.status]), self.image)
         self._update_controls()
@@ -79,6 +83,14 @@ class Fit(View):
             self.refresh_display()
         return self
 
+    async def finished(self) -> Fit:
+        """Wait for the background run to end without blocking the kernel: ``await fit.finished()`` in a
+        notebook cell. While it waits the kernel keeps handling widget messages, so "stop" works even
+        during Run All with more cells queued behind this one (a blocking :meth:`wait` holds them off)."""
+        while self.session.running:
+            await asyncio.sleep(0.05)
+        return self.wait()
+
     def _train_clicked(self) -> None:
         if self.session.state in ("ready", "stopped"):
             self.start()
@@ -88,6 +100,7 @@ class Fit(View):
     # -- drawing ---------------------------------------------------------------------------
     def _on_event(self, session: FitSession, event: str) -> None:
         if event == "start":
+            self._started = (time.perf_counter(), self.exp.step)
             self.progress.max = session.target
             self._update_controls()
         elif event == "step":
@@ -116,10 +129,29 @@ class Fit(View):
             s.state, "train")
         loss = f" · loss {s.history[-1][1]:.4f}" if s.history else ""
         rate = ""
-        if s.seconds > 0 and s.history and not s.running:
+        if s.running and self._started is not None:
+            elapsed, done = time.perf_counter() - self._started[0], self.exp.step - self._started[1]
+            if done > 0 and elapsed > 0:
+                per_second = done / elapsed
+                rate = f" · {per_second:.1f} steps/s · ETA {_duration((s.target - self.exp.step) / per_second)}"
+        elif s.seconds > 0 and s.history:
             rate = f" · {len(s.history) / s.seconds:.1f} steps/s"
+        lr = _learning_rate(self.exp)
+        rate += f" · lr {lr:.2g}" if lr is not None else ""
         error = f" · <span style='color:#b2182b'>{type(s.error).__name__}: {s.error}</span>" if s.error else ""
         self.status.value = f"step {self.exp.step}/{s.target}{loss} · {s.state}{rate}{error}"
 
     def summary(self) -> str:
         return self.session.describe()
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0, round(seconds))
+    return f"{seconds // 60}:{seconds % 60:02d}" if seconds >= 60 else f"{seconds} s"
+
+
+def _learning_rate(exp: Any) -> float | None:
+    """The optimizer's current learning rate when it is a plain number (never read back from a device)."""
+    groups = getattr(getattr(exp, "optimizer", None), "param_groups", None)
+    lr = groups[0].get("lr") if groups else None
+    return float(lr) if isinstance(lr, Real) else None

@@ -26,6 +26,107 @@ TITLE_SIZE = 9
 LABEL_SIZE = 9
 
 
+# -- fast pictures: panels composed straight from arrays (no figure per move) -----------------
+PANEL_PIXELS = 192  # the size a 64-pixel frame is drawn at (nearest-neighbour, integer scale)
+TEXT_RGB = (40, 40, 40)
+BACKGROUND = 255
+
+
+@cache
+def _font(size: int):
+    from PIL import ImageFont
+
+    try:
+        return ImageFont.load_default(size=size)
+    except TypeError:  # Pillow without FreeType: the fixed bitmap font
+        return ImageFont.load_default()
+
+
+def _text_width(draw, text: str, font) -> int:
+    left, _, right, _ = draw.textbbox((0, 0), text, font=font)
+    return int(right - left)
+
+
+def panels_image(panels: Sequence[Panel], title: str | None = None, panel_pixels: int = PANEL_PIXELS) -> np.ndarray:
+    """A row of pictures as uint8 RGB ``[H, W, 3]``, composed from the arrays themselves.
+
+    What :func:`panels_figure` shows, drawn without matplotlib (a slider move must not build a
+    figure): each panel scaled up by an integer factor (nearest neighbour) under its title; float
+    maps coloured over their range, with a colour strip and its end values (and what the colours
+    measure) once per range shared by several panels.
+    """
+    from PIL import Image, ImageDraw
+
+    panels = list(panels)
+    font, small = _font(13), _font(11)
+    title = _drawable(title) if title else title
+    pictures = []
+    for p in panels:
+        rgb = p.colored()
+        scale = max(1, panel_pixels // max(rgb.shape[0], rgb.shape[1]))
+        pictures.append(np.repeat(np.repeat(rgb, scale, axis=0), scale, axis=1))
+    bars: dict[tuple, Panel] = {}
+    for p in panels:
+        if p.kind != "rgb":
+            bars.setdefault((p.kind, p.vrange), p)
+    gap, strip, title_h = 10, 14, 18 if title else 0
+    lines = max((p.title.count("\n") + 1 for p in panels), default=1)
+    head = 15 * lines + 4
+    bar_w = (strip + 62) * len(bars)
+    width = sum(im.shape[1] for im in pictures) + gap * (len(pictures) + 1) + bar_w
+    height_img = max((im.shape[0] for im in pictures), default=panel_pixels)
+    labels = sorted({p.label for p in bars.values() if p.label})
+    foot = 16 * len(labels)
+    canvas = Image.new("RGB", (width, title_h + head + height_img + gap + foot), (BACKGROUND,) * 3)
+    draw = ImageDraw.Draw(canvas)
+    if title:
+        width = max(width, _text_width(draw, title, font) + 2 * gap)
+        if width > canvas.width:
+            wider = Image.new("RGB", (width, canvas.height), (BACKGROUND,) * 3)
+            canvas, draw = wider, ImageDraw.Draw(wider)
+        draw.text(((width - _text_width(draw, title, font)) // 2, 2), title, fill=TEXT_RGB, font=font)
+    x = gap
+    top = title_h + head
+    for p, im in zip(panels, pictures):
+        canvas.paste(Image.fromarray(np.ascontiguousarray(im)), (x, top))
+        for i, line in enumerate(_drawable(p.title).split("\n")):
+            tx = x + max(0, (im.shape[1] - _text_width(draw, line, small)) // 2)
+            draw.text((tx, title_h + 2 + 15 * i), line, fill=TEXT_RGB, font=small)
+        x += im.shape[1] + gap
+    for p in bars.values():  # a vertical colour strip, top = the largest value
+        lo, hi = p.vrange
+        ramp = np.linspace(hi, lo, height_img, dtype=np.float64)[:, None].repeat(strip, axis=1)
+        canvas.paste(Image.fromarray(_colorize(ramp, p.cmap, lo, hi)), (x, top))
+        for value, y in ((hi, top), (0.5 * (lo + hi), top + height_img // 2 - 6), (lo, top + height_img - 12)):
+            draw.text((x + strip + 3, y), f"{value:+.2g}" if p.kind == "signed" else f"{value:.2g}", fill=TEXT_RGB,
+                      font=small)
+        x += strip + 62
+    for i, label in enumerate(labels):
+        draw.text((gap, top + height_img + gap // 2 + 16 * i), _drawable(f"colours: {label}"), fill=TEXT_RGB,
+                  font=small)
+    return np.asarray(canvas)
+
+
+def _drawable(text: str) -> str:
+    """``text`` in characters Pillow's built-in font has (it lacks the minus sign)."""
+    return text.replace("\u2212", "-")
+
+
+def _colorize(values: np.ndarray, cmap: str, lo: float, hi: float) -> np.ndarray:
+    from workbench.inspect.colors import colorize
+
+    return colorize(values, cmap, lo, hi)
+
+
+def array_png(image: np.ndarray) -> bytes:
+    """uint8 ``[H, W, 3]`` → PNG bytes (fast compression: these are redrawn on every move)."""
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(np.ascontiguousarray(image)).save(buf, format="PNG", compress_level=1)
+    return buf.getvalue()
+
+
 def _figure(width: float, height: float):
     from matplotlib.figure import Figure
 
@@ -167,10 +268,14 @@ def message_figure(text: str, width: float = 4.0, height: float = 1.0):
 
 
 def _ema(values: Sequence[float], smoothing: float) -> np.ndarray:
-    out, avg = [], None
+    """Bias-corrected exponential moving average: each point weighs the values seen so far by
+    ``smoothing ** age``, normalised by the weights' sum. Seeding the average with the first value
+    instead would drag it towards that value for tens of steps, a decline that looks like learning."""
+    out, avg, weight = [], 0.0, 0.0
     for v in values:
-        avg = v if avg is None else smoothing * avg + (1 - smoothing) * v
-        out.append(avg)
+        avg = smoothing * avg + (1 - smoothing) * v
+        weight = smoothing * weight + (1 - smoothing)
+        out.append(avg / weight)
     return np.asarray(out)
 
 
@@ -187,7 +292,8 @@ def loss_figure(steps: Sequence[int], losses: Sequence[float], target: int | Non
     ax.set_xlim(start, right)
     if len(steps):
         ax.plot(steps, losses, color="#9bbcd9", lw=1, label="per step")
-        ax.plot(steps, _ema(losses, smoothing), color="#1f4e8c", lw=2, label=f"moving average ({smoothing:g})")
+        ax.plot(steps, _ema(losses, smoothing), color="#1f4e8c", lw=2,
+                label=f"moving average ({smoothing:g}, bias-corrected)")
         ax.legend(fontsize=LABEL_SIZE - 1, loc="upper right")
         positive = np.asarray(losses) > 0
         if positive.all() and max(losses) / min(losses) > 20:
@@ -352,6 +458,6 @@ def condition_table_text(rows: Sequence[Mapping[str, Any]], columns: Sequence[st
     return "\n".join("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in cells)
 
 
-__all__ = ["colormap", "condition_figure", "condition_table_html", "condition_table_text", "curves_figure",
+__all__ = ["array_png", "colormap", "condition_figure", "condition_table_html", "condition_table_text", "curves_figure",
            "figure_array", "figure_png", "filmstrip", "gates_figure", "loss_figure", "message_figure",
-           "panels_figure", "png_array", "sensitivity_figure"]
+           "panels_figure", "panels_image", "png_array", "sensitivity_figure"]

@@ -1,0 +1,238 @@
+"""The views in JupyterLab itself, as a person uses them: headless Chromium (Debian's, driven by
+Playwright) opens a small notebook in a JupyterLab served on 127.0.0.1, runs all cells from the
+menu, presses stop on the Fit view while later cells are queued, moves a slider of each view,
+saves the notebook (with its widget state, as ``make lab`` sets JupyterLab up), shuts its kernel
+down and reopens it (JupyterLab starts a fresh kernel that knows none of the views' models). We
+check that pictures arrive, that the states hold (the fit stopped, the queued cells ran, the
+sliders moved the pictures) and that the reopened notebook shows the pictures and no widget
+error; never how long anything took.
+
+Screenshots are kept in ``outputs/test-artifacts/``. Skipped, saying why, without Debian's
+chromium (``make browser``) or JupyterLab (``make test`` installs it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = ROOT / "outputs" / "test-artifacts"
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+TIMEOUT_MS = 90_000
+TOKEN = uuid.uuid4().hex
+
+CELLS = [
+    """import os
+os.environ["OMP_NUM_THREADS"] = "1"
+import torch
+torch.set_num_threads(1)
+from torch.utils.data import default_collate
+from workbench import AdapterExperiment, GatedResidual, TrainingConfig
+from workbench.adapters.latent_residual import LatentResidual
+from workbench.backbones.tiny_video import TinyVideo
+from workbench.data.metaworld import MetaWorldClips
+from workbench.widgets import AblationSliders, Fit, Stepper
+torch.manual_seed(0)
+base = TinyVideo.from_pretrained()
+clips = MetaWorldClips(path="sample", window=16, stride=8, split="val")
+exp = AdapterExperiment(base=base, adapter=LatentResidual(width=16, depth=1), composer=GatedResidual(gate_init=0.5),
+                        training=TrainingConfig(batch_size=2, seed=0, sync_every=1))""",
+    """fit = Fit(exp, clips, steps=100000)
+fit.start()
+fit""",
+    """await fit.finished()
+print("fit ended:", fit.session.state)""",
+    """raw = default_collate([clips[10], clips[35]])
+traj = exp.sample({"image": raw["video"][:, :, 0], "action": raw["action"]}, steps=8, seed=0)
+Stepper(traj, decode="tiny", dim_names=["dx", "dy", "dz", "grip"])""",
+    """AblationSliders(traj, step=4, decode="tiny", dim_names=["dx", "dy", "dz", "grip"])""",
+]
+
+
+def chromium() -> str:
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    if path is None:
+        pytest.skip("Debian's chromium is not installed: `make test` installs it with apt-get (as root); this "
+                    "machine could not (install it with `apt-get install chromium`).")
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    chromium()
+    pytest.importorskip("jupyterlab", reason="JupyterLab is installed by `make test` (the lab extra)")
+    import nbformat
+
+    folder = tmp_path_factory.mktemp("lab")
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(code) for code in CELLS]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, folder / "views.ipynb")
+    settings = folder / "settings"
+    for plugin, values in (("@jupyterlab/docmanager-extension/plugin", {"autosave": False}),
+                           ("@jupyter-widgets/jupyterlab-manager/plugin", {"saveState": True}),
+                           ("@jupyterlab/apputils-extension/notification", {"fetchNews": "false",
+                                                                            "checkForUpdates": False})):
+        path = settings / f"{plugin}.jupyterlab-settings"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(values))
+    port = free_port()
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "JUPYTERLAB_SETTINGS_DIR": str(settings),
+           "JUPYTER_RUNTIME_DIR": str(folder / "runtime"), "WORKBENCH_CACHE": str(folder / "cache")}
+    command = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1", f"--port={port}",
+               f"--IdentityProvider.token={TOKEN}", f"--ServerApp.root_dir={folder}"]
+    if hasattr(os, "getuid") and os.getuid() == 0:
+        command.append("--allow-root")
+    log = open(folder / "lab.log", "w")  # noqa: SIM115 - open for the server's lifetime
+    server = subprocess.Popen(command, cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/api/status?token={TOKEN}", timeout=2)  # noqa: S310 - our server
+                break
+            except (urllib.error.URLError, OSError):
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"JupyterLab did not start:\n{(folder / 'lab.log').read_text()}") from None
+                time.sleep(0.5)
+        yield url, folder
+    finally:
+        server.terminate()
+        try:
+            server.wait(15)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        log.close()
+
+
+def api(url: str, path: str, method: str = "GET"):
+    request = urllib.request.Request(f"{url}{path}?token={TOKEN}", method=method)
+    with urllib.request.urlopen(request, timeout=10) as answer:  # noqa: S310 - our own local server
+        body = answer.read()
+    return json.loads(body) if body else None
+
+
+def open_notebook(browser, url: str):
+    page = browser.new_page(viewport={"width": 1400, "height": 2200})
+    page.route(re.compile(r"^https?://(?!127\.0\.0\.1[:/])"), lambda route: route.abort())
+    page.goto(f"{url}/lab/workspaces/w{uuid.uuid4().hex[:8]}/tree/views.ipynb?token={TOKEN}", timeout=TIMEOUT_MS)
+    page.locator(".jp-Notebook").wait_for(timeout=TIMEOUT_MS)
+    return page
+
+
+def menu(page, top: str, item: str) -> None:
+    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(f"^{top}$")).click()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile(f"^{re.escape(item)}$")).first.click()
+
+
+def picture_src(page, css: str) -> str:
+    page.wait_for_function(f"() => {{ const i = document.querySelector('{css}');"
+                           " return i && i.complete && i.naturalWidth > 100; }", timeout=TIMEOUT_MS)
+    return page.locator(css).first.get_attribute("src")
+
+
+def press(page, slider: str, key: str, image: str) -> None:
+    before = page.locator(image).first.get_attribute("src")
+    handle = page.locator(f"{slider} .noUi-handle").first
+    handle.focus()
+    handle.press(key)
+    page.wait_for_function("([css, prev]) => { const i = document.querySelector(css); return i && i.src !== prev; }",
+                           arg=[image, before], timeout=TIMEOUT_MS)
+
+
+def test_run_all_stop_sliders_and_reopen_without_a_kernel(lab):
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is installed by `make test`")
+    url, folder = lab
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium(), args=FLAGS, headless=True)
+        try:
+            page = open_notebook(browser, url)
+            try:
+                run_all_and_use(page, url)
+            except Exception:
+                page.screenshot(path=str(ARTIFACTS / "lab-failed.png"), full_page=True)  # what went wrong
+                raise
+            page.close()
+        finally:
+            browser.close()
+        check_reopened(p, url, folder)
+    assert (ARTIFACTS / "lab-reopened-without-kernel.png").stat().st_size > 10_000
+
+
+def kernel_ready(url: str) -> None:
+    """Wait until the notebook's kernel has been idle for a second (Run All before that can be lost)."""
+    deadline, idle_since = time.monotonic() + TIMEOUT_MS / 1000, None
+    while time.monotonic() < deadline:
+        sessions = api(url, "/api/sessions")
+        idle = bool(sessions) and all(s["kernel"]["execution_state"] == "idle" for s in sessions)
+        idle_since = (idle_since or time.monotonic()) if idle else None
+        if idle_since is not None and time.monotonic() - idle_since > 1.0:
+            return
+        time.sleep(0.2)
+    raise TimeoutError(f"the kernel did not become idle: {api(url, '/api/sessions')}")
+
+
+def run_all_and_use(page, url: str) -> None:
+    """Run All; stop the fit while later cells wait; move a slider of each view; save."""
+    kernel_ready(url)
+    menu(page, "Run", "Run All Cells")
+    # the fit trains in the background; the next cell awaits it, the rest are queued behind
+    stop = page.locator(".workbench-fit button", has_text="stop")
+    page.wait_for_function("() => { const f = document.querySelector('.workbench-fit');"
+                           " return f && /step [1-9][0-9]*\\/100[0-9]* · loss/.test(f.innerText); }",
+                           timeout=TIMEOUT_MS)
+    stop.click()
+    page.locator(".jp-OutputArea-output", has_text="fit ended: stopped").wait_for(timeout=TIMEOUT_MS)
+    assert "stopped" in page.locator(".workbench-fit").inner_text()
+    # the queued cells ran after the stop: both views show a picture, and each slider moves it
+    picture_src(page, "img.workbench-stepper-image")
+    picture_src(page, "img.workbench-ablation-image")
+    press(page, ".workbench-step-slider", "ArrowRight", "img.workbench-stepper-image")
+    press(page, ".workbench-frame-slider", "ArrowLeft", "img.workbench-stepper-image")
+    press(page, ".workbench-ablation .workbench-condition-slider", "ArrowRight", "img.workbench-ablation-image")
+    assert "step <b>1</b>" in page.locator(".workbench-stepper").inner_html()
+    page.screenshot(path=str(ARTIFACTS / "lab-run-all.png"), full_page=True)
+    page.keyboard.press("Control+s")
+    page.wait_for_function("() => !document.querySelector('.jp-mod-dirty')", timeout=TIMEOUT_MS)
+
+
+def check_reopened(p, url: str, folder: Path) -> None:
+    """The saved notebook carries the widget state; with the views' kernel gone it still shows the pictures."""
+    saved = json.loads((folder / "views.ipynb").read_text())
+    assert "application/vnd.jupyter.widget-state+json" in saved["metadata"].get("widgets", {})
+    for session in api(url, "/api/sessions"):  # the views' kernel is gone
+        api(url, f"/api/sessions/{session['id']}", method="DELETE")
+    assert api(url, "/api/sessions") == []
+
+    browser = p.chromium.launch(executable_path=chromium(), args=FLAGS, headless=True)
+    try:
+        page = open_notebook(browser, url)
+        picture_src(page, "img.workbench-stepper-image")  # from the saved widget state, not from a kernel
+        picture_src(page, "img.workbench-ablation-image")
+        page.wait_for_timeout(1000)
+        assert "model not found" not in page.locator(".jp-Notebook").inner_text()
+        page.screenshot(path=str(ARTIFACTS / "lab-reopened-without-kernel.png"), full_page=True)
+    finally:
+        browser.close()
