@@ -53,7 +53,7 @@ lint: $(STAMP)
 
 # Re-execute the numbered notebooks and store their outputs (then `make test` compares against them).
 notebooks: $(STAMP)
-	$(PY) notebooks/execute.py
+	$(PY) tools/execute_notebooks.py
 
 # JupyterLab on the notebooks (as root it needs --allow-root; the news toast is switched off). Widget state is
 # saved with the notebook, so a notebook saved here reopens without a kernel showing each view's last picture.

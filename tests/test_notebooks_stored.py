@@ -63,7 +63,7 @@ def test_one_torch_thread_and_listed_in_the_readme(path):
 
 
 def test_storing_keeps_the_picture_and_drops_the_live_widget():
-    spec = importlib.util.spec_from_file_location("execute", NOTEBOOKS / "execute.py")
+    spec = importlib.util.spec_from_file_location("execute", NOTEBOOKS.parent / "tools" / "execute_notebooks.py")
     execute = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(execute)
     import nbformat

@@ -1,7 +1,7 @@
 """Execute the numbered notebooks in place and store outputs that every notebook viewer shows.
 
-    python notebooks/execute.py          # every numbered notebook (what `make notebooks` runs)
-    python notebooks/execute.py 02 03    # those whose names start with 02 or 03
+    python tools/execute_notebooks.py          # every numbered notebook (what `make notebooks` runs)
+    python tools/execute_notebooks.py 02 03    # those whose names start with 02 or 03
 
 Each notebook runs top to bottom in a fresh kernel of this Python environment, from the
 ``notebooks/`` folder, with one torch thread, and its execution time is printed. A view
@@ -20,7 +20,7 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1] / "notebooks"
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 
