@@ -15,9 +15,10 @@ from workbench.adapters.action_modulation import ActionModulation
 from workbench.adapters.controlnet import ControlNet
 from workbench.adapters.lora import LoRA
 from workbench.data.synthetic import SyntheticMoves
-from workbench.errors import CheckpointError, CompositionError, ConfigError
+from workbench.errors import CheckpointError, CompositionError, ConfigError, ConformanceError
 from workbench.inspect.trajectory import record
 from workbench.registry import build
+from workbench.testing import INSIDE_PROMISES, check_inside_adapter
 
 DATA = SyntheticMoves(items=16, frames=4, size=16)
 KINDS = {
@@ -320,3 +321,35 @@ def test_evaluate_and_the_probes_compare_against_the_base_switched_off():
     assert (sens.x0 > 0).all()  # the adapted prediction moves with the actions
     sigma = sigma_sensitivity(exp.model, batch, levels=(0.5,), draws=1)
     assert sigma.adapted[0] != sigma.base[0]
+
+
+# -- the inside-adapter conformance check ----------------------------------------------------
+@ALL
+def test_each_kind_keeps_the_inside_adapter_promises_on_tiny_video(kind):
+    """``workbench.testing.check_inside_adapter``: identity at init, the base switched off after training,
+    the base's own tensors untouched and out of the optimizer, no base weight saved, recorded == unrecorded."""
+    report = check_inside_adapter(tiny_base, KINDS[kind], raw=raw_batch(), steps=3)
+    assert [f.promise for f in report.findings] == list(INSIDE_PROMISES)
+    assert report["recording"].detail == "3 steps, 2 base calls per step recorded (1 sampling), bit-exact"
+
+
+def test_the_inside_check_names_an_adapter_that_is_not_the_base_at_init():
+    class Nonzero(LoRA):  # LoRA whose B matrices start away from zero once injected
+        def attach_base_model(self, base):
+            super().attach_base_model(base)
+            with torch.no_grad():
+                for name, p in self.named_parameters():
+                    if ".B." in name:
+                        p.fill_(0.05)
+
+    report = check_inside_adapter(tiny_base, lambda: Nonzero(rank=2), raw=raw_batch(), steps=3,
+                                  raise_on_broken=False)
+    assert report["identity"].status == "broken"
+    assert "a fresh Nonzero changes the base's prediction (max |difference| 0.21)" in report["identity"].detail
+    assert report["switched_off"].status == "kept"  # switched off is still the base, exactly
+    with pytest.raises(ConformanceError, match=r"Nonzero in TinyVideo on cpu: 1 of 5 promises broken"):
+        check_inside_adapter(tiny_base, lambda: Nonzero(rank=2), raw=raw_batch(), steps=3)
+    with pytest.raises(ConformanceError, match=r"LatentResidual is not an inside adapter"):
+        from workbench.adapters.latent_residual import LatentResidual
+
+        check_inside_adapter(tiny_base, lambda: LatentResidual(width=8, depth=1), raw=raw_batch())

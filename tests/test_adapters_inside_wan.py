@@ -187,3 +187,14 @@ def test_resume_is_bit_exact_on_wan(wan_dir, tmp_path):
     assert resumed.loss_history == full.loss_history
     a, b = resumed.model.trainable_state_dict(), full.model.trainable_state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+@ALL
+def test_each_kind_keeps_the_inside_adapter_promises_on_wan(kind, wan_dir):
+    """``workbench.testing.check_inside_adapter`` on the tiny Wan2.2: identity at init, the transformer switched
+    off after training, its own tensors untouched and out of the optimizer, recorded == unrecorded (both
+    guidance branches through the adapted transformer)."""
+    from workbench.testing import check_inside_adapter
+
+    report = check_inside_adapter(lambda: load(wan_dir), lambda: inside(kind), raw=clips(), steps=2)
+    assert report.ok and report["recording"].detail == "2 steps, 4 base calls per step recorded (2 sampling), bit-exact"

@@ -77,8 +77,8 @@ def test_the_top_level_names_are_the_submodules_own():
     assert workbench.AdapterExperiment is experiment.AdapterExperiment
 
 
-TESTING_SNAPSHOT = ["PROMISES", "ConformanceError", "ConformanceReport", "Finding", "ProbeAdapter", "check_backbone",
-                    "counting_base_calls"]
+TESTING_SNAPSHOT = ["INSIDE_PROMISES", "PROMISES", "ConformanceError", "ConformanceReport", "Finding", "ProbeAdapter",
+                    "check_backbone", "check_inside_adapter", "counting_base_calls"]
 
 
 def test_the_conformance_kit_is_a_frozen_documented_submodule():

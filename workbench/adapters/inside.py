@@ -170,6 +170,7 @@ class InsideAdapter(Adapter):
         recomputes checkpointed blocks sees the same hooks as the forward did.
         """
         object.__setattr__(self, "state", self.prepare_state(cond, x_t, t))
+        self._changed()
         with self._switch(False):
             yield self
 
@@ -179,10 +180,18 @@ class InsideAdapter(Adapter):
         with self._switch(True):
             yield self
 
+    def _changed(self) -> None:
+        """The base's forward now computes something else for the same input (see ``forward_version``)."""
+        base = self._bound_to
+        if base is not None:
+            vars(base)["forward_version"] = base.forward_version + 1
+
     @contextmanager
     def _switch(self, off: bool):
         previous = self.off
         object.__setattr__(self, "off", off)
+        if previous != off:
+            self._changed()
         layers = self._lora_layers
         if layers and previous != off:
             for layer in layers:
@@ -191,6 +200,8 @@ class InsideAdapter(Adapter):
             yield
         finally:
             object.__setattr__(self, "off", previous)
+            if previous != off:
+                self._changed()
             if layers and previous != off:
                 for layer in layers:
                     layer.enable_adapters(not previous)

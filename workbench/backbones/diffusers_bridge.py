@@ -63,14 +63,16 @@ class _PipelineCall:
     single call, made with the pipeline's own arguments.
     """
 
-    def __init__(self, run: Callable[[], torch.Tensor], pieces: Sequence[tuple[torch.Tensor, slice | None]]):
-        self.run, self.pieces, self.output = run, list(pieces), None
+    def __init__(self, run: Callable[[], torch.Tensor], pieces: Sequence[tuple[torch.Tensor, slice | None]],
+                 backbone: BaseVideoModel):
+        self.run, self.pieces, self.output, self.backbone, self.version = run, list(pieces), None, backbone, None
 
     def output_for(self, x: torch.Tensor) -> torch.Tensor | None:
         for piece, rows in self.pieces:
             if piece is x:
-                if self.output is None:
-                    self.output = self.run()
+                version = self.backbone.forward_version  # an inside adapter switched: the cached call is stale
+                if self.output is None or version != self.version:
+                    self.output, self.version = self.run(), version
                 out = self.output if rows is None else self.output[rows]
                 return out if out.dtype == x.dtype else out.to(x.dtype)
         return None
@@ -154,7 +156,7 @@ class Injection:
         # The hot path of every sampling step: the pending call is set on the backbone's __dict__
         # directly (nn.Module.__setattr__ would first check for parameters, buffers and modules).
         state = self.backbone.__dict__
-        state["_pending"] = _PipelineCall(call, pieces)
+        state["_pending"] = _PipelineCall(call, pieces, self.backbone)
         outputs: dict[int, torch.Tensor] = {}
         try:
             for (piece, _), (rows, batch) in zip(pieces, halves):

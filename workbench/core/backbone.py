@@ -101,6 +101,11 @@ class BaseVideoModel(nn.Module):
     LoRA targets, the chain of blocks, their widths. ``None``: the built-in answer for the card's
     family (``tiny_video``, ``wan2.2``), else such adapters are refused with this fix."""
 
+    forward_version: int = 0
+    """Bumped by whatever changes what :meth:`denoise` computes for the same input without
+    touching the weights (an inside adapter's switches): a base call cached during one sampler
+    call (a diffusers pipeline's own transformer call) is reused only at the version it was made."""
+
     pipelines: Mapping[str, Any] | None = None
     """The diffusers pipelines a diffusers-native backbone drives, by mode. When set,
     ``exp.export_lora`` writes the LoRA in that pipeline class's own format (so

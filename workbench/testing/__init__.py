@@ -11,12 +11,14 @@ needed to import it)::
 
 It raises one :class:`~workbench.errors.ConformanceError` whose message lists every promise
 with what was found (see :data:`PROMISES` for the list), and returns the
-:class:`ConformanceReport` when all hold.
+:class:`ConformanceReport` when all hold. Adapters that work inside the base (``lora``,
+``action_modulation``, ``controlnet``) have their own check, :func:`check_inside_adapter`.
 """
 
 from workbench.errors import ConformanceError
+from workbench.testing.inside import INSIDE_PROMISES, check_inside_adapter
 from workbench.testing.kit import ConformanceReport, Finding, ProbeAdapter, check_backbone, counting_base_calls
 from workbench.testing.promises import PROMISES
 
-__all__ = ["PROMISES", "ConformanceError", "ConformanceReport", "Finding", "ProbeAdapter", "check_backbone",
-           "counting_base_calls"]
+__all__ = ["INSIDE_PROMISES", "PROMISES", "ConformanceError", "ConformanceReport", "Finding", "ProbeAdapter",
+           "check_backbone", "check_inside_adapter", "counting_base_calls"]
