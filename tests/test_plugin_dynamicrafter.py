@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from workbench import AdapterExperiment, Add, ComposedModel, GatedResidual, TrainingConfig
+from workbench import AdapterExperiment, Add, ComposedModel, GatedResidual, Replace, TrainingConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -36,7 +36,7 @@ def _installed() -> bool:
 pytestmark = pytest.mark.skipif(not _installed(), reason="workbench-dynamicrafter is not installed (make install "
                                                           "installs it: pip install -e plugins/dynamicrafter)")
 
-from workbench.errors import CapabilityError, CheckpointError, DataError  # noqa: E402
+from workbench.errors import CapabilityError, CheckpointError, ConfigError, DataError  # noqa: E402
 from workbench.registry import build  # noqa: E402
 from workbench.testing import check_backbone  # noqa: E402
 
@@ -520,3 +520,30 @@ def test_the_example_config_trains_on_metaworld_and_resumes_bit_exactly(cache_ro
         (two / "step-0000004" / "trainable.safetensors").read_bytes()
     saved = (one / "step-0000004" / "config.yaml").read_text()
     assert "type: dynamicrafter" in saved and "path: tiny" in saved
+
+
+INSIDE = {"lora": {"rank": 2}, "action_modulation": {"hidden": 8, "lora": {"rank": 2}}, "controlnet": {"blocks": 1}}
+
+
+@pytest.mark.parametrize("kind", list(INSIDE))
+def test_adapters_inside_the_unet_keep_their_promises(kind, cache_root):
+    """lora / action_modulation / controlnet reach into DynamiCrafter's U-Net (stages with frames folded into the
+    batch): identity at init, the U-Net switched off after training, its own tensors untouched, recorded ==
+    unrecorded with both guidance branches adapted."""
+    from workbench.testing import check_inside_adapter
+
+    config = {"path": "tiny", "variant": "512", "prompt": PROMPT, "steps": 2, "num_frames": 4, "height": 32,
+              "width": 32}
+
+    def inside():
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(1)
+            return build("adapter", kind, INSIDE[kind])
+
+    report = check_inside_adapter(lambda: build_in(cache_root, config), inside, raw=clips(), steps=2)
+    assert report["recording"].detail == "2 steps, 4 base calls per step recorded (2 sampling), bit-exact"
+    if kind == "controlnet":  # the tiny U-Net's chain after its stem is one stage long
+        with pytest.raises(ConfigError, match=r"controlnet blocks: 2 is more than DynamiCrafter has to copy: its "
+                                              r"first 1 blocks form the chain a copy can run \(model.unet\)"):
+            base = build_in(cache_root, config)
+            ComposedModel(base, build("adapter", kind, {"blocks": 2}), Replace(), base.default_objective())

@@ -103,7 +103,7 @@ class ControlNet(InsideAdapter):
         for twin, proj in zip(self.copies, self.projections):
             h = twin(h, *args[1:], **kwargs)
             h = h[0] if isinstance(h, tuple) else h
-            out = proj(h.movedim(1, -1)).movedim(-1, 1) if layout == "channels" else proj(h)
+            out = proj(h) if layout == "tokens" else proj(h.movedim(1, -1)).movedim(-1, 1)
             residuals.append(out)
         state["residuals"] = residuals
         return None

@@ -41,8 +41,9 @@ class InsideSpec:
     default LoRA target module names (peft's suffix matching). ``blocks``: the blocks hooks may
     sit on, in forward order, with ``widths`` their hidden widths. ``branch_blocks``: how many
     leading blocks are a chain of equal-signature blocks a ControlNet-style copy can run.
-    ``layout``: how a block's hidden state is laid out — ``channels`` ``(B, W, T, h, w)`` or
-    ``tokens`` ``(B, T * h * w, W)`` (frame-major).
+    ``layout``: how a block's hidden state is laid out — ``channels`` ``(B, W, T, h, w)``,
+    ``frames`` ``(B * T, W, h, w)`` (frames folded into the batch, batch-major) or ``tokens``
+    ``(B, T * h * w, W)`` (frame-major).
     """
 
     root: nn.Module
@@ -51,7 +52,22 @@ class InsideSpec:
     blocks: tuple[nn.Module, ...]
     widths: tuple[int, ...]
     branch_blocks: int
-    layout: Literal["channels", "tokens"]
+    layout: Literal["channels", "frames", "tokens"]
+
+
+def _stage_width(stage: nn.Module) -> int:
+    """The channels a DynamiCrafter U-Net stage hands on: those of its last layer that sets them."""
+    for layer in reversed(list(stage)):
+        kind = type(layer).__name__
+        if kind == "ResBlock":
+            return layer.emb_layers[-1].out_features
+        if kind == "Downsample":
+            return layer.op.out_channels
+        if kind == "Upsample":
+            return layer.conv.out_channels
+        if isinstance(layer, nn.Conv2d):
+            return layer.out_channels
+    raise CompositionError(f"cannot tell the width of the U-Net stage {stage!r}.")
 
 
 def reach_in(base) -> InsideSpec:
@@ -72,9 +88,17 @@ def reach_in(base) -> InsideSpec:
         return InsideSpec(root=tr, root_name="transformer", lora_targets=("to_q", "to_k", "to_v", "to_out.0"),
                           blocks=tuple(tr.blocks), widths=(width,) * len(tr.blocks), branch_blocks=len(tr.blocks),
                           layout="tokens")
+    if family == "dynamicrafter":
+        unet = base.model.unet
+        # the first input stage runs before init_attn: the equal-signature chain starts after it
+        down = tuple(unet.input_blocks)[1:]
+        blocks = (*down, unet.middle_block, *unet.output_blocks)
+        return InsideSpec(root=unet, root_name="model.unet", lora_targets=("to_q", "to_k", "to_v", "to_out.0"),
+                          blocks=blocks, widths=tuple(_stage_width(b) for b in blocks), branch_blocks=len(down),
+                          layout="frames")
     raise CompositionError(
         f"{type(base).__name__} (family {family!r}) does not say where adapters may reach into it. Inside adapters "
-        f"(lora, action_modulation, controlnet) know tiny_video and wan2.2; for another backbone define "
+        f"(lora, action_modulation, controlnet) know tiny_video, wan2.2 and dynamicrafter; for another backbone define "
         f"`inside_spec()` on it returning a workbench.adapters.inside.InsideSpec, or use latent_residual, which "
         f"sits beside the base."
     )
@@ -83,12 +107,15 @@ def reach_in(base) -> InsideSpec:
 def per_frame(values: torch.Tensor, hidden: torch.Tensor, layout: str) -> torch.Tensor:
     """Per-frame ``values`` ``(B, T, W)`` broadcastable onto a block's ``hidden`` state.
 
-    ``channels``: ``(B, W, T, 1, 1)``; ``tokens``: ``(B, T * h * w, W)`` (each frame's value
-    repeated over its tokens, frame-major as the patch embedding flattens them).
+    ``channels``: ``(B, W, T, 1, 1)``; ``frames``: ``(B * T, W, 1, 1)``; ``tokens``:
+    ``(B, T * h * w, W)`` (each frame's value repeated over its tokens, frame-major as the patch
+    embedding flattens them).
     """
     values = values.to(hidden.dtype)
     if layout == "channels":
         return values.permute(0, 2, 1)[..., None, None]
+    if layout == "frames":
+        return values.flatten(0, 1)[..., None, None]  # (B * T, W, 1, 1)
     b, frames, width = values.shape
     tokens = hidden.shape[1]
     if tokens % frames:
