@@ -96,8 +96,9 @@ class View(widgets.VBox):
 
 
 def button(description: str, tooltip: str = "", icon: str = "", width: str = "auto") -> widgets.Button:
+    # a button keeps its label: in a crowded row the status text wraps, never the button
     return widgets.Button(description=description, tooltip=tooltip or description, icon=icon,
-                          layout=widgets.Layout(width=width))
+                          layout=widgets.Layout(width=width, flex="0 0 auto", overflow="visible"))
 
 
 def status_line() -> widgets.HTML:
