@@ -434,3 +434,25 @@ def test_open_video_files_are_capped(both, monkeypatch):
         want = torch.as_tensor(fx.frame_codes(item["episode"], np.arange(item["start"], item["start"] + 4), 1),
                                dtype=torch.float32)
         assert torch.allclose(code(item["video"]), want, atol=4)
+
+
+def test_eval_scores_a_lerobot_directory_as_it_scores_the_hdf5_file(sample_lerobot, tmp_path, capsys):
+    """`workbench eval RUN --data DIR`: the same held-out clips, the action error scored from the dataset's
+    ee_pos feature, and the numbers of the HDF5 path within the codec's error."""
+    from workbench.cli import main
+    from workbench.demo import TRAINED_ADAPTER
+
+    common = ["--stride", "48", "--clips", "2", "--sampling-steps", "2", "--no-progress"]
+    assert main(["eval", str(TRAINED_ADAPTER), "--data", str(sample_lerobot), *common,
+                 "--out", str(tmp_path / "lerobot")]) == 0
+    assert main(["eval", str(TRAINED_ADAPTER), "--data", "sample", *common, "--out", str(tmp_path / "h5")]) == 0
+    capsys.readouterr()
+    ours, ref = (json.loads((tmp_path / name / "metrics.json").read_text()) for name in ("lerobot", "h5"))
+    assert ours["evaluation"]["data"] == "metaworld_lerobot"
+    assert [(it["episode"], it["start"]) for it in ours["per_clip"]["items"]] == \
+        [(it["episode"], it["start"]) for it in ref["per_clip"]["items"]]
+    # whole-frame PSNR and the action error; the moving-pixel mask follows the codec's noise on the
+    # first frame, so moving-pixel PSNR moves by up to 2 dB on two clips and is not compared
+    for key in ("base_psnr", "adapter_psnr", "base_action_error", "adapter_action_error"):
+        found, expected = ours["per_clip"][key], ref["per_clip"][key]
+        assert np.all(np.isfinite(found)) and np.allclose(found, expected, atol=1.0), (key, found, expected)

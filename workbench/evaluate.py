@@ -79,7 +79,9 @@ def clip_source(path: str, *, window: int, split: str = "val", stride: int | Non
     ``"sample"`` is the shipped sample (six training tasks); ``"unseen"`` the shipped file of six
     tasks the pretrained base and the demo's adapter never saw (:data:`UNSEEN_PATH`). ``size``
     resizes LeRobot frames (an HDF5 file must hold that size); ``tasks`` picks Meta-World tasks;
-    ``camera`` picks a LeRobot dataset's video feature.
+    ``camera`` picks a LeRobot dataset's video feature. A LeRobot dataset with an
+    ``observation.ee_pos`` feature (the Meta-World writer's) serves it as ``ee_pos``, so the
+    action error is scored.
     """
     from workbench.data.sources import data_kind, open_clips
 
@@ -92,6 +94,11 @@ def clip_source(path: str, *, window: int, split: str = "val", stride: int | Non
         options["tasks"] = tasks
     if camera:
         options["camera"] = camera
+    if data_kind(path) == "lerobot":
+        from workbench.data.lerobot_format import LeRobotMeta
+
+        if "observation.ee_pos" in LeRobotMeta(path).features:  # what the action error needs (Meta-World's)
+            options["ee_pos"] = "observation.ee_pos"
     return open_clips(path, window=window, stride=stride or window, split=split, size=size, **options)
 
 

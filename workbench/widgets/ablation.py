@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 import ipywidgets as widgets
@@ -48,16 +49,18 @@ class AblationSliders(View):
         self.refresh()
 
     def refresh(self) -> None:
+        """Redraw for the current sliders; a burst of moves draws only the last (see :meth:`request`)."""
         def draw():
+            started = time.perf_counter()
             panels, caption = self.state.panels(self.frame_slider.value)
             self.show_array(render.panels_image(panels, title=caption))
+            edited = ", ".join(self.state.describe_edits()) or "nothing"
+            self.status.value = (f"x0 change (RMS, latent units): <b>{self.state.change():.4f}</b><br>"
+                                 f"edited: {edited}<br>re-rendered in {1000 * (time.perf_counter() - started):.0f} ms"
+                                 + ("" if self.state.trajectory.model.adapter.reuses_base_output else
+                                    "<br>slower path: each edit re-runs the base (the adapter works inside it)"))
 
-        self.timed(draw)
-        edited = ", ".join(self.state.describe_edits()) or "nothing"
-        self.status.value = (f"x0 change (RMS, latent units): <b>{self.state.change():.4f}</b><br>"
-                             f"edited: {edited}<br>re-rendered in {1000 * self.last_render_seconds:.0f} ms"
-                             + ("" if self.state.trajectory.model.adapter.reuses_base_output else
-                                "<br>slower path: each edit re-runs the base (the adapter works inside it)"))
+        self.request(draw)
 
     def summary(self) -> str:
         return f"{self.state.describe()}, frame {self.frame_slider.value}"
