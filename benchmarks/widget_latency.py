@@ -11,18 +11,21 @@ person moving a control waits for it, the median over 19 moves of:
   already drawn, and a frame move; beside them, what drawing the same panels as a matplotlib
   figure alone costs (what every move paid before pictures were composed from the arrays).
 
-Then, when Debian's chromium, voila and playwright are installed (``make browser``; the dev
-extra), the same configuration in a real browser: Voilà serves it on 127.0.0.1, headless
-Chromium presses an arrow key on a slider and times, in the page, until the view's picture
-(``<img src>``) changes: the median over 11 presses per slider, printed beside the Python-side
-cost. Without them that part says what is missing and is skipped. Uses the shipped
-pretrained tiny_video when it is installed, else the default architecture with random weights
-(the cost is the same). Nothing asserts on time.
+Then, when Debian's chromium and playwright are installed (``make browser``; the dev extra),
+the same configuration in a real browser, served on 127.0.0.1 by Voilà and by JupyterLab (the
+lab extra; Run All from its menu): headless Chromium presses an arrow key on a slider and
+times, in the page, until the view's picture (``<img src>``) changes: the median over 11
+presses per slider, printed beside the Python-side cost. Without them that part says what is
+missing and is skipped. Uses the shipped pretrained tiny_video when it is installed, else the
+default architecture with random weights (the cost is the same). Nothing asserts on time.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import re
 import shutil
 import socket
 import statistics
@@ -172,75 +175,146 @@ TIME_PRESS = """([img, key]) => {
 def browser(python_side: dict[str, float]) -> None:
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     missing = [name for name, ok in (("chromium (make browser)", chromium is not None),
-                                     ("voila", _importable("voila")), ("playwright", _importable("playwright")))
-               if not ok]
+                                     ("playwright", _importable("playwright"))) if not ok]
     if missing:
         print(f"browser latency: skipped, {', '.join(missing)} not installed")
         return
     import nbformat
-    from playwright.sync_api import sync_playwright
 
     folder = Path(tempfile.mkdtemp(prefix="workbench-latency-"))
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(code) for code in APP]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, folder / "latency.ipynb")
+    for name, serve in (("Voilà", _voila), ("JupyterLab", _jupyterlab)):
+        if not _importable({"Voilà": "voila", "JupyterLab": "jupyterlab"}[name]):
+            print(f"browser latency in {name}: skipped, not installed")
+            continue
+        with serve(folder) as opened:
+            if opened is None:
+                print(f"browser latency in {name}: the server did not start (see {folder})")
+                continue
+            _measure(name, chromium, opened, python_side)
+
+
+def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "JUPYTER_RUNTIME_DIR": str(folder / "runtime")}
-    with open(folder / "voila.log", "w") as log:
-        server = subprocess.Popen([sys.executable, "-m", "voila", "latency.ipynb", "--no-browser", f"--port={port}",
-                                   "--Voila.ip=127.0.0.1"], cwd=folder, env=env, stdout=log,
-                                  stderr=subprocess.STDOUT)
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def _server(command: list[str], folder: Path, env: dict, ready: str, log_name: str):
+    """Run a notebook server; yield True once ``ready`` answers (False if it never does)."""
+    with open(folder / log_name, "w") as log:
+        server = subprocess.Popen(command, cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
-            url = f"http://127.0.0.1:{port}/"
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + 90
             while True:
                 try:
-                    urllib.request.urlopen(url + "static/", timeout=2)  # noqa: S310 - our own local server
+                    urllib.request.urlopen(ready, timeout=2)  # noqa: S310 - our own local server
                     break
                 except urllib.error.HTTPError:
                     break
                 except OSError:
                     if server.poll() is not None or time.monotonic() > deadline:
-                        print(f"browser latency: Voilà did not start ({folder / 'voila.log'})")
+                        yield False
                         return
                     time.sleep(0.5)
-            with sync_playwright() as p:
-                chrome = p.chromium.launch(executable_path=chromium, args=FLAGS, headless=True)
-                try:
-                    page = chrome.new_page(viewport={"width": 1400, "height": 1600})
-                    page.route(__import__("re").compile(r"^https?://(?!127\.0\.0\.1[:/])"), lambda r: r.abort())
-                    page.goto(url, timeout=180_000)
-                    for img in ("img.workbench-stepper-image", "img.workbench-ablation-image"):
-                        page.wait_for_function(f"() => {{ const i = document.querySelector('{img}');"
-                                               " return i && i.complete && i.naturalWidth > 100; }", timeout=180_000)
-                    cases = [("stepper step slider (tiny, 3 branches)", ".workbench-step-slider",
-                              "img.workbench-stepper-image", "ArrowRight", "step"),
-                             ("stepper frame slider (tiny, 3 branches)", ".workbench-frame-slider",
-                              "img.workbench-stepper-image", "ArrowLeft", "frame"),
-                             ("ablation slider dx (tiny)", ".workbench-ablation .workbench-condition-slider",
-                              "img.workbench-ablation-image", "ArrowLeft", "ablation")]
-                    for name, slider, img, key, which in cases:
-                        handle = page.locator(f"{slider} .noUi-handle").first
-                        handle.focus()
-                        times = []
-                        for _ in range(PRESSES):
-                            page.evaluate(TIME_PRESS, [img, key])
-                            handle.press(key)
-                            times.append(page.evaluate("async () => await window.__latency"))
-                            page.wait_for_timeout(150)
-                        print(f"browser, key press to new picture, {name}: median {statistics.median(times):.0f} ms "
-                              f"(range {min(times):.0f}-{max(times):.0f}; Python side {python_side[which]:.0f} ms)")
-                finally:
-                    chrome.close()
+            yield True
         finally:
             server.terminate()
             try:
                 server.wait(10)
             except subprocess.TimeoutExpired:
                 server.kill()
+
+
+@contextlib.contextmanager
+def _voila(folder: Path):
+    """Voilà serving the notebook: yields a function that opens it in a page and runs it."""
+    port = _free_port()
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "JUPYTER_RUNTIME_DIR": str(folder / "runtime-voila")}
+    command = [sys.executable, "-m", "voila", "latency.ipynb", "--no-browser", f"--port={port}",
+               "--Voila.ip=127.0.0.1"]
+    url = f"http://127.0.0.1:{port}/"
+    with _server(command, folder, env, url + "static/", "voila.log") as up:
+        yield (lambda page: page.goto(url, timeout=180_000)) if up else None
+
+
+@contextlib.contextmanager
+def _jupyterlab(folder: Path):
+    """JupyterLab on the notebook: yields a function that opens it in a page and runs all its cells."""
+    token = os.urandom(16).hex()
+    settings = folder / "lab-settings"
+    for plugin, values in (("@jupyterlab/docmanager-extension/plugin", {"autosave": False}),
+                           ("@jupyterlab/apputils-extension/notification", {"fetchNews": "false",
+                                                                            "checkForUpdates": False})):
+        path = settings / f"{plugin}.jupyterlab-settings"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(values))
+    port = _free_port()
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "JUPYTERLAB_SETTINGS_DIR": str(settings),
+           "JUPYTER_RUNTIME_DIR": str(folder / "runtime-lab")}
+    command = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1", f"--port={port}",
+               f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={folder}"]
+    if hasattr(os, "getuid") and os.getuid() == 0:
+        command.append("--allow-root")
+    url = f"http://127.0.0.1:{port}"
+
+    def kernel_idle() -> None:  # Run All sent before the kernel is idle can be lost
+        deadline, idle_since = time.monotonic() + 120, None
+        while time.monotonic() < deadline:
+            with urllib.request.urlopen(f"{url}/api/sessions?token={token}", timeout=10) as answer:  # noqa: S310
+                sessions = json.loads(answer.read())
+            idle = bool(sessions) and all(s["kernel"]["execution_state"] == "idle" for s in sessions)
+            idle_since = (idle_since or time.monotonic()) if idle else None
+            if idle_since is not None and time.monotonic() - idle_since > 1.0:
+                return
+            time.sleep(0.2)
+
+    def open_and_run(page) -> None:
+        page.goto(f"{url}/lab/tree/latency.ipynb?token={token}", timeout=180_000)
+        page.locator(".jp-Notebook").wait_for(timeout=180_000)
+        kernel_idle()
+        page.locator(".lm-MenuBar-itemLabel", has_text=re.compile("^Run$")).click()
+        page.locator(".lm-Menu-itemLabel", has_text=re.compile("^Run All Cells$")).first.click()
+
+    with _server(command, folder, env, f"{url}/api/status?token={token}", "lab.log") as up:
+        yield open_and_run if up else None
+
+
+def _measure(where: str, chromium: str, open_and_run, python_side: dict[str, float]) -> None:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        chrome = p.chromium.launch(executable_path=chromium, args=FLAGS, headless=True)
+        try:
+            page = chrome.new_page(viewport={"width": 1400, "height": 2400})
+            page.route(re.compile(r"^https?://(?!127\.0\.0\.1[:/])"), lambda r: r.abort())
+            open_and_run(page)
+            for img in ("img.workbench-stepper-image", "img.workbench-ablation-image"):
+                page.wait_for_function(f"() => {{ const i = document.querySelector('{img}');"
+                                       " return i && i.complete && i.naturalWidth > 100; }", timeout=180_000)
+            cases = [("stepper step slider (tiny, 3 branches)", ".workbench-step-slider",
+                      "img.workbench-stepper-image", "ArrowRight", "step"),
+                     ("stepper frame slider (tiny, 3 branches)", ".workbench-frame-slider",
+                      "img.workbench-stepper-image", "ArrowLeft", "frame"),
+                     ("ablation slider dx (tiny)", ".workbench-ablation .workbench-condition-slider",
+                      "img.workbench-ablation-image", "ArrowLeft", "ablation")]
+            for name, slider, img, key, which in cases:
+                handle = page.locator(f"{slider} .noUi-handle").first
+                handle.focus()
+                times = []
+                for _ in range(PRESSES):
+                    page.evaluate(TIME_PRESS, [img, key])
+                    handle.press(key)
+                    times.append(page.evaluate("async () => await window.__latency"))
+                    page.wait_for_timeout(150)
+                print(f"browser ({where}), key press to new picture, {name}: median {statistics.median(times):.0f} ms "
+                      f"(range {min(times):.0f}-{max(times):.0f}; Python side {python_side[which]:.0f} ms)")
+        finally:
+            chrome.close()
 
 
 def _importable(name: str) -> bool:

@@ -213,6 +213,15 @@ def run_all_and_use(page, url: str) -> None:
     press(page, ".workbench-frame-slider", "ArrowLeft", "img.workbench-stepper-image")
     press(page, ".workbench-ablation .workbench-condition-slider", "ArrowRight", "img.workbench-ablation-image")
     assert "step <b>1</b>" in page.locator(".workbench-stepper").inner_html()
+    # the keyboard: space on the focused play button plays (the kernel steps the view) and pauses
+    play = page.locator(".workbench-stepper button", has_text=re.compile("^play$")).first
+    play.focus()
+    play.press("Space")
+    page.locator(".workbench-stepper button", has_text=re.compile("^pause$")).first.wait_for(timeout=TIMEOUT_MS)
+    page.wait_for_function("() => /step <b>[2-8]<\\/b>/.test(document.querySelector('.workbench-stepper').innerHTML)",
+                           timeout=TIMEOUT_MS)
+    page.locator(".workbench-stepper button", has_text=re.compile("^pause$")).first.press("Space")
+    page.locator(".workbench-stepper button", has_text=re.compile("^play$")).first.wait_for(timeout=TIMEOUT_MS)
     page.screenshot(path=str(ARTIFACTS / "lab-run-all.png"), full_page=True)
     page.keyboard.press("Control+s")
     page.wait_for_function("() => !document.querySelector('.jp-mod-dirty')", timeout=TIMEOUT_MS)
