@@ -28,18 +28,18 @@ from workbench.core.conditions import Batch
 from workbench.core.objectives import Objective
 from workbench.errors import (
     CallbackError,
-    CheckpointError,
     CompositionError,
     ConfigError,
     DataError,
     NonFiniteLossError,
 )
-from workbench.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from workbench.train.checkpoint import load_checkpoint, save_checkpoint
 from workbench.train.config import ExperimentConfig, TrainingConfig, experiment_to_dict, load_yaml
 from workbench.train.data import DataStream, LatentCache, ShardedStream, is_map_dataset
 from workbench.train.distributed import Distributed, local_device, shard_base
 from workbench.train.interrupt import SigintGuard
 from workbench.train.placement import base_config_on, check_base_dtype
+from workbench.train.resume import restore, saved_config, training_state
 
 HOOKS = ("on_fit_start", "on_step_start", "on_after_backward", "on_step_end", "on_eval", "on_fit_end")
 
@@ -426,44 +426,14 @@ class AdapterExperiment:
         return self
 
     # -- evaluation --------------------------------------------------------------------------
-    @torch.no_grad()
     def evaluate(self, data: Any, batches: int = 4, seed: int = 0) -> dict[str, float]:
-        """Mean adapted and base-only loss over ``batches`` batches, on fixed noise draws."""
-        mine = range(batches) if self.dist is None else range(self.dist.rank, batches, self.dist.world_size)
-        source = self._cached(data)
-        if self.dist is not None and is_map_dataset(source):  # each rank loads only its own batches
-            b, n = self.training.batch_size, len(source) // self.training.batch_size
-            source = torch.utils.data.Subset(source, [(i % n) * b + j for i in mine for j in range(b)])
-            reads = list(mine)
-        else:
-            reads = list(range(batches)) if self.dist is not None else list(mine)
-        stream = DataStream(source, batch_size=self.training.batch_size, seed=seed, shuffle=False,
-                            num_workers=self.training.num_workers)
-        was = self.model.training
-        self.model.train(False)
-        losses = torch.zeros(2, batches, device=self.device)  # adapted, base
-        try:
-            objective = self.model.objective
-            for i in reads:
-                raw = stream.next()
-                if i not in mine:
-                    continue
-                batch = self.prepare(raw)
-                x_t, t, target = self.model.noised(batch, self._eval_generator(seed, i))
-                pred = self.model.predict(x_t, t, batch)
-                losses[0, i] = objective.loss(pred.composed, target, batch.loss_mask)
-                losses[1, i] = objective.loss(pred.base, target, batch.loss_mask)
-        finally:
-            self.model.train(was)
-        if self.dist is not None:  # each batch was evaluated by one rank; the others hold zeros there
-            self.dist.sum_(losses)
-        a, b = float(losses[0].mean()), float(losses[1].mean())
-        metrics = {"loss": a, "base_loss": b, "improvement": b - a, "batches": batches}
+        """Mean adapted and base-only loss over ``batches`` batches, on fixed noise draws (see
+        :func:`workbench.train.validation.validation_loss`); the ``on_eval`` callbacks get the result."""
+        from workbench.train.validation import validation_loss
+
+        metrics = validation_loss(self, data, batches=batches, seed=seed)
         self._call(self._collect(()), "on_eval", self.step, metrics)
         return metrics
-
-    def _eval_generator(self, seed: int, index: int) -> torch.Generator:
-        return torch.Generator(device=self.device).manual_seed(_mix_seed(seed, 10**9 + index))
 
     # -- sampling (hands off to the inspection layer) -------------------------------------------
     def sample(self, batch_or_cond: Any, steps: int | None = None, seed: int = 0, record: bool = True,
@@ -483,19 +453,6 @@ class AdapterExperiment:
         return export(path)
 
     # -- checkpoints -------------------------------------------------------------------------
-    def _state(self) -> dict[str, Any]:
-        state: dict[str, Any] = {"optimizer": self.optimizer.state_dict(), "rng_cpu": torch.get_rng_state(),
-                                 "step": self.step}
-        if torch.cuda.is_available():
-            state["rng_cuda"] = torch.cuda.get_rng_state_all()
-        if self.scaler is not None:
-            state["scaler"] = self.scaler.state_dict()
-        if self._stream is not None:
-            state["data"] = self._stream.state_dict()
-        elif self._data_state is not None:
-            state["data"] = dict(self._data_state)
-        return state
-
     def save_checkpoint(self, run_dir: str | Path | None = None, keep_last: int | None = None) -> Path:
         """Write a checkpoint of the current step into ``run_dir`` (default: the output directory)."""
         import yaml
@@ -504,7 +461,8 @@ class AdapterExperiment:
         if not self.is_main:  # rank 0 writes; the others hold the same state
             return Path(run_dir or self.output_dir)
         path = save_checkpoint(
-            run_dir or self.output_dir, self.step, trainable=self.model.trainable_state_dict(), state=self._state(),
+            run_dir or self.output_dir, self.step, trainable=self.model.trainable_state_dict(),
+            state=training_state(self),
             config_yaml=yaml.safe_dump(self.resolved_config(), sort_keys=False),
             meta={"name": self.name, "loss_history": self.loss_history,
                   "metrics": {"loss": self.loss_history[-1] if self.loss_history else None}},
@@ -519,33 +477,7 @@ class AdapterExperiment:
 
     def load_checkpoint(self, path: str | Path) -> AdapterExperiment:
         """Restore weights, optimizer, RNG and data position into this experiment."""
-        ckpt = load_checkpoint(path)
-        ours = self.model.trainable_state_dict()
-        theirs = ckpt["trainable"]
-        shapes = [f"{k} {tuple(theirs[k].shape)} vs {tuple(v.shape)}" for k, v in ours.items()
-                  if k in theirs and theirs[k].shape != v.shape]
-        if set(ours) != set(theirs) or shapes:
-            raise CheckpointError(
-                f"Checkpoint {ckpt['path']} does not fit this experiment: "
-                f"missing {sorted(set(ours) - set(theirs))[:5]}, "
-                f"unexpected {sorted(set(theirs) - set(ours))[:5]}, shape mismatches (saved vs built) {shapes[:3]}. "
-                f"It was saved for a different adapter/composer configuration; build the experiment from the "
-                f"checkpoint's config.yaml (AdapterExperiment.load) instead."
-            )
-        self.model.load_trainable_state_dict({k: v.to(self.device) for k, v in ckpt["trainable"].items()})
-        state = ckpt["state"]
-        self.optimizer.load_state_dict(state["optimizer"])
-        torch.set_rng_state(state["rng_cpu"])
-        if "rng_cuda" in state and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(state["rng_cuda"])
-        if self.scaler is not None and "scaler" in state:
-            self.scaler.load_state_dict(state["scaler"])
-        self.step = int(ckpt["meta"]["step"])
-        self.loss_history = list(ckpt["meta"].get("loss_history", []))
-        self._pending = []
-        self._stream = None
-        self._data_state = state.get("data")
-        self.last_checkpoint = ckpt["path"]
+        restore(self, load_checkpoint(path))
         return self
 
     @classmethod
@@ -555,17 +487,7 @@ class AdapterExperiment:
         ``training=TrainingConfig(...)`` replaces the saved training settings (``workbench train
         --resume`` passes the config file's, so a run can continue with more steps or ranks).
         """
-        import yaml
-
-        from workbench.train.config import parse_experiment
-
-        ckpt_dir = Path(path)
-        if not (ckpt_dir / "meta.json").exists():
-            ckpt_dir = latest_checkpoint(path) or ckpt_dir
-        config_file = ckpt_dir / "config.yaml"
-        if not config_file.exists():
-            load_checkpoint(path)  # raises the precise error
-        config = parse_experiment(yaml.safe_load(config_file.read_text()), source=str(config_file))
+        ckpt_dir, config = saved_config(path)
         if overrides.get("training") is not None:  # e.g. more steps, or another world size's settings
             config = dataclasses.replace(config, training=overrides.pop("training"))
         return cls.from_config(config, **overrides).load_checkpoint(ckpt_dir)
