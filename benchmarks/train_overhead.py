@@ -20,7 +20,7 @@ from _bench import BENCH_BASE, interleaved, report
 from workbench import AdapterExperiment, GatedResidual, TrainingConfig
 from workbench.adapters.latent_residual import LatentResidual
 from workbench.backbones.tiny_video import TinyVideo, TinyVideoConfig
-from workbench.train.experiment import _mix_seed
+from workbench.train.experiment import mix_seed
 
 SMALL_BASE = dict(image_size=16, frames=4, width=16, ae_width=8, depth=1)
 TINY_BASE = dict(image_size=8, frames=2, width=8, ae_width=8, depth=1)  # 2x2 latents: the step is nearly all overhead
@@ -63,7 +63,7 @@ def run_case(name: str) -> float:
         adapter.train()
         for step in range(done[0], done[0] + steps):
             batch = base.prepare_batch(raw)
-            noise, t = objective.sample_noise_and_t(batch.latents, generator.manual_seed(_mix_seed(seed, step, 0)))
+            noise, t = objective.sample_noise_and_t(batch.latents, generator.manual_seed(mix_seed(seed, step, 0)))
             x_t = objective.add_noise(batch.latents, noise, t)
             with torch.no_grad():
                 b = base.denoise(x_t, t, batch.cond)
@@ -119,7 +119,7 @@ def loop_only(steps: int = 3000) -> float:
     opt, generator, done = torch.optim.AdamW([param], lr=1e-4, weight_decay=0.0), torch.Generator(), [0]
 
     def hand_step():
-        generator.manual_seed(_mix_seed(0, done[0], 0))
+        generator.manual_seed(mix_seed(0, done[0], 0))
         (param * 2.0).square().backward()
         opt.step()
         opt.zero_grad(set_to_none=True)

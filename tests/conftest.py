@@ -219,6 +219,30 @@ class DeviceReads:
             setattr(torch.Tensor, name, original)
 
 
+@pytest.fixture
+def preview_cache(tmp_path, monkeypatch):
+    """A scratch workbench cache for fitted previews, the in-memory previews forgotten before and after."""
+    from workbench.inspect import clear_preview_cache
+
+    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path))
+    clear_preview_cache()
+    yield tmp_path / "previews"
+    clear_preview_cache()
+
+
+def count_decodes(base) -> list[int]:
+    """Counts ``base.decode`` calls from here on (``calls[0]``)."""
+    calls = [0]
+    decode = base.decode
+
+    def counted(latents):
+        calls[0] += 1
+        return decode(latents)
+
+    base.decode = counted
+    return calls
+
+
 # -- the notebooks (collected beside the tests by `pytest tests notebooks --nbval`) --------------
 # Under nbval the notebooks run the pretrained tiny_video, notebook 6 the diffusers backbone
 # plugins and notebook 7 the DynamiCrafter plugin: a notebook whose requirements are not

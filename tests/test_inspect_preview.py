@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from conftest import raw_batch, tiny_base
+from conftest import count_decodes, raw_batch, tiny_base
 from torch import nn
 
 from workbench import BaseVideoModel, ComponentSpec, ComposedModel, GatedResidual, ModelCard
@@ -21,23 +21,8 @@ from workbench.metrics import to_uint8_video
 
 
 @pytest.fixture(autouse=True)
-def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path))
-    clear_preview_cache()
-    yield tmp_path / "previews"
-    clear_preview_cache()
-
-
-def count_decodes(base) -> list[int]:
-    calls = [0]
-    decode = base.decode
-
-    def counted(latents):
-        calls[0] += 1
-        return decode(latents)
-
-    base.decode = counted
-    return calls
+def cache(preview_cache):
+    return preview_cache
 
 
 class LinearVAE(BaseVideoModel):
@@ -121,13 +106,13 @@ def test_the_ridge_keeps_an_underdetermined_fit_finite():
     """One latent pixel seen twice cannot pin down C + 1 weights per output pixel: plain least
     squares fits the noise with huge weights; the ridge keeps them of the order of the data, and
     still reproduces a well-posed linear map."""
-    from workbench.inspect.preview import _solve
+    from workbench.inspect.preview import solve_linear
 
     gen = torch.Generator().manual_seed(3)
     z = torch.randn(1, 4, 1, 1, 1, generator=gen).repeat(2, 1, 1, 1, 1)
     z = z + 1e-7 * torch.randn(z.shape, generator=gen)
     video = torch.rand(2, 3, 1, 2, 2, generator=gen) * 2 - 1  # unrelated targets: only noise to fit
-    weight, _ = _solve(z, video, 2, 1)
+    weight, _ = solve_linear(z, video, 2, 1)
     plain = torch.linalg.lstsq(torch.cat([z.flatten(1), torch.ones(2, 1)], 1).double(),
                                video.flatten(1).double()).solution
     assert torch.isfinite(weight).all() and weight.abs().max() < 10 < plain.abs().max()
@@ -135,7 +120,7 @@ def test_the_ridge_keeps_an_underdetermined_fit_finite():
     wide = torch.randn(64, 4, 1, 4, 4, generator=gen)
     with torch.no_grad():
         out = base.decode(wide)
-    weight, _ = _solve(wide, out, 2, 1)
+    weight, _ = solve_linear(wide, out, 2, 1)
     from workbench.inspect.preview import _blocks, _design
     assert torch.allclose(_design(wide).float() @ weight, _blocks(out, 2, 1).float(), atol=1e-3)
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 import torch
-from conftest import requires_plugins, tiny_base
+from conftest import count_decodes, requires_plugins, tiny_base
 
 from workbench.inspect import InspectError, clear_preview_cache, fit_preview, render
 from workbench.inspect.preview import backbone_identity
@@ -18,23 +18,8 @@ torch.set_num_threads(1)
 
 
 @pytest.fixture(autouse=True)
-def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path))
-    clear_preview_cache()
-    yield tmp_path / "previews"
-    clear_preview_cache()
-
-
-def count_decodes(base) -> list[int]:
-    calls = [0]
-    decode = base.decode
-
-    def counted(latents):
-        calls[0] += 1
-        return decode(latents)
-
-    base.decode = counted
-    return calls
+def cache(preview_cache):
+    return preview_cache
 
 
 @pytest.fixture(scope="module")

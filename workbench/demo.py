@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from workbench.evaluate import _json_safe
+from workbench.evaluate import json_safe
 
 #: What the demo trains, as the blocks a YAML config would hold. The adapter reads the actions and
 #: their running sum (the displacement since the first frame), pixel coordinates, and two copies
@@ -230,7 +230,7 @@ def run_demo(cfg: DemoConfig, progress: bool = True) -> dict[str, Any]:
         "files": [*seen["files"], *(f"unseen/{f}" for f in (unseen["files"] if unseen else [])), "loss.png"],
         "seconds": round(time.perf_counter() - started, 1),
     }
-    (out / "metrics.json").write_text(json.dumps(_json_safe(metrics), indent=1))
+    (out / "metrics.json").write_text(json.dumps(json_safe(metrics), indent=1))
     head = (f"{'from-scratch model' if cfg.from_scratch else 'action adapter'} ({trainable} trainable parameters) "
             f"trained {exp.step} steps in {train_seconds / 60:.1f} min; total {metrics['seconds'] / 60:.1f} min"
             + (f"; (b) and (c) sampled with the learned gate x{cfg.gate_scale:g}" if cfg.gate_scale else ""))

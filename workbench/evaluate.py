@@ -327,11 +327,12 @@ def per_clip_record(result: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _json_safe(x: Any) -> Any:
+def json_safe(x: Any) -> Any:
+    """``x`` with non-finite floats (NaN, inf) as None, so JSON can hold it."""
     if isinstance(x, dict):
-        return {k: _json_safe(v) for k, v in x.items()}
+        return {k: json_safe(v) for k, v in x.items()}
     if isinstance(x, list):
-        return [_json_safe(v) for v in x]
+        return [json_safe(v) for v in x]
     return None if isinstance(x, float) and not np.isfinite(x) else x
 
 
@@ -359,7 +360,7 @@ def evaluate_run(exp, source, *, out: str | Path, clips: int | None = None, samp
                               "gate_scale": gate_scale,
                               "probe": "workbench.hand_probe (shipped)", **(describe or {})},
                "files": [p.name for p in videos], "seconds": round(time.perf_counter() - started, 1)}
-    (out / "metrics.json").write_text(json.dumps(_json_safe(metrics), indent=1))
+    (out / "metrics.json").write_text(json.dumps(json_safe(metrics), indent=1))
     return {**metrics, "result": result, "table": format_table(summary, title, labels)}
 
 

@@ -213,21 +213,42 @@ def _paths(identity: str) -> tuple[Path, Path]:
     return folder / f"{identity}.safetensors", folder / f"{identity}.json"
 
 
-def load_cached(identity: str) -> LatentPreview | None:
-    """The preview cached on disk for ``identity``, or ``None`` when there is none."""
+def read_files(weights: Path, meta_path: Path, what: str, refit: str) -> tuple[dict, dict] | None:
+    """``(meta, tensors)`` of a cached preview's two files; ``None`` when either is missing.
+
+    An unreadable pair is an error naming the file and the fix (``refit``: the call that remakes it).
+    """
     from safetensors.torch import load_file
 
-    weights, meta_path = _paths(identity)
     if not (weights.exists() and meta_path.exists()):
         return None
     try:
-        meta = json.loads(meta_path.read_text())
-        tensors = load_file(str(weights))
+        return json.loads(meta_path.read_text()), load_file(str(weights))
     except Exception as err:  # safetensors / json raise their own types for corrupt files
         raise InspectError(
-            f"The cached preview {weights} is unreadable ({err}). Delete it (and {meta_path.name}) or call "
-            f"fit_preview(base, refit=True) to fit it again."
+            f"The cached {what} {weights} is unreadable ({err}). Delete it (and {meta_path.name}) or call {refit}."
         ) from err
+
+
+def write_files(weights: Path, meta_path: Path, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> Path:
+    """Write a preview's weights and metadata atomically (each file renamed into place); returns ``weights``."""
+    from safetensors.torch import save_file
+
+    weights.parent.mkdir(parents=True, exist_ok=True)
+    tmp_w, tmp_m = weights.with_suffix(".safetensors.tmp"), meta_path.with_suffix(".json.tmp")
+    save_file(tensors, str(tmp_w), metadata={"workbench": json.dumps(meta)})
+    tmp_m.write_text(json.dumps(meta, indent=1))
+    os.replace(tmp_w, weights)
+    os.replace(tmp_m, meta_path)
+    return weights
+
+
+def load_cached(identity: str) -> LatentPreview | None:
+    """The preview cached on disk for ``identity``, or ``None`` when there is none."""
+    found = read_files(*_paths(identity), "preview", "fit_preview(base, refit=True) to fit it again")
+    if found is None:
+        return None
+    meta, tensors = found
     if meta.get("version") != PREVIEW_VERSION:
         return None
     return LatentPreview(weight=tensors["weight"], weight_first=tensors.get("weight_first"),
@@ -239,19 +260,10 @@ def load_cached(identity: str) -> LatentPreview | None:
 
 def save_cached(preview: LatentPreview) -> Path:
     """Write ``preview`` to the disk cache (atomically) and return the safetensors path."""
-    from safetensors.torch import save_file
-
-    weights, meta_path = _paths(preview.identity)
-    weights.parent.mkdir(parents=True, exist_ok=True)
     tensors = {"weight": preview.weight.contiguous()}
     if preview.weight_first is not None:
         tensors["weight_first"] = preview.weight_first.contiguous()
-    tmp_w, tmp_m = weights.with_suffix(".safetensors.tmp"), meta_path.with_suffix(".json.tmp")
-    save_file(tensors, str(tmp_w), metadata={"workbench": json.dumps(preview.meta())})
-    tmp_m.write_text(json.dumps(preview.meta(), indent=1))
-    os.replace(tmp_w, weights)
-    os.replace(tmp_m, meta_path)
-    return weights
+    return write_files(*_paths(preview.identity), tensors, preview.meta())
 
 
 # -- fitting -------------------------------------------------------------------------------
@@ -290,7 +302,7 @@ def decode_chunked(base: BaseVideoModel, latents: torch.Tensor, chunk_frames: in
     return parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)
 
 
-def _layout(z_shape: torch.Size, x_shape: torch.Size, causal: bool | None = None) -> tuple[int, int, bool]:
+def latent_layout(z_shape: torch.Size, x_shape: torch.Size, causal: bool | None = None) -> tuple[int, int, bool]:
     """``(d, r, causal)`` relating latents ``(N, C, T', h, w)`` to decoded video ``(N, 3, T, H, W)``
     (``causal``: see :func:`time_layout`)."""
     _, _, lt, lh, lw = z_shape
@@ -344,7 +356,7 @@ samples (e.g. a first frame seen in six clips, for 49 unknowns) from blowing its
 fit the noise, and changes a well-posed fit by a negligible amount."""
 
 
-def _solve(z: torch.Tensor, video: torch.Tensor, d: int, r: int) -> tuple[torch.Tensor, torch.Tensor]:
+def solve_linear(z: torch.Tensor, video: torch.Tensor, d: int, r: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Ridge least-squares weights ``(C + 1, r 3 d d)`` and the mean block (the constant baseline)."""
     targets = _blocks(video.double(), d, r)
     x = _design(z)  # (M, C + 1), the last column the bias
@@ -374,7 +386,7 @@ def data_free_latents(channels: int, frames: int, height: int, width: int, count
     return torch.where(odd, smooth, white).to(device=device, dtype=dtype)
 
 
-def _latent_shape_from_card(base: BaseVideoModel) -> tuple[int, ...]:
+def latent_shape_from_card(base: BaseVideoModel) -> tuple[int, ...]:
     s = base.card.sampling
     if not (s.height and s.width):
         raise InspectError(
@@ -386,7 +398,7 @@ def _latent_shape_from_card(base: BaseVideoModel) -> tuple[int, ...]:
         return tuple(base.encode(video).shape[1:])
 
 
-def _encode_samples(base: BaseVideoModel, samples: Any) -> torch.Tensor:
+def encode_samples(base: BaseVideoModel, samples: Any) -> torch.Tensor:
     if isinstance(samples, (Mapping, Batch)):
         return base.prepare_batch(samples).latents
     video = torch.as_tensor(samples)
@@ -445,7 +457,7 @@ def fit_preview(base: BaseVideoModel, samples: Any = None, *, kind: str = "linea
             _MEMORY[identity] = loaded
             return loaded
     if samples is not None:
-        z = _encode_samples(base, samples)
+        z = encode_samples(base, samples)
         if z.shape[0] < 2:
             raise InspectError(f"fit_preview needs at least 2 sample clips (one held out), got {z.shape[0]}.")
         held = min(max(1, n_heldout), z.shape[0] - 1)
@@ -453,7 +465,7 @@ def fit_preview(base: BaseVideoModel, samples: Any = None, *, kind: str = "linea
     else:
         if n_fit < 1 or n_heldout < 1:
             raise InspectError(f"fit_preview needs n_fit >= 1 and n_heldout >= 1, got {n_fit} and {n_heldout}.")
-        shape = tuple(latent_shape) if latent_shape is not None else _latent_shape_from_card(base)
+        shape = tuple(latent_shape) if latent_shape is not None else latent_shape_from_card(base)
         if len(shape) != 4:
             raise InspectError(f"latent_shape must be (C, T, h, w), got {shape!r}.")
         c, t, h, w = shape
@@ -466,14 +478,14 @@ def fit_preview(base: BaseVideoModel, samples: Any = None, *, kind: str = "linea
         return identity_preview(z.shape[1])
     video = torch.cat([decode_chunked(base, z[i:i + 1], chunk_frames) for i in range(z.shape[0])])
     z, video = z.detach().float().cpu(), video.detach().float().cpu()
-    d, r, causal = _layout(z.shape, video.shape, base.causal_latents)
+    d, r, causal = latent_layout(z.shape, video.shape, base.causal_latents)
     fit_z, fit_x, test_z, test_x = z[:-held], video[:-held], z[-held:], video[-held:]
     if causal:
-        weight_first, mean_first = _solve(fit_z[:, :, :1], fit_x[:, :, :1], d, 1)
-        weight, mean = _solve(fit_z[:, :, 1:], fit_x[:, :, 1:], d, r)
+        weight_first, mean_first = solve_linear(fit_z[:, :, :1], fit_x[:, :, :1], d, 1)
+        weight, mean = solve_linear(fit_z[:, :, 1:], fit_x[:, :, 1:], d, r)
     else:
         weight_first, mean_first = None, None
-        weight, mean = _solve(fit_z, fit_x, d, r)
+        weight, mean = solve_linear(fit_z, fit_x, d, r)
     preview = LatentPreview(weight=weight, weight_first=weight_first, channels=z.shape[1], downsample=d,
                             frames_per_latent=r, psnr=0.0, baseline_psnr=0.0, identity=identity, source=source,
                             n_fit=fit_z.shape[0], n_heldout=held)

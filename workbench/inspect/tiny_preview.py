@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,15 +39,17 @@ from workbench.core.backbone import BaseVideoModel
 from workbench.inspect.common import InspectError
 from workbench.inspect.preview import (
     DEFAULT_CHUNK_FRAMES,
-    _encode_samples,
-    _latent_shape_from_card,
-    _layout,
-    _solve,
     backbone_identity,
     cache_dir,
     data_free_latents,
     decode_chunked,
+    encode_samples,
     is_pixel_space,
+    latent_layout,
+    latent_shape_from_card,
+    read_files,
+    solve_linear,
+    write_files,
 )
 from workbench.metrics import psnr
 
@@ -186,22 +187,14 @@ def _shipped(identity: str) -> tuple[Path, Path] | None:
 
 def load_cached_tiny(identity: str) -> TinyPreview | None:
     """The tiny preview cached on disk (or shipped with workbench) for ``identity``, or ``None``."""
-    from safetensors.torch import load_file
-
-    weights, meta_path = _paths(cache_dir(), identity)
-    if not (weights.exists() and meta_path.exists()):
+    refit = "fit_preview(base, kind='tiny', refit=True) to distil it again"
+    found = read_files(*_paths(cache_dir(), identity), "tiny preview", refit)
+    if found is None:
         shipped = _shipped(identity)
-        if shipped is None:
-            return None
-        weights, meta_path = shipped
-    try:
-        meta = json.loads(meta_path.read_text())
-        tensors = load_file(str(weights))
-    except Exception as err:  # safetensors / json raise their own types for corrupt files
-        raise InspectError(
-            f"The cached tiny preview {weights} is unreadable ({err}). Delete it (and {meta_path.name}) or call "
-            f"fit_preview(base, kind='tiny', refit=True) to distil it again."
-        ) from err
+        found = None if shipped is None else read_files(*shipped, "tiny preview", refit)
+    if found is None:
+        return None
+    meta, tensors = found
     if meta.get("version") != TINY_VERSION:
         return None
     net = TinyDecoder(meta["channels"], meta["downsample"], meta["frames_per_latent"], meta["causal"], meta["width"])
@@ -214,20 +207,11 @@ def load_cached_tiny(identity: str) -> TinyPreview | None:
 
 def save_cached_tiny(preview: TinyPreview, folder: Path | None = None, stem: str | None = None) -> Path:
     """Write ``preview`` (atomically) to the disk cache, or to ``folder/stem.*``; returns the safetensors path."""
-    from safetensors.torch import save_file
-
-    if stem is None:
-        weights, meta_path = _paths(folder or cache_dir(), preview.identity)
-    else:
-        weights, meta_path = (folder or cache_dir()) / f"{stem}.safetensors", (folder or cache_dir()) / f"{stem}.json"
-    weights.parent.mkdir(parents=True, exist_ok=True)
+    folder = folder or cache_dir()
+    paths = _paths(folder, preview.identity) if stem is None else (folder / f"{stem}.safetensors",
+                                                                      folder / f"{stem}.json")
     tensors = {k: v.detach().cpu().contiguous() for k, v in preview.net.state_dict().items()}
-    tmp_w, tmp_m = weights.with_suffix(".safetensors.tmp"), meta_path.with_suffix(".json.tmp")
-    save_file(tensors, str(tmp_w), metadata={"workbench": json.dumps(preview.meta())})
-    tmp_m.write_text(json.dumps(preview.meta(), indent=1))
-    os.replace(tmp_w, weights)
-    os.replace(tmp_m, meta_path)
-    return weights
+    return write_files(*paths, tensors, preview.meta())
 
 
 def clear_tiny_cache() -> None:
@@ -279,7 +263,7 @@ def distil_tiny_preview(base: BaseVideoModel, samples: Any = None, *, latent_sha
     """
     identity = backbone_identity(base)
     if samples is not None:
-        real = _encode_samples(base, samples)
+        real = encode_samples(base, samples)
         if real.shape[0] < 2:
             raise InspectError(f"fit_preview(kind='tiny') needs at least 2 sample clips (one held out), got "
                                f"{real.shape[0]}.")
@@ -289,7 +273,7 @@ def distil_tiny_preview(base: BaseVideoModel, samples: Any = None, *, latent_sha
         if n_fit < 1 or n_heldout < 1:
             raise InspectError(f"fit_preview(kind='tiny') needs n_fit >= 1 and n_heldout >= 1, got {n_fit} and "
                                f"{n_heldout}.")
-        shape = tuple(latent_shape) if latent_shape is not None else _latent_shape_from_card(base)
+        shape = tuple(latent_shape) if latent_shape is not None else latent_shape_from_card(base)
         if len(shape) != 4:
             raise InspectError(f"latent_shape must be (C, T, h, w), got {shape!r}.")
     if is_pixel_space(base, shape[0]):
@@ -309,14 +293,14 @@ def distil_tiny_preview(base: BaseVideoModel, samples: Any = None, *, latent_sha
     else:
         test_z, test_x = _training_latents(base, (c, min(t, 4), h, w), n_heldout, seed + 1000, chunk_frames)
         source = "data-free"
-    d, r, causal = _layout(fit_z.shape, fit_x.shape, base.causal_latents)
+    d, r, causal = latent_layout(fit_z.shape, fit_x.shape, base.causal_latents)
 
     # the linear preview on the same training set: the skip path, and what the distillation must beat
     if causal:
-        weight_first, _ = _solve(fit_z[:, :, :1], fit_x[:, :, :1], d, 1)
-        weight, _ = _solve(fit_z[:, :, 1:], fit_x[:, :, 1:], d, r)
+        weight_first, _ = solve_linear(fit_z[:, :, :1], fit_x[:, :, :1], d, 1)
+        weight, _ = solve_linear(fit_z[:, :, 1:], fit_x[:, :, 1:], d, r)
     else:
-        weight_first, (weight, _) = None, _solve(fit_z, fit_x, d, r)
+        weight_first, (weight, _) = None, solve_linear(fit_z, fit_x, d, r)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         net = TinyDecoder(c, d, r, causal, width)

@@ -49,7 +49,8 @@ def resolve_device(name: str) -> torch.device:
     return platform.resolve_device(name, where="training.device")
 
 
-def _mix_seed(*parts: int) -> int:
+def mix_seed(*parts: int) -> int:
+    """One 63-bit seed from several integers (the run seed, the step, the micro-batch, ...)."""
     value = 0x9E3779B97F4A7C15
     for p in parts:
         value = (value ^ (int(p) + 0x632BE59BD9B4E019 + (value << 6) + (value >> 2))) & (2**63 - 1)
@@ -276,7 +277,7 @@ class AdapterExperiment:
         # Noise and t are a pure function of (seed, step, micro-batch): resumable, rank-independent.
         # ``micro`` is the micro-batch's place among the step's micro-batches of all ranks.
         # One generator, re-seeded: the same draws as a fresh one, without allocating it every step.
-        return self._noise.manual_seed(_mix_seed(self.training.seed, step, micro))
+        return self._noise.manual_seed(mix_seed(self.training.seed, step, micro))
 
     def _autocast(self):
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, None: None}[self.training.amp_dtype]

@@ -15,9 +15,9 @@ from workbench.train.data import DataStream, is_map_dataset
 
 def noise_generator(exp, seed: int, index: int) -> torch.Generator:
     """The generator of batch ``index``'s noise draw: fixed by ``seed`` and the index alone."""
-    from workbench.train.experiment import _mix_seed
+    from workbench.train.experiment import mix_seed
 
-    return torch.Generator(device=exp.device).manual_seed(_mix_seed(seed, 10**9 + index))
+    return torch.Generator(device=exp.device).manual_seed(mix_seed(seed, 10**9 + index))
 
 
 @torch.no_grad()
