@@ -243,6 +243,26 @@ def count_decodes(base) -> list[int]:
     return calls
 
 
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 free at the time of asking (for the servers the tests start)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def chromium() -> str:
+    """Debian's chromium, which the browser tests drive; skips the test, saying why, when it is absent."""
+    import shutil
+
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    if path is None:
+        pytest.skip("Debian's chromium is not installed: `make test` installs it with apt-get (as root); this "
+                    "machine could not (install it with `apt-get install chromium`).")
+    return path
+
+
 # -- the notebooks (collected beside the tests by `pytest tests notebooks --nbval`) --------------
 # Under nbval the notebooks run the pretrained tiny_video, notebook 6 the diffusers backbone
 # plugins and notebook 7 the DynamiCrafter plugin: a notebook whose requirements are not

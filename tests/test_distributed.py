@@ -7,7 +7,6 @@ Every run here is a real `torchrun -m workbench train` (or two of them rendezvou
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from conftest import free_port
 from safetensors.torch import load_file
 from torch.utils.data import Dataset
 
@@ -32,12 +32,6 @@ CONFIG = {
     "data": {"type": "synthetic_moves", "config": {"items": 10, "frames": 8, "size": 16}},
 }
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def write_config(tmp_path: Path, **training) -> Path:

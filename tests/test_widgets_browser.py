@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +20,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from conftest import chromium, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "outputs" / "test-artifacts"
@@ -53,20 +52,6 @@ traj = record(model, base.prepare_batch(default_collate([clips[10]])), steps=8, 
     "Stepper(traj, decode='full', frame=8, dim_names=['dx', 'dy', 'dz', 'grip'])",
     "AblationSliders(traj, step=6, decode='full', frame=8, dim_names=['dx', 'dy', 'dz', 'grip'])",
 ]
-
-
-def chromium() -> str:
-    path = shutil.which("chromium") or shutil.which("chromium-browser")
-    if path is None:
-        pytest.skip("Debian's chromium is not installed: `make test` installs it with apt-get (as root); this "
-                    "machine could not (install it with `apt-get install chromium`).")
-    return path
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def write_app(folder: Path) -> Path:

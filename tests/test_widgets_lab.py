@@ -16,8 +16,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +25,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from conftest import chromium, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "outputs" / "test-artifacts"
@@ -61,20 +60,6 @@ traj = exp.sample({"image": raw["video"][:, :, 0], "action": raw["action"]}, ste
 Stepper(traj, decode="tiny", dim_names=["dx", "dy", "dz", "grip"])""",
     """AblationSliders(traj, step=4, decode="tiny", dim_names=["dx", "dy", "dz", "grip"])""",
 ]
-
-
-def chromium() -> str:
-    path = shutil.which("chromium") or shutil.which("chromium-browser")
-    if path is None:
-        pytest.skip("Debian's chromium is not installed: `make test` installs it with apt-get (as root); this "
-                    "machine could not (install it with `apt-get install chromium`).")
-    return path
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

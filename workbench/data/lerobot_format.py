@@ -78,13 +78,17 @@ def _jsonl(path: Path) -> list[dict]:
         raise DataError(f"{path}: a line is not valid JSON ({err}); re-download or re-export the dataset.") from err
 
 
+def _parquet_exists(path: Path) -> None:
+    if not path.is_file():
+        raise DataError(f"{path} is missing (expected a parquet file of the LeRobot layout). The dataset is "
+                        f"incomplete; re-download or re-export it.")
+
+
 def read_parquet(path: Path, columns: list[str] | None = None) -> Any:
     """A pyarrow table of ``path`` (only ``columns``), with a DataError naming the file when it fails."""
     import pyarrow.parquet as pq
 
-    if not path.is_file():
-        raise DataError(f"{path} is missing (expected a parquet file of the LeRobot layout). The dataset is "
-                        f"incomplete; re-download or re-export it.")
+    _parquet_exists(path)
     try:
         return pq.read_table(path, columns=columns)
     except Exception as err:  # pyarrow raises ArrowInvalid / OSError / KeyError for bad files or columns
@@ -96,9 +100,7 @@ def parquet_columns(path: Path) -> list[str]:
     """Column names of a parquet file (its schema only), with a DataError naming the file when it fails."""
     import pyarrow.parquet as pq
 
-    if not path.is_file():
-        raise DataError(f"{path} is missing (expected a parquet file of the LeRobot layout). The dataset is "
-                        f"incomplete; re-download or re-export it.")
+    _parquet_exists(path)
     try:
         return list(pq.read_schema(path).names)
     except Exception as err:  # pyarrow raises ArrowInvalid / OSError for a damaged file
