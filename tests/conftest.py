@@ -6,7 +6,6 @@ import os
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MUJOCO_GL", "egl")
-os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")  # see workbench/data/__init__.py
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

@@ -13,14 +13,7 @@ or read, and the names below are resolved on first access.
 
 from __future__ import annotations
 
-import os
-
 from workbench._lazy import lazy_exports
-
-# pyarrow's default allocator (jemalloc) runs a background thread; a DataLoader that forks its
-# workers while that thread holds a lock leaves the worker waiting forever (seen reading LeRobot
-# parquet files with num_workers > 0). The system allocator has no such thread.
-os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
 
 _LAZY = {
     "MetaWorldClips": "workbench.data.metaworld",

@@ -17,7 +17,6 @@ from workbench.errors import DataError
 
 #: Video files one process keeps open at most.
 MAX_OPEN = 32
-_INHERITED: list[dict] = []  # a forked process's copies of its parent's open files (never closed)
 
 
 class VideoReader:
@@ -31,11 +30,7 @@ class VideoReader:
     def _container(self, path: Path) -> Any:
         import av
 
-        if self._pid != os.getpid():
-            # A forked DataLoader worker inherits the parent's open files: they are not its to use, nor
-            # to close (tearing down the parent's decoder state in a fork crashed the worker), so they
-            # stay referenced, untouched, and this process opens its own.
-            _INHERITED.append(self._open)
+        if self._pid != os.getpid():  # a forked DataLoader worker opens its own files
             self._open, self._pid = {}, os.getpid()
         container = self._open.get(path)
         if container is None:
