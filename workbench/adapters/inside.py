@@ -55,21 +55,6 @@ class InsideSpec:
     layout: Literal["channels", "frames", "tokens"]
 
 
-def _stage_width(stage: nn.Module) -> int:
-    """The channels a DynamiCrafter U-Net stage hands on: those of its last layer that sets them."""
-    for layer in reversed(list(stage)):
-        kind = type(layer).__name__
-        if kind == "ResBlock":
-            return layer.emb_layers[-1].out_features
-        if kind == "Downsample":
-            return layer.op.out_channels
-        if kind == "Upsample":
-            return layer.conv.out_channels
-        if isinstance(layer, nn.Conv2d):
-            return layer.out_channels
-    raise CompositionError(f"cannot tell the width of the U-Net stage {stage!r}.")
-
-
 def reach_in(base) -> InsideSpec:
     """The :class:`InsideSpec` of ``base``: its own ``inside_spec()``, or the built-in one for its family."""
     if base.inside_spec is not None:
@@ -88,17 +73,9 @@ def reach_in(base) -> InsideSpec:
         return InsideSpec(root=tr, root_name="transformer", lora_targets=("to_q", "to_k", "to_v", "to_out.0"),
                           blocks=tuple(tr.blocks), widths=(width,) * len(tr.blocks), branch_blocks=len(tr.blocks),
                           layout="tokens")
-    if family == "dynamicrafter":
-        unet = base.model.unet
-        # the first input stage runs before init_attn: the equal-signature chain starts after it
-        down = tuple(unet.input_blocks)[1:]
-        blocks = (*down, unet.middle_block, *unet.output_blocks)
-        return InsideSpec(root=unet, root_name="model.unet", lora_targets=("to_q", "to_k", "to_v", "to_out.0"),
-                          blocks=blocks, widths=tuple(_stage_width(b) for b in blocks), branch_blocks=len(down),
-                          layout="frames")
     raise CompositionError(
         f"{type(base).__name__} (family {family!r}) does not say where adapters may reach into it. Inside adapters "
-        f"(lora, action_modulation, controlnet) know tiny_video, wan2.2 and dynamicrafter; for another backbone define "
+        f"(lora, action_modulation, controlnet) know tiny_video and wan2.2; for another backbone define "
         f"`inside_spec()` on it returning a workbench.adapters.inside.InsideSpec, or use latent_residual, which "
         f"sits beside the base."
     )

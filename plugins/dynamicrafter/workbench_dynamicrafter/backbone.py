@@ -35,6 +35,7 @@ from workbench.backbones.diffusers_bridge import (
 from workbench.config import check
 from workbench.errors import DataError
 from workbench_dynamicrafter.sampling import DDIMTables, DynamiCrafterDiffusion, ddim_loop
+from workbench_dynamicrafter.unet import stage_width
 from workbench_dynamicrafter.variants import VARIANTS
 
 
@@ -321,6 +322,20 @@ class DynamiCrafter(BaseVideoModel):
         x = torch.cat([x_t, cond["concat"].to(x_t.dtype)], dim=1).to(dtype)
         out = self.model.unet(x, t, context=cond["context"].to(dtype), fs=cond["fs"])
         return out.to(x_t.dtype)
+
+    # -- adapters inside the U-Net ----------------------------------------------------------
+    def inside_spec(self):
+        """Where ``lora`` / ``action_modulation`` / ``controlnet`` reach: the U-Net's attention
+        projections, and its stages after the stem (frames folded into the batch, ``(B T) C h w``).
+        The input stages after the stem and its temporal attention are the chain a ControlNet copies."""
+        from workbench.adapters.inside import InsideSpec
+
+        unet = self.model.unet
+        down = tuple(unet.input_blocks)[1:]  # the stem runs before init_attn: the chain starts after it
+        blocks = (*down, unet.middle_block, *unet.output_blocks)
+        return InsideSpec(root=unet, root_name="model.unet", lora_targets=("to_q", "to_k", "to_v", "to_out.0"),
+                          blocks=blocks, widths=tuple(stage_width(b) for b in blocks), branch_blocks=len(down),
+                          layout="frames")
 
     # -- sampling ----------------------------------------------------------------------------
     def branch(self, batch: Batch, context: torch.Tensor, name: str) -> Batch:

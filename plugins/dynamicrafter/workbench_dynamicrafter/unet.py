@@ -233,6 +233,20 @@ class Stage(nn.ModuleList):
         return h
 
 
+def stage_width(stage: Stage) -> int:
+    """The channels a stage hands on: those of its last layer that sets them."""
+    for layer in reversed(list(stage)):
+        if isinstance(layer, ResBlock):
+            return layer.emb_layers[-1].out_features
+        if isinstance(layer, Downsample):
+            return layer.op.out_channels
+        if isinstance(layer, Upsample):
+            return layer.conv.out_channels
+        if isinstance(layer, nn.Conv2d):
+            return layer.out_channels
+    raise ValueError(f"no layer of this stage sets its width: {stage!r}")
+
+
 class UNet3D(nn.Module):
     """The denoiser: ``unet(x, t, context=..., fs=...)`` on ``x`` ``(B, in_channels, T, H, W)``.
 
