@@ -186,8 +186,8 @@ def browser(python_side: dict[str, float]) -> None:
     nb.cells = [nbformat.v4.new_code_cell(code) for code in APP]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, folder / "latency.ipynb")
-    for name, serve in (("Voilà", _voila), ("JupyterLab", _jupyterlab)):
-        if not _importable({"Voilà": "voila", "JupyterLab": "jupyterlab"}[name]):
+    for name, module, serve in (("Voilà", "voila", _voila), ("JupyterLab", "jupyterlab", _jupyterlab)):
+        if not _importable(module):
             print(f"browser latency in {name}: skipped, not installed")
             continue
         with serve(folder) as opened:
