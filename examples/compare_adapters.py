@@ -9,6 +9,7 @@ swapped actions — scored on the moving pixels. One kind per call (they are CPU
     OMP_NUM_THREADS=1 python examples/compare_adapters.py action_modulation
     OMP_NUM_THREADS=1 python examples/compare_adapters.py controlnet
     OMP_NUM_THREADS=1 python examples/compare_adapters.py latent_residual
+    OMP_NUM_THREADS=1 python examples/compare_adapters.py controlnet_edges   # reads edge videos, not actions
     OMP_NUM_THREADS=1 python examples/compare_adapters.py --speed        # CPU seconds per training step
     python examples/compare_adapters.py --table          # the README table from the runs so far
 
@@ -28,7 +29,12 @@ KINDS = {
     "latent_residual": None,  # the demo's own adapter and composer
     "action_modulation": {"type": "action_modulation", "config": {"hidden": 32, "lora": {"rank": 4}}},
     "controlnet": {"type": "controlnet", "config": {"blocks": 2}},
+    # the same branch fed each clip's edge video instead of its actions; (c) swaps the edges
+    "controlnet_edges": {"type": "controlnet", "config": {"blocks": 2, "condition": "control", "aliases": [],
+                                                          "video": True, "dim": 1}},
 }
+#: What else a kind changes in the demo's setting.
+SETTING = {"controlnet_edges": {"control": "edges"}}
 OUT = Path("outputs/compare")
 
 
@@ -41,7 +47,8 @@ def run(kind: str, steps: int | None, clips: int | None = None, quick: bool = Fa
     overrides = {"output": str(OUT / kind), **({"steps": steps} if steps else {}),
                  **({"eval_clips": clips} if clips else {})}
     if KINDS[kind] is not None:
-        overrides.update(adapter=KINDS[kind], composer={"type": "replace"})
+        # replace has no gate to scale: the inside kinds are sampled as trained
+        overrides.update(adapter=KINDS[kind], composer={"type": "replace"}, gate_scale=None, **SETTING.get(kind, {}))
     started = time.perf_counter()
     cfg = DemoConfig.quick(**overrides) if quick else DemoConfig(**overrides)
     metrics = run_demo(cfg, progress=False)
@@ -69,6 +76,7 @@ def speed(rounds: int = 3, steps: int = 2) -> dict[str, float]:
 
     import torch
 
+    from workbench.data.control import edges
     from workbench.data.metaworld import MetaWorldClips
     from workbench.demo import DemoConfig, build_experiment
 
@@ -76,9 +84,11 @@ def speed(rounds: int = 3, steps: int = 2) -> dict[str, float]:
     clips = MetaWorldClips(path="sample", window=16, stride=4, split="train")
     items = [clips[i] for i in range(8)]
     batch = {k: torch.stack([torch.as_tensor(it[k]) for it in items]) for k in ("video", "action")}
+    batch["control"] = torch.stack([edges(it["video"]) for it in items])
     exps = {}
     for kind, adapter in KINDS.items():
-        overrides = {} if adapter is None else {"adapter": adapter, "composer": {"type": "replace"}}
+        overrides = {} if adapter is None else {"adapter": adapter, "composer": {"type": "replace"},
+                                                **SETTING.get(kind, {})}
         exp = build_experiment(DemoConfig(**overrides), OUT / "speed" / kind)
         exp.training.cache_latents = False
         exps[kind] = exp

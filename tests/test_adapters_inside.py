@@ -281,8 +281,8 @@ def test_ablation_sliders_work_on_the_slower_path_and_say_why(tmp_path, monkeypa
 
 
 # -- example configs -------------------------------------------------------------------------
-EXAMPLES = ["tiny_lora", "tiny_action_modulation", "tiny_controlnet", "wan22_lora", "wan22_action_modulation",
-            "wan22_controlnet"]
+EXAMPLES = ["tiny_lora", "tiny_action_modulation", "tiny_controlnet", "tiny_controlnet_edges", "wan22_lora",
+            "wan22_action_modulation", "wan22_controlnet"]
 
 
 @pytest.mark.parametrize("name", EXAMPLES)

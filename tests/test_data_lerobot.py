@@ -94,6 +94,17 @@ def test_resize_to_the_backbone_size(both):
     assert torch.allclose(code(item["video"]), want, atol=4)
 
 
+def test_a_control_video_derived_from_the_frames(both):
+    from workbench.data.control import edges
+
+    clips = LeRobotClips(root=str(both[1]), camera=fx.CAMERAS[0], window=3, split="all", control="edges")
+    item = clips[0]
+    assert torch.equal(item["control"], edges(item["video"])) and item["control"].shape == (1, 3, *fx.HW)
+    assert "control" not in LeRobotClips(root=str(both[1]), camera=fx.CAMERAS[0], window=3, split="all")[0]
+    with pytest.raises(ConfigError, match=r"control: must be null \(no control video\) or one of \['edges'\]"):
+        LeRobotClips(root=str(both[1]), control="canny")
+
+
 def test_split_is_by_episode_and_seeded(both):
     root = str(both[1])
     train = LeRobotClips(root=root, window=4, camera=fx.CAMERAS[0], split="train", val_fraction=0.4, seed=1)

@@ -209,3 +209,38 @@ def test_gate_scale_one_is_the_learned_gate_and_needs_a_gate():
 
     with pytest.raises(CompositionError, match="gate_scale=2.0 needs a learned gate"):
         scaled_gate(Replace(), 2.0)
+
+
+def test_eval_swaps_the_control_video_for_an_adapter_that_reads_one(tmp_path, capsys):
+    """``--control edges``: each clip carries its edge video, all three predictions get it, (c) swaps it. A
+    ControlNet reading the edges changes with them; the shipped action adapter, which does not read them, gives
+    (b) == (c) exactly."""
+    from workbench import AdapterExperiment, TrainingConfig
+    from workbench.adapters.controlnet import ControlNet
+    from workbench.backbones.tiny_video import TinyVideo
+    from workbench.evaluate import evaluate_world_model
+
+    torch.manual_seed(0)
+    exp = AdapterExperiment(base=TinyVideo.from_pretrained(),
+                            adapter=ControlNet(condition="control", aliases=(), video=True, dim=1),
+                            training=TrainingConfig(steps=3, learning_rate=1e-2, batch_size=2, progress=False,
+                                                    output_dir=str(tmp_path / "run")))
+    exp.fit(MetaWorldClips(path="sample", window=16, stride=48, split="train", control="edges"))
+    exp.save_checkpoint()
+    out = tmp_path / "eval"
+    assert main(["eval", str(tmp_path / "run"), "--data", "sample", "--tasks", "reach-v3,push-v3", "--stride", "48",
+                 "--sampling-steps", "2", "--control", "edges", "--out", str(out), "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert "(b) base + adapter, true control" in printed and "(c) adapter, swapped control" in printed
+    metrics = _check_report(out, 4, ["push-v3", "reach-v3"])
+    assert metrics["evaluation"]["swapped"] == "control"
+    assert metrics["per_clip"]["adapter_moving_psnr"] != metrics["per_clip"]["swapped_moving_psnr"]
+
+    shipped = AdapterExperiment.load(TRAINED_ADAPTER)
+    clips = torch.utils.data.Subset(clip_source("sample", window=16, split="val", stride=48, control="edges"), [0, 6])
+    result = evaluate_world_model(shipped, clips, sampling_steps=2, progress=False, condition="control")
+    assert np.array_equal(result["adapter"], result["swapped"])  # the action adapter does not read the edges
+    assert not np.array_equal(result["adapter"], result["base"])
+    with pytest.raises(DataError, match=r"The clips carry no 'control' to swap in \(c\); they hold \['action', "):
+        evaluate_world_model(shipped, torch.utils.data.Subset(clip_source("sample", window=16, split="val"), [0, 6]),
+                             sampling_steps=2, progress=False, condition="control")

@@ -30,7 +30,8 @@ requires_cuda = pytest.mark.skipif(
 def tiny_raw(t: int = 4, size: int = 16) -> dict:
     g = torch.Generator().manual_seed(0)
     return {"video": torch.rand(2, 3, t, size, size, generator=g) * 2 - 1,
-            **{k: torch.rand(2, t, d, generator=g) * 2 - 1 for k, d in (("action", 4), ("proprio", 3), ("ee_pos", 3))}}
+            **{k: torch.rand(2, t, d, generator=g) * 2 - 1 for k, d in (("action", 4), ("proprio", 3), ("ee_pos", 3))},
+            "control": torch.rand(2, 1, t, size, size, generator=g) * 2 - 1}
 
 
 def make_tiny(objective: str = "flow_matching"):
@@ -89,7 +90,7 @@ def test_the_tiny_plugins_keep_the_contract_on_cuda_in_bfloat16(backbone, adapte
     g = torch.Generator().manual_seed(0)
     raw = {"video": torch.rand(2, 3, 9, 64, 64, generator=g) * 2 - 1, "action": torch.rand(2, 9, 4, generator=g),
            "proprio": torch.rand(2, 9, 3, generator=g), "ee_pos": torch.rand(2, 9, 3, generator=g),
-           "prompt": "a robot arm pushes a puck"}
+           "control": torch.rand(2, 1, 9, 64, 64, generator=g), "prompt": "a robot arm pushes a puck"}
     negative = base.encode_text(["", ""])
     keys = ("negative_prompt_embeds", "negative_prompt_attention_mask")
     raw.update(zip(keys, negative) if isinstance(negative, tuple) else [(keys[0], negative)])

@@ -342,7 +342,7 @@ def test_the_conformance_kit_finds_every_promise_kept(variant, cache_root):
     base = tiny(cache_root, variant)
     g = torch.Generator().manual_seed(5)
     raw = {**clips(), "proprio": torch.rand(2, 4, 3, generator=g), "ee_pos": torch.rand(2, 4, 3, generator=g),
-           "prompt": [PROMPT, "another prompt"]}  # every input the backbone takes
+           "control": torch.rand(2, 1, 4, 32, 32, generator=g), "prompt": [PROMPT, "another prompt"]}  # every input
     report = check_backbone(base, raw=raw, adapter_factory=adapter, steps=3)
     assert report["recording"].detail == "3 steps, 2 base call(s) per step, bit-exact"  # conditional + unconditional
     assert "this batch has no given frames" in report["constrain"].detail
@@ -547,3 +547,32 @@ def test_adapters_inside_the_unet_keep_their_promises(kind, cache_root):
                                               r"first 1 blocks form the chain a copy can run \(model.unet\)"):
             base = build_in(cache_root, config)
             ComposedModel(base, build("adapter", kind, {"blocks": 2}), Replace(), base.default_objective())
+
+
+def test_a_controlnet_reads_a_control_video_in_the_unet(cache_root):
+    """A control video (B, C, T, H, W) reaches DynamiCrafter's U-Net through controlnet: pooled onto each frame's grid
+    (frames folded into the batch), with the promises of an inside adapter kept."""
+    from workbench.testing import check_inside_adapter
+
+    config = {"path": "tiny", "variant": "512", "prompt": PROMPT, "steps": 2, "num_frames": 4, "height": 32,
+              "width": 32}
+
+    def video_controlnet():
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(1)
+            return build("adapter", "controlnet", {"condition": "control", "aliases": [], "video": True, "dim": 2})
+
+    g = torch.Generator().manual_seed(3)
+    raw = {**clips(), "control": torch.rand(2, 2, 4, 32, 32, generator=g) * 2 - 1}
+    report = check_inside_adapter(lambda: build_in(cache_root, config), video_controlnet, raw=raw, steps=2)
+    assert report.ok and report["recording"].detail == "2 steps, 4 base calls per step recorded (2 sampling), bit-exact"
+    base = build_in(cache_root, config)
+    model = ComposedModel(base, video_controlnet(), Replace(), base.default_objective()).train(False)
+    with torch.no_grad():
+        for p in model.trainable_parameters():
+            p.add_(torch.randn(p.shape, generator=g) * 0.1)
+        batch = base.prepare_batch(raw)
+        x_t, t, _ = model.noised(batch, torch.Generator().manual_seed(0))
+        one = model.predict(x_t, t, batch)
+        other = model.predict(x_t, t, base.prepare_batch({**raw, "control": raw["control"].flip(0)}))
+    assert torch.equal(one.base, other.base) and (one.composed - other.composed).abs().max() > 1e-4

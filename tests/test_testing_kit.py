@@ -281,7 +281,8 @@ def test_every_backbone_attribute_read_anywhere_is_declared_on_the_base_class():
 def tiny_raw(b: int = 2, t: int = 4, size: int = 16) -> dict:
     g = torch.Generator().manual_seed(0)
     return {"video": torch.rand(b, 3, t, size, size, generator=g) * 2 - 1,
-            **{k: torch.rand(b, t, d, generator=g) * 2 - 1 for k, d in (("action", 4), ("proprio", 3), ("ee_pos", 3))}}
+            **{k: torch.rand(b, t, d, generator=g) * 2 - 1 for k, d in (("action", 4), ("proprio", 3), ("ee_pos", 3))},
+            "control": torch.rand(b, 1, t, size, size, generator=g) * 2 - 1}
 
 
 def make_tiny(**overrides):

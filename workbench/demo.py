@@ -93,7 +93,9 @@ class DemoConfig:
     """Budget and evaluation of the demo (``--quick`` shrinks every number).
 
     ``gate_scale``: (b) and (c) are sampled with the adapter's learned gate times this (``None``:
-    as learned); it trains nothing (:func:`workbench.evaluate.scaled_gate`).
+    as learned); it trains nothing (:func:`workbench.evaluate.scaled_gate`). ``control``: every clip
+    also carries a control video derived from its frames (``edges``), and (c) swaps it instead of
+    the actions — for an adapter that reads it (a ``controlnet`` with ``video: true``).
     """
 
     output: str = "outputs/demo"
@@ -113,6 +115,7 @@ class DemoConfig:
     adapter: dict = dataclasses.field(default_factory=lambda: copy.deepcopy(ADAPTER))
     composer: dict = dataclasses.field(default_factory=lambda: copy.deepcopy(COMPOSER))
     objective: dict | None = dataclasses.field(default_factory=lambda: copy.deepcopy(OBJECTIVE))
+    control: str | None = None
 
     @classmethod
     def quick(cls, **overrides: Any) -> DemoConfig:
@@ -174,7 +177,8 @@ def build_experiment(cfg: DemoConfig, run_dir: Path):
         "training": {"steps": cfg.steps, "learning_rate": cfg.learning_rate, "batch_size": cfg.batch_size,
                      "warmup_steps": min(50, max(1, cfg.steps // 10)), "schedule": "cosine", "min_lr_ratio": 0.1,
                      "cache_latents": True, "sync_every": 10, "seed": cfg.seed, "output_dir": str(run_dir)},
-        "data": data_block(cfg.data, window=16, stride=4, split="train", size=(size, size), **_camera(cfg)),
+        "data": data_block(cfg.data, window=16, stride=4, split="train", size=(size, size), **_camera(cfg),
+                           **({"control": cfg.control} if cfg.control else {})),
         **({"objective": cfg.objective} if cfg.objective else {}),
     })
     return AdapterExperiment.from_config(config)
@@ -195,9 +199,9 @@ def run_demo(cfg: DemoConfig, progress: bool = True) -> dict[str, Any]:
     window = base.config.frames
     labels = SCRATCH_LABELS if cfg.from_scratch else None
     common = dict(sampling_steps=cfg.sampling_steps, seed=cfg.seed, video_clips=cfg.video_clips, progress=progress,
-                  labels=labels, gate_scale=cfg.gate_scale)
+                  labels=labels, gate_scale=cfg.gate_scale, condition="control" if cfg.control else "action")
     size = (base.config.image_size, base.config.image_size)
-    held_out = clip_source(cfg.data, window=window, split="val", size=size, camera=cfg.camera)
+    held_out = clip_source(cfg.data, window=window, split="val", size=size, camera=cfg.camera, control=cfg.control)
     shipped = cfg.data == "sample"  # the targets are set for the shipped sample
     seen = evaluate_run(exp, held_out, out=out, clips=cfg.eval_clips,
                         title="held-out episodes, training tasks", targets=TARGETS["seen"] if shipped else None,
@@ -205,7 +209,7 @@ def run_demo(cfg: DemoConfig, progress: bool = True) -> dict[str, Any]:
     unseen = None
     if cfg.unseen_clips and data_kind(cfg.data) == "metaworld":  # Meta-World's action space
         # the first window of each of its 12 episodes (two per task)
-        source = clip_source("unseen", window=window, split="all", stride=10**6)
+        source = clip_source("unseen", window=window, split="all", stride=10**6, control=cfg.control)
         unseen = evaluate_run(exp, source, out=out / "unseen", clips=cfg.unseen_clips, targets=TARGETS["unseen"],
                               title="tasks never seen in pretraining or training",
                               describe={"data": UNSEEN_NAME, "split": "all", "window": window,

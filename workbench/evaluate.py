@@ -4,7 +4,9 @@ Every clip is predicted from its first frame with the base's own sampler and the
 
 * (a) the frozen base alone,
 * (b) base + adapter with the clip's own actions,
-* (c) base + adapter with the actions of a clip from another episode (:func:`swap_partner`),
+* (c) base + adapter with the actions of a clip from another episode (:func:`swap_partner`) —
+  or, for an adapter that reads a control video (``condition="control"``, ``--control edges``),
+  with that clip's control video instead,
 
 and scored on the predicted frames (frame 0 is given): PSNR, SSIM, PSNR on the moving pixels
 (where the true future differs from the first frame), and the **action error** — the distance
@@ -49,6 +51,18 @@ UNSEEN_PATH = Path(__file__).resolve().parent / "data" / "samples" / "metaworld_
 VARIANTS = ("base", "adapter", "swapped")
 LABELS = {"base": "(a) frozen base alone", "adapter": "(b) base + adapter, true actions",
           "swapped": "(c) base + adapter, swapped"}
+#: The conditions a clip may carry that the predictions are made with (the swapped one is ``condition``).
+CONDITION_KEYS = ("action", "control")
+
+
+def labels_for(condition: str) -> dict[str, str]:
+    """The variant labels when ``condition`` is the one swapped in (c)."""
+    if condition == "action":
+        return dict(LABELS)
+    return {**LABELS, "adapter": f"(b) base + adapter, true {condition}",
+            "swapped": f"(c) adapter, swapped {condition}"}
+
+
 #: What `workbench demo` aims for on held-out episodes of the training tasks, and on unseen tasks.
 TARGETS = {"seen": {"gain_db": 2.0, "wins": 0.95, "action_ratio": 0.6},
            "unseen": {"gain_db": 1.5, "wins": 0.85, "action_ratio": None}}
@@ -72,14 +86,16 @@ def swap_partner(episodes: list[int]) -> list[int]:
 
 
 def clip_source(path: str, *, window: int, split: str = "val", stride: int | None = None,
-                size: tuple[int, int] | None = None, tasks: list[str] | None = None, camera: str | None = None):
+                size: tuple[int, int] | None = None, tasks: list[str] | None = None, camera: str | None = None,
+                control: str | None = None):
     """``window``-frame clips of a Meta-World file or a LeRobot dataset, one every ``stride`` frames
     (default: ``window``), through :func:`workbench.data.sources.open_clips`.
 
     ``"sample"`` is the shipped sample (six training tasks); ``"unseen"`` the shipped file of six
     tasks the pretrained base and the demo's adapter never saw (:data:`UNSEEN_PATH`). ``size``
     resizes LeRobot frames (an HDF5 file must hold that size); ``tasks`` picks Meta-World tasks;
-    ``camera`` picks a LeRobot dataset's video feature. A LeRobot dataset with an
+    ``camera`` picks a LeRobot dataset's video feature; ``control`` adds a control video derived
+    from each clip (``edges``, see :mod:`workbench.data.control`). A LeRobot dataset with an
     ``observation.ee_pos`` feature (the Meta-World writer's) serves it as ``ee_pos``, so the
     action error is scored.
     """
@@ -94,6 +110,8 @@ def clip_source(path: str, *, window: int, split: str = "val", stride: int | Non
         options["tasks"] = tasks
     if camera:
         options["camera"] = camera
+    if control:
+        options["control"] = control
     if data_kind(path) == "lerobot":
         from workbench.data.lerobot_format import LeRobotMeta
 
@@ -140,10 +158,13 @@ def _stack(items: list[dict], key: str):
 
 
 def evaluate_world_model(exp, clips, *, sampling_steps: int, seed: int = 0, chunk: int = 12,
-                         progress: bool = True, probe: Any = None, gate_scale: float | None = None) -> dict[str, Any]:
+                         progress: bool = True, probe: Any = None, gate_scale: float | None = None,
+                         condition: str = "action") -> dict[str, Any]:
     """Predict every clip of ``clips`` (a clip source) three ways and score them.
 
     ``gate_scale``: sample (b) and (c) with the adapter's learned gate times this (:func:`scaled_gate`).
+    ``condition``: the clip key swapped in (c) (``action``, or ``control`` for a control video);
+    every key of :data:`CONDITION_KEYS` the clips carry is given to all three, true except that one.
 
     Returns uint8 videos ``[N, T, H, W, 3]`` (``truth`` and each variant), ``scores`` (per clip
     and variant: ``psnr``, ``ssim``, ``moving_psnr``, ``action_error`` in cm), ``hand_error``
@@ -163,6 +184,11 @@ def evaluate_world_model(exp, clips, *, sampling_steps: int, seed: int = 0, chun
     if window is not None and items[0]["video"].shape[1] != window:
         raise DataError(f"Clips have {items[0]['video'].shape[1]} frames but the model predicts windows of "
                         f"{window}; build the clip source with window={window}.")
+    if condition not in items[0]:
+        raise DataError(f"The clips carry no {condition!r} to swap in (c); they hold {sorted(items[0])}. Evaluate "
+                        f"an adapter that reads {condition!r} on clips that carry it (a control video: --control "
+                        f"edges), or swap the actions.")
+    given = [k for k in CONDITION_KEYS if k in items[0]]
     partner = swap_partner([it["episode"] for it in items])
     model = exp.model
     gate = None if gate_scale is None else scaled_gate(model.composer, gate_scale)
@@ -170,17 +196,18 @@ def evaluate_world_model(exp, clips, *, sampling_steps: int, seed: int = 0, chun
     bar = tqdm(total=3 * len(items), desc="evaluate", unit="clip", disable=not progress)
     for lo in range(0, len(items), chunk):
         part = items[lo:lo + chunk]
-        video, action = _stack(part, "video"), _stack(part, "action")
-        swapped = torch.stack([items[partner[lo + k]]["action"] for k in range(len(part))])
+        video = _stack(part, "video")
+        true = {k: _stack(part, k) for k in given}
+        swapped = {**true, condition: torch.stack([items[partner[lo + k]][condition] for k in range(len(part))])}
         first = {"image": video[:, :, 0]}
         videos["truth"].append(to_uint8_video(video))
-        for name, actions, adapter in (("base", action, False), ("adapter", action, True),
-                                       ("swapped", swapped, True)):
+        for name, conditions, adapter in (("base", true, False), ("adapter", true, True),
+                                          ("swapped", swapped, True)):
             model.adapter_enabled = adapter
             try:
                 gen = torch.Generator(device=exp.device).manual_seed(seed * 7919 + lo)
                 with model.composer.override_gate(gate) if adapter and gate is not None else contextlib.nullcontext():
-                    latents = model.generate(exp.prepare({**first, "action": actions}), steps=sampling_steps,
+                    latents = model.generate(exp.prepare({**first, **conditions}), steps=sampling_steps,
                                              generator=gen)
             finally:
                 model.adapter_enabled = True
@@ -297,7 +324,8 @@ def _one_per_task(items: list[dict], count: int) -> list[int]:
     return (first + rest)[:count]
 
 
-def write_videos(out: Path, result: dict[str, Any], clips: int, fps: float, name: str = "side_by_side") -> list[Path]:
+def write_videos(out: Path, result: dict[str, Any], clips: int, fps: float, name: str = "side_by_side",
+                 condition: str = "action") -> list[Path]:
     """The side-by-side grid (rows: clips, one per task; columns: truth | base | adapter | swapped) as MP4 and GIF."""
     from workbench.media import label_grid, write_video
 
@@ -309,8 +337,9 @@ def write_videos(out: Path, result: dict[str, Any], clips: int, fps: float, name
         labels.append(f"{it['task'].removesuffix('-v3')}\nep {it['episode']} t{it['start']}\n"
                       f"moving PSNR\nb {s['base']['moving_psnr'][i]:.1f}\na {s['adapter']['moving_psnr'][i]:.1f}\n"
                       f"s {s['swapped']['moving_psnr'][i]:.1f}")
+    true = "actions" if condition == "action" else condition
     grid = label_grid(rows, row_labels=labels,
-                      col_labels=["truth", "(a) base alone", "(b) adapter,\ntrue actions", "(c) adapter,\nswapped"],
+                      col_labels=["truth", "(a) base alone", f"(b) adapter,\ntrue {true}", "(c) adapter,\nswapped"],
                       scale=2)
     return [write_video(out / f"{name}.mp4", grid, fps=fps), write_video(out / f"{name}.gif", grid, fps=fps)]
 
@@ -339,8 +368,11 @@ def json_safe(x: Any) -> Any:
 def evaluate_run(exp, source, *, out: str | Path, clips: int | None = None, sampling_steps: int | None = None,
                  seed: int = 0, video_clips: int = 6, progress: bool = True, title: str = "evaluation",
                  targets: dict[str, Any] | None = None, describe: dict[str, Any] | None = None,
-                 labels: dict[str, str] | None = None, gate_scale: float | None = None) -> dict[str, Any]:
-    """Evaluate ``exp`` on the first ``clips`` clips of ``source``; write ``metrics.json`` and the videos."""
+                 labels: dict[str, str] | None = None, gate_scale: float | None = None,
+                 condition: str = "action") -> dict[str, Any]:
+    """Evaluate ``exp`` on the first ``clips`` clips of ``source``; write ``metrics.json`` and the videos.
+
+    ``condition``: what (c) swaps (see :func:`evaluate_world_model`)."""
     import torch
 
     started = time.perf_counter()
@@ -351,17 +383,17 @@ def evaluate_run(exp, source, *, out: str | Path, clips: int | None = None, samp
     base = exp.model.base
     steps = sampling_steps or base.card.sampling.steps
     result = evaluate_world_model(exp, subset, sampling_steps=steps, seed=seed, progress=progress,
-                                  gate_scale=gate_scale)
+                                  gate_scale=gate_scale, condition=condition)
     summary = summarise(result, targets)
     fps = float(base.card.sampling.fps or 10)
-    videos = write_videos(out, result, video_clips, fps=fps / 4)
+    videos = write_videos(out, result, video_clips, fps=fps / 4, condition=condition)
     metrics = {"summary": summary, "per_clip": per_clip_record(result),
                "evaluation": {"clips": n, "sampling_steps": steps, "seed": seed, "moving_threshold_uint8": 10.0,
-                              "gate_scale": gate_scale,
+                              "gate_scale": gate_scale, "swapped": condition,
                               "probe": "workbench.hand_probe (shipped)", **(describe or {})},
                "files": [p.name for p in videos], "seconds": round(time.perf_counter() - started, 1)}
     (out / "metrics.json").write_text(json.dumps(json_safe(metrics), indent=1))
-    return {**metrics, "result": result, "table": format_table(summary, title, labels)}
+    return {**metrics, "result": result, "table": format_table(summary, title, labels or labels_for(condition))}
 
 
 def add_arguments(parser) -> None:
@@ -380,6 +412,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="noise seed (default: %(default)s)")
     parser.add_argument("--gate-scale", type=float, help="sample with the adapter's learned gate times this "
                                                          "(default: the learned gate)")
+    parser.add_argument("--control", help="give each clip a control video derived from its frames (edges) and swap "
+                                           "it, not the actions, in (c): for an adapter that reads one")
     parser.add_argument("--out", required=True, help="output directory (metrics.json, side_by_side.mp4/.gif)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
@@ -395,10 +429,12 @@ def run(args) -> int:
     window, side = base.config.frames, base.config.image_size
     tasks = [t for t in args.tasks.split(",") if t] if args.tasks else None
     source = clip_source(args.data, window=window, split=args.split, tasks=tasks, stride=args.stride,
-                         size=(side, side), camera=getattr(args, "camera", None))
+                         size=(side, side), camera=getattr(args, "camera", None),
+                         control=getattr(args, "control", None))
     name = Path(str(getattr(source, "path", None) or source.root)).name
     report = evaluate_run(exp, source, out=args.out, clips=args.clips, sampling_steps=args.sampling_steps,
                           seed=args.seed, progress=not args.no_progress, gate_scale=args.gate_scale,
+                          condition="control" if getattr(args, "control", None) else "action",
                           title=f"{name} ({args.split})",
                           describe={"data": name, "split": args.split, "tasks": tasks,
                                     "window": window, "stride": source.config.stride, "run": str(args.run_dir),

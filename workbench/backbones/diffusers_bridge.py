@@ -30,6 +30,7 @@ from typing import Any, Literal
 import torch
 
 from workbench.backbones.diffusers_data import (
+    CONTROL_KEY,
     SIGNAL_CONDITIONS,
     SIGNAL_KEYS,
     add_signals,
@@ -443,8 +444,8 @@ def transformer_output(sample: torch.Tensor):
 
 
 __all__ = [
-    "SIGNAL_CONDITIONS", "SIGNAL_KEYS", "DiffusersBackbone", "DiffusersConfig", "Injection", "TinyFixture",
-    "add_signals", "as_video", "batch_size_of", "check_video_size", "fixture_directory", "pipeline_directory",
-    "load_pipeline", "placement", "pool_to_latent_frames", "prompts_from", "requested_frames", "resolve_dtype",
-    "transformer_output", "uncond_batch",
+    "CONTROL_KEY", "SIGNAL_CONDITIONS", "SIGNAL_KEYS", "DiffusersBackbone", "DiffusersConfig", "Injection",
+    "TinyFixture", "add_signals", "as_video", "batch_size_of", "check_video_size", "fixture_directory",
+    "pipeline_directory", "load_pipeline", "placement", "pool_to_latent_frames", "prompts_from", "requested_frames",
+    "resolve_dtype", "transformer_output", "uncond_batch",
 ]

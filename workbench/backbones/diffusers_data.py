@@ -11,10 +11,12 @@ from typing import Any
 import torch
 
 from workbench.core import Batch
+from workbench.core.backbone import CONTROL_KEY, control_video
 from workbench.errors import DataError
 
 SIGNAL_KEYS = ("action", "proprio", "ee_pos")  # per-frame signals passed through to adapters
-SIGNAL_CONDITIONS = tuple(k for key in SIGNAL_KEYS for k in (key, f"{key}_frames"))  # what prepare_batch supplies
+# what prepare_batch supplies: each signal on latent frames and at full rate, and a control video
+SIGNAL_CONDITIONS = (*(k for key in SIGNAL_KEYS for k in (key, f"{key}_frames")), CONTROL_KEY)
 RAW_ALIASES = {"action": "actions"}  # a raw batch may name a signal so (Meta-World files say "actions")
 
 
@@ -60,6 +62,8 @@ def requested_frames(raw: Mapping[str, Any], default: int) -> int:
     for key in SIGNAL_KEYS:
         if (value := raw_signal(raw, key)) is not None:
             return int(torch.as_tensor(value).shape[1])
+    if raw.get(CONTROL_KEY) is not None:
+        return int(torch.as_tensor(raw[CONTROL_KEY]).shape[2])
     return int(raw.get("frames", default))
 
 
@@ -69,7 +73,8 @@ def add_signals(cond: dict[str, Any], raw: Mapping[str, Any], *, batch_size: int
 
     Each of ``action`` (or ``actions``), ``proprio``, ``ee_pos`` ``(B, T, D)`` is supplied pooled
     onto latent frames (``action``, see :func:`pool_to_latent_frames`) and at full rate
-    (``action_frames``).
+    (``action_frames``). A control video ``control`` ``(B, C, T, H, W)`` is supplied as it is
+    (not per-frame: see :func:`~workbench.core.backbone.control_video`).
     """
     keys = set()
     for key in SIGNAL_KEYS:
@@ -83,6 +88,9 @@ def add_signals(cond: dict[str, Any], raw: Mapping[str, Any], *, batch_size: int
         cond[key] = pool_to_latent_frames(value, ratio)
         cond[f"{key}_frames"] = value
         keys |= {key, f"{key}_frames"}
+    control = control_video(raw, batch_size=batch_size, frames=frames, device=device, backbone=plugin)
+    if control is not None:
+        cond[CONTROL_KEY] = control
     return keys
 
 
@@ -111,7 +119,7 @@ def batch_size_of(raw: Mapping[str, Any], prompt_key: str) -> int:
     """How many clips a generation request without video asks for (signals, embeddings or prompts; else 1)."""
     if raw.get("prompt_embeds") is not None:
         return int(torch.as_tensor(raw["prompt_embeds"]).shape[0])
-    for key in SIGNAL_KEYS:
+    for key in (*SIGNAL_KEYS, CONTROL_KEY):
         if (value := raw_signal(raw, key)) is not None:
             return int(torch.as_tensor(value).shape[0])
     prompts = raw.get(prompt_key)
@@ -136,5 +144,6 @@ def uncond_batch(batch: Batch, negative: torch.Tensor, **extra: torch.Tensor) ->
                  meta={**batch.meta, "branch": "uncond"})
 
 
-__all__ = ["RAW_ALIASES", "SIGNAL_CONDITIONS", "SIGNAL_KEYS", "add_signals", "batch_size_of", "check_video_size",
-           "pool_to_latent_frames", "prompts_from", "raw_signal", "requested_frames", "uncond_batch"]
+__all__ = ["CONTROL_KEY", "RAW_ALIASES", "SIGNAL_CONDITIONS", "SIGNAL_KEYS", "add_signals", "batch_size_of",
+           "check_video_size", "pool_to_latent_frames", "prompts_from", "raw_signal", "requested_frames",
+           "uncond_batch"]

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from workbench.config import check
-from workbench.core.backbone import BaseVideoModel, StepRecord, as_video
+from workbench.core.backbone import CONTROL_KEY, BaseVideoModel, StepRecord, as_video, control_video
 from workbench.core.card import ComponentSpec, ModelCard, RecipeSpec, SamplingDefaults
 from workbench.core.conditions import Batch
 from workbench.core.objectives import Diffusion, FlowMatching
@@ -230,7 +230,7 @@ class TinyVideo(BaseVideoModel):
         return self._objective
 
     def provides(self) -> tuple[str, ...]:
-        return ("first_frame", *PER_FRAME_KEYS)
+        return ("first_frame", *PER_FRAME_KEYS, CONTROL_KEY)
 
     # -- autoencoder -------------------------------------------------------------------------
     def _norm(self, z: torch.Tensor) -> torch.Tensor:
@@ -267,7 +267,8 @@ class TinyVideo(BaseVideoModel):
         training and evaluation — or ``"latents"`` ``(B, C, T, h, w)``, the video already encoded
         by :meth:`encode` (see :meth:`encode_item`) — or only ``"image"`` ``(B, 3, H, W)`` (the
         first frame) for generation. Per-frame ``"action"`` / ``"actions"``, ``"proprio"``, ``"ee_pos"``
-        ``(B, T, D)`` pass through as conditions.
+        ``(B, T, D)`` pass through as conditions, and so does a control video ``"control"``
+        ``(B, C, T, H, W)`` (see :func:`~workbench.core.backbone.control_video`).
         """
         if isinstance(raw, Batch):
             return raw
@@ -317,6 +318,9 @@ class TinyVideo(BaseVideoModel):
                     f"{tuple(value.shape)}."
                 )
             cond[key] = value.float()
+        control = control_video(raw, batch_size=latents.shape[0], frames=frames, device=device, backbone="tiny_video")
+        if control is not None:
+            cond[CONTROL_KEY] = control
         mask = torch.ones(latents.shape[0], frames, device=device)
         mask[:, 0] = 0  # the first frame is given, not predicted
         return Batch(latents=latents, cond=cond, loss_mask=mask,
@@ -347,6 +351,8 @@ class TinyVideo(BaseVideoModel):
         for key in ("action", "actions", *PER_FRAME_KEYS):
             if raw.get(key) is not None:
                 return int(torch.as_tensor(raw[key]).shape[1])
+        if raw.get(CONTROL_KEY) is not None:
+            return int(torch.as_tensor(raw[CONTROL_KEY]).shape[2])
         return int(raw.get("frames", self.config.frames))
 
     # -- denoising ---------------------------------------------------------------------------

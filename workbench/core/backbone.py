@@ -48,6 +48,37 @@ def as_video(value: Any, key: str = "video") -> torch.Tensor:
     return video.float()
 
 
+CONTROL_KEY = "control"
+"""The raw-batch key of a control video (edges, depth, ...): ``(B, C, T, H, W)``, passed to adapters as is."""
+
+
+def control_video(raw: Mapping[str, Any], *, batch_size: int, frames: int, device: torch.device | str,
+                  backbone: str) -> torch.Tensor | None:
+    """The raw batch's control video ``"control"`` as float ``(B, C, T, H, W)`` on ``device``; ``None`` when absent.
+
+    A control video is a per-pixel condition (an edge map, a depth map, a segmentation, ...) with
+    any channel count ``C`` and any frame size (an adapter resizes it to its own grid); it must
+    have the clip's batch size and frame count ``frames`` (pixel frames). Backbones put it into
+    ``cond["control"]`` unchanged: it is not a per-frame signal (its axis 1 is channels).
+    """
+    value = raw.get(CONTROL_KEY)
+    if value is None:
+        return None
+    video = torch.as_tensor(value)
+    if video.ndim != 5 or not video.is_floating_point():
+        raise DataError(
+            f"{backbone}: '{CONTROL_KEY}' must be a float control video (B, C, T, H, W) (e.g. edges or depth in "
+            f"[-1, 1], C channels), got {tuple(video.shape)} {video.dtype}. Convert it to that layout (a single "
+            f"(B, T, H, W) map: add the channel axis with control[:, None])."
+        )
+    if video.shape[0] != batch_size or video.shape[2] != frames:
+        raise DataError(
+            f"{backbone}: '{CONTROL_KEY}' must cover the clip: (B={batch_size}, C, T={frames}, H, W), got "
+            f"{tuple(video.shape)}. Give one control frame per video frame."
+        )
+    return video.to(device=device, dtype=torch.float32)
+
+
 class BaseVideoModel(nn.Module):
     """A frozen video diffusion / flow model: the whole backbone contract, declared here.
 

@@ -36,6 +36,9 @@ class Condition:
         required: when False and the backbone does not supply it, the adapter sees ``None``.
         dropout: probability of dropping the condition per sample in training (its values
             are replaced by zeros and ``cond.dropped(name)`` says which samples); 0 in eval.
+        video: the condition is a video ``(B, C, T, H, W)`` (a control video: edges, depth, ...),
+            checked to be 5-D with ``dim`` its channel count (axis 1); ``per_frame`` stays ``None``
+            (its frames are axis 2, kept as they are).
     """
 
     name: str
@@ -44,6 +47,7 @@ class Condition:
     per_frame: str | None = None
     required: bool = True
     dropout: float = 0.0
+    video: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.isidentifier():
@@ -57,6 +61,11 @@ class Condition:
             )
         if self.dim is not None and (not isinstance(self.dim, int) or self.dim < 1):
             raise ConditionError(f"Condition {self.name!r}: dim={self.dim!r}; must be a positive int or None.")
+        if self.video and self.per_frame is not None:
+            raise ConditionError(
+                f"Condition {self.name!r}: video=True with per_frame={self.per_frame!r}; a video condition "
+                f"(B, C, T, H, W) keeps its frames on axis 2 as they are: leave per_frame=None."
+            )
         if not (isinstance(self.dropout, (int, float)) and 0.0 <= self.dropout < 1.0):
             raise ConditionError(
                 f"Condition {self.name!r}: dropout={self.dropout!r}; must be in [0, 1) "
@@ -251,8 +260,8 @@ class Conditioning(Mapping):
                 lines.append(f"  {info.name}: None (optional, not supplied by the backbone)")
                 continue
             alias = "" if info.key == info.name else f" (matched alias '{info.key}')"
-            frames = {None: "per-sample", "keep": "per-frame kept", "mean": "frames -> mean",
-                      "sum": "frames -> sum"}[info.per_frame]
+            frames = {None: "video" if len(info.shape) == 5 else "per-sample", "keep": "per-frame kept",
+                      "mean": "frames -> mean", "sum": "frames -> sum"}[info.per_frame]
             if info.dropout == 0:
                 drop = "no dropout"
             elif info.dropout_applied:
@@ -307,6 +316,23 @@ def prepare_conditioning(
                 f"{type(value).__name__}. Convert it in the backbone's prepare_batch."
             )
         is_frames = rc.key in batch.per_frame
+        if c.video:
+            if value.ndim != 5 or (c.dim is not None and value.shape[1] != c.dim):
+                channels = f"C={c.dim}" if c.dim is not None else "C"
+                raise ConditionError(
+                    f"{owner}: condition {c.name!r} (key {rc.key!r}) is declared a video ({batch_size}, {channels}, "
+                    f"T, H, W), got shape {tuple(value.shape)}. Pass a control video with that layout in the raw "
+                    f"batch's {rc.key!r}, or declare dim={value.shape[1] if value.ndim == 5 else '<channels>'}."
+                )
+        elif value.ndim == 5 and not is_frames:
+            reads = "a per-frame vector" if c.per_frame else "a per-sample value"
+            width = f" of width {c.dim}" if c.dim is not None else ""
+            raise ConditionError(
+                f"{owner}: condition {c.name!r} (key {rc.key!r}) is a video, shape {tuple(value.shape)} "
+                f"(B, C, T, H, W), but the Condition reads {reads}{width}. Declare "
+                f"Condition({c.name!r}, video=True, dim={value.shape[1]}) to read it as a video (for controlnet: "
+                f"video: true, dim: {value.shape[1]})."
+            )
         if is_frames and c.per_frame is None:
             raise ConditionError(
                 f"{owner}: condition {c.name!r} (key {rc.key!r}) is per-frame, shape "
@@ -323,7 +349,7 @@ def prepare_conditioning(
             raise ConditionError(
                 f"{owner}: condition {c.name!r} has batch size {value.shape[0]}, x_t has {batch_size}."
             )
-        if c.dim is not None:
+        if c.dim is not None and not c.video:
             width = value.shape[-1] if value.ndim >= 2 else None
             if width != c.dim:
                 raise ConditionError(

@@ -6,6 +6,7 @@
 * :mod:`workbench.data.lerobot` reads LeRobot datasets (v2.1, v3.0) as clips: the ``lerobot`` dataset;
   :mod:`workbench.data.lerobot_write` writes v3.0 (``workbench data metaworld --format lerobot``).
 * :func:`open_clips` opens either kind from a path (an ``.h5`` file or a LeRobot directory).
+* :mod:`workbench.data.control` derives control videos from clips (``edges``), for ``controlnet``.
 
 Nothing heavy is imported here: h5py, pyarrow, PyAV, MuJoCo and Meta-World load only when a file is generated
 or read, and the names below are resolved on first access.
@@ -27,6 +28,7 @@ _LAZY = {
     "LeRobotWriter": "workbench.data.lerobot_write",
     "metaworld_to_lerobot": "workbench.data.lerobot_write",
     "open_clips": "workbench.data.sources",
+    "edges": "workbench.data.control",
 }
 
 __all__, __getattr__, __dir__ = lazy_exports("workbench.data", _LAZY, "names")

@@ -38,6 +38,7 @@ import torch
 from torch.utils.data import Dataset
 
 from workbench.config import check, config_from
+from workbench.data.control import check_control, with_control
 from workbench.data.lerobot_format import Episode, LeRobotMeta, column, parquet_columns, read_parquet
 from workbench.data.metaworld import split_episodes
 from workbench.data.video_io import VideoReader
@@ -57,7 +58,8 @@ class LeRobotConfig:
     dataset's). ``size``: ``[H, W]`` the frames are resized to (``null``: as stored).
     ``drop_short``: leave out episodes shorter than the window instead of raising.
     ``tolerance_s``: how far (seconds) a decoded frame may be from the wanted time (``null``:
-    one frame period less 0.1 ms, as LeRobot).
+    one frame period less 0.1 ms, as LeRobot). ``control``: a control video derived from each clip's
+    frames, served as ``control`` ``(C, T, H, W)`` (``edges``; see :mod:`workbench.data.control`).
     """
 
     root: str
@@ -74,6 +76,7 @@ class LeRobotConfig:
     seed: int = 0
     drop_short: bool = False
     tolerance_s: float | None = None
+    control: str | None = None
 
     def __post_init__(self) -> None:
         check(isinstance(self.root, str) and self.root != "", "root",
@@ -86,6 +89,7 @@ class LeRobotConfig:
         check(self.size is None or (len(self.size) == 2 and all(int(s) >= 8 for s in self.size)), "size",
               f"must be [height, width] (each >= 8) or null, got {self.size}.")
         check(self.tolerance_s is None or self.tolerance_s > 0, "tolerance_s", f"must be > 0, got {self.tolerance_s}.")
+        check_control(self.control)
 
 
 @register("dataset", "lerobot")
@@ -261,7 +265,7 @@ class LeRobotClips(Dataset):
         for name in self.signals:
             item[name] = torch.from_numpy(np.ascontiguousarray(frames[name][rows]))
         item.update(episode=self.meta.episodes[e].index, start=int(start), task=task, prompt=task)
-        return item
+        return with_control(item, self.config.control)
 
     def close(self) -> None:
         """Close this process's open video files (they are reopened on the next item)."""

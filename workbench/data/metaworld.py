@@ -63,6 +63,7 @@ import torch
 from torch.utils.data import Dataset
 
 from workbench.config import check, config_from
+from workbench.data.control import check_control, with_control
 from workbench.errors import DataError
 from workbench.registry import register
 
@@ -99,7 +100,9 @@ class MetaWorldConfig:
     ``path`` is an HDF5 file from ``workbench data metaworld``; the special value ``"sample"``
     means the shipped sample (:func:`sample_path`). ``tasks`` keeps only episodes of these tasks
     (after the split, so the split does not depend on it). ``in_memory`` reads the whole file once
-    per process instead of decompressing one episode per item.
+    per process instead of decompressing one episode per item. ``control`` adds a control video
+    derived from each clip's frames to its items (``"control"``, ``(C, T, H, W)``): ``edges`` (see
+    :func:`workbench.data.control.edges`), for a ``controlnet`` with ``video: true``.
     """
 
     path: str
@@ -110,6 +113,7 @@ class MetaWorldConfig:
     seed: int = 0
     tasks: list[str] | None = None
     in_memory: bool = False
+    control: str | None = None
 
     def __post_init__(self) -> None:
         check(isinstance(self.path, str) and self.path != "", "path",
@@ -122,6 +126,7 @@ class MetaWorldConfig:
         check(0.0 <= self.val_fraction < 1.0, "val_fraction", f"must be in [0, 1), got {self.val_fraction}.")
         check(self.tasks is None or len(self.tasks) > 0, "tasks",
               "must be null (all tasks) or a non-empty list.")
+        check_control(self.control)
 
 
 def _describe(ds: Any) -> str:
@@ -302,7 +307,7 @@ class MetaWorldClips(Dataset):
         frames = np.asarray(data["frames"][episode, start:stop])
         video = torch.from_numpy(frames).permute(3, 0, 1, 2).float().div_(127.5).sub_(1.0)
         action = np.clip(np.asarray(data["actions"][episode, start:stop], dtype=np.float32), -1.0, 1.0)
-        return {
+        return with_control({
             "video": video.contiguous(),
             "action": torch.from_numpy(action),
             "ee_pos": torch.from_numpy(np.asarray(data["ee_pos"][episode, start:stop], dtype=np.float32)),
@@ -310,7 +315,7 @@ class MetaWorldClips(Dataset):
             "episode": int(episode),
             "start": int(start),
             "task": self.task_names[episode],
-        }
+        }, self.config.control)
 
     def close(self) -> None:
         """Close this process's file handle (it is reopened on the next item)."""

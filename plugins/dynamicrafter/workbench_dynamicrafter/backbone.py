@@ -25,6 +25,7 @@ import torch
 
 from workbench import BaseVideoModel, Batch, ComponentSpec, ModelCard, SamplingDefaults
 from workbench.backbones.diffusers_bridge import (
+    CONTROL_KEY,
     SIGNAL_KEYS,
     add_signals,
     as_video,
@@ -186,7 +187,7 @@ class DynamiCrafter(BaseVideoModel):
         keys = ["context", "concat", "fs", "first_frame"]
         for key in SIGNAL_KEYS:
             keys += [key, f"{key}_frames"]
-        return tuple(keys)
+        return (*keys, CONTROL_KEY)
 
     # -- autoencoder -------------------------------------------------------------------------
     @property
@@ -250,7 +251,8 @@ class DynamiCrafter(BaseVideoModel):
         training, or ``"image"`` ``(B, 3, H, W)`` (and ``"last_image"`` for ``512_interp``) plus
         ``"frames"`` (or per-frame signals) for generation; text as ``"prompt"`` (or the configured
         ``prompt_key``) or the config's default prompt; ``"fs"`` (frame stride / fps, default the
-        variant's); per-frame ``"action"`` (or ``"actions"``), ``"proprio"``, ``"ee_pos"`` ``(B, T, D)``.
+        variant's); per-frame ``"action"`` (or ``"actions"``), ``"proprio"``, ``"ee_pos"`` ``(B, T, D)``; a
+        control video ``"control"`` ``(B, C, T, H, W)``.
         Every latent frame is predicted (the image is a condition, not a given latent frame).
         """
         if isinstance(raw, Batch):
