@@ -108,15 +108,18 @@ def speed(rounds: int = 3, steps: int = 2) -> dict[str, float]:
 
 def table() -> str:
     speeds = json.loads((OUT / "speed.json").read_text()) if (OUT / "speed.json").exists() else {}
-    lines = ["| adapter | trainable params | steps | clips | moving-pixel PSNR gain over base | beats swapped actions "
-             "| CPU s/step |", "|---|---|---|---|---|---|---|"]
+    lines = ["| adapter | reads | trainable params | steps | clips | moving-pixel PSNR gain over base | beats the "
+             "swapped condition | action error vs base | CPU s/step |", "|---|---|---|---|---|---|---|---|---|"]
     for kind in KINDS:
         file = OUT / kind / "row.json"
         if file.exists():
             r = json.loads(file.read_text())
+            summary = json.loads((OUT / kind / "metrics.json").read_text())["summary"]
+            reads = "edge video" if SETTING.get(kind, {}).get("control") else "actions"
             cost = f"{speeds[kind]:.2f}" if kind in speeds else "n/a"
-            lines.append(f"| `{kind}` | {r['trainable'] / 1000:.0f}k | {r['steps']} | {r['clips']} | "
-                         f"{r['gain_db']:+.2f} dB | {100 * r['wins']:.0f}% | {cost} |")
+            lines.append(f"| `{kind}` | {reads} | {r['trainable'] / 1000:.0f}k | {r['steps']} | {r['clips']} | "
+                         f"{r['gain_db']:+.2f} dB | {100 * r['wins']:.0f}% | "
+                         f"{summary['action_error_adapter_over_base']:.2f}× | {cost} |")
     return "\n".join(lines)
 
 
