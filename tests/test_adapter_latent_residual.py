@@ -98,10 +98,42 @@ def test_warps_follow_the_condition_per_frame():
     torch.testing.assert_close(moved[:, :, 2, :, 2:], first[..., :-2], atol=1e-5, rtol=0)
 
 
+def test_state_is_read_at_the_first_frame_only():
+    """``state: ee_pos``: the hand position where the clip starts joins the actions (and their running sum) on
+    every frame; the positions of later frames are never read."""
+    torch.manual_seed(0)
+    adapter = LatentResidual(width=8, depth=1, cumulative=True, warps=1, state="ee_pos", state_dim=3)
+    adapter.set_objective(FlowMatching())
+    assert [(c.name, c.per_frame, c.dim) for c in adapter.consumes][-1] == ("ee_pos", "keep", 3)
+    seen = {}
+    adapter.cond_mlp[0].register_forward_hook(lambda module, args, out: seen.update(x=args[0]))
+
+    class WithState(Cond):
+        ee_pos = torch.arange(9, dtype=torch.float32).view(1, 3, 3)
+
+    with torch.no_grad():
+        adapter.out.weight.normal_(generator=torch.Generator().manual_seed(1))  # an output that shows its inputs
+    cond = WithState(torch.ones(1, 3, 4), torch.randn(1, 4, 4, 4))
+
+    def run():
+        return adapter(torch.zeros(1, 4, 3, 4, 4), torch.tensor([0.5]), cond)
+
+    out = run()
+    assert seen["x"].shape == (1, 3, 11) and torch.equal(seen["x"][0, :, 8:], torch.tensor([[0.0, 1.0, 2.0]] * 3))
+    WithState.ee_pos = WithState.ee_pos.clone()
+    WithState.ee_pos[:, 1:] = 100.0  # later frames' positions: not read
+    assert torch.equal(run(), out)
+    WithState.ee_pos[:, 0] = -1.0  # the first frame's: read
+    assert (run() - out).abs().max() > 1e-4
+
+
 @pytest.mark.parametrize("options, pattern", [
     ({"cumulative": True, "per_frame": "mean"}, "cumulative: needs per_frame: keep .* got per_frame: mean"),
     ({"warps": -1}, "warps: must be >= 0, got -1"),
     ({"warps": 1, "use_first_frame": False}, "warps: translates the first frame, so it needs use_first_frame"),
+    ({"state": "action"}, r"state: must be null or the name of another per-frame condition \(e\.g\. ee_pos\), got "
+                          r"'action'"),
+    ({"state": "ee_pos", "state_dim": 0}, "state_dim: must be >= 1, got 0"),
 ])
 def test_option_errors(options, pattern):
     with pytest.raises(ConfigError, match=pattern):

@@ -244,3 +244,23 @@ def test_eval_swaps_the_control_video_for_an_adapter_that_reads_one(tmp_path, ca
     with pytest.raises(DataError, match=r"The clips carry no 'control' to swap in \(c\); they hold \['action', "):
         evaluate_world_model(shipped, torch.utils.data.Subset(clip_source("sample", window=16, split="val"), [0, 6]),
                              sampling_steps=2, progress=False, condition="control")
+
+
+def test_the_robot_state_reaches_a_prediction_as_measured_at_the_first_frame():
+    """A clip's ee_pos / proprio are given to every prediction, with each frame holding the first frame's value:
+    nothing of the future state leaks into a prediction, whatever the adapter reads."""
+    from workbench.evaluate import evaluate_world_model
+    from workbench.train.experiment import AdapterExperiment
+
+    exp = AdapterExperiment.load(TRAINED_ADAPTER)
+    given = []
+    prepare = exp.prepare
+    exp.prepare = lambda raw: given.append(raw) or prepare(raw)
+    clips = torch.utils.data.Subset(clip_source("sample", window=16, split="val", stride=48), [0, 6])
+    evaluate_world_model(exp, clips, sampling_steps=1, progress=False)
+    assert len(given) == 3
+    for raw in given:
+        for key, width in (("ee_pos", 3), ("proprio", 10)):
+            first = torch.stack([clips[i][key][0] for i in range(2)])
+            assert raw[key].shape == (2, 16, width) and torch.equal(raw[key], first[:, None].expand(2, 16, width))
+        assert torch.equal(raw["action"], torch.stack([clips[i]["action"] for i in range(2)])) or raw is given[2]

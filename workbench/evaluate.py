@@ -52,7 +52,10 @@ VARIANTS = ("base", "adapter", "swapped")
 LABELS = {"base": "(a) frozen base alone", "adapter": "(b) base + adapter, true actions",
           "swapped": "(c) base + adapter, swapped"}
 #: The conditions a clip may carry that the predictions are made with (the swapped one is ``condition``).
-CONDITION_KEYS = ("action", "control")
+CONDITION_KEYS = ("action", "control", "ee_pos", "proprio")
+#: Of those, the robot's measured state: a prediction knows it at the given first frame only, so every
+#: frame of it carries the first frame's value (nothing of the future leaks into a prediction).
+STATE_KEYS = ("ee_pos", "proprio")
 
 
 def labels_for(condition: str) -> dict[str, str]:
@@ -164,7 +167,8 @@ def evaluate_world_model(exp, clips, *, sampling_steps: int, seed: int = 0, chun
 
     ``gate_scale``: sample (b) and (c) with the adapter's learned gate times this (:func:`scaled_gate`).
     ``condition``: the clip key swapped in (c) (``action``, or ``control`` for a control video);
-    every key of :data:`CONDITION_KEYS` the clips carry is given to all three, true except that one.
+    every key of :data:`CONDITION_KEYS` the clips carry is given to all three, true except that one
+    (the state keys as measured at the first frame, see :data:`STATE_KEYS`).
 
     Returns uint8 videos ``[N, T, H, W, 3]`` (``truth`` and each variant), ``scores`` (per clip
     and variant: ``psnr``, ``ssim``, ``moving_psnr``, ``action_error`` in cm), ``hand_error``
@@ -198,6 +202,7 @@ def evaluate_world_model(exp, clips, *, sampling_steps: int, seed: int = 0, chun
         part = items[lo:lo + chunk]
         video = _stack(part, "video")
         true = {k: _stack(part, k) for k in given}
+        true.update({k: v[:, :1].expand_as(v).contiguous() for k, v in true.items() if k in STATE_KEYS})
         swapped = {**true, condition: torch.stack([items[partner[lo + k]][condition] for k in range(len(part))])}
         first = {"image": video[:, :, 0]}
         videos["truth"].append(to_uint8_video(video))

@@ -41,6 +41,10 @@ class LatentResidualConfig:
     delta actions and ``cumulative``, a translation is what moving a gripper mostly looks like
     in a small, distant view; the network learns where to use the translated copy, instead of
     having to learn shifts with its convolutions. Needs ``use_first_frame``.
+    ``state`` / ``state_dim``: also read this per-frame condition at the *first* frame only (the
+    robot's measured state where the clip starts, e.g. ``ee_pos``, width 3, or ``proprio``), next
+    to the actions everywhere they go (FiLM and warps): where the hand starts decides where
+    the same actions take it in the picture. Nothing of a later frame's state is read.
     """
 
     channels: int = 4
@@ -57,6 +61,8 @@ class LatentResidualConfig:
     coords: bool = False
     levels: Literal[1, 2] = 1
     warps: int = 0
+    state: str | None = None
+    state_dim: int = 3
 
     def __post_init__(self):
         check(self.channels >= 1, "channels", f"must be >= 1, got {self.channels}.")
@@ -70,6 +76,9 @@ class LatentResidualConfig:
         check(self.warps >= 0, "warps", f"must be >= 0, got {self.warps}.")
         check(not self.warps or self.use_first_frame, "warps",
               "translates the first frame, so it needs use_first_frame: true.")
+        check(self.state is None or (self.state.isidentifier() and self.state != self.condition), "state",
+              f"must be null or the name of another per-frame condition (e.g. ee_pos), got {self.state!r}.")
+        check(self.state_dim >= 1, "state_dim", f"must be >= 1, got {self.state_dim}.")
 
 
 @register("adapter", "latent_residual")
@@ -86,11 +95,12 @@ class LatentResidual(Adapter):
             Condition(config.condition, aliases=config.aliases, dim=config.dim, per_frame=config.per_frame,
                       dropout=config.dropout),
             *((Condition("first_frame", required=False),) if config.use_first_frame else ()),
+            *((Condition(config.state, dim=config.state_dim, per_frame="keep"),) if config.state else ()),
         )
         c, w = config.channels, config.width
         inputs = c * (1 + int(config.use_base_output) + int(config.use_first_frame) + config.warps)
         inputs += 2 * int(config.coords)
-        signal_dim = config.dim * (1 + int(config.cumulative))
+        signal_dim = config.dim * (1 + int(config.cumulative)) + (config.state_dim if config.state else 0)
         self.emb_dim = 2 * w
         self.stem = nn.Conv3d(inputs, w, (1, 3, 3), padding=(0, 1, 1))
         self.time = nn.Sequential(nn.Linear(w, self.emb_dim), nn.SiLU(), nn.Linear(self.emb_dim, self.emb_dim))
@@ -120,6 +130,10 @@ class LatentResidual(Adapter):
         if self.config.cumulative:
             before = torch.cumsum(signal, dim=1) - signal  # (B, T, D): sum over the previous frames
             signal = torch.cat([signal, before], dim=-1)
+        if self.config.state:
+            start = getattr(cond, self.config.state)[:, :1]  # (B, 1, S): the state at the given first frame
+            start = start.expand(b, signal.shape[1], -1) if signal.ndim == 3 else start[:, 0]
+            signal = torch.cat([signal, start.to(signal.dtype)], dim=-1)
         parts = [x_t]
         if self.config.use_base_output:
             parts.append(base_output if base_output is not None else torch.zeros_like(x_t))
