@@ -45,6 +45,39 @@ def test_a_video_controlnet_keeps_the_inside_adapter_promises_on_tiny_video():
     assert report["recording"].detail == "3 steps, 2 base calls per step recorded (1 sampling), bit-exact"
 
 
+class MovesWithEdges(torch.utils.data.Dataset):
+    """Moving squares, each clip with its edge video as ``control``."""
+
+    def __init__(self):
+        from workbench.data.synthetic import SyntheticMoves
+
+        self.items = [{**it, "control": edges(it["video"])} for it in SyntheticMoves(items=16, frames=4, size=16)]
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, i):
+        return self.items[i]
+
+
+def test_resume_of_a_video_controlnet_is_bit_exact(tmp_path):
+    def make(out=None):
+        torch.manual_seed(1)
+        training = dict(steps=8, learning_rate=2e-2, batch_size=4, sync_every=2, progress=False)
+        return AdapterExperiment(base=tiny_base(), adapter=video_controlnet(),
+                                 training=TrainingConfig(**training, **({"output_dir": str(out)} if out else {})))
+
+    data = MovesWithEdges()
+    full = make()
+    full.fit(data, steps=4)
+    part = make(tmp_path)
+    part.fit(data, steps=2)
+    resumed = make().load_checkpoint(part.save_checkpoint())
+    resumed.fit(data, steps=2)
+    a, b = resumed.model.trainable_state_dict(), full.model.trainable_state_dict()
+    assert resumed.loss_history == full.loss_history and all(torch.equal(a[k], b[k]) for k in a)
+
+
 def test_the_control_video_reaches_the_adapted_prediction_and_only_it():
     base = tiny_base()
     model = ComposedModel(base, video_controlnet(), Replace(), base.default_objective()).train(False)
