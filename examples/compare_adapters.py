@@ -29,6 +29,10 @@ KINDS = {
     "latent_residual": None,  # the demo's own adapter and composer
     "action_modulation": {"type": "action_modulation", "config": {"hidden": 32, "lora": {"rank": 4}}},
     "controlnet": {"type": "controlnet", "config": {"blocks": 2}},
+    # the two fed the running sum of the actions too (the displacement since the first frame), as latent_residual is
+    "action_modulation_sum": {"type": "action_modulation", "config": {"hidden": 32, "cumulative": True,
+                                                                      "lora": {"rank": 4}}},
+    "controlnet_sum": {"type": "controlnet", "config": {"blocks": 2, "cumulative": True}},
     # the same branch fed each clip's edge video instead of its actions; (c) swaps the edges
     "controlnet_edges": {"type": "controlnet", "config": {"blocks": 2, "condition": "control", "aliases": [],
                                                           "video": True, "dim": 1}},

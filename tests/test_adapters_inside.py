@@ -175,6 +175,27 @@ def test_the_condition_reaches_the_adapted_prediction(kind):
     assert torch.equal(moved.base, traj[1].base) and not torch.equal(moved.composed, traj[1].composed)
 
 
+@pytest.mark.parametrize("kind", ["action_modulation", "controlnet"])
+def test_cumulative_reads_the_running_sum_of_the_actions_too(kind):
+    """``cumulative: true``: the condition's embedding sees each frame's actions and their sum over the previous
+    frames; at init the adapted base is still the base, bit for bit."""
+    base = tiny_base()
+    torch.manual_seed(1)
+    adapter = ActionModulation(hidden=16, cumulative=True) if kind == "action_modulation" else \
+        ControlNet(blocks=1, cumulative=True)
+    model = ComposedModel(base, adapter, Replace(), base.default_objective()).train(False)
+    first = adapter.trunk[0] if kind == "action_modulation" else adapter.embed
+    seen = {}
+    first.register_forward_hook(lambda module, args, out: seen.update(x=args[0]))
+    batch, x_t, t = noised(model)
+    with torch.no_grad():
+        pred = model.predict(x_t, t, batch)
+    assert torch.equal(pred.composed, tiny_base().denoise(x_t, t, batch.cond))
+    actions = batch.cond["action"]
+    assert first.in_features == 8
+    assert torch.equal(seen["x"], torch.cat([actions, torch.cumsum(actions, 1) - actions], dim=-1))
+
+
 def test_plain_generate_makes_one_base_call_per_step():
     from conftest import BaseCalls
 
@@ -190,6 +211,8 @@ def test_plain_generate_makes_one_base_call_per_step():
     ("lora", {"dropout": 1.0}, r"adapter\.config\.dropout: must be in \[0, 1\), got 1\.0"),
     ("action_modulation", {"lora": {"rank": 0}}, r"rank: must be an int >= 1"),
     ("controlnet", {"blocks": 0}, r"adapter\.config\.blocks: must be >= 1"),
+    ("controlnet", {"cumulative": True, "video": True, "condition": "control"},
+     r"adapter\.config\.cumulative: sums a per-frame vector over frames; a control video \(video: true\) has none"),
 ])
 def test_bad_config_values_are_refused_with_the_fix(kind, config, match):
     from workbench.config import Problems, validate_component_block

@@ -13,6 +13,15 @@ def group_count(channels: int) -> int:
     return math.gcd(8, channels)
 
 
+def with_running_sum(signal: torch.Tensor) -> torch.Tensor:
+    """A per-frame signal ``(B, T, D)`` with its running sum over the *previous* frames appended: ``(B, T, 2D)``.
+
+    Frame ``t`` gets ``sum(signal[:t])``; for delta actions that is the displacement since the
+    first frame — where the arm should be now.
+    """
+    return torch.cat([signal, torch.cumsum(signal, dim=1) - signal], dim=-1)
+
+
 def timestep_embedding(level: torch.Tensor, dim: int) -> torch.Tensor:
     """Sinusoidal embedding of a noise level in [0, 1] (scaled to [0, 1000]), ``(B, dim)``."""
     half = dim // 2

@@ -27,6 +27,7 @@ from workbench.adapters.inside import (
 )
 from workbench.config import check, config_from
 from workbench.core.conditions import Condition
+from workbench.layers import with_running_sum
 from workbench.registry import register
 
 
@@ -35,7 +36,9 @@ class ActionModulationConfig:
     """``condition`` / ``aliases`` / ``dim`` / ``dropout``: the per-frame condition it reads (width
     ``dim``; ``dropout`` for classifier-free guidance). ``blocks``: indices of the blocks to
     modulate (``None`` = all; tiny_video's down, mid and up blocks in order, Wan's transformer
-    blocks). ``hidden``: width of the condition MLP. ``lora``: peft LoRA settings, or ``None``."""
+    blocks). ``hidden``: width of the condition MLP. ``cumulative``: also read the running sum of
+    the condition over the previous frames (for delta actions, the displacement since the first
+    frame). ``lora``: peft LoRA settings, or ``None``."""
 
     condition: str = "action"
     aliases: tuple[str, ...] = ("actions",)
@@ -43,6 +46,7 @@ class ActionModulationConfig:
     dropout: float = 0.0
     blocks: tuple[int, ...] | None = None
     hidden: int = 64
+    cumulative: bool = False
     lora: LoraSettings | None = None
 
     def __post_init__(self):
@@ -65,7 +69,7 @@ class ActionModulation(InsideAdapter):
         self.config = config = config_from(type(self), config, overrides)
         self.consumes = (Condition(config.condition, aliases=config.aliases, dim=config.dim, per_frame="keep",
                                    dropout=config.dropout),)
-        self.trunk = nn.Sequential(nn.Linear(config.dim, config.hidden), nn.SiLU())
+        self.trunk = nn.Sequential(nn.Linear(config.dim * (1 + int(config.cumulative)), config.hidden), nn.SiLU())
         self.heads = nn.ModuleDict()
 
     @classmethod
@@ -87,6 +91,8 @@ class ActionModulation(InsideAdapter):
 
     def prepare_state(self, cond, x_t, t):
         signal = getattr(cond, self.config.condition).to(x_t.dtype)  # (B, T, D)
+        if self.config.cumulative:
+            signal = with_running_sum(signal)  # (B, T, 2D)
         features = self.trunk(signal)  # (B, T, hidden)
         return {int(i): head(features).chunk(2, dim=-1) for i, head in self.heads.items()}  # (B, T, W) twice
 

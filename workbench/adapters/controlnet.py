@@ -35,6 +35,7 @@ from workbench.adapters.inside import InsideAdapter, InsideSpec, per_frame
 from workbench.config import check, config_from
 from workbench.core.conditions import Condition
 from workbench.errors import CompositionError, ConfigError
+from workbench.layers import with_running_sum
 from workbench.registry import register
 
 
@@ -45,7 +46,8 @@ class ControlNetConfig:
     width ``dim`` (``action`` by default), or with ``video: true`` a control video of ``dim``
     channels (e.g. ``condition: control, video: true, dim: 1`` for an edge map), embedded by a
     convolutional encoder of ``encoder_width`` channels that halves the frames' size
-    ``encoder_downsample`` times before pooling onto the block's grid."""
+    ``encoder_downsample`` times before pooling onto the block's grid. ``cumulative`` (vectors
+    only): also embed the running sum of the condition over the previous frames."""
 
     blocks: int = 1
     condition: str = "action"
@@ -55,12 +57,15 @@ class ControlNetConfig:
     video: bool = False
     encoder_width: int = 16
     encoder_downsample: int = 2
+    cumulative: bool = False
 
     def __post_init__(self):
         check(self.blocks >= 1, "blocks", f"must be >= 1 (how many leading blocks to copy), got {self.blocks}.")
         check(self.condition.isidentifier(), "condition", f"must be an identifier, got {self.condition!r}.")
         check(self.dim >= 1, "dim", f"must be >= 1 (the condition's width, or a video's channels), got {self.dim}.")
         check(0.0 <= self.dropout < 1.0, "dropout", f"must be in [0, 1), got {self.dropout}.")
+        check(not (self.cumulative and self.video), "cumulative",
+              "sums a per-frame vector over frames; a control video (video: true) has none. Drop one of the two.")
         check(self.encoder_width >= 1, "encoder_width", f"must be >= 1, got {self.encoder_width}.")
         check(0 <= self.encoder_downsample <= 6, "encoder_downsample",
               f"must be in 0..6 (how many times the control video's frames are halved), got "
@@ -153,7 +158,7 @@ class ControlNet(InsideAdapter):
         width = spec.widths[0]
         c = self.config
         self.embed = (ControlVideoEncoder(c.dim, width, c.encoder_width, c.encoder_downsample) if c.video
-                      else nn.Linear(c.dim, width))
+                      else nn.Linear(c.dim * (1 + int(c.cumulative)), width))
         self.projections = nn.ModuleList(nn.Linear(w, w) for w in spec.widths[:n])
         for proj in self.projections:
             nn.init.zeros_(proj.weight)
@@ -166,6 +171,8 @@ class ControlNet(InsideAdapter):
         signal = getattr(cond, self.config.condition).to(x_t.dtype)  # (B, T, D), or a video (B, C, T, H, W)
         if self.config.video:  # embedded on the first block's grid when it runs
             return {"video": signal, "latent_shape": tuple(x_t.shape), "residuals": None}
+        if self.config.cumulative:
+            signal = with_running_sum(signal)  # (B, T, 2D)
         return {"embedding": self.embed(signal), "residuals": None}  # (B, T, W)
 
     def _embedding(self, hidden: torch.Tensor) -> torch.Tensor:

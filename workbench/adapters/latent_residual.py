@@ -17,7 +17,7 @@ from workbench.config import check, config_from
 from workbench.core.adapter import Adapter
 from workbench.core.conditions import Condition
 from workbench.errors import DataError
-from workbench.layers import ResBlock, group_count, timestep_embedding
+from workbench.layers import ResBlock, group_count, timestep_embedding, with_running_sum
 from workbench.registry import register
 
 
@@ -128,8 +128,7 @@ class LatentResidual(Adapter):
         b, c, frames, h, w = x_t.shape
         signal = getattr(cond, self.config.condition)  # (B, T, D) or (B, D)
         if self.config.cumulative:
-            before = torch.cumsum(signal, dim=1) - signal  # (B, T, D): sum over the previous frames
-            signal = torch.cat([signal, before], dim=-1)
+            signal = with_running_sum(signal)  # (B, T, 2D)
         if self.config.state:
             start = getattr(cond, self.config.state)[:, :1]  # (B, 1, S): the state at the given first frame
             start = start.expand(b, signal.shape[1], -1) if signal.ndim == 3 else start[:, 0]
