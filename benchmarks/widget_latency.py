@@ -27,15 +27,16 @@ import json
 import os
 import re
 import shutil
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+from local_jupyter import QUIET_LAB, ServerDidNotStart, free_port, lab_command, serving, write_notebook  # noqa: E402
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("WORKBENCH_CACHE", tempfile.mkdtemp(prefix="workbench-bench-"))
@@ -179,13 +180,8 @@ def browser(python_side: dict[str, float]) -> None:
     if missing:
         print(f"browser latency: skipped, {', '.join(missing)} not installed")
         return
-    import nbformat
-
     folder = Path(tempfile.mkdtemp(prefix="workbench-latency-"))
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell(code) for code in APP]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nbformat.write(nb, folder / "latency.ipynb")
+    write_notebook(folder / "latency.ipynb", APP)
     for name, module, serve in (("Voilà", "voila", _voila), ("JupyterLab", "jupyterlab", _jupyterlab)):
         if not _importable(module):
             print(f"browser latency in {name}: skipped, not installed")
@@ -197,48 +193,25 @@ def browser(python_side: dict[str, float]) -> None:
             _measure(name, chromium, opened, python_side)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
-def _server(command: list[str], folder: Path, env: dict, ready: str, log_name: str):
-    """Run a notebook server; yield True once ``ready`` answers (False if it never does)."""
-    with open(folder / log_name, "w") as log:
-        server = subprocess.Popen(command, cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            deadline = time.monotonic() + 90
-            while True:
-                try:
-                    urllib.request.urlopen(ready, timeout=2)  # noqa: S310 - our own local server
-                    break
-                except urllib.error.HTTPError:
-                    break
-                except OSError:
-                    if server.poll() is not None or time.monotonic() > deadline:
-                        yield False
-                        return
-                    time.sleep(0.5)
+def _started(command: list[str], folder: Path, env: dict, ready: str, log_name: str):
+    """The server running until the block ends: yields True, or False when it did not start."""
+    try:
+        with serving(command, folder, env, ready, folder / log_name):
             yield True
-        finally:
-            server.terminate()
-            try:
-                server.wait(10)
-            except subprocess.TimeoutExpired:
-                server.kill()
+    except ServerDidNotStart:
+        yield False
 
 
 @contextlib.contextmanager
 def _voila(folder: Path):
     """Voilà serving the notebook: yields a function that opens it in a page and runs it."""
-    port = _free_port()
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "JUPYTER_RUNTIME_DIR": str(folder / "runtime-voila")}
+    port = free_port()
     command = [sys.executable, "-m", "voila", "latency.ipynb", "--no-browser", f"--port={port}",
                "--Voila.ip=127.0.0.1"]
     url = f"http://127.0.0.1:{port}/"
-    with _server(command, folder, env, url + "static/", "voila.log") as up:
+    with _started(command, folder, {"JUPYTER_RUNTIME_DIR": str(folder / "runtime-voila")}, url + "static/",
+                  "voila.log") as up:
         yield (lambda page: page.goto(url, timeout=180_000)) if up else None
 
 
@@ -246,20 +219,8 @@ def _voila(folder: Path):
 def _jupyterlab(folder: Path):
     """JupyterLab on the notebook: yields a function that opens it in a page and runs all its cells."""
     token = os.urandom(16).hex()
-    settings = folder / "lab-settings"
-    for plugin, values in (("@jupyterlab/docmanager-extension/plugin", {"autosave": False}),
-                           ("@jupyterlab/apputils-extension/notification", {"fetchNews": "false",
-                                                                            "checkForUpdates": False})):
-        path = settings / f"{plugin}.jupyterlab-settings"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(values))
-    port = _free_port()
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "JUPYTERLAB_SETTINGS_DIR": str(settings),
-           "JUPYTER_RUNTIME_DIR": str(folder / "runtime-lab")}
-    command = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1", f"--port={port}",
-               f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={folder}"]
-    if hasattr(os, "getuid") and os.getuid() == 0:
-        command.append("--allow-root")
+    port = free_port()
+    command, env = lab_command(folder, port, token, QUIET_LAB)
     url = f"http://127.0.0.1:{port}"
 
     def kernel_idle() -> None:  # Run All sent before the kernel is idle can be lost
@@ -280,7 +241,7 @@ def _jupyterlab(folder: Path):
         page.locator(".lm-MenuBar-itemLabel", has_text=re.compile("^Run$")).click()
         page.locator(".lm-Menu-itemLabel", has_text=re.compile("^Run All Cells$")).first.click()
 
-    with _server(command, folder, env, f"{url}/api/status?token={token}", "lab.log") as up:
+    with _started(command, folder, env, f"{url}/api/status?token={token}", "lab.log") as up:
         yield open_and_run if up else None
 
 

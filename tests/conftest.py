@@ -7,6 +7,9 @@ import os
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MUJOCO_GL", "egl")
 
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
 import pytest  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
@@ -27,6 +30,9 @@ from workbench import (  # noqa: E402
     StepRecord,
 )
 from workbench.backbones.tiny_video import TinyVideo, TinyVideoConfig  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))  # the local servers the browser tests start
+from local_jupyter import free_port  # noqa: E402, F401 - shared with the tests that start servers
 
 TINY = dict(image_size=16, frames=4, width=16, ae_width=8, depth=1, sampling_steps=4)
 
@@ -242,15 +248,6 @@ def count_decodes(base) -> list[int]:
     return calls
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 free at the time of asking (for the servers the tests start)."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def chromium() -> str:
     """Debian's chromium, which the browser tests drive; skips the test, saying why, when it is absent."""
     import shutil
@@ -267,7 +264,6 @@ def chromium() -> str:
 # plugins and notebook 7 the DynamiCrafter plugin: a notebook whose requirements are not
 # installed is skipped with the reason (and the fix) instead of failing.
 import importlib.metadata as metadata  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 from workbench.backbones.tiny_video import WEIGHTS_DIR  # noqa: E402
 

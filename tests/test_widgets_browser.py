@@ -10,17 +10,13 @@ says why.
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
 from conftest import chromium, free_port
+from local_jupyter import serving, write_notebook
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "outputs" / "test-artifacts"
@@ -54,52 +50,19 @@ traj = record(model, base.prepare_batch(default_collate([clips[10]])), steps=8, 
 ]
 
 
-def write_app(folder: Path) -> Path:
-    import nbformat
-
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell(code) for code in APP]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    path = folder / "stepper_app.ipynb"
-    nbformat.write(nb, path)
-    return path
-
-
 @pytest.fixture(scope="module")
 def voila_url(tmp_path_factory):
     chromium()
     pytest.importorskip("voila", reason="voila is installed by `make test` (the dev extra)")
     folder = tmp_path_factory.mktemp("voila")
-    notebook = write_app(folder)
+    notebook = write_notebook(folder / "stepper_app.ipynb", APP)
     port = free_port()
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "WORKBENCH_CACHE": str(folder / "cache"),
-           "JUPYTER_RUNTIME_DIR": str(folder / "runtime")}
-    log = open(folder / "voila.log", "w")  # noqa: SIM115 - open for the server's lifetime
-    server = subprocess.Popen(
-        [sys.executable, "-m", "voila", str(notebook), "--no-browser", f"--port={port}", "--Voila.ip=127.0.0.1",
-         "--show_tracebacks=True"],
-        cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT)
+    command = [sys.executable, "-m", "voila", str(notebook), "--no-browser", f"--port={port}", "--Voila.ip=127.0.0.1",
+               "--show_tracebacks=True"]
     url = f"http://127.0.0.1:{port}/"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(url + "static/", timeout=2)  # noqa: S310 - our own local server
-                break
-            except urllib.error.HTTPError:  # any answer means the server is up
-                break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"Voilà did not start:\n{(folder / 'voila.log').read_text()}") from None
-                time.sleep(0.5)
+    env = {"WORKBENCH_CACHE": str(folder / "cache"), "JUPYTER_RUNTIME_DIR": str(folder / "runtime")}
+    with serving(command, folder, env, url + "static/", folder / "voila.log", timeout=60):
         yield url
-    finally:
-        server.terminate()
-        try:
-            server.wait(10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-        log.close()
 
 
 def x0_change(page) -> float:

@@ -14,10 +14,7 @@ chromium (``make browser``) or JupyterLab (``make test`` installs it).
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -26,6 +23,7 @@ from pathlib import Path
 
 import pytest
 from conftest import chromium, free_port
+from local_jupyter import QUIET_LAB, lab_command, serving, write_notebook
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "outputs" / "test-artifacts"
@@ -66,49 +64,15 @@ Stepper(traj, decode="tiny", dim_names=["dx", "dy", "dz", "grip"])""",
 def lab(tmp_path_factory):
     chromium()
     pytest.importorskip("jupyterlab", reason="JupyterLab is installed by `make test` (the lab extra)")
-    import nbformat
-
     folder = tmp_path_factory.mktemp("lab")
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell(code) for code in CELLS]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nbformat.write(nb, folder / "views.ipynb")
-    settings = folder / "settings"
-    for plugin, values in (("@jupyterlab/docmanager-extension/plugin", {"autosave": False}),
-                           ("@jupyter-widgets/jupyterlab-manager/plugin", {"saveState": True}),
-                           ("@jupyterlab/apputils-extension/notification", {"fetchNews": "false",
-                                                                            "checkForUpdates": False})):
-        path = settings / f"{plugin}.jupyterlab-settings"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(values))
+    write_notebook(folder / "views.ipynb", CELLS)
     port = free_port()
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "JUPYTERLAB_SETTINGS_DIR": str(settings),
-           "JUPYTER_RUNTIME_DIR": str(folder / "runtime"), "WORKBENCH_CACHE": str(folder / "cache")}
-    command = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1", f"--port={port}",
-               f"--IdentityProvider.token={TOKEN}", f"--ServerApp.root_dir={folder}"]
-    if hasattr(os, "getuid") and os.getuid() == 0:
-        command.append("--allow-root")
-    log = open(folder / "lab.log", "w")  # noqa: SIM115 - open for the server's lifetime
-    server = subprocess.Popen(command, cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT)
+    command, env = lab_command(folder, port, TOKEN,
+                               {**QUIET_LAB, "@jupyter-widgets/jupyterlab-manager/plugin": {"saveState": True}})
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}/api/status?token={TOKEN}", timeout=2)  # noqa: S310 - our server
-                break
-            except (urllib.error.URLError, OSError):
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"JupyterLab did not start:\n{(folder / 'lab.log').read_text()}") from None
-                time.sleep(0.5)
+    with serving(command, folder, {**env, "WORKBENCH_CACHE": str(folder / "cache")},
+                 f"{url}/api/status?token={TOKEN}", folder / "lab.log"):
         yield url, folder
-    finally:
-        server.terminate()
-        try:
-            server.wait(15)
-        except subprocess.TimeoutExpired:
-            server.kill()
-        log.close()
 
 
 def api(url: str, path: str, method: str = "GET"):
