@@ -87,6 +87,14 @@ class BaseCalls:
         model.base.denoise = counted
 
 
+def perturb(model, seed: int = 3) -> None:
+    """Move every trainable parameter of ``model`` away from its init (so the adapter changes the base)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.trainable_parameters():
+            p.add_(torch.randn(p.shape, generator=g) * 0.1)
+
+
 def raw_batch(b: int = 2, t: int = 4, size: int = 16, seed: int = 0, actions: bool = True) -> dict:
     g = torch.Generator().manual_seed(seed)
     raw = {"video": torch.rand(b, 3, t, size, size, generator=g) * 2 - 1}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import raw_batch, requires_plugins, tiny_base
+from conftest import perturb, raw_batch, requires_plugins, tiny_base
 
 from workbench import AdapterExperiment, ComposedModel, Replace, TrainingConfig
 from workbench.adapters.controlnet import ControlNet, block_grid
@@ -29,13 +29,6 @@ def with_control(raw: dict, channels: int = 1, seed: int = 5) -> dict:
     b, _, t, h, w = raw["video"].shape
     g = torch.Generator().manual_seed(seed)
     return {**raw, "control": torch.rand(b, channels, t, h, w, generator=g) * 2 - 1}
-
-
-def perturb(model: ComposedModel, seed: int = 3) -> None:
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.trainable_parameters():
-            p.add_(torch.randn(p.shape, generator=g) * 0.1)
 
 
 # -- the promises, on each layout ------------------------------------------------------------

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import raw_batch, tiny_base
+from conftest import perturb, raw_batch, tiny_base
 
 from workbench import AdapterExperiment, ComposedModel, GatedResidual, Replace, TrainingConfig
 from workbench.adapters.action_modulation import ActionModulation
@@ -43,14 +43,6 @@ def make(kind: str, tmp_path=None, **training) -> AdapterExperiment:
     base = tiny_base()
     torch.manual_seed(1)
     return AdapterExperiment(base=base, adapter=KINDS[kind](), training=TrainingConfig(**{**defaults, **training}))
-
-
-def perturb(model: ComposedModel, seed: int = 3) -> None:
-    """Move every trainable parameter away from its init (so the adapter changes the base)."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.trainable_parameters():
-            p.add_(torch.randn(p.shape, generator=g) * 0.1)
 
 
 def noised(model, seed=2):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from workbench.config import check
 from workbench.errors import DataError
 
 #: Luma weights of RGB (BT.601), for an edge map of a colour frame.
@@ -42,8 +43,6 @@ CONTROLS = {"edges": edges}
 
 def check_control(name: str | None) -> None:
     """Inside a dataset config's ``__post_init__``: ``control`` is ``None`` or a name in :data:`CONTROLS`."""
-    from workbench.config import check
-
     check(name is None or name in CONTROLS, "control",
           f"must be null (no control video) or one of {sorted(CONTROLS)}, got {name!r}.")
 
