@@ -84,7 +84,7 @@ LAYERS = {
     "train": {"core", "train", "inspect", "backbones", "adapters", "data"},
     "widgets": {"core", "train", "inspect", "backbones", "adapters", "data", "widgets"},
 }
-LEAVES = {"errors", "registry", "config", "layers", "metrics", "media", "_lazy"}
+LEAVES = {"errors", "registry", "config", "layers", "metrics", "media", "_lazy", "integrity", "extras"}
 
 
 def _layers_reached(name: str) -> set[str]:

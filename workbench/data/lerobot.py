@@ -97,6 +97,7 @@ class LeRobotClips(Dataset):
     """Windows of LeRobot episodes: decoded frames of one camera, actions, state, task string."""
 
     config_class = LeRobotConfig
+    requires_extras = {"data": ("pyarrow", "av")}
 
     def __init__(self, config: LeRobotConfig | None = None, **overrides: Any):
         self.config = config = config_from(type(self), config, overrides)

@@ -166,6 +166,7 @@ class MetaWorldClips(Dataset):
     """Windows of Meta-World episodes with actions, end-effector position and proprio state."""
 
     config_class = MetaWorldConfig
+    requires_extras = {"data": ("h5py",)}
 
     def __init__(self, config: MetaWorldConfig | None = None, **overrides: Any):
         self.config = config = config_from(type(self), config, overrides)
