@@ -59,6 +59,13 @@ def fsync_dir(path: str | Path) -> None:
         os.close(fd)
 
 
+def file_mode() -> int:
+    """The permissions ``open()`` gives a new file under the current umask (``0o644`` under ``022``)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 def write_bytes(path: str | Path, data: bytes | memoryview) -> None:
     """Write ``data`` to ``path`` and flush it to disk (created with the umask's permissions)."""
     with open(path, "wb") as f:
@@ -94,16 +101,17 @@ def entry_of(data: bytes | memoryview) -> Entry:
     return Entry(len(data), digest_bytes(data))
 
 
-def _entries_digest(files: Mapping[str, Entry]) -> str:
-    text = json.dumps({k: files[k].to_dict() for k in sorted(files)}, sort_keys=True, separators=(",", ":"))
+def _body_digest(body: Mapping[str, Any]) -> str:
+    """The digest of a manifest's every field but ``digest`` itself, in a canonical JSON form."""
+    text = json.dumps({k: v for k, v in body.items() if k != "digest"}, sort_keys=True, separators=(",", ":"))
     return digest_bytes(text.encode())
 
 
 def manifest_bytes(files: Mapping[str, Entry], **extra: Any) -> bytes:
-    """A manifest (JSON) listing ``files`` (name → :class:`Entry`), with a digest of the listing itself."""
+    """A manifest (JSON) listing ``files`` (name → :class:`Entry`), with a digest of the manifest itself."""
     body = {"format": MANIFEST_FORMAT, "algorithm": ALGORITHM, **extra,
-            "files": {k: files[k].to_dict() for k in sorted(files)}, "digest": _entries_digest(files)}
-    return json.dumps(body, indent=1).encode()
+            "files": {k: files[k].to_dict() for k in sorted(files)}}
+    return json.dumps({**body, "digest": _body_digest(body)}, indent=1).encode()
 
 
 class ManifestDamaged(Exception):
@@ -116,12 +124,13 @@ def parse_manifest(data: bytes) -> dict[str, Entry]:
         body = json.loads(data)
         files = {str(k): Entry(int(v["bytes"]), str(v["sha256"])) for k, v in body["files"].items()}
         recorded = body["digest"]
+        own = _body_digest(body)
     except (ValueError, TypeError, KeyError, AttributeError) as err:
         raise ManifestDamaged(f"not a readable manifest ({type(err).__name__}: {err})") from None
+    if recorded != own:
+        raise ManifestDamaged("its own digest does not match its contents")
     if body.get("algorithm") != ALGORITHM:
         raise ManifestDamaged(f"algorithm {body.get('algorithm')!r}, expected {ALGORITHM!r}")
-    if recorded != _entries_digest(files):
-        raise ManifestDamaged("its own digest does not match its entries")
     return files
 
 
@@ -138,3 +147,56 @@ def mismatch(name: str, expected: Entry, data: bytes | memoryview | None) -> str
         return (f"{name} has sha256 {found[:16]}…, the manifest expects {expected.sha256[:16]}… (same size: "
                 f"its contents changed, e.g. flipped bits)")
     return None
+
+
+MANIFEST = "manifest.json"
+
+
+def publish(staging: str | Path, out: str | Path, **extra: Any) -> list[str]:
+    """Move every file of the directory ``staging`` into ``out`` with a ``manifest.json`` listing them.
+
+    The old manifest goes first and the new one last, so at no moment does a manifest describe
+    files it does not match: a process killed in between leaves files without a manifest (which a
+    reader reports as unlisted), never a wrong one. ``staging`` is removed. Returns the names moved.
+    """
+    staging, out = Path(staging), Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    names = sorted(p.name for p in staging.iterdir() if p.is_file())
+    files = {name: entry_of((staging / name).read_bytes()) for name in names}
+    mode = file_mode()
+    for name in names:  # flushed before anything moves, with the umask's permissions (not a writer's 0600)
+        with open(staging / name, "rb+") as f:
+            os.fsync(f.fileno())
+        os.chmod(staging / name, mode)
+    (out / MANIFEST).unlink(missing_ok=True)
+    for name in names:
+        os.replace(staging / name, out / name)
+    write_atomic(out / MANIFEST, manifest_bytes(files, **extra))
+    fsync_dir(out)
+    for leftover in staging.iterdir():
+        leftover.unlink()
+    staging.rmdir()
+    return names
+
+
+def listed_problem(file: str | Path) -> tuple[bool, str | None]:
+    """Check ``file`` against the ``manifest.json`` of its directory: ``(listed, problem)``.
+
+    ``listed`` is False when there is no manifest there or it does not list the file (a file
+    written by another tool: nothing to verify against); ``problem`` says what is wrong, in words.
+    """
+    file = Path(file)
+    manifest = file.parent / MANIFEST
+    if not manifest.is_file():
+        return False, None
+    try:
+        entries = parse_manifest(manifest.read_bytes())
+    except ManifestDamaged as err:
+        return True, f"{manifest} is damaged ({err})"
+    if file.name not in entries:
+        return False, None
+    try:
+        data = file.read_bytes()
+    except FileNotFoundError:
+        data = None
+    return True, mismatch(file.name, entries[file.name], data)

@@ -395,9 +395,14 @@ def _pickled_globals(data: bytes) -> list[str]:
 
 
 def versions() -> dict[str, str]:
+    """The versions a checkpoint was written with (the distribution's metadata, not the package root)."""
+    from importlib import metadata
+
     import numpy
 
-    from workbench import __version__
-
-    return {"workbench": __version__, "torch": torch.__version__, "numpy": numpy.__version__,
+    try:
+        workbench = metadata.version("grafted-workbench")
+    except metadata.PackageNotFoundError:  # a source tree on the path, not installed
+        workbench = "unknown"
+    return {"workbench": workbench, "torch": torch.__version__, "numpy": numpy.__version__,
             "python": platform.python_version()}

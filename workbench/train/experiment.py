@@ -50,10 +50,10 @@ from workbench.train.resume import (
     Change,
     capture_state,
     config_changes,
+    config_of,
     record_changes,
     refuse_unless_allowed,
     restore_state,
-    saved_config,
 )
 from workbench.train.seeds import mix_seed
 
@@ -555,8 +555,8 @@ class AdapterExperiment:
         To check a whole config against the run's, the way ``workbench train --resume`` does, use
         :meth:`resume`.
         """
-        ckpt_dir, config = saved_config(path)
-        ckpt = load_checkpoint(ckpt_dir)
+        ckpt = load_checkpoint(path)
+        config = config_of(ckpt)
         changes: list[Change] = []
         if overrides.get("training") is not None:  # e.g. more steps, or another world size's settings
             wanted = dataclasses.replace(config, training=overrides.pop("training"))
@@ -578,10 +578,10 @@ class AdapterExperiment:
 
         >>> exp = AdapterExperiment.resume("outputs/tiny", load_yaml("tiny.yaml"), override=["training.steps"])
         """
-        ckpt_dir, saved = saved_config(path)
-        ckpt = load_checkpoint(ckpt_dir)
+        ckpt = load_checkpoint(path)
+        saved = config_of(ckpt)
         changes = config_changes(saved, config)
-        refuse_unless_allowed(changes, override, run=str(ckpt_dir), source=source, flags=flags)
+        refuse_unless_allowed(changes, override, run=str(ckpt.path), source=source, flags=flags)
         exp = cls.from_config(config, **overrides)._restore(ckpt)
         exp._record(changes, saved=ckpt, saved_config=saved)
         return exp
@@ -589,11 +589,7 @@ class AdapterExperiment:
     def _record(self, changes: list[Change], saved: Checkpoint, saved_config: ExperimentConfig | None = None) -> None:
         if not changes:
             return
-        import yaml
-
-        from workbench.train.config import parse_experiment
-
         if saved_config is None:
-            saved_config = parse_experiment(yaml.safe_load(saved.config_yaml), source=str(saved.path))
+            saved_config = config_of(saved)
         self.config_changes = [*self.config_changes,
                                *record_changes(changes, self.step, saved_config.training, self.training)]

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from workbench.errors import CheckpointError, ConfigError
-from workbench.train.checkpoint import Checkpoint, latest_checkpoint, load_checkpoint
+from workbench.train.checkpoint import Checkpoint, load_checkpoint
 
 # -- what state.pt holds -------------------------------------------------------------------------
 
@@ -93,22 +93,25 @@ def restore_state(ckpt: Checkpoint, model: Any, optimizer: torch.optim.Optimizer
                     verified=ckpt.verified)
 
 
-def saved_config(path: str | Path):
-    """``(checkpoint directory, parsed ExperimentConfig)`` of a checkpoint or of a run directory's latest."""
+def config_of(ckpt: Checkpoint):
+    """The :class:`ExperimentConfig` a (verified) checkpoint was saved with."""
     import yaml
 
     from workbench.train.config import parse_experiment
 
-    ckpt_dir = Path(path)
-    if not (ckpt_dir / "meta.json").exists():
-        ckpt_dir = latest_checkpoint(path) or ckpt_dir
-    config_file = ckpt_dir / "config.yaml"
+    source = str(ckpt.path / "config.yaml")
     try:
-        data = yaml.safe_load(config_file.read_text())
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        load_checkpoint(ckpt_dir)  # raises the precise error (missing or damaged file)
-        raise
-    return ckpt_dir, parse_experiment(data, source=str(config_file))
+        data = yaml.safe_load(ckpt.config_yaml)
+    except yaml.YAMLError as err:
+        raise CheckpointError(f"Checkpoint {ckpt.path}: config.yaml is not valid YAML ({err}).") from None
+    return parse_experiment(data, source=source)
+
+
+def saved_config(path: str | Path):
+    """``(checkpoint directory, parsed ExperimentConfig)`` of a checkpoint or of a run directory's latest
+    (verified first: a damaged checkpoint is refused before its config is read)."""
+    ckpt = load_checkpoint(path)
+    return ckpt.path, config_of(ckpt)
 
 
 # -- what a resume may change ----------------------------------------------------------------------
