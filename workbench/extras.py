@@ -24,7 +24,7 @@ raises a :class:`MissingExtraError` naming the extra and the ``pip`` command oth
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from workbench.errors import WorkbenchError
 
@@ -41,26 +41,19 @@ EXTRAS: dict[str, dict[str, str]] = {
     "logging": {"tensorboard": "tensorboard"},
 }
 
-#: What each command of the CLI needs beyond the core, and for what (``workbench doctor`` prints it).
-COMMANDS: dict[str, dict[str, tuple[str, ...]]] = {
-    "train": {},
-    "cache-latents": {},
-    "doctor": {},
-    "data metaworld": {"data": ("h5py", "metaworld", "imageio", "pyarrow", "av")},
-    "demo": {"data": ("h5py", "imageio", "imageio_ffmpeg", "PIL"), "widgets": ("matplotlib",)},
-    "eval": {"data": ("h5py", "imageio", "imageio_ffmpeg", "PIL")},
-    "pretrain": {"data": ("h5py",)},
-    "probe": {"data": ("h5py",)},
-}
-
-
 class MissingExtraError(WorkbenchError, ImportError):
     """An optional package a command or component needs is not installed; the message names the extra."""
+
+
+#: Modules an extra brings through its packages' own dependencies (metaworld brings mujoco).
+BROUGHT = {"mujoco": "data", "gymnasium": "data", "tensorboard": "logging"}
 
 
 def extra_of(module: str) -> str | None:
     """The extra that provides the top-level module ``module`` (``"h5py"`` → ``"data"``), or None."""
     root = module.split(".")[0]
+    if root in BROUGHT:
+        return BROUGHT[root]
     for extra, provides in EXTRAS.items():
         if root in provides.values():
             return extra
@@ -98,15 +91,14 @@ def require(extra: str, *, what: str, modules: Iterable[str] | None = None) -> N
         )
 
 
-def require_for_command(command: str) -> None:
-    """Check every extra ``workbench COMMAND`` needs before it starts, naming all that are missing at once."""
-    needs = COMMANDS.get(command, {})
+def require_all(needs: Mapping[str, Iterable[str]], what: str) -> None:
+    """Check every extra in ``needs`` (extra → modules) at once, naming all that are missing together."""
     absent = {extra: missing(extra, modules) for extra, modules in needs.items()}
     absent = {extra: mods for extra, mods in absent.items() if mods}
     if absent:
         which = "; ".join(f"{', '.join(mods)} (the '{extra}' extra)" for extra, mods in absent.items())
-        raise MissingExtraError(f"workbench {command} needs {which}, not installed in this environment. Install "
-                                f"with: {install_hint(absent)}.")
+        raise MissingExtraError(f"{what} needs {which}, not installed in this environment. Install with: "
+                                f"{install_hint(absent)}.")
 
 
 def missing_module_error(err: ImportError, what: str) -> MissingExtraError | None:
