@@ -186,8 +186,11 @@ def build_experiment(cfg: DemoConfig, run_dir: Path):
 
 def run_demo(cfg: DemoConfig, progress: bool = True) -> dict[str, Any]:
     from workbench.data.sources import data_kind
+    from workbench.extras import require_all
     from workbench.worldmodel.evaluate import TARGETS, clip_source, evaluate_run
 
+    # before any work: the chart at the end needs matplotlib, the videos imageio
+    require_all({"data": ("imageio", "imageio_ffmpeg", "PIL"), "widgets": ("matplotlib",)}, what="the demo")
     out = Path(cfg.output)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -256,6 +259,6 @@ def run(args) -> int:
     metrics = run_demo(cfg)
     print()
     print(metrics["table"])
-    print(f"wrote {cfg.output}/: side_by_side.mp4, side_by_side.gif, unseen/, loss.png, metrics.json, "
-          f"run/ (checkpoint)")
+    written = dict.fromkeys(f.split("/")[0] + ("/" if "/" in f else "") for f in metrics["files"])
+    print(f"wrote {cfg.output}/: {', '.join([*written, 'metrics.json', 'run/ (checkpoint)'])}")
     return 0
