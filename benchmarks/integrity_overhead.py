@@ -73,7 +73,7 @@ class Big:
         self.state = {"optimizer": {"state": {}, "param_groups": []}, "rng_cpu": torch.get_rng_state(), "step": 0}
 
 
-def measure(name: str, save, load, rounds: int) -> dict[str, float]:
+def measure(name: str, save, load, rounds: int, target: float | None = None) -> dict[str, float]:
     wall: dict[str, list[float]] = {}
 
     def timed(key, fn):
@@ -93,7 +93,7 @@ def measure(name: str, save, load, rounds: int) -> dict[str, float]:
 
     times = interleaved({"save with digests": timed("save with digests", save),
                          "save plain": timed("save plain", plain_save)}, repeats=rounds)
-    cpu_save = report(f"{name}: save (CPU time)", times, ("save with digests", "save plain"), target=1.05)
+    cpu_save = report(f"{name}: save (CPU time)", times, ("save with digests", "save plain"), target=target)
     times = interleaved({"load with digests": timed("load with digests", load),
                          "load plain": timed("load plain", plain_load)}, repeats=rounds)
     cpu_load = report(f"{name}: load (CPU time)", times, ("load with digests", "load plain"))
@@ -114,7 +114,7 @@ def main() -> None:
         print(f"embedded world-model checkpoint: {size / 1e3:.0f} kB of trainable weights, {files / 1e3:.0f} kB "
               f"on disk")
         measure("embedded world model", lambda: exp.save_checkpoint(keep_last=1),
-                lambda: checkpoint.load_checkpoint(path), rounds=15)
+                lambda: checkpoint.load_checkpoint(path), rounds=15, target=1.05)
 
         big = Big()
         run = scratch / "big"

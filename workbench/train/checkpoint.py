@@ -297,7 +297,9 @@ def non_finite(tree: Any, where: str) -> list[str]:
 
     def walk(value: Any, key: str) -> None:
         if isinstance(value, torch.Tensor):
-            if value.is_floating_point() and value.numel():
+            # A sum is finite only if every value is (nan and inf propagate): one pass, no mask. Only a
+            # sum that is not (or one that overflowed) is looked at value by value.
+            if value.is_floating_point() and value.numel() and not torch.isfinite(value.sum(dtype=torch.float32)):
                 finite = torch.isfinite(value)
                 if not bool(finite.all()):
                     out.append(f"{where} {key}: {int((~finite).sum())} of {value.numel()} values")

@@ -229,7 +229,7 @@ def write_cache(base: Any, dataset: Dataset, out: str | Path, *, identity: Mappi
                 meta[str(i)] = json.dumps(plain)
                 if bar is not None:
                     bar.update(1)
-            data = save_safetensors(tensors, metadata={**meta, "shard": str(s), "size": str(shard_size)})
+            data = _canonical(save_safetensors(tensors, metadata={**meta, "shard": str(s), "size": str(shard_size)}))
             (out / SHARD_MANIFEST.format(s)).unlink(missing_ok=True)  # the shard counts again once it is listed
             write_atomic(out / SHARD.format(s), data)
             _write_manifest(out, s, data)
@@ -239,6 +239,17 @@ def write_cache(base: Any, dataset: Dataset, out: str | Path, *, identity: Mappi
     log(f"cache-latents: rank {rank}: {len(todo)} shard(s) written ({len(rewritten)} of them damaged before), "
         f"{kept} already there and verified, into {out}")
     return out
+
+
+def _canonical(data: bytes) -> bytes:
+    """A safetensors file with its JSON header's keys in sorted order: the writer keeps its metadata in a
+    hash map whose order changes from process to process, so the same shard would not be the same bytes
+    (the header keeps its length: the same keys and values, and the writer's space padding)."""
+    n = int.from_bytes(data[:8], "little")
+    text = json.dumps(json.loads(data[8:8 + n]), sort_keys=True, separators=(",", ":")).encode()
+    if len(text) > n:  # (never, for a header the writer made compact; left as written if it were not)
+        return data
+    return data[:8] + text.ljust(n, b" ") + data[8 + n:]
 
 
 def _write_manifest(root: Path, s: int, data: bytes) -> None:

@@ -247,6 +247,13 @@ def run_demo(cfg: DemoConfig, progress: bool = True) -> dict[str, Any]:
     return metrics
 
 
+def wrote(output: str, metrics: dict[str, Any]) -> str:
+    """The line saying what a demo run wrote: its files as listed in ``metrics`` (``unseen/`` only when
+    the unseen-task step ran)."""
+    written = dict.fromkeys(f.split("/")[0] + ("/" if "/" in f else "") for f in metrics["files"])
+    return f"wrote {output}/: {', '.join([*written, 'metrics.json', 'run/ (checkpoint)'])}"
+
+
 def run(args) -> int:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import torch
@@ -259,6 +266,5 @@ def run(args) -> int:
     metrics = run_demo(cfg)
     print()
     print(metrics["table"])
-    written = dict.fromkeys(f.split("/")[0] + ("/" if "/" in f else "") for f in metrics["files"])
-    print(f"wrote {cfg.output}/: {', '.join([*written, 'metrics.json', 'run/ (checkpoint)'])}")
+    print(wrote(cfg.output, metrics))
     return 0
