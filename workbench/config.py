@@ -142,7 +142,7 @@ def coerce(tp: Any, value: Any, path: str, problems: Problems) -> Any:
         if not ok:
             spelled = _number(value) if tp in (int, float) else None
             hint = f" (the number {spelled:g}, not an {SCALAR_NAMES[tp]})" if spelled is not None else ""
-            problems.add(path, f"expected {SCALAR_NAMES[tp]}, got {_describe(value)}.{hint}")
+            problems.add(path, f"expected {SCALAR_NAMES[tp]}, got {_describe(value)}{hint}.")
         return converted
     if origin in (tuple, list):
         if not isinstance(value, (list, tuple)):
