@@ -118,6 +118,15 @@ def test_an_exponent_bit_is_caught_at_load_not_blamed_on_the_learning_rate(runs,
     assert "learning rate" not in str(info.value)
 
 
+def test_eval_of_a_damaged_checkpoint_is_refused_before_any_work(runs, tmp_path, capsys):
+    """The issue's case: `eval` on a corrupt checkpoint used to fail deep inside video encoding."""
+    _, run, _ = copy_run(runs, tmp_path)
+    flip_bits(run / "step-0000004" / "trainable.safetensors", seed=7)
+    status, _, err = cli(capsys, "eval", run, "--data", "sample", "--out", tmp_path / "eval")
+    assert status == 2 and f"error: Checkpoint {run}/step-0000004 is damaged: trainable.safetensors has sha256" in err
+    assert not (tmp_path / "eval").exists()
+
+
 def test_from_an_earlier_checkpoint_continues_bit_exactly_and_keeps_the_later_ones(runs, tmp_path, capsys):
     config, run, six = copy_run(runs, tmp_path)
     flip_bits(run / "step-0000004" / "trainable.safetensors", seed=1)
@@ -722,3 +731,15 @@ def test_ctrl_c_during_cache_latents_says_how_to_continue(cache, tmp_path):
     assert proc.returncode == 130 and "Traceback" not in stderr
     assert f"Continue with: workbench cache-latents {config} --out {out}" in stderr
 
+
+
+def test_the_reliability_guide_counts_these_cases():
+    """docs/guides/reliability.md states how many cases this file holds, in total and row by row."""
+    listed = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", __file__], capture_output=True,
+                            text=True, cwd=ROOT, env=ENV, timeout=120).stdout
+    cases = sum("::" in line for line in listed.splitlines())
+    guide = (ROOT / "docs" / "guides" / "reliability.md").read_text()
+    assert f"`tests/test_faults.py` ({cases} cases" in guide
+    table = guide.split("## How it is tested")[1]
+    rows = [int(m.group(1)) for m in re.finditer(r"^\|[^|]+\| (\d+) \|", table, re.M)]
+    assert sum(rows) == cases, rows

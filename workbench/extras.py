@@ -4,18 +4,13 @@
 safetensors, tqdm): building and training adapters on the embedded model, ``workbench train``
 on the synthetic data, ``workbench doctor``. Each extra adds the packages of a use:
 
-========== ============================================================ ==========================================
-extra      packages                                                     what needs it
-========== ============================================================ ==========================================
-data       h5py, metaworld, imageio, imageio-ffmpeg, pillow, pyarrow, av reading Meta-World HDF5 and LeRobot data,
-                                                                        ``workbench data``, ``eval``, ``demo``,
-                                                                        ``pretrain``, ``probe``, videos
-widgets    ipywidgets, matplotlib, ipykernel                            the notebook views, ``workbench demo``'s
-                                                                        loss chart
-peft       peft                                                         ``lora`` adapters (and ``lora:`` blocks)
-diffusers  diffusers, transformers, accelerate, sentencepiece, ftfy     the diffusers backbone plugins
-logging    tensorboard                                                  the ``tensorboard`` callback
-========== ============================================================ ==========================================
+* ``data`` — h5py, metaworld, imageio, imageio-ffmpeg, pillow, pyarrow, av (and packaging, which
+  Meta-World's renderer imports without declaring it): the Meta-World HDF5 and LeRobot datasets,
+  ``workbench data``, ``eval``, ``demo``, ``pretrain``, ``probe``, writing videos;
+* ``widgets`` — ipywidgets, matplotlib, ipykernel: the notebook views, ``workbench demo``'s loss chart;
+* ``peft`` — peft: ``lora`` adapters (and ``lora:`` blocks);
+* ``diffusers`` — diffusers, transformers, accelerate, sentencepiece, ftfy: the diffusers backbone plugins;
+* ``logging`` — tensorboard: the ``tensorboard`` callback.
 
 :func:`require` checks that an extra's modules can be imported (without importing them) and
 raises a :class:`MissingExtraError` naming the extra and the ``pip`` command otherwise.
@@ -33,7 +28,7 @@ DISTRIBUTION = "grafted-workbench"
 #: extra → {distribution name: module it provides}; tests check it against pyproject.toml.
 EXTRAS: dict[str, dict[str, str]] = {
     "data": {"h5py": "h5py", "metaworld": "metaworld", "imageio": "imageio", "imageio-ffmpeg": "imageio_ffmpeg",
-             "pillow": "PIL", "pyarrow": "pyarrow", "av": "av"},
+             "pillow": "PIL", "pyarrow": "pyarrow", "av": "av", "packaging": "packaging"},
     "widgets": {"ipywidgets": "ipywidgets", "matplotlib": "matplotlib", "ipykernel": "ipykernel"},
     "peft": {"peft": "peft"},
     "diffusers": {"diffusers": "diffusers", "transformers": "transformers", "accelerate": "accelerate",

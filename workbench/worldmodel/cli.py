@@ -86,7 +86,7 @@ READS = ("h5py",)  # the Meta-World HDF5 files
 VIDEOS = ("imageio", "imageio_ffmpeg", "PIL")  # the side-by-side MP4 / GIF
 
 data = Command("data", "generate data sets", _data_arguments, _data,
-               extras={"data": ("h5py", "metaworld", "mujoco", "pyarrow", "av")})
+               extras={"data": ("h5py", "metaworld", "mujoco", "packaging", "pyarrow", "av")})
 demo = Command("demo", "the world-model demo on the embedded model", _demo_arguments, _demo,
                extras={"data": (*READS, *VIDEOS), "widgets": ("matplotlib",)})
 evaluate = Command("eval", "evaluate an adapter checkpoint as a world model on Meta-World clips", _eval_arguments,
