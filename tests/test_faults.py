@@ -354,6 +354,10 @@ def test_resume_in_python_applies_the_same_rules(runs, tmp_path):
         AdapterExperiment.resume(run, edited)
     exp = AdapterExperiment.resume(run, edited, override=["training.learning_rate"])
     assert exp.step == 4 and exp.config_changes[0]["field"] == "training.learning_rate"
+    import dataclasses  # load(training=...) takes the settings as given, and records what they change
+
+    longer = AdapterExperiment.load(run, training=dataclasses.replace(exp.training, learning_rate=0.005, steps=9))
+    assert longer.config_changes == [{"step": 4, "field": "training.steps", "from": 4, "to": 9, "bit_exact": True}]
 
 
 # -- latent-cache shards ---------------------------------------------------------------------------------------
