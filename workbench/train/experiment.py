@@ -33,14 +33,7 @@ from workbench.errors import (
     DataError,
     NonFiniteLossError,
 )
-from workbench.train.checkpoint import (
-    Checkpoint,
-    checkpoint_problem,
-    fallback_hint,
-    load_checkpoint,
-    print_notes,
-    save_checkpoint,
-)
+from workbench.train.checkpoint import Checkpoint, load_checkpoint, print_notes, save_checkpoint
 from workbench.train.config import ExperimentConfig, TrainingConfig, experiment_to_dict, load_yaml
 from workbench.train.data import DataStream, LatentCache, ShardedStream, is_map_dataset
 from workbench.train.distributed import Distributed, local_device, shard_base
@@ -51,6 +44,8 @@ from workbench.train.resume import (
     capture_state,
     config_changes,
     config_of,
+    non_finite_message,
+    override_names,
     record_changes,
     refuse_unless_allowed,
     restore_state,
@@ -320,33 +315,9 @@ class AdapterExperiment:
         self._pending = []
 
     def _non_finite_message(self, value: float, step: int) -> str:
-        """What a non-finite loss at ``step`` means. Right after a resume (no finite loss since) the
-        checkpoint it resumed from is checked first: damaged weights are not a learning rate problem.
-        The checkpoint named as the one to go back to is verified before it is called good."""
-        head = f"Loss became {value} at step {step}; training stopped. The weights in memory are no longer trustworthy"
-        advice = ("Lower training.learning_rate, set clip_grad_norm, or check the data for NaNs, then "
-                  "AdapterExperiment.load(...) the checkpoint to continue.")
-        if self._resumed is not None and len(self.loss_history) == self._resumed[3]:
-            path, at, verified, _ = self._resumed
-            problem = checkpoint_problem(path)
-            if problem is not None:
-                return (f"{head}, and so is the checkpoint this run resumed from: {path} ({problem}). The cause is "
-                        f"that file, not the learning rate. {fallback_hint(path)}")
-            if verified:
-                return (f"{head}. It diverged right after resuming from {path} (step {at}), whose files verify "
-                        f"against their digests and whose weights are finite: the checkpoint was loaded intact, "
-                        f"so the cause is the training itself (left intact). {advice}")
-            return (f"{head}. It diverged right after resuming from {path} (step {at}), which has no digests "
-                    f"(written by an older workbench): its weights are finite, but damage in their low bits "
-                    f"cannot be ruled out. Resume from an earlier checkpoint (--from step-N) to tell the two "
-                    f"apart, or: {advice}")
-        if self.last_checkpoint is None:
-            return f"{head}; no checkpoint was saved in this run yet. {advice}"
-        problem = checkpoint_problem(self.last_checkpoint)
-        if problem is None:
-            return f"{head}; the last good checkpoint is {self.last_checkpoint} (it verifies; left intact). {advice}"
-        return (f"{head}, and the last checkpoint {self.last_checkpoint} does not verify ({problem}). "
-                f"{fallback_hint(self.last_checkpoint)} {advice}")
+        right_after = self._resumed is not None and len(self.loss_history) == self._resumed[3]
+        return non_finite_message(value, step, last_checkpoint=self.last_checkpoint,
+                                  resumed=self._resumed[:3] if right_after else None)
 
     def _run_step(self, stream: DataStream, hooks: dict[str, list[Callback]], guard: SigintGuard) -> None:
         # The hot path: anything done here per step beyond the work itself is overhead a short
@@ -573,15 +544,15 @@ class AdapterExperiment:
         ``config`` is compared with the config the checkpoint was saved with. Identical: the run
         continues bit-exactly. Different: a :class:`ConfigError` lists every differing field with
         both values, unless each is a field that may change (see
-        :data:`workbench.train.resume.RESUMABLE`) named in ``override`` (full names, e.g.
-        ``training.learning_rate``); the changes are then recorded in ``config_changes``.
+        :data:`workbench.train.resume.RESUMABLE`) named in ``override`` (``training.learning_rate``
+        or ``learning_rate``); the changes are then recorded in ``config_changes``.
 
         >>> exp = AdapterExperiment.resume("outputs/tiny", load_yaml("tiny.yaml"), override=["training.steps"])
         """
         ckpt = load_checkpoint(path)
         saved = config_of(ckpt)
         changes = config_changes(saved, config)
-        refuse_unless_allowed(changes, override, run=str(ckpt.path), source=source, flags=flags)
+        refuse_unless_allowed(changes, override_names(override), run=str(ckpt.path), source=source, flags=flags)
         exp = cls.from_config(config, **overrides)._restore(ckpt)
         exp._record(changes, saved=ckpt, saved_config=saved)
         return exp

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from workbench.errors import CheckpointError, ConfigError
-from workbench.train.checkpoint import Checkpoint, load_checkpoint
+from workbench.train.checkpoint import Checkpoint, checkpoint_problem, fallback_hint, load_checkpoint
 
 # -- what state.pt holds -------------------------------------------------------------------------
 
@@ -342,3 +342,40 @@ def record_changes(changes: list[Change], step: int, old_training: Any, new_trai
         out.append({"step": step, "field": c.field, "from": _plain(c.saved), "to": _plain(c.wanted),
                     "bit_exact": exact})
     return out
+
+
+# -- what a non-finite loss says about the run's checkpoints ---------------------------------------
+
+
+def non_finite_message(value: float, step: int, *, last_checkpoint: Path | None,
+                       resumed: tuple[Path, int, bool] | None = None) -> str:
+    """What a non-finite loss at ``step`` means, in words.
+
+    ``resumed`` is ``(checkpoint, step, verified)`` when the loss came right after a resume (no
+    finite loss since): that checkpoint is checked first, because damaged weights are not a learning
+    rate problem. Otherwise ``last_checkpoint`` is verified before it is called good.
+    """
+    head = f"Loss became {value} at step {step}; training stopped. The weights in memory are no longer trustworthy"
+    advice = ("Lower training.learning_rate, set clip_grad_norm, or check the data for NaNs, then "
+              "AdapterExperiment.load(...) the checkpoint to continue.")
+    if resumed is not None:
+        path, at, verified = resumed
+        problem = checkpoint_problem(path)
+        if problem is not None:
+            return (f"{head}, and so is the checkpoint this run resumed from: {path} ({problem}). The cause is "
+                    f"that file, not the learning rate. {fallback_hint(path)}")
+        if verified:
+            return (f"{head}. It diverged right after resuming from {path} (step {at}), whose files verify "
+                    f"against their digests and whose weights are finite: the checkpoint was loaded intact, "
+                    f"so the cause is the training itself (left intact). {advice}")
+        return (f"{head}. It diverged right after resuming from {path} (step {at}), which has no digests "
+                f"(written by an older workbench): its weights are finite, but damage in their low bits "
+                f"cannot be ruled out. Resume from an earlier checkpoint (--from step-N) to tell the two "
+                f"apart, or: {advice}")
+    if last_checkpoint is None:
+        return f"{head}; no checkpoint was saved in this run yet. {advice}"
+    problem = checkpoint_problem(last_checkpoint)
+    if problem is None:
+        return f"{head}; the last good checkpoint is {last_checkpoint} (it verifies; left intact). {advice}"
+    return (f"{head}, and the last checkpoint {last_checkpoint} does not verify ({problem}). "
+            f"{fallback_hint(last_checkpoint)} {advice}")
