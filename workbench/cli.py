@@ -130,24 +130,21 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _pick_checkpoint(output: Path, start: str) -> Path:
-    """``--from``: ``step-N`` / ``N`` (a checkpoint of the run in ``output``) or a checkpoint directory."""
+    """``--from``: a checkpoint of the run in ``output``, as ``step-N``, ``N`` or its directory's path."""
     from workbench.train.checkpoint import checkpoint_name, list_checkpoints
 
-    found = list_checkpoints(output)
+    found = {p.resolve(): p for p in list_checkpoints(output)}
     text = start.strip()
     number = text.removeprefix("step-")
-    if number.isdigit():
-        path = output / checkpoint_name(int(number))
-    else:
-        path = Path(text)
-        if not path.is_absolute() and not path.exists():
-            path = output / text
-    if path.resolve().parent != output.resolve() or path not in found and path.resolve() not in [
-            p.resolve() for p in found]:
-        have = ", ".join(p.name for p in found) or "(none)"
+    path = output / checkpoint_name(int(number)) if number.isdigit() else Path(text)
+    if not number.isdigit() and not path.exists():
+        path = output / text
+    if path.resolve() not in found:
+        have = ", ".join(p.name for p in found.values()) or "(none)"
+        example = list(found.values())[-1].name if found else "step-N"
         raise WorkbenchError(f"--from {start}: not a checkpoint of the run in {output}. Its checkpoints: {have}. "
-                             f"Pass one of them, e.g. --from {found[-1].name if found else 'step-N'}.")
-    return output / path.name
+                             f"Pass one of them, e.g. --from {example}.")
+    return found[path.resolve()]
 
 
 def _quiet(*_args, **_kwargs) -> None:
