@@ -659,6 +659,33 @@ def test_kill_9_at_a_random_point_of_a_save_leaves_every_checkpoint_verifiable(t
     assert not list(out.glob(".tmp-*")) and not list(out.glob(".LATEST.tmp-*"))
 
 
+def test_a_save_killed_while_it_deletes_rotated_checkpoints_leaves_none_half_deleted(tmp_path, monkeypatch):
+    """The moment the random kills above can miss: deleting the checkpoints that keep_last rotates out."""
+    from workbench.adapters.latent_residual import LatentResidual
+    from workbench.train import TrainingConfig, checkpoint
+
+    exp = AdapterExperiment(base=tiny_base(), adapter=LatentResidual(width=16, depth=1),
+                            training=TrainingConfig(progress=False, output_dir=str(tmp_path)))
+    for step in (1, 2):
+        exp.step = step
+        exp.save_checkpoint(keep_last=2)
+
+    def killed_midway(path, ignore_errors=False):
+        (Path(path) / "trainable.safetensors").unlink()  # the first file goes, then the process dies
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(checkpoint.shutil, "rmtree", killed_midway)
+    exp.step = 3
+    with pytest.raises(KeyboardInterrupt):
+        exp.save_checkpoint(keep_last=2)
+    monkeypatch.undo()
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["step-0000002", "step-0000003"]
+    assert all(checkpoint_problem(p) is None for p in list_checkpoints(tmp_path))
+    exp.step = 4
+    exp.save_checkpoint(keep_last=2)  # the next save clears the half-deleted directory
+    assert not list(tmp_path.glob(".tmp-*"))
+
+
 CACHING = textwrap.dedent("""
     import sys, time, torch
     sys.path.insert(0, {tests!r})

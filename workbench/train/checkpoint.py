@@ -127,7 +127,11 @@ def save_checkpoint(run_dir: str | Path, step: int, *, trainable: dict[str, torc
         raise
     if keep_last:
         for old in list_checkpoints(run_dir)[:-keep_last]:
-            shutil.rmtree(old, ignore_errors=True)
+            # renamed away first (atomic), then deleted: a process killed while deleting leaves a hidden
+            # directory the next save clears, never a listed checkpoint with half its files
+            trash = run_dir / f".tmp-rotated-{old.name}-{os.getpid()}"
+            os.replace(old, trash)
+            shutil.rmtree(trash, ignore_errors=True)
     return final
 
 
