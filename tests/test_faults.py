@@ -686,6 +686,32 @@ def test_a_save_killed_while_it_deletes_rotated_checkpoints_leaves_none_half_del
     assert not list(tmp_path.glob(".tmp-*"))
 
 
+def test_a_save_of_the_same_step_killed_between_its_renames_puts_the_old_one_back(tmp_path, monkeypatch):
+    """Re-saving a step moves the old directory aside, then renames the new one into place: a process
+    that dies between the two leaves the old one aside, and the next load or save puts it back."""
+    from workbench.adapters.latent_residual import LatentResidual
+    from workbench.train import TrainingConfig, checkpoint
+
+    exp = AdapterExperiment(base=tiny_base(), adapter=LatentResidual(width=16, depth=1),
+                            training=TrainingConfig(progress=False, output_dir=str(tmp_path)))
+    exp.step = 2
+    first = snapshot(exp.save_checkpoint())
+    replace = os.replace
+
+    def dies_after_moving_aside(src, dst):
+        replace(src, dst)
+        if ".tmp-old-" in str(dst):
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(checkpoint.os, "replace", dies_after_moving_aside)
+    with pytest.raises(KeyboardInterrupt):
+        exp.save_checkpoint()
+    monkeypatch.undo()
+    assert list_checkpoints(tmp_path) == []  # (what a reader listing the directory would see now)
+    assert AdapterExperiment.load(tmp_path).step == 2
+    assert snapshot(tmp_path / "step-0000002") == first
+
+
 CACHING = textwrap.dedent("""
     import sys, time, torch
     sys.path.insert(0, {tests!r})

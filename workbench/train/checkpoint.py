@@ -96,6 +96,7 @@ def save_checkpoint(run_dir: str | Path, step: int, *, trainable: dict[str, torc
 
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    recover(run_dir)
     for stale in [*run_dir.glob(".tmp-*"), *run_dir.glob(".LATEST.tmp-*")]:  # left by a process killed mid-save
         shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() else stale.unlink(missing_ok=True)
     final = run_dir / checkpoint_name(step)
@@ -135,6 +136,15 @@ def save_checkpoint(run_dir: str | Path, step: int, *, trainable: dict[str, torc
     return final
 
 
+def recover(run_dir: Path) -> None:
+    """Put back a checkpoint that a save of the same step had moved aside when the process died
+    before the new one took its place (``.tmp-old-step-N-PID`` without ``step-N``)."""
+    for aside in run_dir.glob(".tmp-old-*"):
+        match = re.fullmatch(rf"\.tmp-old-({PREFIX}\d+)-\d+", aside.name)
+        if match and aside.is_dir() and not (run_dir / match.group(1)).exists():
+            os.replace(aside, run_dir / match.group(1))
+
+
 @dataclass
 class Checkpoint:
     """A checkpoint as read by :func:`load_checkpoint`: every file verified against its manifest.
@@ -163,6 +173,7 @@ def _checkpoint_dir(path: str | Path) -> Path:
                               f"or one checkpoint directory.")
     if (path / "meta.json").exists() or (path / MANIFEST).exists():
         return path
+    recover(path)
     latest = latest_checkpoint(path)
     if latest is None:
         raise CheckpointError(f"{path} holds no complete checkpoint (expected step-*/ directories with "
