@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 import torch
 
-from workbench import BaseVideoModel, Batch, ComponentSpec, ModelCard, SamplingDefaults
+from workbench import BaseVideoModel, Batch, ComponentSpec, InsideSpec, ModelCard, SamplingDefaults
 from workbench.backbones.diffusers_bridge import (
     CONTROL_KEY,
     SIGNAL_KEYS,
@@ -326,12 +326,10 @@ class DynamiCrafter(BaseVideoModel):
         return out.to(x_t.dtype)
 
     # -- adapters inside the U-Net ----------------------------------------------------------
-    def inside_spec(self):
+    def inside_spec(self) -> InsideSpec:
         """Where ``lora`` / ``action_modulation`` / ``controlnet`` reach: the U-Net's attention
         projections, and its stages after the stem (frames folded into the batch, ``(B T) C h w``).
         The input stages after the stem and its temporal attention are the chain a ControlNet copies."""
-        from workbench.adapters.inside import InsideSpec
-
         unet = self.model.unet
         down = tuple(unet.input_blocks)[1:]  # the stem runs before init_attn: the chain starts after it
         blocks = (*down, unet.middle_block, *unet.output_blocks)

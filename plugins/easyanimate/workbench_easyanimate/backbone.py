@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from workbench import Batch
+from workbench import Batch, InsideSpec
 from workbench.backbones.diffusers_bridge import (
     DiffusersBackbone,
     DiffusersConfig,
@@ -219,6 +219,19 @@ class EasyAnimate(DiffusersBackbone):
         if out.shape[1] != self.latent_channels:  # a learned-variance head: the prediction is the first half
             out = out[:, : self.latent_channels]
         return out.to(x_t.dtype)
+
+    # -- adapters inside the transformer -------------------------------------------------------
+    def inside_spec(self) -> InsideSpec:
+        """Where ``lora`` / ``action_modulation`` / ``controlnet`` reach: the video stream's attention
+        projections (LoRA; the text stream's ``add_*_proj`` are left alone), and the MMDiT blocks
+        (video tokens ``(B, T' h w, W)``, frame-major). Each block returns the video and the text
+        hidden states, so a ControlNet's copied chain hands the text on from block to block as the
+        transformer does."""
+        tr = self.transformer
+        width = tr.config.num_attention_heads * tr.config.attention_head_dim
+        blocks = tuple(tr.transformer_blocks)
+        return InsideSpec(root=tr, root_name="transformer", lora_targets=("to_q", "to_k", "to_v", "to_out.0"),
+                          blocks=blocks, widths=(width,) * len(blocks), branch_blocks=len(blocks), layout="tokens")
 
     # -- sampling ----------------------------------------------------------------------------
     def run_sampler(self, batch: Batch, *, steps: int, sampler: str, generator: torch.Generator | None,

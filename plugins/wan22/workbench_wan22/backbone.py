@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from workbench import Batch
+from workbench import Batch, InsideSpec
 from workbench.backbones.diffusers_bridge import (
     DiffusersBackbone,
     DiffusersConfig,
@@ -305,6 +305,18 @@ class Wan22TI2V(DiffusersBackbone):
         out = self.transformer(hidden_states=hidden.to(dtype), timestep=self.token_timesteps(t, x_t.shape),
                                encoder_hidden_states=cond["prompt_embeds"].to(dtype), return_dict=False)[0]
         return out.to(x_t.dtype)
+
+    # -- adapters inside the transformer -------------------------------------------------------
+    def inside_spec(self) -> InsideSpec:
+        """Where ``lora`` / ``action_modulation`` / ``controlnet`` reach: the attention projections of
+        the transformer's blocks (LoRA), and the blocks themselves (tokens ``(B, T' h w, W)``, frame-major),
+        every one a link of the chain a ControlNet copies (each takes the hidden state, the text, the
+        timestep projection and the rotary embedding)."""
+        tr = self.transformer
+        width = tr.config.num_attention_heads * tr.config.attention_head_dim
+        return InsideSpec(root=tr, root_name="transformer", lora_targets=("to_q", "to_k", "to_v", "to_out.0"),
+                          blocks=tuple(tr.blocks), widths=(width,) * len(tr.blocks), branch_blocks=len(tr.blocks),
+                          layout="tokens")
 
     # -- sampling ----------------------------------------------------------------------------
     def negative_embeddings(self, batch: Batch) -> torch.Tensor:
