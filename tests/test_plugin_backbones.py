@@ -388,6 +388,53 @@ def test_the_plugin_keeps_the_backbone_contract(plugin, cache_root):
     assert given in report["constrain"].detail
 
 
+def reduced_precisions(card) -> list[torch.dtype]:
+    """bfloat16, and float16 where the card lists it: the precisions a GPU runs the backbone in."""
+    listed = {d for choice in card.precision.values() for d in ((choice,) if isinstance(choice, str) else choice)}
+    return [torch.bfloat16] + ([torch.float16] if "float16" in listed else [])
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
+def test_the_plugin_keeps_the_contract_in_the_precision_the_gpu_runs(plugin, cache_root):
+    """The card's GPU precision, on the CPU: loaded in bf16 the backbone is what a float32 load moved to bf16 is
+    (what diffusers keeps in float32 stays float32, bit for bit), and every promise holds there."""
+    config = {"path": str(pipeline_dir(cache_root, plugin)), **TINY_SAMPLING, "prompt": PROMPT}
+    for dtype in reduced_precisions(load(plugin, cache_root).card):
+        name = str(dtype).removeprefix("torch.")
+        loaded = build("backbone", plugin.backbone, {**config, "dtype": name})
+        moved = build("backbone", plugin.backbone, {**config, "dtype": "float32"}).to(dtype)
+        assert loaded.dtype == moved.dtype == dtype
+        a, b = loaded.state_dict(), moved.state_dict()
+        assert a.keys() == b.keys() and all(a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]) for k in a)
+        kept = {k for k, v in a.items() if v.is_floating_point() and v.dtype == torch.float32}
+        if plugin is WAN:  # the VAE (upstream runs it in float32) and the transformer's _keep_in_fp32_modules
+            assert {k for k in kept if not k.startswith("vae.")} == {
+                k for k in a if k.startswith("transformer.") and any(
+                    m in k.split(".") for m in type(loaded.transformer)._keep_in_fp32_modules)}
+            assert any(k.startswith("vae.") for k in kept) and "transformer.blocks.0.norm2.weight" in kept
+        else:
+            assert kept == set()
+        report = check_backbone(loaded, raw=full_raw(plugin, loaded), adapter_factory=lambda: adapter(plugin), steps=3,
+                                dtype=dtype)
+        assert report.setting == f"cpu {name}"
+        assert report["recording"].detail == "3 steps, 2 base call(s) per step, bit-exact"
+        assert f"{len(kept)} kept in float32" in report["to"].detail if kept else "kept" not in report["to"].detail
+        batch = loaded.prepare_batch(clips())  # latents and the sampler's arithmetic in float32, the network in bf16
+        seen: list[torch.dtype] = []
+
+        def input_dtype(module, args, kwargs, out, seen=seen):
+            seen.append((kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]).dtype)
+
+        hook = loaded.transformer.register_forward_hook(input_dtype, with_kwargs=True)
+        x_t, t, _ = ComposedModel(loaded, adapter(plugin), GatedResidual(), loaded.default_objective()).noised(
+            batch, torch.Generator().manual_seed(0))
+        with torch.no_grad():
+            out = loaded.denoise(x_t, t, batch.cond)
+        hook.remove()
+        assert batch.latents.dtype == x_t.dtype == out.dtype == torch.float32 and seen == [dtype]
+        assert loaded.decode(batch.latents).dtype == torch.float32
+
+
 @pytest.mark.parametrize("guidance", [1.0, 4.0], ids=["no-guidance", "guidance"])
 @pytest.mark.parametrize("plugin", PLUGINS)
 def test_generate_with_a_zero_adapter_equals_the_plain_diffusers_pipeline(plugin, guidance, cache_root):

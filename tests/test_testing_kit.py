@@ -320,3 +320,27 @@ def test_adapters_the_kit_accepts_are_workbench_adapters():
     with pytest.raises(ConformanceError, match=r"adapter_factory\(\) returned Linear, not a workbench Adapter"):
         check_backbone(Toy, raw=toy_raw(), adapter_factory=lambda: nn.Linear(2, 2), promises=["identity"])
     assert issubclass(ProbeAdapter, Adapter)
+
+
+def test_what_a_backbone_keeps_in_float32_stays_so_and_the_kit_checks_it():
+    """``keep_in_float32()`` (diffusers' ``_keep_in_fp32_modules``, for any backbone): ``.to(bf16)`` moves those
+    tensors to the device, not to the dtype; ``base.dtype`` is the dtype the rest computes in."""
+    from conftest import ToyBackbone
+
+    class Kept(ToyBackbone):
+        def keep_in_float32(self):
+            return ("net.1", "net.3.bias")  # a module (the batch norm) and a single parameter
+
+    toy = Kept()
+    before = {k: v.clone() for k, v in toy.state_dict().items()}
+    toy.to(torch.bfloat16)
+    dtypes = {k: v.dtype for k, v in toy.state_dict().items() if v.is_floating_point()}
+    assert dtypes == {"net.0.weight": torch.bfloat16, "net.0.bias": torch.bfloat16, "net.1.weight": torch.float32,
+                      "net.1.bias": torch.float32, "net.1.running_mean": torch.float32,
+                      "net.1.running_var": torch.float32, "net.3.weight": torch.bfloat16, "net.3.bias": torch.float32}
+    assert toy.dtype == torch.bfloat16 and torch.equal(toy.net[1].weight, before["net.1.weight"])
+    toy.to(torch.float64)
+    assert toy.net[0].weight.dtype == torch.float64 and toy.net[1].weight.dtype == torch.float32
+    report = check_backbone(Kept(), raw={"latents": torch.randn(2, 4, 3, 4, 4), "action": torch.randn(2, 3, 2)},
+                            dtype=torch.bfloat16, promises=["to"])
+    assert report["to"].detail == "9 tensors on cpu; 5 kept in float32, round trip bit-exact"

@@ -250,6 +250,7 @@ class DiffusersBackbone(BaseVideoModel):
     real_defaults: Mapping[str, Any] = {}
     mode_fix: str = ""  # how to get a backbone of another mode, said when a request is refused
     causal_latents = True  # the video VAEs diffusers ships are causal in time: frame 0 → latent 0, then r per frame
+    float32_components: tuple[str, ...] = ()  # components loaded and kept in float32 whatever the dtype (a VAE)
     _pending: _PipelineCall | None = None
 
     def __init__(self, config: DiffusersConfig | None = None, **overrides):
@@ -295,6 +296,22 @@ class DiffusersBackbone(BaseVideoModel):
         for module in (self.transformer, self.vae, self.text_encoder):
             if module is not None:
                 module.eval()
+
+    def keep_in_float32(self) -> tuple[str, ...]:
+        """What a reduced-precision load keeps in float32: :attr:`float32_components` whole, and in every
+        diffusers model the parameters its class's ``_keep_in_fp32_modules`` names (diffusers' own rule: a
+        parameter whose dotted path has one of those names as a part), so ``.to(torch.bfloat16)`` makes
+        the backbone a bf16 load makes."""
+        paths = list(self.float32_components)
+        for name in ("transformer", "vae", "text_encoder"):
+            module = self.__dict__.get("_modules", {}).get(name)
+            keep = getattr(type(module), "_keep_in_fp32_modules", None) or ()
+            if module is None or not keep or name in self.float32_components:
+                continue
+            if not type(module).__module__.startswith("diffusers."):  # transformers keeps them for float16 only
+                continue
+            paths += [f"{name}.{p}" for p, _ in module.named_parameters() if any(k in p.split(".") for k in keep)]
+        return tuple(paths)
 
     # -- card --------------------------------------------------------------------------------
     def make_card(self, dtype: torch.dtype) -> ModelCard:

@@ -345,7 +345,7 @@ class BaseVideoModel(nn.Module):
 
     @property
     def dtype(self) -> torch.dtype:
-        """The dtype the backbone computes in: its first parameter's outside :meth:`float32_modules`
+        """The dtype the backbone computes in: its first parameter's outside :meth:`keep_in_float32`
         (float32 without parameters)."""
         kept = self._float32_paths()
         for name, p in self.named_parameters():
@@ -353,58 +353,48 @@ class BaseVideoModel(nn.Module):
                 return p.dtype
         return torch.float32
 
-    def float32_modules(self) -> tuple[str, ...]:
-        """Dotted paths of submodules that stay in float32 whatever dtype the backbone is moved to.
+    def keep_in_float32(self) -> tuple[str, ...]:
+        """Dotted paths of the submodules (or single parameters) that stay float32 whatever dtype
+        the backbone is moved to; none by default.
 
         Layers that compute in float32 (a norm upcasting its input, a VAE upstream runs in
         float32) keep their weights in float32, as diffusers' ``_keep_in_fp32_modules`` does at
-        load time: ``base.to(torch.bfloat16)`` moves them to the new device but not the new dtype,
-        so a bf16 backbone is the one a bf16 load makes. None by default.
+        load time: ``base.to(torch.bfloat16)`` moves them to the new device, not to the new dtype,
+        so a backbone moved to bf16 is the one a bf16 load makes.
         """
         return ()
 
     def _float32_paths(self) -> tuple[str, ...]:
         cached = self.__dict__.get("_float32_cache")
         if cached is None:
-            cached = tuple(self.float32_modules())
+            cached = tuple(self.keep_in_float32())
             if cached:  # (a backbone still being built may not have its modules yet: ask again next time)
                 self.__dict__["_float32_cache"] = cached
         return cached
 
     def _apply(self, fn, recurse=True):
-        kept = self._float32_paths() if recurse else ()
+        kept = self._float32_paths()
         if not kept:
             return super()._apply(fn, recurse)
-        modules = [self.get_submodule(path) for path in kept]
+        ids = set()
+        for name, t in (*self.named_parameters(), *self.named_buffers()):
+            if _under(name, kept):
+                ids.add(id(t))
+                if t.grad is not None:
+                    ids.add(id(t.grad))
 
-        def device_only(t: torch.Tensor) -> torch.Tensor:
-            if not t.is_floating_point():
+        def keeping(t: torch.Tensor) -> torch.Tensor:
+            if id(t) not in ids or not t.is_floating_point():
                 return fn(t)
-            target = fn(torch.empty(0, dtype=t.dtype, device=t.device))  # where fn sends it
+            target = fn(torch.empty(0, dtype=t.dtype, device=t.device))  # where fn sends it: that device, in float32
             return t.to(device=target.device, dtype=torch.float32)
 
-        for module in modules:
-            module.__dict__["_apply"] = _applying(module, device_only)
-        try:
-            return super()._apply(fn, recurse)
-        finally:
-            for module in modules:
-                module.__dict__.pop("_apply", None)
+        return super()._apply(keeping, recurse)
 
 
 def _under(name: str, paths: tuple[str, ...]) -> bool:
-    """``name`` (a dotted parameter path) lies inside one of the module ``paths``."""
+    """``name`` (a dotted parameter path) is one of ``paths`` or lies inside one of them."""
     return any(name == p or name.startswith(p + ".") for p in paths)
-
-
-def _applying(module: nn.Module, fn):
-    """``module._apply`` with ``fn`` in place of whatever it is called with (for :meth:`BaseVideoModel._apply`)."""
-    native = type(module)._apply
-
-    def apply(_fn, recurse=True):
-        return native(module, fn, recurse)
-
-    return apply
 
 
 def _eval_only(module: nn.Module, mode: bool = True) -> nn.Module:

@@ -50,23 +50,31 @@ def check_card(s: Subject) -> str:
 def check_to(s: Subject) -> str:
     base, device, dtype = s.base, s.device, s.dtype
     before = s.need("the state before moving")
+    kept = tuple(base.keep_in_float32())
     moved = snapshot(base)
+
+    def wanted(name: str) -> torch.dtype | None:
+        return torch.float32 if kept and _under(name, kept) else dtype
+
     elsewhere = [k for k, v in moved.items() if v.device.type != device.type]
-    wrong = [k for k, v in moved.items() if dtype is not None and v.is_floating_point() and v.dtype != dtype]
+    wrong = [k for k, v in moved.items() if dtype is not None and v.is_floating_point() and v.dtype != wanted(k)]
     if elsewhere or wrong:
         raise Broken(f".to({device}{', ' + str(dtype) if dtype else ''}) left "
                      + "; ".join(filter(None, [elsewhere and f"{few(elsewhere)} off {device}",
-                                               wrong and f"{few(wrong)} not {dtype}"])))
-    first = next(base.parameters(), None)
-    if first is not None and (base.device.type != device.type or base.dtype != first.dtype):
+                                               wrong and f"{few(wrong)} not {dtype}" + (
+                                                   " (keep_in_float32() names the float32 ones)" if kept else "")])))
+    computing = next((p for n, p in base.named_parameters() if not (kept and _under(n, kept))), None)
+    if computing is not None and (base.device.type != device.type or base.dtype != computing.dtype):
         raise Broken(f"base.device / base.dtype report {base.device} / {base.dtype}, the weights are on "
-                     f"{first.device} / {first.dtype}.")
+                     f"{computing.device} / {computing.dtype}.")
     if dtype is not None:
-        before = {k: v.to(dtype) if v.is_floating_point() else v for k, v in before.items()}
+        before = {k: v.to(wanted(k)) if v.is_floating_point() else v for k, v in before.items()}
     changed = differing(before, moved)
     if changed:
         raise Broken(f"moving changed the values of {few(changed)}.")
-    dtypes = {v.dtype for v in moved.values() if v.is_floating_point()}
+    held = [k for k, v in moved.items() if v.is_floating_point() and kept and _under(k, kept)]
+    note = f"; {len(held)} kept in float32" if held else ""
+    dtypes = {v.dtype for k, v in moved.items() if v.is_floating_point() and not (kept and _under(k, kept))}
     uniform = dtypes.pop() if len(dtypes) == 1 else None  # float64 holds every float dtype exactly
     if device.type != "cpu":
         base.to("cpu") if uniform is None else base.to("cpu", torch.float64)
@@ -75,11 +83,16 @@ def check_to(s: Subject) -> str:
         base.to(torch.float64)
         base.to(uniform)
     else:
-        return f"{len(moved)} tensors on {device} (mixed precision on the CPU: no round trip to make)"
-    changed = differing(moved, snapshot(base))
+        return f"{len(moved)} tensors on {device}{note} (mixed precision on the CPU: no round trip to make)"
+    after = snapshot(base)
+    changed = differing(moved, after)
     if changed:
         raise Broken(f"a .to() round trip changed {few(changed)}.")
-    return f"{len(moved)} tensors on {device}, round trip bit-exact"
+    return f"{len(moved)} tensors on {device}{note}, round trip bit-exact"
+
+
+def _under(name: str, paths: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in paths)
 
 
 # -- the batch and the autoencoder ---------------------------------------------------------
@@ -285,8 +298,7 @@ def check_training(s: Subject) -> str:
     from workbench.train import AdapterExperiment, TrainingConfig
 
     base, batch = s.base, s.batch
-    place = (lambda m: m.to(s.device)) if s.dtype is None else (lambda m: m.to(s.device, s.dtype))
-    adapter, composer = place(s.adapter_factory()), place(GatedResidual())
+    adapter, composer = s.place(s.adapter_factory()), s.place(GatedResidual())
     base.train()  # a user's stray .train() must not reach the frozen base
     before = snapshot(base)
     exp = AdapterExperiment(base=base, adapter=adapter, composer=composer, training=TrainingConfig(

@@ -325,6 +325,16 @@ class DynamiCrafter(BaseVideoModel):
         out = self.model.unet(x, t, context=cond["context"].to(dtype), fs=cond["fs"])
         return out.to(x_t.dtype)
 
+    def keep_in_float32(self) -> tuple[str, ...]:
+        """The U-Net's float32 GroupNorms (its ResBlocks' and its output's, which compute in float32 as the
+        release's do): moved to bf16, the backbone keeps their weights in float32."""
+        from workbench_dynamicrafter.unet import Float32GroupNorm
+
+        model = self.__dict__.get("_modules", {}).get("model")
+        if model is None:
+            return ()
+        return tuple(f"model.{name}" for name, m in model.named_modules() if isinstance(m, Float32GroupNorm))
+
     # -- adapters inside the U-Net ----------------------------------------------------------
     def inside_spec(self) -> InsideSpec:
         """Where ``lora`` / ``action_modulation`` / ``controlnet`` reach: the U-Net's attention

@@ -39,7 +39,7 @@ from workbench_dynamicrafter.encoders import (
     text_tower,
     vision_tower,
 )
-from workbench_dynamicrafter.unet import UNet3D
+from workbench_dynamicrafter.unet import Float32GroupNorm, UNet3D
 from workbench_dynamicrafter.variants import Sizes, Variant, compatible, get_variant, recognise, schedule_buffers
 
 
@@ -90,6 +90,12 @@ class DynamiCrafterModel(nn.Module):
     def parameter_counts(self) -> dict[str, int]:
         return {name: sum(p.numel() for p in getattr(self, name).parameters())
                 for name in ("unet", "vae", "text", "vision", "resampler")}
+
+
+def float32_keys(model: nn.Module) -> set[str]:
+    """The state-dict keys of ``model``'s float32 GroupNorms (kept in float32 whatever the load dtype)."""
+    return {f"{name}.{p}" for name, m in model.named_modules() if isinstance(m, Float32GroupNorm)
+            for p, _ in m.named_parameters(recurse=False)}
 
 
 def _inner(tower: nn.Module) -> nn.Module:
@@ -157,17 +163,16 @@ def from_checkpoint(path_or_state_dict: str | Path | Mapping, variant: str | Non
     layout = upstream_layout(model)
     check_layout(state, layout, unused_shapes(model), chosen.name)
     _check_schedule(state, chosen)
+    float32 = float32_keys(model)  # norms that compute in float32 keep their weights in float32
     ours: dict[str, torch.Tensor] = {}
     for key, targets in layout.items():
         if not targets:
             continue
         tensor = state[key]
-        if tensor.is_floating_point():
-            tensor = tensor.to(device=device, dtype=dtype)
-        else:
-            tensor = tensor.to(device=device)
         for target in targets:
-            piece = tensor if target.part is None else tensor.chunk(target.part[1], dim=0)[target.part[0]]
+            want = torch.float32 if target.key in float32 else dtype
+            piece = tensor.to(device=device, dtype=want) if tensor.is_floating_point() else tensor.to(device=device)
+            piece = piece if target.part is None else piece.chunk(target.part[1], dim=0)[target.part[0]]
             ours[target.key] = piece.reshape(target.shape)
     buffers = {k: v for k, v in model.state_dict(keep_vars=True).items() if k not in ours}
     if buffers:

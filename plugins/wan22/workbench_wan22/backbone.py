@@ -112,6 +112,7 @@ class Wan22TI2V(DiffusersBackbone):
     mode_fix = "The mode is first_frame in the backbone config: true = text+image-to-video, false = text-to-video."
     sampler_inputs = ("image",)  # the first frame's pixels, which the i2v pipeline encodes itself
     real_defaults = REAL_DEFAULTS
+    float32_components = ("vae",)  # the Wan VAE runs in float32, as upstream recommends
 
     def tiny_pipeline(self) -> Path:
         from workbench_wan22.tiny import FIXTURE
@@ -122,8 +123,8 @@ class Wan22TI2V(DiffusersBackbone):
         from diffusers import WanImageToVideoPipeline, WanPipeline
 
         folder, c = self.folder, self.config
-        # the Wan VAE runs in float32, as upstream recommends
-        loaded, dtype = load_pipeline(folder, plugin=self.name, device=c.device, dtype=c.dtype, float32=("vae",))
+        loaded, dtype = load_pipeline(folder, plugin=self.name, device=c.device, dtype=c.dtype,
+                                      float32=self.float32_components)
         parts = loaded.components
         problems = []
         if parts.get("transformer_2") is not None or getattr(loaded.config, "boundary_ratio", None) is not None:
