@@ -342,8 +342,8 @@ def test_prepare_batch_builds_the_release_conditions(cache_root):
     assert batch.latents.shape == (2, 4, 4, 8, 8)
     with torch.no_grad():
         first = base.model.vae_encode(raw["video"][:, :, 0])
-        text = base.model.encode_text(base.tokenize([PROMPT] * 2))
-        image = base.model.resample(base.model.encode_image(raw["video"][:, :, 0]))
+        text = base.conditioning.encode_text(base.tokenize([PROMPT] * 2))
+        image = base.conditioning.resample(base.conditioning.encode_image(raw["video"][:, :, 0]))
     assert torch.equal(batch.cond["first_frame"], first)
     assert torch.equal(batch.cond["concat"], first[:, :, None].expand(-1, -1, 4, -1, -1))
     assert torch.equal(batch.cond["context"], torch.cat([text, image], 1))

@@ -118,7 +118,8 @@ class EasyAnimate(DiffusersBackbone):
         from diffusers import EasyAnimatePipeline
 
         c = self.config
-        loaded, dtype = load_pipeline(self.folder, plugin=self.name, device=c.device, dtype=c.dtype)
+        loaded, dtype = load_pipeline(self.folder, plugin=self.name, device=c.device, dtype=c.dtype,
+                                      skip=("text_encoder",))
         parts = loaded.components
         latent_channels = parts["vae"].config.latent_channels
         if parts["transformer"].config.in_channels != latent_channels:
@@ -129,8 +130,8 @@ class EasyAnimate(DiffusersBackbone):
                 f"{RELEASE}."
             )
         self.adopt_components(parts)
-        self.pipeline = EasyAnimatePipeline(vae=self.vae, text_encoder=self.text_encoder, tokenizer=self.tokenizer,
-                                            transformer=self.transformer, scheduler=self.scheduler)
+        self.pipeline = EasyAnimatePipeline(vae=self.vae, text_encoder=None, tokenizer=self.tokenizer,  # loaded on
+                                            transformer=self.transformer, scheduler=self.scheduler)  # first use
         self.pipeline.set_progress_bar_config(disable=True)
         self.latent_channels = latent_channels
         self.spatial = self.vae.spatial_compression_ratio
