@@ -20,8 +20,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from workbench.data.lerobot import LeRobotClips
-from workbench.data.lerobot_write import metaworld_to_lerobot
 from workbench.data.metaworld import MetaWorldClips
+from workbench.worldmodel.generate import metaworld_to_lerobot
 
 BATCH, BATCHES, ROUNDS = 8, 12, 5
 

@@ -45,7 +45,7 @@ OUT = Path("outputs/compare")
 def run(kind: str, steps: int | None, clips: int | None = None, quick: bool = False) -> dict:
     import torch
 
-    from workbench.demo import DemoConfig, run_demo
+    from workbench.worldmodel.demo import DemoConfig, run_demo
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     overrides = {"output": str(OUT / kind), **({"steps": steps} if steps else {}),
@@ -82,7 +82,7 @@ def speed(rounds: int = 3, steps: int = 2) -> dict[str, float]:
 
     from workbench.data.control import edges
     from workbench.data.metaworld import MetaWorldClips
-    from workbench.demo import DemoConfig, build_experiment
+    from workbench.worldmodel.demo import DemoConfig, build_experiment
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     clips = MetaWorldClips(path="sample", window=16, stride=4, split="train")

@@ -82,9 +82,16 @@ LAYERS = {
     "data": {"core", "data"},
     "inspect": {"core", "inspect", "backbones", "adapters", "data"},
     "train": {"core", "train", "inspect", "backbones", "adapters", "data"},
+    "testing": {"core", "testing", "train", "inspect", "backbones", "adapters", "data"},
     "widgets": {"core", "train", "inspect", "backbones", "adapters", "data", "widgets"},
+    # the world-model wing stands on the library (and registers its commands through workbench.cli.Command)
+    "worldmodel": {"core", "train", "inspect", "backbones", "adapters", "data", "worldmodel", "cli"},
 }
 LEAVES = {"errors", "registry", "config", "layers", "metrics", "media", "_lazy"}
+#: The top-level modules that are not leaves, and what each may reach.
+TOP = {"__init__": {"core", "train"}, "__main__": {"cli"},
+       "cli": {"core", "train", "inspect", "backbones", "adapters", "data"}}
+WING = "worldmodel"
 
 
 def _layers_reached(name: str) -> set[str]:
@@ -111,6 +118,49 @@ def layer_offenders(layer: str, paths, source: str | None = None) -> list[str]:
 @pytest.mark.parametrize("layer", sorted(LAYERS))
 def test_layers_import_one_way(layer):
     assert layer_offenders(layer, (PACKAGE / layer).rglob("*.py")) == []
+
+
+def test_every_module_of_the_package_is_in_a_layer():
+    """A new package or top-level module must be placed in LAYERS, LEAVES or TOP, so the checks see it."""
+    known = set(LAYERS) | LEAVES | set(TOP)
+    found = {p.stem if p.is_file() else p.name for p in PACKAGE.iterdir()
+             if (p.is_dir() and (p / "__init__.py").is_file()) or p.suffix == ".py"}
+    assert found - known == set()
+
+
+@pytest.mark.parametrize("module", sorted(LEAVES | set(TOP)))
+def test_top_level_modules_import_one_way(module):
+    allowed = TOP.get(module, set())  # a leaf imports only other leaves
+    offenders = []
+    path = PACKAGE / f"{module}.py"
+    for name in sorted(imported_modules(path)):
+        beyond = _layers_reached(name) - allowed - LEAVES
+        if beyond:
+            offenders.append(f"{path.relative_to(ROOT)} imports {name} (reaching {', '.join(sorted(beyond))})")
+    assert offenders == []
+
+
+def test_the_library_never_imports_the_wing():
+    """Nothing outside workbench/worldmodel imports it, in any form (a string handed to importlib included)."""
+    offenders = []
+    for path in PACKAGE.rglob("*.py"):
+        if WING in path.relative_to(PACKAGE).parts:
+            continue
+        names = imported_modules(path)
+        tree = ast.parse(path.read_text())
+        names |= {node.args[0].value for node in ast.walk(tree) if isinstance(node, ast.Call) and node.args
+                  and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
+                  and getattr(node.func, "attr", getattr(node.func, "id", "")) in ("import_module", "__import__")}
+        offenders += [f"{path.relative_to(ROOT)} imports {n}" for n in sorted(names)
+                      if n == f"workbench.{WING}" or n.startswith(f"workbench.{WING}.")]
+    assert offenders == []
+
+
+def test_the_wing_check_catches_an_import():
+    probe = PACKAGE / "inspect" / "probe.py"  # parsed from `source`, never written
+    for line in ("from workbench.worldmodel.probe import HandProbe", "import workbench.worldmodel",
+                 "from workbench import worldmodel"):
+        assert imported_modules(probe, line) & {"workbench.worldmodel", "workbench.worldmodel.probe"}, line
 
 
 @pytest.mark.parametrize("line, reaches", [
@@ -143,7 +193,7 @@ def test_heavy_libraries_are_never_imported_at_module_level():
 VIEW_LIBRARIES = ("ipywidgets", "matplotlib")
 # The demo's report (a command's output files, not a library layer) draws loss.png with matplotlib's
 # object API inside one function; it may, and only what it imports there.
-REPORT_IMPORTS = {"workbench/demo.py": {"matplotlib.figure"}}
+REPORT_IMPORTS = {"workbench/worldmodel/demo.py": {"matplotlib.figure"}}
 
 
 def test_only_the_widgets_package_imports_ipywidgets_or_matplotlib():

@@ -317,7 +317,7 @@ def psnr(a: torch.Tensor, b: torch.Tensor) -> float:
 def sample_lerobot(tmp_path_factory):
     """The shipped Meta-World sample (60 episodes × 48 frames, 64×64) written as a LeRobot v3.0 dataset."""
     pytest.importorskip("h5py")
-    from workbench.data.lerobot_write import metaworld_to_lerobot
+    from workbench.worldmodel.generate import metaworld_to_lerobot
 
     return metaworld_to_lerobot("sample", tmp_path_factory.mktemp("sample") / "metaworld_lerobot")
 
@@ -364,8 +364,8 @@ def _needs_simulator():
 def test_generator_writes_lerobot_with_the_same_rollouts(tmp_path):
     _needs_simulator()
     from workbench.cli import main
-    from workbench.data.metaworld_gen import generate
-    from workbench.data.metaworld_sim import RenderingUnavailable
+    from workbench.worldmodel.generate import generate
+    from workbench.worldmodel.sim import RenderingUnavailable
 
     args = dict(tasks="reach-v3,push-v3", episodes=2, frames=20, size=32, seed=3)
     try:
@@ -407,7 +407,7 @@ def test_yaml_config_trains_and_resumes_bit_exactly(sample_lerobot, tmp_path):
 
 def test_demo_takes_a_lerobot_directory(sample_lerobot, tmp_path):
     from workbench.cli import build_parser
-    from workbench.demo import DemoConfig, run_demo
+    from workbench.worldmodel.demo import DemoConfig, run_demo
 
     camera = "observation.images.corner2_close"
     args = build_parser().parse_args(["demo", "--data", str(sample_lerobot), "--camera", camera])
@@ -451,7 +451,7 @@ def test_eval_scores_a_lerobot_directory_as_it_scores_the_hdf5_file(sample_lerob
     """`workbench eval RUN --data DIR`: the same held-out clips, the action error scored from the dataset's
     ee_pos feature, and the numbers of the HDF5 path within the codec's error."""
     from workbench.cli import main
-    from workbench.demo import TRAINED_ADAPTER
+    from workbench.worldmodel.demo import TRAINED_ADAPTER
 
     common = ["--stride", "48", "--clips", "2", "--sampling-steps", "2", "--no-progress"]
     assert main(["eval", str(TRAINED_ADAPTER), "--data", str(sample_lerobot), *common,

@@ -57,8 +57,8 @@ def _needs_simulator():
 
 def _generate(path, **kwargs):
     _needs_simulator()
-    from workbench.data.metaworld_gen import generate
-    from workbench.data.metaworld_sim import RenderingUnavailable
+    from workbench.worldmodel.generate import generate
+    from workbench.worldmodel.sim import RenderingUnavailable
 
     try:
         return generate(path, progress=False, **kwargs)
@@ -106,8 +106,8 @@ def test_generator_writes_valid_deterministic_file(tmp_path):
 
 def test_generator_rejects_bad_arguments(tmp_path):
     _needs_simulator()
-    from workbench.data.metaworld_gen import generate
-    from workbench.data.metaworld_sim import RenderingUnavailable, import_simulator
+    from workbench.worldmodel.generate import generate
+    from workbench.worldmodel.sim import RenderingUnavailable, import_simulator
 
     try:
         import_simulator()
@@ -128,7 +128,7 @@ def test_generator_rejects_bad_arguments(tmp_path):
 def test_cli_arguments_parse():
     import argparse
 
-    from workbench.data.metaworld_gen import add_arguments
+    from workbench.worldmodel.generate import add_arguments
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)
@@ -352,7 +352,7 @@ def test_dataloader_workers_match_single_process(sample):
 
 
 def test_imports_stay_light():
-    code = ("import sys, workbench, workbench.data, workbench.data.metaworld, workbench.data.metaworld_gen; "
+    code = ("import sys, workbench, workbench.data, workbench.data.metaworld, workbench.worldmodel.generate; "
             "heavy = [m for m in ('h5py', 'metaworld', 'mujoco') if m in sys.modules]; "
             "assert not heavy, heavy")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

@@ -11,11 +11,10 @@ import torch
 
 from workbench.cli import main
 from workbench.data.metaworld import MetaWorldClips, sample_path
-from workbench.demo import TRAINED_ADAPTER
 from workbench.errors import CheckpointError, DataError
-from workbench.evaluate import UNSEEN_PATH, clip_source, load_run, summarise
-from workbench.hand_probe import WEIGHTS, HandProbe, shipped_probe
-from workbench.metrics import action_error, hand_error_cm
+from workbench.worldmodel.demo import TRAINED_ADAPTER
+from workbench.worldmodel.evaluate import UNSEEN_PATH, clip_source, load_run, summarise
+from workbench.worldmodel.probe import WEIGHTS, HandProbe, action_error, hand_error_cm, shipped_probe
 
 h5py = pytest.importorskip("h5py")
 torch.set_num_threads(1)
@@ -131,8 +130,8 @@ def test_eval_on_a_freshly_generated_file_of_unseen_tasks(tmp_path, capsys):
     for name in ("metaworld", "mujoco"):
         if importlib.util.find_spec(name) is None:
             pytest.skip(f"{name} is not installed")
-    from workbench.data.metaworld_gen import generate
-    from workbench.data.metaworld_sim import RenderingUnavailable
+    from workbench.worldmodel.generate import generate
+    from workbench.worldmodel.sim import RenderingUnavailable
 
     try:
         path = generate(tmp_path / "unseen.h5", tasks="drawer-open-v3,window-open-v3", episodes=2, frames=16,
@@ -183,8 +182,8 @@ def test_eval_explains_a_run_dir_without_a_checkpoint(tmp_path, capsys):
 
 
 def test_eval_rejects_clips_of_another_length():
-    from workbench.evaluate import evaluate_world_model
     from workbench.train.experiment import AdapterExperiment
+    from workbench.worldmodel.evaluate import evaluate_world_model
 
     exp = AdapterExperiment.load(TRAINED_ADAPTER)
     clips = MetaWorldClips(path="sample", window=8, stride=8, split="val")
@@ -194,8 +193,8 @@ def test_eval_rejects_clips_of_another_length():
 
 def test_gate_scale_one_is_the_learned_gate_and_needs_a_gate():
     from workbench import Replace
-    from workbench.evaluate import evaluate_world_model, scaled_gate
     from workbench.train.experiment import AdapterExperiment
+    from workbench.worldmodel.evaluate import evaluate_world_model, scaled_gate
 
     exp = AdapterExperiment.load(TRAINED_ADAPTER)
     clips = torch.utils.data.Subset(clip_source("sample", window=16, split="val", stride=48), [0, 1])
@@ -218,7 +217,7 @@ def test_eval_swaps_the_control_video_for_an_adapter_that_reads_one(tmp_path, ca
     from workbench import AdapterExperiment, TrainingConfig
     from workbench.adapters.controlnet import ControlNet
     from workbench.backbones.tiny_video import TinyVideo
-    from workbench.evaluate import evaluate_world_model
+    from workbench.worldmodel.evaluate import evaluate_world_model
 
     torch.manual_seed(0)
     exp = AdapterExperiment(base=TinyVideo.from_pretrained(),
@@ -249,8 +248,8 @@ def test_eval_swaps_the_control_video_for_an_adapter_that_reads_one(tmp_path, ca
 def test_the_robot_state_reaches_a_prediction_as_measured_at_the_first_frame():
     """A clip's ee_pos / proprio are given to every prediction, with each frame holding the first frame's value:
     nothing of the future state leaks into a prediction, whatever the adapter reads."""
-    from workbench.evaluate import evaluate_world_model
     from workbench.train.experiment import AdapterExperiment
+    from workbench.worldmodel.evaluate import evaluate_world_model
 
     exp = AdapterExperiment.load(TRAINED_ADAPTER)
     given = []

@@ -13,8 +13,8 @@ from workbench.adapters.latent_residual import LatentResidual
 from workbench.backbones.tiny_video import WEIGHTS_DIR, TinyVideo
 from workbench.cli import main
 from workbench.errors import ConfigError, DataError
-from workbench.evaluate import swap_partner
-from workbench.train import pretrain
+from workbench.worldmodel import pretrain
+from workbench.worldmodel.evaluate import swap_partner
 
 SHIPPED = WEIGHTS_DIR / "tiny_video.safetensors"
 ROOT = Path(__file__).resolve().parents[1]
@@ -154,7 +154,7 @@ def test_demo_quick_writes_every_output(tmp_path, capsys):
 
 
 def test_video_rows_show_one_clip_per_task_first():
-    from workbench.evaluate import _one_per_task
+    from workbench.worldmodel.evaluate import _one_per_task
 
     items = [{"task": t} for t in ("push", "push", "reach", "push", "door")]
     assert _one_per_task(items, 3) == [0, 2, 4]
@@ -166,7 +166,7 @@ def test_video_rows_show_one_clip_per_task_first():
 def test_the_shipped_adapter_is_what_the_demo_trains():
     import yaml
 
-    from workbench.demo import TRAINED_ADAPTER, DemoConfig
+    from workbench.worldmodel.demo import TRAINED_ADAPTER, DemoConfig
 
     config = yaml.safe_load((TRAINED_ADAPTER / "config.yaml").read_text())
     demo = DemoConfig()
@@ -181,8 +181,8 @@ def test_the_shipped_world_model_follows_the_actions():
     """On held-out clips the shipped adapter's predictions beat both the base and swapped actions."""
     from workbench import AdapterExperiment
     from workbench.data.metaworld import MetaWorldClips
-    from workbench.demo import TRAINED_ADAPTER
-    from workbench.evaluate import evaluate_world_model, summarise
+    from workbench.worldmodel.demo import TRAINED_ADAPTER
+    from workbench.worldmodel.evaluate import evaluate_world_model, summarise
 
     exp = AdapterExperiment.load(TRAINED_ADAPTER)
     val = MetaWorldClips(path="sample", window=16, stride=16, split="val")
@@ -197,7 +197,7 @@ def test_the_shipped_world_model_follows_the_actions():
 def test_the_example_config_is_the_demo_and_trains(tmp_path):
     import yaml
 
-    from workbench.demo import DemoConfig
+    from workbench.worldmodel.demo import DemoConfig
 
     path = ROOT / "examples" / "configs" / "metaworld_world_model.yaml"
     config = yaml.safe_load(path.read_text())
@@ -211,7 +211,7 @@ def test_the_example_config_is_the_demo_and_trains(tmp_path):
 
 
 def test_the_demo_table_carries_the_stored_from_scratch_rows_at_its_own_budget():
-    from workbench.demo import SCRATCH_REFERENCE, DemoConfig, scratch_reference_rows
+    from workbench.worldmodel.demo import SCRATCH_REFERENCE, DemoConfig, scratch_reference_rows
 
     ref = json.loads(SCRATCH_REFERENCE.read_text())
     assert ref["training"]["trainable_parameters"] == 51930 and ref["training"]["steps"] == DemoConfig().steps

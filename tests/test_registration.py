@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import tomllib
 
+from workbench.cli import COMMANDS
 from workbench.registry import KINDS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,8 +46,12 @@ def registrations(package: Path) -> dict[tuple[str, str], str]:
 
 def entry_points(pyproject: Path) -> dict[tuple[str, str], str]:
     groups = tomllib.loads(pyproject.read_text())["project"].get("entry-points", {})
-    return {(group, name): target for group, names in groups.items() if group.startswith("workbench.")
+    return {(group, name): target for group, names in groups.items() if group in KINDS.values()
             for name, target in names.items()}
+
+
+def command_entry_points(pyproject: Path) -> dict[str, str]:
+    return tomllib.loads(pyproject.read_text())["project"].get("entry-points", {}).get(COMMANDS, {})
 
 
 @pytest.mark.parametrize("pyproject", list(DISTRIBUTIONS), ids=lambda p: str(p.parent.relative_to(ROOT)) or "root")
@@ -75,3 +80,20 @@ def test_the_scan_sees_what_the_decorator_registers():
     assert found[("workbench.backbones", "tiny_video")] == "workbench.backbones.tiny_video:TinyVideo"
     assert found[("workbench.composers", "noise_gated")] == "workbench.core.composers:NoiseGated"
     assert len({g for g, _ in found}) == len(KINDS)  # every kind has a built-in
+
+
+@pytest.mark.parametrize("pyproject", list(DISTRIBUTIONS), ids=lambda p: str(p.parent.relative_to(ROOT)) or "root")
+def test_every_command_entry_point_names_a_command_of_that_name(pyproject):
+    for name, target in command_entry_points(pyproject).items():
+        module, attr = target.split(":")
+        path = pyproject.parent / Path(*module.split(".")).with_suffix(".py")
+        made = {t.id: node.value for node in ast.parse(path.read_text()).body if isinstance(node, ast.Assign)
+                for t in node.targets if isinstance(t, ast.Name)}
+        call = made.get(attr)
+        assert isinstance(call, ast.Call) and getattr(call.func, "id", None) == "Command", \
+            f"{COMMANDS} {name} = {target!r}: {path} assigns no Command to {attr}"
+        assert ast.literal_eval(call.args[0]) == name, f"{target} is Command({ast.unparse(call.args[0])}), not {name!r}"
+
+
+def test_the_wing_registers_its_commands():
+    assert set(command_entry_points(ROOT / "pyproject.toml")) == {"data", "demo", "eval", "pretrain", "probe"}

@@ -1,12 +1,60 @@
-"""``workbench demo | eval | train | cache-latents | data | pretrain | probe | doctor``."""
+"""The ``workbench`` command: ``train``, ``cache-latents`` and ``doctor``, plus every registered command.
+
+Other packages add commands through the ``workbench.commands`` entry-point group: each entry point
+names a :class:`Command`. The world-model wing registers ``data``, ``demo``, ``eval``, ``pretrain``
+and ``probe`` this way (see ``pyproject.toml``); a plugin does the same in its own. The library never
+imports them: they are found at run time, like the components in the registry.
+"""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import importlib.metadata as md
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from workbench.errors import WorkbenchError
+
+#: The entry-point group that adds subcommands to ``workbench``.
+COMMANDS = "workbench.commands"
+#: The commands the library itself defines (no registration may take these names).
+BUILT_IN = ("train", "cache-latents", "doctor")
+
+
+@dataclasses.dataclass(frozen=True)
+class Command:
+    """A ``workbench`` subcommand: its name, one line of help, what adds its arguments, what runs it.
+
+    ``run(args)`` returns the exit status; a :class:`~workbench.errors.WorkbenchError` it raises is
+    printed as ``error: ...`` with status 2. Register one in a package's ``pyproject.toml``::
+
+        [project.entry-points."workbench.commands"]
+        mycommand = "mypackage.cli:mycommand"     # a Command("mycommand", ...)
+    """
+
+    name: str
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+def registered_commands() -> list[Command]:
+    """The commands other packages register, by name; a broken or clashing registration is an error."""
+    found: dict[str, tuple[Command, str]] = {}
+    for ep in sorted(md.entry_points(group=COMMANDS), key=lambda e: e.name):
+        command = ep.load()
+        if not isinstance(command, Command) or command.name != ep.name:
+            raise WorkbenchError(f"The {COMMANDS} entry point {ep.name!r} = {ep.value!r} must name a "
+                                 f"workbench.cli.Command called {ep.name!r}; it names {command!r}. Fix the "
+                                 f"registering package's entry point.")
+        if ep.name in BUILT_IN or ep.name in found:
+            other = "workbench itself" if ep.name in BUILT_IN else found[ep.name][1]
+            raise WorkbenchError(f"Two packages register the command {ep.name!r}: {ep.value} and {other}. "
+                                 f"Uninstall one of them, or rename the command in one package's entry point.")
+        found[ep.name] = (command, ep.value)
+    return [command for command, _ in found.values()]
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -55,7 +103,6 @@ def _quiet(*_args, **_kwargs) -> None:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    import importlib.metadata as md
     import platform
 
     import torch
@@ -74,7 +121,7 @@ def _doctor(args: argparse.Namespace) -> int:
     plugins = sorted({d.metadata["Name"] for d in md.distributions() if (d.metadata["Name"] or "").startswith(
         "workbench-")})
     print(f"plugins installed: {', '.join(plugins) if plugins else '(none)'}")
-    for group in KINDS.values():
+    for group in (*KINDS.values(), COMMANDS):
         eps = sorted(f"{e.name} ({e.value.split(':')[0]})" for e in md.entry_points(group=group))
         print(f"{group}: {', '.join(eps) if eps else '(none)'}")
     return 0
@@ -100,44 +147,15 @@ def _platform_report() -> str:
     ])
 
 
-def _data(args: argparse.Namespace) -> int:
-    from workbench.data import metaworld_gen
-
-    return metaworld_gen.run(args)
-
-
-def _demo(args: argparse.Namespace) -> int:
-    from workbench.demo import run
-
-    return run(args)
-
-
 def _cache_latents(args: argparse.Namespace) -> int:
     from workbench.train.latent_store import run
 
     return run(args)
 
 
-def _pretrain(args: argparse.Namespace) -> int:
-    from workbench.train.pretrain import run
-
-    return run(args)
-
-
-def _eval(args: argparse.Namespace) -> int:
-    from workbench.evaluate import run
-
-    return run(args)
-
-
-def _probe(args: argparse.Namespace) -> int:
-    from workbench.hand_probe import run
-
-    return run(args)
-
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="workbench", description=__doc__)
+    parser = argparse.ArgumentParser(prog="workbench", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     train = sub.add_parser("train", help="train an adapter from a YAML config")
@@ -157,52 +175,20 @@ def build_parser() -> argparse.ArgumentParser:
     doctor = sub.add_parser("doctor", help="versions, devices and what auto resolves to, plugins and entry points")
     doctor.set_defaults(func=_doctor)
 
-    data = sub.add_parser("data", help="generate data sets")
-    data_sub = data.add_subparsers(dest="dataset", required=True)
-    mw = data_sub.add_parser("metaworld", help="Meta-World rollouts rendered with MuJoCo, as HDF5")
-    try:
-        from workbench.data import metaworld_gen
-
-        metaworld_gen.add_arguments(mw)
-    except ImportError:  # pragma: no cover - the data extra is missing
-        pass
-    mw.set_defaults(func=_data)
-
-    demo = sub.add_parser("demo", help="the world-model demo on the embedded model")
-    demo.add_argument("--quick", action="store_true", help="a reduced budget (for CI)")
-    demo.add_argument("--output", default="outputs/demo")
-    demo.add_argument("--steps", type=int)
-    demo.add_argument("--data", default="sample",
-                      help="rollouts to train and evaluate on: 'sample' (default), an .h5 file from `workbench data "
-                           "metaworld`, or a LeRobot dataset directory (v2.1 / v3.0)")
-    demo.add_argument("--camera", help="with a LeRobot --data of several cameras: the video feature to use, e.g. "
-                                       "observation.images.front")
-    demo.add_argument("--from-scratch", action="store_true",
-                      help="train the from-scratch baseline (same parameters, clips, steps; no pretrained denoiser)")
-    demo.set_defaults(func=_demo)
-
-    evaluate = sub.add_parser("eval", help="evaluate an adapter checkpoint as a world model on Meta-World clips")
-    from workbench import evaluate as evaluate_module
-
-    evaluate_module.add_arguments(evaluate)
-    evaluate.set_defaults(func=_eval)
-
-    pretrain = sub.add_parser("pretrain", help="pretrain the tiny_video backbone on Meta-World clips (no actions)")
-    from workbench.train import pretrain as pretrain_module
-
-    pretrain_module.add_arguments(pretrain)
-    pretrain.set_defaults(func=_pretrain)
-
-    probe = sub.add_parser("probe", help="the hand-position probe that scores action error")
-    from workbench import hand_probe
-
-    hand_probe.add_arguments(probe)
-    probe.set_defaults(func=_probe)
+    for command in registered_commands():
+        cmd_parser = sub.add_parser(command.name, help=command.help)
+        command.add_arguments(cmd_parser)
+        cmd_parser.set_defaults(func=command.run)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        parser = build_parser()
+    except WorkbenchError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    args = parser.parse_args(argv)
     try:
         return args.func(args)
     except WorkbenchError as err:

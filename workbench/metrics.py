@@ -1,4 +1,4 @@
-"""Video quality metrics: PSNR, SSIM, PSNR restricted to the pixels that move, and action error.
+"""Video quality metrics: PSNR, SSIM, and PSNR restricted to the pixels that move.
 
 Conventions
 -----------
@@ -26,11 +26,8 @@ Metrics over a batch pool every element (PSNR of the mean squared error over the
 batch, SSIM averaged over every window of every frame); use :func:`per_clip` for one value
 per clip.
 
-**Action error** (:func:`action_error`, :func:`hand_error_cm`) asks whether the arm goes where
-the actions say: a small CNN (:mod:`workbench.hand_probe`) reads the hand position off every
-predicted frame, and the error is its distance to the recorded end-effector position, in
-centimetres. The probe's own error on the true frames is the floor; ratios to it are reported by
-``workbench eval``.
+The world-model study's action error (where a probe finds the arm in a predicted video) builds on
+these conventions in :mod:`workbench.worldmodel.probe`.
 
 This module imports only numpy and torch.
 """
@@ -49,8 +46,6 @@ from workbench.errors import DataError, did_you_mean, listing
 
 __all__ = [
     "DEFAULT_MOVING_THRESHOLD",
-    "action_error",
-    "hand_error_cm",
     "moving_mask",
     "moving_psnr",
     "per_clip",
@@ -490,31 +485,3 @@ def per_clip(metric: Callable[..., float] | str, preds: Any, targets: Any, **kw:
         extra = {k: v[i] for k, v in split.items()}
         out[i] = float(metric(preds[i], targets[i], **rest, **extra))
     return out
-
-
-# --------------------------------------------------------------------------- action error
-
-
-def hand_error_cm(video: Any, ee_pos: Any, probe: Any = None) -> np.ndarray:
-    """Per-frame distance (cm) between the hand position ``probe`` reads off ``video`` and ``ee_pos``.
-
-    ``video``: uint8 ``[..., T, H, W, 3]`` or float ``[..., 3, T, H, W]`` (see the module
-    conventions); ``ee_pos``: recorded positions in metres, ``[..., T, 3]``. ``probe``: a
-    :class:`~workbench.hand_probe.HandProbe` (default: the shipped one). Returns float64 ``[..., T]``.
-    """
-    from workbench.hand_probe import shipped_probe
-
-    frames = to_uint8_video(video)
-    target = _to_numpy(ee_pos, "hand_error_cm: ee_pos").astype(np.float64)
-    if target.shape != (*frames.shape[:-3], 3):
-        raise DataError(
-            f"hand_error_cm: ee_pos has shape {tuple(target.shape)}, expected {(*frames.shape[:-3], 3)}: one "
-            f"(x, y, z) position in metres per frame of the video (video shape {tuple(frames.shape)} channel-last)."
-        )
-    found = (probe or shipped_probe()).positions(frames)
-    return 100.0 * np.linalg.norm(found - target, axis=-1)
-
-
-def action_error(pred: Any, ee_pos: Any, probe: Any = None) -> float:
-    """Mean :func:`hand_error_cm` over the predicted frames (frame 0, which is given, is skipped), in cm."""
-    return float(hand_error_cm(pred, ee_pos, probe)[..., 1:].mean())

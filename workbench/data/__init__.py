@@ -1,15 +1,14 @@
-"""Data sets, e.g. Meta-World robot-arm video with actions.
+"""Data sets the library reads, e.g. Meta-World robot-arm video with actions.
 
-* :mod:`workbench.data.metaworld_gen` renders episodes into an HDF5 file (``workbench data metaworld``),
-  with :mod:`workbench.data.metaworld_sim` (cameras, the action perturbation, one rollout).
-* :mod:`workbench.data.metaworld` reads them as clips: the ``metaworld`` dataset.
+* :mod:`workbench.data.metaworld` reads the clip HDF5 schema (the files ``workbench data metaworld``
+  of the world-model wing, :mod:`workbench.worldmodel.generate`, renders): the ``metaworld`` dataset.
 * :mod:`workbench.data.lerobot` reads LeRobot datasets (v2.1, v3.0) as clips: the ``lerobot`` dataset;
-  :mod:`workbench.data.lerobot_write` writes v3.0 (``workbench data metaworld --format lerobot``).
+  :mod:`workbench.data.lerobot_write` writes v3.0.
 * :func:`open_clips` opens either kind from a path (an ``.h5`` file or a LeRobot directory).
 * :mod:`workbench.data.control` derives control videos from clips (``edges``), for ``controlnet``.
 
-Nothing heavy is imported here: h5py, pyarrow, PyAV, MuJoCo and Meta-World load only when a file is generated
-or read, and the names below are resolved on first access.
+Nothing heavy is imported here: h5py, pyarrow and PyAV load only when a file is read, and the names
+below are resolved on first access.
 """
 
 from __future__ import annotations
@@ -21,12 +20,9 @@ _LAZY = {
     "MetaWorldConfig": "workbench.data.metaworld",
     "sample_path": "workbench.data.metaworld",
     "split_episodes": "workbench.data.metaworld",
-    "generate": "workbench.data.metaworld_gen",
-    "Perturbation": "workbench.data.metaworld_sim",
     "LeRobotClips": "workbench.data.lerobot",
     "LeRobotConfig": "workbench.data.lerobot",
     "LeRobotWriter": "workbench.data.lerobot_write",
-    "metaworld_to_lerobot": "workbench.data.lerobot_write",
     "open_clips": "workbench.data.sources",
     "edges": "workbench.data.control",
 }

@@ -1,4 +1,4 @@
-"""Write LeRobot v3.0 datasets: ``workbench data metaworld --format lerobot --out DIR``.
+"""Write LeRobot v3.0 datasets.
 
 :class:`LeRobotWriter` takes whole episodes (per-camera uint8 frames, per-frame feature arrays,
 a task string) and writes the v3.0 layout (see :mod:`workbench.data.lerobot_format`): one parquet
@@ -9,16 +9,13 @@ table ``data/chunk-000/file-000.parquet``, one H.264 MP4 per camera
 Everything goes into file 000 of chunk 000 (the layout allows splitting files at 100 MB of data or
 200 MB of video; the datasets written here stay far below that).
 
-:func:`metaworld_to_lerobot` converts a file of ``workbench data metaworld`` into that layout:
-``action`` (4), ``observation.state`` (the 10 proprio values), ``observation.ee_pos`` (3),
-``next.reward``, ``next.success`` (the episode's success flag, on every frame), the task name as
-the task string, and the camera as ``observation.images.<camera>``.
+The world-model wing converts Meta-World rollouts with it
+(:func:`workbench.worldmodel.generate.metaworld_to_lerobot`, ``workbench data metaworld --format lerobot``).
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +23,7 @@ import numpy as np
 
 from workbench.data.lerobot_format import V3_DATA, V3_EPISODES, V3_VIDEO
 from workbench.data.video_io import H264Writer, video_info
-from workbench.errors import ConfigError, DataError
+from workbench.errors import DataError
 
 CODEBASE_VERSION = "v3.0"
 _DEFAULTS = {"timestamp": "float32", "frame_index": "int64", "episode_index": "int64", "index": "int64",
@@ -160,70 +157,3 @@ class LeRobotWriter:
                           "task": pa.array(names, pa.string())})
         table = table.replace_schema_metadata({b"pandas": json.dumps(pandas).encode()})
         pq.write_table(table, self.root / "meta" / "tasks.parquet")
-
-
-def metaworld_to_lerobot(h5_path: str | Path, out: str | Path, episodes: list[int] | None = None,
-                         crf: int = 18) -> Path:
-    """Write the rollouts of a ``workbench data metaworld`` HDF5 file (``"sample"``: the shipped one) as a
-    LeRobot v3.0 dataset in ``out``; ``episodes`` selects some (in file order). Returns ``out``."""
-    import h5py
-
-    from workbench.data.metaworld import MetaWorldClips
-
-    source = MetaWorldClips(path=str(h5_path), window=2, split="all")  # validates the file
-    path = source.path
-    source.close()
-    with h5py.File(path, "r") as f:
-        attrs = dict(f.attrs)
-        camera = f"observation.images.{attrs.get('camera', 'front')}"
-        proprio_names = json.loads(attrs.get("proprio_names", "null")) or [f"p{i}" for i in
-                                                                           range(f["proprio"].shape[2])]
-        features = {"action": ("float32", ["dx", "dy", "dz", "gripper"]),
-                    "observation.state": ("float32", list(proprio_names)),
-                    "observation.ee_pos": ("float32", ["x", "y", "z"]),
-                    "next.reward": ("float32", None), "next.success": ("bool", None)}
-        writer = LeRobotWriter(out, float(attrs.get("fps", 80.0)), features, [camera], robot_type="sawyer", crf=crf)
-        try:
-            n, t = f["frames"].shape[:2]
-            success = f["success"][()] if "success" in f else np.zeros(n, bool)
-            reward = f.get("reward")
-            for i in (range(n) if episodes is None else episodes):
-                task = f["task"][i]
-                task = task.decode() if isinstance(task, bytes) else str(task)
-                writer.add_episode(
-                    {camera: f["frames"][i]},
-                    {"action": np.clip(f["actions"][i], -1.0, 1.0), "observation.state": f["proprio"][i],
-                     "observation.ee_pos": f["ee_pos"][i],
-                     "next.reward": reward[i] if reward is not None else np.zeros(t, np.float32),
-                     "next.success": np.full(t, bool(success[i]))},
-                    task, success=bool(success[i]), source_episode=int(i))
-            return writer.close()
-        except BaseException:
-            for video in writer.videos.values():
-                video.container.close()
-            shutil.rmtree(writer.root, ignore_errors=True)
-            raise
-
-
-def generate_lerobot(out: str | Path, **generate_args: Any) -> Path:
-    """Meta-World rollouts as a LeRobot v3.0 dataset (``workbench data metaworld --format lerobot``).
-
-    Generates with :func:`workbench.data.metaworld_gen.generate` (same arguments, same rollouts) into a
-    temporary HDF5 file beside ``out``, converts it with :func:`metaworld_to_lerobot`, and removes it.
-    """
-    from workbench.data.metaworld_gen import generate
-
-    out = Path(out).expanduser()
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise ConfigError(f"--out {out} exists and is not an empty directory; --format lerobot writes a new "
-                          f"dataset directory. Choose another --out.")
-    tmp = out.with_name(out.name + ".rollouts.h5")
-    try:
-        generate(tmp, **generate_args)
-        metaworld_to_lerobot(tmp, out)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    if generate_args.get("progress", True):
-        print(f"wrote {out}: LeRobot v3.0 dataset (H.264 video, {len(list(out.rglob('*.mp4')))} video file(s))")
-    return out

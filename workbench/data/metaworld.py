@@ -1,6 +1,6 @@
 """Meta-World robot-arm clips with actions: the ``metaworld`` dataset.
 
-Files are written by :mod:`workbench.data.metaworld_gen` (``workbench data metaworld``). Layout
+Files are written by :mod:`workbench.worldmodel.generate` (``workbench data metaworld``). Layout
 (schema version 1; ``N`` episodes of ``T`` steps, ``H × W`` frames, ``P = 10`` proprio values)::
 
     dataset  dtype    shape            meaning
@@ -36,7 +36,7 @@ The shipped sample (:func:`sample_path`, ``workbench/data/samples/metaworld_samp
         --episodes 60 --frames 48 --size 64 --seed 0 --action-repeat 2 \\
         --out workbench/data/samples/metaworld_sample.h5
 
-(equivalently ``python -m workbench.data.metaworld_gen`` with the same arguments): 60 episodes,
+(equivalently ``python -m workbench.worldmodel.generate`` with the same arguments): 60 episodes,
 10 per task, of 48 frames at 40 fps (each action is held for two 80 Hz Meta-World steps).
 
 Items of :class:`MetaWorldClips` are windows of ``window`` consecutive steps starting every

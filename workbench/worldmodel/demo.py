@@ -12,7 +12,7 @@
 4. the same on clips of six tasks never seen in pretraining or training (``unseen/``);
 5. write ``OUT/side_by_side.mp4`` / ``.gif`` (truth | base | adapter | swapped actions),
    ``OUT/loss.png``, ``OUT/metrics.json`` (every number) and the adapter checkpoint;
-6. print the tables (:mod:`workbench.evaluate` does steps 3-5 for any checkpoint).
+6. print the tables (:mod:`workbench.worldmodel.evaluate` does steps 3-5 for any checkpoint).
 
 ``workbench demo --quick`` runs the same path on a reduced budget (for CI);
 ``workbench demo --from-scratch`` trains the baseline at equal compute instead of the adapter.
@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from workbench.evaluate import json_safe
+from workbench.worldmodel.evaluate import json_safe
 
 #: What the demo trains, as the blocks a YAML config would hold. The adapter reads the actions and
 #: their running sum (the displacement since the first frame), pixel coordinates, and two copies
@@ -62,7 +62,7 @@ UNSEEN_NAME = "metaworld_unseen.h5"
 #: The adapter checkpoint `workbench demo` trained with its defaults (and its metrics.json as
 #: demo_metrics.json), shipped so notebooks can show the result without the fit:
 #: ``AdapterExperiment.load(TRAINED_ADAPTER)``.
-TRAINED_ADAPTER = Path(__file__).resolve().parent / "adapters" / "weights" / "metaworld_action"
+TRAINED_ADAPTER = Path(__file__).resolve().parent / "weights" / "metaworld_action"
 #: What ``workbench demo --from-scratch`` measured with the default budget (the demo prints its row
 #: for reference instead of spending another training run on it).
 SCRATCH_REFERENCE = TRAINED_ADAPTER / "scratch_metrics.json"
@@ -93,7 +93,7 @@ class DemoConfig:
     """Budget and evaluation of the demo (``--quick`` shrinks every number).
 
     ``gate_scale``: (b) and (c) are sampled with the adapter's learned gate times this (``None``:
-    as learned); it trains nothing (:func:`workbench.evaluate.scaled_gate`). ``control``: every clip
+    as learned); it trains nothing (:func:`workbench.worldmodel.evaluate.scaled_gate`). ``control``: every clip
     also carries a control video derived from its frames (``edges``), and (c) swaps it instead of
     the actions — for an adapter that reads it (a ``controlnet`` with ``video: true``).
     """
@@ -186,7 +186,7 @@ def build_experiment(cfg: DemoConfig, run_dir: Path):
 
 def run_demo(cfg: DemoConfig, progress: bool = True) -> dict[str, Any]:
     from workbench.data.sources import data_kind
-    from workbench.evaluate import TARGETS, clip_source, evaluate_run
+    from workbench.worldmodel.evaluate import TARGETS, clip_source, evaluate_run
 
     out = Path(cfg.output)
     out.mkdir(parents=True, exist_ok=True)

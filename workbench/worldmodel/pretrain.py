@@ -17,7 +17,7 @@ The validation loss on the card is :func:`validation_loss` on the shipped sample
 validation episodes: a fixed noise draw and a fixed noise level per clip, so anyone can
 recompute it from the weights alone::
 
-    from workbench.train.pretrain import validation_loss
+    from workbench.worldmodel.pretrain import validation_loss
     from workbench.backbones.tiny_video import TinyVideo
     base = TinyVideo.from_pretrained()
     validation_loss(base, **base.provenance["validation"])   # == base.card.recipe.val_loss

@@ -48,6 +48,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -55,7 +56,9 @@ from typing import Any
 
 import numpy as np
 
-from workbench.data.metaworld_sim import (
+from workbench.data.lerobot_write import LeRobotWriter
+from workbench.errors import ConfigError
+from workbench.worldmodel.sim import (
     CAMERAS,
     DEFAULT_CAMERA,
     MODEL_CAMERAS,
@@ -159,7 +162,7 @@ def generate(
             dt = float(first.env.dt) * int(action_repeat)
             attrs = {
                 "schema_version": SCHEMA_VERSION,
-                "generator": "workbench.data.metaworld_gen",
+                "generator": "workbench.worldmodel.generate",
                 "generator_version": GENERATOR_VERSION,
                 "metaworld_version": _version("metaworld"),
                 "mujoco_version": mujoco.__version__,
@@ -202,6 +205,71 @@ def generate(
             tmp.unlink()
     if progress:
         print(_summary(out, time.perf_counter() - start))
+    return out
+
+
+def metaworld_to_lerobot(h5_path: str | Path, out: str | Path, episodes: list[int] | None = None,
+                         crf: int = 18) -> Path:
+    """Write the rollouts of a ``workbench data metaworld`` HDF5 file (``"sample"``: the shipped one) as a
+    LeRobot v3.0 dataset in ``out``; ``episodes`` selects some (in file order). Returns ``out``."""
+    import h5py
+
+    from workbench.data.metaworld import MetaWorldClips
+
+    source = MetaWorldClips(path=str(h5_path), window=2, split="all")  # validates the file
+    path = source.path
+    source.close()
+    with h5py.File(path, "r") as f:
+        attrs = dict(f.attrs)
+        camera = f"observation.images.{attrs.get('camera', 'front')}"
+        proprio_names = json.loads(attrs.get("proprio_names", "null")) or [f"p{i}" for i in
+                                                                           range(f["proprio"].shape[2])]
+        features = {"action": ("float32", ["dx", "dy", "dz", "gripper"]),
+                    "observation.state": ("float32", list(proprio_names)),
+                    "observation.ee_pos": ("float32", ["x", "y", "z"]),
+                    "next.reward": ("float32", None), "next.success": ("bool", None)}
+        writer = LeRobotWriter(out, float(attrs.get("fps", 80.0)), features, [camera], robot_type="sawyer", crf=crf)
+        try:
+            n, t = f["frames"].shape[:2]
+            success = f["success"][()] if "success" in f else np.zeros(n, bool)
+            reward = f.get("reward")
+            for i in (range(n) if episodes is None else episodes):
+                task = f["task"][i]
+                task = task.decode() if isinstance(task, bytes) else str(task)
+                writer.add_episode(
+                    {camera: f["frames"][i]},
+                    {"action": np.clip(f["actions"][i], -1.0, 1.0), "observation.state": f["proprio"][i],
+                     "observation.ee_pos": f["ee_pos"][i],
+                     "next.reward": reward[i] if reward is not None else np.zeros(t, np.float32),
+                     "next.success": np.full(t, bool(success[i]))},
+                    task, success=bool(success[i]), source_episode=int(i))
+            return writer.close()
+        except BaseException:
+            for video in writer.videos.values():
+                video.container.close()
+            shutil.rmtree(writer.root, ignore_errors=True)
+            raise
+
+
+def generate_lerobot(out: str | Path, **generate_args: Any) -> Path:
+    """Meta-World rollouts as a LeRobot v3.0 dataset (``workbench data metaworld --format lerobot``).
+
+    Generates with :func:`generate` (same arguments, same rollouts) into a
+    temporary HDF5 file beside ``out``, converts it with :func:`metaworld_to_lerobot`, and removes it.
+    """
+    out = Path(out).expanduser()
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ConfigError(f"--out {out} exists and is not an empty directory; --format lerobot writes a new "
+                          f"dataset directory. Choose another --out.")
+    tmp = out.with_name(out.name + ".rollouts.h5")
+    try:
+        generate(tmp, **generate_args)
+        metaworld_to_lerobot(tmp, out)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    if generate_args.get("progress", True):
+        print(f"wrote {out}: LeRobot v3.0 dataset (H.264 video, {len(list(out.rglob('*.mp4')))} video file(s))")
     return out
 
 
@@ -258,8 +326,6 @@ def run(args: argparse.Namespace) -> int:
     noise = {"noise_std": args.noise, "segment_fraction": args.segment_fraction}
     start = time.perf_counter()
     if getattr(args, "format", "hdf5") == "lerobot":
-        from workbench.data.lerobot_write import generate_lerobot
-
         generate_lerobot(args.out, tasks=args.tasks, episodes=args.episodes, frames=args.frames, size=args.size,
                          seed=args.seed, camera=args.camera, noise=noise, progress=not args.no_progress,
                          action_repeat=args.action_repeat)
@@ -273,7 +339,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m workbench.data.metaworld_gen",
+    parser = argparse.ArgumentParser(prog="python -m workbench.worldmodel.generate",
                                      description=__doc__.split("\n")[0])
     add_arguments(parser)
     return run(parser.parse_args(argv))

@@ -1,5 +1,5 @@
 """The Meta-World side of ``workbench data metaworld``: cameras, the action perturbation, one task's
-environment and one perturbed expert rollout (see :mod:`workbench.data.metaworld_gen`).
+environment and one perturbed expert rollout (see :mod:`workbench.worldmodel.generate`).
 
 MuJoCo and Meta-World are imported when an environment is built, never at import time.
 """

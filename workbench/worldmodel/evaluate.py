@@ -11,7 +11,7 @@ Every clip is predicted from its first frame with the base's own sampler and the
 and scored on the predicted frames (frame 0 is given): PSNR, SSIM, PSNR on the moving pixels
 (where the true future differs from the first frame), and the **action error** — the distance
 between the hand position a probe reads off each predicted frame and the recorded one, in cm
-(:func:`workbench.metrics.hand_error_cm`), also as a ratio to the probe's own error on the true
+(:func:`workbench.worldmodel.probe.hand_error_cm`), also as a ratio to the probe's own error on the true
 frames. Results come overall and per task.
 
 Clips come from a **clip source**: any map-style dataset (``len`` and ``[i]``) whose items are ::
@@ -27,7 +27,7 @@ error is reported as missing (NaN).
 Example::
 
     from workbench import AdapterExperiment
-    from workbench.evaluate import evaluate_run, clip_source
+    from workbench.worldmodel.evaluate import evaluate_run, clip_source
     exp = AdapterExperiment.load("outputs/demo/run")
     report = evaluate_run(exp, clip_source("sample", window=16, split="val"), out="outputs/eval", clips=12)
     print(report["table"])
@@ -47,7 +47,7 @@ from workbench.errors import CheckpointError, CompositionError, DataError
 
 #: Six Meta-World tasks outside pretraining and the demo's training set, generated with their own seed
 #: (see README, "Unseen tasks").
-UNSEEN_PATH = Path(__file__).resolve().parent / "data" / "samples" / "metaworld_unseen.h5"
+UNSEEN_PATH = Path(__file__).resolve().parents[1] / "data" / "samples" / "metaworld_unseen.h5"
 VARIANTS = ("base", "adapter", "swapped")
 LABELS = {"base": "(a) frozen base alone", "adapter": "(b) base + adapter, true actions",
           "swapped": "(c) base + adapter, swapped"}
@@ -178,7 +178,8 @@ def evaluate_world_model(exp, clips, *, sampling_steps: int, seed: int = 0, chun
     import torch
     from tqdm.auto import tqdm
 
-    from workbench.metrics import hand_error_cm, moving_mask, per_clip, to_uint8_video
+    from workbench.metrics import moving_mask, per_clip, to_uint8_video
+    from workbench.worldmodel.probe import hand_error_cm
 
     items = [clips[i] for i in range(len(clips))]
     if not items:
@@ -395,7 +396,7 @@ def evaluate_run(exp, source, *, out: str | Path, clips: int | None = None, samp
     metrics = {"summary": summary, "per_clip": per_clip_record(result),
                "evaluation": {"clips": n, "sampling_steps": steps, "seed": seed, "moving_threshold_uint8": 10.0,
                               "gate_scale": gate_scale, "swapped": condition,
-                              "probe": "workbench.hand_probe (shipped)", **(describe or {})},
+                              "probe": "workbench.worldmodel.probe (shipped)", **(describe or {})},
                "files": [p.name for p in videos], "seconds": round(time.perf_counter() - started, 1)}
     (out / "metrics.json").write_text(json.dumps(json_safe(metrics), indent=1))
     return {**metrics, "result": result, "table": format_table(summary, title, labels or labels_for(condition))}

@@ -1,9 +1,9 @@
 """A hand-position probe: a small CNN that reads the robot's end-effector position off one frame.
 
 It turns a predicted video into a trajectory, so a world model can be scored on whether the arm
-goes where the actions say (:func:`workbench.metrics.action_error`), not only on pixels.
+goes where the actions say (:func:`action_error`), not only on pixels.
 
-The shipped probe (``workbench/hand_probe_weights/hand_probe.safetensors``, with its provenance
+The shipped probe (``workbench/worldmodel/weights/hand_probe/hand_probe.safetensors``, with its provenance
 in ``hand_probe.json``) was trained on real frames of pretraining-style data — the generator's
 seed 1, the seed ``workbench pretrain``'s data used, which shares no episode with the shipped
 sample (seed 0) the demo evaluates on::
@@ -20,7 +20,7 @@ reads the softer frames a small video model predicts.
 
 Example::
 
-    from workbench.hand_probe import HandProbe
+    from workbench.worldmodel.probe import HandProbe
     probe = HandProbe.from_pretrained()
     xyz = probe.positions(frames)      # uint8 [..., H, W, 3] → metres [..., 3]
 """
@@ -44,7 +44,7 @@ from workbench.config import check
 from workbench.errors import CheckpointError, DataError
 from workbench.layers import group_count
 
-WEIGHTS = Path(__file__).resolve().parent / "hand_probe_weights" / "hand_probe.safetensors"
+WEIGHTS = Path(__file__).resolve().parent / "weights" / "hand_probe" / "hand_probe.safetensors"
 
 
 class HandProbe(nn.Module):
@@ -169,9 +169,35 @@ class ProbeTrainConfig:
         check(self.max_blur >= 0, "max_blur", f"must be >= 0, got {self.max_blur}.")
 
 
-def error_cm(probe: HandProbe, frames: np.ndarray, ee_pos: np.ndarray) -> np.ndarray:
-    """Distance (cm) between the probe's positions on ``frames`` and the recorded ``ee_pos``, per frame."""
-    return 100.0 * np.linalg.norm(probe.positions(frames) - np.asarray(ee_pos, np.float64), axis=-1)
+def hand_error_cm(video: Any, ee_pos: Any, probe: HandProbe | None = None) -> np.ndarray:
+    """Per-frame distance (cm) between the hand position ``probe`` reads off ``video`` and ``ee_pos``.
+
+    ``video``: uint8 ``[..., T, H, W, 3]`` or float ``[..., 3, T, H, W]`` (the conventions of
+    :mod:`workbench.metrics`); ``ee_pos``: recorded positions in metres, ``[..., T, 3]``. ``probe``:
+    a :class:`HandProbe` (default: the shipped one). Returns float64 ``[..., T]``.
+    """
+    from workbench.metrics import to_uint8_video
+
+    frames = to_uint8_video(video)
+    target = np.asarray(ee_pos.detach().cpu() if isinstance(ee_pos, torch.Tensor) else ee_pos, np.float64)
+    if target.shape != (*frames.shape[:-3], 3):
+        raise DataError(
+            f"hand_error_cm: ee_pos has shape {tuple(target.shape)}, expected {(*frames.shape[:-3], 3)}: one "
+            f"(x, y, z) position in metres per frame of the video (video shape {tuple(frames.shape)} channel-last)."
+        )
+    found = (probe or shipped_probe()).positions(frames)
+    return 100.0 * np.linalg.norm(found - target, axis=-1)
+
+
+def action_error(pred: Any, ee_pos: Any, probe: HandProbe | None = None) -> float:
+    """Mean :func:`hand_error_cm` over the predicted frames (frame 0, which is given, is skipped), in cm.
+
+    The **action error** asks whether the arm goes where the actions say: the probe reads the hand
+    position off every predicted frame, and the error is its distance to the recorded end-effector
+    position. The probe's own error on the true frames is the floor; ``workbench eval`` reports
+    ratios to it.
+    """
+    return float(hand_error_cm(pred, ee_pos, probe)[..., 1:].mean())
 
 
 def train_probe(cfg: ProbeTrainConfig, progress: bool = True) -> HandProbe:
@@ -217,7 +243,7 @@ def train_probe(cfg: ProbeTrainConfig, progress: bool = True) -> HandProbe:
         opt.step()
         losses.append(float(loss.detach()))
     probe.eval()
-    err = error_cm(probe, frames[held], ee_pos[held])
+    err = hand_error_cm(frames[held], ee_pos[held], probe)
     name = Path(clips.path).name
     provenance = {
         "architecture": {"width": cfg.width, "image_size": int(h)},

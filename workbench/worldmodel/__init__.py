@@ -1,0 +1,45 @@
+"""The world-model wing: the Meta-World study built *on* the library, not part of it.
+
+It turns the frozen embedded backbone into an action-conditioned world model of a robot arm and
+measures whether the predictions follow the actions:
+
+* :mod:`~workbench.worldmodel.sim` and :mod:`~workbench.worldmodel.generate`: Meta-World rollouts
+  rendered with MuJoCo, written as HDF5 or a LeRobot dataset (``workbench data metaworld``);
+* :mod:`~workbench.worldmodel.pretrain`: pretraining the embedded ``tiny_video`` on them
+  (``workbench pretrain``);
+* :mod:`~workbench.worldmodel.probe`: the hand-position probe and the action error it scores
+  (``workbench probe``);
+* :mod:`~workbench.worldmodel.evaluate`: predicting held-out clips three ways and scoring them
+  (``workbench eval``);
+* :mod:`~workbench.worldmodel.demo`: the whole study in one command (``workbench demo``).
+
+The library (core, train, inspect, widgets, adapters, backbones, data, testing, the ``workbench``
+command) never imports this package; its commands register through the ``workbench.commands``
+entry-point group as a plugin's would. It uses only what the library offers a researcher, so it is
+also the template for a study of your own on your own data.
+
+Names resolve on first access; nothing heavy is imported here.
+"""
+
+from __future__ import annotations
+
+from workbench._lazy import lazy_exports
+
+_LAZY = {
+    "generate_lerobot": "workbench.worldmodel.generate",
+    "metaworld_to_lerobot": "workbench.worldmodel.generate",
+    "Perturbation": "workbench.worldmodel.sim",
+    "PretrainConfig": "workbench.worldmodel.pretrain",
+    "HandProbe": "workbench.worldmodel.probe",
+    "action_error": "workbench.worldmodel.probe",
+    "hand_error_cm": "workbench.worldmodel.probe",
+    "clip_source": "workbench.worldmodel.evaluate",
+    "evaluate_run": "workbench.worldmodel.evaluate",
+    "evaluate_world_model": "workbench.worldmodel.evaluate",
+    "load_run": "workbench.worldmodel.evaluate",
+    "DemoConfig": "workbench.worldmodel.demo",
+    "TRAINED_ADAPTER": "workbench.worldmodel.demo",
+    "run_demo": "workbench.worldmodel.demo",
+}
+
+__all__, __getattr__, __dir__ = lazy_exports("workbench.worldmodel", _LAZY, "names")
