@@ -31,8 +31,8 @@ CASES = {
 PLUGIN_CASES = {
     "plugin_overhead": ["generate / pipeline = ", "dynamicrafter record / sampler = "],
     "gpu_check": ["flow_matching on cpu: parity",
-                  "TinyVideo (tiny_video-flow_matching) on cpu float32: all 10 promises kept",
-                  "DynamiCrafter (dynamicrafter-512:tiny random model) on cpu bfloat16: all 10 promises kept",
+                  "TinyVideo (tiny_video-flow_matching) on cpu float32: all 11 promises kept",
+                  "DynamiCrafter (dynamicrafter-512:tiny random model) on cpu bfloat16: all 11 promises kept",
                   "gpu_check: every claim holds"],
 }
 ARGS = {"gpu_check": ["--quick", "--backbones", "tiny_video,dynamicrafter", "--dtype", "gpu"]}

@@ -229,6 +229,20 @@ class BaseVideoModel(nn.Module):
         return ClipSpec(frames=s.num_frames, height=s.height, width=s.width, fps=s.fps,
                         latent_frames=self.latent_frames(s.num_frames))
 
+    def generation_inputs(self, video: torch.Tensor) -> dict[str, Any]:
+        """What a generation request takes from clips it should reproduce, ``video`` ``(B, 3, T, H, W)``.
+
+        By default, for a card serving an image-to-video mode (``i2v`` / ``ti2v``), the first frames
+        ``{"image": (B, 3, H, W)}``; otherwise the clip's size ``{"frames": T, "height": H, "width": W}``.
+        A backbone given more frames overrides it (e.g. an interpolation model's ``"last_image"``).
+        Evaluations build their requests with it (:func:`workbench.inspect.clips.generation_request`).
+        """
+        from workbench.core.card import IMAGE_MODES
+
+        if self.card is not None and self.card.serving in IMAGE_MODES:
+            return {"image": video[:, :, 0]}
+        return {"frames": int(video.shape[2]), "height": int(video.shape[3]), "width": int(video.shape[4])}
+
     def latent_frames(self, frames: int) -> int:
         """How many latent frames :meth:`encode` makes of ``frames`` pixel frames; ``frames`` by default
         (one latent frame per frame). A video VAE that compresses time overrides it."""

@@ -34,7 +34,7 @@ def own_weights(base: torch.nn.Module) -> dict[str, torch.Tensor]:
     """The backbone's own parameters and buffers by name, as it was built: the tensors an inside adapter
     attached to it (peft's LoRA layers) left out, and peft's ``.base_layer`` wrapping undone, so a cache
     made by the bare backbone is recognised by a run with a LoRA inside it."""
-    owner = getattr(base, "_workbench_inside_adapter", None)
+    owner = vars(base).get("_workbench_inside_adapter")  # an inside adapter marks the base it is attached to
     theirs = set() if owner is None else {id(t) for t in (*owner.parameters(), *owner.buffers())}
     return {name.replace(".base_layer.", "."): t for name, t in base.state_dict(keep_vars=True).items()
             if id(t) not in theirs}

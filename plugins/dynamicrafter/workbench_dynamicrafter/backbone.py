@@ -345,6 +345,13 @@ class DynamiCrafter(BaseVideoModel):
         return Batch(latents=latents, cond=cond, loss_mask=mask, per_frame=frozenset(per_frame),
                      meta={"has_target": has_target})
 
+    def generation_inputs(self, video: torch.Tensor) -> dict[str, Any]:
+        """The first frames ``"image"``, and for ``512_interp`` the last ones ``"last_image"`` too."""
+        inputs = {"image": video[:, :, 0]}
+        if self.variant.interp:
+            inputs["last_image"] = video[:, :, -1]
+        return inputs
+
     def context(self, raw: Mapping[str, Any], first: torch.Tensor) -> torch.Tensor:
         """The U-Net's cross-attention context ``(B, 77 + 16 T, D)``: the text of ``raw`` (prompts through
         ``prompt_key`` / ``prompt_template`` / ``prompt``) and the first frames' resampled image tokens."""

@@ -138,6 +138,8 @@ class Wan22TI2V(DiffusersBackbone):
             raise CheckpointError(f"wan22_ti2v: {folder} is not a Wan2.2 TI2V checkpoint: " + "; ".join(problems)
                                   + ". Use the Wan-AI/Wan2.2-TI2V-5B-Diffusers release.")
         self.adopt_components(parts)  # the pipelines below only borrow the modules
+        # diffusers' WanImageToVideoPipeline conditions every sample on one image: one clip per generate()
+        self.max_generate_batch = 1 if c.first_frame else None
         shared = dict(tokenizer=self.tokenizer, text_encoder=None, vae=self.vae,  # the text encoder: on first use
                       scheduler=self.scheduler, transformer=self.transformer, expand_timesteps=True)
         self.pipelines = {"i2v": WanImageToVideoPipeline(**shared), "t2v": WanPipeline(**shared)}
