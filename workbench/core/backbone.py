@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from workbench.core.card import ModelCard
+from workbench.core.card import IMAGE_MODES, ModelCard
 from workbench.core.conditions import Batch
 from workbench.core.inside import InsideSpec
 from workbench.errors import CardError, CompositionError, DataError
@@ -237,8 +237,6 @@ class BaseVideoModel(nn.Module):
         A backbone given more frames overrides it (e.g. an interpolation model's ``"last_image"``).
         Evaluations build their requests with it (:func:`workbench.inspect.clips.generation_request`).
         """
-        from workbench.core.card import IMAGE_MODES
-
         if self.card is not None and self.card.serving in IMAGE_MODES:
             return {"image": video[:, :, 0]}
         return {"frames": int(video.shape[2]), "height": int(video.shape[3]), "width": int(video.shape[4])}

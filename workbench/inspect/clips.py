@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from workbench.core.card import TEXT_MODES
 from workbench.errors import DataError
 
 
@@ -43,9 +44,9 @@ def generation_request(base, clips: Sequence[Mapping[str, Any]]) -> dict[str, An
     What the backbone generates from, as its ``generation_inputs(video)`` says (an image-to-video mode:
     the first frames ``"image"`` ``(B, 3, H, W)``; otherwise the clips' ``"frames"`` / ``"height"`` /
     ``"width"``). Every
-    other tensor of the clips goes in stacked (``action`` ``(B, T, D)``, a control video ...), every
-    str as a list (a prompt, or a task name a backbone's ``prompt_key`` reads); other plain values
-    (episode numbers ...) are left out.
+    other tensor of the clips goes in stacked (``action`` ``(B, T, D)``, a control video ...), and,
+    for a mode that reads text, every str as a list (a prompt, or a task name a backbone's
+    ``prompt_key`` reads); other plain values (episode numbers ...) are left out.
     """
     if not clips:
         raise DataError("generation_request: no clips were given.")
@@ -54,10 +55,11 @@ def generation_request(base, clips: Sequence[Mapping[str, Any]]) -> dict[str, An
         raise DataError(f"generation_request: clips need their 'video' (3, T, H, W), got keys {sorted(first)}.")
     video = torch.stack([torch.as_tensor(c["video"]) for c in clips])
     request: dict[str, Any] = dict(base.generation_inputs(video))
+    reads_text = base.card.serving in TEXT_MODES  # a mode without text refuses it rather than ignore it
     for key, value in first.items():
         if key == "video":
             continue
-        if isinstance(value, str) or (isinstance(value, torch.Tensor) and value.is_floating_point()):
+        if (isinstance(value, str) and reads_text) or (isinstance(value, torch.Tensor) and value.is_floating_point()):
             request[key] = _collated(clips, key)
     return request
 
