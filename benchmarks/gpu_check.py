@@ -8,7 +8,7 @@ runs the same checks on the CPU. The conformance runs on ``tiny_video`` and on e
 plugin's tiny model (``wan22_ti2v``, ``easyanimate``, ``dynamicrafter``; ``--backbones`` picks),
 in ``--dtype`` (``auto``: bfloat16 on CUDA, float32 on the CPU; ``gpu`` the card's GPU precision
 on any device — bf16 on the CPU is how the GPU default is exercised without one). Exits
-non-zero if a claim fails. ``--quick``: fewer sampling steps, the same checks (seconds).
+non-zero if a claim fails. ``--quick``: fewer sampling steps and smaller clips, the same checks (seconds).
 """
 
 from __future__ import annotations
@@ -84,8 +84,9 @@ def check(device: str, objective: str, steps: int) -> None:
           f"{steps}-step run took {time.perf_counter() - started:.3f} s)")
 
 
-def subject(name: str, steps: int):
-    """``(make_backbone, raw, adapter_factory)`` for ``name``'s tiny model: a training batch holding every input."""
+def subject(name: str, steps: int, quick: bool = False):
+    """``(make_backbone, raw, adapter_factory)`` for ``name``'s tiny model: a training batch holding every input
+    (``quick``: smaller clips)."""
     from workbench.registry import build
 
     g = torch.Generator().manual_seed(0)
@@ -102,7 +103,7 @@ def subject(name: str, steps: int):
         raw = {"video": torch.rand(2, 3, 8, 32, 32, generator=g) * 2 - 1, **signals(8),
                "control": torch.rand(2, 1, 8, 32, 32, generator=g) * 2 - 1}
         return make, raw, lambda: LatentResidual(width=32, depth=2)
-    frames, size = (4, 32) if name == "dynamicrafter" else (9, 64)
+    frames, size = ((4, 16) if quick else (4, 32)) if name == "dynamicrafter" else ((5, 32) if quick else (9, 64))
     config = {"path": "tiny", "prompt": "a robot arm pushes a puck", "steps": steps, "num_frames": frames,
               "height": size, "width": size}
     adapter, channels = {"wan22_ti2v": ("wan22_latent_residual", 48), "easyanimate": ("easyanimate_latent_residual", 4),
@@ -127,7 +128,7 @@ def gpu_dtypes(card) -> list[torch.dtype]:
     return [getattr(torch, n) for n in names]
 
 
-def conformance(device: str, dtype: str, backbones: list[str], steps: int) -> bool:
+def conformance(device: str, dtype: str, backbones: list[str], steps: int, quick: bool = False) -> bool:
     """The backbone contract, every promise, on ``device`` for each backbone; prints the reports."""
     from workbench.testing import check_backbone
 
@@ -136,7 +137,7 @@ def conformance(device: str, dtype: str, backbones: list[str], steps: int) -> bo
         if name in PLUGIN_MODULES and importlib.util.find_spec(PLUGIN_MODULES[name]) is None:
             print(f"{name}: not installed (pip install -e plugins/...); skipped")
             continue
-        make, raw, adapter = subject(name, steps)
+        make, raw, adapter = subject(name, steps, quick)
         if dtype == "gpu":
             dtypes = gpu_dtypes(make().card)
         elif dtype == "auto":
@@ -159,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
                              "card's GPU precision on any device)")
     parser.add_argument("--backbones", default=",".join(BACKBONES),
                         help="comma-separated backbones to check (default: %(default)s; plugins when installed)")
-    parser.add_argument("--quick", action="store_true", help="fewer sampling steps, the same checks (seconds)")
+    parser.add_argument("--quick", action="store_true",
+                        help="fewer sampling steps and smaller clips, the same checks (seconds)")
     args = parser.parse_args(argv)
     os.environ.setdefault("WORKBENCH_CACHE", tempfile.mkdtemp(prefix="workbench-gpu-check-"))  # the tiny models
     device = args.device
@@ -181,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     steps = 4 if args.quick else 20
     for objective in ("flow_matching", "diffusion"):
         check(device, objective, steps)
-    ok = conformance(device, args.dtype, [b for b in args.backbones.split(",") if b], 3 if args.quick else 10)
+    ok = conformance(device, args.dtype, [b for b in args.backbones.split(",") if b], 2 if args.quick else 10,
+                     args.quick)
     print("gpu_check: every claim holds" if ok else "gpu_check: FAILED: a promise above is broken")
     return 0 if ok else 1
 
