@@ -27,8 +27,11 @@ LABEL_SIZE = 9
 
 
 # -- fast pictures: panels composed straight from arrays (no figure per move) -----------------
-PANEL_PIXELS = 192  # the size a 64-pixel frame is drawn at (nearest-neighbour, integer scale)
+PICTURE_WIDTH = 1000  # the width a row of panels is laid out for: a notebook's output area at ~1400 px
+MAX_PANEL = 384  # the largest a frame is drawn (a single panel would otherwise fill the row)
+MIN_PANEL = 128
 TEXT_RGB = (40, 40, 40)
+NOTE_RGB = (178, 24, 43)  # a note on a panel (e.g. "adapter off here"): the diverging map's red
 BACKGROUND = 255
 
 
@@ -47,69 +50,167 @@ def _text_width(draw, text: str, font) -> int:
     return int(right - left)
 
 
-def panels_image(panels: Sequence[Panel], title: str | None = None, panel_pixels: int = PANEL_PIXELS) -> np.ndarray:
+def panel_scale(frame: int, panels: int, bars: int = 0, width: int = PICTURE_WIDTH) -> int:
+    """The integer factor a ``frame``-pixel picture is drawn at so that ``panels`` of them (and ``bars``
+    colour bars) fill about ``width`` pixels; frames stay between ``MIN_PANEL`` and ``MAX_PANEL`` pixels."""
+    room = (width - 10 * (panels + 1) - 90 * bars) / max(1, panels)
+    room = min(max(room, MIN_PANEL), MAX_PANEL)
+    return max(1, int(room // max(1, frame)))
+
+
+def _wrap(text: str, draw, font, width: int) -> list[str]:
+    """``text`` broken into lines no wider than ``width`` pixels (at spaces; a long word stays whole)."""
+    lines: list[str] = []
+    for paragraph in text.split("\n"):
+        line = ""
+        for word in paragraph.split(" "):
+            trial = f"{line} {word}" if line else word
+            if line and _text_width(draw, trial, font) > width:
+                lines.append(line)
+                line = word
+            else:
+                line = trial
+        lines.append(line)
+    return lines
+
+
+def panels_image(panels: Sequence[Panel], title: str | None = None, panel_pixels: int | None = None,
+                 width: int = PICTURE_WIDTH) -> np.ndarray:
     """A row of pictures as uint8 RGB ``[H, W, 3]``, composed from the arrays themselves.
 
     What :func:`panels_figure` shows, drawn without matplotlib (a slider move must not build a
-    figure): each panel scaled up by an integer factor (nearest neighbour) under its title; float
-    maps coloured over their range, with a colour strip and its end values (and what the colours
-    measure) once per range shared by several panels.
+    figure): each panel scaled up by an integer factor (nearest neighbour) so that the row fills
+    about ``width`` pixels (``panel_pixels``: the size of a frame instead), under its title and its
+    note (in red); float maps coloured over their range, with a colour strip and its end values
+    (and what the colours measure) once per range shared by several panels. Text grows with the
+    frames, so it stays legible where the browser shrinks the picture to fit.
     """
     from PIL import Image, ImageDraw
 
     panels = list(panels)
-    font, small = _font(13), _font(11)
-    title = _drawable(title) if title else title
-    pictures = []
-    for p in panels:
-        rgb = p.colored()
-        scale = max(1, panel_pixels // max(rgb.shape[0], rgb.shape[1]))
-        pictures.append(np.repeat(np.repeat(rgb, scale, axis=0), scale, axis=1))
     bars: dict[tuple, Panel] = {}
     for p in panels:
         if p.kind != "rgb":
             bars.setdefault((p.kind, p.vrange), p)
-    gap, strip, title_h = 10, 14, 18 if title else 0
-    lines = max((p.title.count("\n") + 1 for p in panels), default=1)
-    head = 15 * lines + 4
-    bar_w = (strip + 62) * len(bars)
+    frame = max((max(p.image.shape[0], p.image.shape[1]) for p in panels), default=64)
+    scale = max(1, panel_pixels // frame) if panel_pixels else panel_scale(frame, len(panels), len(bars), width)
+    pictures = [np.repeat(np.repeat(p.colored(), scale, axis=0), scale, axis=1) for p in panels]
+    size = max((im.shape[1] for im in pictures), default=frame * scale)
+    small_px = min(22, max(13, round(size * 0.06)))
+    font, small = _font(small_px + 2), _font(small_px)
+    line_h = small_px + 4
+    gap, strip = max(10, small_px // 2 + 4), max(14, small_px)
+    probe = ImageDraw.Draw(Image.new("RGB", (1, 1)))
+    heads = [(_wrap(_drawable(p.title), probe, small, max(size, 80)),
+              _wrap(_drawable(p.note), probe, small, max(size, 80)) if p.note else []) for p in panels]
+    lines = max((len(a) + len(b) for a, b in heads), default=1)
+    title = _drawable(title) if title else title
+    title_h = small_px + 10 if title else 0
+    head = line_h * lines + 4
+    bar_w = (strip + 5 * small_px) * len(bars)
     width = sum(im.shape[1] for im in pictures) + gap * (len(pictures) + 1) + bar_w
-    height_img = max((im.shape[0] for im in pictures), default=panel_pixels)
+    height_img = max((im.shape[0] for im in pictures), default=size)
     labels = sorted({p.label for p in bars.values() if p.label})
-    foot = 16 * len(labels)
+    foot = line_h * len(labels)
+    if title:
+        width = max(width, _text_width(probe, title, font) + 2 * gap)
     canvas = Image.new("RGB", (width, title_h + head + height_img + gap + foot), (BACKGROUND,) * 3)
     draw = ImageDraw.Draw(canvas)
     if title:
-        width = max(width, _text_width(draw, title, font) + 2 * gap)
-        if width > canvas.width:
-            wider = Image.new("RGB", (width, canvas.height), (BACKGROUND,) * 3)
-            canvas, draw = wider, ImageDraw.Draw(wider)
-        draw.text(((width - _text_width(draw, title, font)) // 2, 2), title, fill=TEXT_RGB, font=font)
+        draw.text(((width - _text_width(draw, title, font)) // 2, 3), title, fill=TEXT_RGB, font=font)
     x = gap
     top = title_h + head
-    for p, im in zip(panels, pictures):
+    for im, (title_lines, note_lines) in zip(pictures, heads):
         canvas.paste(Image.fromarray(np.ascontiguousarray(im)), (x, top))
-        for i, line in enumerate(_drawable(p.title).split("\n")):
+        for i, (line, colour) in enumerate([(t, TEXT_RGB) for t in title_lines] + [(n, NOTE_RGB) for n in note_lines]):
             tx = x + max(0, (im.shape[1] - _text_width(draw, line, small)) // 2)
-            draw.text((tx, title_h + 2 + 15 * i), line, fill=TEXT_RGB, font=small)
+            draw.text((tx, title_h + 2 + line_h * i), line, fill=colour, font=small)
         x += im.shape[1] + gap
     for p in bars.values():  # a vertical colour strip, top = the largest value
         lo, hi = p.vrange
         ramp = np.linspace(hi, lo, height_img, dtype=np.float64)[:, None].repeat(strip, axis=1)
         canvas.paste(Image.fromarray(_colorize(ramp, p.cmap, lo, hi)), (x, top))
-        for value, y in ((hi, top), (0.5 * (lo + hi), top + height_img // 2 - 6), (lo, top + height_img - 12)):
+        middle = top + height_img // 2 - small_px // 2
+        for value, y in ((hi, top), (0.5 * (lo + hi), middle), (lo, top + height_img - small_px - 2)):
             draw.text((x + strip + 3, y), f"{value:+.2g}" if p.kind == "signed" else f"{value:.2g}", fill=TEXT_RGB,
                       font=small)
-        x += strip + 62
+        x += strip + 5 * small_px
     for i, label in enumerate(labels):
-        draw.text((gap, top + height_img + gap // 2 + 16 * i), _drawable(f"colours: {label}"), fill=TEXT_RGB,
+        draw.text((gap, top + height_img + gap // 2 + line_h * i), _drawable(f"colours: {label}"), fill=TEXT_RGB,
                   font=small)
     return np.asarray(canvas)
 
 
+def path_image(recorded: np.ndarray, edited: np.ndarray, axes: Sequence[str], unit: str = "", name: str = "",
+               frame: int | None = None, width: int = PICTURE_WIDTH, height: int = 170,
+               labels: tuple[str, str] = ("recorded", "edited")) -> np.ndarray:
+    """Two paths ``[T, D]`` (e.g. the hand a readout finds in the recorded and in an edited video) as a row
+    of small line charts, one per dimension, over frames: uint8 RGB ``[H, W, 3]``, drawn without matplotlib.
+
+    The recorded path is grey, the edited one red; ``frame`` is marked by a vertical line.
+    """
+    from PIL import Image, ImageDraw
+
+    recorded, edited = np.asarray(recorded, np.float64), np.asarray(edited, np.float64)
+    t, dims = recorded.shape
+    small_px = 14
+    font, small = _font(small_px + 1), _font(small_px)
+    canvas = Image.new("RGB", (width, height), (BACKGROUND,) * 3)
+    draw = ImageDraw.Draw(canvas)
+    colours = {labels[0]: (120, 120, 120), labels[1]: NOTE_RGB}
+    x = 10
+    for label, colour in colours.items():  # the legend, top left
+        draw.line([(x, 10), (x + 22, 10)], fill=colour, width=3)
+        draw.text((x + 27, 2), label, fill=TEXT_RGB, font=small)
+        x += 40 + _text_width(draw, label, small)
+    suffix = f" ({unit})" if unit else ""
+    chart_w = (width - 10) // max(1, dims)
+    left_pad, top, bottom = 8 + 4 * small_px, 26 + small_px + 6, height - small_px - 10
+    for d in range(dims):
+        x0 = 10 + d * chart_w + left_pad
+        x1 = 10 + (d + 1) * chart_w - 14
+        values = np.concatenate([recorded[:, d], edited[:, d]])
+        lo, hi = float(values.min()), float(values.max())
+        pad = max(0.05 * (hi - lo), 0.5 if unit == "cm" else 1e-6)
+        lo, hi = lo - pad, hi + pad
+        axis = f"{name} {axes[d]}".strip() if d < len(axes) else f"d{d}"
+        draw.text((x0, 26), _drawable(f"{axis}{suffix}"), fill=TEXT_RGB, font=font)
+        draw.rectangle([x0, top, x1, bottom], outline=(200, 200, 200))
+
+        def px(i: int, v: float, x0=x0, x1=x1, lo=lo, hi=hi) -> tuple[float, float]:
+            return (x0 + (x1 - x0) * i / max(1, t - 1), bottom - (bottom - top) * (v - lo) / (hi - lo))
+
+        if frame is not None and 0 <= frame < t:
+            fx = px(frame, lo)[0]
+            draw.line([(fx, top), (fx, bottom)], fill=(190, 190, 220), width=2)
+        for path, colour in ((recorded[:, d], colours[labels[0]]), (edited[:, d], colours[labels[1]])):
+            points = [px(i, float(v)) for i, v in enumerate(path)]
+            draw.line(points, fill=colour, width=3 if colour == NOTE_RGB else 2)
+        for value, y in ((hi - pad, top), (lo + pad, bottom - small_px)):
+            text = f"{value:.1f}"
+            draw.text((x0 - 6 - _text_width(draw, text, small), y), text, fill=TEXT_RGB, font=small)
+        draw.text((x0, bottom + 3), "frame 0", fill=TEXT_RGB, font=small)
+        end = f"{t - 1}"
+        draw.text((x1 - _text_width(draw, end, small), bottom + 3), end, fill=TEXT_RGB, font=small)
+    return np.asarray(canvas)
+
+
+def stack_images(images: Sequence[np.ndarray], gap: int = 6) -> np.ndarray:
+    """uint8 RGB pictures one above the other, left-aligned on white: ``[H, W, 3]``."""
+    width = max(im.shape[1] for im in images)
+    rows = []
+    for i, im in enumerate(images):
+        row = np.full((im.shape[0], width, 3), BACKGROUND, dtype=np.uint8)
+        row[:, :im.shape[1]] = im[..., :3]
+        rows.append(row)
+        if i < len(images) - 1:
+            rows.append(np.full((gap, width, 3), BACKGROUND, dtype=np.uint8))
+    return np.concatenate(rows, axis=0)
+
+
 def _drawable(text: str) -> str:
-    """``text`` in characters Pillow's built-in font has (it lacks the minus sign)."""
-    return text.replace("\u2212", "-")
+    """``text`` in characters Pillow's built-in font has (it lacks the minus sign and the en dash)."""
+    return text.replace("\u2212", "-").replace("\u2013", "-")
 
 
 def _colorize(values: np.ndarray, cmap: str, lo: float, hi: float) -> np.ndarray:
@@ -172,6 +273,8 @@ def _draw_panel(ax, panel: Panel):
     ax.set_title(panel.title, fontsize=TITLE_SIZE)
     ax.set_xticks([])
     ax.set_yticks([])
+    if panel.note:
+        ax.set_xlabel(panel.note, fontsize=TITLE_SIZE - 1, color="#b2182b", wrap=True)
     if panel.kind == "rgb":
         ax.imshow(panel.image, interpolation="nearest")
         return None
@@ -349,32 +452,57 @@ def gates_figure(levels: Sequence[float], weight: Sequence[float], history: Mapp
     return fig
 
 
+def _heatmap(fig, ax, values: np.ndarray, levels: Sequence[float], names: Sequence[str], title: str, bar: str,
+             second: np.ndarray | None = None, fmt: str = "{:.2g}"):
+    """One noise level × dimension heatmap with its values written in the cells (``second``: a value
+    to write under each, e.g. the base's)."""
+    top = float(values.max()) if values.size and values.max() > 0 else 1.0
+    im = ax.imshow(values, cmap=colormap("sequential"), vmin=0, vmax=top, aspect="auto", origin="lower")
+    ax.set_xticks(range(values.shape[1]), names, fontsize=LABEL_SIZE)
+    ax.set_yticks(range(len(levels)), [f"{lv:.2f}" for lv in levels], fontsize=LABEL_SIZE)
+    ax.set_xlabel("action dimension")
+    ax.set_ylabel("noise level")
+    ax.set_title(title, fontsize=TITLE_SIZE + 1)
+    rows = values.shape[0]
+    size = LABEL_SIZE if rows <= 7 and second is None else LABEL_SIZE - 1
+    for (i, d), v in np.ndenumerate(values):
+        text = fmt.format(v) if second is None else f"{fmt.format(v)}\nbase {fmt.format(second[i, d])}"
+        ax.text(d, i, text, ha="center", va="center", fontsize=size, color="black" if v > 0.6 * top else "white")
+    _colorbar(fig, im, ax, bar)
+
+
 def sensitivity_figure(levels: Sequence[float], values: np.ndarray, swap_gap: Mapping[str, np.ndarray],
-                       scale: Sequence[float], quantity: str = "x0", dim_names: Sequence[str] | None = None):
+                       scale: Sequence[float], quantity: str = "x0", dim_names: Sequence[str] | None = None,
+                       readout: Mapping[str, np.ndarray] | None = None, readout_label: str = ""):
     """Heatmap of sensitivity per action dimension × noise level, and the swap-actions gap.
 
     ``values`` ``(levels, dims)``: RMS change per unit of each dimension; ``swap_gap``:
     ``{"x0": (levels,), "adapter": (levels,)}``; ``scale``: RMS adapter output per level.
+    ``readout``: ``{"adapter": (levels, dims), "base": (levels, dims)}``, how far a readout's
+    position moves per unit of each dimension (``readout_label``: what and in which unit, e.g.
+    "hand (cm)"), drawn as a second heatmap; the base's values appear in its cells unless they are
+    zero everywhere (then the title says so).
     """
     values = np.asarray(values, dtype=np.float64)
     dims = values.shape[1]
     names = list(dim_names) if dim_names is not None else [f"d{d}" for d in range(dims)]
-    fig = _figure(4.0 + 0.55 * dims + 4.2, 3.6)
-    grid = fig.add_gridspec(1, 2, width_ratios=[1.2 + 0.45 * dims, 4.0])
-    ax = fig.add_subplot(grid[0])
-    top = float(values.max()) if values.size and values.max() > 0 else 1.0
-    im = ax.imshow(values, cmap=colormap("sequential"), vmin=0, vmax=top, aspect="auto", origin="lower")
-    ax.set_xticks(range(dims), names, fontsize=LABEL_SIZE - 1)
-    ax.set_yticks(range(len(levels)), [f"{lv:.2f}" for lv in levels], fontsize=LABEL_SIZE - 1)
-    ax.set_xlabel("action dimension")
-    ax.set_ylabel("noise level")
+    heat_w = 1.4 + 0.5 * dims
+    widths = [heat_w] + ([heat_w] if readout is not None else []) + [3.6]
+    fig = _figure(sum(widths) + 1.2 * (len(widths) - 1), 3.8)
+    grid = fig.add_gridspec(1, len(widths), width_ratios=widths)
     what = "x0 estimate" if quantity == "x0" else "adapter output"
-    ax.set_title(f"sensitivity of the {what}", fontsize=TITLE_SIZE + 1)
-    for (i, d), v in np.ndenumerate(values):
-        ax.text(d, i, f"{v:.2g}", ha="center", va="center", fontsize=LABEL_SIZE - 3,
-                color="black" if v > 0.6 * top else "white")
-    _colorbar(fig, im, ax, f"RMS change of the {what}\nper unit of action")
-    ax = fig.add_subplot(grid[1])
+    _heatmap(fig, fig.add_subplot(grid[0]), values, levels, names, f"sensitivity of the {what}",
+             f"RMS change of the {what}\nper unit of action")
+    if readout is not None:
+        moved, base = np.asarray(readout["adapter"], np.float64), np.asarray(readout["base"], np.float64)
+        base_zero = not np.any(base)
+        title = f"{readout_label or 'readout'} per unit of action"
+        if base_zero:
+            title += "\n(the base alone: 0 everywhere)"
+        _heatmap(fig, fig.add_subplot(grid[1]), moved, levels, names, title,
+                 f"{readout_label or 'readout'} moved per unit\n(mean over clips and frames)",
+                 second=None if base_zero else base, fmt="{:.1f}")
+    ax = fig.add_subplot(grid[-1])
     ax.plot(levels, swap_gap["x0"], "o-", color="#b2182b", label="swap gap, x0 estimate")
     ax.plot(levels, swap_gap["adapter"], "s--", color="#2166ac", label="swap gap, adapter output")
     ax.plot(levels, scale, ":", color="0.4", label="adapter output size (RMS)")
@@ -384,7 +512,7 @@ def sensitivity_figure(levels: Sequence[float], values: np.ndarray, swap_gap: Ma
     ax.set_xlim(0, 1)
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=LABEL_SIZE - 2, loc="best")
+    ax.legend(fontsize=LABEL_SIZE - 1, loc="best")
     return fig
 
 
@@ -459,5 +587,5 @@ def condition_table_text(rows: Sequence[Mapping[str, Any]], columns: Sequence[st
 
 
 __all__ = ["array_png", "colormap", "condition_figure", "condition_table_html", "condition_table_text", "curves_figure",
-           "figure_array", "figure_png", "filmstrip", "gates_figure", "loss_figure", "message_figure",
-           "panels_figure", "panels_image", "png_array", "sensitivity_figure"]
+           "figure_array", "figure_png", "filmstrip", "gates_figure", "loss_figure", "message_figure", "panel_scale",
+           "panels_figure", "panels_image", "path_image", "png_array", "sensitivity_figure", "stack_images"]
