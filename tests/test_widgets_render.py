@@ -73,6 +73,37 @@ def test_loss_figure_axes_and_smoothing():
     assert "no steps yet" in [t.get_text() for t in empty.axes[0].texts]
 
 
+def test_one_step_of_loss_is_a_visible_point_and_the_legend_leaves_the_curve_alone():
+    fig = render.loss_figure([1], [0.17], target=24, start=0)
+    ax = fig.axes[0]
+    assert ax.lines[0].get_marker() == "o" and ax.lines[0].get_markersize() > 0  # one point shows
+    lo, hi = ax.get_ylim()
+    assert lo < 0.17 < hi and ax.get_xlim() == (0.0, 24.0)
+    fig.canvas.draw() if hasattr(fig.canvas, "draw") else None
+    render.figure_array(fig)
+    legend = ax.get_legend().get_window_extent()
+    assert legend.y0 >= ax.get_window_extent().y1 - 1  # above the axes, never over the curve's end
+    assert inside(fig)
+    long = render.loss_figure(list(range(1, 101)), list(np.linspace(1, 0.1, 100)), target=100)
+    assert long.axes[0].lines[0].get_marker() in ("None", None, "")  # many steps: a plain line
+
+
+def test_a_gate_history_never_hides_one_column_under_another():
+    history = {"step": np.array([10.0, 20.0]), "gate_mean": np.array([0.1, 0.2]),
+               "gate_abs_max": np.array([0.1, 0.2]), "noise_weight": np.array([1.0, 1.0])}
+    fig = render.gates_figure([0.1, 0.5], [0.1, 0.2], history, None)
+    labels = [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
+    assert labels == ["gate_mean = gate_abs_max", "noise_weight"]
+    assert [line.get_linestyle() for line in fig.axes[1].lines] == ["-", "--"]
+
+
+def test_frame_axes_are_ticked_at_whole_frames():
+    fig = render.condition_figure({"action": {"kind": "series", "title": "action", "values": np.zeros((16, 4))}})
+    render.figure_array(fig)
+    ticks = [t for t in fig.axes[0].get_xticks() if 0 <= t <= 15]
+    assert ticks and all(float(t).is_integer() for t in ticks)
+
+
 def test_gates_figure_with_and_without_history():
     levels = [0.1, 0.5, 0.9]
     fig = render.gates_figure(levels, [0.0, 0.4, 0.4], {"step": np.array([10.0, 20.0]),
@@ -91,7 +122,24 @@ def test_sensitivity_figure_heatmap_labels():
     heat = fig.axes[0]
     assert [t.get_text() for t in heat.get_xticklabels()] == ["dx", "dy", "dz", "grip"]
     assert heat.get_ylabel() == "noise level" and len(heat.texts) == 12
+    assert min(t.get_fontsize() for t in heat.texts) >= render.LABEL_SIZE  # legible at the notebook's width
     assert inside(fig)
+
+
+def test_sensitivity_figure_with_a_readout_draws_a_second_heatmap_in_its_unit():
+    values = np.arange(12, dtype=float).reshape(3, 4) / 100
+    readout = {"adapter": np.arange(12, dtype=float).reshape(3, 4), "base": np.zeros((3, 4))}
+    gap = {"x0": np.ones(3), "adapter": np.ones(3)}
+    fig = render.sensitivity_figure([0.2, 0.5, 0.8], values, gap, np.ones(3), dim_names=["dx", "dy", "dz", "grip"],
+                                    readout=readout, readout_label="hand (cm)")
+    heat = [a for a in fig.axes if a.images]
+    assert len(heat) == 2 and heat[1].get_title() == "hand (cm) per unit of action\n(the base alone: 0 everywhere)"
+    assert [t.get_text() for t in heat[1].texts][:3] == ["0.0", "1.0", "2.0"]
+    readout["base"] = np.full((3, 4), 0.5)  # a base that reads the actions: its value in each cell
+    fig = render.sensitivity_figure([0.2, 0.5, 0.8], values, gap, np.ones(3), readout=readout,
+                                    readout_label="hand (cm)")
+    assert [a for a in fig.axes if a.images][1].texts[1].get_text() == "1.0\nbase 0.5"
+    assert inside(fig) and fig.get_figwidth() * render.DPI <= 1100
 
 
 def test_condition_figure_kinds():

@@ -484,9 +484,17 @@ def test_condition_probe_shows_training_dropout():
     raw = raw_batch(b=8)
     view = ConditionProbe(model, raw)
     assert "dropped" in repr(view)
-    view.step_box.value = 3
+    assert view.step is None and "no dropout" in view.note.value  # what sampling passes
+    view.step_box.value = 3  # a step typed in: training's view of it
+    assert view.when_select.value == "training" and view.step == 3
     row = next(r for r in view.rows if r["name"] == "action")
     assert row["dropout_applied"] and row["dropped"] == int(adapter.view(raw, step=3).dropped("action").sum())
+    assert "exactly what training step 3 passed" in view.note.value
+    model.train(False)
+    view.refresh()
+    assert "the adapter is in eval mode, so no dropout applies" in view.note.value
+    view.when_select.value = "sampling"
+    assert view.step is None
 
 
 # -- Gates -----------------------------------------------------------------------------------

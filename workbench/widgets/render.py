@@ -384,23 +384,35 @@ def _ema(values: Sequence[float], smoothing: float) -> np.ndarray:
 
 def loss_figure(steps: Sequence[int], losses: Sequence[float], target: int | None = None, start: int = 0,
                 smoothing: float = 0.9, title: str = "training loss"):
-    """Loss per optimizer step (light) with its exponential moving average (dark)."""
-    fig = _figure(6.0, 3.0)
+    """Loss per optimizer step (light) with its exponential moving average (dark).
+
+    Few steps get markers (one step is a visible point, not an empty axis); the legend sits above
+    the axes, where it never covers the end of the curve.
+    """
+    from matplotlib.ticker import MaxNLocator
+
+    fig = _figure(6.0, 3.2)
     ax = fig.subplots()
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("loss")
-    ax.set_title(title, fontsize=TITLE_SIZE + 1)
+    ax.set_title(title, fontsize=TITLE_SIZE + 1, pad=22 if len(steps) else 6)  # room for the legend above
     ax.grid(alpha=0.3)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     right = max(target or 0, (steps[-1] if len(steps) else 0), start + 1)
     ax.set_xlim(start, right)
     if len(steps):
-        ax.plot(steps, losses, color="#9bbcd9", lw=1, label="per step")
+        marker = {"marker": "o", "ms": 4} if len(steps) <= 30 else {}
+        ax.plot(steps, losses, color="#9bbcd9", lw=1, label="per step", **marker)
         ax.plot(steps, _ema(losses, smoothing), color="#1f4e8c", lw=2,
-                label=f"moving average ({smoothing:g}, bias-corrected)")
-        ax.legend(fontsize=LABEL_SIZE - 1, loc="upper right")
+                label=f"moving average ({smoothing:g}, bias-corrected)", **marker)
+        ax.legend(fontsize=LABEL_SIZE - 1, loc="lower left", bbox_to_anchor=(0, 1.02), ncols=2, frameon=False,
+                  borderaxespad=0)
         positive = np.asarray(losses) > 0
         if positive.all() and max(losses) / min(losses) > 20:
             ax.set_yscale("log")
+        elif len(steps) == 1:  # one value: a range around it, so that the point sits inside the axes
+            v = float(losses[0])
+            ax.set_ylim(v - max(abs(v) * 0.1, 1e-3), v + max(abs(v) * 0.1, 1e-3))
     else:
         ax.text(0.5, 0.5, "no steps yet", transform=ax.transAxes, ha="center", va="center", color="0.4")
     return fig
@@ -439,10 +451,10 @@ def gates_figure(levels: Sequence[float], weight: Sequence[float], history: Mapp
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("gate value")
     ax.grid(alpha=0.3)
-    columns = [k for k in (history or {}) if k != "step"]
-    if history and len(history.get("step", ())) and columns:
-        for k in columns:
-            ax.plot(history["step"], history[k], "o-", ms=3, label=k)
+    if history and len(history.get("step", ())) and any(k != "step" for k in history):
+        styles = ["o-", "s--", "^:", "d-.", "v-"]
+        for i, (label, values) in enumerate(_merge_equal_columns(history).items()):
+            ax.plot(history["step"], values, styles[i % len(styles)], ms=4, lw=1.5, label=label)
         ax.legend(fontsize=LABEL_SIZE - 2, loc="best")
     else:
         ax.text(0.5, 0.5, "no training history\n(gated composers record it every 10 steps)", transform=ax.transAxes,
@@ -471,6 +483,22 @@ def _heatmap(fig, ax, values: np.ndarray, levels: Sequence[float], names: Sequen
     _colorbar(fig, im, ax, bar)
 
 
+def _merge_equal_columns(history: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The columns of a gate history (``step`` left out), those with equal values merged under one label
+    (``"gate_mean = gate_abs_max"`` for a scalar gate), so that no line hides under another."""
+    merged: dict[str, np.ndarray] = {}
+    for key, values in history.items():
+        if key == "step":
+            continue
+        values = np.asarray(values, dtype=np.float64)
+        same = next((label for label, v in merged.items() if np.array_equal(v, values, equal_nan=True)), None)
+        if same is None:
+            merged[key] = values
+        else:
+            merged[f"{same} = {key}"] = merged.pop(same)
+    return merged
+
+
 def sensitivity_figure(levels: Sequence[float], values: np.ndarray, swap_gap: Mapping[str, np.ndarray],
                        scale: Sequence[float], quantity: str = "x0", dim_names: Sequence[str] | None = None,
                        readout: Mapping[str, np.ndarray] | None = None, readout_label: str = ""):
@@ -486,9 +514,9 @@ def sensitivity_figure(levels: Sequence[float], values: np.ndarray, swap_gap: Ma
     values = np.asarray(values, dtype=np.float64)
     dims = values.shape[1]
     names = list(dim_names) if dim_names is not None else [f"d{d}" for d in range(dims)]
-    heat_w = 1.4 + 0.5 * dims
-    widths = [heat_w] + ([heat_w] if readout is not None else []) + [3.6]
-    fig = _figure(sum(widths) + 1.2 * (len(widths) - 1), 3.8)
+    heat_w = 1.0 + 0.45 * dims
+    widths = [heat_w] + ([heat_w] if readout is not None else []) + [3.0]
+    fig = _figure(min(10.0, sum(widths) + 0.8 * (len(widths) - 1)), 3.8)  # fits a notebook's output width
     grid = fig.add_gridspec(1, len(widths), width_ratios=widths)
     what = "x0 estimate" if quantity == "x0" else "adapter output"
     _heatmap(fig, fig.add_subplot(grid[0]), values, levels, names, f"sensitivity of the {what}",
@@ -506,7 +534,7 @@ def sensitivity_figure(levels: Sequence[float], values: np.ndarray, swap_gap: Ma
     ax.plot(levels, swap_gap["x0"], "o-", color="#b2182b", label="swap gap, x0 estimate")
     ax.plot(levels, swap_gap["adapter"], "s--", color="#2166ac", label="swap gap, adapter output")
     ax.plot(levels, scale, ":", color="0.4", label="adapter output size (RMS)")
-    ax.set_xlabel("noise level (0 = clean, 1 = pure noise)")
+    ax.set_xlabel("noise level (1 = pure noise)")
     ax.set_ylabel("RMS difference (latent units)")
     ax.set_title("true vs swapped actions", fontsize=TITLE_SIZE + 1)
     ax.set_xlim(0, 1)
@@ -522,6 +550,8 @@ def condition_figure(series: Mapping[str, Mapping[str, Any]], dim_names: Mapping
     Per-frame values: one line per dimension over frames; per-clip vectors: bars; images
     (e.g. the first frame): the picture; a missing optional condition: a note.
     """
+    from matplotlib.ticker import MaxNLocator
+
     names = list(series)
     n = max(1, len(names))
     fig = _figure(3.4 * n, 2.9)
@@ -535,6 +565,7 @@ def condition_figure(series: Mapping[str, Mapping[str, Any]], dim_names: Mapping
             labels = (dim_names or {}).get(name) or [f"d{d}" for d in range(values.shape[1])]
             for d in range(values.shape[1]):
                 ax.plot(range(values.shape[0]), values[:, d], "o-", ms=2.5, lw=1.2, label=labels[d])
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # frames are whole numbers
             ax.set_xlabel("frame")
             ax.set_ylabel("value")
             ax.grid(alpha=0.3)
