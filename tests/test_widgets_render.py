@@ -33,6 +33,26 @@ def inside(fig) -> bool:
         drawn.y1 <= height + tolerance
 
 
+def test_a_panel_note_is_written_under_it_wrapped_to_its_width():
+    note = "effective weight 0.00 · adapter off here (NoiseGated band 0.30–1.00, noise level 0.05)"
+    fig = render.panels_figure([Panel("run", "gate", np.zeros((4, 4)), "gate", note=note), Panel("x0", "rgb", rgb())])
+    label = fig.axes[0].get_xlabel()
+    assert label.replace("\n", " ") == note and label.count("\n") >= 1 and fig.axes[1].get_xlabel() == ""
+    assert inside(fig)
+    fast = render.panels_image([Panel("run", "gate", np.zeros((4, 4)), "gate", note=note)], panel_pixels=64)
+    red = np.all(fast[..., :3] == render.NOTE_RGB, axis=-1)
+    assert red.any()  # the note, in red, on the fast picture too
+
+
+def test_fast_pictures_fill_the_row_and_their_text_grows_with_the_frames():
+    one = render.panels_image([Panel("run", "rgb", rgb())], title="x0 estimate")
+    three = render.panels_image([Panel(f"b{i}", "rgb", rgb()) for i in range(3)], title="x0 estimate")
+    assert one.shape[1] <= render.PICTURE_WIDTH and three.shape[1] <= render.PICTURE_WIDTH + 20
+    assert render.panel_scale(64, 1) == 6 and render.panel_scale(64, 3) == 5  # 384 px alone, 320 px for three
+    assert render.panel_scale(64, 3, bars=1) == 4  # with a colour bar beside them
+    assert render.panel_scale(64, 8) * 64 >= render.MIN_PANEL  # many branches: never smaller than 128 px
+
+
 def test_panels_figure_draws_pictures_and_one_colour_bar_per_scale():
     panels = [Panel("run", "rgb", rgb()), Panel("a", "signed", signed(1), "difference", 2.0),
               Panel("b", "signed", signed(2), "difference", 2.0), Panel("gate", "gate", np.full((4, 4), 0.3), "gate")]
@@ -111,6 +131,9 @@ def test_gates_figure_with_and_without_history():
                               Panel("gate", "gate", np.full((4, 4), 0.4), "effective gate"), band=(0.3, 1.0))
     assert [a.get_xlabel() for a in fig.axes[:2]] == ["noise level (0 = clean, 1 = pure noise)", "optimizer step"]
     assert inside(fig)
+    off = Panel("gate map", "gate", np.zeros((4, 4)), "effective gate", note="effective weight 0.00 · adapter off here")
+    fig = render.gates_figure(levels, [0.0, 0.4, 0.4], None, off, band=(0.3, 1.0))
+    assert fig.axes[2].get_xlabel() == "effective weight 0.00 · adapter off here" and inside(fig)
     bare = render.gates_figure(levels, [0.1, 0.1, 0.1], None, None)
     assert len(bare.axes) == 2 and "no training history" in bare.axes[1].texts[0].get_text()
 

@@ -31,7 +31,7 @@ from workbench.inspect.probes import (
     condition_table,
     sigma_sensitivity,
 )
-from workbench.inspect.readout import FrameReadout, PathComparison, Readout
+from workbench.inspect.readout import FrameReadout, PathComparison, Readout, compare_paths
 from workbench.inspect.recorder import StopSampling
 from workbench.inspect.settings import Settings
 from workbench.inspect.step import TrajectoryStep
@@ -46,7 +46,7 @@ __all__ = [
     "GatesState", "InspectError", "LatentPreview", "Panel", "PathComparison", "Propagation", "Readout", "Settings",
     "SigmaSensitivity", "StepError", "StepperState", "StopSampling", "StoragePolicy", "StorageWarning", "Trajectory",
     "TrajectoryStep", "ViewImage",
-    "action_sensitivity", "backbone_identity", "cache_dir", "clear_preview_cache", "condition_plots",
+    "action_sensitivity", "backbone_identity", "cache_dir", "clear_preview_cache", "compare_paths", "condition_plots",
     "condition_table", "decode_chunked", "effective_gate_map", "estimate_memory", "find_gate_history", "fit_preview",
     "gate_history", "gate_statistics", "moving_psnr", "per_clip", "psnr", "record", "render", "render_float",
     "sigma_sensitivity", "ssim", "swap_conditions", "t_for_noise_level", "view_image",

@@ -224,7 +224,7 @@ class AblationSliders(View):
         if result.path is not None:
             p = result.path
             pictures.append(render.path_image(p.recorded, p.edited, p.axes, p.unit, p.name, frame,
-                                              width=pictures[0].shape[1]))
+                                              width=pictures[0].shape[1], title=p.describe().split(";")[0]))
             lines += [html.escape(p.describe()), html.escape(p.describe(frame)).split(";")[0] + " (this frame)"]
         else:
             lines.append("<i>no readout: pass readout= (e.g. a hand probe) for the numbers</i>")

@@ -143,11 +143,12 @@ def panels_image(panels: Sequence[Panel], title: str | None = None, panel_pixels
 
 def path_image(recorded: np.ndarray, edited: np.ndarray, axes: Sequence[str], unit: str = "", name: str = "",
                frame: int | None = None, width: int = PICTURE_WIDTH, height: int = 170,
-               labels: tuple[str, str] = ("recorded", "edited")) -> np.ndarray:
+               labels: tuple[str, str] = ("recorded", "edited"), title: str = "") -> np.ndarray:
     """Two paths ``[T, D]`` (e.g. the hand a readout finds in the recorded and in an edited video) as a row
     of small line charts, one per dimension, over frames: uint8 RGB ``[H, W, 3]``, drawn without matplotlib.
 
-    The recorded path is grey, the edited one red; ``frame`` is marked by a vertical line.
+    The recorded path is grey, the edited one red; ``frame`` is marked by a vertical line; ``title``
+    (e.g. how far the edit moved the hand) is written beside the legend.
     """
     from PIL import Image, ImageDraw
 
@@ -163,6 +164,8 @@ def path_image(recorded: np.ndarray, edited: np.ndarray, axes: Sequence[str], un
         draw.line([(x, 10), (x + 22, 10)], fill=colour, width=3)
         draw.text((x + 27, 2), label, fill=TEXT_RGB, font=small)
         x += 40 + _text_width(draw, label, small)
+    if title:
+        draw.text((x + 10, 1), _drawable(title), fill=NOTE_RGB, font=font)
     suffix = f" ({unit})" if unit else ""
     chart_w = (width - 10) // max(1, dims)
     left_pad, top, bottom = 8 + 4 * small_px, 26 + small_px + 6, height - small_px - 10
@@ -273,13 +276,17 @@ def _draw_panel(ax, panel: Panel):
     ax.set_title(panel.title, fontsize=TITLE_SIZE)
     ax.set_xticks([])
     ax.set_yticks([])
-    if panel.note:
-        ax.set_xlabel(panel.note, fontsize=TITLE_SIZE - 1, color="#b2182b", wrap=True)
     if panel.kind == "rgb":
         ax.imshow(panel.image, interpolation="nearest")
         return None
     lo, hi = panel.vrange
     return ax.imshow(panel.image, cmap=colormap(panel.cmap), vmin=lo, vmax=hi, interpolation="nearest")
+
+
+def _note(ax, note: str) -> None:
+    """A panel's note under it, in red (the colour of notes on the fast pictures)."""
+    if note:
+        ax.set_xlabel(note, fontsize=TITLE_SIZE - 1, color="#b2182b")
 
 
 def _colorbar(fig, mappable, axes, label: str):
@@ -296,19 +303,25 @@ def panels_figure(panels: Sequence[Panel], title: str | None = None, panel_inche
     """A row of pictures (e.g. the branches of a step, or recorded | edited | difference).
 
     Float maps get a colour bar labelled with what they measure; maps of the same kind and
-    range share one bar.
+    range share one bar. A panel's note is written under it (in red), wrapped to its width.
     """
+    import textwrap
+
     n = max(1, len(panels))
-    has_bar = any(p.kind != "rgb" for p in panels)
+    scales = {(p.kind, p.vrange) for p in panels if p.kind != "rgb"}
     lines = max((p.title.count("\n") + 1 for p in panels), default=1)
-    width = panel_inches * n + (0.9 if has_bar else 0.0)
+    chars = max(12, int(panel_inches * 15))  # characters of a note per line under one panel
+    notes = [textwrap.fill(p.note, chars) if p.note else "" for p in panels]
+    note_lines = max((note.count("\n") + 1 for note in notes if note), default=0)
+    width = panel_inches * n + 0.9 * len(scales)
     if title:  # wide enough for the title line (about 0.08 inch per character at this size)
         width = max(width, 0.08 * max(len(line) for line in title.split("\n")) + 0.3)
-    fig = _figure(width, panel_inches + 0.17 * lines + (0.3 if title else 0))
+    fig = _figure(width, panel_inches + 0.17 * lines + 0.19 * note_lines + (0.3 if title else 0))
     axes = np.atleast_1d(fig.subplots(1, n))
     bars: dict[tuple, tuple[Any, list, str]] = {}
-    for ax, panel in zip(axes, panels):
+    for ax, panel, note in zip(axes, panels, notes):
         mappable = _draw_panel(ax, panel)
+        _note(ax, note)
         if mappable is not None:
             key = (panel.kind, panel.vrange)
             entry = bars.setdefault(key, (mappable, [], panel.label))
@@ -460,7 +473,10 @@ def gates_figure(levels: Sequence[float], weight: Sequence[float], history: Mapp
         ax.text(0.5, 0.5, "no training history\n(gated composers record it every 10 steps)", transform=ax.transAxes,
                 ha="center", va="center", color="0.4", fontsize=LABEL_SIZE - 1)
     if gate_map is not None:
+        import textwrap
+
         _colorbar(fig, _draw_panel(axes[2], gate_map), axes[2], gate_map.label)
+        _note(axes[2], textwrap.fill(gate_map.note, 40))
     return fig
 
 
