@@ -9,14 +9,20 @@ person moving a control waits for it, the median over 19 moves of:
 * Stepper moves with three branches (the run and two forks, as notebook 2 shows them), for each
   decode (linear preview, tiny preview, full): a step move to a step not drawn yet, back to one
   already drawn, and a frame move; beside them, what drawing the same panels as a matplotlib
-  figure alone costs (what every move paid before pictures were composed from the arrays).
+  figure alone costs (what every move paid before pictures were composed from the arrays);
+* the ablation view's propagated picture on the world model ``workbench demo`` ships (its
+  adapter, the hand probe as readout, tiny preview): an edit carried from the middle step (10 of
+  20) to the last — the fork, the decode and the readout — beside a fresh 20-step sample of the
+  same batch, the plain alternative (median of 5 edits).
 
 Then, when Debian's chromium and playwright are installed (``make browser``; the dev extra),
 the same configuration in a real browser, served on 127.0.0.1 by Voilà and by JupyterLab (the
 lab extra; Run All from its menu): headless Chromium presses an arrow key on a slider and
 times, in the page, until the view's picture (``<img src>``) changes: the median over 11
-presses per slider, printed beside the Python-side cost. Without them that part says what is
-missing and is skipped. Uses the shipped pretrained tiny_video when it is installed, else the
+presses per slider, printed beside the Python-side cost; then, on the ablation view of the world
+model at the middle step, from a key press to its instant picture and to its propagated picture
+(the final prediction, ``img.workbench-ablation-final``), the median over 5 presses. Without them
+that part says what is missing and is skipped. Uses the shipped pretrained tiny_video when it is installed, else the
 default architecture with random weights (the cost is the same). Nothing asserts on time.
 """
 
@@ -52,6 +58,7 @@ from workbench.inspect import StoragePolicy, record  # noqa: E402
 from workbench.widgets import AblationSliders, Stepper, render  # noqa: E402
 
 STEPS = 20
+EDITS = 5
 
 
 def embedded_model() -> tuple[ComposedModel, str]:
@@ -90,9 +97,10 @@ def main() -> None:
     print(f"model: {which}, {frames} frames of {size}x{size}, {STEPS} steps, one CPU thread")
     values = [round(-1 + 0.1 * i, 2) for i in range(21)]
 
-    # ablation slider, as notebook 3 ships it (tiny preview), and with the full decoder
-    ablations = {d: AblationSliders(traj, step=STEPS // 2, decode=d) for d in ("tiny", "full")}
-    uncached = AblationSliders(no_base, step=STEPS // 2, decode="tiny")
+    # ablation slider (tiny preview), and with the full decoder: the instant picture a move waits for (the
+    # propagation to the last step runs in the background in a notebook; measured on its own below)
+    ablations = {d: AblationSliders(traj, step=STEPS // 2, decode=d, propagate=False) for d in ("tiny", "full")}
+    uncached = AblationSliders(no_base, step=STEPS // 2, decode="tiny", propagate=False)
     times: dict[str, list[float]] = {name: [] for name in ("tiny", "full", "no base cache")}
     for value in values:
         for name, view in (*ablations.items(), ("no base cache", uncached)):
@@ -123,7 +131,35 @@ def main() -> None:
         if decode == "tiny":
             python_side = {"step": median_ms(new_step), "frame": median_ms(frame_move)}
     python_side["ablation"] = ms["tiny"]
+    python_side["final"] = propagation()
     browser(python_side)
+
+
+def propagation() -> float:
+    """The ablation view's propagated picture on the shipped world model, beside a fresh sample; ms."""
+    from torch.utils.data import default_collate
+
+    from workbench import AdapterExperiment
+    from workbench.data.metaworld import MetaWorldClips
+    from workbench.inspect import Ablation
+    from workbench.worldmodel.demo import TRAINED_ADAPTER
+    from workbench.worldmodel.probe import shipped_probe
+
+    exp = AdapterExperiment.load(TRAINED_ADAPTER)
+    clips = MetaWorldClips(path="sample", window=16, stride=8, split="val")
+    batch = exp.model.base.prepare_batch(default_collate([clips[10], clips[35]]))
+    traj = record(exp.model, batch, steps=STEPS, seed=0)
+    state = Ablation(traj, step=STEPS // 2, decode="tiny", readout=shipped_probe().readout())
+    state.recorded_final()  # decoded once per view, not per edit
+    carried, fresh = [], []
+    for i in range(EDITS + 2):
+        state.set(0, round(-1 + 0.3 * i, 2))
+        carried.append(timed(state.propagate))
+        fresh.append(timed(lambda i=i: record(exp.model, batch, steps=STEPS, seed=i, record=False)))
+    a, b = median_ms(carried), median_ms(fresh)
+    print(f"propagated picture (world model, hand readout, tiny preview), edit at step {STEPS // 2} of {STEPS}: "
+          f"{a:.0f} ms; a fresh {STEPS}-step sample of the same batch {b:.0f} ms; ratio {a / b:.2f}")
+    return a
 
 
 # -- in a real browser -------------------------------------------------------------------------
@@ -155,11 +191,30 @@ stepper.fork_here(cond=swap_conditions(traj), label="swapped")
 stepper.step_slider.value = 0
 stepper.fork_here(adapter="off", label="base alone")
 stepper""",
-    """AblationSliders(traj, step=10, decode="tiny", dim_names=DIMS)""",
+    """from workbench import AdapterExperiment
+from workbench.worldmodel.demo import TRAINED_ADAPTER
+from workbench.worldmodel.probe import shipped_probe
+world = AdapterExperiment.load(TRAINED_ADAPTER)
+world_traj = record(world.model, world.model.base.prepare_batch(default_collate([clips[10], clips[35]])), steps=20,
+                    seed=0)
+AblationSliders(world_traj, step=10, decode="tiny", dim_names=DIMS, readout=shipped_probe().readout())""",
 ]
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 PRESSES = 11
+FINAL_PRESSES = 5
+TIME_BOTH = """([instant, final]) => {
+  const a = document.querySelector(instant), b = document.querySelector(final);
+  const before = [a.src, b.src];
+  const changed = (image, old) => new Promise(resolve => {
+    const seen = new MutationObserver(() => {
+      if (image.src !== old) { seen.disconnect(); resolve(performance.now() - window.__pressed); }
+    });
+    seen.observe(image, {attributes: true, attributeFilter: ["src"]});
+  });
+  window.__latency = Promise.all([changed(a, before[0]), changed(b, before[1])]);
+  window.__pressed = performance.now();
+}"""
 TIME_PRESS = """([img, key]) => {
   const image = document.querySelector(img);
   const before = image.src;
@@ -274,6 +329,23 @@ def _measure(where: str, chromium: str, open_and_run, python_side: dict[str, flo
                     page.wait_for_timeout(150)
                 print(f"browser ({where}), key press to new picture, {name}: median {statistics.median(times):.0f} ms "
                       f"(range {min(times):.0f}-{max(times):.0f}; Python side {python_side[which]:.0f} ms)")
+            final = "img.workbench-ablation-final"
+            page.wait_for_function(f"() => {{ const i = document.querySelector('{final}');"
+                                   " return i && i.complete && i.naturalWidth > 100; }", timeout=180_000)
+            # dy: values no earlier press visited, so no propagation comes from the view's cache
+            handle = page.locator(".workbench-ablation .workbench-condition-slider .noUi-handle").nth(1)
+            handle.focus()
+            both = []
+            for _ in range(FINAL_PRESSES):
+                page.evaluate(TIME_BOTH, ["img.workbench-ablation-image", final])
+                handle.press("ArrowRight")
+                both.append(page.evaluate("async () => await window.__latency"))
+                page.wait_for_timeout(300)
+            instant, carried = [t[0] for t in both], [t[1] for t in both]
+            print(f"browser ({where}), world model at step 10 of 20 (dy), key press to the instant picture: median "
+                  f"{statistics.median(instant):.0f} ms; to the propagated picture: median "
+                  f"{statistics.median(carried):.0f} ms (range {min(carried):.0f}-{max(carried):.0f}; Python side "
+                  f"{python_side['final']:.0f} ms)")
         finally:
             chrome.close()
 

@@ -570,6 +570,7 @@ def test_fit_stop_button_ends_after_a_completed_step_and_resume_continues():
     assert fit.session.state == "stopped" and exp.step == 2 and fit.progress.value == 2
     assert fit.train_button.description == "resume" and not fit.train_button.disabled
     assert changed(empty, picture(fit))  # the loss plot has its two steps
+    assert picture(fit).shape == empty.shape
     fit.train_button.click()  # resume
     fit.wait()
     assert exp.step == 6 and fit.session.state == "done" and fit.progress.value == 6
@@ -580,6 +581,23 @@ def test_fit_stop_button_ends_after_a_completed_step_and_resume_continues():
     fit.train_button.click()
     fit.wait()
     assert exp.step == 8 and fit.progress.max == 8
+
+
+def test_a_stopped_fit_plots_the_steps_it_trained_not_the_planned_run(monkeypatch):
+    from workbench.widgets import render
+
+    drawn = []
+    loss_figure = render.loss_figure
+    monkeypatch.setattr(render, "loss_figure", lambda *a, **k: (drawn.append(a), loss_figure(*a, **k))[1])
+    exp = tiny_exp()
+    fit = Fit(exp, DATA, steps=1000)
+    assert drawn[-1][2] == 1000  # nothing trained yet: the planned run
+    fit.session.add_listener(lambda session, event: event == "step" and fit.stop())
+    fit.start()
+    fit.wait()
+    assert fit.session.state == "stopped" and exp.step == 1
+    steps, losses, target = drawn[-1][:3]
+    assert steps == [1] and target is None  # the axis spans what was trained: one point, inside it
 
 
 def test_fit_run_blocks_and_the_experiment_is_usable_next():

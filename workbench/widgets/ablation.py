@@ -72,9 +72,11 @@ class AblationSliders(View):
         self.frame_slider.observe(lambda _: self.refresh(edit=False), names="value")
         self.hold_button.observe(lambda c: self._hold(c["new"]), names="value")
         self.propagate_box.observe(lambda _: self.refresh(), names="value")
+        # a fixed column: its notes wrap inside it, the status column beside it takes the rest
         controls = widgets.VBox([self.step_slider, self.frame_slider, self.sliders,
                                  widgets.HBox([self.hold_button, self.propagate_box])],
-                                layout=widgets.Layout(flex="0 0 auto"))
+                                layout=widgets.Layout(flex="0 0 440px", width="440px"))
+        self.status.layout = widgets.Layout(margin="0 0 0 8px", flex="1 1 auto", overflow="auto")
         self.children = (widgets.HTML(STALE_STYLE), widgets.HBox([controls, self.status]), self.image,
                          self.final_status, self.final_image)
         # the background run: one at a time, cancelled by the next move
@@ -225,7 +227,9 @@ class AblationSliders(View):
             p = result.path
             pictures.append(render.path_image(p.recorded, p.edited, p.axes, p.unit, p.name, frame,
                                               width=pictures[0].shape[1], title=p.describe().split(";")[0]))
-            lines += [html.escape(p.describe()), html.escape(p.describe(frame)).split(";")[0] + " (this frame)"]
+            lines.append(html.escape(p.describe()))
+            if frame != len(p.distance) - 1:
+                lines.append(html.escape(p.describe(frame).split(";")[0]))
         else:
             lines.append("<i>no readout: pass readout= (e.g. a hand probe) for the numbers</i>")
         timing = (f"{result.resampled} steps re-sampled in {result.seconds:.2f} s"

@@ -399,8 +399,9 @@ def loss_figure(steps: Sequence[int], losses: Sequence[float], target: int | Non
                 smoothing: float = 0.9, title: str = "training loss"):
     """Loss per optimizer step (light) with its exponential moving average (dark).
 
-    Few steps get markers (one step is a visible point, not an empty axis); the legend sits above
-    the axes, where it never covers the end of the curve.
+    The x axis runs to ``target`` (the run's planned end; ``None`` after it stopped: the steps it
+    trained) with the last point inside it. Few steps get markers (one step is a visible point, not
+    an empty axis); the legend sits above the axes, where it never covers the end of the curve.
     """
     from matplotlib.ticker import MaxNLocator
 
@@ -411,7 +412,8 @@ def loss_figure(steps: Sequence[int], losses: Sequence[float], target: int | Non
     ax.set_title(title, fontsize=TITLE_SIZE + 1, pad=22 if len(steps) else 6)  # room for the legend above
     ax.grid(alpha=0.3)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    right = max(target or 0, (steps[-1] if len(steps) else 0), start + 1)
+    last = steps[-1] if len(steps) else start
+    right = max(target or 0, last + max(1, 0.03 * (last - start)), start + 1)  # the last point inside the axes
     ax.set_xlim(start, right)
     if len(steps):
         marker = {"marker": "o", "ms": 4} if len(steps) <= 30 else {}
