@@ -22,6 +22,7 @@ from workbench.inspect.pictures import Panel
 
 DPI = 100
 PANEL_INCHES = 2.7
+FIGURE_INCHES = 10.0  # a notebook's output area at ~1400 px: wider figures are shrunk, their text with them
 TITLE_SIZE = 9
 LABEL_SIZE = 9
 
@@ -96,7 +97,7 @@ def panels_image(panels: Sequence[Panel], title: str | None = None, panel_pixels
     scale = max(1, panel_pixels // frame) if panel_pixels else panel_scale(frame, len(panels), len(bars), width)
     pictures = [np.repeat(np.repeat(p.colored(), scale, axis=0), scale, axis=1) for p in panels]
     size = max((im.shape[1] for im in pictures), default=frame * scale)
-    small_px = min(22, max(13, round(size * 0.06)))
+    small_px = min(22, max(14, round(size * 0.06)))
     font, small = _font(small_px + 2), _font(small_px)
     line_h = small_px + 4
     gap, strip = max(10, small_px // 2 + 4), max(14, small_px)
@@ -299,16 +300,21 @@ def _colorbar(fig, mappable, axes, label: str):
     return bar
 
 
-def panels_figure(panels: Sequence[Panel], title: str | None = None, panel_inches: float = PANEL_INCHES):
+def panels_figure(panels: Sequence[Panel], title: str | None = None, panel_inches: float | None = None):
     """A row of pictures (e.g. the branches of a step, or recorded | edited | difference).
 
     Float maps get a colour bar labelled with what they measure; maps of the same kind and
     range share one bar. A panel's note is written under it (in red), wrapped to its width.
+    ``panel_inches``: the size of each picture; by default ``PANEL_INCHES``, smaller where the row
+    would be wider than ``FIGURE_INCHES`` (a notebook's output width), so that it is shown at its
+    size rather than shrunk, text included.
     """
     import textwrap
 
     n = max(1, len(panels))
     scales = {(p.kind, p.vrange) for p in panels if p.kind != "rgb"}
+    if panel_inches is None:
+        panel_inches = max(1.4, min(PANEL_INCHES, (FIGURE_INCHES - 0.9 * len(scales)) / n))
     lines = max((p.title.count("\n") + 1 for p in panels), default=1)
     chars = max(12, int(panel_inches * 15))  # characters of a note per line under one panel
     notes = [textwrap.fill(p.note, chars) if p.note else "" for p in panels]
@@ -448,7 +454,7 @@ def gates_figure(levels: Sequence[float], weight: Sequence[float], history: Mapp
     ``gate_map``: a :class:`Panel` of the effective gate at one step, or ``None``.
     """
     n = 3 if gate_map is not None else 2
-    fig = _figure(3.6 * n, 3.3)
+    fig = _figure(FIGURE_INCHES / 3 * n, 3.3)
     axes = fig.subplots(1, n)
     ax = axes[0]
     _gate_band(ax, band)
