@@ -336,7 +336,10 @@ def _measure(where: str, chromium: str, open_and_run, python_side: dict[str, flo
             handle = page.locator(".workbench-ablation .workbench-condition-slider .noUi-handle").nth(1)
             handle.focus()
             both = []
+            settled = f"() => !document.querySelector('{final}').classList.contains('workbench-stale')"
             for _ in range(FINAL_PRESSES):
+                page.wait_for_function(settled, timeout=180_000)  # no propagation of an earlier press in flight
+                page.wait_for_timeout(300)
                 page.evaluate(TIME_BOTH, ["img.workbench-ablation-image", final])
                 handle.press("ArrowRight")
                 both.append(page.evaluate("async () => await window.__latency"))

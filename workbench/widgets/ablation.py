@@ -165,6 +165,7 @@ class AblationSliders(View):
 
         # a cancelled run still in flight stops after its current step; this one waits for the model till then
         def work(cancel=self._cancel):
+            _yield_to_the_kernel()
             outcome = self._run(cancel)
             self._outcome = (generation, *outcome)
             loop.call_soon_threadsafe(self._deliver, generation)
@@ -256,6 +257,22 @@ class AblationSliders(View):
 def _limit(result: Propagation) -> float:
     """The colour range of a final difference: its largest magnitude (1 where it is zero)."""
     return float(np.abs(result.difference).max()) or 1.0
+
+
+BACKGROUND_NICENESS = 10  # added to the process's niceness for the background run
+
+
+def _yield_to_the_kernel() -> None:
+    """Lower this thread's scheduling priority (Linux: threads have their own niceness), so that on a
+    busy CPU the kernel's thread — the next move's instant picture — runs first."""
+    import contextlib
+    import os
+    import sys
+
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError):  # not allowed here: the thread keeps the process's priority
+            tid = threading.get_native_id()
+            os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + BACKGROUND_NICENESS))
 
 
 def _running_loop():
