@@ -217,10 +217,12 @@ def carry_edits_to_the_last_step(page) -> None:
     """An edit: the instant picture, then the final one; two quick presses: the final follows the second."""
     slider = ".workbench-ablation .workbench-condition-slider"
     picture_src(page, "img.workbench-ablation-final")  # the recorded run's final prediction, at first
-    final_before = page.locator("img.workbench-ablation-final").first.get_attribute("src")
     press(page, slider, "ArrowRight", "img.workbench-ablation-image")
-    page.wait_for_function("([css, prev]) => document.querySelector(css).src !== prev",
-                           arg=["img.workbench-ablation-final", final_before], timeout=TIMEOUT_MS)
+    value = page.locator(f"{slider} .widget-readout").first.inner_text().strip()
+    page.wait_for_function(  # the final picture of this edit is in: no longer marked stale, its status says so
+        "([css, text]) => !document.querySelector('img.workbench-ablation-final').classList.contains("
+        "'workbench-stale') && document.querySelector(css).innerText.includes(text)",
+        arg=[FINAL_STATUS, f"final prediction with dx={value} from step 4"], timeout=TIMEOUT_MS)
     handle = page.locator(f"{slider} .noUi-handle").first
     handle.press("ArrowRight")
     handle.press("ArrowRight")  # before the first one's propagation can finish: it is cancelled
