@@ -67,6 +67,14 @@ def test_panels_figure_draws_pictures_and_one_colour_bar_per_scale():
     assert render.figure_array(fig).shape[2] == 4
 
 
+def test_a_row_can_fit_the_notebook_width_instead_of_being_shrunk_by_the_browser():
+    panels = [Panel(f"step {i}", "rgb", rgb(i)) for i in range(6)]
+    assert render.panels_figure(panels).get_figwidth() == pytest.approx(6 * render.PANEL_INCHES)
+    fitted = render.panels_figure(panels, panel_inches="fit")
+    assert fitted.get_figwidth() <= render.FIGURE_INCHES and inside(fitted)
+    assert render.panels_figure(panels[:2], panel_inches="fit").get_figwidth() == pytest.approx(2 * render.PANEL_INCHES)
+
+
 def test_a_long_title_widens_a_single_panel():
     title = "adapter − base (x0) · step 12 of 20 · noise level 0.40 · frame 15 (given)"
     fig = render.panels_figure([Panel("run (seed 0)", "signed", signed(), "x0 difference", 1.0)], title=title)

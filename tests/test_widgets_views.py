@@ -343,7 +343,8 @@ def test_ablation_slider_changes_the_prediction_without_calling_the_base(traj, m
 
 def test_ablation_carries_each_edit_to_the_last_step_as_a_fork(traj, model):
     view = AblationSliders(traj, step=2, dim_names=DIMS)
-    assert repr(view).endswith("final prediction: no edit, the recorded run")  # nothing edited: no fork
+    assert repr(view).endswith("action: no edit; x0 change 0.0000, frame 3")  # nothing edited: no fork to tell
+    assert view.state.cached_propagation().trajectory is traj and "no edit" in view.final_status.value
     instant = picture(view)
     calls = BaseCalls(model)
     view.sliders.sliders[0].value = 1.0

@@ -249,7 +249,7 @@ class AblationSliders(View):
 
     def summary(self) -> str:
         text = f"{self.state.describe()}, frame {self.frame_slider.value}"
-        if self.propagate_box.value and self._shown is not None:
+        if self.propagate_box.value and self._shown is not None and self._shown.resampled:
             text += f"; {self._shown.describe()}"
         return text
 

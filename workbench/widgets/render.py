@@ -300,26 +300,26 @@ def _colorbar(fig, mappable, axes, label: str):
     return bar
 
 
-def panels_figure(panels: Sequence[Panel], title: str | None = None, panel_inches: float | None = None):
+def panels_figure(panels: Sequence[Panel], title: str | None = None, panel_inches: float | str = PANEL_INCHES):
     """A row of pictures (e.g. the branches of a step, or recorded | edited | difference).
 
     Float maps get a colour bar labelled with what they measure; maps of the same kind and
     range share one bar. A panel's note is written under it (in red), wrapped to its width.
-    ``panel_inches``: the size of each picture; by default ``PANEL_INCHES``, smaller where the row
-    would be wider than ``FIGURE_INCHES`` (a notebook's output width), so that it is shown at its
-    size rather than shrunk, text included.
+    ``panel_inches``: the size of each picture, or ``"fit"``: as large as fits ``FIGURE_INCHES``
+    (a notebook's output width) up to ``PANEL_INCHES``, so that a long row is shown at its size
+    rather than shrunk by the browser, text included.
     """
     import textwrap
 
     n = max(1, len(panels))
     scales = {(p.kind, p.vrange) for p in panels if p.kind != "rgb"}
-    if panel_inches is None:
+    if panel_inches == "fit":
         panel_inches = max(1.4, min(PANEL_INCHES, (FIGURE_INCHES - 0.9 * len(scales)) / n))
     lines = max((p.title.count("\n") + 1 for p in panels), default=1)
     chars = max(12, int(panel_inches * 15))  # characters of a note per line under one panel
     notes = [textwrap.fill(p.note, chars) if p.note else "" for p in panels]
     note_lines = max((note.count("\n") + 1 for note in notes if note), default=0)
-    width = panel_inches * n + 0.9 * len(scales)
+    width = panel_inches * n + (0.9 if scales else 0.0)  # constrained layout makes room for further bars
     if title:  # wide enough for the title line (about 0.08 inch per character at this size)
         width = max(width, 0.08 * max(len(line) for line in title.split("\n")) + 0.3)
     fig = _figure(width, panel_inches + 0.17 * lines + 0.19 * note_lines + (0.3 if title else 0))
@@ -411,7 +411,7 @@ def loss_figure(steps: Sequence[int], losses: Sequence[float], target: int | Non
     """
     from matplotlib.ticker import MaxNLocator
 
-    fig = _figure(6.0, 3.2)
+    fig = _figure(6.0, 3.0)
     ax = fig.subplots()
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("loss")
