@@ -41,6 +41,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 from local_jupyter import QUIET_LAB, ServerDidNotStart, free_port, lab_command, serving, write_notebook  # noqa: E402
 
@@ -84,23 +85,28 @@ def median_ms(times: list[float]) -> float:
     return 1000 * statistics.median(times[2:])  # the first two moves warm caches up
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
+    from _bench import finish, scaled, start
+
+    quick = start(argv, __doc__).quick
+    steps = scaled(STEPS, 4)
     model, which = embedded_model()
-    size, frames = model.base.config.image_size, model.base.config.frames
+    clip = model.base.clip()
+    frames = clip.frames
     g = torch.Generator().manual_seed(0)
-    raw = {"video": torch.rand(2, 3, frames, size, size, generator=g) * 2 - 1,
+    raw = {"video": torch.rand(2, 3, frames, clip.height, clip.width, generator=g) * 2 - 1,
            "action": torch.rand(2, frames, 4, generator=g) * 2 - 1}
     batch = model.base.prepare_batch(raw)
-    traj = record(model, batch, steps=STEPS, seed=0)
+    traj = record(model, batch, steps=steps, seed=0)
     # the same view on a recording that kept no base output: each move runs the base as well
-    no_base = record(model, batch, steps=STEPS, seed=0, storage=StoragePolicy(fields=("x_t", "x0", "composed")))
-    print(f"model: {which}, {frames} frames of {size}x{size}, {STEPS} steps, one CPU thread")
-    values = [round(-1 + 0.1 * i, 2) for i in range(21)]
+    no_base = record(model, batch, steps=steps, seed=0, storage=StoragePolicy(fields=("x_t", "x0", "composed")))
+    print(f"model: {which}, {frames} frames of {clip.height}x{clip.width}, {steps} steps, one CPU thread")
+    values = [round(-1 + 0.1 * i, 2) for i in range(scaled(21, 4))]
 
     # ablation slider (tiny preview), and with the full decoder: the instant picture a move waits for (the
     # propagation to the last step runs in the background in a notebook; measured on its own below)
-    ablations = {d: AblationSliders(traj, step=STEPS // 2, decode=d, propagate=False) for d in ("tiny", "full")}
-    uncached = AblationSliders(no_base, step=STEPS // 2, decode="tiny", propagate=False)
+    ablations = {d: AblationSliders(traj, step=steps // 2, decode=d, propagate=False) for d in ("tiny", "full")}
+    uncached = AblationSliders(no_base, step=steps // 2, decode="tiny", propagate=False)
     times: dict[str, list[float]] = {name: [] for name in ("tiny", "full", "no base cache")}
     for value in values:
         for name, view in (*ablations.items(), ("no base cache", uncached)):
@@ -118,13 +124,13 @@ def main() -> None:
     # Stepper step and frame sliders with three branches (the run and two forks), as in notebook 2
     for decode in ("preview", "tiny", "full"):
         stepper = Stepper(traj, decode=decode)
-        stepper.step_slider.value = 4
+        stepper.step_slider.value = min(4, steps - 1)
         stepper.fork_here(cond={"action": batch.cond["action"].flip(0)}, label="swapped")
         stepper.step_slider.value = 0
         stepper.fork_here(adapter="off", label="base alone")
         new_step, seen_step, frame_move, figure = [], [], [], []
         for i in range(len(values)):
-            target = (i % (STEPS - 1)) + 1
+            target = (i % (steps - 1)) + 1
             new_step.append(timed(lambda s=stepper, t=target: setattr(s.step_slider, "value", t)))
             seen_step.append(timed(lambda s=stepper: setattr(s.step_slider, "value", 0)))
             frame_move.append(timed(lambda s=stepper, i=i: setattr(s.frame_slider, "value", i % frames)))
@@ -136,11 +142,15 @@ def main() -> None:
         if decode == "tiny":
             python_side = {"step": median_ms(new_step), "frame": median_ms(frame_move)}
     python_side["ablation"] = ms["tiny"]
-    python_side["final"] = propagation()
-    browser(python_side)
+    python_side["final"] = propagation(steps, scaled(EDITS, 1))
+    if quick:
+        print("browser: not in --quick mode (tests/test_widgets_browser.py and test_widgets_lab.py drive the views)")
+    else:
+        browser(python_side)
+    return finish()
 
 
-def propagation() -> float:
+def propagation(steps: int, edits: int) -> float:
     """The ablation view's propagated picture on the shipped world model, beside a fresh sample; ms."""
     from torch.utils.data import default_collate
 
@@ -153,17 +163,17 @@ def propagation() -> float:
     exp = AdapterExperiment.load(TRAINED_ADAPTER)
     clips = MetaWorldClips(path="sample", window=16, stride=8, split="val")
     batch = exp.model.base.prepare_batch(default_collate([clips[10], clips[35]]))
-    traj = record(exp.model, batch, steps=STEPS, seed=0)
-    state = Ablation(traj, step=STEPS // 2, decode="tiny", readout=shipped_probe().readout())
+    traj = record(exp.model, batch, steps=steps, seed=0)
+    state = Ablation(traj, step=steps // 2, decode="tiny", readout=shipped_probe().readout())
     state.recorded_final()  # decoded once per view, not per edit
     carried, fresh = [], []
-    for i in range(EDITS + 2):
+    for i in range(edits + 2):
         state.set(0, round(-1 + 0.3 * i, 2))
         carried.append(timed(state.propagate))
-        fresh.append(timed(lambda i=i: record(exp.model, batch, steps=STEPS, seed=i, record=False)))
+        fresh.append(timed(lambda i=i: record(exp.model, batch, steps=steps, seed=i, record=False)))
     a, b = median_ms(carried), median_ms(fresh)
-    print(f"propagated picture (world model, hand readout, tiny preview), edit at step {STEPS // 2} of {STEPS}: "
-          f"{a:.0f} ms; a fresh {STEPS}-step sample of the same batch {b:.0f} ms; ratio {a / b:.2f}")
+    print(f"propagated picture (world model, hand readout, tiny preview), edit at step {steps // 2} of {steps}: "
+          f"{a:.0f} ms; a fresh {steps}-step sample of the same batch {b:.0f} ms; ratio {a / b:.2f}")
     return a
 
 
@@ -376,4 +386,4 @@ def _importable(name: str) -> bool:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
