@@ -9,14 +9,20 @@ person moving a control waits for it, the median over 19 moves of:
 * Stepper moves with three branches (the run and two forks, as notebook 2 shows them), for each
   decode (linear preview, tiny preview, full): a step move to a step not drawn yet, back to one
   already drawn, and a frame move; beside them, what drawing the same panels as a matplotlib
-  figure alone costs (what every move paid before pictures were composed from the arrays).
+  figure alone costs (what every move paid before pictures were composed from the arrays);
+* the ablation view's propagated picture on the world model ``workbench demo`` ships (its
+  adapter, the hand probe as readout, tiny preview): an edit carried from the middle step (10 of
+  20) to the last — the fork, the decode and the readout — beside a fresh 20-step sample of the
+  same batch, the plain alternative (median of 5 edits).
 
 Then, when Debian's chromium and playwright are installed (``make browser``; the dev extra),
 the same configuration in a real browser, served on 127.0.0.1 by Voilà and by JupyterLab (the
 lab extra; Run All from its menu): headless Chromium presses an arrow key on a slider and
 times, in the page, until the view's picture (``<img src>``) changes: the median over 11
-presses per slider, printed beside the Python-side cost. Without them that part says what is
-missing and is skipped. Uses the shipped pretrained tiny_video when it is installed, else the
+presses per slider, printed beside the Python-side cost; then, on the ablation view of the world
+model at the middle step, from a key press to its instant picture and to its propagated picture
+(the final prediction, ``img.workbench-ablation-final``), the median over 5 presses. Without them
+that part says what is missing and is skipped. Uses the shipped pretrained tiny_video when it is installed, else the
 default architecture with random weights (the cost is the same). Nothing asserts on time.
 """
 
@@ -53,6 +59,7 @@ from workbench.inspect import StoragePolicy, record  # noqa: E402
 from workbench.widgets import AblationSliders, Stepper, render  # noqa: E402
 
 STEPS = 20
+EDITS = 5
 
 
 def embedded_model() -> tuple[ComposedModel, str]:
@@ -96,16 +103,22 @@ def main(argv: list[str] | None = None) -> int:
     print(f"model: {which}, {frames} frames of {clip.height}x{clip.width}, {steps} steps, one CPU thread")
     values = [round(-1 + 0.1 * i, 2) for i in range(scaled(21, 4))]
 
-    # ablation slider, as notebook 3 ships it (tiny preview), and with the full decoder
-    ablations = {d: AblationSliders(traj, step=steps // 2, decode=d) for d in ("tiny", "full")}
-    uncached = AblationSliders(no_base, step=steps // 2, decode="tiny")
+    # ablation slider (tiny preview), and with the full decoder: the instant picture a move waits for (the
+    # propagation to the last step runs in the background in a notebook; measured on its own below)
+    ablations = {d: AblationSliders(traj, step=steps // 2, decode=d, propagate=False) for d in ("tiny", "full")}
+    uncached = AblationSliders(no_base, step=steps // 2, decode="tiny", propagate=False)
     times: dict[str, list[float]] = {name: [] for name in ("tiny", "full", "no base cache")}
     for value in values:
         for name, view in (*ablations.items(), ("no base cache", uncached)):
             times[name].append(timed(lambda view=view, value=value: setattr(view.sliders.sliders[0], "value", value)))
     ms = {name: median_ms(t) for name, t in times.items()}
-    print(f"ablation slider move: {ms['tiny']:.0f} ms (tiny preview), {ms['full']:.0f} ms (full decode); "
-          f"{ms['no base cache']:.0f} ms when the base re-runs too (tiny)")
+    cpu = []
+    for value in values:  # the kernel's own work (thread CPU time): the wall time on an idle machine, about
+        started = time.thread_time()
+        ablations["tiny"].sliders.sliders[1].value = value
+        cpu.append(time.thread_time() - started)
+    print(f"ablation slider move: {ms['tiny']:.0f} ms (tiny preview; {median_ms(cpu):.0f} ms of CPU time), "
+          f"{ms['full']:.0f} ms (full decode); {ms['no base cache']:.0f} ms when the base re-runs too (tiny)")
     print(f"cached / base re-run = {ms['tiny'] / ms['no base cache']:.2f}")
 
     # Stepper step and frame sliders with three branches (the run and two forks), as in notebook 2
@@ -129,11 +142,39 @@ def main(argv: list[str] | None = None) -> int:
         if decode == "tiny":
             python_side = {"step": median_ms(new_step), "frame": median_ms(frame_move)}
     python_side["ablation"] = ms["tiny"]
+    python_side["final"] = propagation(steps, scaled(EDITS, 1))
     if quick:
         print("browser: not in --quick mode (tests/test_widgets_browser.py and test_widgets_lab.py drive the views)")
     else:
         browser(python_side)
     return finish()
+
+
+def propagation(steps: int, edits: int) -> float:
+    """The ablation view's propagated picture on the shipped world model, beside a fresh sample; ms."""
+    from torch.utils.data import default_collate
+
+    from workbench import AdapterExperiment
+    from workbench.data.metaworld import MetaWorldClips
+    from workbench.inspect import Ablation
+    from workbench.worldmodel.demo import TRAINED_ADAPTER
+    from workbench.worldmodel.probe import shipped_probe
+
+    exp = AdapterExperiment.load(TRAINED_ADAPTER)
+    clips = MetaWorldClips(path="sample", window=16, stride=8, split="val")
+    batch = exp.model.base.prepare_batch(default_collate([clips[10], clips[35]]))
+    traj = record(exp.model, batch, steps=steps, seed=0)
+    state = Ablation(traj, step=steps // 2, decode="tiny", readout=shipped_probe().readout())
+    state.recorded_final()  # decoded once per view, not per edit
+    carried, fresh = [], []
+    for i in range(edits + 2):
+        state.set(0, round(-1 + 0.3 * i, 2))
+        carried.append(timed(state.propagate))
+        fresh.append(timed(lambda i=i: record(exp.model, batch, steps=steps, seed=i, record=False)))
+    a, b = median_ms(carried), median_ms(fresh)
+    print(f"propagated picture (world model, hand readout, tiny preview), edit at step {steps // 2} of {steps}: "
+          f"{a:.0f} ms; a fresh {steps}-step sample of the same batch {b:.0f} ms; ratio {a / b:.2f}")
+    return a
 
 
 # -- in a real browser -------------------------------------------------------------------------
@@ -165,11 +206,41 @@ stepper.fork_here(cond=swap_conditions(traj), label="swapped")
 stepper.step_slider.value = 0
 stepper.fork_here(adapter="off", label="base alone")
 stepper""",
-    """AblationSliders(traj, step=10, decode="tiny", dim_names=DIMS)""",
+    """from workbench import AdapterExperiment
+from workbench.worldmodel.demo import TRAINED_ADAPTER
+from workbench.worldmodel.probe import shipped_probe
+world = AdapterExperiment.load(TRAINED_ADAPTER)
+world_traj = record(world.model, world.model.base.prepare_batch(default_collate([clips[10], clips[35]])), steps=20,
+                    seed=0)
+AblationSliders(world_traj, step=10, decode="tiny", dim_names=DIMS, readout=shipped_probe().readout())""",
 ]
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 PRESSES = 11
+FINAL_PRESSES = 5
+TIME_BOTH = """([instant, final]) => {
+  // the instant picture: its src changes; the propagated one: the final picture is marked stale when the
+  // propagation starts and unmarked when its picture is in (a class change alone re-sets an <img> src)
+  const a = document.querySelector(instant), b = document.querySelector(final);
+  const first = a.src;
+  const shown = new Promise(resolve => {
+    const seen = new MutationObserver(() => {
+      if (a.src !== first) { seen.disconnect(); resolve(performance.now() - window.__pressed); }
+    });
+    seen.observe(a, {attributes: true, attributeFilter: ["src"]});
+  });
+  const carried = new Promise(resolve => {
+    let stale = false;
+    const seen = new MutationObserver(() => {
+      const now = b.classList.contains("workbench-stale");
+      if (now) stale = true;
+      else if (stale) { seen.disconnect(); resolve(performance.now() - window.__pressed); }
+    });
+    seen.observe(b, {attributes: true, attributeFilter: ["class"]});
+  });
+  window.__latency = Promise.all([shown, carried]);
+  window.__pressed = performance.now();
+}"""
 TIME_PRESS = """([img, key]) => {
   const image = document.querySelector(img);
   const before = image.src;
@@ -284,6 +355,26 @@ def _measure(where: str, chromium: str, open_and_run, python_side: dict[str, flo
                     page.wait_for_timeout(150)
                 print(f"browser ({where}), key press to new picture, {name}: median {statistics.median(times):.0f} ms "
                       f"(range {min(times):.0f}-{max(times):.0f}; Python side {python_side[which]:.0f} ms)")
+            final = "img.workbench-ablation-final"
+            page.wait_for_function(f"() => {{ const i = document.querySelector('{final}');"
+                                   " return i && i.complete && i.naturalWidth > 100; }", timeout=180_000)
+            # dy: values no earlier press visited, so no propagation comes from the view's cache
+            handle = page.locator(".workbench-ablation .workbench-condition-slider .noUi-handle").nth(1)
+            handle.focus()
+            both = []
+            settled = f"() => !document.querySelector('{final}').classList.contains('workbench-stale')"
+            for _ in range(FINAL_PRESSES):
+                page.wait_for_function(settled, timeout=180_000)  # no propagation of an earlier press in flight
+                page.wait_for_timeout(300)
+                page.evaluate(TIME_BOTH, ["img.workbench-ablation-image", final])
+                handle.press("ArrowRight")
+                both.append(page.evaluate("async () => await window.__latency"))
+                page.wait_for_timeout(300)
+            instant, carried = [t[0] for t in both], [t[1] for t in both]
+            print(f"browser ({where}), world model at step 10 of 20 (dy), key press to the instant picture: median "
+                  f"{statistics.median(instant):.0f} ms; to the propagated picture: median "
+                  f"{statistics.median(carried):.0f} ms (range {min(carried):.0f}-{max(carried):.0f}; Python side "
+                  f"{python_side['final']:.0f} ms)")
         finally:
             chrome.close()
 

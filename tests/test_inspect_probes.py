@@ -110,6 +110,59 @@ def test_action_sensitivity_on_tiny_video_runs_the_base_once_per_level():
     assert calls[0] == 2 and sens.adapter.shape == (2, 4)
 
 
+def test_action_sensitivity_reads_how_far_a_readout_moves_per_unit_of_action(tmp_path, monkeypatch):
+    from conftest import nonzero_model
+
+    from workbench.inspect import Readout, render_float
+    from workbench.inspect.decoding import as_uint8
+
+    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path))
+    model = nonzero_model()
+    reads = []
+
+    def brightness(frames):  # uint8 [T, H, W, 3] -> the mean colour of each frame [T, 3]
+        reads.append(len(frames))
+        return frames.reshape(len(frames), -1, 3).mean(axis=1)
+
+    readout = Readout(brightness, name="colour", unit="u")
+    raw = raw_batch()
+    sens = action_sensitivity(model, raw, levels=(0.4, 0.8), readout=readout, readout_eps=0.5, decode="preview")
+    assert sens.readout["adapter"].shape == (2, 4) and (sens.readout["adapter"] > 0).all()
+    # tiny_video's base does not read the actions: its prediction, so its readout, does not move (and is not decoded)
+    assert (sens.readout["base"] == 0).all()
+    assert len(reads) == 2 * (2 * 4 + 2) * 2  # per level: true, swapped and 2 per dimension, for each of 2 clips
+    assert sens.readout_name == "colour" and sens.readout_unit == "u" and sens.readout_eps == 0.5
+    assert sens.rows()[0]["colour_adapter"] == sens.readout["adapter"][0, 0]
+    # the number is the finite difference of the readout, by hand
+    obj, batch = model.objective, model.base.prepare_batch(raw)
+    from workbench.inspect.common import seeded_noise, t_tensor
+
+    t = t_tensor(obj, 0.8, 2, batch.latents.device)
+    x_t = obj.add_noise(batch.latents, seeded_noise(batch, 0), t)
+    read = []
+    for sign in (1, -1):
+        action = batch.cond["action"].clone()
+        action[..., 2] += sign * 0.5
+        moved = type(batch)(latents=batch.latents, cond={**batch.cond, "action": action}, loss_mask=batch.loss_mask,
+                            per_frame=batch.per_frame, meta=batch.meta)
+        with torch.no_grad():
+            x0 = obj.x0_from_prediction(model.predict(x_t, t, moved, adapter=True).composed, x_t, t)
+        read.append([brightness(as_uint8(render_float(model.base, x0, "preview", i)))[1:] for i in range(2)])
+    expected = np.mean([np.linalg.norm(a - b, axis=-1).mean() for a, b in zip(*read)]) / (2 * 0.5)
+    assert sens.readout["adapter"][1, 2] == pytest.approx(expected, rel=1e-6)
+    assert (sens.readout_swap_gap > 0).all()
+    plain = action_sensitivity(model, raw, levels=(0.4, 0.8))
+    assert plain.readout is None and np.array_equal(plain.x0, sens.x0)  # the latent numbers do not change
+
+
+def test_action_sensitivity_readout_errors():
+    model = ComposedModel(tiny_base(), LatentResidual(width=16, depth=1), GatedResidual(), FlowMatching())
+    with pytest.raises(InspectError, match="readout must map frames to positions: a callable .* got int"):
+        action_sensitivity(model, raw_batch(), readout=3)
+    with pytest.raises(InspectError, match="readout_eps must be a positive step for the finite differences, got 0"):
+        action_sensitivity(model, raw_batch(), readout=lambda f: f.mean(axis=(1, 2)), readout_eps=0)
+
+
 # -- sigma sensitivity and the band ----------------------------------------------------------
 class BandOracle(Adapter):
     """Knows the clean latents (as condition 'x0') and corrects the base exactly, but only for noise

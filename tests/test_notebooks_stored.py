@@ -62,10 +62,23 @@ def test_one_torch_thread_and_listed_in_the_readme(path):
     assert f"]({path.name})" in (NOTEBOOKS / "README.md").read_text()
 
 
-def test_storing_keeps_the_picture_and_drops_the_live_widget():
+def execute_tool():
     spec = importlib.util.spec_from_file_location("execute", NOTEBOOKS.parent / "tools" / "execute_notebooks.py")
     execute = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(execute)
+    return execute
+
+
+@pytest.mark.parametrize("path", NUMBERED, ids=lambda p: p.stem)
+def test_stored_with_the_kernelspec_jupyterlab_writes(path):
+    """Opened in JupyterLab, a notebook stored with another kernel display name is rewritten: marked modified."""
+    pytest.importorskip("jupyter_client")
+    expected = execute_tool().kernelspec()
+    assert json.loads(path.read_text())["metadata"]["kernelspec"] == expected
+
+
+def test_storing_keeps_the_picture_and_drops_the_live_widget():
+    execute = execute_tool()
     import nbformat
 
     nb = nbformat.v4.new_notebook()

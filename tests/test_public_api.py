@@ -91,3 +91,18 @@ def test_the_conformance_kit_is_a_frozen_documented_submodule():
     assert callable(check_backbone) and list(workbench.testing.PROMISES) == [
         "card", "to", "provides", "encode_decode", "identity", "constrain", "recording", "fork", "clip", "training",
         "state_dict"]
+
+
+WIDGETS_SNAPSHOT = ["AblationSliders", "ActionSensitivity", "ConditionProbe", "Fit", "Gates", "Stepper"]
+
+
+def test_the_views_are_a_frozen_submodule_and_no_view_shares_a_name_with_an_instrument():
+    """A view (``workbench.widgets``) and the logic or result it shows (``workbench.inspect``) have distinct
+    names: ``ActionSensitivity`` is the view, ``ActionSensitivityResult`` what ``action_sensitivity`` returns."""
+    import workbench.inspect
+    import workbench.widgets
+
+    assert sorted(workbench.widgets.__all__) == WIDGETS_SNAPSHOT, "update WIDGETS_SNAPSHOT deliberately"
+    assert set(workbench.widgets.__all__).isdisjoint(workbench.inspect.__all__)
+    assert "ActionSensitivityResult" in workbench.inspect.__all__
+    assert {"Readout", "FrameReadout", "Propagation", "PathComparison"} <= set(workbench.inspect.__all__)

@@ -1,11 +1,14 @@
 """The views in JupyterLab itself, as a person uses them: headless Chromium (Debian's, driven by
 Playwright) opens a small notebook in a JupyterLab served on 127.0.0.1, runs all cells from the
 menu, presses stop on the Fit view while later cells are queued, moves a slider of each view,
-saves the notebook (with its widget state, as ``make lab`` sets JupyterLab up), shuts its kernel
-down and reopens it (JupyterLab starts a fresh kernel that knows none of the views' models). We
-check that pictures arrive, that the states hold (the fit stopped, the queued cells ran, the
-sliders moved the pictures) and that the reopened notebook shows the pictures and no widget
-error; never how long anything took.
+switches the Stepper to the adapter's output where a branch has the adapter off, lets the
+ablation view carry an edit to the last step (and a second key press cancel the first), holds its
+colour scale, saves the notebook (with its widget state, as ``make lab`` sets JupyterLab up),
+shuts its kernel down and reopens it (JupyterLab starts a fresh kernel that knows none of the
+views' models). We check that pictures arrive, that the states hold (the fit stopped, the queued
+cells ran, the sliders moved the pictures, the final picture follows the last edit), that status
+lines never wrap, and that the reopened notebook shows the pictures and no widget error; and that
+a shipped notebook opens without being marked modified. Never how long anything took.
 
 Screenshots are kept in ``outputs/test-artifacts/``. Skipped, saying why, without Debian's
 chromium (``make browser``) or JupyterLab (``make test`` installs it).
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import time
 import urllib.error
 import urllib.request
@@ -55,7 +59,9 @@ fit""",
 print("fit ended:", fit.session.state)""",
     """raw = default_collate([clips[10], clips[35]])
 traj = exp.sample({"image": raw["video"][:, :, 0], "action": raw["action"]}, steps=8, seed=0)
-Stepper(traj, decode="tiny", dim_names=["dx", "dy", "dz", "grip"])""",
+stepper = Stepper(traj, decode="tiny", dim_names=["dx", "dy", "dz", "grip"])
+stepper.fork_here(adapter="off", label="base alone")
+stepper""",
     """AblationSliders(traj, step=4, decode="tiny", dim_names=["dx", "dy", "dz", "grip"])""",
 ]
 
@@ -82,10 +88,10 @@ def api(url: str, path: str, method: str = "GET"):
     return json.loads(body) if body else None
 
 
-def open_notebook(browser, url: str):
+def open_notebook(browser, url: str, name: str = "views.ipynb"):
     page = browser.new_page(viewport={"width": 1400, "height": 2200})
     page.route(re.compile(r"^https?://(?!127\.0\.0\.1[:/])"), lambda route: route.abort())
-    page.goto(f"{url}/lab/workspaces/w{uuid.uuid4().hex[:8]}/tree/views.ipynb?token={TOKEN}", timeout=TIMEOUT_MS)
+    page.goto(f"{url}/lab/workspaces/w{uuid.uuid4().hex[:8]}/tree/{name}?token={TOKEN}", timeout=TIMEOUT_MS)
     page.locator(".jp-Notebook").wait_for(timeout=TIMEOUT_MS)
     return page
 
@@ -108,6 +114,24 @@ def press(page, slider: str, key: str, image: str) -> None:
     handle.press(key)
     page.wait_for_function("([css, prev]) => { const i = document.querySelector(css); return i && i.src !== prev; }",
                            arg=[image, before], timeout=TIMEOUT_MS)
+
+
+def test_a_shipped_notebook_opens_unmodified(lab):
+    """JupyterLab writes the kernelspec of the kernel it starts; stored differently, the notebook opens modified."""
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is installed by `make test`")
+    url, folder = lab
+    shutil.copy(ROOT / "notebooks" / "02_step_through.ipynb", folder / "shipped.ipynb")
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium(), args=FLAGS, headless=True)
+        try:
+            page = open_notebook(browser, url, "shipped.ipynb")
+            kernel_ready(url)
+            page.wait_for_timeout(1500)  # the kernel's info has arrived and been written into the metadata
+            assert page.locator(".jp-mod-dirty").count() == 0
+        finally:
+            browser.close()
+            for session in api(url, "/api/sessions"):
+                api(url, f"/api/sessions/{session['id']}", method="DELETE")
 
 
 def test_run_all_stop_sliders_and_reopen_without_a_kernel(lab):
@@ -160,8 +184,9 @@ def run_all_and_use(page, url: str) -> None:
     picture_src(page, "img.workbench-ablation-image")
     press(page, ".workbench-step-slider", "ArrowRight", "img.workbench-stepper-image")
     press(page, ".workbench-frame-slider", "ArrowLeft", "img.workbench-stepper-image")
-    press(page, ".workbench-ablation .workbench-condition-slider", "ArrowRight", "img.workbench-ablation-image")
     assert "step <b>1</b>" in page.locator(".workbench-stepper").inner_html()
+    use_the_adapter_view_where_it_is_off(page)
+    carry_edits_to_the_last_step(page)
     # the keyboard: space on the focused play button plays (the kernel steps the view) and pauses
     play = page.locator(".workbench-stepper button", has_text=re.compile("^play$")).first
     play.focus()
@@ -174,6 +199,44 @@ def run_all_and_use(page, url: str) -> None:
     page.screenshot(path=str(ARTIFACTS / "lab-run-all.png"), full_page=True)
     page.keyboard.press("Control+s")
     page.wait_for_function("() => !document.querySelector('.jp-mod-dirty')", timeout=TIMEOUT_MS)
+
+
+def use_the_adapter_view_where_it_is_off(page) -> None:
+    """The base-alone branch has no adapter output: the view says so instead of failing (the picture changes)."""
+    before = page.locator("img.workbench-stepper-image").first.get_attribute("src")
+    page.locator(".workbench-stepper select").first.select_option(label="adapter output")
+    page.wait_for_function("([css, prev]) => document.querySelector(css).src !== prev",
+                           arg=["img.workbench-stepper-image", before], timeout=TIMEOUT_MS)
+    page.locator(".workbench-stepper select").first.select_option(label="x0 estimate")
+
+
+FINAL_STATUS = ".workbench-ablation-final-status"
+
+
+def carry_edits_to_the_last_step(page) -> None:
+    """An edit: the instant picture, then the final one; two quick presses: the final follows the second."""
+    slider = ".workbench-ablation .workbench-condition-slider"
+    picture_src(page, "img.workbench-ablation-final")  # the recorded run's final prediction, at first
+    press(page, slider, "ArrowRight", "img.workbench-ablation-image")
+    value = page.locator(f"{slider} .widget-readout").first.inner_text().strip()
+    page.wait_for_function(  # the final picture of this edit is in: no longer marked stale, its status says so
+        "([css, text]) => !document.querySelector('img.workbench-ablation-final').classList.contains("
+        "'workbench-stale') && document.querySelector(css).innerText.includes(text)",
+        arg=[FINAL_STATUS, f"final prediction with dx={value} from step 4"], timeout=TIMEOUT_MS)
+    handle = page.locator(f"{slider} .noUi-handle").first
+    handle.press("ArrowRight")
+    handle.press("ArrowRight")  # before the first one's propagation can finish: it is cancelled
+    value = page.locator(f"{slider} .widget-readout").first.inner_text().strip()
+    page.wait_for_function("([css, text]) => document.querySelector(css).innerText.includes(text)",
+                           arg=[FINAL_STATUS, f"final prediction with dx={value} from step 4"], timeout=TIMEOUT_MS)
+    page.locator(".workbench-ablation button", has_text="hold colour scale").click()
+    page.wait_for_function("() => document.querySelector('.workbench-ablation-status').innerText"
+                           ".includes('colour scale held')", timeout=TIMEOUT_MS)
+    # status lines stay whole: each one line high, however narrow the column
+    lines = ", ".join(f"{status} .widget-html-content > div" for status in (".workbench-ablation-status", FINAL_STATUS))
+    heights = page.evaluate("""(css) => [...document.querySelectorAll(css)].map(d => [d.getBoundingClientRect().height,
+        parseFloat(getComputedStyle(d).lineHeight) || 20, getComputedStyle(d).whiteSpace])""", lines)
+    assert len(heights) >= 5 and all(style == "nowrap" and h < 1.5 * line for h, line, style in heights)
 
 
 def check_reopened(p, url: str, folder: Path) -> None:

@@ -90,9 +90,46 @@ def test_given_frames_follow_a_causal_vae_layout():
     assert _given(batch, 0, 8) == ()  # no causal layout fits: no labels rather than wrong ones
 
 
-@pytest.mark.parametrize("view", ["x0", "x_t", "composed"])
+@pytest.mark.parametrize("view", ["x0", "x_t"])
 def test_picture_views_are_the_trajectory_frames(traj, view):
     assert np.array_equal(view_image(traj, 1, view).frames, traj.frames(1, kind=view))
+
+
+def test_the_composed_prediction_is_a_signed_map_with_a_colour_bar_that_names_it(traj, model):
+    from workbench.inspect.preview import preview_for
+
+    image = view_image(traj, 1, "composed")
+    z = traj[1].composed[:1]
+    expected = preview_for(model.base, tuple(z.shape[1:])).linear(z)[0].float().mean(dim=0).numpy()
+    assert image.kind == "signed" and np.array_equal(image.frames, expected)
+    assert image.label == "composed prediction (velocity; linear preview, mean RGB)"  # flow matching's
+    assert image.limit == pytest.approx(float(np.abs(expected).max()))
+
+
+def test_where_the_adapter_is_off_its_views_say_so_instead_of_failing(traj):
+    off = traj.fork(at=0, adapter="off", label="base alone")
+    image = view_image(off, 2, "adapter")  # nothing ran: an empty map, not an InspectError
+    assert (image.frames == 0).all() and image.note == "adapter off here (this branch runs the base alone)"
+    gate = view_image(off, 2, "gate")
+    assert gate.note == "effective weight 0.00 · adapter off here (this branch runs the base alone)"
+    assert view_image(off, 2, "adapter-base").frame(1).note == "adapter off here (this branch runs the base alone)"
+    assert view_image(traj, 2, "adapter").note == ""  # the run itself: the adapter acts
+    assert view_image(traj, 2, "gate").note == "effective weight 0.50"
+
+
+def test_outside_a_noise_band_the_views_name_the_band_and_show_the_effective_weight():
+    model = nonzero_model(composer=NoiseGated(GatedResidual(gate_init=0.5), lo=0.3, hi=0.9))
+    traj = record(model, model.base.prepare_batch(raw_batch()), steps=STEPS, seed=0)
+    # noise levels 1.0, 0.75, 0.5, 0.25: steps 0 and 3 lie outside [0.3, 0.9]
+    outside = "adapter off here (NoiseGated band 0.30–0.90, noise level 0.25)"
+    assert view_image(traj, 3, "adapter").note == outside  # the adapter ran; its output has weight 0 here
+    assert np.abs(view_image(traj, 3, "adapter").frames).max() > 0
+    assert view_image(traj, 3, "gate").note == f"effective weight 0.00 · {outside}"
+    assert view_image(traj, 0, "gate").note.endswith("(NoiseGated band 0.30–0.90, noise level 1.00)")
+    assert view_image(traj, 2, "gate").note == "effective weight 0.50"
+    stepper = StepperState(traj, view="adapter")
+    stepper.seek(3)
+    assert stepper.panels()[0].note == outside
 
 
 def test_base_view_is_the_x0_estimate_of_the_base_alone(traj, model):
@@ -326,6 +363,72 @@ def test_ablated_prediction_equals_a_full_recompute(traj, model):
     assert named.describe_edits() == ["dx=+1.00@f2"]
     with pytest.raises(InspectError, match=r"dim_names has 3 names for the 4 dimensions of 'action'; give one name"):
         Ablation(traj, dim_names=["dx", "dy", "dz"])
+
+
+@pytest.mark.parametrize("step", [0, 2, 3])
+def test_a_propagated_edit_is_the_fork_bit_for_bit(traj, step):
+    abl = Ablation(traj, step=step)
+    abl.set(1, -0.7)
+    final = abl.propagate()
+    fork = traj.fork(at=step, cond={"action": abl.edit.values})
+    assert torch.equal(final.trajectory.final, fork.final)
+    assert all(torch.equal(final.trajectory[k].x0, traj[k].x0) for k in range(step))  # the recording's prefix
+    assert np.array_equal(final.recorded, traj.render(traj.final)) and np.array_equal(final.edited,
+                                                                                      traj.render(fork.final))
+    assert final.resampled == STEPS - step and final.edits == ["d1=-0.70"] and final.path is None
+    assert abl.propagate() is final  # cached per (step, edit)
+    panels = final.panels(frame=2)
+    assert [p.kind for p in panels] == ["rgb", "rgb", "signed"]
+    np.testing.assert_allclose(panels[2].image, final.difference[2])
+    assert final.caption(0) == f"final prediction · steps {step}-3 sampled again with the edit · frame 0 (given)"
+
+
+def test_an_unedited_propagation_is_the_recording_itself(traj, model):
+    abl = Ablation(traj, step=2)
+    calls = BaseCalls(model)
+    final = abl.propagate()
+    assert calls.count == 0 and final.trajectory is traj and final.resampled == 0
+    assert (final.difference == 0).all() and final.describe() == "final prediction: no edit, the recorded run"
+
+
+def test_a_propagation_asked_to_stop_stops_and_is_not_kept(traj, model):
+    abl = Ablation(traj, step=0)
+    abl.set(0, 1.0)
+    calls = BaseCalls(model)
+    asked = []
+    assert abl.propagate(should_stop=lambda: asked.append(1) or True) is None
+    assert calls.count == 1 and asked == [1]  # stopped after its first live step
+    assert abl.cached_propagation() is None
+    assert torch.equal(abl.propagate().trajectory.final, traj.fork(at=0, cond={"action": abl.edit.values}).final)
+
+
+def test_path_comparison_says_how_far_and_where(traj):
+    from workbench.inspect import Readout
+
+    def left_right(frames):  # a made-up position: the frame index in cm along x, the mean red along y
+        return np.stack([np.arange(len(frames), dtype=float), frames[..., 0].mean(axis=(1, 2)),
+                         np.zeros(len(frames))], axis=1)
+
+    abl = Ablation(traj, step=1, readout=Readout(left_right, name="hand", unit="cm"))
+    abl.set(0, 1.0)
+    path = abl.propagate().path
+    assert path.axes == ("x", "y", "z") and path.predicted == (1, 2, 3)
+    assert (path.shift[[0, 2]] == 0).all() and path.moved == pytest.approx(abs(path.shift[1]))
+    assert path.mean_distance == pytest.approx(float(np.abs(path.edited[1:, 1] - path.recorded[1:, 1]).mean()))
+    text = path.describe()
+    assert text.startswith(f"hand moved {path.moved:.1f} cm at the last frame (x +0.0, y {path.shift[1]:+.1f}, "
+                           f"z +0.0 cm)")
+    assert text.endswith("on average over the predicted frames")
+    assert path.describe(frame=0).startswith("hand moved 0.0 cm at frame 0")  # the given frame cannot move
+
+
+def test_the_instruments_share_one_lock_per_model(model):
+    from workbench.inspect.common import model_lock
+
+    lock = model_lock(model)
+    assert model_lock(model) is lock and model_lock(nonzero_model()) is not lock
+    with lock, lock:  # reentrant: a probe inside a held lock
+        pass
 
 
 def test_swapped_actions_come_from_another_clip(traj):

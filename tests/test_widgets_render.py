@@ -33,6 +33,26 @@ def inside(fig) -> bool:
         drawn.y1 <= height + tolerance
 
 
+def test_a_panel_note_is_written_under_it_wrapped_to_its_width():
+    note = "effective weight 0.00 · adapter off here (NoiseGated band 0.30–1.00, noise level 0.05)"
+    fig = render.panels_figure([Panel("run", "gate", np.zeros((4, 4)), "gate", note=note), Panel("x0", "rgb", rgb())])
+    label = fig.axes[0].get_xlabel()
+    assert label.replace("\n", " ") == note and label.count("\n") >= 1 and fig.axes[1].get_xlabel() == ""
+    assert inside(fig)
+    fast = render.panels_image([Panel("run", "gate", np.zeros((4, 4)), "gate", note=note)], panel_pixels=64)
+    red = np.all(fast[..., :3] == render.NOTE_RGB, axis=-1)
+    assert red.any()  # the note, in red, on the fast picture too
+
+
+def test_fast_pictures_fill_the_row_and_their_text_grows_with_the_frames():
+    one = render.panels_image([Panel("run", "rgb", rgb())], title="x0 estimate")
+    three = render.panels_image([Panel(f"b{i}", "rgb", rgb()) for i in range(3)], title="x0 estimate")
+    assert one.shape[1] <= render.PICTURE_WIDTH and three.shape[1] <= render.PICTURE_WIDTH + 20
+    assert render.panel_scale(64, 1) == 6 and render.panel_scale(64, 3) == 5  # 384 px alone, 320 px for three
+    assert render.panel_scale(64, 3, bars=1) == 4  # with a colour bar beside them
+    assert render.panel_scale(64, 8) * 64 >= render.MIN_PANEL  # many branches: never smaller than 128 px
+
+
 def test_panels_figure_draws_pictures_and_one_colour_bar_per_scale():
     panels = [Panel("run", "rgb", rgb()), Panel("a", "signed", signed(1), "difference", 2.0),
               Panel("b", "signed", signed(2), "difference", 2.0), Panel("gate", "gate", np.full((4, 4), 0.3), "gate")]
@@ -45,6 +65,14 @@ def test_panels_figure_draws_pictures_and_one_colour_bar_per_scale():
     assert signed_image.get_clim() == (-2.0, 2.0)  # centred on zero
     assert inside(fig)
     assert render.figure_array(fig).shape[2] == 4
+
+
+def test_a_row_can_fit_the_notebook_width_instead_of_being_shrunk_by_the_browser():
+    panels = [Panel(f"step {i}", "rgb", rgb(i)) for i in range(6)]
+    assert render.panels_figure(panels).get_figwidth() == pytest.approx(6 * render.PANEL_INCHES)
+    fitted = render.panels_figure(panels, panel_inches="fit")
+    assert fitted.get_figwidth() <= render.FIGURE_INCHES and inside(fitted)
+    assert render.panels_figure(panels[:2], panel_inches="fit").get_figwidth() == pytest.approx(2 * render.PANEL_INCHES)
 
 
 def test_a_long_title_widens_a_single_panel():
@@ -73,6 +101,37 @@ def test_loss_figure_axes_and_smoothing():
     assert "no steps yet" in [t.get_text() for t in empty.axes[0].texts]
 
 
+def test_one_step_of_loss_is_a_visible_point_and_the_legend_leaves_the_curve_alone():
+    fig = render.loss_figure([1], [0.17], target=None, start=0)  # a run stopped after its first step
+    ax = fig.axes[0]
+    assert ax.lines[0].get_marker() == "o" and ax.lines[0].get_markersize() > 0  # one point shows
+    lo, hi = ax.get_ylim()
+    assert lo < 0.17 < hi and ax.get_xlim() == (0.0, 2.0)  # the step it trained, inside the axes
+    assert render.loss_figure([1], [0.17], target=100_000).axes[0].get_xlim() == (0.0, 100_000.0)  # while it runs
+    render.figure_array(fig)
+    legend = ax.get_legend().get_window_extent()
+    assert legend.y0 >= ax.get_window_extent().y1 - 1  # above the axes, never over the curve's end
+    assert inside(fig)
+    long = render.loss_figure(list(range(1, 101)), list(np.linspace(1, 0.1, 100)), target=100)
+    assert long.axes[0].lines[0].get_marker() in ("None", None, "")  # many steps: a plain line
+
+
+def test_a_gate_history_never_hides_one_column_under_another():
+    history = {"step": np.array([10.0, 20.0]), "gate_mean": np.array([0.1, 0.2]),
+               "gate_abs_max": np.array([0.1, 0.2]), "noise_weight": np.array([1.0, 1.0])}
+    fig = render.gates_figure([0.1, 0.5], [0.1, 0.2], history, None)
+    labels = [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
+    assert labels == ["gate_mean = gate_abs_max", "noise_weight"]
+    assert [line.get_linestyle() for line in fig.axes[1].lines] == ["-", "--"]
+
+
+def test_frame_axes_are_ticked_at_whole_frames():
+    fig = render.condition_figure({"action": {"kind": "series", "title": "action", "values": np.zeros((16, 4))}})
+    render.figure_array(fig)
+    ticks = [t for t in fig.axes[0].get_xticks() if 0 <= t <= 15]
+    assert ticks and all(float(t).is_integer() for t in ticks)
+
+
 def test_gates_figure_with_and_without_history():
     levels = [0.1, 0.5, 0.9]
     fig = render.gates_figure(levels, [0.0, 0.4, 0.4], {"step": np.array([10.0, 20.0]),
@@ -80,6 +139,9 @@ def test_gates_figure_with_and_without_history():
                               Panel("gate", "gate", np.full((4, 4), 0.4), "effective gate"), band=(0.3, 1.0))
     assert [a.get_xlabel() for a in fig.axes[:2]] == ["noise level (0 = clean, 1 = pure noise)", "optimizer step"]
     assert inside(fig)
+    off = Panel("gate map", "gate", np.zeros((4, 4)), "effective gate", note="effective weight 0.00 · adapter off here")
+    fig = render.gates_figure(levels, [0.0, 0.4, 0.4], None, off, band=(0.3, 1.0))
+    assert fig.axes[2].get_xlabel() == "effective weight 0.00 · adapter off here" and inside(fig)
     bare = render.gates_figure(levels, [0.1, 0.1, 0.1], None, None)
     assert len(bare.axes) == 2 and "no training history" in bare.axes[1].texts[0].get_text()
 
@@ -91,7 +153,24 @@ def test_sensitivity_figure_heatmap_labels():
     heat = fig.axes[0]
     assert [t.get_text() for t in heat.get_xticklabels()] == ["dx", "dy", "dz", "grip"]
     assert heat.get_ylabel() == "noise level" and len(heat.texts) == 12
+    assert min(t.get_fontsize() for t in heat.texts) >= render.LABEL_SIZE  # legible at the notebook's width
     assert inside(fig)
+
+
+def test_sensitivity_figure_with_a_readout_draws_a_second_heatmap_in_its_unit():
+    values = np.arange(12, dtype=float).reshape(3, 4) / 100
+    readout = {"adapter": np.arange(12, dtype=float).reshape(3, 4), "base": np.zeros((3, 4))}
+    gap = {"x0": np.ones(3), "adapter": np.ones(3)}
+    fig = render.sensitivity_figure([0.2, 0.5, 0.8], values, gap, np.ones(3), dim_names=["dx", "dy", "dz", "grip"],
+                                    readout=readout, readout_label="hand (cm)")
+    heat = [a for a in fig.axes if a.images]
+    assert len(heat) == 2 and heat[1].get_title() == "hand (cm) per unit of action\n(the base alone: 0 everywhere)"
+    assert [t.get_text() for t in heat[1].texts][:3] == ["0.0", "1.0", "2.0"]
+    readout["base"] = np.full((3, 4), 0.5)  # a base that reads the actions: its value in each cell
+    fig = render.sensitivity_figure([0.2, 0.5, 0.8], values, gap, np.ones(3), readout=readout,
+                                    readout_label="hand (cm)")
+    assert [a for a in fig.axes if a.images][1].texts[1].get_text() == "1.0\nbase 0.5"
+    assert inside(fig) and fig.get_figwidth() * render.DPI <= 1100
 
 
 def test_condition_figure_kinds():

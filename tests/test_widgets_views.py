@@ -167,7 +167,7 @@ def test_slider_moves_draw_from_the_arrays_without_building_a_figure(traj, monke
     ablation.sliders.sliders[0].value = 0.5
     shown = picture(stepper)[..., :3]
     panel = stepper.state.panels()[0]
-    scale = render.PANEL_PIXELS // panel.image.shape[0]
+    scale = render.panel_scale(panel.image.shape[0], panels=1)  # one branch: the frame fills the row
     expected = np.repeat(np.repeat(panel.colored(), scale, 0), scale, 1)
     h, w = expected.shape[:2]
     found = [(y, x) for y in range(shown.shape[0] - h + 1) for x in range(0, 20)
@@ -325,7 +325,7 @@ def test_stepper_condition_editor_is_optional(traj):
 
 # -- Ablation sliders ------------------------------------------------------------------------
 def test_ablation_slider_changes_the_prediction_without_calling_the_base(traj, model):
-    view = AblationSliders(traj, step=2, dim_names=DIMS)
+    view = AblationSliders(traj, step=2, dim_names=DIMS, propagate=False)
     assert view.state.change() == 0.0
     before = picture(view)
     calls = BaseCalls(model)
@@ -336,8 +336,114 @@ def test_ablation_slider_changes_the_prediction_without_calling_the_base(traj, m
     assert view.state.change() > 0 and changed(before, picture(view))
     assert "dx=+1.00, grip=-1.00" in repr(view)  # the edits by the dimensions' names
     assert "edited: dx=+1.00, grip=-1.00" in view.status.value
+    assert "final prediction" not in repr(view) and view.final_image.value == b""
     view.sliders.reset_button.click()
     assert view.state.change() == 0.0
+
+
+def test_ablation_carries_each_edit_to_the_last_step_as_a_fork(traj, model):
+    view = AblationSliders(traj, step=2, dim_names=DIMS)
+    assert repr(view).endswith("action: no edit; x0 change 0.0000, frame 3")  # nothing edited: no fork to tell
+    assert view.state.cached_propagation().trajectory is traj and "no edit" in view.final_status.value
+    instant = picture(view)
+    calls = BaseCalls(model)
+    view.sliders.sliders[0].value = 1.0
+    assert calls.count == STEPS - 2  # the instant picture none; the fork from step 2 samples steps 2 and 3
+    final = view.state.cached_propagation()
+    fork = traj.fork(at=2, cond={"action": view.state.edit.values})
+    assert torch.equal(final.trajectory.final, fork.final)  # bit for bit the fork machinery's
+    assert np.array_equal(final.edited, traj.render(fork.final)) and final.resampled == 2
+    assert repr(view).endswith("final prediction with dx=+1.00 from step 2 of 4")  # no readout: no numbers
+    assert "no readout" in view.final_status.value and "2 steps re-sampled in" in view.final_status.value
+    both = png_array(view.static_png())
+    assert both.shape[0] > png_array(view.image.value).shape[0]  # a page without a front end shows both
+    assert changed(instant, picture(view))
+    shown, count = png_array(view.final_image.value), calls.count
+    view.frame_slider.value = 1  # another frame: the same fork, drawn again
+    assert calls.count == count and view.state.cached_propagation() is final
+    assert changed(shown, png_array(view.final_image.value))
+
+
+def test_ablation_reads_where_the_edit_lands_through_a_readout(traj):
+    from workbench.inspect import Readout
+
+    calls = []
+
+    def brightness(frames):  # the mean colour of each frame: a position the edit can move
+        calls.append(frames.shape)
+        return frames.reshape(len(frames), -1, 3).mean(axis=1)
+
+    view = AblationSliders(traj, step=1, dim_names=DIMS,
+                           readout=Readout(brightness, name="colour", unit="u", axes=("r", "g", "b")))
+    view.sliders.sliders[0].value = 1.0
+    final = view.state.cached_propagation()
+    path = final.path
+    assert np.array_equal(path.recorded, brightness(final.recorded)) and np.array_equal(path.edited,
+                                                                                       brightness(final.edited))
+    assert path.moved == pytest.approx(float(np.linalg.norm(path.edited[-1] - path.recorded[-1])))
+    assert path.predicted == (1, 2, 3)  # frame 0 is given: it says nothing about the edit
+    assert path.describe() in repr(view) and path.describe().startswith("colour moved ")
+    assert " u at the last frame (r " in path.describe()
+    assert path.describe() in view.final_status.value
+
+
+def test_a_readout_that_fails_says_so_in_the_view(traj):
+    import html
+
+    from workbench.inspect import Readout
+
+    view = AblationSliders(traj, step=2, readout=Readout(lambda f: np.zeros((2, 3)), name="broken"))
+    status = html.unescape(view.final_status.value)
+    assert "carrying the edit to the last step failed: InspectError: The readout 'broken' returned shape (2, 3) " \
+           "for 4 frames; it must return one position per frame, [4, D]." in status
+    assert isinstance(view.final_error, InspectError)
+
+
+def test_a_held_colour_scale_stays_while_the_edits_grow(traj):
+    view = AblationSliders(traj, step=2, dim_names=DIMS, propagate=False)
+    view.sliders.sliders[0].value = 0.2
+    small = view.state.images()[2].limit
+    view.hold_button.value = True
+    view.sliders.sliders[0].value = 1.0
+    image = view.state.images()[2]
+    assert image.limit == small and np.abs(image.frames).max() > small  # stronger colour, same range
+    assert "held range" in image.label and "colour scale held" in view.status.value
+    view.hold_button.value = False
+    assert view.state.images()[2].limit == pytest.approx(float(np.abs(image.frames).max()))
+
+
+def test_the_next_move_cancels_a_propagation_in_flight_without_holding_up_the_sliders(traj, model):
+    import asyncio
+    import time
+
+    denoise = model.base.denoise
+    model.base.denoise = lambda *a, **k: (time.sleep(0.05), denoise(*a, **k))[1]  # a slower base
+
+    async def use() -> AblationSliders:
+        view = AblationSliders(traj, step=0, dim_names=DIMS)
+        await asyncio.sleep(0)  # the first picture
+        view.settle()
+        view.sliders.sliders[0].value = 1.0
+        await asyncio.sleep(0)  # the instant picture is drawn, the fork starts in the background
+        assert "dx=+1.00" in view.status.value and view.state.cached_propagation() is None  # not there yet
+        assert "re-sampling steps 0–3 with dx=+1.00" in view.final_status.value
+        view.sliders.sliders[0].value = -1.0  # cancels it after its current step
+        await asyncio.sleep(0)
+        while view._worker is not None and view._worker.is_alive():
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.05)  # the result is handed to the event loop
+        return view
+
+    try:
+        view = asyncio.run(use())
+    finally:
+        del model.base.denoise
+    final = view.state.cached_propagation()
+    assert final is not None and final.edits == ["dx=-1.00"]
+    assert len(view.state._propagated) == 2  # the recording (no edit) and dx=-1; dx=+1 never finished
+    expected = traj.fork(at=0, cond={"action": view.state.edit.values}).final
+    assert torch.equal(final.trajectory.final, expected)
+    assert "final prediction with dx=-1.00 from step 0" in view.final_status.value
 
 
 def test_ablation_slider_on_one_frame_and_another_step(traj):
@@ -379,9 +485,17 @@ def test_condition_probe_shows_training_dropout():
     raw = raw_batch(b=8)
     view = ConditionProbe(model, raw)
     assert "dropped" in repr(view)
-    view.step_box.value = 3
+    assert view.step is None and "no dropout" in view.note.value  # what sampling passes
+    view.step_box.value = 3  # a step typed in: training's view of it
+    assert view.when_select.value == "training" and view.step == 3
     row = next(r for r in view.rows if r["name"] == "action")
     assert row["dropout_applied"] and row["dropped"] == int(adapter.view(raw, step=3).dropped("action").sum())
+    assert "exactly what training step 3 passed" in view.note.value
+    model.train(False)
+    view.refresh()
+    assert "the adapter is in eval mode, so no dropout applies" in view.note.value
+    view.when_select.value = "sampling"
+    assert view.step is None
 
 
 # -- Gates -----------------------------------------------------------------------------------
@@ -457,6 +571,7 @@ def test_fit_stop_button_ends_after_a_completed_step_and_resume_continues():
     assert fit.session.state == "stopped" and exp.step == 2 and fit.progress.value == 2
     assert fit.train_button.description == "resume" and not fit.train_button.disabled
     assert changed(empty, picture(fit))  # the loss plot has its two steps
+    assert picture(fit).shape == empty.shape
     fit.train_button.click()  # resume
     fit.wait()
     assert exp.step == 6 and fit.session.state == "done" and fit.progress.value == 6
@@ -467,6 +582,23 @@ def test_fit_stop_button_ends_after_a_completed_step_and_resume_continues():
     fit.train_button.click()
     fit.wait()
     assert exp.step == 8 and fit.progress.max == 8
+
+
+def test_a_stopped_fit_plots_the_steps_it_trained_not_the_planned_run(monkeypatch):
+    from workbench.widgets import render
+
+    drawn = []
+    loss_figure = render.loss_figure
+    monkeypatch.setattr(render, "loss_figure", lambda *a, **k: (drawn.append(a), loss_figure(*a, **k))[1])
+    exp = tiny_exp()
+    fit = Fit(exp, DATA, steps=1000)
+    assert drawn[-1][2] == 1000  # nothing trained yet: the planned run
+    fit.session.add_listener(lambda session, event: event == "step" and fit.stop())
+    fit.start()
+    fit.wait()
+    assert fit.session.state == "stopped" and exp.step == 1
+    steps, losses, target = drawn[-1][:3]
+    assert steps == [1] and target is None  # the axis spans what was trained: one point, inside it
 
 
 def test_fit_run_blocks_and_the_experiment_is_usable_next():

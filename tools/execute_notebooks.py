@@ -34,6 +34,17 @@ def keep_static(nb: nbformat.NotebookNode) -> None:
     nb.metadata.pop("widgets", None)
 
 
+def kernelspec(name: str = "python3") -> dict[str, str]:
+    """The notebook metadata of the kernel that runs the notebooks, as JupyterLab writes it when it opens one.
+
+    Stored any other way (an older display name), opening a notebook rewrites it and marks the file modified.
+    """
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    spec = KernelSpecManager().get_kernel_spec(name)
+    return {"display_name": spec.display_name, "language": spec.language, "name": name}
+
+
 def execute(path: Path) -> float:
     nb = nbformat.read(path, as_version=4)
     started = time.perf_counter()
@@ -41,6 +52,7 @@ def execute(path: Path) -> float:
                    store_widget_state=False, record_timing=False).execute()
     seconds = time.perf_counter() - started
     keep_static(nb)
+    nb.metadata["kernelspec"] = kernelspec()
     nbformat.write(nb, path)
     return seconds
 

@@ -9,7 +9,7 @@ Imported on demand (``import workbench`` does not load it). Needs only torch and
 import time; writing videos (``Trajectory.export``) loads imageio when called.
 """
 
-from workbench.inspect.ablation import Ablation, ConditionEdit, swap_conditions
+from workbench.inspect.ablation import Ablation, ConditionEdit, Propagation, swap_conditions
 from workbench.inspect.clips import generation_request, predict_clips
 from workbench.inspect.common import InspectError, StepError, StorageWarning, t_for_noise_level
 from workbench.inspect.decoding import render, render_float
@@ -24,7 +24,7 @@ from workbench.inspect.preview import (
     fit_preview,
 )
 from workbench.inspect.probes import (
-    ActionSensitivity,
+    ActionSensitivityResult,
     BandRecommendation,
     SigmaSensitivity,
     action_sensitivity,
@@ -32,6 +32,7 @@ from workbench.inspect.probes import (
     condition_table,
     sigma_sensitivity,
 )
+from workbench.inspect.readout import FrameReadout, PathComparison, Readout, compare_paths
 from workbench.inspect.recorder import StopSampling
 from workbench.inspect.settings import Settings
 from workbench.inspect.step import TrajectoryStep
@@ -42,10 +43,11 @@ from workbench.inspect.views import VIEWS, effective_gate_map, view_image
 from workbench.metrics import moving_psnr, per_clip, psnr, ssim
 
 __all__ = [
-    "VIEWS", "Ablation", "ActionSensitivity", "BandRecommendation", "ConditionEdit", "GatesState",
-    "InspectError", "LatentPreview", "Panel", "Settings", "SigmaSensitivity", "StepError", "StepperState",
-    "StopSampling", "StoragePolicy", "StorageWarning", "Trajectory", "TrajectoryStep", "ViewImage",
-    "action_sensitivity", "backbone_identity", "cache_dir", "clear_preview_cache", "condition_plots",
+    "VIEWS", "Ablation", "ActionSensitivityResult", "BandRecommendation", "ConditionEdit", "FrameReadout",
+    "GatesState", "InspectError", "LatentPreview", "Panel", "PathComparison", "Propagation", "Readout", "Settings",
+    "SigmaSensitivity", "StepError", "StepperState", "StopSampling", "StoragePolicy", "StorageWarning", "Trajectory",
+    "TrajectoryStep", "ViewImage",
+    "action_sensitivity", "backbone_identity", "cache_dir", "clear_preview_cache", "compare_paths", "condition_plots",
     "condition_table", "decode_chunked", "effective_gate_map", "estimate_memory", "find_gate_history", "fit_preview",
     "gate_history", "gate_statistics", "generation_request", "moving_psnr", "per_clip", "predict_clips", "psnr",
     "record", "render", "render_float",

@@ -3,17 +3,27 @@
     abl = Ablation(traj, step=10)              # traj from exp.sample(...)
     abl.set(3, 0.5)                            # gripper (dim 3) = +0.5 on every frame
     abl.set(0, -1.0, frame=5)                  # hand dx = -1 on frame 5 only
-    abl.frames()                               # the new x0 estimate, uint8 [T, H, W, 3]
+    recorded, edited, diff = abl.images()      # the x0 estimates: recorded | edited | difference
     abl.change()                               # RMS change of the x0 estimate (latent units)
+    final = abl.propagate()                    # the edit carried to the last step (a fork)
+    final.path.describe()                      # with a readout: "hand moved 21.4 cm at the last frame ..."
 
 Each re-evaluation is :meth:`Trajectory.recompose`: the base output stored at that step is
 reused (when the adapter allows it), so only the adapter and the composer run — that is what
 makes a slider answer at once. Results are cached per (step, condition values).
+
+One step shows where the model's guess moves, not where the sampled video ends up: the steps
+after it would carry the edit further. :meth:`Ablation.propagate` samples them — a
+:meth:`Trajectory.fork` at the step with the edited condition, so its prefix is the recording's
+own, bit for bit — and returns the final prediction beside the recorded one, read by a
+``readout`` (:mod:`workbench.inspect.readout`) when one is given.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -33,6 +43,9 @@ from workbench.inspect.common import (
 from workbench.inspect.decoding import as_uint8, render_float
 from workbench.inspect.pictures import Panel, ViewImage, signed_limit
 from workbench.inspect.preview import DECODES
+from workbench.inspect.readout import FrameReadout, PathComparison, check_readout, compare_paths
+from workbench.inspect.recorder import StopSampling
+from workbench.inspect.storage import StoragePolicy
 from workbench.inspect.trajectory import Trajectory
 from workbench.inspect.views import given_frames
 
@@ -139,13 +152,74 @@ class ConditionEdit:
         return {self.condition: self.values.clone()} if self.changed else None
 
 
+@dataclass
+class Propagation:
+    """An edit carried to the last step: the final prediction of a fork beside the recorded one.
+
+    ``trajectory``: the fork (``Trajectory.fork(at=step, cond=edited)``; the recording itself when
+    nothing was edited). ``recorded`` / ``edited``: the final predictions of clip ``index``, uint8
+    ``[T, H, W, 3]``, decoded with ``decode``. ``path``: what the readout reads off both (``None``
+    without a readout). ``seconds``: the wall time of the fork and its readout; ``resampled``: the
+    steps it sampled again (0 when nothing was edited: then it is the recording itself).
+    """
+
+    step: int
+    steps: int
+    edits: list[str]
+    trajectory: Trajectory
+    recorded: np.ndarray
+    edited: np.ndarray
+    decode: str
+    given: tuple[bool, ...]
+    path: PathComparison | None
+    seconds: float
+    resampled: int = 0
+
+    @property
+    def difference(self) -> np.ndarray:
+        """``edited - recorded`` (mean over RGB, in [-1, 1] units) ``[T, H, W]``."""
+        return (self.edited.astype(np.float32) - self.recorded.astype(np.float32)).mean(-1) / 127.5
+
+    def panels(self, frame: int, limit: float | None = None) -> list[Panel]:
+        """Frame ``frame`` of the recorded and the edited final prediction and their difference."""
+        frame = min(max(int(frame), 0), len(self.recorded) - 1)
+        diff = self.difference
+        edited = ", ".join(self.edits) or "unchanged"
+        return [Panel("recorded run, final", "rgb", self.recorded[frame]),
+                Panel(f"edited: {edited}\nfrom step {self.step}, final", "rgb", self.edited[frame]),
+                Panel("edited − recorded, final", "signed", diff[frame], "final difference (mean RGB, [-1, 1] units)",
+                      signed_limit(diff) if limit is None else limit)]
+
+    def caption(self, frame: int) -> str:
+        frame = min(max(int(frame), 0), len(self.recorded) - 1)
+        given = " (given)" if frame < len(self.given) and self.given[frame] else ""
+        how = (f"steps {self.step}-{self.steps - 1} sampled again with the edit" if self.resampled
+               else "no edit: the recorded run")
+        return f"final prediction · {how} · frame {frame}{given}"
+
+    def describe(self) -> str:
+        """One line: what was edited, from which step, and (with a readout) how far the readout moved."""
+        if not self.resampled:
+            return "final prediction: no edit, the recorded run"
+        where = f"final prediction with {', '.join(self.edits)} from step {self.step} of {self.steps}"
+        return where if self.path is None else f"{where}: {self.path.describe()}"
+
+
 class Ablation:
-    """The prediction at one step of ``trajectory`` under an edited condition (see the module docstring)."""
+    """The prediction at one step of ``trajectory`` under an edited condition (see the module docstring).
+
+    ``readout``: turns the final frames of :meth:`propagate` into positions (a
+    :class:`~workbench.inspect.readout.Readout`, e.g. the world-model wing's hand probe), so that
+    the propagated edit comes with a number; ``final_decode``: how :meth:`propagate` decodes the
+    final frames (default: ``decode``).
+    """
 
     CACHE_SIZE = 32
+    PROPAGATED = 8
 
     def __init__(self, trajectory: Trajectory, step: int | None = None, condition: str = "action", index: int = 0,
-                 decode: str = "preview", dim_names: Sequence[str] | None = None):
+                 decode: str = "preview", dim_names: Sequence[str] | None = None, readout: Any = None,
+                 final_decode: str | None = None):
         if not isinstance(trajectory, Trajectory):
             raise InspectError(f"Ablation needs a Trajectory (exp.sample(...) returns one), got "
                                f"{type(trajectory).__name__}.")
@@ -156,12 +230,19 @@ class Ablation:
         if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < b:
             raise InspectError(f"index={index!r} is not a batch element; this batch has {b} (0..{b - 1}).")
         check_choice(decode, DECODES, "decode")
+        if final_decode is not None:
+            check_choice(final_decode, DECODES, "final_decode")
         self.trajectory, self.index, self.decode = trajectory, index, decode
+        self.final_decode = final_decode or decode
+        self.readout: FrameReadout | None = check_readout(readout)
         self.edit = ConditionEdit(trajectory.model, trajectory.batch, condition, dim_names)
         self.step = stored[len(stored) // 2]
         if step is not None:
             self.seek(step)
         self._cache: LRUCache[Prediction] = LRUCache(self.CACHE_SIZE)
+        self._propagated: LRUCache[Propagation] = LRUCache(self.PROPAGATED)
+        self._recorded_final: tuple[tuple, np.ndarray] | None = None
+        self.held_limit: float | None = None  # the difference's colour range, when held
         self.evaluations = 0  # recompose calls made (cache misses)
 
     @property
@@ -178,16 +259,17 @@ class Ablation:
     def reset(self, dim: int | None = None) -> None:
         self.edit.reset(dim)
 
+    def _key(self) -> tuple:
+        return self.step, self.edit.values.cpu().numpy().tobytes()
+
     def prediction(self) -> Prediction:
         """The composed prediction at the current step with the edited condition (cached)."""
-        key = (self.step, self.edit.values.cpu().numpy().tobytes())
-
         def evaluate() -> Prediction:
             pred = self.trajectory.recompose(self.step, cond={self.condition: self.edit.values})
             self.evaluations += 1
             return pred
 
-        return self._cache.get(key, evaluate)
+        return self._cache.get(self._key(), evaluate)
 
     def original_x0(self) -> torch.Tensor:
         """The recorded x0 estimate at the current step ``(B, C, T, h, w)``."""
@@ -210,8 +292,25 @@ class Ablation:
         i = self.index
         return masked_rms(diff[i:i + 1], None if mask is None else mask[i:i + 1])
 
-    def images(self) -> tuple[ViewImage, ViewImage, ViewImage]:
-        """``(recorded, edited, edited − recorded)`` x0 estimates: two RGB views and a signed one."""
+    # -- the difference's colour range -------------------------------------------------------
+    def hold_scale(self, hold: bool = True) -> float | None:
+        """Keep the difference's colour range where it is now (``hold=False``: follow each edit again).
+
+        A held range makes moves comparable: a larger change shows as stronger colour instead of
+        being rescaled to the same extremes. Returns the held range (``None`` when released).
+        """
+        self.held_limit = signed_limit(self._difference()) if hold else None
+        return self.held_limit
+
+    def _difference(self) -> np.ndarray:
+        return self.images(limit=1.0)[2].frames
+
+    def images(self, limit: float | None = None) -> tuple[ViewImage, ViewImage, ViewImage]:
+        """``(recorded, edited, edited − recorded)`` x0 estimates: two RGB views and a signed one.
+
+        The difference's colour range is ``limit``, else the held one (:meth:`hold_scale`), else
+        the difference's own largest magnitude.
+        """
         base = self.trajectory.model.base
         rec = self.trajectory[self.step]
         caption = f"x0 estimate · step {rec.index} of {rec.steps} · noise level {float(rec.noise_level[0]):.2f}"
@@ -223,10 +322,11 @@ class Ablation:
         diff = (after - before).mean(-1).astype(np.float32)
         given = given_frames(self.trajectory.batch, self.index, diff.shape[0], base.causal_latents)
         edited = ", ".join(self.describe_edits()) or "unchanged"
+        limit = limit if limit is not None else self.held_limit if self.held_limit is not None else signed_limit(diff)
+        label = "x0 difference (mean RGB, [-1, 1] units)" + (", held range" if self.held_limit is not None else "")
         return (ViewImage("x0", f"recorded {self.condition}", "rgb", as_uint8(before), given=given, caption=caption),
                 ViewImage("x0", f"edited: {edited}", "rgb", as_uint8(after), given=given, caption=caption),
-                ViewImage("adapter-base", "edited − recorded", "signed", diff,
-                          "x0 difference (mean RGB, [-1, 1] units)", signed_limit(diff), given, caption))
+                ViewImage("adapter-base", "edited − recorded", "signed", diff, label, limit, given, caption))
 
     def panels(self, frame: int = 0) -> tuple[list[Panel], str]:
         """The three pictures at ``frame`` and their common caption (view, step, noise, frame)."""
@@ -242,6 +342,65 @@ class Ablation:
         edits = ", ".join(self.describe_edits()) or "no edit"
         return f"step {self.step}/{self.trajectory.steps}, {self.condition}: {edits}; x0 change {self.change():.4f}"
 
+    # -- carried to the last step ------------------------------------------------------------
+    def recorded_final(self) -> np.ndarray:
+        """The recorded run's final prediction of clip ``index``, uint8 ``[T, H, W, 3]`` (``final_decode``)."""
+        key = (self.final_decode, self.index)
+        if self._recorded_final is None or self._recorded_final[0] != key:
+            frames = render_float(self.trajectory.model.base, self.trajectory.final, self.final_decode, self.index)
+            self._recorded_final = (key, as_uint8(frames))
+        return self._recorded_final[1]
+
+    def cached_propagation(self) -> Propagation | None:
+        """The propagation of the current step and edit if it was computed already, else ``None``."""
+        key = (*self._key(), self.final_decode, self.index)
+        return self._propagated.get(key, lambda: None) if key in self._propagated else None
+
+    def propagate(self, should_stop: Callable[[], bool] | None = None) -> Propagation | None:
+        """Sample the steps from the current one to the end with the edited condition: the final prediction.
+
+        The run is :meth:`Trajectory.fork` at the current step with the edited condition — steps
+        before it are the recording's own (served from its cache, bit for bit), the rest run
+        live — so its final latents equal ``trajectory.fork(at=step, cond=edit.overrides()).final``.
+        ``should_stop``: asked after each live step; when it answers True the run stops and this
+        returns ``None`` (a newer edit replaces it). Results are cached per (step, edit).
+
+        >>> final = abl.propagate()
+        >>> final.edited              # uint8 [T, H, W, 3]: the final prediction with the edit
+        """
+        # what to run, read once: the view's thread may edit again while this runs
+        step, values, edits = self.step, self.edit.values.clone(), self.describe_edits()
+        key = (step, values.cpu().numpy().tobytes(), self.final_decode, self.index)
+        if key in self._propagated:
+            return self._propagated.get(key, lambda: None)
+        if not self.trajectory.complete:
+            raise InspectError(f"propagate needs a complete trajectory (its final prediction is the comparison); this "
+                               f"one stopped after {len(self.trajectory)} of {self.trajectory.steps} steps. "
+                               f"traj.resume() finishes it.")
+        started = time.perf_counter()
+        base = self.trajectory.model.base
+        recorded = self.recorded_final()
+        if torch.equal(values, self.edit.original):  # nothing edited: a fork would replay the recording exactly
+            fork, edited = self.trajectory, recorded
+        else:
+            def check(_step) -> None:
+                if should_stop is not None and should_stop():
+                    raise StopSampling
+
+            storage = StoragePolicy(device=self.trajectory.storage.device, dtype=self.trajectory.storage.dtype,
+                                    fields=("x0",), replay=True)
+            fork = self.trajectory.fork(at=step, cond={self.condition: values}, storage=storage, on_step=check,
+                                        label=f"fork@{step}: {', '.join(edits)}")
+            if not fork.complete:
+                return None
+            edited = as_uint8(render_float(base, fork.final, self.final_decode, self.index))
+        given = given_frames(self.trajectory.batch, self.index, len(recorded), base.causal_latents)
+        predicted = [f for f in range(len(recorded)) if not (f < len(given) and given[f])]
+        path = None if self.readout is None else compare_paths(self.readout, recorded, edited, predicted)
+        result = Propagation(step, self.trajectory.steps, edits, fork, recorded, edited, self.final_decode, given,
+                             path, time.perf_counter() - started, 0 if fork is self.trajectory else fork.steps - step)
+        return self._propagated.get(key, lambda: result)
+
 
 def swap_conditions(trajectory: Trajectory, condition: str = "action", shift: int = 1) -> dict[str, Any]:
     """``cond`` overrides with ``condition`` rolled across the batch: each clip gets another clip's values."""
@@ -250,4 +409,4 @@ def swap_conditions(trajectory: Trajectory, condition: str = "action", shift: in
     return {condition: batch.cond[key]}
 
 
-__all__ = ["Ablation", "ConditionEdit", "swap_conditions"]
+__all__ = ["Ablation", "ConditionEdit", "Propagation", "swap_conditions"]

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -19,10 +21,28 @@ from workbench.core.objectives import Objective
 from workbench.errors import DataError, InspectError, StepError, StorageWarning, did_you_mean, listing
 
 __all__ = ["DEFAULT_LEVELS", "InspectError", "StepError", "StorageWarning", "check_choice", "check_frame",
-           "check_levels", "check_model", "condition_key", "condition_keys", "masked_rms", "prepare",
+           "check_levels", "check_model", "condition_key", "condition_keys", "masked_rms", "model_lock", "prepare",
            "rolled_conditions", "seeded_noise", "t_for_noise_level", "t_tensor", "with_conditions"]
 
 DEFAULT_LEVELS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+
+_LOCKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its RLock
+_LOCKS_GUARD = threading.Lock()
+
+
+def model_lock(model: ComposedModel) -> threading.RLock:
+    """The lock an instrument holds while it runs ``model`` from another thread, or changes its state.
+
+    A view that samples in the background (the ablation view carrying an edit to the last step)
+    holds it for the whole run; the probes that change the model for a moment (opening its
+    noise gates, switching its mode) take it too, so they never change a model a background run
+    is using. Reentrant: one thread may take it again.
+    """
+    with _LOCKS_GUARD:
+        lock = _LOCKS.get(model)
+        if lock is None:
+            lock = _LOCKS[model] = threading.RLock()
+        return lock
 
 
 def check_choice(value: Any, choices: Sequence[Any], what: str, fix: str = "") -> None:

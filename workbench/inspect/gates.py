@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import numpy as np
@@ -28,6 +28,7 @@ from workbench.inspect.common import (
     check_frame,
     check_levels,
     masked_rms,
+    model_lock,
     prepare,
     seeded_noise,
     t_tensor,
@@ -104,6 +105,12 @@ def gate_statistics(model_or_composer: ComposedModel | Composer, levels: Sequenc
     if batch is not None and model is None:
         raise InspectError("gate_statistics with a batch needs the ComposedModel (the batch goes through its base).")
     lv = check_levels(levels)
+    with model_lock(model) if model is not None else nullcontext():
+        return _gate_rows(composer, model, lv, batch, seed)
+
+
+def _gate_rows(composer: Composer, model: ComposedModel | None, lv: np.ndarray, batch: Any,
+               seed: int) -> list[dict[str, float]]:
     rows = []
     was_training = composer.training
     composer.train(False)

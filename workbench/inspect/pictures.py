@@ -22,7 +22,8 @@ class Panel:
     """One picture: ``image`` is uint8 ``[H, W, 3]`` (``kind="rgb"``) or float ``[H, W]``.
 
     Float maps are drawn with ``cmap`` over ``[-limit, limit]`` (signed) or ``[0, limit]`` (gate);
-    ``label`` says what the colours measure.
+    ``label`` says what the colours measure; ``note`` what else a reader must know about this
+    picture (e.g. "adapter off here (NoiseGated band 0.30–1.00, noise level 0.05)").
     """
 
     title: str
@@ -30,6 +31,7 @@ class Panel:
     image: np.ndarray
     label: str = ""
     limit: float = 1.0
+    note: str = ""
 
     @property
     def cmap(self) -> str | None:
@@ -55,6 +57,7 @@ class ViewImage:
     ``limit``: the colour range of a float map, the same for every frame (so scrubbing frames
     does not rescale the colours). ``given``: per frame, True where the frame is given to the
     model rather than predicted (the backbone's loss mask is 0 there), when that is known.
+    ``note``: what else a reader must know about the picture (carried to each :class:`Panel`).
     """
 
     view: str
@@ -67,6 +70,7 @@ class ViewImage:
     caption: str = ""
     start: int = 0
     total: int | None = None
+    note: str = ""
 
     def __len__(self) -> int:
         """Frames of the whole video (``frames`` may hold only some of them: ``start`` onwards)."""
@@ -85,7 +89,7 @@ class ViewImage:
             raise StepError(f"frame={i} was not rendered: this picture holds frames {self.start}.."
                             f"{self.start + self.frames.shape[0] - 1} of {len(self)}; render the view with frame={i}.")
         return Panel(self.title, self.kind, self.frames[i - self.start], self.label,
-                     self.limit if limit is None else limit)
+                     self.limit if limit is None else limit, self.note)
 
     def frame_name(self, i: int) -> str:
         """``"frame 3"``, or ``"frame 0 (given)"`` for a frame the model is given."""

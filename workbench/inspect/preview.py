@@ -190,7 +190,8 @@ def backbone_identity(base: BaseVideoModel) -> str:
     h.update(f"{type(base).__module__}.{type(base).__qualname__}".encode())
     config = getattr(base, "config", None)
     if dataclasses.is_dataclass(config):
-        fields = {k: v for k, v in dataclasses.asdict(config).items() if k != "weights"}
+        # where the weights came from and where they run do not change what the decoder computes
+        fields = {k: v for k, v in dataclasses.asdict(config).items() if k not in ("weights", "device", "dtype")}
         h.update(json.dumps(fields, sort_keys=True, default=str).encode())
     decoder = next((m for n in base.decoder_modules if isinstance(m := getattr(base, n, None), nn.Module)), None)
     if decoder is None:

@@ -5,7 +5,8 @@ them and a widget can plot them without knowing about models:
 
 * :func:`condition_table` — one row per declared condition, as the adapter sees it.
 * :func:`action_sensitivity` — how far the adapter output and the x0 estimate move per unit
-  of each action dimension, per noise level, and how much a wrong (swapped) action changes them.
+  of each action dimension, per noise level, and how much a wrong (swapped) action changes them;
+  with a readout (e.g. a hand probe), how far the position it reads moves, in its unit.
 * :func:`sigma_sensitivity` — base / adapted / wrong-condition loss per noise level on one
   noise draw, and :meth:`SigmaSensitivity.recommend_band` for a ``NoiseGated`` band.
 * :func:`condition_plots` — what to plot for each declared condition, as the adapter sees it.
@@ -36,6 +37,7 @@ from workbench.inspect.common import (
     check_model,
     condition_key,
     masked_rms,
+    model_lock,
     prepare,
     rolled_conditions,
     seeded_noise,
@@ -88,7 +90,7 @@ def _with_value(batch: Batch, key: str, value: torch.Tensor) -> Batch:
 
 # -- action sensitivity ----------------------------------------------------------------------
 @dataclass
-class ActionSensitivity:
+class ActionSensitivityResult:
     """Per noise level (rows) and action dimension (columns): RMS change per unit of action.
 
     ``adapter[l, d]`` / ``x0[l, d]``: RMS of ``d(adapter output) / d(action_d)`` and of
@@ -96,6 +98,12 @@ class ActionSensitivity:
     frame), over the predicted frames. ``swap_gap["adapter"|"x0"][l]``: RMS difference between
     the true actions and actions rolled in from another clip. ``adapter_scale[l]``: RMS adapter
     output with the true actions, for scale.
+
+    With a readout (:func:`action_sensitivity` ``readout=``): ``readout["adapter"|"base"][l, d]``,
+    how far the position the readout finds in the x0 estimate's frames moves per unit of
+    ``action_d`` (central differences, step ``readout_eps``; the mean distance over clips and
+    predicted frames, in ``readout_unit``), with the adapter and for the frozen base alone; and
+    ``readout_swap_gap[l]``, how far apart the positions are with the true and the swapped actions.
     """
 
     condition: str
@@ -106,29 +114,86 @@ class ActionSensitivity:
     x0: np.ndarray
     swap_gap: dict[str, np.ndarray]
     adapter_scale: np.ndarray
+    readout: dict[str, np.ndarray] | None = None
+    readout_swap_gap: np.ndarray | None = None
+    readout_name: str = ""
+    readout_unit: str = ""
+    readout_eps: float = 0.0
 
     def rows(self) -> list[dict[str, float]]:
         """One row per (level, dimension), for a table."""
-        return [{"level": float(lv), "t": float(t), "dim": d, "adapter": float(self.adapter[i, d]),
-                 "x0": float(self.x0[i, d]), "swap_gap_x0": float(self.swap_gap["x0"][i])}
-                for i, (lv, t) in enumerate(zip(self.levels, self.t)) for d in range(self.adapter.shape[1])]
+        out = []
+        for i, (lv, t) in enumerate(zip(self.levels, self.t)):
+            for d in range(self.adapter.shape[1]):
+                row = {"level": float(lv), "t": float(t), "dim": d, "adapter": float(self.adapter[i, d]),
+                       "x0": float(self.x0[i, d]), "swap_gap_x0": float(self.swap_gap["x0"][i])}
+                if self.readout is not None:
+                    row.update({f"{self.readout_name}_adapter": float(self.readout["adapter"][i, d]),
+                                f"{self.readout_name}_base": float(self.readout["base"][i, d])})
+                out.append(row)
+        return out
+
+
+def _frames_of(model: ComposedModel, x0: torch.Tensor, decode: str) -> list[np.ndarray]:
+    """The x0 estimate of every clip as uint8 frames ``[T, H, W, 3]``."""
+    return [as_uint8(render_float(model.base, x0, decode, i)) for i in range(x0.shape[0])]
+
+
+class _ReadoutProbe:
+    """Reads positions off x0 estimates for :func:`action_sensitivity`: per clip ``[T, D]``, predicted frames only."""
+
+    def __init__(self, model: ComposedModel, batch: Batch, readout: Any, decode: str):
+        self.model, self.batch, self.readout, self.decode = model, batch, readout, decode
+        self.frames: list[list[int]] | None = None
+
+    def positions(self, x0: torch.Tensor) -> list[np.ndarray]:
+        from workbench.inspect.readout import read_positions
+        from workbench.inspect.views import given_frames
+
+        videos = _frames_of(self.model, x0, self.decode)
+        if self.frames is None:
+            self.frames = []
+            for i, video in enumerate(videos):
+                given = given_frames(self.batch, i, len(video), self.model.base.causal_latents)
+                self.frames.append([f for f in range(len(video)) if not (f < len(given) and given[f])]
+                                   or list(range(len(video))))
+        return [read_positions(self.readout, v)[f] for v, f in zip(videos, self.frames)]
+
+    @staticmethod
+    def distance(a: list[np.ndarray], b: list[np.ndarray]) -> float:
+        """Mean distance between two readings, over clips and frames."""
+        return float(np.mean([np.linalg.norm(x - y, axis=-1).mean() for x, y in zip(a, b)]))
 
 
 def action_sensitivity(model: ComposedModel, batch: Mapping[str, Any] | Batch,
                        levels: Sequence[float] = (0.2, 0.5, 0.8), condition: str = "action", eps: float = 0.05,
-                       seed: int = 0) -> ActionSensitivity:
+                       seed: int = 0, readout: Any = None, readout_eps: float = 0.25,
+                       decode: str = "tiny") -> ActionSensitivityResult:
     """How much the adapter output and the x0 estimate move per unit change of each action dimension.
 
     One noise draw (``seed``) is shared by every level and perturbation; the base runs once per
     level (its output is reused when the adapter allows). ``swap_gap`` needs a batch of at
-    least two clips.
+    least two clips. ``NoiseGated`` bands are opened for the probe (see :func:`open_noise_gates`).
+
+    ``readout`` (a :class:`~workbench.inspect.readout.Readout`, e.g. the world-model wing's hand
+    probe): also decode each x0 estimate (``decode``) and read positions off its frames, to say
+    how far the readout moves per unit of each action dimension, with the adapter and for the
+    frozen base alone (the base runs with the moved actions too; where its prediction does not
+    change, its readout does not either and is not decoded).
 
     >>> sens = action_sensitivity(model, raw, levels=(0.3, 0.7))
     >>> sens.x0        # (levels, action dims)
+    >>> sens = action_sensitivity(model, raw, readout=HandProbe.from_pretrained().readout())
+    >>> sens.readout["adapter"]     # cm per unit of each action dimension, per level
     """
+    from workbench.inspect.readout import check_readout
+
     model = check_model(model, "action_sensitivity")
     if not (isinstance(eps, (int, float)) and eps > 0):
         raise InspectError(f"eps must be a positive step for the finite differences, got {eps!r}.")
+    if not (isinstance(readout_eps, (int, float)) and readout_eps > 0):
+        raise InspectError(f"readout_eps must be a positive step for the finite differences, got {readout_eps!r}.")
+    readout = check_readout(readout)
     batch = prepare(model, batch)
     key = condition_key(model, batch, condition)
     action = batch.cond[key]
@@ -138,8 +203,17 @@ def action_sensitivity(model: ComposedModel, batch: Mapping[str, Any] | Batch,
     dims = action.shape[-1]
     sens_a, sens_x = np.zeros((lv.size, dims)), np.zeros((lv.size, dims))
     gap_a, gap_x, scale, ts = np.zeros(lv.size), np.zeros(lv.size), np.zeros(lv.size), np.zeros(lv.size)
+    moved = {"adapter": np.zeros((lv.size, dims)), "base": np.zeros((lv.size, dims))}
+    gap_r = np.zeros(lv.size)
+    probe = None if readout is None else _ReadoutProbe(model, batch, readout, decode)
     swapped = rolled_conditions(model, batch, condition)
-    with applied(model, Settings()), open_noise_gates(model.composer), torch.no_grad():
+
+    def bumped(d: int, by: float) -> Batch:
+        bump = torch.zeros_like(action)
+        bump[..., d] = by
+        return _with_value(batch, key, action + bump)
+
+    with model_lock(model), applied(model, Settings()), open_noise_gates(model.composer), torch.no_grad():
         for i, level in enumerate(lv):
             t = t_tensor(obj, level, batch.batch_size, batch.latents.device)
             ts[i] = float(t[0])
@@ -153,15 +227,27 @@ def action_sensitivity(model: ComposedModel, batch: Mapping[str, Any] | Batch,
             true_a, true_x = run(batch)
             scale[i] = masked_rms(true_a, mask)
             for d in range(dims):
-                bump = torch.zeros_like(action)
-                bump[..., d] = eps
-                ap, xp = run(_with_value(batch, key, action + bump))
-                am, xm = run(_with_value(batch, key, action - bump))
+                (ap, xp), (am, xm) = run(bumped(d, eps)), run(bumped(d, -eps))
                 sens_a[i, d] = masked_rms((ap - am) / (2 * eps), mask)
                 sens_x[i, d] = masked_rms((xp - xm) / (2 * eps), mask)
             sa, sx = run(swapped)
             gap_a[i], gap_x[i] = masked_rms(true_a - sa, mask), masked_rms(true_x - sx, mask)
-    return ActionSensitivity(condition, lv, ts, float(eps), sens_a, sens_x, {"adapter": gap_a, "x0": gap_x}, scale)
+            if probe is None:
+                continue
+            gap_r[i] = probe.distance(probe.positions(true_x), probe.positions(sx))
+            for d in range(dims):
+                plus, minus = bumped(d, readout_eps), bumped(d, -readout_eps)
+                read = [probe.positions(run(b)[1]) for b in (plus, minus)]
+                moved["adapter"][i, d] = probe.distance(*read) / (2 * readout_eps)
+                base_plus, base_minus = (model.base_prediction(x_t, t, b) for b in (plus, minus))
+                if not torch.equal(base_plus, base_minus):  # a base that reads the condition itself
+                    read = [probe.positions(obj.x0_from_prediction(p, x_t, t)) for p in (base_plus, base_minus)]
+                    moved["base"][i, d] = probe.distance(*read) / (2 * readout_eps)
+    extra = {} if readout is None else {
+        "readout": moved, "readout_swap_gap": gap_r, "readout_name": readout.name, "readout_unit": readout.unit,
+        "readout_eps": float(readout_eps)}
+    return ActionSensitivityResult(condition, lv, ts, float(eps), sens_a, sens_x, {"adapter": gap_a, "x0": gap_x},
+                                   scale, **extra)
 
 
 # -- sigma sensitivity -----------------------------------------------------------------------
@@ -263,7 +349,7 @@ def sigma_sensitivity(model: ComposedModel, batch: Mapping[str, Any] | Batch, le
     noises = [seeded_noise(batch, seed + k) for k in range(draws)]
     losses = np.zeros((3, lv.size))
     ts = np.zeros(lv.size)
-    with applied(model, Settings()), open_noise_gates(model.composer), torch.no_grad():
+    with model_lock(model), applied(model, Settings()), open_noise_gates(model.composer), torch.no_grad():
         for i, level in enumerate(lv):
             t = t_tensor(obj, level, batch.batch_size, x0.device)
             ts[i] = float(t[0])
@@ -326,5 +412,5 @@ def condition_plots(model_or_adapter: Any, raw_or_batch: Mapping[str, Any] | Bat
     return out
 
 
-__all__ = ["DEFAULT_LEVELS", "ActionSensitivity", "BandRecommendation", "SigmaSensitivity", "action_sensitivity",
+__all__ = ["DEFAULT_LEVELS", "ActionSensitivityResult", "BandRecommendation", "SigmaSensitivity", "action_sensitivity",
            "condition_plots", "condition_table", "sigma_sensitivity"]

@@ -14,16 +14,23 @@ Views (``VIEWS``):
 * ``base`` — the clean-sample estimate from the frozen base's prediction alone;
 * ``adapter`` — the adapter's raw output (a latent correction), through the linear part of
   the preview, mean over RGB: signed;
-* ``composed`` — the composed prediction itself, rendered as if it were latents;
+* ``composed`` — the composed prediction itself (what the sampler is handed: a velocity for
+  flow matching, noise for eps-prediction), through the linear part of the preview, mean over
+  RGB: signed;
 * ``adapter-base`` — ``x0`` minus ``base``: where and how the adapter changes the predicted
   video, mean over RGB: signed;
 * ``gate`` — the composer's effective gate at each latent position (see :func:`effective_gate_map`).
+
+Where the adapter does not act at a step — switched off for the branch, or outside a
+``NoiseGated`` band — the views that concern it say so (:func:`adapter_note`) instead of failing
+or showing a gate that does not apply.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from workbench.core.composers import NoiseGated, composer_tree
 from workbench.core.conditions import Batch
 from workbench.inspect.common import InspectError, check_choice
 from workbench.inspect.decoding import as_uint8, render_float, render_float_frame
@@ -47,7 +54,7 @@ VIEW_ALIASES = {"adapter - base": "adapter-base", "adapter − base": "adapter-b
 
 
 VIEW_NEEDS = {"x_t": ("x_t",), "x0": ("x0",), "base": ("x_t", "base"), "adapter": ("adapter",),
-          "composed": ("composed",), "adapter-base": ("x_t", "base", "composed"), "gate": ()}
+              "composed": ("composed",), "adapter-base": ("x_t", "base", "composed"), "gate": ()}
 
 
 def available_views(traj: Trajectory) -> tuple[str, ...]:
@@ -91,6 +98,30 @@ def effective_gate_map(step: TrajectoryStep, index: int = 0) -> np.ndarray:
     return out
 
 
+def adapter_note(traj: Trajectory, step: TrajectoryStep, index: int = 0) -> str:
+    """Why the adapter does not act at ``step`` of ``traj`` for clip ``index``, or ``""`` where it does.
+
+    ``"adapter off here (this branch runs the base alone)"`` for a run or fork with the adapter
+    off; ``"adapter off here (NoiseGated band 0.30–1.00, noise level 0.05)"`` where the noise
+    level is outside the composer's band (the adapter ran, but its output has weight 0).
+    """
+    if "adapter" in step.stored and step.adapter is None:
+        if traj.settings.adapter is False:
+            return "adapter off here (this branch runs the base alone)"
+        return "adapter off here (the model's adapter is disabled)"
+    weight = step.diagnostics.get("noise_weight")
+    if weight is not None:
+        w = weight.float().reshape(-1)
+        if float(w[index if w.numel() > 1 else 0]) == 0:
+            composer = traj.settings.composer if traj.settings.composer is not None else traj.model.composer
+            gates = [c for c in composer_tree(composer) if isinstance(c, NoiseGated)]
+            noise = step.noise_level.reshape(-1)
+            level = float(noise[index if noise.numel() > 1 else 0])
+            band = f"band {gates[0].lo:.2f}–{gates[0].hi:.2f}, " if gates else ""
+            return f"adapter off here (NoiseGated {band}noise level {level:.2f})"
+    return ""
+
+
 def given_frames(batch: Batch, index: int, frames: int, causal: bool | None = True) -> tuple[bool, ...]:
     """Per shown frame, whether the model is given it (its latent frame has loss-mask 0).
 
@@ -127,22 +158,37 @@ def view_image(traj: Trajectory, step: int, view: str, decode: str = "preview", 
     base = traj.model.base
     title = traj.label
     caption = f"{VIEW_LABELS[view]} · step {rec.index} of {rec.steps} · noise level {float(rec.noise_level[0]):.2f}"
+    off = adapter_note(traj, rec, index)
 
     def given(frames: int) -> tuple[bool, ...]:
         return given_frames(traj.batch, index, frames, base.causal_latents)
 
+    def linear(z) -> np.ndarray:  # latents through the linear preview, mean over RGB: [T, H, W]
+        z = z[index:index + 1].to(device=base.device, dtype=base.dtype)
+        return preview_for(base, tuple(z.shape[1:])).linear(z)[0].float().mean(dim=0).cpu().numpy()
+
     if view == "gate":
         frames = effective_gate_map(rec, index)
         signed = bool((frames < 0).any())
-        return ViewImage(view, title, "signed" if signed else "gate", frames, "effective gate",
+        note = f"effective weight {float(frames.mean()):.2f}" + (f" · {off}" if off else "")
+        return ViewImage(view, title, "signed" if signed else "gate", frames, "effective gate (adapter weight)",
                          signed_limit(frames) if signed else max(1.0, float(frames.max())),
-                         given(frames.shape[0]), caption)
+                         given(frames.shape[0]), caption, note=note)
     if view == "adapter":
-        z = rec.get("adapter")[index:index + 1].to(device=base.device, dtype=base.dtype)
-        preview = preview_for(base, tuple(z.shape[1:]))
-        frames = preview.linear(z)[0].float().mean(dim=0).cpu().numpy()
+        if rec.adapter is None and "adapter" in rec.stored:  # nothing ran: an empty map that says so
+            like = next((v for v in (rec.x_t, rec.x0, rec.base, rec.composed) if v is not None), None)
+            if like is None:
+                raise InspectError(f"Step {rec.index}: {off}, and no latent field was stored to size an empty map.")
+            frames = np.zeros_like(linear(like))
+        else:
+            frames = linear(rec.get("adapter"))
         return ViewImage(view, title, "signed", frames, "adapter output (linear preview, mean RGB)",
-                         signed_limit(frames), given(frames.shape[0]), caption)
+                         signed_limit(frames), given(frames.shape[0]), caption, note=off)
+    if view == "composed":
+        frames = linear(rec.get("composed"))
+        kind = traj.model.objective.prediction_type or "prediction"
+        return ViewImage(view, title, "signed", frames, f"composed prediction ({kind}; linear preview, mean RGB)",
+                         signed_limit(frames), given(frames.shape[0]), caption, note=off)
     start, total = 0, None
 
     def pictures(latents) -> np.ndarray:  # float [T, H, W, 3], or the one frame asked for
@@ -169,11 +215,11 @@ def view_image(traj: Trajectory, step: int, view: str, decode: str = "preview", 
         # every frame, so that the colour range is the clip's and scrubbing frames does not rescale it
         diff = (render_float(base, composed_x0, decode, index) - render_float(base, base_x0, decode, index)).mean(-1)
         return ViewImage(view, title, "signed", diff.astype(np.float32), "x0 difference (mean RGB, [-1, 1] units)",
-                         signed_limit(diff), given(diff.shape[0]), caption)
+                         signed_limit(diff), given(diff.shape[0]), caption, note=off)
     frames = as_uint8(pictures(rec.get(view)))
     return ViewImage(view, title, "rgb", frames, given=given(length(frames)), caption=caption, start=start,
                      total=total)
 
 
-__all__ = ["VIEWS", "VIEW_ALIASES", "VIEW_LABELS", "VIEW_NEEDS", "available_views", "effective_gate_map",
-           "given_frames", "normalise_view", "view_image"]
+__all__ = ["VIEWS", "VIEW_ALIASES", "VIEW_LABELS", "VIEW_NEEDS", "adapter_note", "available_views",
+           "effective_gate_map", "given_frames", "normalise_view", "view_image"]

@@ -71,16 +71,26 @@ class View(widgets.VBox):
         draw()
         self.last_render_seconds = time.perf_counter() - started
 
-    def __repr__(self) -> str:
+    def settle(self) -> None:
+        """Draw what is pending and wait for work the view does in the background (if any), so
+        that the picture and the summary describe the current state (what a static page keeps)."""
         self.flush()
+
+    def static_png(self) -> bytes:
+        """The PNG a page without a front end shows: the view's picture."""
+        return self.image.value
+
+    def __repr__(self) -> str:
+        self.settle()
         return f"{type(self).__name__}: {self.summary()}"
 
     def _repr_mimebundle_(self, **kwargs: Any) -> dict:
-        self.flush()
+        self.settle()
         data = super()._repr_mimebundle_(**kwargs) or {}
         data["text/plain"] = repr(self)
-        if self.image.value:  # the display protocol carries images as base64 text
-            data["image/png"] = base64.b64encode(self.image.value).decode("ascii")
+        png = self.static_png()
+        if png:  # the display protocol carries images as base64 text
+            data["image/png"] = base64.b64encode(png).decode("ascii")
         return data
 
     def _ipython_display_(self) -> None:
@@ -103,3 +113,9 @@ def button(description: str, tooltip: str = "", icon: str = "", width: str = "au
 
 def status_line() -> widgets.HTML:
     return widgets.HTML(layout=widgets.Layout(margin="0 0 0 8px"))
+
+
+def status_lines(*lines: str) -> str:
+    """HTML of status lines that each stay on one line (a narrow column scrolls rather than breaking
+    a phrase in the middle)."""
+    return "".join(f"<div style='white-space:nowrap'>{line}</div>" for line in lines if line)

@@ -116,8 +116,10 @@ class Fit(View):
         history = list(self.session.history)
         steps, losses = [s for s, _ in history], [v for _, v in history]
         title = f"training loss · {self.exp.name}" if getattr(self.exp, "name", None) else "training loss"
-        self.timed(lambda: self.show(render.loss_figure(steps, losses, self.session.target, self.start_step,
-                                                        self.smoothing, title)))
+        # while it runs (or before) the axis spans the planned run; once stopped, the steps it trained
+        target = self.session.target if self.session.running or not steps else None
+        self.timed(lambda: self.show(render.loss_figure(steps, losses, target, self.start_step, self.smoothing,
+                                                        title)))
         self._last_plot = time.perf_counter()
 
     def _update_controls(self) -> None:

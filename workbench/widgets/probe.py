@@ -32,26 +32,50 @@ class ConditionProbe(View):
         batch_size = _batch_size_of(adapter.view(raw))
         self.index_select = widgets.Dropdown(options=list(range(batch_size)), value=0, description="clip",
                                              layout=widgets.Layout(width="160px"))
-        self.step_box = widgets.IntText(value=-1 if step is None else step, description="train step",
-                                        tooltip="-1: the sampling view (no dropout); k: what training step k saw",
-                                        layout=widgets.Layout(width="200px"))
+        self.when_select = widgets.ToggleButtons(options=[("as sampled", "sampling"), ("as in training", "training")],
+                                                 value="sampling" if step is None else "training",
+                                                 tooltips=["what sampling passes: no condition dropout",
+                                                           "what training step k passed, its dropout included"],
+                                                 style={"button_width": "110px"})
+        self.step_box = widgets.BoundedIntText(value=0 if step is None else int(step), min=0, max=10**9,
+                                               description="step", layout=widgets.Layout(width="150px"))
+        self.note = widgets.HTML()
         self.table = widgets.HTML()
         self.index_select.observe(lambda _: self.refresh(), names="value")
-        self.step_box.observe(lambda _: self.refresh(), names="value")
-        self.children = (widgets.HBox([self.index_select, self.step_box]), self.table, self.image)
+        self.when_select.observe(lambda _: self.refresh(), names="value")
+        self.step_box.observe(lambda _: self._step_typed(), names="value")
+        self.children = (widgets.HBox([self.index_select, self.when_select, self.step_box]), self.note, self.table,
+                         self.image)
         self.refresh()
 
     @property
     def step(self) -> int | None:
-        return None if self.step_box.value < 0 else int(self.step_box.value)
+        """The training step whose view is shown, or ``None`` for the sampling view."""
+        return int(self.step_box.value) if self.when_select.value == "training" else None
+
+    def _step_typed(self) -> None:
+        if self.when_select.value == "training":
+            self.refresh()
+        else:  # a step typed in means training's view
+            self.when_select.value = "training"
 
     @property
     def rows(self) -> list[dict]:
         return condition_table(self.model, self.raw, step=self.step)
 
+    def _note(self) -> str:
+        adapter = self.model.adapter if isinstance(self.model, ComposedModel) else self.model
+        if self.step is None:
+            return "<small>as sampling passes the conditions: no dropout</small>"
+        if not adapter.training:
+            return (f"<small>training step {self.step}: the adapter is in eval mode, so no dropout applies; "
+                    f"<code>model.train()</code> shows what step {self.step} dropped</small>")
+        return f"<small>exactly what training step {self.step} passed, its condition dropout included</small>"
+
     def refresh(self) -> None:
         def draw():
             rows = self.rows
+            self.note.value = self._note()
             self.table.value = render.condition_table_html(rows)
             plots = condition_plots(self.model, self.raw, step=self.step, index=self.index_select.value)
             self.show(render.condition_figure(plots, self.dim_names))

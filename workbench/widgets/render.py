@@ -22,13 +22,17 @@ from workbench.inspect.pictures import Panel
 
 DPI = 100
 PANEL_INCHES = 2.7
+FIGURE_INCHES = 10.0  # a notebook's output area at ~1400 px: wider figures are shrunk, their text with them
 TITLE_SIZE = 9
 LABEL_SIZE = 9
 
 
 # -- fast pictures: panels composed straight from arrays (no figure per move) -----------------
-PANEL_PIXELS = 192  # the size a 64-pixel frame is drawn at (nearest-neighbour, integer scale)
+PICTURE_WIDTH = 1000  # the width a row of panels is laid out for: a notebook's output area at ~1400 px
+MAX_PANEL = 384  # the largest a frame is drawn (a single panel would otherwise fill the row)
+MIN_PANEL = 128
 TEXT_RGB = (40, 40, 40)
+NOTE_RGB = (178, 24, 43)  # a note on a panel (e.g. "adapter off here"): the diverging map's red
 BACKGROUND = 255
 
 
@@ -47,69 +51,170 @@ def _text_width(draw, text: str, font) -> int:
     return int(right - left)
 
 
-def panels_image(panels: Sequence[Panel], title: str | None = None, panel_pixels: int = PANEL_PIXELS) -> np.ndarray:
+def panel_scale(frame: int, panels: int, bars: int = 0, width: int = PICTURE_WIDTH) -> int:
+    """The integer factor a ``frame``-pixel picture is drawn at so that ``panels`` of them (and ``bars``
+    colour bars) fill about ``width`` pixels; frames stay between ``MIN_PANEL`` and ``MAX_PANEL`` pixels."""
+    room = (width - 10 * (panels + 1) - 90 * bars) / max(1, panels)
+    room = min(max(room, MIN_PANEL), MAX_PANEL)
+    return max(1, int(room // max(1, frame)))
+
+
+def _wrap(text: str, draw, font, width: int) -> list[str]:
+    """``text`` broken into lines no wider than ``width`` pixels (at spaces; a long word stays whole)."""
+    lines: list[str] = []
+    for paragraph in text.split("\n"):
+        line = ""
+        for word in paragraph.split(" "):
+            trial = f"{line} {word}" if line else word
+            if line and _text_width(draw, trial, font) > width:
+                lines.append(line)
+                line = word
+            else:
+                line = trial
+        lines.append(line)
+    return lines
+
+
+def panels_image(panels: Sequence[Panel], title: str | None = None, panel_pixels: int | None = None,
+                 width: int = PICTURE_WIDTH) -> np.ndarray:
     """A row of pictures as uint8 RGB ``[H, W, 3]``, composed from the arrays themselves.
 
     What :func:`panels_figure` shows, drawn without matplotlib (a slider move must not build a
-    figure): each panel scaled up by an integer factor (nearest neighbour) under its title; float
-    maps coloured over their range, with a colour strip and its end values (and what the colours
-    measure) once per range shared by several panels.
+    figure): each panel scaled up by an integer factor (nearest neighbour) so that the row fills
+    about ``width`` pixels (``panel_pixels``: the size of a frame instead), under its title and its
+    note (in red); float maps coloured over their range, with a colour strip and its end values
+    (and what the colours measure) once per range shared by several panels. Text grows with the
+    frames, so it stays legible where the browser shrinks the picture to fit.
     """
     from PIL import Image, ImageDraw
 
     panels = list(panels)
-    font, small = _font(13), _font(11)
-    title = _drawable(title) if title else title
-    pictures = []
-    for p in panels:
-        rgb = p.colored()
-        scale = max(1, panel_pixels // max(rgb.shape[0], rgb.shape[1]))
-        pictures.append(np.repeat(np.repeat(rgb, scale, axis=0), scale, axis=1))
     bars: dict[tuple, Panel] = {}
     for p in panels:
         if p.kind != "rgb":
             bars.setdefault((p.kind, p.vrange), p)
-    gap, strip, title_h = 10, 14, 18 if title else 0
-    lines = max((p.title.count("\n") + 1 for p in panels), default=1)
-    head = 15 * lines + 4
-    bar_w = (strip + 62) * len(bars)
+    frame = max((max(p.image.shape[0], p.image.shape[1]) for p in panels), default=64)
+    scale = max(1, panel_pixels // frame) if panel_pixels else panel_scale(frame, len(panels), len(bars), width)
+    pictures = [np.repeat(np.repeat(p.colored(), scale, axis=0), scale, axis=1) for p in panels]
+    size = max((im.shape[1] for im in pictures), default=frame * scale)
+    small_px = min(22, max(14, round(size * 0.06)))
+    font, small = _font(small_px + 2), _font(small_px)
+    line_h = small_px + 4
+    gap, strip = max(10, small_px // 2 + 4), max(14, small_px)
+    probe = ImageDraw.Draw(Image.new("RGB", (1, 1)))
+    heads = [(_wrap(_drawable(p.title), probe, small, max(size, 80)),
+              _wrap(_drawable(p.note), probe, small, max(size, 80)) if p.note else []) for p in panels]
+    lines = max((len(a) + len(b) for a, b in heads), default=1)
+    title = _drawable(title) if title else title
+    title_h = small_px + 10 if title else 0
+    head = line_h * lines + 4
+    bar_w = (strip + 5 * small_px) * len(bars)
     width = sum(im.shape[1] for im in pictures) + gap * (len(pictures) + 1) + bar_w
-    height_img = max((im.shape[0] for im in pictures), default=panel_pixels)
+    height_img = max((im.shape[0] for im in pictures), default=size)
     labels = sorted({p.label for p in bars.values() if p.label})
-    foot = 16 * len(labels)
+    foot = line_h * len(labels)
+    if title:
+        width = max(width, _text_width(probe, title, font) + 2 * gap)
     canvas = Image.new("RGB", (width, title_h + head + height_img + gap + foot), (BACKGROUND,) * 3)
     draw = ImageDraw.Draw(canvas)
     if title:
-        width = max(width, _text_width(draw, title, font) + 2 * gap)
-        if width > canvas.width:
-            wider = Image.new("RGB", (width, canvas.height), (BACKGROUND,) * 3)
-            canvas, draw = wider, ImageDraw.Draw(wider)
-        draw.text(((width - _text_width(draw, title, font)) // 2, 2), title, fill=TEXT_RGB, font=font)
+        draw.text(((width - _text_width(draw, title, font)) // 2, 3), title, fill=TEXT_RGB, font=font)
     x = gap
     top = title_h + head
-    for p, im in zip(panels, pictures):
+    for im, (title_lines, note_lines) in zip(pictures, heads):
         canvas.paste(Image.fromarray(np.ascontiguousarray(im)), (x, top))
-        for i, line in enumerate(_drawable(p.title).split("\n")):
+        for i, (line, colour) in enumerate([(t, TEXT_RGB) for t in title_lines] + [(n, NOTE_RGB) for n in note_lines]):
             tx = x + max(0, (im.shape[1] - _text_width(draw, line, small)) // 2)
-            draw.text((tx, title_h + 2 + 15 * i), line, fill=TEXT_RGB, font=small)
+            draw.text((tx, title_h + 2 + line_h * i), line, fill=colour, font=small)
         x += im.shape[1] + gap
     for p in bars.values():  # a vertical colour strip, top = the largest value
         lo, hi = p.vrange
         ramp = np.linspace(hi, lo, height_img, dtype=np.float64)[:, None].repeat(strip, axis=1)
         canvas.paste(Image.fromarray(_colorize(ramp, p.cmap, lo, hi)), (x, top))
-        for value, y in ((hi, top), (0.5 * (lo + hi), top + height_img // 2 - 6), (lo, top + height_img - 12)):
+        middle = top + height_img // 2 - small_px // 2
+        for value, y in ((hi, top), (0.5 * (lo + hi), middle), (lo, top + height_img - small_px - 2)):
             draw.text((x + strip + 3, y), f"{value:+.2g}" if p.kind == "signed" else f"{value:.2g}", fill=TEXT_RGB,
                       font=small)
-        x += strip + 62
+        x += strip + 5 * small_px
     for i, label in enumerate(labels):
-        draw.text((gap, top + height_img + gap // 2 + 16 * i), _drawable(f"colours: {label}"), fill=TEXT_RGB,
+        draw.text((gap, top + height_img + gap // 2 + line_h * i), _drawable(f"colours: {label}"), fill=TEXT_RGB,
                   font=small)
     return np.asarray(canvas)
 
 
+def path_image(recorded: np.ndarray, edited: np.ndarray, axes: Sequence[str], unit: str = "", name: str = "",
+               frame: int | None = None, width: int = PICTURE_WIDTH, height: int = 170,
+               labels: tuple[str, str] = ("recorded", "edited"), title: str = "") -> np.ndarray:
+    """Two paths ``[T, D]`` (e.g. the hand a readout finds in the recorded and in an edited video) as a row
+    of small line charts, one per dimension, over frames: uint8 RGB ``[H, W, 3]``, drawn without matplotlib.
+
+    The recorded path is grey, the edited one red; ``frame`` is marked by a vertical line; ``title``
+    (e.g. how far the edit moved the hand) is written beside the legend.
+    """
+    from PIL import Image, ImageDraw
+
+    recorded, edited = np.asarray(recorded, np.float64), np.asarray(edited, np.float64)
+    t, dims = recorded.shape
+    small_px = 14
+    font, small = _font(small_px + 1), _font(small_px)
+    canvas = Image.new("RGB", (width, height), (BACKGROUND,) * 3)
+    draw = ImageDraw.Draw(canvas)
+    colours = {labels[0]: (120, 120, 120), labels[1]: NOTE_RGB}
+    x = 10
+    for label, colour in colours.items():  # the legend, top left
+        draw.line([(x, 10), (x + 22, 10)], fill=colour, width=3)
+        draw.text((x + 27, 2), label, fill=TEXT_RGB, font=small)
+        x += 40 + _text_width(draw, label, small)
+    if title:
+        draw.text((x + 10, 1), _drawable(title), fill=NOTE_RGB, font=font)
+    suffix = f" ({unit})" if unit else ""
+    chart_w = (width - 10) // max(1, dims)
+    left_pad, top, bottom = 8 + 4 * small_px, 26 + small_px + 6, height - small_px - 10
+    for d in range(dims):
+        x0 = 10 + d * chart_w + left_pad
+        x1 = 10 + (d + 1) * chart_w - 14
+        values = np.concatenate([recorded[:, d], edited[:, d]])
+        lo, hi = float(values.min()), float(values.max())
+        pad = max(0.05 * (hi - lo), 0.5 if unit == "cm" else 1e-6)
+        lo, hi = lo - pad, hi + pad
+        axis = f"{name} {axes[d]}".strip() if d < len(axes) else f"d{d}"
+        draw.text((x0, 26), _drawable(f"{axis}{suffix}"), fill=TEXT_RGB, font=font)
+        draw.rectangle([x0, top, x1, bottom], outline=(200, 200, 200))
+
+        def px(i: int, v: float, x0=x0, x1=x1, lo=lo, hi=hi) -> tuple[float, float]:
+            return (x0 + (x1 - x0) * i / max(1, t - 1), bottom - (bottom - top) * (v - lo) / (hi - lo))
+
+        if frame is not None and 0 <= frame < t:
+            fx = px(frame, lo)[0]
+            draw.line([(fx, top), (fx, bottom)], fill=(190, 190, 220), width=2)
+        for path, colour in ((recorded[:, d], colours[labels[0]]), (edited[:, d], colours[labels[1]])):
+            points = [px(i, float(v)) for i, v in enumerate(path)]
+            draw.line(points, fill=colour, width=3 if colour == NOTE_RGB else 2)
+        for value, y in ((hi - pad, top), (lo + pad, bottom - small_px)):
+            text = f"{value:.1f}"
+            draw.text((x0 - 6 - _text_width(draw, text, small), y), text, fill=TEXT_RGB, font=small)
+        draw.text((x0, bottom + 3), "frame 0", fill=TEXT_RGB, font=small)
+        end = f"{t - 1}"
+        draw.text((x1 - _text_width(draw, end, small), bottom + 3), end, fill=TEXT_RGB, font=small)
+    return np.asarray(canvas)
+
+
+def stack_images(images: Sequence[np.ndarray], gap: int = 6) -> np.ndarray:
+    """uint8 RGB pictures one above the other, left-aligned on white: ``[H, W, 3]``."""
+    width = max(im.shape[1] for im in images)
+    rows = []
+    for i, im in enumerate(images):
+        row = np.full((im.shape[0], width, 3), BACKGROUND, dtype=np.uint8)
+        row[:, :im.shape[1]] = im[..., :3]
+        rows.append(row)
+        if i < len(images) - 1:
+            rows.append(np.full((gap, width, 3), BACKGROUND, dtype=np.uint8))
+    return np.concatenate(rows, axis=0)
+
+
 def _drawable(text: str) -> str:
-    """``text`` in characters Pillow's built-in font has (it lacks the minus sign)."""
-    return text.replace("\u2212", "-")
+    """``text`` in characters Pillow's built-in font has (it lacks the minus sign and the en dash)."""
+    return text.replace("\u2212", "-").replace("\u2013", "-")
 
 
 def _colorize(values: np.ndarray, cmap: str, lo: float, hi: float) -> np.ndarray:
@@ -179,6 +284,12 @@ def _draw_panel(ax, panel: Panel):
     return ax.imshow(panel.image, cmap=colormap(panel.cmap), vmin=lo, vmax=hi, interpolation="nearest")
 
 
+def _note(ax, note: str) -> None:
+    """A panel's note under it, in red (the colour of notes on the fast pictures)."""
+    if note:
+        ax.set_xlabel(note, fontsize=TITLE_SIZE - 1, color="#b2182b")
+
+
 def _colorbar(fig, mappable, axes, label: str):
     """A labelled colour bar whose ticks carry their own magnitude (no separate "1e-5" offset)."""
     from matplotlib.ticker import FuncFormatter
@@ -189,23 +300,34 @@ def _colorbar(fig, mappable, axes, label: str):
     return bar
 
 
-def panels_figure(panels: Sequence[Panel], title: str | None = None, panel_inches: float = PANEL_INCHES):
+def panels_figure(panels: Sequence[Panel], title: str | None = None, panel_inches: float | str = PANEL_INCHES):
     """A row of pictures (e.g. the branches of a step, or recorded | edited | difference).
 
     Float maps get a colour bar labelled with what they measure; maps of the same kind and
-    range share one bar.
+    range share one bar. A panel's note is written under it (in red), wrapped to its width.
+    ``panel_inches``: the size of each picture, or ``"fit"``: as large as fits ``FIGURE_INCHES``
+    (a notebook's output width) up to ``PANEL_INCHES``, so that a long row is shown at its size
+    rather than shrunk by the browser, text included.
     """
+    import textwrap
+
     n = max(1, len(panels))
-    has_bar = any(p.kind != "rgb" for p in panels)
+    scales = {(p.kind, p.vrange) for p in panels if p.kind != "rgb"}
+    if panel_inches == "fit":
+        panel_inches = max(1.4, min(PANEL_INCHES, (FIGURE_INCHES - 0.9 * len(scales)) / n))
     lines = max((p.title.count("\n") + 1 for p in panels), default=1)
-    width = panel_inches * n + (0.9 if has_bar else 0.0)
+    chars = max(12, int(panel_inches * 15))  # characters of a note per line under one panel
+    notes = [textwrap.fill(p.note, chars) if p.note else "" for p in panels]
+    note_lines = max((note.count("\n") + 1 for note in notes if note), default=0)
+    width = panel_inches * n + (0.9 if scales else 0.0)  # constrained layout makes room for further bars
     if title:  # wide enough for the title line (about 0.08 inch per character at this size)
         width = max(width, 0.08 * max(len(line) for line in title.split("\n")) + 0.3)
-    fig = _figure(width, panel_inches + 0.17 * lines + (0.3 if title else 0))
+    fig = _figure(width, panel_inches + 0.17 * lines + 0.19 * note_lines + (0.3 if title else 0))
     axes = np.atleast_1d(fig.subplots(1, n))
     bars: dict[tuple, tuple[Any, list, str]] = {}
-    for ax, panel in zip(axes, panels):
+    for ax, panel, note in zip(axes, panels, notes):
         mappable = _draw_panel(ax, panel)
+        _note(ax, note)
         if mappable is not None:
             key = (panel.kind, panel.vrange)
             entry = bars.setdefault(key, (mappable, [], panel.label))
@@ -281,23 +403,37 @@ def _ema(values: Sequence[float], smoothing: float) -> np.ndarray:
 
 def loss_figure(steps: Sequence[int], losses: Sequence[float], target: int | None = None, start: int = 0,
                 smoothing: float = 0.9, title: str = "training loss"):
-    """Loss per optimizer step (light) with its exponential moving average (dark)."""
+    """Loss per optimizer step (light) with its exponential moving average (dark).
+
+    The x axis runs to ``target`` (the run's planned end; ``None`` after it stopped: the steps it
+    trained) with the last point inside it. Few steps get markers (one step is a visible point, not
+    an empty axis); the legend sits above the axes, where it never covers the end of the curve.
+    """
+    from matplotlib.ticker import MaxNLocator
+
     fig = _figure(6.0, 3.0)
     ax = fig.subplots()
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("loss")
-    ax.set_title(title, fontsize=TITLE_SIZE + 1)
+    ax.set_title(title, fontsize=TITLE_SIZE + 1, pad=22 if len(steps) else 6)  # room for the legend above
     ax.grid(alpha=0.3)
-    right = max(target or 0, (steps[-1] if len(steps) else 0), start + 1)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    last = steps[-1] if len(steps) else start
+    right = max(target or 0, last + max(1, 0.03 * (last - start)), start + 1)  # the last point inside the axes
     ax.set_xlim(start, right)
     if len(steps):
-        ax.plot(steps, losses, color="#9bbcd9", lw=1, label="per step")
+        marker = {"marker": "o", "ms": 4} if len(steps) <= 30 else {}
+        ax.plot(steps, losses, color="#9bbcd9", lw=1, label="per step", **marker)
         ax.plot(steps, _ema(losses, smoothing), color="#1f4e8c", lw=2,
-                label=f"moving average ({smoothing:g}, bias-corrected)")
-        ax.legend(fontsize=LABEL_SIZE - 1, loc="upper right")
+                label=f"moving average ({smoothing:g}, bias-corrected)", **marker)
+        ax.legend(fontsize=LABEL_SIZE - 1, loc="lower left", bbox_to_anchor=(0, 1.02), ncols=2, frameon=False,
+                  borderaxespad=0)
         positive = np.asarray(losses) > 0
         if positive.all() and max(losses) / min(losses) > 20:
             ax.set_yscale("log")
+        elif len(steps) == 1:  # one value: a range around it, so that the point sits inside the axes
+            v = float(losses[0])
+            ax.set_ylim(v - max(abs(v) * 0.1, 1e-3), v + max(abs(v) * 0.1, 1e-3))
     else:
         ax.text(0.5, 0.5, "no steps yet", transform=ax.transAxes, ha="center", va="center", color="0.4")
     return fig
@@ -318,7 +454,7 @@ def gates_figure(levels: Sequence[float], weight: Sequence[float], history: Mapp
     ``gate_map``: a :class:`Panel` of the effective gate at one step, or ``None``.
     """
     n = 3 if gate_map is not None else 2
-    fig = _figure(3.6 * n, 3.3)
+    fig = _figure(FIGURE_INCHES / 3 * n, 3.3)
     axes = fig.subplots(1, n)
     ax = axes[0]
     _gate_band(ax, band)
@@ -336,55 +472,99 @@ def gates_figure(levels: Sequence[float], weight: Sequence[float], history: Mapp
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("gate value")
     ax.grid(alpha=0.3)
-    columns = [k for k in (history or {}) if k != "step"]
-    if history and len(history.get("step", ())) and columns:
-        for k in columns:
-            ax.plot(history["step"], history[k], "o-", ms=3, label=k)
+    if history and len(history.get("step", ())) and any(k != "step" for k in history):
+        styles = ["o-", "s--", "^:", "d-.", "v-"]
+        for i, (label, values) in enumerate(_merge_equal_columns(history).items()):
+            ax.plot(history["step"], values, styles[i % len(styles)], ms=4, lw=1.5, label=label)
         ax.legend(fontsize=LABEL_SIZE - 2, loc="best")
     else:
         ax.text(0.5, 0.5, "no training history\n(gated composers record it every 10 steps)", transform=ax.transAxes,
                 ha="center", va="center", color="0.4", fontsize=LABEL_SIZE - 1)
     if gate_map is not None:
+        import textwrap
+
         _colorbar(fig, _draw_panel(axes[2], gate_map), axes[2], gate_map.label)
+        _note(axes[2], textwrap.fill(gate_map.note, 40))
     return fig
 
 
+def _heatmap(fig, ax, values: np.ndarray, levels: Sequence[float], names: Sequence[str], title: str, bar: str,
+             second: np.ndarray | None = None, fmt: str = "{:.2g}"):
+    """One noise level × dimension heatmap with its values written in the cells (``second``: a value
+    to write under each, e.g. the base's)."""
+    top = float(values.max()) if values.size and values.max() > 0 else 1.0
+    im = ax.imshow(values, cmap=colormap("sequential"), vmin=0, vmax=top, aspect="auto", origin="lower")
+    ax.set_xticks(range(values.shape[1]), names, fontsize=LABEL_SIZE)
+    ax.set_yticks(range(len(levels)), [f"{lv:.2f}" for lv in levels], fontsize=LABEL_SIZE)
+    ax.set_xlabel("action dimension")
+    ax.set_ylabel("noise level")
+    ax.set_title(title, fontsize=TITLE_SIZE + 1)
+    rows = values.shape[0]
+    size = LABEL_SIZE if rows <= 7 and second is None else LABEL_SIZE - 1
+    for (i, d), v in np.ndenumerate(values):
+        text = fmt.format(v) if second is None else f"{fmt.format(v)}\nbase {fmt.format(second[i, d])}"
+        ax.text(d, i, text, ha="center", va="center", fontsize=size, color="black" if v > 0.6 * top else "white")
+    _colorbar(fig, im, ax, bar)
+
+
+def _merge_equal_columns(history: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The columns of a gate history (``step`` left out), those with equal values merged under one label
+    (``"gate_mean = gate_abs_max"`` for a scalar gate), so that no line hides under another."""
+    merged: dict[str, np.ndarray] = {}
+    for key, values in history.items():
+        if key == "step":
+            continue
+        values = np.asarray(values, dtype=np.float64)
+        same = next((label for label, v in merged.items() if np.array_equal(v, values, equal_nan=True)), None)
+        if same is None:
+            merged[key] = values
+        else:
+            merged[f"{same} = {key}"] = merged.pop(same)
+    return merged
+
+
 def sensitivity_figure(levels: Sequence[float], values: np.ndarray, swap_gap: Mapping[str, np.ndarray],
-                       scale: Sequence[float], quantity: str = "x0", dim_names: Sequence[str] | None = None):
+                       scale: Sequence[float], quantity: str = "x0", dim_names: Sequence[str] | None = None,
+                       readout: Mapping[str, np.ndarray] | None = None, readout_label: str = ""):
     """Heatmap of sensitivity per action dimension × noise level, and the swap-actions gap.
 
     ``values`` ``(levels, dims)``: RMS change per unit of each dimension; ``swap_gap``:
     ``{"x0": (levels,), "adapter": (levels,)}``; ``scale``: RMS adapter output per level.
+    ``readout``: ``{"adapter": (levels, dims), "base": (levels, dims)}``, how far a readout's
+    position moves per unit of each dimension (``readout_label``: what and in which unit, e.g.
+    "hand (cm)"), drawn as a second heatmap; the base's values appear in its cells unless they are
+    zero everywhere (then the title says so).
     """
     values = np.asarray(values, dtype=np.float64)
     dims = values.shape[1]
     names = list(dim_names) if dim_names is not None else [f"d{d}" for d in range(dims)]
-    fig = _figure(4.0 + 0.55 * dims + 4.2, 3.6)
-    grid = fig.add_gridspec(1, 2, width_ratios=[1.2 + 0.45 * dims, 4.0])
-    ax = fig.add_subplot(grid[0])
-    top = float(values.max()) if values.size and values.max() > 0 else 1.0
-    im = ax.imshow(values, cmap=colormap("sequential"), vmin=0, vmax=top, aspect="auto", origin="lower")
-    ax.set_xticks(range(dims), names, fontsize=LABEL_SIZE - 1)
-    ax.set_yticks(range(len(levels)), [f"{lv:.2f}" for lv in levels], fontsize=LABEL_SIZE - 1)
-    ax.set_xlabel("action dimension")
-    ax.set_ylabel("noise level")
+    heat_w = 1.0 + 0.45 * dims
+    widths = [heat_w] + ([heat_w] if readout is not None else []) + [3.0]
+    fig = _figure(min(10.0, sum(widths) + 0.8 * (len(widths) - 1)), 3.8)  # fits a notebook's output width
+    grid = fig.add_gridspec(1, len(widths), width_ratios=widths)
     what = "x0 estimate" if quantity == "x0" else "adapter output"
-    ax.set_title(f"sensitivity of the {what}", fontsize=TITLE_SIZE + 1)
-    for (i, d), v in np.ndenumerate(values):
-        ax.text(d, i, f"{v:.2g}", ha="center", va="center", fontsize=LABEL_SIZE - 3,
-                color="black" if v > 0.6 * top else "white")
-    _colorbar(fig, im, ax, f"RMS change of the {what}\nper unit of action")
-    ax = fig.add_subplot(grid[1])
+    _heatmap(fig, fig.add_subplot(grid[0]), values, levels, names, f"sensitivity of the {what}",
+             f"RMS change of the {what}\nper unit of action")
+    if readout is not None:
+        moved, base = np.asarray(readout["adapter"], np.float64), np.asarray(readout["base"], np.float64)
+        base_zero = not np.any(base)
+        title = f"{readout_label or 'readout'} per unit of action"
+        if base_zero:
+            title += "\n(the base alone: 0 everywhere)"
+        _heatmap(fig, fig.add_subplot(grid[1]), moved, levels, names, title,
+                 f"{readout_label or 'readout'} moved per unit\n(mean over clips and frames)",
+                 second=None if base_zero else base, fmt="{:.1f}")
+    ax = fig.add_subplot(grid[-1])
     ax.plot(levels, swap_gap["x0"], "o-", color="#b2182b", label="swap gap, x0 estimate")
     ax.plot(levels, swap_gap["adapter"], "s--", color="#2166ac", label="swap gap, adapter output")
     ax.plot(levels, scale, ":", color="0.4", label="adapter output size (RMS)")
-    ax.set_xlabel("noise level (0 = clean, 1 = pure noise)")
+    ax.set_xlabel("noise level (1 = pure noise)")
     ax.set_ylabel("RMS difference (latent units)")
     ax.set_title("true vs swapped actions", fontsize=TITLE_SIZE + 1)
     ax.set_xlim(0, 1)
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=LABEL_SIZE - 2, loc="best")
+    ax.legend(fontsize=LABEL_SIZE - 1, loc="best")
     return fig
 
 
@@ -394,6 +574,8 @@ def condition_figure(series: Mapping[str, Mapping[str, Any]], dim_names: Mapping
     Per-frame values: one line per dimension over frames; per-clip vectors: bars; images
     (e.g. the first frame): the picture; a missing optional condition: a note.
     """
+    from matplotlib.ticker import MaxNLocator
+
     names = list(series)
     n = max(1, len(names))
     fig = _figure(3.4 * n, 2.9)
@@ -407,6 +589,7 @@ def condition_figure(series: Mapping[str, Mapping[str, Any]], dim_names: Mapping
             labels = (dim_names or {}).get(name) or [f"d{d}" for d in range(values.shape[1])]
             for d in range(values.shape[1]):
                 ax.plot(range(values.shape[0]), values[:, d], "o-", ms=2.5, lw=1.2, label=labels[d])
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # frames are whole numbers
             ax.set_xlabel("frame")
             ax.set_ylabel("value")
             ax.grid(alpha=0.3)
@@ -459,5 +642,5 @@ def condition_table_text(rows: Sequence[Mapping[str, Any]], columns: Sequence[st
 
 
 __all__ = ["array_png", "colormap", "condition_figure", "condition_table_html", "condition_table_text", "curves_figure",
-           "figure_array", "figure_png", "filmstrip", "gates_figure", "loss_figure", "message_figure",
-           "panels_figure", "panels_image", "png_array", "sensitivity_figure"]
+           "figure_array", "figure_png", "filmstrip", "gates_figure", "loss_figure", "message_figure", "panel_scale",
+           "panels_figure", "panels_image", "path_image", "png_array", "sensitivity_figure", "stack_images"]

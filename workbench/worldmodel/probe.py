@@ -23,6 +23,7 @@ Example::
     from workbench.worldmodel.probe import HandProbe
     probe = HandProbe.from_pretrained()
     xyz = probe.positions(frames)      # uint8 [..., H, W, 3] → metres [..., 3]
+    hand = probe.readout()             # for the instruments: frames → cm (AblationSliders(..., readout=hand))
 """
 
 from __future__ import annotations
@@ -102,6 +103,15 @@ class HandProbe(nn.Module):
         finally:
             self.train(was)
         return torch.cat(out).double().numpy().reshape(*a.shape[:-3], 3)
+
+    def readout(self):
+        """This probe as a readout the library's instruments take: frames → hand positions in cm.
+
+        >>> AblationSliders(traj, readout=HandProbe.from_pretrained().readout())
+        """
+        from workbench.inspect.readout import Readout
+
+        return Readout(self.positions, name="hand", unit="cm", scale=100.0, axes=("x", "y", "z"))
 
     @classmethod
     def from_pretrained(cls, path: str | Path | None = None) -> HandProbe:
