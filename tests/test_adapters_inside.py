@@ -309,13 +309,20 @@ def test_ablation_sliders_work_on_the_slower_path_and_say_why(tmp_path, monkeypa
     model = model_of("action_modulation")
     perturb(model)
     traj = record(model, model.base.prepare_batch(raw_batch()), steps=3, seed=0)
-    view = AblationSliders(traj, step=1)
+    view = AblationSliders(traj, step=1, propagate=False)  # the instant picture alone
     assert view.state.change() == 0.0
     calls = BaseCalls(model)
     view.sliders.sliders[0].value = 1.0
+    view.settle()
     assert calls.count == 1  # the stored base is reused; the adapted base runs once per edit
     assert view.state.change() > 0
     assert "slower path: each edit re-runs the base (the adapter works inside it)" in view.status.value
+    view.propagate_box.value = True  # the final picture re-samples steps 1 and 2 with the edit
+    view.settle()
+    # the instant picture is kept; each re-sampled step runs the base twice (plain, then adapted: the edit
+    # moved the latents off the recording, so the stored base output no longer applies)
+    assert calls.count == 1 + 2 * 2, calls.count
+    assert view.final_error is None and view.final_seconds is not None
 
 
 # -- example configs -------------------------------------------------------------------------
