@@ -51,6 +51,7 @@ from workbench.inspect.preview import (
     solve_linear,
     write_files,
 )
+from workbench.loop import LRSchedule, TrainingLoop, then
 from workbench.metrics import psnr
 
 TINY_VERSION = 1
@@ -250,8 +251,8 @@ def _training_latents(base: BaseVideoModel, shape: tuple[int, ...], count: int, 
 
 def distil_tiny_preview(base: BaseVideoModel, samples: Any = None, *, latent_shape: tuple[int, ...] | None = None,
                         n_fit: int = 24, n_heldout: int = 4, steps: int = 800, width: int = 64, batch: int = 8,
-                        lr: float = 3e-3, seed: int = 0,
-                        chunk_frames: int | None = DEFAULT_CHUNK_FRAMES) -> TinyPreview:
+                        lr: float = 3e-3, seed: int = 0, chunk_frames: int | None = DEFAULT_CHUNK_FRAMES,
+                        progress: bool = False) -> TinyPreview:
     """Distil a :class:`TinyPreview` of ``base`` (no cache; :func:`fit_preview` with ``kind="tiny"`` caches).
 
     Data-free: ``n_fit`` random clips of ``latent_shape = (C, T', h, w)`` (default: from the
@@ -259,7 +260,9 @@ def distil_tiny_preview(base: BaseVideoModel, samples: Any = None, *, latent_sha
     plus ``n_heldout`` held-out clips made the same way. With ``samples`` (frames, as for
     :func:`~workbench.inspect.fit_preview`), the encoded samples join the training set and the
     last ``n_heldout`` of them (at least one) measure the fit instead. ``steps`` Adam steps of
-    ``batch`` clips each.
+    ``batch`` clips each, under the one-cycle schedule (:meth:`~workbench.loop.LRSchedule.one_cycle`);
+    ``progress`` shows a bar. A Ctrl-C stops the distillation cleanly between two steps and raises
+    :class:`~workbench.loop.Interrupted`, whose ``resume()`` finishes it and returns the preview.
     """
     identity = backbone_identity(base)
     if samples is not None:
@@ -314,21 +317,23 @@ def distil_tiny_preview(base: BaseVideoModel, samples: Any = None, *, latent_sha
         linear_psnr = psnr(net(test_z).clamp(-1, 1), test_x, data_range=255.0)
 
     g = torch.Generator().manual_seed(seed)
-    optimizer = torch.optim.Adam(net.parameters(), lr=lr)
-    schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=lr, total_steps=max(1, steps), pct_start=0.1)
-    net.train()
-    for _ in range(steps):
+
+    def loss_fn(step: int) -> torch.Tensor:
         pick = torch.randint(0, fit_z.shape[0], (min(batch, fit_z.shape[0]),), generator=g)
-        loss = F.mse_loss(net(fit_z[pick]), fit_x[pick])
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        schedule.step()
-    net.eval()
-    with torch.no_grad():
-        tiny_psnr = psnr(net(test_z).clamp(-1, 1), test_x, data_range=255.0)
-    return TinyPreview(net=net, identity=identity, psnr=float(tiny_psnr), linear_psnr=float(linear_psnr),
-                       source=source, steps=steps, n_fit=fit_z.shape[0], n_heldout=test_z.shape[0])
+        return F.mse_loss(net(fit_z[pick]), fit_x[pick])
+
+    net.train()
+    loop = TrainingLoop(torch.optim.Adam(net.parameters(), lr=lr), LRSchedule.one_cycle(lr, max(1, steps)),
+                        randomness=[g], name="tiny preview", progress=progress)
+
+    def finish(losses: list[float]) -> TinyPreview:
+        net.eval()
+        with torch.no_grad():
+            tiny_psnr = psnr(net(test_z).clamp(-1, 1), test_x, data_range=255.0)
+        return TinyPreview(net=net, identity=identity, psnr=float(tiny_psnr), linear_psnr=float(linear_psnr),
+                           source=source, steps=steps, n_fit=fit_z.shape[0], n_heldout=test_z.shape[0])
+
+    return then(lambda: loop.run(loss_fn, until=steps), finish)
 
 
 def fit_tiny_preview(base: BaseVideoModel, samples: Any = None, *, cache: bool = True, refit: bool = False,
@@ -342,11 +347,14 @@ def fit_tiny_preview(base: BaseVideoModel, samples: Any = None, *, cache: bool =
         if loaded is not None:
             _MEMORY[identity] = loaded
             return loaded
-    preview = distil_tiny_preview(base, samples, **kwargs)
-    if cache and preview.source == "data-free":
-        save_cached_tiny(preview)
-    _MEMORY[identity] = preview
-    return preview
+
+    def remember(preview: TinyPreview) -> TinyPreview:
+        if cache and preview.source == "data-free":
+            save_cached_tiny(preview)
+        _MEMORY[identity] = preview
+        return preview
+
+    return then(lambda: distil_tiny_preview(base, samples, **kwargs), remember)
 
 
 def cached_tiny_preview(base: BaseVideoModel) -> TinyPreview | None:

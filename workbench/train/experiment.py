@@ -33,11 +33,11 @@ from workbench.errors import (
     DataError,
     NonFiniteLossError,
 )
+from workbench.loop import SigintGuard
 from workbench.train.checkpoint import load_checkpoint, save_checkpoint
 from workbench.train.config import ExperimentConfig, TrainingConfig, experiment_to_dict, load_yaml
 from workbench.train.data import DataStream, LatentCache, ShardedStream, is_map_dataset
 from workbench.train.distributed import Distributed, local_device, shard_base
-from workbench.train.interrupt import SigintGuard
 from workbench.train.placement import base_config_on, check_base_dtype
 from workbench.train.resume import restore, saved_config, training_state
 
