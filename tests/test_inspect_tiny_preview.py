@@ -10,7 +10,7 @@ import torch
 from conftest import count_decodes, requires_plugins, tiny_base
 
 from workbench.inspect import InspectError, clear_preview_cache, fit_preview, render
-from workbench.inspect.preview import backbone_identity
+from workbench.inspect.preview_cache import backbone_identity
 from workbench.inspect.tiny_preview import MAX_PARAMETERS, TinyPreview
 from workbench.metrics import psnr
 
@@ -119,7 +119,7 @@ def test_unknown_kinds_and_misplaced_settings_are_refused(cache):
 def test_the_tiny_preview_decodes_wans_48_channel_causal_latents(tmp_path, monkeypatch):
     import workbench_wan22.tiny
 
-    from workbench.registry import build
+    from workbench.config import build
 
     root = tmp_path / "wan"
     workbench_wan22.tiny.save_tiny_pipeline(root)

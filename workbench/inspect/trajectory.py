@@ -32,7 +32,8 @@ from workbench.core.conditions import Batch
 from workbench.inspect.common import InspectError, StepError, check_choice, check_model, prepare, with_conditions
 from workbench.inspect.decoding import render
 from workbench.inspect.export import default_steps, write_grid
-from workbench.inspect.preview import DECODES, DEFAULT_CHUNK_FRAMES
+from workbench.inspect.latent_space import DEFAULT_CHUNK_FRAMES
+from workbench.inspect.preview import DECODES
 from workbench.inspect.recorder import OnTrajectoryStep, Recorder, StopSampling, generator_state
 from workbench.inspect.settings import Settings, applied, check_gate_override
 from workbench.inspect.step import TrajectoryStep
@@ -266,7 +267,7 @@ class Trajectory:
 
     def render(self, latents: torch.Tensor, decode: str = "preview", index: int = 0,
                chunk_frames: int | None = DEFAULT_CHUNK_FRAMES) -> np.ndarray:
-        """Latents ``(B, C, T, h, w)`` → uint8 ``[T, H, W, 3]`` (see :func:`workbench.inspect.preview.render`)."""
+        """Latents ``(B, C, T, h, w)`` → uint8 ``[T, H, W, 3]`` (see :func:`workbench.inspect.decoding.render`)."""
         return render(self.model.base, latents, decode=decode, index=index, chunk_frames=chunk_frames)
 
     def frames(self, step: int | Literal["final"], kind: str = "x0", decode: str = "preview", index: int = 0,

@@ -202,7 +202,7 @@ def _pickled_globals(file: Path) -> list[str]:
 def versions() -> dict[str, str]:
     import numpy
 
-    import workbench
+    from workbench._version import __version__
 
-    return {"workbench": workbench.__version__, "torch": torch.__version__, "numpy": numpy.__version__,
+    return {"workbench": __version__, "torch": torch.__version__, "numpy": numpy.__version__,
             "python": platform.python_version()}

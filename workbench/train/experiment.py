@@ -141,7 +141,7 @@ class AdapterExperiment:
     # -- construction from configs -----------------------------------------------------------
     @classmethod
     def from_config(cls, config: ExperimentConfig, **overrides) -> AdapterExperiment:
-        from workbench.registry import build
+        from workbench.config import build
 
         # Random inits are a function of training.seed, so a config means the same run in any process.
         device = local_device(resolve_device(config.training.device))  # (each rank loads onto its own GPU)
@@ -182,7 +182,7 @@ class AdapterExperiment:
     def default_data(self) -> Any:
         if self._config is None or self._config.data is None:
             return None
-        from workbench.registry import build
+        from workbench.config import build
 
         block = self._config.data
         return build("dataset", block["type"], block.get("config"), where="data")
