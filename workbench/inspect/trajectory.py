@@ -68,10 +68,9 @@ class Trajectory:
     def _default_label(self) -> str:
         if self.parent is None:
             return "run" if self.seed is None else f"run (seed {self.seed})"
-        changes = self.settings.describe()
-        if self.batch is not self.parent.batch:
-            changes.append("cond")
-        return f"fork@{self.fork_step}" + (": " + ", ".join(changes) if changes else "")
+        cond = "cond" if self.batch is not self.parent.batch else ""
+        changes = ", ".join(part for part in (self.settings.describe(), cond) if part)
+        return f"fork@{self.fork_step}" + (f": {changes}" if changes else "")
 
     def __repr__(self) -> str:
         state = "complete" if self.complete else f"stopped after {self._done}"

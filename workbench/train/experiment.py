@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from workbench.config import block_of
 from workbench.core import platform
 from workbench.core.adapter import Adapter
 from workbench.core.backbone import BaseVideoModel
@@ -66,13 +67,6 @@ def _overrides(callbacks: list[Callback], hook: str) -> list[Callback]:
 def _on_device(batch: Batch, device: torch.device) -> bool:
     tensors = (batch.latents, batch.loss_mask, *batch.cond.values())
     return all(v.device == device for v in tensors if isinstance(v, torch.Tensor))
-
-
-def describe(obj: Any, kind: str) -> dict:
-    """A ``{type, config}`` block for a component built in Python (its ``self.config``; wrappers included)."""
-    from workbench.config import block_of
-
-    return block_of(obj, kind)
 
 
 class AdapterExperiment:
@@ -172,8 +166,8 @@ class AdapterExperiment:
             out = experiment_to_dict(dataclasses.replace(self._config, training=self.training))
         else:
             m = self.model
-            out = {"name": self.name, "base": describe(m.base, "backbone"), "adapter": describe(m.adapter, "adapter"),
-                   "composer": describe(m.composer, "composer"), "objective": describe(m.objective, "objective"),
+            out = {"name": self.name, "base": block_of(m.base, "backbone"), "adapter": block_of(m.adapter, "adapter"),
+                   "composer": block_of(m.composer, "composer"), "objective": block_of(m.objective, "objective"),
                    "training": experiment_to_dict(ExperimentConfig(base={}, adapter={}, training=self.training))[
                        "training"]}
         return out

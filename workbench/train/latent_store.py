@@ -57,9 +57,9 @@ def _with_defaults(kind: str, block: Mapping) -> dict:
 def cache_identity(base: Any, data_block: Mapping | None, items: int) -> dict:
     """What a cache is a cache of: the backbone as built (type, config but its ``device``, weights),
     the data config block when known (defaults filled in), and the item count."""
-    from workbench.train.experiment import describe
+    from workbench.config import block_of
 
-    backbone = describe(base, "backbone")
+    backbone = block_of(base, "backbone")
     if isinstance(backbone.get("config"), Mapping):  # where latents were computed is not what they are
         backbone = {**backbone, "config": {k: v for k, v in backbone["config"].items() if k != "device"}}
     return {"format": FORMAT, "backbone": backbone, "weights": weights_digest(base),
