@@ -57,7 +57,6 @@ from typing import Any
 import numpy as np
 
 from workbench.data.lerobot_write import LeRobotWriter
-from workbench.data.metaworld import SCHEMA_VERSION  # the version the reader checks
 from workbench.errors import ConfigError
 from workbench.worldmodel.sim import (
     CAMERAS,
@@ -72,6 +71,8 @@ from workbench.worldmodel.sim import (
 )
 
 GENERATOR_VERSION = "1.0.0"
+SCHEMA_VERSION = 1
+
 DEFAULT_TASKS: tuple[str, ...] = (
     "reach-v3",
     "push-v3",
