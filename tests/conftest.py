@@ -342,9 +342,10 @@ def pytest_xdist_make_scheduler(config, log):
 #: The longest files start first, so that no worker is left running a long one alone at the end. This
 #: orders the work only; every file still runs whole and in its own order. Notebooks come next (a kernel
 #: and a minute of cells each), then everything else in collection order.
-START_FIRST = ("test_distributed.py", "test_pretrain_demo.py", "test_widgets_lab.py", "test_widgets_browser.py",
-               "test_evaluate.py", "test_adapters_controlnet_video.py", "test_plugin_backbones.py",
-               "test_plugin_dynamicrafter.py", "test_adapters_inside.py", "test_data_lerobot.py")
+START_FIRST = ("test_install.py", "test_distributed.py", "test_pretrain_demo.py", "test_widgets_lab.py",
+               "test_widgets_browser.py", "test_evaluate.py", "test_adapters_controlnet_video.py",
+               "test_plugin_backbones.py", "test_plugin_dynamicrafter.py", "test_adapters_inside.py",
+               "test_data_lerobot.py")
 
 
 def _start_rank(path: Path) -> int:
@@ -364,3 +365,98 @@ def pytest_collection_modifyitems(config, items):
             reasons[path.name] = _skip_reason(path.name)
         if reasons[path.name] is not None:
             item.add_marker(pytest.mark.skip(reason=reasons[path.name]))
+
+
+# -- damage, runs and the CLI in process (the reliability and fault-injection tests share these) ---------
+TINY_RUN = {
+    "name": "tiny-run",
+    "base": {"type": "tiny_video", "config": {"image_size": 16, "frames": 4, "width": 16, "ae_width": 8, "depth": 1}},
+    "adapter": {"type": "latent_residual", "config": {"width": 16, "depth": 1, "dropout": 0.1}},
+    "training": {"steps": 4, "learning_rate": 5.0e-3, "batch_size": 4, "sync_every": 1, "checkpoint_every": 2,
+                 "keep_last": 5},
+    "callbacks": [{"type": "jsonl", "config": {"every_n_steps": 1}}],
+    "data": {"type": "synthetic_moves", "config": {"items": 8, "frames": 4, "size": 16}},
+}
+
+
+def write_run_config(path: Path, **changes) -> Path:
+    """TINY_RUN with dotted-path changes (``training.learning_rate=...``; None deletes), as YAML at ``path``."""
+    import copy
+
+    import yaml
+
+    config = copy.deepcopy(TINY_RUN)
+    for dotted, value in changes.items():
+        *parents, last = dotted.split(".")
+        node = config
+        for key in parents:
+            node = node.setdefault(key, {})
+        if value is None:
+            node.pop(last, None)
+        else:
+            node[last] = value
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def cli(capsys, *argv: str) -> tuple[int, str, str]:
+    """``workbench ARGV`` in this process: ``(exit status, stdout, stderr)``; a traceback never passes."""
+    from workbench.cli import main
+
+    capsys.readouterr()
+    status = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    return status, out, err
+
+
+def flip_bits(path: Path, seed: int, count: int = 1, region: tuple[int, int] | None = None) -> list[int]:
+    """Flip ``count`` seeded bits of ``path`` (inside ``region`` = [start, stop) bytes when given);
+    returns the byte offsets."""
+    import random
+
+    data = bytearray(path.read_bytes())
+    rng = random.Random(seed)
+    start, stop = region or (0, len(data))
+    offsets = [rng.randrange(start, stop) for _ in range(count)]
+    for offset in offsets:
+        data[offset] ^= 1 << rng.randrange(8)
+    path.write_bytes(bytes(data))
+    return offsets
+
+
+def truncate(path: Path, seed: int) -> int:
+    """Cut ``path`` at a seeded length in [0, size); returns the new length."""
+    import random
+
+    size = path.stat().st_size
+    keep = random.Random(seed).randrange(size)
+    with open(path, "r+b") as f:
+        f.truncate(keep)
+    return keep
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    """Every file under ``root`` and its bytes (to show that a refused command changed nothing)."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def small_metaworld_file(path: Path, episodes=(0, 1, 10, 11), frames: int = 20) -> Path:
+    """A few episodes of the shipped sample, written as `workbench data metaworld` writes (gzip, one chunk
+    per episode): small enough to damage and read in a blink."""
+    import h5py
+    import numpy as np
+
+    from workbench.data.metaworld import sample_path
+
+    with h5py.File(sample_path()) as src, h5py.File(path, "w") as out:
+        idx = list(episodes)
+        for name in ("frames", "actions", "ee_pos", "proprio", "obs", "reward", "expert"):
+            data = src[name][idx, :frames]
+            out.create_dataset(name, data=data, chunks=(1, *data.shape[1:]), compression="gzip", compression_opts=9)
+        out.create_dataset("task", data=np.array([src["task"][i] for i in idx], dtype=object),
+                           dtype=h5py.string_dtype())
+        out.create_dataset("success", data=src["success"][idx])
+        for key, value in src.attrs.items():
+            out.attrs[key] = value
+    return path

@@ -418,6 +418,11 @@ def test_demo_takes_a_lerobot_directory(sample_lerobot, tmp_path):
     metrics = run_demo(cfg, progress=False)
     assert metrics["evaluation"]["data"] == str(sample_lerobot) and metrics["training"]["steps"] == 2
     assert metrics["summary"]["clips"] == 4 and (out / "side_by_side.mp4").exists()
+    from workbench.worldmodel.demo import wrote
+
+    line = wrote(str(out), metrics)  # what `workbench demo` prints: no unseen/ (that step is Meta-World's)
+    assert "unseen" not in line and not (out / "unseen").exists()
+    assert line == f"wrote {out}/: side_by_side.mp4, side_by_side.gif, loss.png, metrics.json, run/ (checkpoint)"
 
 
 def test_open_clips_reads_either_kind(sample_lerobot, tmp_path):

@@ -118,8 +118,9 @@ def test_resume_across_world_sizes_equals_the_uninterrupted_run(tmp_path, refere
     out = tmp_path / "resumed"
     half = write_config(tmp_path, steps=2)
     (run_torchrun if first == "ddp" else run_single)(half, out)
-    stdout = (run_torchrun if then == "ddp" else run_single)(config, out, "--resume")
+    stdout = (run_torchrun if then == "ddp" else run_single)(config, out, "--resume", "--override", "steps")
     assert "Resuming dist from" in stdout and "(step 2) up to step 4" in stdout
+    assert "changed training.steps: 2 -> 4 from step 2 (the continuation stays bit-exact" in stdout
     assert_same_run(single, out)
 
 

@@ -66,7 +66,7 @@ def test_the_cache_holds_exactly_what_encode_item_returns(cache_dir):
     cache = DiskLatentCache(cache_dir)
     exp = AdapterExperiment.from_yaml(write_config(cache_dir.parent, name="x.yaml"))
     data = exp.default_data()
-    assert len(cache) == 10 and sorted(p.name for p in cache_dir.glob("shard-*")) == [
+    assert len(cache) == 10 and sorted(p.name for p in cache_dir.glob("shard-*.safetensors")) == [
         "shard-00000.safetensors", "shard-00001.safetensors", "shard-00002.safetensors"]
     for i in (0, 5, 9, -1):
         want = exp.model.base.encode_item(data[i % 10])
@@ -94,8 +94,8 @@ def test_an_interrupted_cache_resumes_and_writes_only_what_is_missing(tmp_path, 
     before = shard_content(shard)
     untouched = (cache_dir / "shard-00000.safetensors").stat().st_mtime_ns
     shard.unlink()
-    with pytest.raises(DataError, match=r"is incomplete: 1 of 3 shards missing \(first: shard-00001.safetensors\). "
-                                        r"Rerun `workbench cache-latents`"):
+    with pytest.raises(DataError, match=r"is incomplete: 1 of 3 shards missing or unfinished \(first: "
+                                        r"shard-00001.safetensors\). Rerun `workbench cache-latents`"):
         DiskLatentCache(cache_dir)
     run_cli("cache-latents", str(write_config(tmp_path)), "--out", str(cache_dir), "--shard-size", "4")
     after = shard_content(shard)

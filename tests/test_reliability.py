@@ -177,6 +177,10 @@ def test_unreadable_and_mismatched_checkpoints(tmp_path):
                             training=TrainingConfig(progress=False, output_dir=str(tmp_path / "run")))
     path = exp.save_checkpoint()
     (path / "trainable.safetensors").write_bytes(b"not a safetensors file")
+    with pytest.raises(CheckpointError, match=r"step-0000000 is damaged: trainable.safetensors is 22 bytes, the "
+                                              r"manifest expects \d+ \(truncated\). Nothing was loaded"):
+        exp.load_checkpoint(path)
+    reseal(path)  # the same bytes with matching digests: read, and refused as unreadable
     with pytest.raises(CheckpointError, match="is unreadable .* It is corrupt"):
         exp.load_checkpoint(path)
     other = AdapterExperiment(base=tiny_base(), adapter=LatentResidual(width=8, depth=1),
@@ -185,8 +189,19 @@ def test_unreadable_and_mismatched_checkpoints(tmp_path):
     with pytest.raises(CheckpointError, match="does not fit this experiment"):
         exp.load_checkpoint(good)
     (good / "state.pt").unlink()
-    with pytest.raises(CheckpointError, match="is incomplete: missing state.pt"):
+    with pytest.raises(CheckpointError, match="is damaged: state.pt is missing"):
         other.load_checkpoint(good)
+    (good / "manifest.json").unlink()
+    with pytest.raises(CheckpointError, match="is damaged: manifest.json is missing"):
+        other.load_checkpoint(good)
+
+
+def reseal(path: Path) -> None:
+    """Rewrite a checkpoint's manifest for its files as they are now (what a deliberate tamperer would do)."""
+    from workbench.integrity import entry_of, manifest_bytes
+    from workbench.train.checkpoint import FILES
+
+    (path / "manifest.json").write_bytes(manifest_bytes({n: entry_of((path / n).read_bytes()) for n in FILES}))
 
 
 class _RunsCode:
@@ -215,6 +230,7 @@ def test_state_that_is_not_tensors_and_plain_data_is_refused_unread(tmp_path, pa
     path = exp.save_checkpoint()
     marker = tmp_path / "code-ran"
     torch.save(payload(marker), path / "state.pt")
+    reseal(path)
     for load in (exp.load_checkpoint, AdapterExperiment.load):
         with pytest.raises(CheckpointError) as info:
             load(path)
@@ -232,6 +248,7 @@ def test_state_without_the_training_state_is_refused(tmp_path):
                             training=TrainingConfig(progress=False, output_dir=str(tmp_path / "run")))
     path = exp.save_checkpoint()
     torch.save([torch.zeros(2)], path / "state.pt")
+    reseal(path)
     with pytest.raises(CheckpointError, match=r"state\.pt holds list, not the training state workbench writes "
                                               r"\(missing optimizer, rng_cpu, step\)"):
         exp.load_checkpoint(path)
@@ -295,11 +312,11 @@ def test_sigkill_mid_save_leaves_the_previous_checkpoint_loadable(tmp_path):
         exp.fit(data, steps=1)
         exp.save_checkpoint()
         exp.fit(data, steps=1)
-        write = checkpoint._write_bytes
+        write = checkpoint.write_bytes
         def slow_write(path, data):  # the kill lands between two files of the save
             write(path, data)
             time.sleep(30)
-        checkpoint._write_bytes = slow_write
+        checkpoint.write_bytes = slow_write
         print("saving", flush=True)
         exp.save_checkpoint()
     """)

@@ -284,7 +284,7 @@ def test_checkpoint_rotation_keeps_the_newest(tmp_path):
     assert meta["step"] == 4 and meta["loss_history"] == exp.loss_history
     assert {"workbench", "torch", "python"} <= set(meta["versions"])
     names = {p.name for p in (tmp_path / "step-0000004").iterdir()}
-    assert names == {"trainable.safetensors", "state.pt", "config.yaml", "meta.json"}
+    assert names == {"trainable.safetensors", "state.pt", "config.yaml", "meta.json", "manifest.json"}
 
 
 def test_base_is_never_written_and_optimizer_holds_trainable_params_only(tmp_path):

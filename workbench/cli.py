@@ -11,8 +11,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.metadata as md
+import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from workbench.errors import WorkbenchError
@@ -38,6 +39,9 @@ class Command:
     help: str
     add_arguments: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace], int]
+    #: The optional extras the command needs, and which of their modules: ``{"data": ("h5py",)}``.
+    #: ``workbench`` checks them before the command starts and names the extra to install.
+    extras: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict, hash=False)
 
 
 def registered_commands() -> list[Command]:
@@ -58,27 +62,49 @@ def registered_commands() -> list[Command]:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from workbench.train.checkpoint import latest_checkpoint
-    from workbench.train.config import load_yaml, replace_training
+    from workbench.train.checkpoint import latest_checkpoint, set_aside_after
+    from workbench.train.config import check_extras, load_yaml, replace_training
     from workbench.train.experiment import AdapterExperiment
+    from workbench.train.resume import override_names
 
     config = load_yaml(args.config)
     changes = {}
     if args.steps is not None:
         changes["steps"] = args.steps
+    if args.grad_accum is not None:
+        changes["grad_accum"] = args.grad_accum
     output = Path(args.output) if args.output else Path("outputs") / config.name
     changes["output_dir"] = str(output)
     if args.quiet:
         changes["progress"] = False
     config = replace_training(config, **changes)
+    check_extras(config, what=f"workbench train {args.config}")
     existing = latest_checkpoint(output)
     if args.resume:
         if existing is None:
             raise WorkbenchError(f"--resume: no checkpoint in {output}. Run without --resume to start the run.")
-        exp = AdapterExperiment.load(existing, training=config.training)
+        start = _pick_checkpoint(output, args.start) if args.start else existing
+        override = override_names(args.override or [])
+        if args.steps is not None:  # --steps N says, on its own, that the run's length changes
+            override.add("training.steps")
+        exp = AdapterExperiment.resume(start, config, override=override, source=args.config,
+                                       flags={"training.steps": "--steps"})
         say = print if exp.is_main else _quiet
-        say(f"Resuming {config.name} from {existing} (step {exp.step}) up to step {config.training.steps}.")
+        if start != existing and exp.is_main:
+            moved = set_aside_after(output, start)
+            say(f"Resuming from {start.name}: the {len(moved)} later checkpoint(s) were moved to "
+                f"{output / 'superseded'} (kept, not deleted).")
+        say(f"Resuming {config.name} from {start} (step {exp.step}) up to step {config.training.steps}.")
+        for change in exp.config_changes:
+            if change["step"] == exp.step:
+                exact = "the continuation stays bit-exact" if change["bit_exact"] else "not bit-exact from here"
+                say(f"  changed {change['field']}: {change['from']} -> {change['to']} from step {exp.step} "
+                    f"({exact}; recorded in the run's meta.json)")
     else:
+        if args.start or args.override:
+            flag = "--from" if args.start else "--override"
+            raise WorkbenchError(f"{flag} goes with --resume (it says how to continue a run); add --resume, or "
+                                 f"leave {flag} out to start a new run.")
         if existing is not None:
             raise WorkbenchError(
                 f"{output} already holds checkpoints (latest {existing.name}). Pass --resume to continue that "
@@ -86,20 +112,57 @@ def _train(args: argparse.Namespace) -> int:
             )
         exp = AdapterExperiment.from_config(config)
         say = print if exp.is_main else _quiet
+    exp.resume_hint = None  # the advice below is the command line's
     try:
         exp.fit(steps=max(0, config.training.steps - exp.step))
         path = exp.save_checkpoint()
     finally:
         if exp.dist is not None:
             exp.dist.close()
+    if exp.interrupted:
+        say(f"Saved the run at step {exp.step}: {path}")
+        say(f"Continue with: workbench train {args.config} --output {output} --resume")
+        return _interrupted_status()
     loss = exp.loss_history[-1] if exp.loss_history else float("nan")
     ranks = f" on {exp.dist.world_size} ranks" if exp.dist is not None else ""
     say(f"Finished {config.name} at step {exp.step}{ranks}: loss {loss:.5f}. Checkpoint: {path}")
     return 0
 
 
+def _pick_checkpoint(output: Path, start: str) -> Path:
+    """``--from``: a checkpoint of the run in ``output``, as ``step-N``, ``N`` or its directory's path."""
+    from workbench.train.checkpoint import checkpoint_name, list_checkpoints
+
+    found = {p.resolve(): p for p in list_checkpoints(output)}
+    text = start.strip()
+    number = text.removeprefix("step-")
+    path = output / checkpoint_name(int(number)) if number.isdigit() else Path(text)
+    if not number.isdigit() and not path.exists():
+        path = output / text
+    if path.resolve() not in found:
+        have = ", ".join(p.name for p in found.values()) or "(none)"
+        example = list(found.values())[-1].name if found else "step-N"
+        raise WorkbenchError(f"--from {start}: not a checkpoint of the run in {output}. Its checkpoints: {have}. "
+                             f"Pass one of them, e.g. --from {example}.")
+    return found[path.resolve()]
+
+
 def _quiet(*_args, **_kwargs) -> None:
     """What ranks other than 0 print: nothing."""
+
+
+# SIGTERM (a scheduler stopping the job, `kill`) stops a run the way Ctrl-C does: after the current
+# update, with the run saved. The exit status says which signal it was (128 + its number).
+_STOPPED_BY = {"signal": signal.SIGINT}
+
+
+def _on_sigterm(signum, frame) -> None:
+    _STOPPED_BY["signal"] = signal.SIGTERM
+    signal.raise_signal(signal.SIGINT)  # taken by the loop's Ctrl-C handling (held during an update)
+
+
+def _interrupted_status() -> int:
+    return 128 + int(_STOPPED_BY["signal"])
 
 
 def _doctor(args: argparse.Namespace) -> int:
@@ -108,6 +171,7 @@ def _doctor(args: argparse.Namespace) -> int:
     import torch
 
     import workbench
+    from workbench import extras
     from workbench.registry import KINDS
 
     print(f"workbench {workbench.__version__}  python {platform.python_version()}  torch {torch.__version__}")
@@ -118,6 +182,13 @@ def _doctor(args: argparse.Namespace) -> int:
             print(f"  {name:<12} {md.version(name)}")
         except md.PackageNotFoundError:
             print(f"  {name:<12} (not installed)")
+    print("extras (pip install \"grafted-workbench[EXTRA]\"):")
+    commands = registered_commands()
+    for extra in extras.EXTRAS:
+        absent = extras.missing(extra)
+        state = "installed" if not absent else f"missing {', '.join(absent)}"
+        users = [f"workbench {c.name}" for c in commands if extra in c.extras]
+        print(f"  {extra:<10} {state}{' - for ' + ', '.join(users) if users else ''}")
     plugins = sorted({d.metadata["Name"] for d in md.distributions() if (d.metadata["Name"] or "").startswith(
         "workbench-")})
     print(f"plugins installed: {', '.join(plugins) if plugins else '(none)'}")
@@ -161,15 +232,29 @@ def build_parser() -> argparse.ArgumentParser:
     train = sub.add_parser("train", help="train an adapter from a YAML config")
     train.add_argument("config", help="YAML experiment config")
     train.add_argument("--steps", type=int, help="the run's total number of optimizer steps")
-    train.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --output")
+    train.add_argument("--grad-accum", type=int, help="micro-batches per step over all ranks (training.grad_accum; "
+                                                      "under torchrun a multiple of the number of ranks)")
+    train.add_argument("--resume", action="store_true",
+                       help="continue the run in --output from its latest checkpoint; the config must be the run's "
+                            "own (see --override)")
+    train.add_argument("--from", dest="start", metavar="step-N",
+                       help="with --resume: continue from this checkpoint of the run instead of the latest (later "
+                            "ones are moved to superseded/)")
+    train.add_argument("--override", nargs="+", metavar="FIELD",
+                       help="with --resume: fields of the config that may differ from the run's and are taken from "
+                            "the config (steps, learning_rate, warmup_steps, schedule, min_lr_ratio, sync_every, "
+                            "checkpoint_every, keep_last, num_workers, cache_latents, gradient_checkpointing, device, "
+                            "distributed, callbacks, evaluation, name); recorded in the run")
     train.add_argument("--output", help="run directory (default outputs/<name>)")
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     train.set_defaults(func=_train)
 
     cache = sub.add_parser("cache-latents", help="encode a config's data once through its frozen backbone, to disk")
     cache.add_argument("config", help="YAML experiment config (its base: and data: blocks are used)")
-    cache.add_argument("--out", required=True, help="cache directory (resumes if it holds part of this cache)")
+    cache.add_argument("--out", required=True, help="cache directory (a rerun verifies the shards there, keeps "
+                                                    "the intact ones and rewrites the rest)")
     cache.add_argument("--shard-size", type=int, default=256, help="items per safetensors shard")
+    cache.add_argument("--quiet", action="store_true", help="no progress bar")
     cache.set_defaults(func=_cache_latents)
 
     doctor = sub.add_parser("doctor", help="versions, devices and what auto resolves to, plugins and entry points")
@@ -178,7 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
     for command in registered_commands():
         cmd_parser = sub.add_parser(command.name, help=command.help)
         command.add_arguments(cmd_parser)
-        cmd_parser.set_defaults(func=command.run)
+        cmd_parser.set_defaults(func=command.run, needs=dict(command.extras))
     return parser
 
 
@@ -189,11 +274,49 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     args = parser.parse_args(argv)
+    command = " ".join(a for a in (args.command, getattr(args, "dataset", None)) if a)
+    _STOPPED_BY["signal"] = signal.SIGINT
+    previous = _install(signal.SIGTERM, _on_sigterm)
     try:
+        require_all(getattr(args, "needs", None) or {}, what=f"workbench {args.command}")
         return args.func(args)
     except WorkbenchError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except ImportError as err:  # an optional package missing: name the extra that brings it
+        from workbench.extras import missing_module_error
+
+        clean = missing_module_error(err, f"workbench {command}")
+        if clean is None:
+            raise
+        print(f"error: {clean}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # (a run interrupted inside its training loop returns 130 from _train itself)
+        print(f"\nInterrupted (workbench {command}).", file=sys.stderr)
+        if command == "train":
+            print(f"Every checkpoint written is complete (saves are atomic). Continue with: workbench train "
+                  f"{args.config}{' --output ' + args.output if args.output else ''} --resume", file=sys.stderr)
+        elif command == "cache-latents":
+            print(f"The shards written are complete (each is written whole). Continue with: workbench cache-latents "
+                  f"{args.config} --out {args.out}", file=sys.stderr)
+        return _interrupted_status()
+    finally:
+        _install(signal.SIGTERM, previous)
+
+
+def require_all(needs: Mapping[str, tuple[str, ...]], what: str) -> None:
+    from workbench.extras import require_all as check
+
+    check(needs, what=what)
+
+
+def _install(signum: int, handler):
+    """Install a signal handler where that is possible (the main thread); returns the one replaced."""
+    import threading
+
+    if handler is None or threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signum, handler)
 
 
 if __name__ == "__main__":

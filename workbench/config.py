@@ -10,6 +10,7 @@ with :func:`check`.
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from collections.abc import Mapping
@@ -79,12 +80,27 @@ def _type_name(tp: Any) -> str:
 
 SCALAR_NAMES = {bool: "bool (true/false)", int: "int", float: "float", str: "str"}
 
+# YAML 1.1 (PyYAML) reads ``1e-3`` and ``5E4`` as strings: its float needs a dot and a signed
+# exponent (``1.0e-3``). A number field takes such a string as the number it spells.
+_NUMBER_TEXT = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
+def _number(value: Any) -> float | None:
+    """The number a string spells (``"1e-3"`` → 0.001), or None."""
+    if isinstance(value, str) and _NUMBER_TEXT.fullmatch(value.strip()):
+        return float(value)
+    return None
+
 
 def _scalar(tp: type, value: Any) -> tuple[bool, Any]:
     """Whether ``value`` is a ``tp`` (bool / int / float / str) as YAML gives it, and the value as a ``tp``.
 
-    A bool is never an int or a float; an integral float is an int; an int is a float.
+    A bool is never an int or a float; an integral float is an int; an int is a float; a string
+    that spells a number (``1e-3``, which YAML 1.1 leaves a string) is that number.
     """
+    spelled = _number(value) if tp in (int, float) else None
+    if spelled is not None:
+        value = spelled
     if tp is int:
         if isinstance(value, float) and value.is_integer():
             return True, int(value)
@@ -125,7 +141,9 @@ def coerce(tp: Any, value: Any, path: str, problems: Problems) -> Any:
     if tp in SCALAR_NAMES:
         ok, converted = _scalar(tp, value)
         if not ok:
-            problems.add(path, f"expected {SCALAR_NAMES[tp]}, got {_describe(value)}.")
+            spelled = _number(value) if tp in (int, float) else None
+            hint = f" (the number {spelled:g}, not an {SCALAR_NAMES[tp]})" if spelled is not None else ""
+            problems.add(path, f"expected {SCALAR_NAMES[tp]}, got {_describe(value)}{hint}.")
         return converted
     if origin in (tuple, list):
         if not isinstance(value, (list, tuple)):
@@ -175,7 +193,7 @@ def validate_component_block(kind: str, block: Any, path: str, problems: Problem
     except UnknownComponentError as err:
         names = registered(kind)
         problems.add(f"{path}.type", f"unknown {kind} {name!r}. Registered: {listing(names)}."
-                     f"{did_you_mean(name, names)} " + str(err).split("\n", 1)[1].split("\n")[0])
+                     f"{did_you_mean(name, names)} " + " ".join(line.strip() for line in str(err).split("\n")[1:]))
         return None
     config = block.get("config") or {}
     config_class = getattr(cls, "config_class", None)

@@ -334,26 +334,34 @@ class LoraModules(nn.Module):
         A diffusers backbone (one with ``pipelines``): its pipeline class's ``save_lora_weights``
         (``pytorch_lora_weights.safetensors``, keys ``transformer.<path>.lora_A.weight``, the peft
         config as metadata), which ``pipe.load_lora_weights(path)`` loads. Otherwise the same
-        layout with the network's name as the prefix (``denoiser.<path>...``).
+        layout with the network's name as the prefix (``denoiser.<path>...``). A ``manifest.json``
+        beside the weights lists their size and SHA-256 (see :func:`workbench.integrity.publish`);
+        ``init_from`` checks it.
         """
         import json
+        import os
 
-        from safetensors.torch import save_file
+        from safetensors.torch import save as save_safetensors
+
+        from workbench.integrity import publish, write_bytes
 
         out = Path(path)
         out.mkdir(parents=True, exist_ok=True)
+        staging = out / f".tmp-export-{os.getpid()}"
+        staging.mkdir(exist_ok=True)
         state = {k: v.detach().cpu().contiguous().clone() for k, v in self.peft_state_dict().items()}
         config = self.peft_config.to_dict()
         config = {k: sorted(v) if isinstance(v, set) else v for k, v in config.items()}
         pipelines = base.pipelines
         if pipelines:
             pipeline_class = type(next(iter(pipelines.values())))
-            pipeline_class.save_lora_weights(str(out), transformer_lora_layers=state,
+            pipeline_class.save_lora_weights(str(staging), transformer_lora_layers=state,
                                              transformer_lora_adapter_metadata=config)
         else:
-            save_file({f"{self.root_name}.{k}": v for k, v in state.items()},
-                      str(out / "pytorch_lora_weights.safetensors"),
-                      metadata={"lora_adapter_metadata": json.dumps({self.root_name: config})})
+            write_bytes(staging / "pytorch_lora_weights.safetensors", save_safetensors(
+                {f"{self.root_name}.{k}": v for k, v in state.items()},
+                metadata={"lora_adapter_metadata": json.dumps({self.root_name: config})}))
+        publish(staging, out)
         return out
 
     def load(self, path: str) -> None:
@@ -370,7 +378,18 @@ class LoraModules(nn.Module):
         if not file.is_file():
             raise CheckpointError(f"lora init_from: no LoRA file at {path!r}. Give a .safetensors file written by "
                                   f"exp.export_lora, diffusers' save_lora_weights or peft's save_pretrained.")
-        theirs = {_strip_lora_key(k, self.root_name): v for k, v in load_file(str(file)).items()}
+        from workbench.integrity import listed_problem
+
+        _, problem = listed_problem(file)
+        if problem is not None:
+            raise CheckpointError(f"lora init_from {str(file)!r} is damaged: {problem}. Nothing was loaded; export the "
+                                  f"LoRA again (exp.export_lora) or copy it again from where it was exported.")
+        try:
+            weights = load_file(str(file))
+        except Exception as err:  # safetensors' own error type: a damaged file without a manifest to tell
+            raise CheckpointError(f"lora init_from {str(file)!r} is not a readable safetensors file "
+                                  f"({type(err).__name__}: {err}). Export the LoRA again.") from None
+        theirs = {_strip_lora_key(k, self.root_name): v for k, v in weights.items()}
         ours = self.peft_state_dict()
         missing, unexpected = sorted(set(ours) - set(theirs)), sorted(set(theirs) - set(ours))
         shapes = [f"{k} {tuple(theirs[k].shape)} vs {tuple(v.shape)}" for k, v in ours.items()

@@ -36,6 +36,7 @@ class LoRA(InsideAdapter):
     """
 
     config_class = LoRAConfig
+    requires_extras = {"peft": ("peft",)}
 
     def __init__(self, config: LoRAConfig | None = None, **overrides):
         super().__init__()

@@ -97,6 +97,7 @@ class LeRobotClips(Dataset):
     """Windows of LeRobot episodes: decoded frames of one camera, actions, state, task string."""
 
     config_class = LeRobotConfig
+    requires_extras = {"data": ("pyarrow", "av")}
 
     def __init__(self, config: LeRobotConfig | None = None, **overrides: Any):
         self.config = config = config_from(type(self), config, overrides)
@@ -177,6 +178,16 @@ class LeRobotClips(Dataset):
 
     def _load_tables(self) -> None:
         """Per-frame timestamps, task indices and signals of every episode, from the parquet tables."""
+        try:
+            self._read_tables()
+        except DataError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError) as err:
+            raise DataError(f"{self.root}: a parquet table of the dataset does not hold what its metadata promises "
+                            f"({type(err).__name__}: {err}); the table or the metadata is damaged. Re-download or "
+                            f"re-export the dataset.") from None
+
+    def _read_tables(self) -> None:
         meta = self.meta
         columns = ["episode_index", "frame_index", "timestamp", "task_index", *self.signals.values()]
         by_file: dict[Path, list[Episode]] = {}
@@ -258,7 +269,8 @@ class LeRobotClips(Dataset):
         rows = self.rows(e, start)
         frames = self.frames_of[e]
         path, offset = self.meta.episodes[e].videos[self.camera]
-        images = self._video.frames(path, offset + frames["timestamp"][rows], self.size, self.tolerance)
+        images = self._video.frames(path, offset + frames["timestamp"][rows], self.size, self.tolerance,
+                                    what=f" (episode {self.meta.episodes[e].index}, camera {self.camera})")
         video = torch.from_numpy(images).permute(3, 0, 1, 2).float().div_(127.5).sub_(1.0)  # (3, T, H, W)
         task = self._task(e, int(rows[0]))
         item: dict[str, Any] = {"video": video.contiguous()}

@@ -49,6 +49,9 @@ V3_VIDEO = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4
 V3_EPISODES = "meta/episodes/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
 
 
+FIX = "re-download or re-export the dataset"
+
+
 @dataclasses.dataclass
 class Episode:
     """One episode: its recorded length, tasks, parquet file and, per camera, video file and start time."""
@@ -135,8 +138,21 @@ class LeRobotMeta:
             raise DataError(f"{info_path} is missing: {self.root} is not a LeRobot dataset (expected meta/info.json "
                             f"with codebase_version, fps and features). Point `root` at the dataset's top directory.")
         info = _json(info_path)
+        if not isinstance(info, dict):
+            raise DataError(f"{info_path}: expected a JSON object with codebase_version, fps and features, got "
+                            f"{type(info).__name__}. The dataset's metadata is damaged; {FIX}.")
         self.info_path = info_path
         self.info: dict[str, Any] = info
+        try:
+            self._read_info(info)
+        except DataError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError) as err:
+            raise DataError(f"{self.root}: the dataset's metadata (meta/) is damaged or inconsistent "
+                            f"({type(err).__name__}: {err}); {FIX}.") from None
+
+    def _read_info(self, info: dict[str, Any]) -> None:
+        info_path = self.info_path
         version = info.get("codebase_version")
         if version not in VERSIONS:
             raise DataError(f"{info_path}: codebase_version {version!r} is not a LeRobot layout this workbench "
@@ -148,7 +164,13 @@ class LeRobotMeta:
             raise DataError(f"{info_path}: missing field(s) {missing}; a LeRobot info.json has codebase_version, "
                             f"fps, features, data_path, video_path. Re-export the dataset.")
         self.fps = float(info["fps"])
+        if not (self.fps > 0 and np.isfinite(self.fps)):
+            raise DataError(f"{info_path}: fps is {info['fps']!r}; a LeRobot dataset records frames at a positive "
+                            f"rate. The metadata is damaged; {FIX}.")
         self.features: dict[str, dict] = info["features"]
+        if not isinstance(self.features, dict) or not all(isinstance(f, dict) for f in self.features.values()):
+            raise DataError(f"{info_path}: features must map names to {{dtype, shape, names}} objects. The metadata "
+                            f"is damaged; {FIX}.")
         self.video_keys = [k for k, f in self.features.items() if f.get("dtype") == "video"]
         self.image_keys = [k for k, f in self.features.items() if f.get("dtype") == "image"]
         self.chunks_size = int(info.get("chunks_size", 1000))
@@ -169,7 +191,12 @@ class LeRobotMeta:
     # ------------------------------------------------------------------ tasks
     def _tasks(self) -> dict[int, str]:
         if not self.v3:
-            return {int(r["task_index"]): str(r["task"]) for r in _jsonl(self.root / "meta" / "tasks.jsonl")}
+            path = self.root / "meta" / "tasks.jsonl"
+            try:
+                return {int(r["task_index"]): str(r["task"]) for r in _jsonl(path)}
+            except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as err:
+                raise DataError(f"{path}: a task's line is damaged or incomplete ({type(err).__name__}: {err}); "
+                                f"each line holds task_index and task. {FIX[0].upper() + FIX[1:]}.") from None
         path = self.root / "meta" / "tasks.parquet"
         table = read_parquet(path)
         names = table.column_names
@@ -186,12 +213,17 @@ class LeRobotMeta:
     # ------------------------------------------------------------------ episodes
     def _episodes_v2(self) -> list[Episode]:
         out = []
-        for row in sorted(_jsonl(self.root / "meta" / "episodes.jsonl"), key=lambda r: r["episode_index"]):
-            i = int(row["episode_index"])
-            fmt = {"episode_chunk": i // self.chunks_size, "episode_index": i}
-            videos = {k: (self.root / self.video_path.format(video_key=k, **fmt), 0.0) for k in self.video_keys}
-            out.append(Episode(i, int(row["length"]), [str(t) for t in row.get("tasks", [])],
-                               self.root / self.data_path.format(**fmt), videos))
+        path = self.root / "meta" / "episodes.jsonl"
+        try:
+            for row in sorted(_jsonl(path), key=lambda r: int(r["episode_index"])):
+                i = int(row["episode_index"])
+                fmt = {"episode_chunk": i // self.chunks_size, "episode_index": i}
+                videos = {k: (self.root / self.video_path.format(video_key=k, **fmt), 0.0) for k in self.video_keys}
+                out.append(Episode(i, int(row["length"]), [str(t) for t in row.get("tasks", [])],
+                                   self.root / self.data_path.format(**fmt), videos))
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError) as err:
+            raise DataError(f"{path}: an episode's line is damaged or incomplete ({type(err).__name__}: {err}); "
+                            f"each line holds episode_index, length and tasks. {FIX[0].upper() + FIX[1:]}.") from None
         return out
 
     def _episodes_v3(self) -> list[Episode]:
@@ -218,4 +250,7 @@ class LeRobotMeta:
                 except KeyError as err:
                     raise DataError(f"{path}: episode metadata lacks the column {err.args[0]!r} (columns: "
                                     f"{sorted(row)}); re-export the dataset.") from err
+                except (TypeError, ValueError, OverflowError) as err:
+                    raise DataError(f"{path}: an episode's metadata is damaged ({type(err).__name__}: {err}); "
+                                    f"{FIX}.") from None
         return sorted(out, key=lambda e: e.index)

@@ -71,6 +71,9 @@ SCHEMA_VERSION = 1
 SAMPLE_NAME = "metaworld_sample.h5"
 REGENERATE = ("regenerate it with `workbench data metaworld --out FILE.h5` "
               "(see `workbench data metaworld --help`)")
+#: What h5py raises for a file damaged past its header: a compressed chunk that does not inflate
+#: ("filter returned failure"), a broken B-tree or heap (OSError / RuntimeError / ValueError / KeyError).
+READ_ERRORS = (OSError, RuntimeError, ValueError, KeyError, TypeError, IndexError)
 
 #: name → (required dtype: "u1" = uint8, "f" = any float; trailing shape after [N, T], None = any size).
 _FIELDS: dict[str, tuple[str, tuple[Any, ...]]] = {
@@ -166,6 +169,7 @@ class MetaWorldClips(Dataset):
     """Windows of Meta-World episodes with actions, end-effector position and proprio state."""
 
     config_class = MetaWorldConfig
+    requires_extras = {"data": ("h5py",)}
 
     def __init__(self, config: MetaWorldConfig | None = None, **overrides: Any):
         self.config = config = config_from(type(self), config, overrides)
@@ -206,6 +210,9 @@ class MetaWorldClips(Dataset):
 
     # ------------------------------------------------------------------ validation
     def _open(self) -> Any:
+        from workbench.extras import require
+
+        require("data", what="the metaworld dataset", modules=("h5py",))
         import h5py
 
         if not self.path.exists():
@@ -225,6 +232,26 @@ class MetaWorldClips(Dataset):
             ) from err
 
     def _validate(self) -> dict[str, Any]:
+        try:
+            return self._read_layout()
+        except DataError:
+            raise
+        except READ_ERRORS as err:
+            raise DataError(f"{self.path}: the file is damaged: its layout (dataset shapes, task names, attributes) "
+                            f"cannot be read ({type(err).__name__}: {err}). Copy it again from where it came from "
+                            f"or {REGENERATE}.") from None
+
+    def _damaged(self, err: Exception, what: str, episode: int | None) -> DataError:
+        """The error for a read of ``what`` (e.g. ``frames``) of ``episode`` that h5py could not do."""
+        which = ""
+        if episode is not None:
+            task = self.task_names[episode] if 0 <= episode < len(getattr(self, "task_names", ())) else "?"
+            which = f" of episode {episode} (task {task})"
+        return DataError(f"{self.path}: the file is damaged: dataset '{what}'{which} cannot be read "
+                         f"({type(err).__name__}: {err}). Its compressed data no longer decodes, so the episode's "
+                         f"values are lost; copy the file again from where it came from or {REGENERATE}.")
+
+    def _read_layout(self) -> dict[str, Any]:
         with self._open() as f:
             where = str(self.path)
             version = f.attrs.get("schema_version")
@@ -285,8 +312,23 @@ class MetaWorldClips(Dataset):
             return self._handle()
         if self._memory is None or self._pid != os.getpid():
             f = self._handle()
-            self._memory = {name: f[name][()] for name in _FIELDS}
+            memory = {}
+            for name in _FIELDS:
+                try:
+                    memory[name] = f[name][()]
+                except READ_ERRORS as err:
+                    raise self._damaged(err, name, self._first_bad(f[name])) from None
+            self._memory = memory
         return self._memory
+
+    def _first_bad(self, dataset: Any) -> int | None:
+        """The first episode of ``dataset`` whose chunk does not read (to name it), or None."""
+        for e in range(self.num_episodes):
+            try:
+                dataset[e]
+            except READ_ERRORS:
+                return e
+        return None
 
     def __len__(self) -> int:
         return len(self.index)
@@ -296,7 +338,10 @@ class MetaWorldClips(Dataset):
         if name not in _EXPECTED:
             raise DataError(f"{self.path}: no dataset {name!r} to read; the schema has {sorted(_EXPECTED)}.")
         data = self._handle()[name]
-        return data[()] if episodes is None else data[sorted(episodes)]
+        try:
+            return data[()] if episodes is None else data[sorted(episodes)]
+        except READ_ERRORS as err:
+            raise self._damaged(err, name, self._first_bad(data)) from None
 
     def __getitem__(self, i: int) -> dict[str, Any]:
         if not -len(self.index) <= i < len(self.index):
@@ -304,14 +349,19 @@ class MetaWorldClips(Dataset):
         episode, start = self.index[i]
         stop = start + self.config.window
         data = self._arrays()
-        frames = np.asarray(data["frames"][episode, start:stop])
-        video = torch.from_numpy(frames).permute(3, 0, 1, 2).float().div_(127.5).sub_(1.0)
-        action = np.clip(np.asarray(data["actions"][episode, start:stop], dtype=np.float32), -1.0, 1.0)
+        read: dict[str, np.ndarray] = {}
+        for name in _FIELDS:
+            try:
+                read[name] = np.asarray(data[name][episode, start:stop])
+            except READ_ERRORS as err:
+                raise self._damaged(err, name, episode) from None
+        video = torch.from_numpy(read["frames"]).permute(3, 0, 1, 2).float().div_(127.5).sub_(1.0)
+        action = np.clip(read["actions"].astype(np.float32), -1.0, 1.0)
         return with_control({
             "video": video.contiguous(),
             "action": torch.from_numpy(action),
-            "ee_pos": torch.from_numpy(np.asarray(data["ee_pos"][episode, start:stop], dtype=np.float32)),
-            "proprio": torch.from_numpy(np.asarray(data["proprio"][episode, start:stop], dtype=np.float32)),
+            "ee_pos": torch.from_numpy(read["ee_pos"].astype(np.float32)),
+            "proprio": torch.from_numpy(read["proprio"].astype(np.float32)),
             "episode": int(episode),
             "start": int(start),
             "task": self.task_names[episode],

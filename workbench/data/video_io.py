@@ -6,6 +6,7 @@ last one, so serving a 16-frame window reads a few group-of-pictures, never the 
 
 from __future__ import annotations
 
+import contextlib
 import fractions
 import os
 from pathlib import Path
@@ -17,6 +18,7 @@ from workbench.errors import DataError
 
 #: Video files one process keeps open at most.
 MAX_OPEN = 32
+FIX = "re-download or re-export the dataset"
 
 
 class VideoReader:
@@ -27,7 +29,10 @@ class VideoReader:
         self._pid: int | None = None
         self.decoded = 0  # frames decoded by this process so far (seeking keeps it near the frames served)
 
-    def _container(self, path: Path) -> Any:
+    def _container(self, path: Path, what: str = "") -> Any:
+        from workbench.extras import require
+
+        require("data", what="reading LeRobot videos", modules=("av",))
         import av
 
         if self._pid != os.getpid():  # a forked DataLoader worker opens its own files
@@ -35,35 +40,43 @@ class VideoReader:
         container = self._open.get(path)
         if container is None:
             if not path.is_file():
-                raise DataError(f"{path} is missing (a camera's video file of the LeRobot layout). The dataset is "
-                                f"incomplete; re-download or re-export it.")
+                raise DataError(f"{path} is missing (a camera's video file of the LeRobot layout{what}). The dataset "
+                                f"is incomplete; {FIX}.")
+            container = None
             try:
                 container = av.open(str(path))
                 if not container.streams.video:
-                    raise DataError(f"{path} holds no video stream; expected an MP4 with one video stream.")
+                    raise DataError(f"{path} holds no video stream{what}; expected an MP4 with one video stream.")
                 # One decoding thread: parallelism comes from DataLoader workers, and a decoder with a
                 # thread pool that is torn down in a forked worker (the garbage collector freeing an
                 # inherited container) waits forever on its threads' condition variables.
                 codec = container.streams.video[0].codec_context
+                if codec is None:  # a stream whose codec parameters were lost (a truncated or damaged header)
+                    raise ValueError("the video stream has no decoder parameters")
                 codec.thread_count, codec.thread_type = 1, "NONE"
-            except av.error.FFmpegError as err:
-                raise DataError(f"{path}: not a readable video ({type(err).__name__}: {err}). The MP4 is corrupt "
-                                f"or truncated; re-download or re-export the dataset.") from err
+            except Exception as err:  # PyAV's FFmpeg errors, EOFError, ValueError: a damaged container
+                if container is not None:
+                    with contextlib.suppress(Exception):
+                        container.close()
+                if isinstance(err, DataError):
+                    raise
+                raise DataError(f"{path}: not a readable video{what} ({type(err).__name__}: {err}). The MP4 is "
+                                f"corrupt or truncated; {FIX}.") from None
             if len(self._open) >= MAX_OPEN:  # per-episode layouts have thousands of files: close the oldest
-                oldest = next(iter(self._open))
-                self._open.pop(oldest).close()
+                self._forget(next(iter(self._open)))
             self._open[path] = container
         return container
 
-    def frames(self, path: Path, times: np.ndarray, size: tuple[int, int] | None, tolerance: float) -> np.ndarray:
+    def frames(self, path: Path, times: np.ndarray, size: tuple[int, int] | None, tolerance: float,
+               what: str = "") -> np.ndarray:
         """uint8 ``(len(times), H, W, 3)``: for each time (seconds in the file), the nearest decoded frame.
 
         ``size`` = (H, W) resizes (area averaging); ``None`` keeps the stored size. A time with no
-        frame within ``tolerance`` seconds is an error naming the file.
+        frame within ``tolerance`` seconds, a frame the decoder flags as corrupt (it concealed
+        damaged data) and a decoding failure are errors naming the file; ``what`` (e.g. ``", episode
+        3"``) is added to their messages.
         """
-        import av
-
-        container = self._container(path)
+        container = self._container(path, what)
         stream = container.streams.video[0]
         first, last = float(times.min()), float(times.max())
         found_t: list[float] = []
@@ -80,28 +93,40 @@ class VideoReader:
                     continue
                 if t > last + tolerance:
                     break
+                if frame.is_corrupt:
+                    raise DataError(f"{path}: the frame at t={t:.3f}s{what} is corrupt (the decoder had to conceal "
+                                    f"damaged data). The MP4 is damaged; {FIX}.")
                 found_t.append(t)
                 found.append(frame.to_ndarray(**kwargs))
-        except av.error.FFmpegError as err:
-            self._open.pop(path, None)
-            raise DataError(f"{path}: decoding failed near t={first:.3f}s ({type(err).__name__}: {err}). The MP4 "
-                            f"is corrupt or truncated; re-download or re-export the dataset.") from err
+        except DataError:
+            self._forget(path)
+            raise
+        except Exception as err:  # PyAV's FFmpeg errors, EOFError, ValueError, OverflowError: damaged data
+            self._forget(path)
+            raise DataError(f"{path}: decoding failed near t={first:.3f}s{what} ({type(err).__name__}: {err}). The "
+                            f"MP4 is corrupt or truncated; {FIX}.") from None
         if not found:
-            raise DataError(f"{path}: no frame decoded between t={first:.3f}s and t={last:.3f}s (the file ends "
+            raise DataError(f"{path}: no frame decoded between t={first:.3f}s and t={last:.3f}s{what} (the file ends "
                             f"earlier: truncated, or the episode metadata does not match the video). Re-download "
                             f"or re-export the dataset.")
         have = np.asarray(found_t)
         nearest = np.abs(have[None, :] - times[:, None]).argmin(axis=1)
         miss = np.abs(have[nearest] - times) > tolerance
         if miss.any():
-            raise DataError(f"{path}: no frame within {tolerance:.4f}s of t={float(times[miss][0]):.4f}s (decoded "
-                            f"{have.min():.4f}..{have.max():.4f}s). The video is truncated or its timestamps do not "
-                            f"match the parquet 'timestamp' column; re-download or re-export the dataset.")
+            raise DataError(f"{path}: no frame within {tolerance:.4f}s of t={float(times[miss][0]):.4f}s{what} "
+                            f"(decoded {have.min():.4f}..{have.max():.4f}s). The video is truncated or its timestamps "
+                            f"do not match the parquet 'timestamp' column; re-download or re-export the dataset.")
         return np.stack([found[i] for i in nearest])
 
+    def _forget(self, path: Path) -> None:
+        container = self._open.pop(path, None)
+        if container is not None:  # closing a container of damaged data may fail too; it is dropped either way
+            with contextlib.suppress(Exception):
+                container.close()
+
     def close(self) -> None:
-        for container in self._open.values():
-            container.close()
+        for path in list(self._open):
+            self._forget(path)
         self._open = {}
 
     def __getstate__(self) -> dict[str, Any]:

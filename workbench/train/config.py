@@ -259,3 +259,24 @@ def experiment_to_dict(config: ExperimentConfig) -> dict:
 
 def replace_training(config: ExperimentConfig, **changes) -> ExperimentConfig:
     return dataclasses.replace(config, training=dataclasses.replace(config.training, **changes))
+
+
+def check_extras(config: ExperimentConfig, what: str) -> None:
+    """Refuse, before any work, a config whose components need an optional extra that is not
+    installed (a component class declares them as ``requires_extras = {"data": ("h5py",)}``)."""
+    from workbench.extras import require
+    from workbench.registry import resolve
+
+    blocks: list[tuple[str, str, dict | None]] = [(path, kind, getattr(config, key)) for path, kind, key in (
+        ("base", "backbone", "base"), ("adapter", "adapter", "adapter"), ("composer", "composer", "composer"),
+        ("objective", "objective", "objective"), ("data", "dataset", "data"))]
+    if config.evaluation is not None:
+        blocks.append(("evaluation.data", "dataset", config.evaluation.block(config.data) if config.data or
+                       config.evaluation.data else None))
+    blocks += [(f"callbacks[{i}]", "callback", block) for i, block in enumerate(config.callbacks)]
+    for path, kind, block in blocks:
+        if not block:
+            continue
+        cls = resolve(kind, block["type"], where=f"{path}.type")
+        for extra, modules in (getattr(cls, "requires_extras", None) or {}).items():
+            require(extra, what=f"{what} ({path}: {block['type']})", modules=modules)

@@ -146,7 +146,8 @@ class Distributed:
                 f"training.grad_accum: {grad_accum} micro-batches per step cannot be split evenly over "
                 f"{self.world_size} ranks. grad_accum counts a step's micro-batches over all ranks (so a config "
                 f"means the same run at any world size); use a multiple of {self.world_size}, e.g. "
-                f"{', '.join(map(str, fits))}, or launch {', '.join(str(d) for d in _divisors(grad_accum))} ranks.")
+                f"{', '.join(map(str, fits))} (on the command line: workbench train CONFIG --grad-accum "
+                f"{fits[0]}), or launch {', '.join(str(d) for d in _divisors(grad_accum))} ranks.")
         return grad_accum // self.world_size
 
     # -- collectives -------------------------------------------------------------------------

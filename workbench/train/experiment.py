@@ -35,12 +35,23 @@ from workbench.errors import (
     NonFiniteLossError,
 )
 from workbench.loop import SigintGuard
-from workbench.train.checkpoint import load_checkpoint, save_checkpoint
+from workbench.train.checkpoint import Checkpoint, load_checkpoint, print_notes, save_checkpoint
 from workbench.train.config import ExperimentConfig, TrainingConfig, experiment_to_dict, load_yaml
 from workbench.train.data import DataStream, LatentCache, ShardedStream, is_map_dataset
 from workbench.train.distributed import Distributed, local_device, shard_base
 from workbench.train.placement import base_config_on, check_base_dtype
-from workbench.train.resume import restore, saved_config, training_state
+from workbench.train.resume import (
+    Change,
+    capture_state,
+    config_changes,
+    config_of,
+    non_finite_message,
+    override_names,
+    record_changes,
+    refuse_unless_allowed,
+    restore_state,
+)
+from workbench.train.seeds import mix_seed
 
 HOOKS = ("on_fit_start", "on_step_start", "on_after_backward", "on_step_end", "on_eval", "on_fit_end")
 
@@ -48,14 +59,6 @@ HOOKS = ("on_fit_start", "on_step_start", "on_after_backward", "on_step_end", "o
 def resolve_device(name: str) -> torch.device:
     """``training.device`` as a torch device (``auto``: the best visible, see :mod:`workbench.core.platform`)."""
     return platform.resolve_device(name, where="training.device")
-
-
-def mix_seed(*parts: int) -> int:
-    """One 63-bit seed from several integers (the run seed, the step, the micro-batch, ...)."""
-    value = 0x9E3779B97F4A7C15
-    for p in parts:
-        value = (value ^ (int(p) + 0x632BE59BD9B4E019 + (value << 6) + (value >> 2))) & (2**63 - 1)
-    return value
 
 
 def _overrides(callbacks: list[Callback], hook: str) -> list[Callback]:
@@ -120,6 +123,11 @@ class AdapterExperiment:
         self.output_dir = Path(t.output_dir or Path("outputs") / name)
         self.last_checkpoint: Path | None = None
         self.interrupted = False
+        #: What an interrupted fit prints after saying where it stopped (the CLI prints its own advice).
+        self.resume_hint: str | None = "Call fit() again to continue from there."
+        #: Config changes made on resumes of this run: field, from, to, the step, whether bit-exact.
+        self.config_changes: list[dict] = []
+        self._resumed: tuple[Path, int, bool, int] | None = None  # checkpoint, step, verified, losses known
         self._stream: DataStream | None = None
         self._data_state: dict | None = None
         self._latent_caches: list[tuple[Any, LatentCache]] = []
@@ -296,15 +304,14 @@ class AdapterExperiment:
         for (step, _), value in zip(self._pending, values):
             if not math.isfinite(value):
                 self._pending = []
-                good = f"the last good checkpoint is {self.last_checkpoint}" if self.last_checkpoint else \
-                    "no checkpoint was saved in this run yet"
-                raise NonFiniteLossError(
-                    f"Loss became {value} at step {step}; training stopped. The weights in memory are no longer "
-                    f"trustworthy; {good} (left intact). Lower training.learning_rate, set clip_grad_norm, or "
-                    f"check the data for NaNs, then AdapterExperiment.load(...) the checkpoint to continue."
-                )
+                raise NonFiniteLossError(self._non_finite_message(value, step))
             self.loss_history.append(value)
         self._pending = []
+
+    def _non_finite_message(self, value: float, step: int) -> str:
+        right_after = self._resumed is not None and len(self.loss_history) == self._resumed[3]
+        return non_finite_message(value, step, last_checkpoint=self.last_checkpoint,
+                                  resumed=self._resumed[:3] if right_after else None)
 
     def _run_step(self, stream: DataStream, hooks: dict[str, list[Callback]], guard: SigintGuard) -> None:
         # The hot path: anything done here per step beyond the work itself is overhead a short
@@ -409,9 +416,13 @@ class AdapterExperiment:
                             bar.set_postfix(loss=f"{self.loss_history[-1]:.4f}")
         except KeyboardInterrupt:
             self.interrupted = True
+            if bar is not None:  # the message goes on a line of its own, under the finished bar
+                bar.close()
+                bar = None
             self._sync()
-            print(f"Interrupted: stopped cleanly after step {self.step} (a partial step was discarded). "
-                  f"Call fit() again to continue from there.")
+            hint = f" {self.resume_hint}" if self.resume_hint else ""
+            print(f"Interrupted: stopped cleanly after step {self.step} (a partial step was discarded).{hint}",
+                  flush=True)
         finally:
             if bar is not None:
                 bar.close()
@@ -426,7 +437,10 @@ class AdapterExperiment:
         :func:`workbench.train.validation.validation_loss`); the ``on_eval`` callbacks get the result."""
         from workbench.train.validation import validation_loss
 
-        metrics = validation_loss(self, data, batches=batches, seed=seed)
+        t = self.training
+        metrics = validation_loss(self.model, self._cached(data), prepare=self.prepare, batch_size=t.batch_size,
+                                  device=self.device, batches=batches, seed=seed, num_workers=t.num_workers,
+                                  dist=self.dist)
         self._call(self._collect(()), "on_eval", self.step, metrics)
         return metrics
 
@@ -457,10 +471,11 @@ class AdapterExperiment:
             return Path(run_dir or self.output_dir)
         path = save_checkpoint(
             run_dir or self.output_dir, self.step, trainable=self.model.trainable_state_dict(),
-            state=training_state(self),
+            state=capture_state(self.optimizer, self.step, scaler=self.scaler, data=self._data_position()),
             config_yaml=yaml.safe_dump(self.resolved_config(), sort_keys=False),
             meta={"name": self.name, "loss_history": self.loss_history,
-                  "metrics": {"loss": self.loss_history[-1] if self.loss_history else None}},
+                  "metrics": {"loss": self.loss_history[-1] if self.loss_history else None},
+                  "config_changes": self.config_changes},
             keep_last=keep_last if keep_last is not None else self.training.keep_last,
         )
         self.last_checkpoint = path
@@ -470,19 +485,76 @@ class AdapterExperiment:
         """Save the experiment (a checkpoint in the run directory ``path``)."""
         return self.save_checkpoint(path)
 
+    def _data_position(self) -> dict | None:
+        if self._stream is not None:
+            return self._stream.state_dict()
+        return dict(self._data_state) if self._data_state is not None else None
+
     def load_checkpoint(self, path: str | Path) -> AdapterExperiment:
-        """Restore weights, optimizer, RNG and data position into this experiment."""
-        restore(self, load_checkpoint(path))
+        """Restore weights, optimizer, RNG and data position into this experiment.
+
+        The checkpoint is verified first (see :func:`~workbench.train.checkpoint.load_checkpoint`):
+        a damaged file is refused, naming the newest checkpoint of the run that verifies.
+        """
+        return self._restore(load_checkpoint(path))
+
+    def _restore(self, ckpt: Checkpoint) -> AdapterExperiment:
+        print_notes(ckpt)
+        restored = restore_state(ckpt, self.model, self.optimizer, scaler=self.scaler, device=self.device)
+        self.step = restored.step
+        self.loss_history = restored.loss_history
+        self.config_changes = restored.config_changes
+        self._pending = []
+        self._stream = None
+        self._data_state = restored.data_state
+        self.last_checkpoint = restored.path
+        self._resumed = (restored.path, restored.step, restored.verified, len(self.loss_history))
         return self
 
     @classmethod
     def load(cls, path: str | Path, **overrides) -> AdapterExperiment:
         """Rebuild an experiment from a checkpoint's own config, then restore its state.
 
-        ``training=TrainingConfig(...)`` replaces the saved training settings (``workbench train
-        --resume`` passes the config file's, so a run can continue with more steps or ranks).
+        ``training=TrainingConfig(...)`` replaces the saved training settings (e.g. more steps); the
+        fields it changes are recorded in ``config_changes`` (and the checkpoints' ``meta.json``).
+        To check a whole config against the run's, the way ``workbench train --resume`` does, use
+        :meth:`resume`.
         """
-        ckpt_dir, config = saved_config(path)
+        ckpt = load_checkpoint(path)
+        config = config_of(ckpt)
+        changes: list[Change] = []
         if overrides.get("training") is not None:  # e.g. more steps, or another world size's settings
-            config = dataclasses.replace(config, training=overrides.pop("training"))
-        return cls.from_config(config, **overrides).load_checkpoint(ckpt_dir)
+            wanted = dataclasses.replace(config, training=overrides.pop("training"))
+            changes, config = config_changes(config, wanted), wanted
+        exp = cls.from_config(config, **overrides)._restore(ckpt)
+        exp._record(changes, saved=ckpt)
+        return exp
+
+    @classmethod
+    def resume(cls, path: str | Path, config: ExperimentConfig, *, override: Iterable[str] = (),
+               source: str = "the config", flags: dict[str, str] | None = None, **overrides) -> AdapterExperiment:
+        """Continue the run of the checkpoint ``path`` (a run directory: its latest) with ``config``.
+
+        ``config`` is compared with the config the checkpoint was saved with. Identical: the run
+        continues bit-exactly. Different: a :class:`ConfigError` lists every differing field with
+        both values, unless each is a field that may change (see
+        :data:`workbench.train.resume.RESUMABLE`) named in ``override`` (``training.learning_rate``
+        or ``learning_rate``); the changes are then recorded in ``config_changes``.
+
+        >>> exp = AdapterExperiment.resume("outputs/tiny", load_yaml("tiny.yaml"), override=["training.steps"])
+        """
+        ckpt = load_checkpoint(path)
+        saved = config_of(ckpt)
+        changes = config_changes(saved, config)
+        refuse_unless_allowed(changes, override_names(override), run=str(ckpt.path), source=source, flags=flags)
+        exp = cls.from_config(config, **overrides)._restore(ckpt)
+        exp._record(changes, saved=ckpt, saved_config=saved)
+        return exp
+
+    def _record(self, changes: list[Change], saved: Checkpoint, saved_config: ExperimentConfig | None = None) -> None:
+        if not changes:
+            return
+        if saved_config is None:
+            saved_config = config_of(saved)
+        self.config_changes = [*self.config_changes,
+                               *record_changes(changes, self.step, saved_config.training, self.training)]

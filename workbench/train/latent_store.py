@@ -6,9 +6,14 @@
 The directory holds ``shard-NNNNN.safetensors`` files (each item's tensors under ``"{i}/{key}"``,
 its other fields as JSON in the shard's metadata) and ``cache.json``, the identity of what made it:
 the backbone (type, config and a digest of its weights), the data config and the item count. A
-training run refuses a cache whose identity differs from its own, naming the field. Shards are
-written whole (temporary file, then rename), so an interrupted run resumes by skipping the shards
-already there, and a reader never sees half a shard.
+training run refuses a cache whose identity differs from its own, naming the field.
+
+Each shard has a manifest beside it (``shard-NNNNN.manifest.json``: its size and SHA-256, see
+:mod:`workbench.integrity`). Shards are written whole (temporary file, flushed, renamed) and the
+manifest after them, so a shard counts only once its manifest is there. A reader verifies each
+shard the first time it opens it; a rerun of ``cache-latents`` verifies every shard already there,
+keeps the intact ones and rewrites the damaged, truncated or unlisted ones. Files are created with
+the user's umask (a cache is meant to be shared).
 """
 
 from __future__ import annotations
@@ -24,10 +29,14 @@ import torch
 from torch.utils.data import Dataset
 
 from workbench.errors import DataError
+from workbench.integrity import ManifestDamaged, entry_of, manifest_bytes, mismatch, parse_manifest, write_atomic
 
 FORMAT = 1
 SHARD = "shard-{:05d}.safetensors"
+SHARD_MANIFEST = "shard-{:05d}.manifest.json"
 IDENTITY = "cache.json"
+FIX = "Rerun `workbench cache-latents CONFIG --out {root}`: it verifies every shard, keeps the intact ones and " \
+      "rewrites the others."
 
 
 def weights_digest(module: torch.nn.Module) -> str:
@@ -101,52 +110,150 @@ def _split(item: Mapping[str, Any], i: int) -> tuple[dict[str, torch.Tensor], di
     return tensors, plain
 
 
+def read_identity(root: Path, what: str) -> dict:
+    """``cache.json`` of the cache in ``root``, with a DataError naming the file when it is damaged."""
+    path = root / IDENTITY
+    try:
+        identity = json.loads(path.read_text())
+        if not isinstance(identity, dict) or not isinstance(identity.get("items"), int):
+            raise ValueError("no item count")
+        return identity
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise DataError(f"{what}: {path} is damaged ({type(err).__name__}: {err}); it says what the cache in "
+                        f"{root} was made from. Delete {root} and rebuild it with `workbench cache-latents CONFIG "
+                        f"--out {root}`.") from None
+
+
+def shard_problem(root: Path, s: int, *, verified: bool = True) -> str | None:
+    """Why shard ``s`` of the cache in ``root`` cannot be used, in words (``None``: it is intact).
+
+    ``verified``: the cache lists every shard in a manifest (caches written since digests); a
+    shard of an older cache is judged on whether it reads completely.
+    """
+    path = root / SHARD.format(s)
+    if not path.exists():
+        return f"{path.name} is missing"
+    listing = root / SHARD_MANIFEST.format(s)
+    if not listing.exists():
+        if verified:
+            return f"{path.name} has no manifest (its write did not finish)"
+        return _unreadable(path)
+    try:
+        entries = parse_manifest(listing.read_bytes())
+        expected = entries[path.name]
+    except (ManifestDamaged, KeyError) as err:
+        return f"{listing.name} is damaged ({err})"
+    return mismatch(path.name, expected, path.read_bytes())
+
+
+def _unreadable(path: Path) -> str | None:
+    """Why a shard without a manifest does not read completely (``None``: every tensor reads)."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata() or {}
+            for key in f.keys():  # noqa: SIM118 (a safetensors handle is not iterable)
+                f.get_tensor(key)
+            for key, value in meta.items():
+                if key.isdigit():
+                    json.loads(value)
+    except Exception as err:  # safetensors raises its own error type, OSError or ValueError
+        return f"{path.name} does not read ({type(err).__name__}: {err})"
+    return None
+
+
 def write_cache(base: Any, dataset: Dataset, out: str | Path, *, identity: Mapping, shard_size: int = 256,
-                rank: int = 0, world_size: int = 1, log=print) -> Path:
+                rank: int = 0, world_size: int = 1, log=print, progress: bool = False) -> Path:
     """Encode ``dataset`` through ``base.encode_item`` into ``out``; returns ``out``.
 
     Rank ``r`` of ``world_size`` writes shards ``r, r + world_size, ...``. Shards already on disk
-    are kept (resume); a directory holding another identity's cache is refused.
+    are verified and kept when intact (resume), rewritten otherwise; a directory holding another
+    identity's cache is refused. ``progress`` shows a bar over this rank's items.
     """
-    from safetensors.torch import save_file
+    from safetensors.torch import save as save_safetensors
 
     if shard_size < 1:
         raise DataError(f"cache-latents: shard size must be >= 1, got {shard_size}.")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     ident_path = out / IDENTITY
+    verified = True
     if ident_path.exists():
-        problem = identity_mismatch(json.loads(ident_path.read_text()), identity)
+        found = read_identity(out, "cache-latents")
+        problem = identity_mismatch(found, identity)
         if problem:
             raise DataError(f"{out} holds a latent cache of something else ({problem}). Use another --out "
                             f"directory, or delete this one to rebuild it.")
-    elif rank == 0:
-        tmp = ident_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(dict(identity), indent=1, sort_keys=True))
-        os.replace(tmp, ident_path)
+        verified = bool(found.get("shard_manifests"))
+        stored = found.get("shard_size")
+        if stored is not None and int(stored) != shard_size:
+            raise DataError(f"{out} holds a latent cache of {stored} items per shard; --shard-size {shard_size} would "
+                            f"split it differently. Pass --shard-size {stored} to finish it, or use another --out.")
+    if rank == 0 and not (ident_path.exists() and verified):  # (an older cache gains manifests on this run)
+        write_atomic(ident_path, json.dumps({**dict(identity), "shard_manifests": True, "shard_size": shard_size},
+                                            indent=1, sort_keys=True).encode())
     n = len(dataset)
     shards = (n + shard_size - 1) // shard_size
-    written = skipped = 0
-    for s in range(rank, shards, world_size):
-        path = out / SHARD.format(s)
-        if path.exists():
-            skipped += 1
-            continue
-        tensors, meta = {}, {}
-        for i in range(s * shard_size, min(n, (s + 1) * shard_size)):
-            item = base.encode_item(dataset[i])
-            if item is None:
-                raise DataError(f"cache-latents: {type(base).__name__}.encode_item has nothing to precompute for "
-                                f"items of {type(dataset).__name__} (it returned None); there is nothing to cache.")
-            t, plain = _split(item, i)
-            tensors.update(t)
-            meta[str(i)] = json.dumps(plain)
-        tmp = path.with_name(path.name + ".tmp")
-        save_file(tensors, str(tmp), metadata={**meta, "shard": str(s), "size": str(shard_size)})
-        os.replace(tmp, path)
-        written += 1
-    log(f"cache-latents: rank {rank}: {written} shard(s) written, {skipped} already there, into {out}")
+    mine = list(range(rank, shards, world_size))
+    todo, kept, rewritten = [], 0, []
+    for s in mine:
+        problem = shard_problem(out, s, verified=verified) if (out / SHARD.format(s)).exists() else "missing"
+        if problem is None:
+            if not (out / SHARD_MANIFEST.format(s)).exists():  # an intact shard of an older cache
+                _write_manifest(out, s, (out / SHARD.format(s)).read_bytes())
+            kept += 1
+        else:
+            todo.append(s)
+            if problem != "missing":
+                rewritten.append(f"{SHARD.format(s)} ({problem})")
+    for line in rewritten:
+        log(f"cache-latents: rewriting {line}")
+    bar = None
+    if progress and todo:
+        from tqdm.auto import tqdm
+
+        items = sum(min(n, (s + 1) * shard_size) - s * shard_size for s in todo)
+        bar = tqdm(total=items, desc=f"cache-latents{f' rank {rank}' if world_size > 1 else ''}", unit="item")
+    try:
+        for s in todo:
+            tensors, meta = {}, {}
+            for i in range(s * shard_size, min(n, (s + 1) * shard_size)):
+                item = base.encode_item(dataset[i])
+                if item is None:
+                    raise DataError(f"cache-latents: {type(base).__name__}.encode_item has nothing to precompute "
+                                    f"for items of {type(dataset).__name__} (it returned None); there is nothing to "
+                                    f"cache.")
+                t, plain = _split(item, i)
+                tensors.update(t)
+                meta[str(i)] = json.dumps(plain)
+                if bar is not None:
+                    bar.update(1)
+            data = _canonical(save_safetensors(tensors, metadata={**meta, "shard": str(s), "size": str(shard_size)}))
+            (out / SHARD_MANIFEST.format(s)).unlink(missing_ok=True)  # the shard counts again once it is listed
+            write_atomic(out / SHARD.format(s), data)
+            _write_manifest(out, s, data)
+    finally:
+        if bar is not None:
+            bar.close()
+    log(f"cache-latents: rank {rank}: {len(todo)} shard(s) written ({len(rewritten)} of them damaged before), "
+        f"{kept} already there and verified, into {out}")
     return out
+
+
+def _canonical(data: bytes) -> bytes:
+    """A safetensors file with its JSON header's keys in sorted order: the writer keeps its metadata in a
+    hash map whose order changes from process to process, so the same shard would not be the same bytes
+    (the header keeps its length: the same keys and values, and the writer's space padding)."""
+    n = int.from_bytes(data[:8], "little")
+    text = json.dumps(json.loads(data[8:8 + n]), sort_keys=True, separators=(",", ":")).encode()
+    if len(text) > n:  # (never, for a header the writer made compact; left as written if it were not)
+        return data
+    return data[:8] + text.ljust(n, b" ") + data[8 + n:]
+
+
+def _write_manifest(root: Path, s: int, data: bytes) -> None:
+    write_atomic(root / SHARD_MANIFEST.format(s), manifest_bytes({SHARD.format(s): entry_of(data)}, shard=s))
 
 
 class DiskLatentCache(Dataset):
@@ -162,22 +269,47 @@ class DiskLatentCache(Dataset):
         if not ident_path.exists():
             raise DataError(f"training.cache_latents: {self.root} is not a latent cache (no {IDENTITY}). Write one "
                             f"with `workbench cache-latents CONFIG --out {self.root}`.")
-        self.identity = json.loads(ident_path.read_text())
+        self.identity = read_identity(self.root, "training.cache_latents")
         self._n = int(self.identity["items"])
+        self.verified = bool(self.identity.get("shard_manifests"))
         shards = sorted(self.root.glob("shard-*.safetensors"))
         if not shards:
             raise DataError(f"training.cache_latents: {self.root} has no shards yet; finish it with "
                             f"`workbench cache-latents CONFIG --out {self.root}` (it resumes).")
-        from safetensors import safe_open
-
-        with safe_open(str(shards[0]), framework="pt") as f:
-            self.shard_size = int(f.metadata()["size"])
+        self.shard_size = int(self.identity.get("shard_size") or self._stored_shard_size(shards[0]))
         expected_shards = (self._n + self.shard_size - 1) // self.shard_size
-        missing = [SHARD.format(s) for s in range(expected_shards) if not (self.root / SHARD.format(s)).exists()]
+        missing = [SHARD.format(s) for s in range(expected_shards) if not (self.root / SHARD.format(s)).exists()
+                   or self.verified and not (self.root / SHARD_MANIFEST.format(s)).exists()]
         if missing:
             raise DataError(f"training.cache_latents: {self.root} is incomplete: {len(missing)} of {expected_shards} "
-                            f"shards missing (first: {missing[0]}). Rerun `workbench cache-latents` to finish it.")
+                            f"shards missing or unfinished (first: {missing[0]}). Rerun `workbench cache-latents` "
+                            f"to finish it.")
+        if not self.verified:
+            import sys
+
+            print(f"note: the latent cache {self.root} has no shard manifests (written by a workbench before caches "
+                  f"carried digests): its shards are read but cannot be verified. Rerun `workbench cache-latents "
+                  f"CONFIG --out {self.root}` to verify them and add the manifests.", file=sys.stderr)
         self._open: dict[int, tuple[Any, dict[int, list[str]]]] = {}
+
+    def _stored_shard_size(self, first: Path) -> int:
+        """The shard size recorded in a shard's metadata (caches from before ``cache.json`` held it)."""
+        from safetensors import safe_open
+
+        try:
+            with safe_open(str(first), framework="pt") as f:
+                return int(f.metadata()["size"])
+        except Exception as err:  # safetensors' own error type, KeyError, ValueError
+            raise self._damaged(first, f"{first.name} does not read ({type(err).__name__}: {err})") from None
+
+    def _damaged(self, path: Path, problem: str) -> DataError:
+        s = int(path.name.split("-")[1].split(".")[0]) if path.name.startswith("shard-") else None
+        items = ""
+        if s is not None and getattr(self, "shard_size", None):
+            first = s * self.shard_size
+            items = f" (items {first}–{min(self._n, first + self.shard_size) - 1})"
+        return DataError(f"training.cache_latents: shard {path.name}{items} of the latent cache {self.root} is "
+                         f"damaged: {problem}. " + FIX.format(root=self.root))
 
     def __len__(self) -> int:
         return self._n
@@ -195,10 +327,17 @@ class DiskLatentCache(Dataset):
         if entry is None:
             from safetensors import safe_open
 
-            handle = safe_open(str(self.root / SHARD.format(s)), framework="pt")
-            keys: dict[int, list[str]] = {}
-            for key in handle.keys():  # noqa: SIM118 (a safetensors handle is not iterable)
-                keys.setdefault(int(key.split("/", 1)[0]), []).append(key)
+            path = self.root / SHARD.format(s)
+            problem = shard_problem(self.root, s) if self.verified else None  # read once, then memory-mapped
+            if problem is not None:
+                raise self._damaged(path, problem)
+            try:
+                handle = safe_open(str(path), framework="pt")
+                keys: dict[int, list[str]] = {}
+                for key in handle.keys():  # noqa: SIM118 (a safetensors handle is not iterable)
+                    keys.setdefault(int(key.split("/", 1)[0]), []).append(key)
+            except Exception as err:  # safetensors' own error type, OSError, ValueError
+                raise self._damaged(path, f"it does not read ({type(err).__name__}: {err})") from None
             entry = self._open[s] = (handle, keys)
         return entry
 
@@ -207,9 +346,13 @@ class DiskLatentCache(Dataset):
             raise IndexError(f"index {i} out of range for {self._n} cached items")
         i = i % self._n
         f, keys = self._shard(i // self.shard_size)
-        item: dict[str, Any] = json.loads(f.metadata()[str(i)])
-        for key in keys.get(i, ()):
-            item[key.split("/", 1)[1]] = f.get_tensor(key)
+        try:
+            item: dict[str, Any] = json.loads(f.metadata()[str(i)])
+            for key in keys.get(i, ()):
+                item[key.split("/", 1)[1]] = f.get_tensor(key)
+        except Exception as err:  # an unverified shard of an older cache: damage shows when it is read
+            raise self._damaged(self.root / SHARD.format(i // self.shard_size),
+                                f"item {i} does not read ({type(err).__name__}: {err})") from None
         return item
 
     def __getstate__(self) -> dict:  # DataLoader workers open their own handles
@@ -239,7 +382,7 @@ def run(args) -> int:
         torch.distributed.init_process_group("gloo")
     try:
         write_cache(base, dataset, args.out, identity=identity, shard_size=args.shard_size, rank=rank,
-                    world_size=world)
+                    world_size=world, progress=not getattr(args, "quiet", False) and rank == 0)
         if world > 1:
             torch.distributed.barrier()  # rank 0 reports a finished cache, not its own share
     finally:

@@ -52,6 +52,7 @@ class TensorBoard(Configured):
     """Writes loss, learning rate and evaluation metrics as TensorBoard scalars (``train/``, ``eval/``)."""
 
     config_class = TensorBoardConfig
+    requires_extras = {"logging": ("tensorboard",)}
     main_process_only = True
 
     def __init__(self, config: TensorBoardConfig | None = None, **overrides):

@@ -1,80 +1,381 @@
-"""What an experiment's checkpoint holds besides the trainable weights, and putting it back.
+"""Resuming a run: what a checkpoint holds besides the weights, putting it back, and what may change.
 
-:func:`training_state` is what ``state.pt`` carries (optimizer, random generators, step, loss
-scaler, data position); :func:`restore` loads a read checkpoint into an experiment built for it;
-:func:`saved_config` finds the config a checkpoint was saved with, to build that experiment.
+:func:`capture_state` is what ``state.pt`` carries (optimizer, random generators, step, loss
+scaler, data position); :func:`restore_state` loads a read :class:`~workbench.train.checkpoint.Checkpoint`
+into a model and optimizer built for it and returns the loop's own position (:class:`Restored`).
+
+**The resume rules.** A resume continues *the run the checkpoint belongs to*: the config it is
+resumed with is compared with the config the checkpoint was saved with (:func:`config_changes`).
+Identical: the continuation is bit-exact. Different: refused, each differing field listed with both
+values — unless every difference is in a field that may change (:data:`RESUMABLE`) and was named
+(``workbench train --resume --override FIELD``); the change is then recorded in the run (``meta.json``
+``config_changes``: field, both values, the step it took effect, whether the continuation stays
+bit-exact). ``training.output_dir`` and ``training.progress`` say where and how a run shows itself,
+not what it computes, and are never compared.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from workbench.errors import CheckpointError
-from workbench.train.checkpoint import latest_checkpoint, load_checkpoint
+from workbench.errors import CheckpointError, ConfigError
+from workbench.train.checkpoint import Checkpoint, checkpoint_problem, fallback_hint, load_checkpoint
+
+# -- what state.pt holds -------------------------------------------------------------------------
 
 
-def training_state(exp) -> dict[str, Any]:
-    """The optimizer, random generators, step, loss scaler and data position of ``exp``."""
-    state: dict[str, Any] = {"optimizer": exp.optimizer.state_dict(), "rng_cpu": torch.get_rng_state(),
-                             "step": exp.step}
+def capture_state(optimizer: torch.optim.Optimizer, step: int, *, scaler: Any = None,
+                  data: Mapping[str, int] | None = None) -> dict[str, Any]:
+    """``state.pt``: the optimizer, the random generators, the step, the loss scaler, the data position."""
+    state: dict[str, Any] = {"optimizer": optimizer.state_dict(), "rng_cpu": torch.get_rng_state(), "step": step}
     if torch.cuda.is_available():
         state["rng_cuda"] = torch.cuda.get_rng_state_all()
-    if exp.scaler is not None:
-        state["scaler"] = exp.scaler.state_dict()
-    if exp._stream is not None:
-        state["data"] = exp._stream.state_dict()
-    elif exp._data_state is not None:
-        state["data"] = dict(exp._data_state)
+    if scaler is not None:
+        state["scaler"] = scaler.state_dict()
+    if data is not None:
+        state["data"] = dict(data)
     return state
 
 
-def restore(exp, ckpt: dict[str, Any]) -> None:
-    """Load a checkpoint read by :func:`~workbench.train.checkpoint.load_checkpoint` into ``exp``.
+@dataclass
+class Restored:
+    """Where the loop stands after :func:`restore_state`: what the experiment takes back."""
 
-    The trainable weights must be exactly the experiment's (names and shapes); otherwise a
+    path: Path
+    step: int
+    loss_history: list[float]
+    data_state: dict | None
+    config_changes: list[dict]
+    verified: bool
+
+
+def restore_state(ckpt: Checkpoint, model: Any, optimizer: torch.optim.Optimizer, *, scaler: Any = None,
+                  device: torch.device | str = "cpu") -> Restored:
+    """Load ``ckpt`` into ``model`` (a :class:`~workbench.core.composed.ComposedModel`), ``optimizer``
+    and ``scaler``, and set the random generators; returns the loop's position.
+
+    The trainable weights must be exactly the model's (names and shapes); otherwise a
     :class:`CheckpointError` lists the differences and points at ``AdapterExperiment.load``.
     """
-    ours = exp.model.trainable_state_dict()
-    theirs = ckpt["trainable"]
+    ours = model.trainable_state_dict()
+    theirs = ckpt.trainable
     shapes = [f"{k} {tuple(theirs[k].shape)} vs {tuple(v.shape)}" for k, v in ours.items()
               if k in theirs and theirs[k].shape != v.shape]
     if set(ours) != set(theirs) or shapes:
         raise CheckpointError(
-            f"Checkpoint {ckpt['path']} does not fit this experiment: "
+            f"Checkpoint {ckpt.path} does not fit this experiment: "
             f"missing {sorted(set(ours) - set(theirs))[:5]}, "
             f"unexpected {sorted(set(theirs) - set(ours))[:5]}, shape mismatches (saved vs built) {shapes[:3]}. "
             f"It was saved for a different adapter/composer configuration; build the experiment from the "
             f"checkpoint's config.yaml (AdapterExperiment.load) instead."
         )
-    exp.model.load_trainable_state_dict({k: v.to(exp.device) for k, v in theirs.items()})
-    state = ckpt["state"]
-    exp.optimizer.load_state_dict(state["optimizer"])
+    state = ckpt.state
+    try:
+        optimizer.load_state_dict(state["optimizer"])
+    except (ValueError, KeyError, TypeError, RuntimeError) as err:
+        raise CheckpointError(f"Checkpoint {ckpt.path}: the optimizer state in state.pt does not fit this "
+                              f"experiment's parameters ({err}). Build the experiment from the checkpoint's "
+                              f"config.yaml (AdapterExperiment.load).") from None
+    model.load_trainable_state_dict({k: v.to(device) for k, v in theirs.items()})
     torch.set_rng_state(state["rng_cpu"])
     if "rng_cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["rng_cuda"])
-    if exp.scaler is not None and "scaler" in state:
-        exp.scaler.load_state_dict(state["scaler"])
-    exp.step = int(ckpt["meta"]["step"])
-    exp.loss_history = list(ckpt["meta"].get("loss_history", []))
-    exp._pending = []
-    exp._stream = None
-    exp._data_state = state.get("data")
-    exp.last_checkpoint = ckpt["path"]
+    if scaler is not None and "scaler" in state:
+        scaler.load_state_dict(state["scaler"])
+    return Restored(path=ckpt.path, step=ckpt.step, loss_history=list(ckpt.meta.get("loss_history", [])),
+                    data_state=state.get("data"), config_changes=list(ckpt.meta.get("config_changes", [])),
+                    verified=ckpt.verified)
 
 
-def saved_config(path: str | Path):
-    """``(checkpoint directory, parsed ExperimentConfig)`` of a checkpoint or of a run directory's latest."""
+def config_of(ckpt: Checkpoint):
+    """The :class:`ExperimentConfig` a (verified) checkpoint was saved with."""
     import yaml
 
     from workbench.train.config import parse_experiment
 
-    ckpt_dir = Path(path)
-    if not (ckpt_dir / "meta.json").exists():
-        ckpt_dir = latest_checkpoint(path) or ckpt_dir
-    config_file = ckpt_dir / "config.yaml"
-    if not config_file.exists():
-        load_checkpoint(path)  # raises the precise error
-    return ckpt_dir, parse_experiment(yaml.safe_load(config_file.read_text()), source=str(config_file))
+    source = str(ckpt.path / "config.yaml")
+    try:
+        data = yaml.safe_load(ckpt.config_yaml)
+    except yaml.YAMLError as err:
+        raise CheckpointError(f"Checkpoint {ckpt.path}: config.yaml is not valid YAML ({err}).") from None
+    return parse_experiment(data, source=source)
+
+
+def saved_config(path: str | Path):
+    """``(checkpoint directory, parsed ExperimentConfig)`` of a checkpoint or of a run directory's latest
+    (verified first: a damaged checkpoint is refused before its config is read)."""
+    ckpt = load_checkpoint(path)
+    return ckpt.path, config_of(ckpt)
+
+
+# -- what a resume may change ----------------------------------------------------------------------
+
+#: Never compared: where a run writes and whether it draws a progress bar.
+IGNORED = ("training.output_dir", "training.progress")
+
+#: Fields a resume may change when named with ``--override``: field → what the change does. A
+#: field listed as a prefix (``callbacks``) covers everything under it.
+RESUMABLE: dict[str, str] = {
+    "name": "the run's label only",
+    "training.steps": "the run's length; bit-exact unless the learning-rate schedule depends on it (cosine)",
+    "training.learning_rate": "the learning rate from this step on (not bit-exact)",
+    "training.warmup_steps": "the learning-rate warmup (bit-exact only when no remaining step's rate changes)",
+    "training.schedule": "the learning-rate schedule (bit-exact only when no remaining step's rate changes)",
+    "training.min_lr_ratio": "the cosine schedule's floor (bit-exact only when no remaining step's rate changes)",
+    "training.sync_every": "how often losses are read back: bit-exact",
+    "training.checkpoint_every": "checkpoint cadence: bit-exact",
+    "training.keep_last": "how many checkpoints are kept: bit-exact",
+    "training.num_workers": "data-loading processes: bit-exact (the order is the sampler's)",
+    "training.cache_latents": "where encoded items come from: bit-exact (the cache holds the encoder's output)",
+    "training.gradient_checkpointing": "memory for recomputation: bit-exact",
+    "training.device": "the device (not bit-exact: another device rounds differently)",
+    "training.distributed": "how ranks share the work (not bit-exact across strategies and world sizes)",
+    "callbacks": "logging and periodic evaluation: bit-exact for the built-in callbacks",
+    "evaluation": "what periodic evaluation reads: bit-exact",
+}
+
+#: Why the other fields cannot change, by prefix (the first that matches).
+FIXED: dict[str, str] = {
+    "base": "the frozen base the checkpoint's weights were trained on",
+    "adapter": "the adapter the checkpoint's weights belong to",
+    "composer": "the composer the checkpoint's weights belong to",
+    "objective": "what the run's loss means",
+    "data": "the data the run reads (its position in the data belongs to it)",
+    "training.seed": "the run's noise draws and data order",
+    "training.batch_size": "the run's batches (its data position counts them)",
+    "training.grad_accum": "the micro-batches of every step",
+    "training.shuffle": "the run's data order",
+    "training.betas": "the optimizer's arithmetic (the saved optimizer state carries the run's)",
+    "training.weight_decay": "the optimizer's arithmetic (the saved optimizer state carries the run's)",
+    "training.clip_grad_norm": "every update's clipping",
+    "training.amp_dtype": "the precision every step computes in",
+}
+
+
+@dataclass(frozen=True)
+class Change:
+    """One field that differs between a run's saved config and the config it is resumed with."""
+
+    field: str
+    saved: Any
+    wanted: Any
+
+    def rule(self) -> str | None:
+        """The :data:`RESUMABLE` entry covering this field, or ``None`` when it may not change."""
+        return _covering(self.field, RESUMABLE)
+
+    def why_fixed(self) -> str:
+        return FIXED.get(_covering(self.field, FIXED) or "", "what the run computes")
+
+
+def _covering(field: str, table: Mapping[str, str]) -> str | None:
+    for key in table:
+        if field == key or field.startswith(key + ".") or field.startswith(key + "["):
+            return key
+    return None
+
+
+def _normalised(config: Any) -> dict:
+    """An :class:`ExperimentConfig` as plain data with every component's defaults filled in, so two
+    configs that build the same run compare equal."""
+    from workbench.train.config import experiment_to_dict
+
+    data = experiment_to_dict(config)
+    for key, kind in (("base", "backbone"), ("adapter", "adapter"), ("composer", "composer"),
+                      ("objective", "objective"), ("data", "dataset")):
+        if data.get(key):
+            data[key] = _with_defaults(kind, data[key])
+    if data.get("callbacks"):
+        data["callbacks"] = [_with_defaults("callback", block) for block in data["callbacks"]]
+    return data
+
+
+def _with_defaults(kind: str, block: Mapping) -> dict:
+    from workbench.config import Problems, to_dict, validate
+    from workbench.registry import resolve
+
+    config_class = getattr(resolve(kind, block["type"]), "config_class", None)
+    config = dict(block.get("config") or {})
+    if config_class is None:
+        return {"type": block["type"], "config": config}
+    problems = Problems()
+    built = validate(config_class, config, "config", problems)
+    if built is None:
+        return {"type": block["type"], "config": config}
+    filled = to_dict(built)
+    for f in dataclasses.fields(config_class):  # nested component blocks (e.g. noise_gated's inner)
+        kind_of = f.metadata.get("component_kind")
+        if kind_of and isinstance(filled.get(f.name), Mapping) and "type" in filled[f.name]:
+            filled[f.name] = _with_defaults(kind_of, filled[f.name])
+    return {"type": block["type"], "config": filled}
+
+
+def _flatten(value: Any, path: str, out: dict[str, Any]) -> None:
+    if isinstance(value, Mapping) and value:
+        for key, item in value.items():
+            _flatten(item, f"{path}.{key}" if path else str(key), out)
+    else:
+        out[path] = value
+
+
+def config_changes(saved: Any, wanted: Any) -> list[Change]:
+    """Every field where the config ``wanted`` differs from the run's ``saved`` config (both
+    :class:`ExperimentConfig`), defaults filled in; ``callbacks`` is compared as one list."""
+    a, b = _normalised(saved), _normalised(wanted)
+    flat_a: dict[str, Any] = {}
+    flat_b: dict[str, Any] = {}
+    for key in sorted(set(a) | set(b)):
+        if key == "callbacks":
+            flat_a[key], flat_b[key] = a.get(key) or [], b.get(key) or []
+            continue
+        _flatten(a.get(key), key, flat_a)
+        _flatten(b.get(key), key, flat_b)
+    changes = []
+    for key in sorted(set(flat_a) | set(flat_b)):
+        if key in IGNORED:
+            continue
+        if _plain(flat_a.get(key)) != _plain(flat_b.get(key)):
+            changes.append(Change(key, flat_a.get(key), flat_b.get(key)))
+    return changes
+
+
+def _plain(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
+
+
+def override_names(names: Iterable[str]) -> set[str]:
+    """``--override`` arguments as full field names: ``learning_rate`` means ``training.learning_rate``;
+    an unknown name is a :class:`ConfigError` listing the fields that may change."""
+    out, unknown = set(), []
+    for name in names:
+        for part in str(name).split(","):
+            part = part.strip()
+            if not part:
+                continue
+            full = part if part in RESUMABLE else f"training.{part}" if f"training.{part}" in RESUMABLE else None
+            if full is None:
+                unknown.append(part)
+            else:
+                out.add(full)
+    if unknown:
+        from workbench.errors import did_you_mean
+
+        names = sorted(RESUMABLE) + sorted(k.removeprefix("training.") for k in RESUMABLE if "." in k)
+        hint = did_you_mean(unknown[0], names)
+        raise ConfigError(f"--override {', '.join(unknown)}: not a field a resume may change.{hint} Fields that "
+                          f"may change: {', '.join(sorted(RESUMABLE))} (training.* also by their short name, e.g. "
+                          f"learning_rate).")
+    return out
+
+
+def _show(value: Any) -> str:
+    if value is None:
+        return "(not set)"
+    text = repr(value) if isinstance(value, str) else str(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def refuse_unless_allowed(changes: list[Change], allowed: Iterable[str], *, run: str, source: str,
+                          flags: Mapping[str, str] | None = None) -> None:
+    """Raise a :class:`ConfigError` listing every change unless each is in a field that may change
+    and is named in ``allowed`` (full names). ``flags`` maps fields to the command-line flag that
+    sets them (``training.steps`` → ``--steps``), named in the advice."""
+    allowed = set(allowed)
+    flags = dict(flags or {})
+    blocked = [c for c in changes if c.rule() not in allowed]
+    if not blocked:
+        return
+    lines = []
+    for c in changes:
+        both = f"{_show(c.saved)} in the run, {_show(c.wanted)} in {source}"
+        rule = c.rule()
+        if rule is None:
+            lines.append(f"  - {c.field}: {both} — cannot change on resume ({c.why_fixed()})")
+        elif rule in allowed:
+            lines.append(f"  - {c.field}: {both} — allowed by --override {rule.removeprefix('training.')}")
+        else:
+            how = f"{flags[rule]} or --override {rule.removeprefix('training.')}" if rule in flags else \
+                f"--override {rule.removeprefix('training.')}"
+            lines.append(f"  - {c.field}: {both} — may change with {how} ({RESUMABLE[rule]})")
+    fixed = [c for c in blocked if c.rule() is None]
+    may = sorted({c.rule().removeprefix("training.") for c in blocked if c.rule() is not None})
+    advice = []
+    if may:
+        advice.append(f"to change {', '.join(may)}, pass --override {' '.join(may)}")
+    if fixed:
+        advice.append(f"to change {', '.join(c.field for c in fixed)}, start a new run (--output NEW_DIR) or put "
+                      f"{source} back as the run has it (the run's config: {run}/config.yaml)")
+    count = len(changes)
+    raise ConfigError(
+        f"--resume: {source} differs from the config the run was saved with ({run}) in {count} "
+        f"field{'s' if count != 1 else ''}:\n" + "\n".join(lines) + "\nNothing was changed; "
+        + "; ".join(advice) + "."
+    )
+
+
+def lr_unchanged(old: Any, new: Any, from_step: int) -> bool:
+    """Whether every remaining step (from ``from_step`` to the end of either run) gets the same
+    learning rate under the training settings ``old`` and ``new``."""
+    end = max(old.steps, new.steps)
+    return all(old.lr_at(s) == new.lr_at(s) for s in range(from_step, end))
+
+
+def record_changes(changes: list[Change], step: int, old_training: Any, new_training: Any) -> list[dict]:
+    """The entries ``meta.json`` keeps for ``changes`` made at ``step``: field, both values, and
+    whether the continuation stays bit-exact."""
+    lr_fields = ("training.steps", "training.learning_rate", "training.warmup_steps", "training.schedule",
+                 "training.min_lr_ratio")
+    exact_lr = lr_unchanged(old_training, new_training, step)
+    out = []
+    for c in changes:
+        rule = c.rule()
+        if rule in lr_fields:
+            exact = exact_lr
+        else:
+            exact = rule not in ("training.device", "training.distributed")
+        out.append({"step": step, "field": c.field, "from": _plain(c.saved), "to": _plain(c.wanted),
+                    "bit_exact": exact})
+    return out
+
+
+# -- what a non-finite loss says about the run's checkpoints ---------------------------------------
+
+
+def non_finite_message(value: float, step: int, *, last_checkpoint: Path | None,
+                       resumed: tuple[Path, int, bool] | None = None) -> str:
+    """What a non-finite loss at ``step`` means, in words.
+
+    ``resumed`` is ``(checkpoint, step, verified)`` when the loss came right after a resume (no
+    finite loss since): that checkpoint is checked first, because damaged weights are not a learning
+    rate problem. Otherwise ``last_checkpoint`` is verified before it is called good.
+    """
+    head = f"Loss became {value} at step {step}; training stopped. The weights in memory are no longer trustworthy"
+    advice = ("Lower training.learning_rate, set clip_grad_norm, or check the data for NaNs, then "
+              "AdapterExperiment.load(...) the checkpoint to continue.")
+    if resumed is not None:
+        path, at, verified = resumed
+        problem = checkpoint_problem(path)
+        if problem is not None:
+            return (f"{head}, and so is the checkpoint this run resumed from: {path} ({problem}). The cause is "
+                    f"that file, not the learning rate. {fallback_hint(path)}")
+        if verified:
+            return (f"{head}. It diverged right after resuming from {path} (step {at}), whose files verify "
+                    f"against their digests and whose weights are finite: the checkpoint was loaded intact, "
+                    f"so the cause is the training itself (left intact). {advice}")
+        return (f"{head}. It diverged right after resuming from {path} (step {at}), which has no digests "
+                f"(written by an older workbench): its weights are finite, but damage in their low bits "
+                f"cannot be ruled out. Resume from an earlier checkpoint (--from step-N) to tell the two "
+                f"apart, or: {advice}")
+    if last_checkpoint is None:
+        return f"{head}; no checkpoint was saved in this run yet. {advice}"
+    problem = checkpoint_problem(last_checkpoint)
+    if problem is None:
+        return f"{head}; the last good checkpoint is {last_checkpoint} (it verifies; left intact). {advice}"
+    return (f"{head}, and the last checkpoint {last_checkpoint} does not verify ({problem}). "
+            f"{fallback_hint(last_checkpoint)} {advice}")

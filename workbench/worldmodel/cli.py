@@ -81,10 +81,17 @@ def _probe(args: argparse.Namespace) -> int:
     return run(args)
 
 
-data = Command("data", "generate data sets", _data_arguments, _data)
-demo = Command("demo", "the world-model demo on the embedded model", _demo_arguments, _demo)
+# What each command needs beyond the core (checked before it starts; `workbench doctor` lists them).
+READS = ("h5py",)  # the Meta-World HDF5 files
+VIDEOS = ("imageio", "imageio_ffmpeg", "PIL")  # the side-by-side MP4 / GIF
+
+data = Command("data", "generate data sets", _data_arguments, _data,
+               extras={"data": ("h5py", "metaworld", "mujoco", "packaging", "pyarrow", "av")})
+demo = Command("demo", "the world-model demo on the embedded model", _demo_arguments, _demo,
+               extras={"data": (*READS, *VIDEOS), "widgets": ("matplotlib",)})
 evaluate = Command("eval", "evaluate an adapter checkpoint as a world model on Meta-World clips", _eval_arguments,
-                   _eval)
+                   _eval, extras={"data": (*READS, *VIDEOS)})
 pretrain = Command("pretrain", "pretrain the tiny_video backbone on Meta-World clips (no actions)",
-                   _pretrain_arguments, _pretrain)
-probe = Command("probe", "the hand-position probe that scores action error", _probe_arguments, _probe)
+                   _pretrain_arguments, _pretrain, extras={"data": READS})
+probe = Command("probe", "the hand-position probe that scores action error", _probe_arguments, _probe,
+                extras={"data": READS})

@@ -186,8 +186,11 @@ def build_experiment(cfg: DemoConfig, run_dir: Path):
 
 def run_demo(cfg: DemoConfig, progress: bool = True) -> dict[str, Any]:
     from workbench.data.sources import data_kind
+    from workbench.extras import require_all
     from workbench.worldmodel.evaluate import TARGETS, clip_source, evaluate_run
 
+    # before any work: the chart at the end needs matplotlib, the videos imageio
+    require_all({"data": ("imageio", "imageio_ffmpeg", "PIL"), "widgets": ("matplotlib",)}, what="the demo")
     out = Path(cfg.output)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -244,6 +247,13 @@ def run_demo(cfg: DemoConfig, progress: bool = True) -> dict[str, Any]:
     return metrics
 
 
+def wrote(output: str, metrics: dict[str, Any]) -> str:
+    """The line saying what a demo run wrote: its files as listed in ``metrics`` (``unseen/`` only when
+    the unseen-task step ran)."""
+    written = dict.fromkeys(f.split("/")[0] + ("/" if "/" in f else "") for f in metrics["files"])
+    return f"wrote {output}/: {', '.join([*written, 'metrics.json', 'run/ (checkpoint)'])}"
+
+
 def run(args) -> int:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import torch
@@ -256,6 +266,5 @@ def run(args) -> int:
     metrics = run_demo(cfg)
     print()
     print(metrics["table"])
-    print(f"wrote {cfg.output}/: side_by_side.mp4, side_by_side.gif, unseen/, loss.png, metrics.json, "
-          f"run/ (checkpoint)")
+    print(wrote(cfg.output, metrics))
     return 0

@@ -129,9 +129,17 @@ def load_run(run_dir: str | Path):
     from workbench.train.experiment import AdapterExperiment
 
     path = Path(run_dir)
+    if path.is_file():
+        data = " (a data file)" if path.suffix in (".h5", ".hdf5") else ""
+        raise CheckpointError(f"{path} is a file{data}, not a run directory. `workbench eval` takes the adapter's run "
+                              f"directory first and the data with --data: workbench eval RUN_DIR --data {path} "
+                              f"(e.g. RUN_DIR = outputs/demo/run).")
     if not path.is_dir():
         raise CheckpointError(f"Run directory not found: {path}. Pass the directory `workbench train` / `workbench "
                               f"demo` wrote (e.g. outputs/demo/run) or one of its step-* checkpoints.")
+    if (path / "meta" / "info.json").is_file():
+        raise CheckpointError(f"{path} is a LeRobot dataset, not a run directory. `workbench eval` takes the adapter's "
+                              f"run directory first and the data with --data: workbench eval RUN_DIR --data {path}.")
     if not (path / "meta.json").exists() and latest_checkpoint(path) is None:
         raise CheckpointError(f"{path} holds no adapter checkpoint (no step-*/ directory, no LATEST). Pass the "
                               f"run directory of a finished `workbench train` or `workbench demo` (e.g. "
@@ -376,7 +384,8 @@ def evaluate_run(exp, source, *, out: str | Path, clips: int | None = None, samp
                  targets: dict[str, Any] | None = None, describe: dict[str, Any] | None = None,
                  labels: dict[str, str] | None = None, gate_scale: float | None = None,
                  condition: str = "action") -> dict[str, Any]:
-    """Evaluate ``exp`` on the first ``clips`` clips of ``source``; write ``metrics.json`` and the videos.
+    """Evaluate ``exp`` on ``clips`` clips of ``source`` (all by default) spread over its tasks (see
+    :func:`spread_over_tasks`); write ``metrics.json`` and the videos.
 
     ``condition``: what (c) swaps (see :func:`evaluate_world_model`)."""
     import torch
@@ -385,7 +394,7 @@ def evaluate_run(exp, source, *, out: str | Path, clips: int | None = None, samp
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     n = len(source) if clips is None else min(int(clips), len(source))
-    subset = torch.utils.data.Subset(source, list(range(n))) if n < len(source) else source
+    subset = torch.utils.data.Subset(source, spread_over_tasks(source, n)) if n < len(source) else source
     base = exp.model.base
     steps = sampling_steps or base.card.sampling.steps
     result = evaluate_world_model(exp, subset, sampling_steps=steps, seed=seed, progress=progress,
@@ -402,6 +411,29 @@ def evaluate_run(exp, source, *, out: str | Path, clips: int | None = None, samp
     return {**metrics, "result": result, "table": format_table(summary, title, labels or labels_for(condition))}
 
 
+def spread_over_tasks(source, n: int) -> list[int]:
+    """``n`` clip indices of ``source`` taken in turn from each task (each task's clips in order), so
+    a few clips still cover every task; the order of the source when it does not say its tasks.
+
+    A source says its tasks through ``index`` (``(episode, start)`` per clip) and ``task_names``
+    (per episode), as :class:`~workbench.data.metaworld.MetaWorldClips` and
+    :class:`~workbench.data.lerobot.LeRobotClips` do.
+    """
+    index, names = getattr(source, "index", None), getattr(source, "task_names", None)
+    if index is None or names is None:
+        return list(range(n))
+    by_task: dict[str, list[int]] = {}
+    for i, (episode, _) in enumerate(index):
+        by_task.setdefault(names[episode], []).append(i)
+    queues = list(by_task.values())
+    chosen: list[int] = []
+    while len(chosen) < n:
+        for queue in queues:
+            if queue and len(chosen) < n:
+                chosen.append(queue.pop(0))
+    return sorted(chosen)
+
+
 def add_arguments(parser) -> None:
     parser.add_argument("run_dir", help="a run directory with adapter checkpoints (or one step-* checkpoint)")
     parser.add_argument("--data", default="sample", help="a Meta-World .h5 file, a LeRobot dataset directory (v2.1 "
@@ -411,7 +443,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--split", default="val", choices=("val", "train", "all"),
                         help="episodes to evaluate (default: %(default)s)")
     parser.add_argument("--tasks", help="comma-separated task names (default: every task in the file)")
-    parser.add_argument("--clips", type=int, help="evaluate the first N clips (default: all)")
+    parser.add_argument("--clips", type=int, help="evaluate N clips, taken in turn from each task (default: all)")
     parser.add_argument("--stride", type=int, help="frames between clip starts in an episode (default: the "
                                                    "model's window: non-overlapping clips)")
     parser.add_argument("--sampling-steps", type=int, help="sampler steps (default: the base's card)")

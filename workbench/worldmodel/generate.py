@@ -95,6 +95,7 @@ def generate(
     progress: bool = True,
     action_repeat: int = 1,
     compression: int = 9,
+    summary: bool = True,
 ) -> Path:
     """Roll out ``episodes`` perturbed expert episodes of ``frames`` steps and write an HDF5 file.
 
@@ -102,6 +103,7 @@ def generate(
     through them. ``noise`` is a :class:`Perturbation`, a mapping of its fields, or a number (the
     xyz Gaussian noise std). Returns the path written. Raises :class:`ConfigError` for bad
     arguments and :class:`RenderingUnavailable` (a :class:`DataError`) when MuJoCo cannot render.
+    With ``progress`` and ``summary``, a line says what was written.
     """
     mujoco = import_simulator()
     import h5py
@@ -203,7 +205,7 @@ def generate(
             task_env.close()
         if tmp is not None and tmp.exists():
             tmp.unlink()
-    if progress:
+    if progress and summary:
         print(_summary(out, time.perf_counter() - start))
     return out
 
@@ -263,7 +265,7 @@ def generate_lerobot(out: str | Path, **generate_args: Any) -> Path:
                           f"dataset directory. Choose another --out.")
     tmp = out.with_name(out.name + ".rollouts.h5")
     try:
-        generate(tmp, **generate_args)
+        generate(tmp, **generate_args, summary=False)  # (a temporary file: the line below says what is written)
         metaworld_to_lerobot(tmp, out)
     finally:
         if tmp.exists():

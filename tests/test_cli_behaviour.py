@@ -1,0 +1,195 @@
+"""The command line behaves like one: numbers as YAML 1.1 spells them, files with the user's umask,
+progress on long commands, the optional extras checked before work, messages that end with their fix."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import stat
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import TINY_RUN, cli, tiny_base, write_run_config
+
+from workbench.errors import ConfigError
+from workbench.train.config import parse_experiment
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# -- numbers YAML 1.1 leaves as text -------------------------------------------------------------------------
+def test_numbers_yaml_1_1_reads_as_text_are_numbers():
+    data = yaml.safe_load("learning_rate: 1e-3\nmin_lr_ratio: 5E-2\nsteps: 1e3\nwarmup_steps: 2.0e1\n")
+    assert data["learning_rate"] == "1e-3"  # what PyYAML gives
+    config = parse_experiment({**TINY_RUN, "training": data})
+    assert (config.training.learning_rate, config.training.min_lr_ratio) == (0.001, 0.05)
+    assert (config.training.steps, config.training.warmup_steps) == (1000, 20)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("steps", "1e-3", r"training\.steps: expected int, got str '1e-3' \(the number 0\.001, not an int\)\."),
+    ("learning_rate", "fast", r"training\.learning_rate: expected float, got str 'fast'\.$"),
+])
+def test_a_string_that_is_not_that_kind_of_number_is_refused(field, value, message):
+    with pytest.raises(ConfigError, match=message):
+        parse_experiment({**TINY_RUN, "training": {field: value}})
+
+
+# -- files with the user's umask ---------------------------------------------------------------------------
+@pytest.mark.parametrize("mask", [0o022, 0o027])
+def test_files_are_written_with_the_users_umask(tmp_path, capsys, mask):
+    pytest.importorskip("peft")
+    from workbench.adapters.lora import LoRA
+    from workbench.train import AdapterExperiment
+
+    config = write_run_config(tmp_path / "c.yaml", **{"data.config.items": 4})
+    previous = os.umask(mask)
+    try:
+        assert cli(capsys, "train", config, "--output", tmp_path / "run", "--steps", 2, "--quiet")[0] == 0
+        assert cli(capsys, "cache-latents", config, "--out", tmp_path / "cache", "--quiet")[0] == 0
+        AdapterExperiment(base=tiny_base(), adapter=LoRA(rank=2)).export_lora(tmp_path / "lora")
+    finally:
+        os.umask(previous)
+    files = [p for p in tmp_path.rglob("*") if p.is_file() and p.name != "c.yaml"]
+    modes = {str(p.relative_to(tmp_path)): oct(stat.S_IMODE(p.stat().st_mode)) for p in files}
+    assert {"cache/shard-00000.safetensors", "cache/shard-00000.manifest.json", "cache/cache.json", "run/LATEST",
+            "run/step-0000002/trainable.safetensors", "run/step-0000002/manifest.json",
+            "lora/pytorch_lora_weights.safetensors", "lora/manifest.json"} <= set(modes)
+    assert set(modes.values()) == {oct(0o666 & ~mask)}, modes
+
+
+# -- progress on long commands --------------------------------------------------------------------------------
+def test_cache_latents_shows_its_progress_unless_quiet(tmp_path, capsys):
+    config = write_run_config(tmp_path / "c.yaml", **{"data.config.items": 6})
+    status, out, err = cli(capsys, "cache-latents", config, "--out", tmp_path / "a", "--shard-size", 4)
+    assert status == 0 and re.search(r"cache-latents: 100%\|.*\| 6/6 ", err), err
+    status, out, err = cli(capsys, "cache-latents", config, "--out", tmp_path / "b", "--quiet")
+    assert status == 0 and err == ""
+
+
+# -- messages that end with their fix ---------------------------------------------------------------------------
+def test_an_unknown_component_message_ends_with_the_command_that_lists_them():
+    with pytest.raises(ConfigError) as info:
+        parse_experiment({**TINY_RUN, "base": {"type": "cogvideo"}})
+    message = str(info.value)
+    assert "then list what this environment sees with `workbench doctor`, or: python -c \"import importlib." \
+           "metadata as m; print({g: [e.name for e in m.entry_points(group=g)] for g in ['workbench.backbones'" \
+           in message
+    assert message.rstrip().endswith("'workbench.datasets']})\"")
+
+
+def test_grad_accum_on_the_command_line_and_in_the_ranks_message(tmp_path, capsys):
+    from workbench.train.distributed import Distributed
+
+    config = write_run_config(tmp_path / "c.yaml")
+    status, _, _ = cli(capsys, "train", config, "--output", tmp_path / "run", "--steps", 1, "--grad-accum", 2)
+    assert status == 0
+    saved = yaml.safe_load((tmp_path / "run" / "step-0000001" / "config.yaml").read_text())
+    assert saved["training"]["grad_accum"] == 2
+    ranks = Distributed.__new__(Distributed)
+    ranks.world_size = 2
+    with pytest.raises(ConfigError, match=r"use a multiple of 2, e\.g\. 2, 4, 6 \(on the command line: workbench "
+                                          r"train CONFIG --grad-accum 2\)"):
+        ranks.split_micro_batches(1)
+
+
+def test_eval_given_a_data_file_says_how_to_call_it(tmp_path, capsys):
+    from workbench.data.metaworld import sample_path
+
+    status, _, err = cli(capsys, "eval", sample_path(), "--out", tmp_path / "out")
+    assert status == 2
+    assert f"error: {sample_path()} is a file (a data file), not a run directory. `workbench eval` takes the " \
+           f"adapter's run directory first and the data with --data: workbench eval RUN_DIR --data {sample_path()}" \
+           in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_few_clips_cover_every_task():
+    from workbench.worldmodel.evaluate import clip_source, spread_over_tasks
+
+    source = clip_source("sample", window=16, split="val")
+    tasks = sorted(set(source.task_names))
+    for n in (6, 12):
+        chosen = spread_over_tasks(source, n)
+        counts = {t: sum(source.task_names[source.index[i][0]] == t for i in chosen) for t in tasks}
+        assert len(chosen) == n and set(counts.values()) == {n // len(tasks)}, counts
+
+
+def test_lerobot_generation_names_only_what_it_wrote(tmp_path, capsys):
+    for name in ("metaworld", "mujoco"):
+        if importlib.util.find_spec(name) is None:
+            pytest.skip(f"{name} is not installed (pip install 'grafted-workbench[data]')")
+    from workbench.worldmodel.sim import RenderingUnavailable
+
+    out = tmp_path / "robot"
+    try:
+        status, text, err = cli(capsys, "data", "metaworld", "--format", "lerobot", "--tasks", "reach-v3",
+                                "--episodes", 1, "--frames", 6, "--size", 32, "--out", out)
+    except RenderingUnavailable as err:  # pragma: no cover - no EGL here
+        pytest.skip(str(err))
+    if status == 2 and "cannot render" in err:
+        pytest.skip(err)
+    assert status == 0, err
+    assert "rollouts.h5" not in text and text.startswith(f"wrote {out}: LeRobot v3.0 dataset"), text
+    assert not list(tmp_path.glob("*.h5"))
+
+
+# -- the optional extras -----------------------------------------------------------------------------------------
+def test_the_extras_table_is_the_distributions():
+    from workbench.extras import EXTRAS
+
+    tomllib = pytest.importorskip("tomllib")  # (Python 3.11+)
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    names = {extra: sorted(re.split(r"[<>=\[ ;]", spec)[0].lower() for spec in specs)
+             for extra, specs in declared.items() if not any(s.startswith("grafted-workbench") for s in specs)}
+    names.pop("dev")
+    assert names == {extra: sorted(dists) for extra, dists in EXTRAS.items()}
+
+
+def _without(monkeypatch, *modules: str) -> None:
+    from workbench import extras
+
+    real = extras.installed
+    monkeypatch.setattr(extras, "installed", lambda module: module not in modules and real(module))
+
+
+def test_a_command_refuses_before_work_when_its_extra_is_missing(tmp_path, capsys, monkeypatch):
+    _without(monkeypatch, "matplotlib", "h5py")
+    status, out, err = cli(capsys, "demo", "--quick", "--output", tmp_path / "demo")
+    assert status == 2 and out == ""
+    assert "error: workbench demo needs h5py (the 'data' extra); matplotlib (the 'widgets' extra), not installed in " \
+           "this environment. Install with: pip install \"grafted-workbench[data,widgets]\"" in err
+    assert not (tmp_path / "demo").exists()
+
+
+def test_train_checks_the_extras_its_config_needs_before_work(tmp_path, capsys, monkeypatch):
+    _without(monkeypatch, "h5py")
+    config = write_run_config(tmp_path / "c.yaml", data={"type": "metaworld", "config": {"path": "sample"}})
+    status, _, err = cli(capsys, "train", config, "--output", tmp_path / "run", "--quiet")
+    assert status == 2
+    assert f"error: workbench train {config} (data: metaworld) needs h5py from the 'data' extra, which is not " \
+           f"installed in this environment. Install it with: pip install \"grafted-workbench[data]\"" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_import_of_a_missing_extra_anywhere_names_the_extra(capsys, monkeypatch):
+    from workbench import cli as cli_module
+    from workbench.cli import Command
+
+    def needs_av(args):
+        raise ModuleNotFoundError("No module named 'av'", name="av")
+
+    command = Command("late", "imports av late", lambda parser: None, needs_av)
+    monkeypatch.setattr(cli_module, "registered_commands", lambda: [command])
+    status, _, err = cli(capsys, "late")
+    assert status == 2 and "error: workbench late needs the module 'av' from the 'data' extra" in err
+
+
+def test_doctor_says_which_extra_serves_which_command(capsys):
+    status, out, _ = cli(capsys, "doctor")
+    assert status == 0
+    assert re.search(r"^  data       installed - for workbench data, workbench demo, workbench eval, workbench "
+                     r"pretrain, workbench probe$", out, re.M), out
+    assert re.search(r"^  widgets    installed - for workbench demo$", out, re.M), out
