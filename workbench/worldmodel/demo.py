@@ -119,8 +119,8 @@ class DemoConfig:
 
     @classmethod
     def quick(cls, **overrides: Any) -> DemoConfig:
-        return cls(**{"steps": 10, "eval_clips": 4, "unseen_clips": 4, "sampling_steps": 4, "video_clips": 2,
-                      **overrides})
+        return cls(**{"steps": 10, "batch_size": 2, "eval_clips": 4, "unseen_clips": 4, "sampling_steps": 4,
+                      "video_clips": 2, **overrides})
 
     def __post_init__(self):
         if self.from_scratch:  # the same-size model alone, at every noise level, no pretrained denoiser
