@@ -252,7 +252,8 @@ def test_grad_accum_that_does_not_split_over_the_ranks_is_refused():
     d = Distributed(rank=0, world_size=2, device=torch.device("cpu"), config=DistributedConfig(), owns_group=False)
     assert d.split_micro_batches(4) == 2
     with pytest.raises(ConfigError, match=r"grad_accum: 3 micro-batches per step cannot be split evenly over 2 ranks"
-                                          r".* use a multiple of 2, e.g. 2, 4, 6, or launch 1, 3 ranks"):
+                                          r".* use a multiple of 2, e.g. 2, 4, 6 \(on the command line: workbench "
+                                          r"train CONFIG --grad-accum 2\), or launch 1, 3 ranks"):
         d.split_micro_batches(3)
 
 
