@@ -3,13 +3,16 @@ vs recomputing base and adapter, each followed by the x0 preview a slider view s
 
 from __future__ import annotations
 
+import sys
+
 import torch
-from _bench import STEPS, interleaved, median, ratio, setup
+from _bench import STEPS, finish, interleaved, median, ratio, setup, start
 
 from workbench.inspect import fit_preview, record, render
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
+    start(argv, __doc__)
     model, batch = setup()
     traj = record(model, batch, steps=STEPS, seed=0)
     preview = fit_preview(model.base, latent_shape=tuple(batch.latents.shape[1:]))
@@ -33,7 +36,8 @@ def main() -> None:
     print(f"re-render with cached base {median(t['cached base']) * 1e3:.2f} ms, full recompute "
           f"{median(t['full recompute']) * 1e3:.2f} ms (CPU time)")
     print(f"speed-up from the base cache = {ratio(t, 'full recompute', 'cached base'):.2f}x")
+    return finish()
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

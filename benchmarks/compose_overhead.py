@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import sys
+
 import _bench  # noqa: F401  (threads pinned first)
 import torch
-from _bench import BENCH_BASE, interleaved, report
+from _bench import BENCH_BASE, finish, interleaved, report, start
 
 from workbench import ComposedModel, GatedResidual
 from workbench.adapters.latent_residual import LatentResidual
 from workbench.backbones.tiny_video import TinyVideo, TinyVideoConfig
 
 
-def main() -> float:
+def main(argv: list[str] | None = None) -> int:
+    start(argv, __doc__)
     torch.manual_seed(0)
     base = TinyVideo(TinyVideoConfig(**BENCH_BASE))
     adapter = LatentResidual(width=32, depth=2)
@@ -33,9 +36,10 @@ def main() -> float:
         (b + gate * adapter(x_t, t, cond, b)).sum().backward()
 
     times = interleaved({"ComposedModel.predict": composed, "hand-written": by_hand}, repeats=20)
-    return report("compose_overhead: composed denoise + backward vs the same calls by hand", times,
-                  ("ComposedModel.predict", "hand-written"), target=1.05)
+    report("compose_overhead: composed denoise + backward vs the same calls by hand", times,
+           ("ComposedModel.predict", "hand-written"), target=1.05)
+    return finish()
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -11,12 +11,14 @@ the data time per batch is reported as a fraction of it: below 1, the loader kee
 from __future__ import annotations
 
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import _bench  # noqa: F401  (threads pinned first)
 import torch
+from _bench import finish, scaled, start
 from torch.utils.data import DataLoader
 
 from workbench.data.lerobot import LeRobotClips
@@ -28,12 +30,13 @@ BATCH, BATCHES, ROUNDS = 8, 12, 5
 
 def loader_seconds(dataset, workers: int, seed: int) -> float:
     """Wall seconds per batch over BATCHES batches (worker start-up included, as a training epoch pays it)."""
-    order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(seed))[:BATCH * BATCHES].tolist()
+    batches = scaled(BATCHES, 2)
+    order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(seed))[:BATCH * batches].tolist()
     loader = DataLoader(dataset, batch_size=BATCH, sampler=order, num_workers=workers)
-    start = time.perf_counter()
+    began = time.perf_counter()
     for _ in loader:
         pass
-    return (time.perf_counter() - start) / BATCHES
+    return (time.perf_counter() - began) / batches
 
 
 def step_seconds(hdf5: MetaWorldClips, steps: int = 4) -> float:
@@ -53,17 +56,18 @@ def step_seconds(hdf5: MetaWorldClips, steps: int = 4) -> float:
     exp.fit(data, steps=1)  # warm-up
     times = []
     for _ in range(steps):
-        start = time.perf_counter()
+        began = time.perf_counter()
         exp.fit(data, steps=1)
-        times.append(time.perf_counter() - start)
+        times.append(time.perf_counter() - began)
     return statistics.median(times)
 
 
-def main() -> dict[str, float]:
+def main(argv: list[str] | None = None) -> int:
+    start(argv, __doc__)
     with tempfile.TemporaryDirectory() as tmp:
-        start = time.perf_counter()
+        began = time.perf_counter()
         root = metaworld_to_lerobot("sample", Path(tmp) / "metaworld_lerobot")
-        print(f"wrote the sample as LeRobot v3.0 in {time.perf_counter() - start:.1f} s "
+        print(f"wrote the sample as LeRobot v3.0 in {time.perf_counter() - began:.1f} s "
               f"({sum(f.stat().st_size for f in root.rglob('*') if f.is_file()) / 1e6:.2f} MB; "
               f"the HDF5 file is {MetaWorldClips(path='sample').path.stat().st_size / 1e6:.2f} MB)")
         hdf5 = MetaWorldClips(path="sample", window=16, stride=4, split="train")
@@ -72,7 +76,7 @@ def main() -> dict[str, float]:
         results: dict[str, float] = {}
         for workers in (0, 2):
             times: dict[str, list[float]] = {"hdf5": [], "lerobot": []}
-            for r in range(ROUNDS):
+            for r in range(scaled(ROUNDS, 1)):
                 pair = [("hdf5", hdf5), ("lerobot", lerobot)]
                 for name, dataset in pair if r % 2 == 0 else pair[::-1]:
                     times[name].append(loader_seconds(dataset, workers, seed=r))
@@ -84,15 +88,15 @@ def main() -> dict[str, float]:
             print(f"  ratio lerobot / hdf5 time per batch = {ratio:.2f}")
             results[f"lerobot_ms_{workers}"], results[f"hdf5_ms_{workers}"] = lr * 1e3, h * 1e3
             results[f"ratio_{workers}"] = ratio
-        step = step_seconds(hdf5)
+        step = step_seconds(hdf5, scaled(4, 1))
         print(f"training step, tiny_video + action adapter, batch {BATCH}, raw video: {step * 1e3:.1f} ms")
         for workers in (0, 2):
             for name in ("hdf5", "lerobot"):
                 share = results[f"{name}_ms_{workers}"] / 1e3 / step
                 print(f"  data time / step time, {name:<7} {workers} worker(s): {share:.2f}")
                 results[f"{name}_share_{workers}"] = share
-        return results
+        return finish()
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -9,9 +9,11 @@ model. One adapted base call per step on both sides.
 
 from __future__ import annotations
 
+import sys
+
 import _bench  # noqa: F401  (threads pinned first)
 import torch
-from _bench import BENCH_BASE, interleaved, report
+from _bench import BENCH_BASE, finish, interleaved, report, start
 
 from workbench import AdapterExperiment, Replace, TrainingConfig
 from workbench.backbones.tiny_video import TinyVideo, TinyVideoConfig
@@ -67,7 +69,8 @@ def hand_written(kind: str, raw: dict):
     return loop
 
 
-def main() -> dict[str, float]:
+def main(argv: list[str] | None = None) -> int:
+    start(argv, __doc__)
     torch.manual_seed(0)
     raw = {"video": torch.rand(4, 3, 8, 32, 32) * 2 - 1, "action": torch.rand(4, 8, 4) * 2 - 1}
     data = [raw] * 1000
@@ -85,8 +88,8 @@ def main() -> dict[str, float]:
         with_state = sum(p.numel() for p in exp.optimizer.state)
         print(f"  trainable parameters {trainable:,}; optimizer state for {with_state:,} (trainable only: "
               f"{with_state == trainable})")
-    return ratios
+    return finish()
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

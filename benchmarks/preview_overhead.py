@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from _bench import STEPS, interleaved, median, ratio, setup
+import sys
+
+from _bench import STEPS, finish, interleaved, judge, median, ratio, setup, start
 
 from workbench.inspect import fit_preview, record, render
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
+    start(argv, __doc__)
     model, batch = setup()
     preview = fit_preview(model.base, latent_shape=tuple(batch.latents.shape[1:]))  # once; cached on disk
     frames = []
@@ -22,8 +25,9 @@ def main() -> None:
     print(f"preview fit: {preview!r}")
     print(f"record {median(t['record']) * 1e3:.1f} ms, with a preview per step {median(t['record+preview']) * 1e3:.1f} "
           f"ms (CPU time)")
-    print(f"preview every step / no preview = {ratio(t, 'record+preview', 'record'):.3f} (target <= 1.10)")
+    judge("preview every step / no preview", ratio(t, "record+preview", "record"), 1.10)
+    return finish()
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

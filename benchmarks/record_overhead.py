@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import sys
+
 import torch
-from _bench import STEPS, interleaved, median, ratio, setup
+from _bench import STEPS, finish, interleaved, judge, median, ratio, setup, start
 
 from workbench.inspect import StoragePolicy, record
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
+    start(argv, __doc__)
     model, batch = setup()
     light = StoragePolicy(dtype=torch.float16, every=4)
     t = interleaved({
@@ -18,9 +21,10 @@ def main() -> None:
     }, repeats=21)
     print(f"generate {median(t['generate']) * 1e3:.1f} ms, record {median(t['record']) * 1e3:.1f} ms "
           f"({STEPS} steps, CPU time)")
-    print(f"record / generate = {ratio(t, 'record', 'generate'):.3f} (target <= 1.05)")
+    judge("record / generate", ratio(t, "record", "generate"), 1.05)
     print(f"record(float16, every 4th step) / generate = {ratio(t, 'record_light', 'generate'):.3f}")
+    return finish()
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

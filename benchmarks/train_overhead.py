@@ -12,10 +12,11 @@ milliseconds, as on a GPU) is where that fixed cost shows; on the larger one it 
 from __future__ import annotations
 
 import statistics
+import sys
 
 import _bench  # noqa: F401  (threads pinned first)
 import torch
-from _bench import BENCH_BASE, interleaved, report
+from _bench import BENCH_BASE, finish, interleaved, report, scaled, start
 
 from workbench import AdapterExperiment, GatedResidual, TrainingConfig
 from workbench.adapters.latent_residual import LatentResidual
@@ -42,6 +43,7 @@ def experiment(base_config: dict, adapter_config: dict) -> AdapterExperiment:
 
 def run_case(name: str) -> float:
     base_config, batch_size, adapter_config, steps, rounds, target = CASES[name]
+    steps, rounds = scaled(steps, 2), scaled(rounds, 1)
     size, frames = base_config["image_size"], base_config["frames"]
     g = torch.Generator().manual_seed(0)
     raw = {"video": torch.rand(batch_size, 3, frames, size, size, generator=g) * 2 - 1,
@@ -85,7 +87,7 @@ def run_case(name: str) -> float:
                    f"(weights bit-identical after {exp.step} steps each)", times,
                    ("exp.fit", "hand-written loop"), target=target)
     extra = sorted((a - b) / steps * 1e6 for a, b in zip(times["exp.fit"], times["hand-written loop"]))
-    quartiles = statistics.quantiles(extra, n=4)
+    quartiles = statistics.quantiles(extra, n=4) if len(extra) > 1 else extra * 3
     print(f"  fixed cost of exp.fit: {statistics.median(extra):+.0f} us per step (median over {rounds} rounds; "
           f"quartiles {quartiles[0]:+.0f} .. {quartiles[2]:+.0f}; hand step "
           f"{statistics.median(times['hand-written loop']) / steps * 1e3:.2f} ms)")
@@ -126,7 +128,8 @@ def loop_only(steps: int = 3000) -> float:
         done[0] += 1
 
     variants = {"exp.fit step": lambda: exp._run_step(stream, hooks, guard), "hand-written step": hand_step}
-    times = interleaved(variants, repeats=steps, warmup=50)
+    times = interleaved(variants, repeats=steps, warmup=scaled(50, 0))
+    steps = len(next(iter(times.values())))  # (one under --quick)
     extra = sorted(a - b for a, b in zip(*times.values()))
     low = [sorted(v)[len(v) // 10] for v in times.values()]
     print(f"train_overhead (loop only): {steps} single steps each, interleaved")
@@ -137,11 +140,13 @@ def loop_only(steps: int = 3000) -> float:
     return statistics.median(extra)
 
 
-def main() -> float:
-    ratios = [run_case(name) for name in CASES]
-    loop_only()
-    return ratios[1]
+def main(argv: list[str] | None = None) -> int:
+    start(argv, __doc__)
+    for name in CASES:
+        run_case(name)
+    loop_only(scaled(3000, 20))
+    return finish()
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

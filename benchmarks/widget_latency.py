@@ -35,6 +35,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 from local_jupyter import QUIET_LAB, ServerDidNotStart, free_port, lab_command, serving, write_notebook  # noqa: E402
 
@@ -77,22 +78,27 @@ def median_ms(times: list[float]) -> float:
     return 1000 * statistics.median(times[2:])  # the first two moves warm caches up
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
+    from _bench import finish, scaled, start
+
+    quick = start(argv, __doc__).quick
+    steps = scaled(STEPS, 4)
     model, which = embedded_model()
-    size, frames = model.base.config.image_size, model.base.config.frames
+    clip = model.base.clip()
+    frames = clip.frames
     g = torch.Generator().manual_seed(0)
-    raw = {"video": torch.rand(2, 3, frames, size, size, generator=g) * 2 - 1,
+    raw = {"video": torch.rand(2, 3, frames, clip.height, clip.width, generator=g) * 2 - 1,
            "action": torch.rand(2, frames, 4, generator=g) * 2 - 1}
     batch = model.base.prepare_batch(raw)
-    traj = record(model, batch, steps=STEPS, seed=0)
+    traj = record(model, batch, steps=steps, seed=0)
     # the same view on a recording that kept no base output: each move runs the base as well
-    no_base = record(model, batch, steps=STEPS, seed=0, storage=StoragePolicy(fields=("x_t", "x0", "composed")))
-    print(f"model: {which}, {frames} frames of {size}x{size}, {STEPS} steps, one CPU thread")
-    values = [round(-1 + 0.1 * i, 2) for i in range(21)]
+    no_base = record(model, batch, steps=steps, seed=0, storage=StoragePolicy(fields=("x_t", "x0", "composed")))
+    print(f"model: {which}, {frames} frames of {clip.height}x{clip.width}, {steps} steps, one CPU thread")
+    values = [round(-1 + 0.1 * i, 2) for i in range(scaled(21, 4))]
 
     # ablation slider, as notebook 3 ships it (tiny preview), and with the full decoder
-    ablations = {d: AblationSliders(traj, step=STEPS // 2, decode=d) for d in ("tiny", "full")}
-    uncached = AblationSliders(no_base, step=STEPS // 2, decode="tiny")
+    ablations = {d: AblationSliders(traj, step=steps // 2, decode=d) for d in ("tiny", "full")}
+    uncached = AblationSliders(no_base, step=steps // 2, decode="tiny")
     times: dict[str, list[float]] = {name: [] for name in ("tiny", "full", "no base cache")}
     for value in values:
         for name, view in (*ablations.items(), ("no base cache", uncached)):
@@ -105,13 +111,13 @@ def main() -> None:
     # Stepper step and frame sliders with three branches (the run and two forks), as in notebook 2
     for decode in ("preview", "tiny", "full"):
         stepper = Stepper(traj, decode=decode)
-        stepper.step_slider.value = 4
+        stepper.step_slider.value = min(4, steps - 1)
         stepper.fork_here(cond={"action": batch.cond["action"].flip(0)}, label="swapped")
         stepper.step_slider.value = 0
         stepper.fork_here(adapter="off", label="base alone")
         new_step, seen_step, frame_move, figure = [], [], [], []
         for i in range(len(values)):
-            target = (i % (STEPS - 1)) + 1
+            target = (i % (steps - 1)) + 1
             new_step.append(timed(lambda s=stepper, t=target: setattr(s.step_slider, "value", t)))
             seen_step.append(timed(lambda s=stepper: setattr(s.step_slider, "value", 0)))
             frame_move.append(timed(lambda s=stepper, i=i: setattr(s.frame_slider, "value", i % frames)))
@@ -123,7 +129,11 @@ def main() -> None:
         if decode == "tiny":
             python_side = {"step": median_ms(new_step), "frame": median_ms(frame_move)}
     python_side["ablation"] = ms["tiny"]
-    browser(python_side)
+    if quick:
+        print("browser: not in --quick mode (tests/test_widgets_browser.py and test_widgets_lab.py drive the views)")
+    else:
+        browser(python_side)
+    return finish()
 
 
 # -- in a real browser -------------------------------------------------------------------------
@@ -285,4 +295,4 @@ def _importable(name: str) -> bool:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

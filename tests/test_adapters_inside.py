@@ -243,6 +243,29 @@ def test_a_gated_composer_and_a_second_inside_adapter_are_refused():
         ComposedModel(base, ControlNet(), Replace(), base.default_objective())
 
 
+def test_where_to_reach_is_the_backbones_own_inside_spec_never_its_family():
+    from conftest import ToyBackbone
+
+    from workbench import InsideSpec
+
+    toy = ToyBackbone(provides=("action",))
+    toy.card = toy.card.replace(family="wan2.2")  # a family name is no answer: only inside_spec() is
+    with pytest.raises(CompositionError, match=r"ToyBackbone does not say where adapters may reach into it: its "
+                                               r"inside_spec\(\) returns None\. .* define `inside_spec\(\)` on it "
+                                               r"returning a workbench\.InsideSpec .* or use latent_residual"):
+        ComposedModel(toy, LoRA(), Replace(), toy.default_objective())
+    toy = ToyBackbone(provides=("action",))
+    toy.inside_spec = lambda: InsideSpec(root=toy.net, root_name="net", lora_targets=("0", "3"),
+                                         blocks=(toy.net[0], toy.net[3]), widths=(8, 4), branch_blocks=0,
+                                         layout="channels")
+    model = ComposedModel(toy, LoRA(rank=2), Replace(), toy.default_objective())
+    assert sorted(model.adapter.lora.layers) == ["0", "3"]
+    with pytest.raises(CompositionError, match=r"InsideSpec is invalid: widths has 1 entries for 2 blocks; .*"
+                                               r"layout='rows'; allowed: 'channels', 'frames', 'tokens'"):
+        InsideSpec(root=toy.net, root_name="net", lora_targets=("0",), blocks=(toy.net[0], toy.net[3]), widths=(8,),
+                   branch_blocks=0, layout="rows")
+
+
 def model_of_adapter(adapter):
     base = tiny_base()
     return ComposedModel(base, adapter, Replace(), base.default_objective())

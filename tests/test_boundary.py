@@ -222,7 +222,7 @@ def test_nothing_imports_the_widgets_package():
 
 # -- backbone plugins: public API only -------------------------------------------------------
 PLUGIN_API = {"workbench", "workbench.config", "workbench.errors", "workbench.inspect", "workbench.registry",
-              "workbench.adapters.latent_residual", "workbench.adapters.inside",  # InsideSpec, for inside_spec()
+              "workbench.adapters.latent_residual",
               "workbench.backbones.diffusers_bridge", "workbench.testing"}
 
 

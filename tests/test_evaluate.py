@@ -187,7 +187,9 @@ def test_eval_rejects_clips_of_another_length():
 
     exp = AdapterExperiment.load(TRAINED_ADAPTER)
     clips = MetaWorldClips(path="sample", window=8, stride=8, split="val")
-    with pytest.raises(DataError, match="Clips have 8 frames but the model predicts windows of 16"):
+    with pytest.raises(DataError, match=r"Clips have 8 frames of 64x64, but TinyVideo predicts clips of 16 frames of "
+                                        r"64x64 \(its clip\(\), from its card's sampling defaults\); build the clip "
+                                        r"source with window=16 and size=\(64, 64\)"):
         evaluate_world_model(exp, clips, sampling_steps=2, progress=False)
 
 
@@ -253,8 +255,9 @@ def test_the_robot_state_reaches_a_prediction_as_measured_at_the_first_frame():
 
     exp = AdapterExperiment.load(TRAINED_ADAPTER)
     given = []
-    prepare = exp.prepare
-    exp.prepare = lambda raw: given.append(raw) or prepare(raw)
+    base = exp.model.base
+    prepare = base.prepare_batch
+    base.prepare_batch = lambda raw: given.append(raw) or prepare(raw)
     clips = torch.utils.data.Subset(clip_source("sample", window=16, split="val", stride=48), [0, 6])
     evaluate_world_model(exp, clips, sampling_steps=1, progress=False)
     assert len(given) == 3

@@ -7,6 +7,7 @@ fork through the experiment API. ``benchmarks/gpu_check.py`` refuses loudly to p
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -98,6 +99,20 @@ def test_the_tiny_plugins_keep_the_contract_on_cuda_in_bfloat16(backbone, adapte
                             adapter_factory=lambda: build("adapter", adapter, {"channels": channels, "width": 16,
                                                                                "depth": 1}))
     assert report.ok and base.transformer.dtype == torch.bfloat16
+
+
+@pytest.mark.gpu
+@requires_cuda
+@requires_plugins
+def test_gpu_check_holds_on_cuda_for_every_backbone_in_its_cards_gpu_precision(tmp_path):
+    """``gpu_check.py --device cuda --dtype gpu``: parity, forks and previews on CUDA, and the conformance kit on
+    tiny_video and each plugin's tiny model in its card's GPU precision (bf16; DynamiCrafter's float32 norms)."""
+    out = subprocess.run([sys.executable, "gpu_check.py", "--device", "cuda", "--dtype", "gpu", "--quick"],
+                         cwd=ROOT / "benchmarks", capture_output=True, text=True,
+                         env={**os.environ, "WORKBENCH_CACHE": str(tmp_path)})
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+    assert "DynamiCrafter (dynamicrafter-512:tiny random model) on cuda bfloat16: all 11 promises kept" in out.stdout
+    assert "gpu_check: every claim holds" in out.stdout
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is visible: nothing to refuse")

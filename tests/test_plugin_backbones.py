@@ -244,8 +244,8 @@ def test_prepare_batch_normalises_with_the_vae_and_pools_signals_onto_latent_fra
     latent_size = 64 // plugin.downsample
     assert batch.latents.shape == (2, plugin.channels, 3, latent_size, latent_size)
     assert batch.latents.dtype == torch.float32
-    with torch.no_grad():
-        mode = base.vae.encode(raw["video"]).latent_dist.mode()
+    with torch.no_grad():  # clip by clip: a clip's latents never depend on the batch it came in
+        mode = torch.cat([base.vae.encode(raw["video"][i:i + 1]).latent_dist.mode() for i in range(2)])
     if plugin is WAN:
         mean = torch.tensor(base.vae.config.latents_mean).view(1, -1, 1, 1, 1)
         expected = (mode - mean) * (1.0 / torch.tensor(base.vae.config.latents_std).view(1, -1, 1, 1, 1))
@@ -301,14 +301,14 @@ def test_text_is_encoded_once_per_prompt_and_precomputed_embeddings_skip_the_enc
         raw = {**clips(), "task": ["reach-v3", "push-v3"]}
         first = base.prepare_batch(raw)
         again = base.prepare_batch(raw)
-        assert len(calls) == 1  # the second batch came from the cache
+        assert len(calls) == 2  # each prompt on its own, once: the second batch came from the cache
         assert torch.equal(first.cond["prompt_embeds"], again.cond["prompt_embeds"])
         assert not torch.equal(first.cond["prompt_embeds"][0], first.cond["prompt_embeds"][1])
         direct = base.encode_text(["a robot arm doing the reach-v3 task"])
         direct = direct[0] if isinstance(direct, tuple) else direct
         assert torch.equal(first.cond["prompt_embeds"][:1], direct)
         given = base.prepare_batch({**clips(), "prompt_embeds": first.cond["prompt_embeds"]})
-        assert len(calls) == 1 and torch.equal(given.cond["prompt_embeds"], first.cond["prompt_embeds"])
+        assert len(calls) == 2 and torch.equal(given.cond["prompt_embeds"], first.cond["prompt_embeds"])
     finally:
         hook.remove()
 
@@ -386,6 +386,61 @@ def test_the_plugin_keeps_the_backbone_contract(plugin, cache_root):
     assert report["recording"].detail == "4 steps, 2 base call(s) per step, bit-exact"  # both guidance branches
     given = "given latent frames [0] kept" if plugin is WAN else "this batch has no given frames"
     assert given in report["constrain"].detail
+
+
+def reduced_precisions(card) -> list[torch.dtype]:
+    """bfloat16, and float16 where the card lists it: the precisions a GPU runs the backbone in."""
+    listed = {d for choice in card.precision.values() for d in ((choice,) if isinstance(choice, str) else choice)}
+    return [torch.bfloat16] + ([torch.float16] if "float16" in listed else [])
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
+def test_the_plugin_keeps_the_contract_in_the_precision_the_gpu_runs(plugin, cache_root):
+    """The card's GPU precision, on the CPU: loaded in bf16 the backbone is what a float32 load moved to bf16 is
+    (what diffusers keeps in float32 stays float32, bit for bit), and every promise holds there (5-frame 32x32
+    clips: bf16 arithmetic is slow on a CPU)."""
+    config = {"path": str(pipeline_dir(cache_root, plugin)), "height": 32, "width": 32, "num_frames": 5,
+              "steps": 2, "prompt": PROMPT}
+    for dtype in reduced_precisions(load(plugin, cache_root).card):
+        name = str(dtype).removeprefix("torch.")
+        loaded = build("backbone", plugin.backbone, {**config, "dtype": name})
+        moved = build("backbone", plugin.backbone, {**config, "dtype": "float32"}).to(dtype)
+        assert loaded.dtype == moved.dtype == dtype
+        a, b = loaded.state_dict(), moved.state_dict()
+        assert a.keys() == b.keys() and all(a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]) for k in a)
+        kept = {k for k, v in a.items() if v.is_floating_point() and v.dtype == torch.float32}
+        if plugin is WAN:  # the VAE (upstream runs it in float32) and the transformer's _keep_in_fp32_modules
+            assert {k for k in kept if not k.startswith("vae.")} == {
+                k for k in a if k.startswith("transformer.") and any(
+                    m in k.split(".") for m in type(loaded.transformer)._keep_in_fp32_modules)}
+            assert any(k.startswith("vae.") for k in kept) and "transformer.blocks.0.norm2.weight" in kept
+        else:
+            assert kept == set()
+        g = torch.Generator().manual_seed(5)
+        raw = {"video": torch.rand(2, 3, 5, 32, 32, generator=g) * 2 - 1, "action": torch.rand(2, 5, 4, generator=g),
+               "proprio": torch.rand(2, 5, 3, generator=g), "ee_pos": torch.rand(2, 5, 3, generator=g),
+               "control": torch.rand(2, 1, 5, 32, 32, generator=g), "prompt": PROMPT}
+        negative = loaded.encode_text(["", ""])
+        keys = ("negative_prompt_embeds", "negative_prompt_attention_mask")
+        raw.update(zip(keys, negative) if isinstance(negative, tuple) else [(keys[0], negative)])
+        report = check_backbone(loaded, raw=raw, adapter_factory=lambda: adapter(plugin), steps=2, dtype=dtype)
+        assert report.setting == f"cpu {name}"
+        assert report["recording"].detail == "2 steps, 2 base call(s) per step, bit-exact"
+        assert f"{len(kept)} kept in float32" in report["to"].detail if kept else "kept" not in report["to"].detail
+        batch = loaded.prepare_batch(raw)  # latents and the sampler's arithmetic in float32, the network in bf16
+        seen: list[torch.dtype] = []
+
+        def input_dtype(module, args, kwargs, out, seen=seen):
+            seen.append((kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]).dtype)
+
+        hook = loaded.transformer.register_forward_hook(input_dtype, with_kwargs=True)
+        x_t, t, _ = ComposedModel(loaded, adapter(plugin), GatedResidual(), loaded.default_objective()).noised(
+            batch, torch.Generator().manual_seed(0))
+        with torch.no_grad():
+            out = loaded.denoise(x_t, t, batch.cond)
+        hook.remove()
+        assert batch.latents.dtype == x_t.dtype == out.dtype == torch.float32 and seen == [dtype]
+        assert loaded.decode(batch.latents).dtype == torch.float32
 
 
 @pytest.mark.parametrize("guidance", [1.0, 4.0], ids=["no-guidance", "guidance"])

@@ -20,6 +20,7 @@ import torch
 from workbench import AdapterExperiment, Add, ComposedModel, GatedResidual, Replace, TrainingConfig
 
 ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "plugins" / "dynamicrafter" / "tests" / "fixtures"
 
 
 def _installed() -> bool:
@@ -159,6 +160,73 @@ def test_files_lightning_and_deepspeed_nesting_load_the_same_weights(tmp_path):
         assert all(torch.equal(loaded[k], reference[k]) for k in reference), name
 
 
+def test_the_unet_loads_alone_with_the_same_strict_key_checks(tmp_path):
+    """``load_unet`` (``from_checkpoint(..., parts=("unet",))``): the whole model's U-Net, bit for bit, read alone
+    from a file; a checkpoint that is wrong anywhere (even outside the U-Net) is refused as a whole one is."""
+    from safetensors.torch import save_file
+    from workbench_dynamicrafter.model import from_checkpoint, load_unet
+    from workbench_dynamicrafter.reference import PARITY_SIZES
+    from workbench_dynamicrafter.unet import UNet3D
+
+    state = parity_state()
+    save_file(state, str(tmp_path / "model.safetensors"))
+    unet = load_unet(tmp_path / "model.safetensors", **PARITY_SIZES)
+    whole = from_checkpoint(state, **PARITY_SIZES)
+    assert isinstance(unet, UNet3D) and not unet.training and not any(p.requires_grad for p in unet.parameters())
+    a, b = unet.state_dict(), whole.unet.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    alone = from_checkpoint(state, parts=("unet",), **PARITY_SIZES)
+    assert alone.parts == ("unet",) and alone.parameter_counts() == whole.parameter_counts()
+    with pytest.raises(CheckpointError, match=r"loaded with parts=\('unet',\), without 'vae'"):
+        alone.vae_encode(torch.zeros(1, 3, 16, 16))
+    del state["first_stage_model.decoder.conv_out.bias"]
+    state["cond_stage_model.model.extra"] = torch.zeros(2)
+    with pytest.raises(CheckpointError, match=r"1 missing \(first: first_stage_model.decoder.conv_out.bias\); 1 "
+                                              r"unexpected \(first: cond_stage_model.model.extra\)"):
+        load_unet(state, "512", **PARITY_SIZES)
+
+
+def test_the_vae_posterior_image_preprocessing_and_ddim_tables_are_the_pieces_the_model_uses():
+    """The public pieces a check against upstream needs: the VAE posterior (mean and log-variance; the latent is
+    the mean times 0.18215), the vision tower's input alone, the DDIM tables (against the release's float32
+    ``alphas_cumprod`` stored by the parity fixture)."""
+    from safetensors.torch import load_file
+    from workbench_dynamicrafter.encoders import CLIP_MEAN, resize_like_release
+    from workbench_dynamicrafter.model import from_checkpoint, preprocess_image
+    from workbench_dynamicrafter.reference import PARITY_SIZES
+    from workbench_dynamicrafter.sampling import DDIMTables
+    from workbench_dynamicrafter.variants import get_variant
+
+    model = from_checkpoint(parity_state(), **PARITY_SIZES)
+    g = torch.Generator().manual_seed(0)
+    frames = torch.rand(2, 3, 32, 32, generator=g) * 2 - 1
+    with torch.no_grad():
+        mean, logvar = model.vae_posterior(frames)
+        assert mean.shape == logvar.shape == (2, 4, 16, 16) and torch.isfinite(logvar).all()
+        assert torch.equal(mean * model.variant.scale_factor, model.vae_encode(frames))
+        assert float(logvar.min()) >= -30 and float(logvar.max()) <= 20
+        pixels = model.preprocess_image(frames)
+        assert pixels.shape == (2, 3, 224, 224) and pixels.dtype == torch.float32
+        assert torch.equal(pixels, preprocess_image(frames, 224))
+        mean_rgb = torch.tensor(CLIP_MEAN).view(1, 3, 1, 1)
+        assert torch.allclose(pixels * torch.tensor((0.26862954, 0.26130258, 0.27577711)).view(1, 3, 1, 1) + mean_rgb,
+                              (resize_like_release(frames, 224) + 1) / 2, atol=1e-6)
+        seen = []
+        hook = model.vision.register_forward_pre_hook(lambda m, a, kw: seen.append(kw["pixel_values"]),
+                                                      with_kwargs=True)
+        model.encode_image(frames)
+        hook.remove()
+        assert torch.equal(seen[0], pixels)  # encode_image is the vision tower on exactly this input
+    upstream = load_file(str(FIXTURES / "parity.safetensors"))["schedule_512_alphas_cumprod"].float()
+    tables = DDIMTables(get_variant("512"), 50, "uniform_trailing", 1.0, torch.device("cpu"))
+    assert tables.timesteps.tolist() == list(range(19, 1000, 20))
+    assert torch.equal(tables.a, upstream[tables.timesteps])
+    assert torch.equal(tables.a_prev, torch.cat([upstream[:1], upstream[tables.timesteps[:-1]]]))
+    a, a_prev = tables.a.double(), tables.a_prev.double()
+    assert torch.allclose(tables.sigma.double(), ((1 - a_prev) / (1 - a) * (1 - a / a_prev)).sqrt(), atol=1e-6)
+    assert tables.rescale is not None and tables.rescale.shape == (50,)
+
+
 class Opaque:
     """A pickled object that weights_only loading refuses (as Lightning's training state is)."""
 
@@ -225,6 +293,46 @@ def cache_root(tmp_path_factory) -> Path:
 
 
 _BASES: dict = {}
+
+
+def test_bfloat16_is_its_cards_gpu_precision_and_keeps_the_contract_on_the_cpu(cache_root):
+    """DynamiCrafter in bf16 (its card's precision on CUDA), on the CPU: the float32 GroupNorms keep float32 weights
+    (a bf16 load and a float32 load moved to bf16 are the same tensors, bit for bit), the U-Net computes in bf16,
+    latents and the sampler stay float32, and every promise of the contract holds (16x16 clips: bf16 convolutions
+    are slow on a CPU)."""
+    from workbench_dynamicrafter.unet import Float32GroupNorm
+
+    config = {"path": "tiny", "variant": "512", "prompt": PROMPT, "steps": 2, "num_frames": 4, "height": 16,
+              "width": 16}
+    assert tiny(cache_root).card.precision["cuda"] == "bfloat16"
+    base = build_in(cache_root, {**config, "dtype": "bfloat16"})
+    moved = build_in(cache_root, {**config, "dtype": "float32"}).to(torch.bfloat16)
+    a, b = base.state_dict(), moved.state_dict()
+    assert a.keys() == b.keys() and all(a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]) for k in a)
+    norms = [m for m in base.model.modules() if isinstance(m, Float32GroupNorm)]
+    assert len(norms) == len(base.keep_in_float32()) == 11  # weight and bias: 22 tensors
+    assert all(p.dtype == torch.float32 for m in norms for p in m.parameters())
+    assert base.dtype == torch.bfloat16 and base.model.unet.out[2].weight.dtype == torch.bfloat16
+    g = torch.Generator().manual_seed(5)
+    raw = {"video": torch.rand(2, 3, 4, 16, 16, generator=g) * 2 - 1, "action": torch.rand(2, 4, 4, generator=g),
+           "proprio": torch.rand(2, 4, 3, generator=g), "ee_pos": torch.rand(2, 4, 3, generator=g),
+           "control": torch.rand(2, 1, 4, 16, 16, generator=g), "prompt": [PROMPT, "another prompt"]}  # every input
+    # the issue's own call: generate() in bf16 (it failed at the first float32 GroupNorm)
+    latents = base.generate({"image": raw["video"][:1, :, 0], "action": raw["action"][:1]}, steps=2,
+                            generator=torch.Generator().manual_seed(0))
+    assert latents.dtype == torch.float32 and torch.isfinite(latents).all()
+    assert base.decode(latents).dtype == torch.float32
+    seen = []
+    hook = base.model.unet.out[2].register_forward_hook(lambda m, args, out: seen.append((args[0].dtype, out.dtype)))
+    batch = base.prepare_batch(raw)
+    with torch.no_grad():
+        out = base.denoise(batch.latents, torch.full((2,), 500), batch.cond)
+    hook.remove()
+    assert seen == [(torch.bfloat16, torch.bfloat16)] and out.dtype == batch.latents.dtype == torch.float32
+    report = check_backbone(base, raw=raw, adapter_factory=adapter, steps=2, dtype=torch.bfloat16)
+    assert report.setting == "cpu bfloat16" and "22 kept in float32" in report["to"].detail
+    assert report["recording"].detail == "2 steps, 2 base call(s) per step, bit-exact"
+    assert "latents (2, 4, 4, 4, 4) torch.float32 -> video torch.float32" in report["encode_decode"].detail
 
 
 def build_in(cache_root: Path, config: dict):
@@ -305,8 +413,8 @@ def test_prepare_batch_builds_the_release_conditions(cache_root):
     assert batch.latents.shape == (2, 4, 4, 8, 8)
     with torch.no_grad():
         first = base.model.vae_encode(raw["video"][:, :, 0])
-        text = base.model.encode_text(base.tokenize([PROMPT] * 2))
-        image = base.model.resample(base.model.encode_image(raw["video"][:, :, 0]))
+        text = base.conditioning.encode_text(base.tokenize([PROMPT] * 2))
+        image = base.conditioning.resample(base.conditioning.encode_image(raw["video"][:, :, 0]))
     assert torch.equal(batch.cond["first_frame"], first)
     assert torch.equal(batch.cond["concat"], first[:, :, None].expand(-1, -1, 4, -1, -1))
     assert torch.equal(batch.cond["context"], torch.cat([text, image], 1))
@@ -576,3 +684,28 @@ def test_a_controlnet_reads_a_control_video_in_the_unet(cache_root):
         one = model.predict(x_t, t, batch)
         other = model.predict(x_t, t, base.prepare_batch({**raw, "control": raw["control"].flip(0)}))
     assert torch.equal(one.base, other.base) and (one.composed - other.composed).abs().max() > 1e-4
+
+
+def test_the_prompt_tokenizer_gives_open_clips_own_ids():
+    """``tokenize`` (open_clip's cleaning and pre-tokenizer, transformers' CLIP BPE) against ids made by open_clip's
+    own ``tokenize`` (``scripts/make_tokenizer_fixture.py``, open_clip_torch 2.22.0 as DynamiCrafter pins it) on a
+    corpus of unicode, punctuation, casing, whitespace, HTML entities, special-token spellings and over-long text.
+    The tokenizer is built from the fixture's part of OpenAI CLIP's vocabulary (every merge the corpus needs)."""
+    from transformers import CLIPTokenizer
+    from workbench_dynamicrafter.encoders import tokenize
+    from workbench_dynamicrafter.variants import get_variant
+
+    fixture = json.loads((FIXTURES / "open_clip_tokens.json").read_text(encoding="utf-8"))
+    provenance = fixture["provenance"]
+    assert provenance["open_clip_torch"] == "2.22.0" and provenance["date"] and "sha256" in provenance["vocabulary"]
+    tokenizer = CLIPTokenizer(vocab=fixture["vocab"], merges=[tuple(m.split(" ")) for m in fixture["merges"]])
+    assert (tokenizer.bos_token_id, tokenizer.eos_token_id) == (49406, 49407)
+    ids = tokenize(fixture["corpus"], tokenizer, get_variant("512").sizes)
+    want = torch.zeros(len(fixture["corpus"]), 77, dtype=torch.long)
+    for i, row in enumerate(fixture["ids"]):
+        want[i, :len(row)] = torch.tensor(row)
+    mismatched = [repr(p)[:40] for p, a, b in zip(fixture["corpus"], ids, want) if not torch.equal(a, b)]
+    assert mismatched == []
+    lengths = [len(row) for row in fixture["ids"]]
+    assert fixture["ids"][0] == [49406, 49407] and lengths.count(77) >= 3  # the empty prompt; over-long ones cut
+    assert all(row[-1] == 49407 for row in fixture["ids"])

@@ -18,6 +18,7 @@ SNAPSHOT = {
     "BaseVideoModel": nn.Module,
     "Batch": "dataclass",
     "Callback": object,
+    "ClipSpec": "dataclass",
     "ComponentSpec": "dataclass",
     "ComposeContext": "dataclass",
     "ComposedModel": nn.Module,
@@ -28,6 +29,7 @@ SNAPSHOT = {
     "ExperimentConfig": "dataclass",
     "FlowMatching": Objective,
     "GatedResidual": Composer,
+    "InsideSpec": "dataclass",
     "MaskMix": Composer,
     "ModelCard": "dataclass",
     "NoiseGated": Composer,
@@ -87,5 +89,5 @@ def test_the_conformance_kit_is_a_frozen_documented_submodule():
 
     assert sorted(workbench.testing.__all__) == sorted(TESTING_SNAPSHOT), "update TESTING_SNAPSHOT deliberately"
     assert callable(check_backbone) and list(workbench.testing.PROMISES) == [
-        "card", "to", "provides", "encode_decode", "identity", "constrain", "recording", "fork", "training",
+        "card", "to", "provides", "encode_decode", "identity", "constrain", "recording", "fork", "clip", "training",
         "state_dict"]

@@ -37,7 +37,8 @@ class Toy(BaseVideoModel):
         self.card = ModelCard(model_id="toy", family="toy", prediction_type="velocity",
                               components={"denoiser": ComponentSpec("denoiser", "random"),
                                           "vae": ComponentSpec("vae", "random")},
-                              sampling=SamplingDefaults(steps=4), capabilities=("i2v",))
+                              sampling=SamplingDefaults(steps=4, num_frames=3, height=4, width=4),
+                              capabilities=("i2v",))
 
     def provides(self):
         return ("first_frame", "action")
@@ -54,8 +55,12 @@ class Toy(BaseVideoModel):
     def prepare_batch(self, raw):
         if isinstance(raw, Batch):
             return raw
+        video = raw.get("video")
+        if video is None:  # a generation request: the first frame, as many frames as the actions
+            image = torch.as_tensor(raw["image"])
+            video = image[:, :, None].expand(-1, -1, torch.as_tensor(raw["action"]).shape[1], -1, -1)
         with torch.no_grad():
-            latents = self.encode(torch.as_tensor(raw["video"]).to(self.device))
+            latents = self.encode(torch.as_tensor(video).to(self.device))
         cond = {"first_frame": latents[:, :, 0], "action": torch.as_tensor(raw["action"]).to(self.device)}
         mask = torch.ones(latents.shape[0], latents.shape[2], device=self.device)
         mask[:, 0] = 0
@@ -145,6 +150,11 @@ class GuidanceAroundComposeFn(Toy):
         return uncond + 1.5 * (compose_fn(x, t, batch) - uncond)
 
 
+class MiscountsItsLatentFrames(Toy):
+    def latent_frames(self, frames):
+        return frames // 2  # "the autoencoder halves time": it does not
+
+
 class CountsItsCalls(Toy):
     def __init__(self):
         super().__init__()
@@ -177,6 +187,8 @@ BROKEN = [
                  id="recording"),
     pytest.param(GuidanceAroundComposeFn, {}, "fork", r"a fork at step 2 of 4 made 6 base calls, expected 4 \(2 per "
                  r"live step\): the prefix must be replayed, not run", id="fork"),
+    pytest.param(MiscountsItsLatentFrames, {}, "clip", r"clip\(\) says 3 frames make 1 latent frames, encode\(\) "
+                 r"makes 3: latent_frames\(\) must follow the autoencoder", id="clip"),
     pytest.param(CountsItsCalls, {}, "training", r"training changed the frozen base: calls", id="training"),
     pytest.param(Toy, {"adapter_factory": KeepsTheBase}, "state_dict", r"base weights saved as adapter\.base\.",
                  id="state_dict"),
@@ -187,8 +199,10 @@ def test_a_correct_backbone_keeps_every_promise():
     report = check_backbone(Toy, raw=toy_raw())
     assert report.ok and [f.promise for f in report.findings] == list(PROMISES)
     assert all(f.status == "kept" for f in report.findings)
-    assert str(report).startswith("Toy (toy) on cpu: all 10 promises kept")
+    assert str(report).startswith("Toy (toy) on cpu: all 11 promises kept")
     assert "fork at 2: prefix bit-exact, 2 base calls" in report["fork"].detail
+    assert report["clip"].detail == ("3 frames of 4x4 -> 3 latent frames; 2 clips predicted three ways (base, adapter, "
+                                     "swapped conditions) at that size, the base's bit-exact")
 
 
 @pytest.mark.parametrize(("toy", "options", "promise", "match"), BROKEN)
@@ -320,3 +334,27 @@ def test_adapters_the_kit_accepts_are_workbench_adapters():
     with pytest.raises(ConformanceError, match=r"adapter_factory\(\) returned Linear, not a workbench Adapter"):
         check_backbone(Toy, raw=toy_raw(), adapter_factory=lambda: nn.Linear(2, 2), promises=["identity"])
     assert issubclass(ProbeAdapter, Adapter)
+
+
+def test_what_a_backbone_keeps_in_float32_stays_so_and_the_kit_checks_it():
+    """``keep_in_float32()`` (diffusers' ``_keep_in_fp32_modules``, for any backbone): ``.to(bf16)`` moves those
+    tensors to the device, not to the dtype; ``base.dtype`` is the dtype the rest computes in."""
+    from conftest import ToyBackbone
+
+    class Kept(ToyBackbone):
+        def keep_in_float32(self):
+            return ("net.1", "net.3.bias")  # a module (the batch norm) and a single parameter
+
+    toy = Kept()
+    before = {k: v.clone() for k, v in toy.state_dict().items()}
+    toy.to(torch.bfloat16)
+    dtypes = {k: v.dtype for k, v in toy.state_dict().items() if v.is_floating_point()}
+    assert dtypes == {"net.0.weight": torch.bfloat16, "net.0.bias": torch.bfloat16, "net.1.weight": torch.float32,
+                      "net.1.bias": torch.float32, "net.1.running_mean": torch.float32,
+                      "net.1.running_var": torch.float32, "net.3.weight": torch.bfloat16, "net.3.bias": torch.float32}
+    assert toy.dtype == torch.bfloat16 and torch.equal(toy.net[1].weight, before["net.1.weight"])
+    toy.to(torch.float64)
+    assert toy.net[0].weight.dtype == torch.float64 and toy.net[1].weight.dtype == torch.float32
+    report = check_backbone(Kept(), raw={"latents": torch.randn(2, 4, 3, 4, 4), "action": torch.randn(2, 3, 2)},
+                            dtype=torch.bfloat16, promises=["to"])
+    assert report["to"].detail == "9 tensors on cpu; 5 kept in float32, round trip bit-exact"

@@ -190,10 +190,13 @@ class ControlNet(InsideAdapter):
         hidden = args[0]
         state = self.state
         h = hidden + self._embedding(hidden)
+        rest = args[1:]
         residuals = []
         for twin, proj in zip(self.copies, self.projections):
-            h = twin(h, *args[1:], **kwargs)
-            h = h[0] if isinstance(h, tuple) else h
+            h = twin(h, *rest, **kwargs)
+            if isinstance(h, tuple):  # (hidden, *carried): the carried outputs are the next block's next inputs
+                h, carried = h[0], h[1:]
+                rest = (*carried, *rest[len(carried):])
             out = proj(h) if layout == "tokens" else proj(h.movedim(1, -1)).movedim(-1, 1)
             residuals.append(out)
         state["residuals"] = residuals

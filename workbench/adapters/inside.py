@@ -10,9 +10,10 @@ two switches, which :class:`~workbench.ComposedModel` drives:
 * ``switched_off()`` — for the length of the block, the base is exactly the frozen base (hooks
   return their input untouched, peft's LoRA layers call only their base layer).
 
-:func:`reach_in` says, per backbone, which module to reach into, which layers LoRA targets by
-default, and which blocks the hooks sit on. A backbone outside this table declares it itself
-with an ``inside_spec()`` method returning an :class:`InsideSpec`.
+Where to reach is the backbone's to say, through the contract: its ``inside_spec()`` returns an
+:class:`~workbench.core.inside.InsideSpec` (which module to reach into, which layers LoRA targets
+by default, which blocks the hooks sit on); :func:`reach_in` asks for it. Nothing here knows a
+backbone by name.
 """
 
 from __future__ import annotations
@@ -22,63 +23,30 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 import torch
 from torch import nn
 
 from workbench.core.adapter import Adapter
 from workbench.core.conditions import Conditioning
+from workbench.core.inside import InsideSpec
 from workbench.errors import CompositionError, ConfigError, listing
 
 
-@dataclass(frozen=True)
-class InsideSpec:
-    """Where inside adapters reach into a backbone.
-
-    ``root``: the network every prediction runs through (tiny_video's denoiser, Wan's
-    transformer); ``root_name``: its attribute path on the backbone. ``lora_targets``: the
-    default LoRA target module names (peft's suffix matching). ``blocks``: the blocks hooks may
-    sit on, in forward order, with ``widths`` their hidden widths. ``branch_blocks``: how many
-    leading blocks are a chain of equal-signature blocks a ControlNet-style copy can run.
-    ``layout``: how a block's hidden state is laid out — ``channels`` ``(B, W, T, h, w)``,
-    ``frames`` ``(B * T, W, h, w)`` (frames folded into the batch, batch-major) or ``tokens``
-    ``(B, T * h * w, W)`` (frame-major).
-    """
-
-    root: nn.Module
-    root_name: str
-    lora_targets: tuple[str, ...]
-    blocks: tuple[nn.Module, ...]
-    widths: tuple[int, ...]
-    branch_blocks: int
-    layout: Literal["channels", "frames", "tokens"]
-
-
 def reach_in(base) -> InsideSpec:
-    """The :class:`InsideSpec` of ``base``: its own ``inside_spec()``, or the built-in one for its family."""
-    if base.inside_spec is not None:
-        return base.inside_spec()
-    family = getattr(getattr(base, "card", None), "family", None)
-    if family == "tiny_video":
-        den = base.denoiser
-        blocks = (*den.down_blocks, *den.mid_blocks, *den.up_blocks)
-        return InsideSpec(root=den, root_name="denoiser",
-                          lora_targets=("spatial", "temporal", "film", "down", "up", "merge", "out"),
-                          blocks=blocks, widths=tuple(b.spatial.out_channels for b in blocks),
-                          branch_blocks=len(den.down_blocks), layout="channels")
-    if family == "wan2.2":
-        tr = base.transformer
-        width = tr.config.num_attention_heads * tr.config.attention_head_dim
-        return InsideSpec(root=tr, root_name="transformer", lora_targets=("to_q", "to_k", "to_v", "to_out.0"),
-                          blocks=tuple(tr.blocks), widths=(width,) * len(tr.blocks), branch_blocks=len(tr.blocks),
-                          layout="tokens")
-    raise CompositionError(
-        f"{type(base).__name__} (family {family!r}) does not say where adapters may reach into it. Inside adapters "
-        f"(lora, action_modulation, controlnet) know tiny_video and wan2.2; for another backbone define "
-        f"`inside_spec()` on it returning a workbench.adapters.inside.InsideSpec, or use latent_residual, which "
-        f"sits beside the base."
-    )
+    """The :class:`InsideSpec` of ``base`` (its own ``inside_spec()``), or a CompositionError saying how to get one."""
+    spec = base.inside_spec() if callable(getattr(base, "inside_spec", None)) else None
+    if spec is None:
+        raise CompositionError(
+            f"{type(base).__name__} does not say where adapters may reach into it: its inside_spec() returns None. "
+            f"Inside adapters (lora, action_modulation, controlnet) reach where a backbone's inside_spec() says; "
+            f"define `inside_spec()` on it returning a workbench.InsideSpec (the network, its blocks, their widths "
+            f"and layout), or use latent_residual, which sits beside the base."
+        )
+    if not isinstance(spec, InsideSpec):
+        raise CompositionError(f"{type(base).__name__}.inside_spec() returned {type(spec).__name__}, not a "
+                               f"workbench.InsideSpec.")
+    return spec
 
 
 def per_frame(values: torch.Tensor, hidden: torch.Tensor, layout: str) -> torch.Tensor:
@@ -233,8 +201,8 @@ class LoraSettings:
     ``rank``: the width of the low-rank update (>= 1); ``alpha``: its scale is ``alpha / rank``
     (``None``: ``alpha = rank``); ``dropout``: on the LoRA input; ``targets``: module names
     (peft's suffix match, e.g. ``to_q`` matches ``blocks.0.attn1.to_q``), ``None`` = the
-    backbone's defaults (Wan: ``to_q``, ``to_k``, ``to_v``, ``to_out.0``; tiny_video: its convs
-    and linears); ``init_from``: a LoRA file to start from (peft or diffusers format,
+    backbone's defaults (its ``inside_spec().lora_targets``, e.g. a DiT's ``to_q``, ``to_k``,
+    ``to_v``, ``to_out.0``); ``init_from``: a LoRA file to start from (peft or diffusers format,
     ``.safetensors``).
     """
 

@@ -44,14 +44,17 @@ from workbench.backbones.diffusers_data import (
 from workbench.backbones.diffusers_loading import (
     PRECISION,
     TinyFixture,
+    component_class,
     fixture_directory,
+    load_component,
     load_pipeline,
+    parameter_count,
     pipeline_directory,
     resolve_dtype,
 )
 from workbench.config import check
 from workbench.core import BaseVideoModel, Batch, ComponentSpec, FlowMatching, ModelCard, SamplingDefaults, StepRecord
-from workbench.core.backbone import as_video
+from workbench.core.backbone import as_video, freeze
 from workbench.core.platform import placement
 from workbench.errors import CompositionError, DataError
 
@@ -242,6 +245,17 @@ class DiffusersBackbone(BaseVideoModel):
     :meth:`card_fields`, ``_text`` (the text conditions of a raw batch), ``denoise`` and
     ``run_sampler`` (through :meth:`run_pipeline`); and overrides :meth:`latents_from`,
     :meth:`condition_on` / :meth:`batch_from` where its inputs go beyond clips and text.
+
+    **The text encoder loads when first needed** (:attr:`text_encoder`): :func:`load_pipeline` is
+    called with ``skip=("text_encoder",)`` and the pipelines are built with ``text_encoder=None``;
+    prompts met for the first time load it. A batch that carries its text embeddings (a latent
+    cache, see :meth:`encode_item`) never does, so a training rank fed from a cache holds the
+    transformer and the VAE only. The text encoder is not a submodule of the backbone: its
+    weights are not in ``state_dict()`` (the config's ``path`` names them), whether loaded or not.
+
+    **Frozen encoders run clip by clip** (the VAE in :meth:`latents_from`, the text encoder prompt by
+    prompt), so a clip's encoding never depends on the batch it came in: a latent cache equals
+    encoding on the fly, bit for bit.
     """
 
     name: str = ""
@@ -250,6 +264,7 @@ class DiffusersBackbone(BaseVideoModel):
     real_defaults: Mapping[str, Any] = {}
     mode_fix: str = ""  # how to get a backbone of another mode, said when a request is refused
     causal_latents = True  # the video VAEs diffusers ships are causal in time: frame 0 → latent 0, then r per frame
+    float32_components: tuple[str, ...] = ()  # components loaded and kept in float32 whatever the dtype (a VAE)
     _pending: _PipelineCall | None = None
 
     def __init__(self, config: DiffusersConfig | None = None, **overrides):
@@ -259,6 +274,7 @@ class DiffusersBackbone(BaseVideoModel):
             self.folder = self.tiny_pipeline()
         else:
             self.folder = pipeline_directory(config.path, self.name, self.release, self.convert)
+        self.__dict__.setdefault("_text_encoder", None)  # loaded on first use, never a submodule (see above)
         dtype = self.load()
         self._text_cache: dict[str, Any] = {}
         self.card = self.make_card(dtype)
@@ -284,17 +300,75 @@ class DiffusersBackbone(BaseVideoModel):
     def adopt_components(self, parts: Mapping[str, Any]) -> None:
         """Own the loaded pipeline's modules (frozen, in eval mode, moved and counted with the backbone).
 
-        ``transformer``, ``vae`` and ``scheduler`` are required, ``text_encoder`` and ``tokenizer``
-        optional (precomputed embeddings). Pipelines built over them afterwards only borrow them.
+        ``transformer``, ``vae`` and ``scheduler`` are required, ``tokenizer`` optional (precomputed
+        embeddings); a ``text_encoder`` given here is used instead of loading it on first need.
+        Pipelines built over them afterwards only borrow them.
         """
         self.transformer = parts["transformer"]
         self.vae = parts["vae"]
-        self.text_encoder = parts.get("text_encoder")
         self.tokenizer = parts.get("tokenizer")
         self.scheduler = parts["scheduler"]
-        for module in (self.transformer, self.vae, self.text_encoder):
-            if module is not None:
-                module.eval()
+        for module in (self.transformer, self.vae):
+            module.eval()
+        if parts.get("text_encoder") is not None:
+            self._adopt_text_encoder(parts["text_encoder"])
+
+    # -- the text encoder, loaded on first use ---------------------------------------------------
+    @property
+    def text_encoder(self):
+        """The text encoder, loaded from the pipeline directory (onto the backbone's device, in its dtype)
+        the first time it is asked for; ``None`` when the pipeline has none."""
+        module = self.__dict__.get("_text_encoder")
+        if module is None and self.has_text_encoder:
+            module = load_component(self.folder, "text_encoder", device=self.device, dtype=self.dtype)
+            self._adopt_text_encoder(module)
+        return module
+
+    @property
+    def has_text_encoder(self) -> bool:
+        """Whether the pipeline has a text encoder (loaded or not)."""
+        loaded = self.__dict__.get("_text_encoder") is not None
+        return loaded or component_class(self.folder, "text_encoder") is not None
+
+    @property
+    def text_encoder_loaded(self) -> bool:
+        """Whether the text encoder is in memory (a run fed its text embeddings never loads it)."""
+        return self.__dict__.get("_text_encoder") is not None
+
+    def _adopt_text_encoder(self, module) -> None:
+        freeze(module)
+        self.__dict__["_text_encoder"] = module
+        for pipe in self.borrowers():
+            pipe.register_modules(text_encoder=module)
+
+    def borrowers(self) -> list:
+        """The pipelines built over this backbone's modules (:attr:`pipelines`, and a ``pipeline`` attribute)."""
+        found = list((self.pipelines or {}).values())
+        single = self.__dict__.get("pipeline")
+        return found + ([single] if single is not None and single not in found else [])
+
+    def _apply(self, fn, recurse=True):
+        out = super()._apply(fn, recurse)
+        module = self.__dict__.get("_text_encoder")
+        if module is not None and recurse:  # not a submodule, but it goes where the backbone goes
+            module._apply(fn)
+        return out
+
+    def keep_in_float32(self) -> tuple[str, ...]:
+        """What a reduced-precision load keeps in float32: :attr:`float32_components` whole, and in every
+        diffusers model the parameters its class's ``_keep_in_fp32_modules`` names (diffusers' own rule: a
+        parameter whose dotted path has one of those names as a part), so ``.to(torch.bfloat16)`` makes
+        the backbone a bf16 load makes."""
+        paths = list(self.float32_components)
+        for name in ("transformer", "vae", "text_encoder"):
+            module = self.__dict__.get("_modules", {}).get(name)
+            keep = getattr(type(module), "_keep_in_fp32_modules", None) or ()
+            if module is None or not keep or name in self.float32_components:
+                continue
+            if not type(module).__module__.startswith("diffusers."):  # transformers keeps them for float16 only
+                continue
+            paths += [f"{name}.{p}" for p, _ in module.named_parameters() if any(k in p.split(".") for k in keep)]
+        return tuple(paths)
 
     # -- card --------------------------------------------------------------------------------
     def make_card(self, dtype: torch.dtype) -> ModelCard:
@@ -312,8 +386,9 @@ class DiffusersBackbone(BaseVideoModel):
         components = {"transformer": spec("denoiser", self.transformer, "transformer"),
                       "vae": spec("vae", self.vae, "vae", fields.pop("vae_dtype", weights)),
                       "scheduler": spec("scheduler", None, "scheduler")}
-        if self.text_encoder is not None:
-            components["text_encoder"] = spec("text_encoder", self.text_encoder, "text_encoder")
+        if self.has_text_encoder:  # counted from its files: it loads when first needed
+            count = parameter_count(self.folder, "text_encoder")
+            components["text_encoder"] = ComponentSpec("text_encoder", f"{source}/text_encoder", weights, count)
         if self.tokenizer is not None:
             components["tokenizer"] = spec("tokenizer", None, "tokenizer")
         defaults = {k: getattr(c, k) if getattr(c, k) is not None else v for k, v in self.real_defaults.items()}
@@ -340,6 +415,10 @@ class DiffusersBackbone(BaseVideoModel):
         """The text (and image) conditions :meth:`prepare_batch` supplies, before the signals."""
         return ("prompt_embeds", "negative_prompt_embeds")
 
+    def latent_frames(self, frames: int) -> int:
+        """The causal video VAE's latent frames: the first frame, then one per ``temporal`` frames."""
+        return 1 + (int(frames) - 1) // self.temporal
+
     def provides(self) -> tuple[str, ...]:
         return (*self.text_conditions(), *SIGNAL_CONDITIONS)
 
@@ -358,24 +437,68 @@ class DiffusersBackbone(BaseVideoModel):
                  width // self.spatial)
         return torch.zeros(shape, device=self.device)
 
+    def encode_clips(self, video: torch.Tensor) -> torch.Tensor:
+        """:meth:`encode` of each clip of ``video`` on its own, joined: a clip's latents never depend on the
+        batch it came in (the VAE's kernels need not be batch-invariant), as :meth:`encode_item` makes them."""
+        return torch.cat([self.encode(video[i:i + 1]) for i in range(video.shape[0])])
+
     def latents_from(self, raw: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor | None, bool]:
-        """``(latents, video, has_target)`` of a raw batch: its ``"video"`` encoded, or else zero latents of the
-        size a text-to-video request asks for (``"frames"`` or the signals' length, ``"height"`` / ``"width"``,
-        default the card's; ``video`` is then ``None``)."""
+        """``(latents, video, has_target)`` of a raw batch: its ``"video"`` encoded clip by clip, its
+        ``"latents"`` as given (a latent cache's, see :meth:`encode_item`), or else zero latents of the size a
+        text-to-video request asks for (``"frames"`` or the signals' length, ``"height"`` / ``"width"``, default
+        the card's; ``video`` is then ``None``)."""
+        if "latents" in raw:
+            return self.given_latents(raw["latents"]), None, True
         if "video" in raw:
             video = as_video(raw["video"], "video").to(self.device)
             self.check_frames(video.shape[2:], "video")
-            return self.encode(video), video, True
+            return self.encode_clips(video), video, True
         batch_size = batch_size_of(raw, self.config.prompt_key)
         frames, s = self._frames_from(raw), self.card.sampling
         height, width = int(raw.get("height", s.height)), int(raw.get("width", s.width))
         return self.blank_latents(batch_size, frames, height, width, "generation size"), None, False
 
+    def given_latents(self, value: Any) -> torch.Tensor:
+        """A raw batch's ``"latents"`` (as :meth:`encode` returns them) checked and on the backbone's device."""
+        latents = torch.as_tensor(value)
+        want = (self.latent_channels, None, None, None)
+        if latents.ndim != 5 or latents.shape[1] != want[0] or not latents.is_floating_point():
+            raise DataError(f"{self.name}: 'latents' must be float (B, {self.latent_channels}, T', h, w) as encode() "
+                            f"returns them (a latent cache's), got {tuple(latents.shape)} {latents.dtype}. Pass "
+                            f"'video' instead to have them encoded.")
+        return latents.to(self.device)
+
+    def encode_item(self, item: Mapping[str, Any]) -> dict[str, Any] | None:
+        """One dataset item with the frozen encoders' work done: ``"video"`` → ``"latents"`` ``(C, T', h, w)``,
+        its text → the text conditions (``prompt_embeds`` ...), and what :meth:`condition_on` derives from the
+        clip (e.g. the first frame's latent); everything else kept. ``prepare_batch`` of collated items is then
+        ``prepare_batch`` of the collated raw items, bit for bit, without the VAE encoder or the text encoder.
+        ``None`` for an item without ``"video"``."""
+        if "video" not in item:
+            return None
+        raw = {k: v for k, v in item.items() if k != "video"}
+        video = as_video(torch.as_tensor(item["video"])[None], "video").to(self.device)
+        self.check_frames(video.shape[2:], "video")
+        with torch.no_grad():
+            latents = self.encode_clips(video)
+            cond: dict[str, Any] = self._text({k: ([v] if isinstance(v, str) else v) for k, v in raw.items()}, 1)
+            self.condition_on(cond, latents, video, True)
+            extra = self.cached_conditions(video)
+        out = {**raw, "latents": latents[0].cpu()}
+        out.update({k: v[0].cpu() for k, v in {**cond, **extra}.items() if isinstance(v, torch.Tensor)})
+        return out
+
+    def cached_conditions(self, video: torch.Tensor) -> dict[str, torch.Tensor]:
+        """What a cached item keeps of its clip besides the conditions (e.g. a sampler's first-frame pixels)."""
+        return {}
+
     def prepare_batch(self, raw: Mapping[str, Any] | Batch) -> Batch:
         """Raw data → :class:`Batch`: the latents (:meth:`latents_from`), the text conditions, what the
         backbone conditions on besides (:meth:`condition_on`), then each per-frame signal (``"action"`` or
         ``"actions"``, ``"proprio"``, ``"ee_pos"`` ``(B, T, D)``) pooled onto latent frames (``action``
-        ``(B, T', D)``) and at full rate (``action_frames``), see :func:`add_signals`."""
+        ``(B, T', D)``) and at full rate (``action_frames``), see :func:`add_signals`. Collated items of
+        :meth:`encode_item` (``"latents"`` and the text conditions instead of ``"video"`` and text) give
+        the batch their raw items give."""
         if isinstance(raw, Batch):
             return raw
         if not isinstance(raw, Mapping):
@@ -385,18 +508,19 @@ class DiffusersBackbone(BaseVideoModel):
         with torch.no_grad():
             latents, video, has_target = self.latents_from(raw)
             cond: dict[str, Any] = self._text(raw, latents.shape[0])
-            self.condition_on(cond, latents, video, has_target)
+            self.condition_on(cond, latents, video, has_target, raw=raw)
         batch_size, frames = latents.shape[0], 1 + (latents.shape[2] - 1) * self.temporal
         per_frame = add_signals(cond, raw, batch_size=batch_size, frames=frames, ratio=self.temporal,
                                 device=self.device, plugin=self.name)
-        return self.batch_from(latents, cond, frozenset(per_frame), video, has_target)
+        return self.batch_from(latents, cond, frozenset(per_frame), video, has_target, raw=raw)
 
     def condition_on(self, cond: dict[str, Any], latents: torch.Tensor, video: torch.Tensor | None,
-                     has_target: bool) -> None:
-        """Add to ``cond`` what the backbone conditions on besides text (e.g. a first frame); nothing by default."""
+                     has_target: bool, raw: Mapping[str, Any] | None = None) -> None:
+        """Add to ``cond`` what the backbone conditions on besides text (e.g. a first frame), from ``video``
+        or, for cached items (``video`` ``None``), from ``raw``; nothing by default."""
 
     def batch_from(self, latents: torch.Tensor, cond: dict[str, Any], per_frame: frozenset[str],
-                   video: torch.Tensor | None, has_target: bool) -> Batch:
+                   video: torch.Tensor | None, has_target: bool, raw: Mapping[str, Any] | None = None) -> Batch:
         """The prepared :class:`Batch` (every latent frame predicted unless a backbone says otherwise)."""
         return Batch(latents=latents, cond=cond, per_frame=per_frame, meta={"has_target": has_target})
 
@@ -404,17 +528,18 @@ class DiffusersBackbone(BaseVideoModel):
         raise NotImplementedError
 
     def cached_text(self, prompts: Sequence[str], encode: Callable[[list[str]], Sequence[Any]], fix: str) -> list[Any]:
-        """Each prompt's encoding: prompts not seen before are encoded together, once per backbone
-        (``encode(missing)`` gives one entry per prompt), and kept — the text encoder dwarfs any adapter.
+        """Each prompt's encoding: a prompt not seen before is encoded on its own, once per backbone
+        (``encode([prompt])`` gives one entry), and kept — the text encoder dwarfs any adapter.
         ``fix``: what to pass instead when the pipeline has no text encoder."""
         missing = [p for p in dict.fromkeys(prompts) if p not in self._text_cache]
         if missing:
-            if self.text_encoder is None or self.tokenizer is None:
+            if not self.has_text_encoder or self.tokenizer is None:
                 raise DataError(f"{self.name}: prompts were given but {self.folder} has no text_encoder / tokenizer. "
                                 f"{fix}")
+            self.text_encoder  # noqa: B018 (loads it on first need, into the pipelines too)
             with torch.no_grad():
-                for prompt, value in zip(missing, encode(missing)):
-                    self._text_cache[prompt] = value
+                for prompt in missing:  # one by one: an embedding never depends on the prompts beside it
+                    self._text_cache[prompt] = encode([prompt])[0]
         return [self._text_cache[p] for p in prompts]
 
     # -- sampling ----------------------------------------------------------------------------

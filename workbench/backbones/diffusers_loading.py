@@ -86,23 +86,69 @@ def resolve_dtype(name: str, device: str | torch.device = "auto",
 
 
 def load_pipeline(folder: str | Path, *, plugin: str, device: str = "auto", dtype: str = "auto",
-                  precision: Mapping[str, str | Sequence[str]] = PRECISION, float32: Sequence[str] = ()):
+                  precision: Mapping[str, str | Sequence[str]] = PRECISION, float32: Sequence[str] = (),
+                  skip: Sequence[str] = ()):
     """Load a diffusers pipeline onto the target device in the target dtype; returns ``(pipeline, dtype)``.
 
     ``device`` / ``dtype`` are the backbone config's (``auto`` resolves through
     :mod:`workbench.core.platform` and ``precision``, the card's per-device precision), so a
     backbone on the CPU is float32 even on a machine with a GPU. ``float32``: components kept in
-    float32 whatever the dtype (e.g. a VAE that upstream runs in float32).
+    float32 whatever the dtype (e.g. a VAE that upstream runs in float32). ``skip``: components
+    not loaded (``None`` in the pipeline), e.g. a text encoder loaded later with :func:`load_component`.
     """
     from diffusers import DiffusionPipeline
 
     target, weights = platform.placement(device, dtype, precision, where=f"{plugin} config")
     dtypes = {"default": weights, **{name: torch.float32 for name in float32}} if float32 else weights
-    loaded = DiffusionPipeline.from_pretrained(str(folder), dtype=dtypes)
+    loaded = DiffusionPipeline.from_pretrained(str(folder), dtype=dtypes, **{name: None for name in skip})
     for module in loaded.components.values():
         if isinstance(module, torch.nn.Module):
             module.to(target)
     return loaded, weights
+
+
+def component_class(folder: str | Path, name: str) -> tuple[str, str] | None:
+    """``(library, class name)`` of component ``name`` in a pipeline directory's ``model_index.json``
+    (``None`` when the pipeline has none)."""
+    import json
+
+    entry = json.loads((Path(folder) / "model_index.json").read_text()).get(name)
+    if not isinstance(entry, list) or len(entry) != 2 or None in entry:
+        return None
+    return entry[0], entry[1]
+
+
+def load_component(folder: str | Path, name: str, *, device: torch.device | str, dtype: torch.dtype):
+    """Component ``name`` of a pipeline directory (its subfolder, its class from ``model_index.json``),
+    loaded on its own onto ``device`` in ``dtype``, in eval mode; ``None`` when the pipeline has none."""
+    import importlib
+
+    found = component_class(folder, name)
+    if found is None:
+        return None
+    library, cls_name = found
+    cls = getattr(importlib.import_module(library), cls_name)
+    module = cls.from_pretrained(str(Path(folder) / name), dtype=dtype)
+    return module.to(device).eval()
+
+
+def parameter_count(folder: str | Path, name: str) -> int | None:
+    """How many parameters component ``name`` holds, read from its safetensors headers (nothing is loaded);
+    ``None`` when its weights are not safetensors files."""
+    from safetensors import safe_open
+
+    files = sorted((Path(folder) / name).glob("*.safetensors"))
+    if not files:
+        return None
+    total = 0
+    for file in files:
+        with safe_open(str(file), framework="pt") as f:
+            for key in f.keys():  # noqa: SIM118 (a safetensors handle is not iterable)
+                count = 1
+                for d in f.get_slice(key).get_shape():
+                    count *= d
+                total += count
+    return total
 
 
 @dataclass(frozen=True)
@@ -134,4 +180,5 @@ class TinyFixture:
                          what=self.what, save=self.save)
 
 
-__all__ = ["DTYPES", "TinyFixture", "fixture_directory", "pipeline_directory", "resolve_dtype", "tiny_fixture_cli"]
+__all__ = ["DTYPES", "TinyFixture", "component_class", "fixture_directory", "load_component", "parameter_count",
+           "pipeline_directory", "resolve_dtype", "tiny_fixture_cli"]

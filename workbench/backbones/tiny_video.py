@@ -29,6 +29,7 @@ from workbench.config import check
 from workbench.core.backbone import CONTROL_KEY, BaseVideoModel, StepRecord, as_video, control_video
 from workbench.core.card import ComponentSpec, ModelCard, RecipeSpec, SamplingDefaults
 from workbench.core.conditions import Batch
+from workbench.core.inside import InsideSpec
 from workbench.core.objectives import Diffusion, FlowMatching
 from workbench.core.platform import is_device_name, placement
 from workbench.errors import CheckpointError, DataError
@@ -376,6 +377,17 @@ class TinyVideo(BaseVideoModel):
         level = self._objective.noise_level(t)
         pred = self.denoiser(x_t, level, cond["first_frame"].to(x_t.dtype))
         return self.pin_first_frame(pred, x_t, t, cond)
+
+    def inside_spec(self) -> InsideSpec:
+        """Adapters inside the base reach into the denoiser: LoRA on its convolutions and linears,
+        hooks on its down, middle and up blocks (``(B, W, T, h, w)``); the down blocks are the chain
+        a ControlNet copies."""
+        den = self.denoiser
+        blocks = (*den.down_blocks, *den.mid_blocks, *den.up_blocks)
+        return InsideSpec(root=den, root_name="denoiser",
+                          lora_targets=("spatial", "temporal", "film", "down", "up", "merge", "out"),
+                          blocks=blocks, widths=tuple(b.spatial.out_channels for b in blocks),
+                          branch_blocks=len(den.down_blocks), layout="channels")
 
     # -- native samplers ---------------------------------------------------------------------
     def schedule(self, steps: int) -> torch.Tensor:

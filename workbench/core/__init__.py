@@ -1,7 +1,7 @@
 """The contract: backbones, adapters, conditions, composers, objectives, and their composition."""
 
 from workbench.core.adapter import Adapter
-from workbench.core.backbone import BaseVideoModel, StepRecord
+from workbench.core.backbone import BaseVideoModel, ClipSpec, StepRecord
 from workbench.core.callbacks import Callback
 from workbench.core.card import ComponentSpec, ModelCard, RecipeSpec, SamplingDefaults
 from workbench.core.composed import ComposedModel, Prediction
@@ -16,11 +16,12 @@ from workbench.core.composers import (
     Replace,
 )
 from workbench.core.conditions import Batch, Condition, Conditioning
+from workbench.core.inside import InsideSpec
 from workbench.core.objectives import Diffusion, FlowMatching, Objective
 
 __all__ = [
-    "Adapter", "Add", "BaseVideoModel", "Batch", "Callback", "ComponentSpec", "ComposeContext",
+    "Adapter", "Add", "BaseVideoModel", "Batch", "Callback", "ClipSpec", "ComponentSpec", "ComposeContext",
     "ComposedModel", "Composer", "Condition", "Conditioning", "Diffusion", "FlowMatching", "GatedResidual",
-    "MaskMix", "ModelCard", "NoiseGated", "Objective", "Prediction", "PretrainWarmup", "RecipeSpec",
+    "InsideSpec", "MaskMix", "ModelCard", "NoiseGated", "Objective", "Prediction", "PretrainWarmup", "RecipeSpec",
     "Replace", "SamplingDefaults", "StepRecord",
 ]

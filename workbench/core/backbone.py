@@ -9,9 +9,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from workbench.core.card import ModelCard
+from workbench.core.card import IMAGE_MODES, ModelCard
 from workbench.core.conditions import Batch
-from workbench.errors import CompositionError, DataError
+from workbench.core.inside import InsideSpec
+from workbench.errors import CardError, CompositionError, DataError
 
 ComposeFn = Callable[[torch.Tensor, torch.Tensor, Batch], torch.Tensor]
 
@@ -33,6 +34,28 @@ class StepRecord:
 
 
 OnStep = Callable[[StepRecord], None]
+
+
+@dataclass(frozen=True)
+class ClipSpec:
+    """The clip a backbone predicts, as its card's sampling defaults say (see :meth:`BaseVideoModel.clip`).
+
+    ``frames`` pixel frames of ``height`` x ``width`` at ``fps`` frames per second (``None``:
+    not stated), which :meth:`BaseVideoModel.encode` turns into ``latent_frames`` latent frames.
+    Every command that makes or reads clips for a backbone (evaluation, the demo, latent caches,
+    dataset resizing) asks this, never a backbone's own config fields.
+    """
+
+    frames: int
+    height: int
+    width: int
+    fps: float | None
+    latent_frames: int
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """``(height, width)``."""
+        return self.height, self.width
 
 
 def as_video(value: Any, key: str = "video") -> torch.Tensor:
@@ -126,11 +149,9 @@ class BaseVideoModel(nn.Module):
     an adapter may consume (so not in :meth:`provides`), e.g. the first frame's pixels that an
     image-to-video pipeline encodes itself."""
 
-    inside_spec: Callable[[], Any] | None = None
-    """Optional method ``inside_spec() -> workbench.adapters.inside.InsideSpec`` saying where an
-    adapter inside the base (``lora``, ``action_modulation``, ``controlnet``) reaches: the module
-    LoRA targets, the chain of blocks, their widths. ``None``: the built-in answer for the card's
-    family (``tiny_video``, ``wan2.2``), else such adapters are refused with this fix."""
+    max_generate_batch: int | None = None
+    """The most clips one :meth:`generate` call takes (e.g. 1 for a pipeline that conditions every
+    sample on one image); ``None``: any number. Callers that predict many clips split them so."""
 
     forward_version: int = 0
     """Bumped by whatever changes what :meth:`denoise` computes for the same input without
@@ -187,6 +208,44 @@ class BaseVideoModel(nn.Module):
         """
         return None
 
+    # -- the clip ----------------------------------------------------------------------------
+    def clip(self) -> ClipSpec:
+        """The clip this backbone predicts: frames, height, width, fps and latent frames.
+
+        By default the card's sampling defaults (``num_frames``, ``height``, ``width``, ``fps``)
+        and :meth:`latent_frames`; a card that leaves one of the first three out is refused with
+        the fix. Evaluation, the demo, latent caches and dataset resizing read the clip size here.
+        """
+        card = self.card
+        s = card.sampling if card is not None else None
+        missing = [name for name in ("num_frames", "height", "width") if s is None or getattr(s, name) is None]
+        if missing:
+            name = getattr(card, "model_id", None) or type(self).__name__
+            raise CardError(
+                f"{name!r} does not say the clip it predicts: its card's sampling.{', sampling.'.join(missing)} "
+                f"{'is' if len(missing) == 1 else 'are'} None. Set them in the card (SamplingDefaults(num_frames=..., "
+                f"height=..., width=...)), or override {type(self).__name__}.clip()."
+            )
+        return ClipSpec(frames=s.num_frames, height=s.height, width=s.width, fps=s.fps,
+                        latent_frames=self.latent_frames(s.num_frames))
+
+    def generation_inputs(self, video: torch.Tensor) -> dict[str, Any]:
+        """What a generation request takes from clips it should reproduce, ``video`` ``(B, 3, T, H, W)``.
+
+        By default, for a card serving an image-to-video mode (``i2v`` / ``ti2v``), the first frames
+        ``{"image": (B, 3, H, W)}``; otherwise the clip's size ``{"frames": T, "height": H, "width": W}``.
+        A backbone given more frames overrides it (e.g. an interpolation model's ``"last_image"``).
+        Evaluations build their requests with it (:func:`workbench.inspect.clips.generation_request`).
+        """
+        if self.card is not None and self.card.serving in IMAGE_MODES:
+            return {"image": video[:, :, 0]}
+        return {"frames": int(video.shape[2]), "height": int(video.shape[3]), "width": int(video.shape[4])}
+
+    def latent_frames(self, frames: int) -> int:
+        """How many latent frames :meth:`encode` makes of ``frames`` pixel frames; ``frames`` by default
+        (one latent frame per frame). A video VAE that compresses time overrides it."""
+        return int(frames)
+
     # -- autoencoder -------------------------------------------------------------------------
     def encode(self, video: torch.Tensor) -> torch.Tensor:
         """Video ``(B, 3, T, H, W)`` in [-1, 1] → floating latents ``(B, C, T', H', W')`` on :attr:`device`."""
@@ -237,6 +296,15 @@ class BaseVideoModel(nn.Module):
     def callbacks(self) -> tuple:
         """Callbacks this backbone brings to any training run it is part of; none by default."""
         return ()
+
+    def inside_spec(self) -> InsideSpec | None:
+        """Where an adapter inside the base (``lora``, ``action_modulation``, ``controlnet``) reaches.
+
+        An :class:`~workbench.core.inside.InsideSpec`: the network every prediction runs through,
+        the layers LoRA targets by default, the blocks hooks sit on and their layout. ``None`` (the
+        default): such adapters are refused, saying to define this method.
+        """
+        return None
 
     # -- sampling ----------------------------------------------------------------------------
     def run_sampler(self, batch: Batch, *, steps: int, sampler: str, generator: torch.Generator | None,
@@ -289,9 +357,56 @@ class BaseVideoModel(nn.Module):
 
     @property
     def dtype(self) -> torch.dtype:
-        """The first parameter's dtype (float32 without parameters)."""
-        p = next(self.parameters(), None)
-        return p.dtype if p is not None else torch.float32
+        """The dtype the backbone computes in: its first parameter's outside :meth:`keep_in_float32`
+        (float32 without parameters)."""
+        kept = self._float32_paths()
+        for name, p in self.named_parameters():
+            if not kept or not _under(name, kept):
+                return p.dtype
+        return torch.float32
+
+    def keep_in_float32(self) -> tuple[str, ...]:
+        """Dotted paths of the submodules (or single parameters) that stay float32 whatever dtype
+        the backbone is moved to; none by default.
+
+        Layers that compute in float32 (a norm upcasting its input, a VAE upstream runs in
+        float32) keep their weights in float32, as diffusers' ``_keep_in_fp32_modules`` does at
+        load time: ``base.to(torch.bfloat16)`` moves them to the new device, not to the new dtype,
+        so a backbone moved to bf16 is the one a bf16 load makes.
+        """
+        return ()
+
+    def _float32_paths(self) -> tuple[str, ...]:
+        cached = self.__dict__.get("_float32_cache")
+        if cached is None:
+            cached = tuple(self.keep_in_float32())
+            if cached:  # (a backbone still being built may not have its modules yet: ask again next time)
+                self.__dict__["_float32_cache"] = cached
+        return cached
+
+    def _apply(self, fn, recurse=True):
+        kept = self._float32_paths()
+        if not kept:
+            return super()._apply(fn, recurse)
+        ids = set()
+        for name, t in (*self.named_parameters(), *self.named_buffers()):
+            if _under(name, kept):
+                ids.add(id(t))
+                if t.grad is not None:
+                    ids.add(id(t.grad))
+
+        def keeping(t: torch.Tensor) -> torch.Tensor:
+            if id(t) not in ids or not t.is_floating_point():
+                return fn(t)
+            target = fn(torch.empty(0, dtype=t.dtype, device=t.device))  # where fn sends it: that device, in float32
+            return t.to(device=target.device, dtype=torch.float32)
+
+        return super()._apply(keeping, recurse)
+
+
+def _under(name: str, paths: tuple[str, ...]) -> bool:
+    """``name`` (a dotted parameter path) is one of ``paths`` or lies inside one of them."""
+    return any(name == p or name.startswith(p + ".") for p in paths)
 
 
 def _eval_only(module: nn.Module, mode: bool = True) -> nn.Module:

@@ -10,6 +10,7 @@ import time; writing videos (``Trajectory.export``) loads imageio when called.
 """
 
 from workbench.inspect.ablation import Ablation, ConditionEdit, swap_conditions
+from workbench.inspect.clips import generation_request, predict_clips
 from workbench.inspect.common import InspectError, StepError, StorageWarning, t_for_noise_level
 from workbench.inspect.decoding import render, render_float
 from workbench.inspect.gates import GatesState, find_gate_history, gate_history, gate_statistics
@@ -42,6 +43,7 @@ __all__ = [
     "StopSampling", "StoragePolicy", "StorageWarning", "Trajectory", "TrajectoryStep", "ViewImage",
     "action_sensitivity", "backbone_identity", "cache_dir", "clear_preview_cache", "condition_plots",
     "condition_table", "decode_chunked", "effective_gate_map", "estimate_memory", "find_gate_history", "fit_preview",
-    "gate_history", "gate_statistics", "moving_psnr", "per_clip", "psnr", "record", "render", "render_float",
+    "gate_history", "gate_statistics", "generation_request", "moving_psnr", "per_clip", "predict_clips", "psnr",
+    "record", "render", "render_float",
     "sigma_sensitivity", "ssim", "swap_conditions", "t_for_noise_level", "view_image",
 ]

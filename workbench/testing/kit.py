@@ -158,8 +158,19 @@ class Subject:
                 for p in adapter.parameters():
                     p.add_(torch.randn(p.shape, generator=g).to(p) * 0.1)
         composer = composer if composer is not None else GatedResidual(gate_init=0.5 if perturbed else 0.1)
-        model = ComposedModel(self.base, adapter, composer, self.base.default_objective())
-        return model.to(self.device) if self.dtype is None else model.to(self.device, self.dtype)
+        # the adapter and composer are placed, never the composed model: that would move the base as well
+        return ComposedModel(self.base, self.place(adapter), self.place(composer), self.base.default_objective())
+
+    @property
+    def adapter_dtype(self) -> torch.dtype | None:
+        """What the adapter runs in under ``dtype``: the dtype of the latents it corrects (a backbone in
+        bf16 may keep its latents and its sampler's arithmetic in float32, as the plugins do)."""
+        return None if self.dtype is None else self.batch.latents.dtype
+
+    def place(self, module: nn.Module) -> nn.Module:
+        """``module`` (an adapter or a composer) on the device, in :attr:`adapter_dtype`."""
+        dtype = self.adapter_dtype
+        return module.to(self.device) if dtype is None else module.to(self.device, dtype)
 
 
 @contextlib.contextmanager

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -59,23 +60,31 @@ def check_card(s: Subject) -> str:
 def check_to(s: Subject) -> str:
     base, device, dtype = s.base, s.device, s.dtype
     before = s.need("the state before moving")
+    kept = tuple(base.keep_in_float32())
     moved = snapshot(base)
+
+    def wanted(name: str) -> torch.dtype | None:
+        return torch.float32 if kept and _under(name, kept) else dtype
+
     elsewhere = [k for k, v in moved.items() if v.device.type != device.type]
-    wrong = [k for k, v in moved.items() if dtype is not None and v.is_floating_point() and v.dtype != dtype]
+    wrong = [k for k, v in moved.items() if dtype is not None and v.is_floating_point() and v.dtype != wanted(k)]
     if elsewhere or wrong:
         raise Broken(f".to({device}{', ' + str(dtype) if dtype else ''}) left "
                      + "; ".join(filter(None, [elsewhere and f"{few(elsewhere)} off {device}",
-                                               wrong and f"{few(wrong)} not {dtype}"])))
-    first = next(base.parameters(), None)
-    if first is not None and (base.device.type != device.type or base.dtype != first.dtype):
+                                               wrong and f"{few(wrong)} not {dtype}" + (
+                                                   " (keep_in_float32() names the float32 ones)" if kept else "")])))
+    computing = next((p for n, p in base.named_parameters() if not (kept and _under(n, kept))), None)
+    if computing is not None and (base.device.type != device.type or base.dtype != computing.dtype):
         raise Broken(f"base.device / base.dtype report {base.device} / {base.dtype}, the weights are on "
-                     f"{first.device} / {first.dtype}.")
+                     f"{computing.device} / {computing.dtype}.")
     if dtype is not None:
-        before = {k: v.to(dtype) if v.is_floating_point() else v for k, v in before.items()}
+        before = {k: v.to(wanted(k)) if v.is_floating_point() else v for k, v in before.items()}
     changed = differing(before, moved)
     if changed:
         raise Broken(f"moving changed the values of {few(changed)}.")
-    dtypes = {v.dtype for v in moved.values() if v.is_floating_point()}
+    held = [k for k, v in moved.items() if v.is_floating_point() and kept and _under(k, kept)]
+    note = f"; {len(held)} kept in float32" if held else ""
+    dtypes = {v.dtype for k, v in moved.items() if v.is_floating_point() and not (kept and _under(k, kept))}
     uniform = dtypes.pop() if len(dtypes) == 1 else None  # float64 holds every float dtype exactly
     if device.type != "cpu":
         base.to("cpu") if uniform is None else base.to("cpu", torch.float64)
@@ -84,11 +93,16 @@ def check_to(s: Subject) -> str:
         base.to(torch.float64)
         base.to(uniform)
     else:
-        return f"{len(moved)} tensors on {device} (mixed precision on the CPU: no round trip to make)"
-    changed = differing(moved, snapshot(base))
+        return f"{len(moved)} tensors on {device}{note} (mixed precision on the CPU: no round trip to make)"
+    after = snapshot(base)
+    changed = differing(moved, after)
     if changed:
         raise Broken(f"a .to() round trip changed {few(changed)}.")
-    return f"{len(moved)} tensors on {device}, round trip bit-exact"
+    return f"{len(moved)} tensors on {device}{note}, round trip bit-exact"
+
+
+def _under(name: str, paths: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in paths)
 
 
 # -- the batch and the autoencoder ---------------------------------------------------------
@@ -288,14 +302,90 @@ def check_fork(s: Subject) -> str:
     return f"fork at {at}: prefix bit-exact, {calls[0]} base calls"
 
 
+# -- the clip ------------------------------------------------------------------------------
+def _clips_like(s: Subject, clip) -> list[dict]:
+    """Two clips of ``clip``'s size carrying what the raw batch carries: random frames, each per-frame signal and
+    control video made at the clip's length and size, other conditions and text as given."""
+    g = torch.Generator().manual_seed(s.seed + 17)
+    video = torch.rand(2, 3, clip.frames, clip.height, clip.width, generator=g) * 2 - 1
+    clips: list[dict] = [{"video": video[i]} for i in range(2)]
+    source = s.raw.get("video")
+    frames = as_video(source).shape[2] if source is not None else None
+    for key, value in s.raw.items():
+        if key in ("video", "latents", "image"):
+            continue
+        if isinstance(value, str):
+            for c in clips:
+                c[key] = value
+        elif isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
+            for i, c in enumerate(clips):
+                c[key] = value[i % len(value)]
+        elif isinstance(value, torch.Tensor) and value.is_floating_point() and value.ndim >= 2:
+            if value.ndim == 5:  # a control video (B, C, T, H, W)
+                made = torch.rand(2, value.shape[1], clip.frames, clip.height, clip.width, generator=g) * 2 - 1
+            elif value.ndim == 3 and value.shape[1] == frames:  # a per-frame signal (B, T, D)
+                made = torch.rand(2, clip.frames, value.shape[2], generator=g) * 2 - 1
+            else:  # per clip (e.g. text embeddings)
+                made = torch.stack([value[i % value.shape[0]] for i in range(2)])
+            for i, c in enumerate(clips):
+                c[key] = made[i]
+    return clips
+
+
+def check_clip(s: Subject) -> str:
+    from workbench.core.backbone import ClipSpec
+    from workbench.inspect.clips import generation_request, predict_clips
+    from workbench.metrics import to_uint8_video
+
+    base = s.base
+    clip = base.clip()
+    if not isinstance(clip, ClipSpec):
+        raise Broken(f"clip() returned {type(clip).__name__}, not a workbench ClipSpec.")
+    sizes = {"frames": clip.frames, "height": clip.height, "width": clip.width, "latent_frames": clip.latent_frames}
+    bad = {k: v for k, v in sizes.items() if not isinstance(v, int) or isinstance(v, bool) or v < 1}
+    if bad:
+        raise Broken(f"clip() states {bad}; frames, height, width and latent frames must be positive ints.")
+    clips = _clips_like(s, clip)
+    with torch.no_grad():
+        latents = base.encode(torch.stack([c["video"] for c in clips]).to(base.device))
+    if latents.shape[2] != clip.latent_frames:
+        raise Broken(f"clip() says {clip.frames} frames make {clip.latent_frames} latent frames, encode() makes "
+                     f"{latents.shape[2]}: latent_frames() must follow the autoencoder.")
+    swapped = [{**c, **{k: v for k, v in clips[1 - i].items() if isinstance(v, torch.Tensor) and k != "video"}}
+               for i, c in enumerate(clips)]
+    model = s.model(perturbed=True)
+    steps = s.steps
+    predicted = {"base": predict_clips(model, clips, steps=steps, seed=s.seed, adapter=False, **s.sampler_kwargs),
+                 "adapter": predict_clips(model, clips, steps=steps, seed=s.seed, **s.sampler_kwargs),
+                 "swapped": predict_clips(model, swapped, steps=steps, seed=s.seed, **s.sampler_kwargs)}
+    want = (2, clip.frames, clip.height, clip.width, 3)
+    wrong = {k: tuple(v.shape) for k, v in predicted.items() if tuple(v.shape) != want or v.dtype.name != "uint8"}
+    if wrong:
+        raise Broken(f"predicting 2 clips from what the backbone generates from gave videos of {wrong}; expected "
+                     f"uint8 {want}, the clip clip() states.")
+    limit = base.max_generate_batch or 2
+    alone = []
+    for lo in range(0, 2, limit):  # the frozen base's own generate(), as predict_clips chunks and seeds it
+        batch = base.prepare_batch(generation_request(base, clips[lo:lo + limit]))
+        generator = torch.Generator(device=base.device).manual_seed(s.seed * 7919 + lo)
+        with torch.no_grad():
+            alone.append(to_uint8_video(base.decode(base.generate(batch, steps=steps, generator=generator,
+                                                                 **s.sampler_kwargs))))
+    if not (predicted["base"] == np.concatenate(alone)).all():
+        raise Broken("the base's predictions with the adapter switched off are not the frozen base's own generate() "
+                     "with the same noise.")
+    fps = f" at {clip.fps:g} fps" if clip.fps else ""
+    return (f"{clip.frames} frames of {clip.height}x{clip.width}{fps} -> {clip.latent_frames} latent frames; 2 clips "
+            f"predicted three ways (base, adapter, swapped conditions) at that size, the base's bit-exact")
+
+
 # -- training and checkpoints --------------------------------------------------------------
 def check_training(s: Subject) -> str:
     from workbench.core.composers import GatedResidual
     from workbench.train import AdapterExperiment, TrainingConfig
 
     base, batch = s.base, s.batch
-    place = (lambda m: m.to(s.device)) if s.dtype is None else (lambda m: m.to(s.device, s.dtype))
-    adapter, composer = place(s.adapter_factory()), place(GatedResidual())
+    adapter, composer = s.place(s.adapter_factory()), s.place(GatedResidual())
     base.train()  # a user's stray .train() must not reach the frozen base
     before = snapshot(base)
     exp = AdapterExperiment(base=base, adapter=adapter, composer=composer, training=TrainingConfig(
@@ -350,6 +440,8 @@ PROMISES: dict[str, tuple[str, Callable[[Subject], str | None]]] = {
     "recording": ("recorded == unrecorded sampling, bit-exact; the generator is the only randomness",
                   check_recording),
     "fork": ("a fork at k replays its prefix bit-exactly with N-k steps of model calls", check_fork),
+    "clip": ("clip() states the clip it predicts; clips of that size predicted from what it generates from (base, "
+             "adapter, swapped conditions) come out at that size", check_clip),
     "training": ("a training step changes only trainable parameters; the base stays bit-identical, in eval mode",
                  check_training),
     "state_dict": ("the trainable state dict holds no base weights", check_state_dict),
@@ -377,7 +469,9 @@ def check_backbone(make_backbone: Callable[[], BaseVideoModel] | BaseVideoModel,
             ``{"guidance_scale": 4.0}`` to sample under guidance).
         fork_at: the step the fork check forks at (default ``steps // 2``).
         device / dtype: where and in what precision the checks run (``dtype=None`` keeps the
-            backbone's own dtypes and moves it to ``device`` only).
+            backbone's own dtypes and moves it to ``device`` only). The backbone is moved with
+            ``.to(device, dtype)`` (what it keeps in float32 stays so); adapters and composers run
+            in the dtype of the latents ``prepare_batch`` makes.
         promises: names of the promises to check (default all, see :data:`PROMISES`).
         raise_on_broken: ``False`` returns the report instead of raising.
 

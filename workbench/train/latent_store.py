@@ -39,10 +39,21 @@ FIX = "Rerun `workbench cache-latents CONFIG --out {root}`: it verifies every sh
       "rewrites the others."
 
 
+def own_weights(base: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The backbone's own parameters and buffers by name, as it was built: the tensors an inside adapter
+    attached to it (peft's LoRA layers) left out, and peft's ``.base_layer`` wrapping undone, so a cache
+    made by the bare backbone is recognised by a run with a LoRA inside it."""
+    owner = vars(base).get("_workbench_inside_adapter")  # an inside adapter marks the base it is attached to
+    theirs = set() if owner is None else {id(t) for t in (*owner.parameters(), *owner.buffers())}
+    return {name.replace(".base_layer.", "."): t for name, t in base.state_dict(keep_vars=True).items()
+            if id(t) not in theirs}
+
+
 def weights_digest(module: torch.nn.Module) -> str:
-    """A digest of every parameter and buffer (names, shapes, dtypes, bytes) of ``module``."""
+    """A digest of every parameter and buffer (names, shapes, dtypes, bytes) of ``module`` (its own,
+    see :func:`own_weights`)."""
     h = hashlib.blake2b(digest_size=16)
-    for name, tensor in sorted(module.state_dict().items()):
+    for name, tensor in sorted(own_weights(module).items()):
         t = tensor.detach().contiguous().cpu()
         h.update(f"{name}:{tuple(t.shape)}:{t.dtype};".encode())
         h.update(t.view(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")

@@ -156,12 +156,16 @@ def _camera(cfg: DemoConfig) -> dict[str, str]:
 
 def build_experiment(cfg: DemoConfig, run_dir: Path):
     """The frozen pretrained base + the action adapter, as an :class:`AdapterExperiment`."""
-    from workbench.backbones.tiny_video import TinyVideoConfig
+    import torch
+
+    from workbench.config import build
     from workbench.data.sources import data_block, data_kind
     from workbench.train import AdapterExperiment
     from workbench.train.config import parse_experiment
 
-    size = TinyVideoConfig().image_size
+    base = {"type": "tiny_video", "config": {"weights": cfg.base_weights}}
+    with torch.random.fork_rng(devices=[]):  # (its random init draws nothing from the run's generator)
+        clip = build("backbone", base["type"], {**base["config"], "device": "cpu"}).clip()  # the clip it predicts
     adapter = copy.deepcopy(cfg.adapter)
     if data_kind(cfg.data) == "lerobot":  # the adapter reads the dataset's action vector, whatever its width
         from workbench.data.lerobot_format import LeRobotMeta
@@ -171,13 +175,13 @@ def build_experiment(cfg: DemoConfig, run_dir: Path):
             adapter.setdefault("config", {}).setdefault("dim", meta.width("action"))
     config = parse_experiment({
         "name": "demo",
-        "base": {"type": "tiny_video", "config": {"weights": cfg.base_weights}},
+        "base": base,
         "adapter": adapter,
         "composer": cfg.composer,
         "training": {"steps": cfg.steps, "learning_rate": cfg.learning_rate, "batch_size": cfg.batch_size,
                      "warmup_steps": min(50, max(1, cfg.steps // 10)), "schedule": "cosine", "min_lr_ratio": 0.1,
                      "cache_latents": True, "sync_every": 10, "seed": cfg.seed, "output_dir": str(run_dir)},
-        "data": data_block(cfg.data, window=16, stride=4, split="train", size=(size, size), **_camera(cfg),
+        "data": data_block(cfg.data, window=clip.frames, stride=4, split="train", size=clip.size, **_camera(cfg),
                            **({"control": cfg.control} if cfg.control else {})),
         **({"objective": cfg.objective} if cfg.objective else {}),
     })
@@ -199,12 +203,13 @@ def run_demo(cfg: DemoConfig, progress: bool = True) -> dict[str, Any]:
     exp.fit(progress=progress)
     train_seconds = time.perf_counter() - started
     checkpoint = exp.save_checkpoint()
-    window = base.config.frames
+    clip = base.clip()  # the clip the backbone predicts: its frames and size
+    window = clip.frames
     labels = SCRATCH_LABELS if cfg.from_scratch else None
     common = dict(sampling_steps=cfg.sampling_steps, seed=cfg.seed, video_clips=cfg.video_clips, progress=progress,
                   labels=labels, gate_scale=cfg.gate_scale, condition="control" if cfg.control else "action")
-    size = (base.config.image_size, base.config.image_size)
-    held_out = clip_source(cfg.data, window=window, split="val", size=size, camera=cfg.camera, control=cfg.control)
+    held_out = clip_source(cfg.data, window=window, split="val", size=clip.size, camera=cfg.camera,
+                           control=cfg.control)
     shipped = cfg.data == "sample"  # the targets are set for the shipped sample
     seen = evaluate_run(exp, held_out, out=out, clips=cfg.eval_clips,
                         title="held-out episodes, training tasks", targets=TARGETS["seen"] if shipped else None,

@@ -35,7 +35,6 @@ Example::
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 from pathlib import Path
@@ -162,6 +161,34 @@ def scaled_gate(composer, scale: float):
     return inner.effective_gate().detach() * float(scale)
 
 
+def check_clip_size(base, shape: tuple[int, ...]) -> None:
+    """Clips of ``shape`` ``(T, H, W)`` are the clip the backbone predicts (its ``clip()``), or a DataError."""
+    clip = base.clip()
+    want = (clip.frames, clip.height, clip.width)
+    if tuple(shape) != want:
+        raise DataError(f"Clips have {shape[0]} frames of {shape[1]}x{shape[2]}, but {type(base).__name__} predicts "
+                        f"clips of {clip.frames} frames of {clip.height}x{clip.width} (its clip(), from its card's "
+                        f"sampling defaults); build the clip source with window={clip.frames} and size=({clip.height}, "
+                        f"{clip.width}), or build the backbone for clips of that size.")
+
+
+def action_error_scorable(items: list[dict], video: np.ndarray, probe: Any = None) -> str | None:
+    """``None`` when the action error can be scored on these clips; else why not, in words (it is then NaN).
+
+    It needs the recorded hand position (``ee_pos``) of every clip, and frames the hand probe reads
+    (its square size, e.g. 64x64 Meta-World ``corner2`` frames).
+    """
+    if not all("ee_pos" in it for it in items):
+        return "not scored: the clips carry no recorded hand position (ee_pos)"
+    from workbench.worldmodel.probe import shipped_probe
+
+    size = (probe or shipped_probe()).image_size
+    if tuple(video.shape[-3:-1]) != (size, size):
+        return (f"not scored: the hand probe reads {size}x{size} frames, these are {video.shape[-3]}x"
+                f"{video.shape[-2]}")
+    return None
+
+
 def _stack(items: list[dict], key: str):
     import torch
 
@@ -186,6 +213,7 @@ def evaluate_world_model(exp, clips, *, sampling_steps: int, seed: int = 0, chun
     import torch
     from tqdm.auto import tqdm
 
+    from workbench.inspect.clips import predict_clips
     from workbench.metrics import moving_mask, per_clip, to_uint8_video
     from workbench.worldmodel.probe import hand_error_cm
 
@@ -193,10 +221,7 @@ def evaluate_world_model(exp, clips, *, sampling_steps: int, seed: int = 0, chun
     if not items:
         raise DataError("No clips to evaluate: the clip source is empty. Choose another split, more tasks, or "
                         "--clips >= 1.")
-    window = exp.model.base.config.frames if hasattr(exp.model.base.config, "frames") else None
-    if window is not None and items[0]["video"].shape[1] != window:
-        raise DataError(f"Clips have {items[0]['video'].shape[1]} frames but the model predicts windows of "
-                        f"{window}; build the clip source with window={window}.")
+    check_clip_size(exp.model.base, tuple(items[0]["video"].shape[1:]))
     if condition not in items[0]:
         raise DataError(f"The clips carry no {condition!r} to swap in (c); they hold {sorted(items[0])}. Evaluate "
                         f"an adapter that reads {condition!r} on clips that carry it (a control video: --control "
@@ -205,36 +230,32 @@ def evaluate_world_model(exp, clips, *, sampling_steps: int, seed: int = 0, chun
     partner = swap_partner([it["episode"] for it in items])
     model = exp.model
     gate = None if gate_scale is None else scaled_gate(model.composer, gate_scale)
-    videos: dict[str, list[np.ndarray]] = {"truth": [], **{v: [] for v in VARIANTS}}
+
+    def clip(it: dict, conditions_from: dict) -> dict:
+        """What clip ``it`` is predicted from: its video, the conditions (state keys at the first frame), its text."""
+        out = {"video": it["video"], **{k: v for k, v in it.items() if isinstance(v, str)}}
+        for key in given:
+            value = torch.as_tensor(conditions_from[key])
+            out[key] = value[:1].expand_as(value).contiguous() if key in STATE_KEYS else value
+        return out
+
+    true = [clip(it, it) for it in items]
+    swapped = [{**clip(it, it), condition: clip(items[partner[i]], items[partner[i]])[condition]}
+               for i, it in enumerate(items)]
     bar = tqdm(total=3 * len(items), desc="evaluate", unit="clip", disable=not progress)
-    for lo in range(0, len(items), chunk):
-        part = items[lo:lo + chunk]
-        video = _stack(part, "video")
-        true = {k: _stack(part, k) for k in given}
-        true.update({k: v[:, :1].expand_as(v).contiguous() for k, v in true.items() if k in STATE_KEYS})
-        swapped = {**true, condition: torch.stack([items[partner[lo + k]][condition] for k in range(len(part))])}
-        first = {"image": video[:, :, 0]}
-        videos["truth"].append(to_uint8_video(video))
-        for name, conditions, adapter in (("base", true, False), ("adapter", true, True),
-                                          ("swapped", swapped, True)):
-            model.adapter_enabled = adapter
-            try:
-                gen = torch.Generator(device=exp.device).manual_seed(seed * 7919 + lo)
-                with model.composer.override_gate(gate) if adapter and gate is not None else contextlib.nullcontext():
-                    latents = model.generate(exp.prepare({**first, **conditions}), steps=sampling_steps,
-                                             generator=gen)
-            finally:
-                model.adapter_enabled = True
-            with torch.no_grad():
-                videos[name].append(to_uint8_video(model.base.decode(latents)))
-            bar.update(len(part))
+    out: dict[str, Any] = {"truth": np.concatenate([to_uint8_video(_stack(items[lo:lo + chunk], "video"))
+                                                    for lo in range(0, len(items), chunk)])}
+    for name, clips_of, adapter in (("base", true, False), ("adapter", true, True), ("swapped", swapped, True)):
+        out[name] = predict_clips(model, clips_of, steps=sampling_steps, seed=seed, chunk=chunk, adapter=adapter,
+                                  gate=gate, on_chunk=bar.update)
     bar.close()
-    out: dict[str, Any] = {k: np.concatenate(v) for k, v in videos.items()}
     truth = out["truth"]
     mask = moving_mask(truth)  # (N, T, H, W); frame 0 excluded
-    has_pos = all("ee_pos" in it for it in items)
+    scorable = action_error_scorable(items, truth, probe)
+    has_pos = scorable is None
     ee_pos = np.stack([np.asarray(it["ee_pos"], np.float64) for it in items]) if has_pos else None
     nan = np.full(truth.shape[:2], np.nan)
+    out["action_error_note"] = scorable
     out["hand_error"] = {"truth": hand_error_cm(truth, ee_pos, probe) if has_pos else nan}
     scored = {}
     for name in VARIANTS:
@@ -299,6 +320,8 @@ def summarise(result: dict[str, Any], targets: dict[str, Any] | None = None) -> 
     tasks = [it["task"] for it in result.get("items", [])]
     summary["per_task"] = {task: _aggregate(s, floor, np.flatnonzero(np.array(tasks) == task), None)
                            for task in sorted(set(tasks))}
+    if result.get("action_error_note"):
+        summary["action_error_note"] = result["action_error_note"]
     return summary
 
 
@@ -314,6 +337,8 @@ def format_table(summary: dict[str, Any], title: str, labels: dict[str, str] | N
         lines.append(f"{labels[key]:34}{m[key]['psnr']:7.2f}{m[key]['ssim']:7.3f}{m[key]['moving_psnr']:13.2f}"
                      f"{m[key]['action_error']:15.2f}{ratio[key]:9.2f}")
     lines.append(f"{'    probe on the true frames':34}{'':27}{summary['probe_error_on_truth_cm']:15.2f}{1:9.2f}")
+    if summary.get("action_error_note"):
+        lines.append(f"action error {summary['action_error_note']} (the columns above show nan)")
     lines.append(f"(b) beats (c) on moving PSNR on {100 * summary['adapter_beats_swapped_fraction']:.0f}% of clips; "
                  f"(b) - (a): {summary['adapter_minus_base_moving_psnr_db']:+.2f} dB moving PSNR; action error "
                  f"(b)/(a) = {summary['action_error_adapter_over_base']:.2f}")
@@ -400,7 +425,7 @@ def evaluate_run(exp, source, *, out: str | Path, clips: int | None = None, samp
     result = evaluate_world_model(exp, subset, sampling_steps=steps, seed=seed, progress=progress,
                                   gate_scale=gate_scale, condition=condition)
     summary = summarise(result, targets)
-    fps = float(base.card.sampling.fps or 10)
+    fps = float(base.clip().fps or 10)
     videos = write_videos(out, result, video_clips, fps=fps / 4, condition=condition)
     metrics = {"summary": summary, "per_clip": per_clip_record(result),
                "evaluation": {"clips": n, "sampling_steps": steps, "seed": seed, "moving_threshold_uint8": 10.0,
@@ -464,10 +489,11 @@ def run(args) -> int:
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     exp = load_run(args.run_dir)
     base = exp.model.base
-    window, side = base.config.frames, base.config.image_size
+    clip = base.clip()  # the clip the backbone predicts: its frames and size
+    window = clip.frames
     tasks = [t for t in args.tasks.split(",") if t] if args.tasks else None
     source = clip_source(args.data, window=window, split=args.split, tasks=tasks, stride=args.stride,
-                         size=(side, side), camera=getattr(args, "camera", None),
+                         size=clip.size, camera=getattr(args, "camera", None),
                          control=getattr(args, "control", None))
     name = Path(str(getattr(source, "path", None) or source.root)).name
     report = evaluate_run(exp, source, out=args.out, clips=args.clips, sampling_steps=args.sampling_steps,

@@ -12,6 +12,11 @@ Conditions (``prepare_batch``): ``context`` (77 text tokens + 16 image tokens pe
 ``512_interp``), ``fs`` (frame stride or fps), ``first_frame``, and per-frame signals
 (``action``, ``proprio``, ``ee_pos``). Time is the training timestep ``t`` in ``[0, 1000)``; the
 objective is :class:`~workbench_dynamicrafter.sampling.DynamiCrafterDiffusion`.
+
+The backbone holds the U-Net and the VAE; the conditioning towers (the CLIP text and vision towers
+and the resampler) load from the same checkpoint when first needed (:attr:`DynamiCrafter.conditioning`)
+and are not submodules, so a run fed its conditions from a latent cache (:meth:`encode_item`: the
+clip's latents and its text + image context) never loads them.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from typing import Any, Literal
 
 import torch
 
-from workbench import BaseVideoModel, Batch, ComponentSpec, ModelCard, SamplingDefaults
+from workbench import BaseVideoModel, Batch, ComponentSpec, InsideSpec, ModelCard, SamplingDefaults
 from workbench.backbones.diffusers_bridge import (
     CONTROL_KEY,
     SIGNAL_KEYS,
@@ -116,14 +121,16 @@ class DynamiCrafter(BaseVideoModel):
         if config.path == "tiny":
             from workbench_dynamicrafter.tiny import TINY_SIZES, ensure_tiny_checkpoint
 
-            file = ensure_tiny_checkpoint(variant or "512")
+            file, variant = ensure_tiny_checkpoint(variant or "512"), variant or "512"
             sizes = {**TINY_SIZES, **(config.sizes or {})}
-            self.model = from_checkpoint(file, variant or "512", device=device, dtype=dtype, **sizes)
             self.source = "tiny random model"
         else:
-            self.model = from_checkpoint(config.path, variant, device=device, dtype=dtype, **(config.sizes or {}))
+            file, sizes = config.path, dict(config.sizes or {})
             self.source = str(config.path)
+        self.model = from_checkpoint(file, variant, device=device, dtype=dtype, parts=("unet", "vae"), **sizes)
         self.variant = self.model.variant
+        self.__dict__["_checkpoint"] = (file, self.variant.name, sizes)  # where the conditioning towers load from
+        self.__dict__["_conditioning"] = None
         self._objective = DynamiCrafterDiffusion(self.variant)
         self._text_cache: dict[str, torch.Tensor] = {}
         self._zero_image_cache: dict[tuple, torch.Tensor] = {}
@@ -206,6 +213,33 @@ class DynamiCrafter(BaseVideoModel):
         frames = self.model.vae_decode(latents.transpose(1, 2).flatten(0, 1).to(self.device)).float()
         return frames.unflatten(0, (b, t)).transpose(1, 2).clamp(-1, 1)
 
+    # -- the conditioning towers, loaded on first use --------------------------------------------
+    @property
+    def conditioning(self):
+        """The text and vision towers and the resampler (a :class:`DynamiCrafterModel` of those parts), loaded
+        from the checkpoint onto the backbone's device, in its dtype, the first time they are needed."""
+        towers = self.__dict__["_conditioning"]
+        if towers is None:
+            from workbench_dynamicrafter.model import from_checkpoint
+
+            file, variant, sizes = self.__dict__["_checkpoint"]
+            towers = from_checkpoint(file, variant, device=self.device, dtype=self.dtype,
+                                     parts=("text", "vision", "resampler"), **sizes)
+            self.__dict__["_conditioning"] = towers  # (eval mode, no gradients: from_checkpoint's)
+        return towers
+
+    @property
+    def conditioning_loaded(self) -> bool:
+        """Whether the conditioning towers are in memory (a run fed from a latent cache never loads them)."""
+        return self.__dict__["_conditioning"] is not None
+
+    def _apply(self, fn, recurse=True):
+        out = super()._apply(fn, recurse)
+        towers = self.__dict__.get("_conditioning")
+        if towers is not None and recurse:  # not submodules, but they go where the backbone goes
+            towers._apply(fn)
+        return out
+
     # -- conditions --------------------------------------------------------------------------
     def tokenize(self, prompts: Sequence[str]) -> torch.Tensor:
         """Prompts → ``(B, 77)`` token ids as open_clip makes them (start, BPE, end, zeros)."""
@@ -220,16 +254,17 @@ class DynamiCrafter(BaseVideoModel):
     def encode_text(self, prompts: Sequence[str]) -> torch.Tensor:
         """``(B, 77, 1024)`` text context; each distinct prompt is encoded once per backbone and kept."""
         missing = [p for p in dict.fromkeys(prompts) if p not in self._text_cache]
-        if missing:
-            with torch.no_grad():
-                embeds = self.model.encode_text(self.tokenize(missing))
-            self._text_cache.update(zip(missing, embeds))
+        with torch.no_grad():
+            for prompt in missing:  # one by one: an embedding never depends on the prompts beside it
+                self._text_cache[prompt] = self.conditioning.encode_text(self.tokenize([prompt]))[0]
         return torch.stack([self._text_cache[p] for p in prompts])
 
     def image_context(self, image: torch.Tensor) -> torch.Tensor:
-        """First frames ``(B, 3, H, W)`` in [-1, 1] → the resampled image tokens ``(B, 16 T, 1024)``."""
+        """First frames ``(B, 3, H, W)`` in [-1, 1] → the resampled image tokens ``(B, 16 T, 1024)``, frame by
+        frame (a frame's tokens never depend on the batch it came in)."""
+        towers = self.conditioning
         with torch.no_grad():
-            return self.model.resample(self.model.encode_image(image))
+            return torch.cat([towers.resample(towers.encode_image(image[i:i + 1])) for i in range(image.shape[0])])
 
     def zero_image_context(self, batch_size: int, height: int, width: int) -> torch.Tensor:
         """The unconditional image tokens: a zero image at the generation size (cached per size)."""
@@ -263,11 +298,15 @@ class DynamiCrafter(BaseVideoModel):
                                 fix="DynamiCrafter always generates from a first frame; the text is optional.")
         interp = self.variant.interp
         with torch.no_grad():
-            if "video" in raw:
+            context = first_latent = last_latent = None
+            if "latents" in raw:  # a latent cache's items (see encode_item)
+                latents, context, first = self._cached(raw)
+                has_target = True
+            elif "video" in raw:
                 video = as_video(raw["video"], "video").to(self.device)
                 self._check_size(video.shape[-2:], "video")
                 latents = self.encode(video)
-                first, last = video[:, :, 0], video[:, :, -1]
+                first = video[:, :, 0]
                 has_target = True
             elif "image" in raw:
                 first = self._image(raw, "image")
@@ -280,19 +319,21 @@ class DynamiCrafter(BaseVideoModel):
                 h, w = (s // self.spatial for s in first.shape[-2:])
                 latents = torch.zeros(first.shape[0], self.model.sizes.latent_channels, frames, h, w,
                                       device=self.device)
+                first_latent = self.encode(first[:, :, None])[:, :, 0]
+                last_latent = self.encode(last[:, :, None])[:, :, 0]
                 has_target = False
             else:
                 raise DataError(f"dynamicrafter.prepare_batch needs 'video' (B, 3, T, H, W), or 'image' (B, 3, H, W) "
                                 f"to generate from a first frame; got keys {sorted(raw)}.")
             b, _, frames = latents.shape[:3]
-            c = self.config
-            prompts = prompts_from(raw, c.prompt_key, c.prompt, c.prompt_template, b, "dynamicrafter")
-            context = torch.cat([self.encode_text(prompts).to(self.device), self.image_context(first)], dim=1)
-            first_latent = self.encode(first[:, :, None])[:, :, 0]
+            if first_latent is None:  # the VAE works frame by frame: a clip's first latent frame is its first frame's
+                first_latent, last_latent = latents[:, :, 0], latents[:, :, -1]
+            if context is None:
+                context = self.context(raw, first)
             if interp:
                 concat = torch.zeros_like(latents)
                 concat[:, :, 0] = first_latent
-                concat[:, :, -1] = self.encode(last[:, :, None])[:, :, 0]
+                concat[:, :, -1] = last_latent
             else:
                 concat = first_latent[:, :, None].expand(-1, -1, frames, -1, -1).contiguous()
         fs = torch.as_tensor(raw.get("fs", self.recipe()["fs"]), device=self.device).long().expand(b).contiguous()
@@ -303,6 +344,54 @@ class DynamiCrafter(BaseVideoModel):
         mask = torch.ones(b, frames, device=self.device)
         return Batch(latents=latents, cond=cond, loss_mask=mask, per_frame=frozenset(per_frame),
                      meta={"has_target": has_target})
+
+    def generation_inputs(self, video: torch.Tensor) -> dict[str, Any]:
+        """The first frames ``"image"``, and for ``512_interp`` the last ones ``"last_image"`` too."""
+        inputs = {"image": video[:, :, 0]}
+        if self.variant.interp:
+            inputs["last_image"] = video[:, :, -1]
+        return inputs
+
+    def context(self, raw: Mapping[str, Any], first: torch.Tensor) -> torch.Tensor:
+        """The U-Net's cross-attention context ``(B, 77 + 16 T, D)``: the text of ``raw`` (prompts through
+        ``prompt_key`` / ``prompt_template`` / ``prompt``) and the first frames' resampled image tokens."""
+        c = self.config
+        prompts = prompts_from(raw, c.prompt_key, c.prompt, c.prompt_template, first.shape[0], "dynamicrafter")
+        return torch.cat([self.encode_text(prompts).to(self.device), self.image_context(first)], dim=1)
+
+    def _cached(self, raw: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(latents, context, first frames)`` of collated :meth:`encode_item` items, checked."""
+        latents = torch.as_tensor(raw["latents"])
+        channels = self.model.sizes.latent_channels
+        if latents.ndim != 5 or latents.shape[1] != channels or not latents.is_floating_point():
+            raise DataError(f"dynamicrafter: 'latents' must be float (B, {channels}, T, h, w) as encode() returns "
+                            f"them, got {tuple(latents.shape)} {latents.dtype}. Pass 'video' instead to have them "
+                            f"encoded.")
+        missing = [k for k in ("context", "image") if raw.get(k) is None]
+        if missing:
+            raise DataError(f"dynamicrafter: a batch of 'latents' needs {missing} beside them (the text + image "
+                            f"context and the first frames), as encode_item makes them. Pass 'video' instead, or "
+                            f"rebuild the latent cache with `workbench cache-latents`.")
+        context = torch.as_tensor(raw["context"]).to(self.device)  # in the dtype the towers computed it in
+        first = torch.as_tensor(raw["image"]).float().to(self.device)
+        return latents.to(self.device), context, first
+
+    def encode_item(self, item: Mapping[str, Any]) -> dict[str, Any] | None:
+        """One dataset item with the frozen encoders' work done: ``"video"`` → ``"latents"`` ``(4, T, h, w)``
+        (the VAE, frame by frame), its text and first frame → ``"context"`` ``(77 + 16 T, D)`` (the CLIP text
+        tower, and the CLIP vision tower through the resampler), and ``"image"`` (the first frame, which
+        sampling starts from); everything else kept. ``prepare_batch`` of collated items equals that of the
+        collated raw items, bit for bit, without loading the conditioning towers. ``None`` without ``"video"``."""
+        if "video" not in item:
+            return None
+        raw = {k: v for k, v in item.items() if k != "video"}
+        video = as_video(torch.as_tensor(item["video"])[None], "video").to(self.device)
+        self._check_size(video.shape[-2:], "video")
+        with torch.no_grad():
+            latents = self.encode(video)
+            first = video[:, :, 0]
+            context = self.context({k: ([v] if isinstance(v, str) else v) for k, v in raw.items()}, first)
+        return {**raw, "latents": latents[0].cpu(), "context": context[0].cpu(), "image": first[0].cpu()}
 
     def _check_size(self, hw: Sequence[int], key: str) -> None:
         multiple = self.spatial * 2 ** (len(self.model.sizes.channel_mult) - 1)
@@ -325,13 +414,21 @@ class DynamiCrafter(BaseVideoModel):
         out = self.model.unet(x, t, context=cond["context"].to(dtype), fs=cond["fs"])
         return out.to(x_t.dtype)
 
+    def keep_in_float32(self) -> tuple[str, ...]:
+        """The U-Net's float32 GroupNorms (its ResBlocks' and its output's, which compute in float32 as the
+        release's do): moved to bf16, the backbone keeps their weights in float32."""
+        from workbench_dynamicrafter.unet import Float32GroupNorm
+
+        model = self.__dict__.get("_modules", {}).get("model")
+        if model is None:
+            return ()
+        return tuple(f"model.{name}" for name, m in model.named_modules() if isinstance(m, Float32GroupNorm))
+
     # -- adapters inside the U-Net ----------------------------------------------------------
-    def inside_spec(self):
+    def inside_spec(self) -> InsideSpec:
         """Where ``lora`` / ``action_modulation`` / ``controlnet`` reach: the U-Net's attention
         projections, and its stages after the stem (frames folded into the batch, ``(B T) C h w``).
         The input stages after the stem and its temporal attention are the chain a ControlNet copies."""
-        from workbench.adapters.inside import InsideSpec
-
         unet = self.model.unet
         down = tuple(unet.input_blocks)[1:]  # the stem runs before init_attn: the chain starts after it
         blocks = (*down, unet.middle_block, *unet.output_blocks)

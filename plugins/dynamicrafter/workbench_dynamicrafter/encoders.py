@@ -131,16 +131,76 @@ class Resampler(nn.Module):
         return self.norm_out(self.proj_out(latents))
 
 
+#: open_clip's pre-tokenizer (OpenAI CLIP's): its two special tokens, contractions, letter runs, single digits,
+#: runs of other non-space characters; matched ignoring case, as open_clip compiles it.
+PRETOKENS = r"""<start_of_text>|<end_of_text>|'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|[^\s\p{L}\p{N}]+"""
+
+
+def clean_text(text: str) -> str:
+    """open_clip's text cleaning: ``ftfy.fix_text``, HTML entities unescaped twice, runs of whitespace made one
+    space, stripped, lowercased (``whitespace_clean(basic_clean(text)).lower()``)."""
+    import html
+
+    import ftfy
+    import regex
+
+    text = html.unescape(html.unescape(ftfy.fix_text(text))).strip()
+    return regex.sub(r"\s+", " ", text).strip().lower()
+
+
+def _byte_symbols() -> dict[int, str]:
+    """OpenAI CLIP's byte → printable character table (``bytes_to_unicode``): the BPE's alphabet."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    table, extra = {b: chr(b) for b in printable}, 0
+    for b in range(256):
+        if b not in table:
+            table[b] = chr(256 + extra)
+            extra += 1
+    return table
+
+
+BYTE_SYMBOLS = _byte_symbols()
+
+
+def bpe_ids(text: str, tokenizer) -> list[int]:
+    """The ids open_clip's ``SimpleTokenizer.encode`` gives ``text``, with ``tokenizer``'s vocabulary and merges.
+
+    open_clip's steps, written here: :func:`clean_text`, the :data:`PRETOKENS` pieces (its special
+    tokens ``<start_of_text>`` / ``<end_of_text>`` become the start / end ids), each piece's UTF-8
+    bytes as :data:`BYTE_SYMBOLS`, then the BPE — the tokenizer's own model (a transformers
+    ``CLIPTokenizer``, fast or slow), which holds OpenAI CLIP's merges as open_clip does. transformers'
+    own text handling is not used: it skips ftfy and the HTML unescaping, and treats
+    ``<|startoftext|>`` rather than ``<start_of_text>`` as special.
+    """
+    import regex
+
+    specials = {"<start_of_text>": tokenizer.bos_token_id, "<end_of_text>": tokenizer.eos_token_id}
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    ids: list[int] = []
+    for piece in regex.findall(PRETOKENS, clean_text(text), regex.IGNORECASE):
+        if piece in specials:
+            ids.append(specials[piece])
+            continue
+        symbols = "".join(BYTE_SYMBOLS[b] for b in piece.encode("utf-8"))
+        if backend is not None:
+            ids += [t.id for t in backend.model.tokenize(symbols)]
+        else:  # a slow tokenizer: its own BPE and vocabulary
+            ids += [tokenizer.encoder[t] for t in tokenizer.bpe(symbols).split(" ")]
+    return ids
+
+
 def tokenize(prompts: list[str], tokenizer, s: Sizes) -> torch.Tensor:
-    """Prompts → ``(B, text_length)`` ids laid out as open_clip lays them out: start token, the text's
-    tokens (cut to fit), end token, zeros. ``tokenizer``: a transformers ``CLIPTokenizer`` (OpenAI
-    CLIP's BPE, the vocabulary open_clip ships), or ``None`` for the tiny towers' character tokens."""
+    """Prompts → ``(B, text_length)`` ids as open_clip's ``tokenize`` makes them: start token, the text's
+    tokens (:func:`bpe_ids`; cut to fit), end token, zeros. ``tokenizer``: a transformers ``CLIPTokenizer``
+    (OpenAI CLIP's BPE, the vocabulary open_clip ships), or ``None`` for the tiny towers' character tokens.
+    The plugin's tests check the ids against open_clip's own on a corpus of prompts (unicode, punctuation,
+    casing, whitespace, HTML entities, over-long text)."""
     if tokenizer is None:
         start, end = s.text_vocab - 2, s.text_vocab - 1
         rows = [[1 + ord(ch) % (s.text_vocab - 3) for ch in " ".join(p.lower().split())] for p in prompts]
     else:
         start, end = tokenizer.bos_token_id, tokenizer.eos_token_id
-        rows = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+        rows = [bpe_ids(p, tokenizer) for p in prompts]
     out = torch.zeros(len(prompts), s.text_length, dtype=torch.long)
     for i, row in enumerate(rows):
         ids = [start, *row[:s.text_length - 2], end]

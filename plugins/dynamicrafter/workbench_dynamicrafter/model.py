@@ -5,12 +5,15 @@ the pieces can be compared with the release one by one:
 
 * ``unet(x, t, context=..., fs=...)`` — ``x`` ``(B, 8, T, h, w)`` (noisy latents + concat latents);
 * ``encode_text(tokens)`` — ``(B, 77)`` token ids → ``(B, 77, 1024)``;
+* ``preprocess_image(image)`` — ``(B, 3, H, W)`` in [-1, 1] → the vision tower's input ``(B, 3, 224, 224)``;
 * ``encode_image(image)`` — ``(B, 3, H, W)`` in [-1, 1] → ``(B, 257, 1280)``;
 * ``resample(tokens)`` — image tokens → ``(B, 16 T, 1024)``;
+* ``vae_posterior(frames)`` — ``(N, 3, H, W)`` → the posterior's mean and log-variance ``(N, 4, H/8, W/8)``;
 * ``vae_encode(frames)`` / ``vae_decode(latents)`` — ``(N, 3, H, W)`` ↔ scaled latents ``(N, 4, H/8, W/8)``.
 
 :func:`from_checkpoint` builds it on the meta device and assigns the checkpoint's tensors, so the
-weights are never held twice.
+weights are never held twice; ``parts=("unet",)`` loads the U-Net alone (:func:`load_unet`) with
+the same strict key checks over the whole file.
 """
 
 from __future__ import annotations
@@ -39,57 +42,117 @@ from workbench_dynamicrafter.encoders import (
     text_tower,
     vision_tower,
 )
-from workbench_dynamicrafter.unet import UNet3D
+from workbench_dynamicrafter.unet import Float32GroupNorm, UNet3D
 from workbench_dynamicrafter.variants import Sizes, Variant, compatible, get_variant, recognise, schedule_buffers
+
+PARTS = ("unet", "vae", "text", "vision", "resampler")
+"""The networks of a DynamiCrafter model, by attribute name."""
 
 
 class DynamiCrafterModel(nn.Module):
-    """Every network of one DynamiCrafter variant (see the module docstring for the callables)."""
+    """The networks of one DynamiCrafter variant (see the module docstring for the callables).
 
-    def __init__(self, variant: Variant, sizes: Sizes | None = None):
+    ``parts``: which of :data:`PARTS` to build (default all); a callable of a part not built
+    raises a :class:`CheckpointError` naming it.
+    """
+
+    def __init__(self, variant: Variant, sizes: Sizes | None = None, parts: tuple[str, ...] = PARTS):
         super().__init__()
         self.variant, self.sizes = variant, sizes or variant.sizes
+        unknown = [p for p in parts if p not in PARTS]
+        if unknown:
+            raise CheckpointError(f"dynamicrafter: unknown part(s) {unknown}; the parts are {', '.join(PARTS)}.")
         s = self.sizes
-        self.unet = UNet3D(s, in_channels=2 * s.latent_channels, out_channels=s.latent_channels,
-                           default_fs=variant.default_fs, learnable_image_scale=variant.learnable_image_scale)
-        self.vae = autoencoder(s)
-        self.text = text_tower(s)
-        self.vision = vision_tower(s)
-        self.resampler = Resampler(s)
+        self.parts = tuple(p for p in PARTS if p in parts)
+        makers = {"unet": lambda: UNet3D(s, in_channels=2 * s.latent_channels, out_channels=s.latent_channels,
+                                         default_fs=variant.default_fs,
+                                         learnable_image_scale=variant.learnable_image_scale),
+                  "vae": lambda: autoencoder(s), "text": lambda: text_tower(s), "vision": lambda: vision_tower(s),
+                  "resampler": lambda: Resampler(s)}
+        for name in self.parts:
+            setattr(self, name, makers[name]())
+        self.counts: dict[str, int] = {}  # every part's parameter count, built or not (from_checkpoint fills it)
+
+    def part(self, name: str) -> nn.Module:
+        """The built part ``name`` (see :data:`PARTS`), or a CheckpointError saying it was not loaded."""
+        if name not in self.parts:
+            raise CheckpointError(f"dynamicrafter: this model was loaded with parts={self.parts}, without {name!r}. "
+                                  f"Load it with from_checkpoint(..., parts=(..., {name!r})).")
+        return getattr(self, name)
 
     # -- the documented callables ---------------------------------------------------------------
     def encode_text(self, tokens: torch.Tensor) -> torch.Tensor:
         """Token ids ``(B, 77)`` (open_clip's: start 49406, end 49407, padded with 0) → ``(B, 77, width)``:
         the penultimate layer through ``ln_final``, every position."""
-        return self.text(input_ids=tokens.to(self.unet.out[2].weight.device)).last_hidden_state
+        text = self.part("text")
+        device = _inner(text).embeddings.token_embedding.weight.device
+        return text(input_ids=tokens.to(device)).last_hidden_state
+
+    def preprocess_image(self, image: torch.Tensor) -> torch.Tensor:
+        """Frames ``(B, 3, H, W)`` in [-1, 1] → the vision tower's input ``(B, 3, S, S)`` float32 (``S`` 224 for
+        the released models): resized as the release resizes (:func:`resize_like_release`: a Gaussian pre-blur
+        when shrinking, then bicubic with aligned corners, no crop), mapped to [0, 1] and normalised with CLIP's
+        mean and std (:data:`CLIP_MEAN`, :data:`CLIP_STD`)."""
+        return preprocess_image(image, self.sizes.vision_image_size)
 
     def encode_image(self, image: torch.Tensor) -> torch.Tensor:
-        """Frames ``(B, 3, H, W)`` in [-1, 1] → every token of the vision tower's last layer ``(B, 257, width)``."""
-        weight = _inner(self.vision).embeddings.patch_embedding.weight
-        x = resize_like_release(image.to(device=weight.device, dtype=torch.float32), self.sizes.vision_image_size)
-        mean = torch.tensor(CLIP_MEAN, device=x.device).view(1, 3, 1, 1)
-        std = torch.tensor(CLIP_STD, device=x.device).view(1, 3, 1, 1)
-        x = ((x + 1.0) / 2.0 - mean) / std
-        return self.vision(pixel_values=x.to(weight.dtype)).last_hidden_state
+        """Frames ``(B, 3, H, W)`` in [-1, 1] → every token of the vision tower's last layer ``(B, 257, width)``
+        (:meth:`preprocess_image`, then the tower without ``ln_post`` or the projection)."""
+        vision = self.part("vision")
+        weight = _inner(vision).embeddings.patch_embedding.weight
+        x = self.preprocess_image(image.to(weight.device))
+        return vision(pixel_values=x.to(weight.dtype)).last_hidden_state
 
     def resample(self, tokens: torch.Tensor) -> torch.Tensor:
         """Image tokens ``(B, 257, vision_width)`` → per-frame image context ``(B, 16 T, context_dim)``."""
-        return self.resampler(tokens)
+        return self.part("resampler")(tokens)
+
+    def vae_posterior(self, frames: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Frames ``(N, 3, H, W)`` in [-1, 1] → the VAE posterior's ``(mean, logvar)``, each ``(N, 4, H/8, W/8)``,
+        unscaled (multiply a latent by ``variant.scale_factor``, 0.18215, to get the U-Net's units), one frame at
+        a time. ``logvar`` is clamped to [-30, 20] as the release's ``DiagonalGaussianDistribution`` clamps it;
+        the release's ``encode_first_stage`` *samples* ``mean + exp(logvar / 2) * noise`` (unseeded), where
+        :meth:`vae_encode` takes the mean."""
+        vae = self.part("vae")
+        means, logvars = [], []
+        for f in frames:
+            dist = vae.encode(f[None].to(device=vae.device, dtype=vae.dtype)).latent_dist
+            means.append(dist.mean)
+            logvars.append(dist.logvar)
+        return torch.cat(means), torch.cat(logvars)
 
     def vae_encode(self, frames: torch.Tensor) -> torch.Tensor:
         """Frames ``(N, 3, H, W)`` in [-1, 1] → scaled latents ``(N, 4, H/8, W/8)`` (posterior mean x 0.18215),
         one frame at a time."""
-        out = [self.vae.encode(f[None].to(self.vae.dtype)).latent_dist.mode() for f in frames]
+        vae = self.part("vae")
+        out = [vae.encode(f[None].to(vae.dtype)).latent_dist.mode() for f in frames]
         return torch.cat(out) * self.variant.scale_factor
 
     def vae_decode(self, latents: torch.Tensor) -> torch.Tensor:
         """Scaled latents ``(N, 4, h, w)`` → frames ``(N, 3, 8h, 8w)`` (unclamped), one frame at a time."""
-        out = [self.vae.decode((z[None] / self.variant.scale_factor).to(self.vae.dtype)).sample for z in latents]
+        vae = self.part("vae")
+        out = [vae.decode((z[None] / self.variant.scale_factor).to(vae.dtype)).sample for z in latents]
         return torch.cat(out)
 
     def parameter_counts(self) -> dict[str, int]:
-        return {name: sum(p.numel() for p in getattr(self, name).parameters())
-                for name in ("unet", "vae", "text", "vision", "resampler")}
+        """Parameters per part (:data:`PARTS`), those not loaded included (counted from the checkpoint's shapes)."""
+        built = {name: sum(p.numel() for p in getattr(self, name).parameters()) for name in self.parts}
+        return {name: built.get(name, self.counts.get(name, 0)) for name in PARTS}
+
+
+def preprocess_image(image: torch.Tensor, size: int = 224) -> torch.Tensor:
+    """Frames ``(B, 3, H, W)`` in [-1, 1] → the CLIP vision tower's input ``(B, 3, size, size)`` float32, as the
+    release prepares it: :func:`resize_like_release`, then ``(x + 1) / 2`` normalised with CLIP's mean and std."""
+    x = resize_like_release(image.to(torch.float32), size)
+    mean = torch.tensor(CLIP_MEAN, device=x.device).view(1, 3, 1, 1)
+    std = torch.tensor(CLIP_STD, device=x.device).view(1, 3, 1, 1)
+    return ((x + 1.0) / 2.0 - mean) / std
+
+
+def float32_keys(model: nn.Module) -> set[str]:
+    """The state-dict keys of ``model``'s float32 GroupNorms (kept in float32 whatever the load dtype)."""
+    return {f"{name}.{p}" for name, m in model.named_modules() if isinstance(m, Float32GroupNorm)
+            for p, _ in m.named_parameters(recurse=False)}
 
 
 def _inner(tower: nn.Module) -> nn.Module:
@@ -130,7 +193,7 @@ def _check_schedule(state: Mapping, variant: Variant) -> None:
 
 def from_checkpoint(path_or_state_dict: str | Path | Mapping, variant: str | None = None, *,
                     device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
-                    **size_overrides) -> DynamiCrafterModel:
+                    parts: tuple[str, ...] = PARTS, **size_overrides) -> DynamiCrafterModel:
     """Load an official checkpoint (file or state dict, upstream key layout) into :class:`DynamiCrafterModel`.
 
     ``variant``: ``"256"`` / ``"512"`` / ``"1024"`` / ``"512_interp"``, or ``None`` to recognise it
@@ -138,7 +201,11 @@ def from_checkpoint(path_or_state_dict: str | Path | Mapping, variant: str | Non
     ``"512_interp"`` for that one). ``size_overrides``: :class:`Sizes` fields for non-released sizes.
     Every key must be consumed with its shape; otherwise a :class:`CheckpointError` lists the first
     few missing / unexpected / misshaped keys and their counts. ``device="meta"`` checks the layout
-    without any weights.
+    without any weights. ``parts``: which networks to load (:data:`PARTS`); the key checks cover the
+    whole checkpoint whatever is loaded, and only the parts' tensors are read (lazily, from a
+    ``.safetensors`` file). The U-Net's float32 GroupNorms are loaded in float32 whatever ``dtype``.
+
+    >>> unet = from_checkpoint("/models/DynamiCrafter_512/model.ckpt", parts=("unet",)).unet   # doctest: +SKIP
     """
     if isinstance(path_or_state_dict, (str, Path)):
         state = read_checkpoint(path_or_state_dict)
@@ -153,34 +220,53 @@ def from_checkpoint(path_or_state_dict: str | Path | Mapping, variant: str | Non
     chosen, _ = _resolve_variant(state, variant)
     sizes = chosen.sizes.replace(**size_overrides) if size_overrides else chosen.sizes
     with torch.device("meta"):
-        model = DynamiCrafterModel(chosen, sizes)
-    layout = upstream_layout(model)
-    check_layout(state, layout, unused_shapes(model), chosen.name)
+        full = DynamiCrafterModel(chosen, sizes)
+    layout = upstream_layout(full)
+    check_layout(state, layout, unused_shapes(full), chosen.name)
     _check_schedule(state, chosen)
+    counts = full.parameter_counts()
+    if tuple(parts) == PARTS:
+        model = full
+    else:
+        with torch.device("meta"):
+            model = DynamiCrafterModel(chosen, sizes, parts=tuple(parts))
+    model.counts = counts
+    float32 = float32_keys(model)  # norms that compute in float32 keep their weights in float32
     ours: dict[str, torch.Tensor] = {}
     for key, targets in layout.items():
+        targets = [t for t in targets if t.key.split(".", 1)[0] in model.parts]
         if not targets:
             continue
         tensor = state[key]
-        if tensor.is_floating_point():
-            tensor = tensor.to(device=device, dtype=dtype)
-        else:
-            tensor = tensor.to(device=device)
         for target in targets:
-            piece = tensor if target.part is None else tensor.chunk(target.part[1], dim=0)[target.part[0]]
+            want = torch.float32 if target.key in float32 else dtype
+            piece = tensor.to(device=device, dtype=want) if tensor.is_floating_point() else tensor.to(device=device)
+            piece = piece if target.part is None else piece.chunk(target.part[1], dim=0)[target.part[0]]
             ours[target.key] = piece.reshape(target.shape)
     buffers = {k: v for k, v in model.state_dict(keep_vars=True).items() if k not in ours}
     if buffers:
         raise CheckpointError(f"dynamicrafter: internal layout error, no checkpoint tensor for {sorted(buffers)[:5]}")
     model.load_state_dict(ours, strict=True, assign=True)
-    for tower in (model.text, model.vision):  # non-persistent: rebuilt, not loaded
-        embeddings = _inner(tower).embeddings
+    for tower in (getattr(model, name) for name in ("text", "vision") if name in model.parts):
+        embeddings = _inner(tower).embeddings  # non-persistent: rebuilt, not loaded
         count = embeddings.position_embedding.weight.shape[0]
         embeddings.register_buffer("position_ids", torch.arange(count, device=device).expand(1, -1), persistent=False)
     stale = [name for name, buffer in model.named_buffers() if buffer.device.type == "meta"]
     if stale and torch.device(device).type != "meta":
         raise CheckpointError(f"dynamicrafter: internal error, buffers {stale[:5]} were not loaded")
     return model.eval().requires_grad_(False)
+
+
+def load_unet(path_or_state_dict: str | Path | Mapping, variant: str | None = None, *,
+              device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32, **size_overrides) -> UNet3D:
+    """The U-Net alone from an official checkpoint: :func:`from_checkpoint` with ``parts=("unet",)`` (the same
+    strict checks of every key and shape in the file, the variant recognised the same way), in eval mode.
+
+    >>> unet = load_unet("/models/DynamiCrafter_512/model.ckpt")          # doctest: +SKIP
+    >>> eps_or_v = unet(x, t, context=context, fs=fs)                      # x (B, 8, T, h, w)
+    """
+    return from_checkpoint(path_or_state_dict, variant, device=device, dtype=dtype, parts=("unet",),
+                           **size_overrides).unet
 
 
 class _Renamed(Mapping):

@@ -66,7 +66,26 @@ def rescale_guided(guided: torch.Tensor, cond: torch.Tensor, factor: float) -> t
 
 
 class DDIMTables:
-    """The per-step coefficients of a DDIM run (float32, computed as the release does)."""
+    """The per-step coefficients of a DDIM run, computed as the release's ``DDIMSampler.make_schedule`` does.
+
+    Indexed by DDIM step ``i`` in ascending timestep order (the loop runs ``i = S-1 .. 0``):
+
+    * ``timesteps`` ``(S,)`` long — the DDIM timesteps (training units, ``0..999``), from
+      :func:`~workbench_dynamicrafter.variants.ddim_timesteps` (``uniform``: ``1, 21, ..., 981`` for 50
+      steps; ``uniform_trailing``: ``19, 39, ..., 999``);
+    * ``a`` ``(S,)`` — ``ᾱ`` at each DDIM timestep (the release's ``ddim_alphas``, read from the float32
+      table);
+    * ``a_prev`` ``(S,)`` — ``ᾱ`` of the previous DDIM timestep, ``ᾱ_0`` for the first
+      (``ddim_alphas_prev``);
+    * ``sigma`` ``(S,)`` — ``η √((1 - a') / (1 - a) · (1 - a / a'))`` (``ddim_sigmas``);
+    * ``sqrt_a`` / ``sqrt_1ma`` ``(T,)`` — ``√ᾱ_t`` and ``√(1 - ᾱ_t)`` over the whole schedule (the training
+      buffers the v-prediction conversions read);
+    * ``rescale`` ``(S,)`` or ``None`` — the dynamic rescale factor ``scale_arr[t_prev] / scale_arr[t]``
+      (512 / 1024 models), applied to x0 at each step.
+
+    >>> tables = DDIMTables(get_variant("512"), 50, "uniform_trailing", 1.0, torch.device("cpu"))
+    >>> tables.timesteps[-3:]                                   # tensor([959, 979, 999])
+    """
 
     def __init__(self, variant: Variant, steps: int, spacing: str, eta: float, device: torch.device):
         abar64 = torch.cumprod(1 - betas_for(variant), 0)

@@ -32,10 +32,16 @@ def sinusoid(t: torch.Tensor, dim: int, max_period: float = 10000.0) -> torch.Te
 
 
 class Float32GroupNorm(nn.GroupNorm):
-    """GroupNorm computed in float32 whatever the input dtype (the ResBlocks' and the output's)."""
+    """GroupNorm computed in float32 whatever the input dtype (the ResBlocks' and the output's).
+
+    Its weights belong in float32 too: the backbone lists every one in ``keep_in_float32()``, so
+    moving it to bf16 leaves them float32 (a copy elsewhere in another dtype is upcast here).
+    """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return super().forward(x.float()).to(x.dtype)
+        weight = None if self.weight is None else self.weight.float()
+        bias = None if self.bias is None else self.bias.float()
+        return F.group_norm(x.float(), self.num_groups, weight, bias, self.eps).to(x.dtype)
 
 
 def heads_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads: int) -> torch.Tensor:

@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from workbench import Batch
+from workbench import Batch, InsideSpec
 from workbench.backbones.diffusers_bridge import (
     DiffusersBackbone,
     DiffusersConfig,
@@ -118,7 +118,8 @@ class EasyAnimate(DiffusersBackbone):
         from diffusers import EasyAnimatePipeline
 
         c = self.config
-        loaded, dtype = load_pipeline(self.folder, plugin=self.name, device=c.device, dtype=c.dtype)
+        loaded, dtype = load_pipeline(self.folder, plugin=self.name, device=c.device, dtype=c.dtype,
+                                      skip=("text_encoder",))
         parts = loaded.components
         latent_channels = parts["vae"].config.latent_channels
         if parts["transformer"].config.in_channels != latent_channels:
@@ -129,8 +130,8 @@ class EasyAnimate(DiffusersBackbone):
                 f"{RELEASE}."
             )
         self.adopt_components(parts)
-        self.pipeline = EasyAnimatePipeline(vae=self.vae, text_encoder=self.text_encoder, tokenizer=self.tokenizer,
-                                            transformer=self.transformer, scheduler=self.scheduler)
+        self.pipeline = EasyAnimatePipeline(vae=self.vae, text_encoder=None, tokenizer=self.tokenizer,  # loaded on
+                                            transformer=self.transformer, scheduler=self.scheduler)  # first use
         self.pipeline.set_progress_bar_config(disable=True)
         self.latent_channels = latent_channels
         self.spatial = self.vae.spatial_compression_ratio
@@ -219,6 +220,19 @@ class EasyAnimate(DiffusersBackbone):
         if out.shape[1] != self.latent_channels:  # a learned-variance head: the prediction is the first half
             out = out[:, : self.latent_channels]
         return out.to(x_t.dtype)
+
+    # -- adapters inside the transformer -------------------------------------------------------
+    def inside_spec(self) -> InsideSpec:
+        """Where ``lora`` / ``action_modulation`` / ``controlnet`` reach: the video stream's attention
+        projections (LoRA; the text stream's ``add_*_proj`` are left alone), and the MMDiT blocks
+        (video tokens ``(B, T' h w, W)``, frame-major). Each block returns the video and the text
+        hidden states, so a ControlNet's copied chain hands the text on from block to block as the
+        transformer does."""
+        tr = self.transformer
+        width = tr.config.num_attention_heads * tr.config.attention_head_dim
+        blocks = tuple(tr.transformer_blocks)
+        return InsideSpec(root=tr, root_name="transformer", lora_targets=("to_q", "to_k", "to_v", "to_out.0"),
+                          blocks=blocks, widths=(width,) * len(blocks), branch_blocks=len(blocks), layout="tokens")
 
     # -- sampling ----------------------------------------------------------------------------
     def run_sampler(self, batch: Batch, *, steps: int, sampler: str, generator: torch.Generator | None,

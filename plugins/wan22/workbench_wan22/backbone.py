@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from workbench import Batch
+from workbench import Batch, InsideSpec
 from workbench.backbones.diffusers_bridge import (
     DiffusersBackbone,
     DiffusersConfig,
@@ -112,6 +112,7 @@ class Wan22TI2V(DiffusersBackbone):
     mode_fix = "The mode is first_frame in the backbone config: true = text+image-to-video, false = text-to-video."
     sampler_inputs = ("image",)  # the first frame's pixels, which the i2v pipeline encodes itself
     real_defaults = REAL_DEFAULTS
+    float32_components = ("vae",)  # the Wan VAE runs in float32, as upstream recommends
 
     def tiny_pipeline(self) -> Path:
         from workbench_wan22.tiny import FIXTURE
@@ -122,8 +123,8 @@ class Wan22TI2V(DiffusersBackbone):
         from diffusers import WanImageToVideoPipeline, WanPipeline
 
         folder, c = self.folder, self.config
-        # the Wan VAE runs in float32, as upstream recommends
-        loaded, dtype = load_pipeline(folder, plugin=self.name, device=c.device, dtype=c.dtype, float32=("vae",))
+        loaded, dtype = load_pipeline(folder, plugin=self.name, device=c.device, dtype=c.dtype,
+                                      float32=self.float32_components, skip=("text_encoder",))
         parts = loaded.components
         problems = []
         if parts.get("transformer_2") is not None or getattr(loaded.config, "boundary_ratio", None) is not None:
@@ -137,7 +138,9 @@ class Wan22TI2V(DiffusersBackbone):
             raise CheckpointError(f"wan22_ti2v: {folder} is not a Wan2.2 TI2V checkpoint: " + "; ".join(problems)
                                   + ". Use the Wan-AI/Wan2.2-TI2V-5B-Diffusers release.")
         self.adopt_components(parts)  # the pipelines below only borrow the modules
-        shared = dict(tokenizer=self.tokenizer, text_encoder=self.text_encoder, vae=self.vae,
+        # diffusers' WanImageToVideoPipeline conditions every sample on one image: one clip per generate()
+        self.max_generate_batch = 1 if c.first_frame else None
+        shared = dict(tokenizer=self.tokenizer, text_encoder=None, vae=self.vae,  # the text encoder: on first use
                       scheduler=self.scheduler, transformer=self.transformer, expand_timesteps=True)
         self.pipelines = {"i2v": WanImageToVideoPipeline(**shared), "t2v": WanPipeline(**shared)}
         for pipe in self.pipelines.values():
@@ -244,8 +247,8 @@ class Wan22TI2V(DiffusersBackbone):
         return super().prepare_batch(raw)
 
     def latents_from(self, raw: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor | None, bool]:
-        if "video" in raw or ("image" not in raw and not self.config.first_frame):
-            return super().latents_from(raw)  # clips, or a text-to-video request
+        if "latents" in raw or "video" in raw or ("image" not in raw and not self.config.first_frame):
+            return super().latents_from(raw)  # clips (or a latent cache's), or a text-to-video request
         if "image" not in raw:
             raise DataError(f"wan22_ti2v.prepare_batch needs 'video' (B, 3, T, H, W), or 'image' (B, 3, H, W) to "
                             f"generate from a first frame; got keys {sorted(raw)}. For text-to-video, build the "
@@ -257,21 +260,33 @@ class Wan22TI2V(DiffusersBackbone):
         return latents, image[:, :, None], False
 
     def condition_on(self, cond: dict[str, Any], latents: torch.Tensor, video: torch.Tensor | None,
-                     has_target: bool) -> None:
-        if self.config.first_frame:
-            image = video[:, :, 0]
-            first = self.encode(image[:, :, None])[:, :, 0]  # as the pipeline encodes its condition
-            cond["first_frame"] = first
-            if not has_target:
-                latents[:, :, 0] = first
+                     has_target: bool, raw: Mapping[str, Any] | None = None) -> None:
+        if not self.config.first_frame:
+            return
+        if video is None:  # a latent cache's items carry the first frame's latent (see encode_item)
+            if raw is None or raw.get("first_frame") is None:
+                raise DataError("wan22_ti2v: a batch of 'latents' needs the first frame's latent 'first_frame' "
+                                "(B, 48, h, w) beside them, as encode_item makes it. Pass 'video' instead, or rebuild "
+                                "the latent cache with `workbench cache-latents`.")
+            first = torch.as_tensor(raw["first_frame"]).to(device=self.device, dtype=latents.dtype)
+        else:  # as the pipeline encodes its condition, clip by clip
+            first = self.encode_clips(video[:, :, :1])[:, :, 0]
+        cond["first_frame"] = first
+        if not has_target:
+            latents[:, :, 0] = first
+
+    def cached_conditions(self, video: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"image": video[:, :, 0]} if self.config.first_frame else {}  # what the i2v pipeline samples from
 
     def batch_from(self, latents: torch.Tensor, cond: dict[str, Any], per_frame: frozenset[str],
-                   video: torch.Tensor | None, has_target: bool) -> Batch:
+                   video: torch.Tensor | None, has_target: bool, raw: Mapping[str, Any] | None = None) -> Batch:
         mask = torch.ones(latents.shape[0], latents.shape[2], device=self.device)
         if self.config.first_frame:
             mask[:, 0] = 0  # the first latent frame is given, not predicted
         if video is not None:
             cond["image"] = video[:, :, 0]  # the first frame's pixels, which the i2v pipeline encodes itself
+        elif raw is not None and raw.get("image") is not None:
+            cond["image"] = torch.as_tensor(raw["image"]).float().to(self.device)
         return Batch(latents=latents, cond=cond, loss_mask=mask, per_frame=per_frame, meta={"has_target": has_target})
 
     # -- denoising ---------------------------------------------------------------------------
@@ -305,6 +320,18 @@ class Wan22TI2V(DiffusersBackbone):
         out = self.transformer(hidden_states=hidden.to(dtype), timestep=self.token_timesteps(t, x_t.shape),
                                encoder_hidden_states=cond["prompt_embeds"].to(dtype), return_dict=False)[0]
         return out.to(x_t.dtype)
+
+    # -- adapters inside the transformer -------------------------------------------------------
+    def inside_spec(self) -> InsideSpec:
+        """Where ``lora`` / ``action_modulation`` / ``controlnet`` reach: the attention projections of
+        the transformer's blocks (LoRA), and the blocks themselves (tokens ``(B, T' h w, W)``, frame-major),
+        every one a link of the chain a ControlNet copies (each takes the hidden state, the text, the
+        timestep projection and the rotary embedding)."""
+        tr = self.transformer
+        width = tr.config.num_attention_heads * tr.config.attention_head_dim
+        return InsideSpec(root=tr, root_name="transformer", lora_targets=("to_q", "to_k", "to_v", "to_out.0"),
+                          blocks=tuple(tr.blocks), widths=(width,) * len(tr.blocks), branch_blocks=len(tr.blocks),
+                          layout="tokens")
 
     # -- sampling ----------------------------------------------------------------------------
     def negative_embeddings(self, batch: Batch) -> torch.Tensor:

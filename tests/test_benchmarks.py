@@ -1,0 +1,87 @@
+"""Every benchmark runs in its quick mode (``--quick``: one round, reduced loops, nothing judged), so none
+can rot unnoticed; ``make bench`` runs them in full and judges their ratios. Nothing here asserts on time:
+each test checks that the benchmark ran to the end, printed what it measures and exited 0.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import requires_plugins
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+# benchmark -> lines its output must hold (the quantities it reports)
+CASES = {
+    "ablation_cache": ["speed-up from the base cache = "],
+    "compose_overhead": ["ratio ComposedModel.predict / hand-written = ", "(target <= 1.05)"],
+    "fork_speed": ["fork at  5 / full = ", "fork at 15 / full = "],
+    "preview_overhead": ["preview every step / no preview = "],
+    "record_overhead": ["record / generate = ", "record(float16, every 4th step) / generate = "],
+    "tiny_preview": ["gain of the tiny preview over the linear one, dB = ", "tiny / full decode = "],
+    "inside_overhead": ["inside_overhead[lora]", "inside_overhead[action_modulation]", "inside_overhead[controlnet]"],
+    "train_overhead": ["train_overhead (tiny)", "train_overhead (bench)", "train_overhead (loop only)"],
+    "data_throughput": ["ratio lerobot / hdf5 time per batch = ", "data time / step time, lerobot"],
+    "ddp_overhead": ["ratio 2 ranks / single = "],
+    "widget_latency": ["ablation slider move: ", "stepper (full decode, 3 branches)", "browser: not in --quick mode"],
+    "integrity_overhead": ["embedded world model: save (CPU time)", "ratio save with digests / save plain = ",
+                           "32 MB trainable state: load (CPU time)"],
+}
+PLUGIN_CASES = {
+    "plugin_overhead": ["generate / pipeline = ", "dynamicrafter record / sampler = "],
+    "gpu_check": ["flow_matching on cpu: parity", "diffusion on cpu: parity",
+                  "DynamiCrafter (dynamicrafter-512:tiny random model) on cpu bfloat16: all 11 promises kept",
+                  "gpu_check: every claim holds"],
+}
+# gpu_check: the tiny_video and plugin paths of the script, a plugin in its GPU precision (tiny_video's conformance
+# and every plugin's in bf16 are tests of their own)
+ARGS = {"gpu_check": ["--quick", "--backbones", "dynamicrafter", "--dtype", "gpu"]}
+
+
+def run(name: str, capsys, monkeypatch, tmp_path) -> str:
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path / "cache"))
+    module = importlib.import_module(name)
+    status = module.main(ARGS.get(name, ["--quick"]))
+    out = capsys.readouterr().out
+    assert status == 0, out[-3000:]
+    return out
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_each_benchmark_runs_in_its_quick_mode(name, capsys, monkeypatch, tmp_path):
+    out = run(name, capsys, monkeypatch, tmp_path)
+    missing = [line for line in CASES[name] if line not in out]
+    assert missing == [], out[-3000:]
+
+
+@requires_plugins
+@pytest.mark.parametrize("name", list(PLUGIN_CASES))
+def test_each_plugin_benchmark_runs_in_its_quick_mode(name, capsys, monkeypatch, tmp_path):
+    out = run(name, capsys, monkeypatch, tmp_path)
+    missing = [line for line in PLUGIN_CASES[name] if line not in out]
+    assert missing == [], out[-3000:]
+
+
+def test_every_benchmark_has_a_quick_case():
+    names = {p.stem for p in BENCHMARKS.glob("[!_]*.py")}
+    assert names == set(CASES) | set(PLUGIN_CASES)
+
+
+def test_a_missed_target_is_reported_and_fails_the_run_after_everything_printed(capsys, monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    bench = importlib.import_module("_bench")
+    bench.start([])
+    assert bench.judge("a / b", 1.20, 1.05) is False and bench.judge("c / d", 0.99, 1.05) is True
+    assert bench.judge("gain, dB", 7.0, 6.0, at_most=False, fmt="+.1f") is True
+    assert bench.finish() == 1
+    out = capsys.readouterr().out
+    assert "a / b = 1.200 (target <= 1.05)  SHORT of its target" in out and "c / d = 0.990 (target <= 1.05)  ok" in out
+    assert "gain, dB = +7.0 (target >= 6.00)  ok" in out and "1 of 3 targets missed: a / b = 1.200" in out
+    bench.start(["--quick"])
+    bench.judge("a / b", 1.20, 1.05)
+    assert bench.finish() == 0 and "SHORT" not in capsys.readouterr().out  # quick mode judges nothing
+    sys.modules.pop("_bench", None)
