@@ -43,10 +43,13 @@ demo: sysdeps $(STAMP)
 
 # Notebooks run under strict nbval: every stored output is compared after the sanitiser.
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
+# The suite runs on both cores, file by file: a file's tests (a notebook's cells) run on one worker in
+# order, and the browser tests never overlap (tests/conftest.py).
+WORKERS ?= 2
 
 test: sysdeps browser $(STAMP) $(LAB_STAMP)
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -q tests notebooks $(NBVAL)
+	$(PY) -m pytest -q -n $(WORKERS) --dist loadfile --durations=15 tests notebooks $(NBVAL)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -87,7 +87,7 @@ def check(device: str, objective: str, steps: int) -> None:
 def subject(name: str, steps: int, quick: bool = False):
     """``(make_backbone, raw, adapter_factory)`` for ``name``'s tiny model: a training batch holding every input
     (``quick``: smaller clips)."""
-    from workbench.registry import build
+    from workbench.config import build
 
     g = torch.Generator().manual_seed(0)
     signals = lambda frames: {k: torch.rand(2, frames, d, generator=g) for k, d in  # noqa: E731

@@ -17,8 +17,8 @@ from _bench import BENCH_BASE, finish, interleaved, report, start
 
 from workbench import AdapterExperiment, Replace, TrainingConfig
 from workbench.backbones.tiny_video import TinyVideo, TinyVideoConfig
+from workbench.config import build
 from workbench.core.backbone import freeze
-from workbench.registry import build
 
 STEPS = 3
 KINDS = {"lora": {"rank": 8}, "action_modulation": {"hidden": 32, "lora": {"rank": 4}}, "controlnet": {"blocks": 1}}

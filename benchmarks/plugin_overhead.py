@@ -27,8 +27,8 @@ from _bench import finish, interleaved, judge, median, ratio, scaled, start
 from torch import nn
 
 from workbench import Adapter, ComposedModel, GatedResidual
+from workbench.config import build
 from workbench.inspect import record
-from workbench.registry import build
 
 STEPS = 20
 SIZE, FRAMES = 128, 17  # 8x8 latents x 5 latent frames: 80 tokens per transformer call

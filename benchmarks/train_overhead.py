@@ -104,8 +104,8 @@ def loop_only(steps: int = 3000) -> float:
     """The loop's own cost per step, timed step by step: the model's work (prepare, noise, base,
     adapter, loss) replaced by a one-parameter loss in both loops, so what differs is only what
     ``exp.fit`` does around it (the composition's own cost is compose_overhead.py's subject)."""
+    from workbench.loop import SigintGuard
     from workbench.train.experiment import HOOKS, _overrides
-    from workbench.train.interrupt import SigintGuard
 
     exp = experiment(TINY_BASE, dict(width=8, depth=1))
     raw = {"video": torch.zeros(1, 3, 2, 8, 8), "action": torch.zeros(1, 2, 4)}

@@ -312,7 +312,50 @@ def _skip_reason(notebook: str) -> str | None:
     return None
 
 
+#: Test files that must not overlap with each other when the suite runs on several workers: the browser
+#: tests start a server and a browser each and wait on them. (Every file, and every notebook, already runs
+#: on one worker, in order: see pytest_xdist_make_scheduler.)
+SERIAL_GROUPS = {"test_widgets_browser.py": "browser tests", "test_widgets_lab.py": "browser tests"}
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist (make test runs the suite on both cores)
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile``, with the files of a SERIAL_GROUPS group as one unit.
+
+    A file's tests share its module fixtures, a notebook's cells share one kernel, and the torchrun
+    tests start two ranks each: all run on one worker, in order. (``--dist loadgroup`` would say the
+    same with marks, but pytest-xdist 3.8 loses the marks under pytest 9.2's node ids.)
+    """
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class ByFile(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            file = nodeid.split("::", 1)[0]
+            return SERIAL_GROUPS.get(Path(file).name, file)
+
+    config.option.loadscopereorder = False  # files go out in collection order: the long ones first (below)
+    return ByFile(config, log)
+
+
+#: The longest files start first, so that no worker is left running a long one alone at the end. This
+#: orders the work only; every file still runs whole and in its own order. Notebooks come next (a kernel
+#: and a minute of cells each), then everything else in collection order.
+START_FIRST = ("test_install.py", "test_distributed.py", "test_pretrain_demo.py", "test_widgets_lab.py",
+               "test_widgets_browser.py", "test_evaluate.py", "test_benchmarks.py", "test_adapters_controlnet_video.py",
+               "test_plugin_backbones.py", "test_plugin_dynamicrafter.py", "test_adapters_inside.py",
+               "test_data_lerobot.py")
+
+
+def _start_rank(path: Path) -> int:
+    if path.name in START_FIRST:
+        return START_FIRST.index(path.name)
+    return len(START_FIRST) + (0 if path.suffix == ".ipynb" else 1)
+
+
 def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: _start_rank(Path(str(item.fspath))))  # stable: each file keeps its order
     reasons: dict[str, str | None] = {}
     for item in items:
         path = Path(str(item.fspath))

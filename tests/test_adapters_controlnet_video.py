@@ -13,10 +13,10 @@ from conftest import perturb, raw_batch, requires_plugins, tiny_base
 
 from workbench import AdapterExperiment, ComposedModel, Replace, TrainingConfig
 from workbench.adapters.controlnet import ControlNet, block_grid
+from workbench.config import build
 from workbench.core.conditions import Condition
 from workbench.data.control import edges
 from workbench.errors import CompositionError, ConditionError, ConfigError, DataError
-from workbench.registry import build
 from workbench.testing import INSIDE_PROMISES, check_inside_adapter
 
 

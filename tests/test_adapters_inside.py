@@ -14,10 +14,10 @@ from workbench import AdapterExperiment, ComposedModel, GatedResidual, Replace, 
 from workbench.adapters.action_modulation import ActionModulation
 from workbench.adapters.controlnet import ControlNet
 from workbench.adapters.lora import LoRA
+from workbench.config import build
 from workbench.data.synthetic import SyntheticMoves
 from workbench.errors import CheckpointError, CompositionError, ConfigError, ConformanceError
 from workbench.inspect.trajectory import record
-from workbench.registry import build
 from workbench.testing import INSIDE_PROMISES, check_inside_adapter
 
 DATA = SyntheticMoves(items=16, frames=4, size=16)

@@ -19,7 +19,7 @@ from conftest import requires_plugins
 pytestmark = requires_plugins
 
 from workbench import AdapterExperiment, ComposedModel, Replace, TrainingConfig  # noqa: E402
-from workbench.registry import build  # noqa: E402
+from workbench.config import build  # noqa: E402
 
 PROMPT = "a robot arm pushes a puck"
 KINDS = {

@@ -87,7 +87,8 @@ LAYERS = {
     # the world-model wing stands on the library (and registers its commands through workbench.cli.Command)
     "worldmodel": {"core", "train", "inspect", "backbones", "adapters", "data", "worldmodel", "cli"},
 }
-LEAVES = {"errors", "registry", "config", "layers", "metrics", "media", "_lazy", "integrity", "extras"}
+LEAVES = {"errors", "registry", "config", "layers", "loop", "metrics", "media", "_lazy", "_version", "integrity",
+          "extras"}
 #: The top-level modules that are not leaves, and what each may reach.
 TOP = {"__init__": {"core", "train"}, "__main__": {"cli"},
        "cli": {"core", "train", "inspect", "backbones", "adapters", "data"}}

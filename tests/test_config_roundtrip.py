@@ -16,9 +16,9 @@ import yaml
 from conftest import TINY, tiny_base
 from torch import nn
 
-from workbench.config import block_of
+from workbench.config import block_of, build
 from workbench.errors import CallbackError, ConfigError
-from workbench.registry import KINDS, build, registered
+from workbench.registry import KINDS, registered
 
 DIFFUSERS = {"path": "tiny", "height": 64, "width": 64, "num_frames": 9, "steps": 4}
 SMALL_ADAPTER = {"width": 16, "depth": 1}

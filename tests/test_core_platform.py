@@ -220,7 +220,7 @@ def test_an_experiment_refuses_a_base_whose_auto_dtype_was_resolved_for_another_
 
 
 def test_a_backbone_config_names_a_device_or_auto():
-    from workbench.registry import build
+    from workbench.config import build
 
     with pytest.raises(ConfigError, match=r"base.config.device: must be auto, cpu, cuda, cuda:N or mps, got 'gpu'"):
         build("backbone", "tiny_video", {**TINY, "device": "gpu"}, where="base")

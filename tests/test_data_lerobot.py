@@ -19,7 +19,7 @@ pytest.importorskip("av", reason="the lerobot dataset needs PyAV (pip install 'g
 
 import lerobot_fixture as fx  # noqa: E402
 
-from workbench.config import build_component  # noqa: E402
+from workbench.config import build  # noqa: E402
 from workbench.data.lerobot import LeRobotClips  # noqa: E402
 from workbench.errors import ConfigError, DataError  # noqa: E402
 
@@ -150,12 +150,12 @@ def test_task_strings_are_the_text_condition(both):
 
 
 def test_registered_and_config_validated(both):
-    clips = build_component("dataset", "lerobot", {"root": str(both[1]), "camera": fx.CAMERAS[0], "window": 4})
+    clips = build("dataset", "lerobot", {"root": str(both[1]), "camera": fx.CAMERAS[0], "window": 4})
     assert isinstance(clips, LeRobotClips)
     with pytest.raises(ConfigError, match=r"dataset\.config\.camra: unknown key.*Did you mean 'camera'"):
-        build_component("dataset", "lerobot", {"root": str(both[1]), "camra": "x"})
+        build("dataset", "lerobot", {"root": str(both[1]), "camra": "x"})
     with pytest.raises(ConfigError, match=r"size: must be \[height, width\]"):
-        build_component("dataset", "lerobot", {"root": str(both[1]), "size": [64]})
+        build("dataset", "lerobot", {"root": str(both[1]), "size": [64]})
 
 
 # ------------------------------------------------------------------------------------------- errors

@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Subset
 
-from workbench.config import build_component
+from workbench.config import build
 from workbench.data.metaworld import MetaWorldClips, MetaWorldConfig, sample_path, split_episodes
 from workbench.errors import ConfigError, DataError
 
@@ -216,12 +216,12 @@ def test_config_validation(field, value, pattern):
 
 def test_build_from_registry_validates_keys(tmp_path):
     path = write_file(tmp_path / "ok.h5")
-    clips = build_component("dataset", "metaworld", {"path": str(path), "window": 4, "split": "all"})
+    clips = build("dataset", "metaworld", {"path": str(path), "window": 4, "split": "all"})
     assert isinstance(clips, MetaWorldClips)
     with pytest.raises(ConfigError, match=r"dataset\.config\.windw: unknown key.*Did you mean 'window'"):
-        build_component("dataset", "metaworld", {"path": str(path), "windw": 4})
+        build("dataset", "metaworld", {"path": str(path), "windw": 4})
     with pytest.raises(ConfigError, match=r"dataset\.config\.split: got str 'tarin'.*Did you mean 'train'"):
-        build_component("dataset", "metaworld", {"path": str(path), "split": "tarin"})
+        build("dataset", "metaworld", {"path": str(path), "split": "tarin"})
 
 
 # ------------------------------------------------------------------------------------- the dataset

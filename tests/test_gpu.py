@@ -19,7 +19,7 @@ from conftest import TINY, requires_plugins
 from workbench import AdapterExperiment, GatedResidual, TrainingConfig
 from workbench.adapters.latent_residual import LatentResidual
 from workbench.backbones.tiny_video import TinyVideo, TinyVideoConfig
-from workbench.registry import build
+from workbench.config import build
 from workbench.testing import check_backbone
 
 ROOT = Path(__file__).resolve().parents[1]

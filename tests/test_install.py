@@ -8,7 +8,7 @@ it starts, naming the extra and the pip command, and the commands whose extras a
 torch (and the packages torch itself requires) is linked from this environment instead of unpacked a
 second time, which would add about a minute: it is the same wheel, and no extra brings it. Set
 WORKBENCH_INSTALL_TEST_FULL=1 to install it too. Several minutes in all on a busy 2-core machine, so
-the test runs in its own xdist group (``-n 2 --dist loadgroup`` keeps it on one worker).
+the test runs on one worker (``make test`` schedules the suite file by file, this file among the first).
 """
 
 from __future__ import annotations

@@ -71,7 +71,7 @@ def test_training_from_the_cache_equals_training_on_the_clips_and_never_loads_th
 def test_each_cached_item_is_what_prepare_batch_makes_of_its_clip(tmp_path, monkeypatch):
     """Collated cache items prepare to the batch their raw clips prepare to, bit for bit (Wan2.2: the clip's
     latents, its first frame's latent and pixels, the prompt's embeddings)."""
-    from workbench.registry import build
+    from workbench.config import build
 
     monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path / "workbench-cache"))
     cfg = yaml.safe_load((ROOT / "examples" / "configs" / "wan22.yaml").read_text())

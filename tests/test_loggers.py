@@ -11,9 +11,9 @@ from conftest import tiny_base
 
 from workbench import AdapterExperiment, GatedResidual, TrainingConfig
 from workbench.adapters.latent_residual import LatentResidual
+from workbench.config import build
 from workbench.data.synthetic import SyntheticMoves
 from workbench.errors import CallbackError
-from workbench.registry import build
 
 
 def experiment(tmp_path, callback) -> AdapterExperiment:

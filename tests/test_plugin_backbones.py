@@ -28,8 +28,8 @@ from workbench import (  # noqa: E402
     GatedResidual,
     TrainingConfig,
 )
+from workbench.config import build  # noqa: E402
 from workbench.errors import CheckpointError, CompositionError, ConfigError, DataError  # noqa: E402
-from workbench.registry import build  # noqa: E402
 from workbench.testing import check_backbone  # noqa: E402
 
 TINY_SAMPLING = {"height": 64, "width": 64, "num_frames": 9, "steps": 4}

@@ -37,8 +37,8 @@ def _installed() -> bool:
 pytestmark = pytest.mark.skipif(not _installed(), reason="workbench-dynamicrafter is not installed (make install "
                                                           "installs it: pip install -e plugins/dynamicrafter)")
 
+from workbench.config import build  # noqa: E402
 from workbench.errors import CapabilityError, CheckpointError, ConfigError, DataError  # noqa: E402
-from workbench.registry import build  # noqa: E402
 from workbench.testing import check_backbone  # noqa: E402
 
 KEYS = ROOT / "tests" / "fixtures" / "dynamicrafter_keys.json.gz"

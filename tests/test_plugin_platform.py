@@ -9,8 +9,8 @@ import torch
 from conftest import requires_plugins
 from test_core_platform import machine  # noqa: F401  (the fixture)
 
+from workbench.config import build
 from workbench.errors import CapabilityError
-from workbench.registry import build
 
 pytestmark = requires_plugins
 

@@ -25,7 +25,7 @@ from conftest import requires_plugins
 pytestmark = requires_plugins
 
 from workbench import AdapterExperiment, ComposedModel, GatedResidual, TrainingConfig  # noqa: E402
-from workbench.registry import build  # noqa: E402
+from workbench.config import build  # noqa: E402
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,8 @@ FIXTURE = Path(__file__).parent / "fixtures" / "workbench-fixture-plugin"
 RESOLVE = """
 import sys
 sys.path.insert(0, {path!r})
-from workbench.registry import build, registered
+from workbench.config import build
+from workbench.registry import registered
 from workbench.errors import UnknownComponentError
 try:
     adapter = build("adapter", "fixture_bias", {{"channels": 4}})
@@ -83,7 +84,7 @@ def test_a_plugin_backbone_keeps_the_contract_through_the_kit(installed):
 import sys, torch
 sys.path.insert(0, {str(installed)!r})
 torch.set_num_threads(1)
-from workbench.registry import build
+from workbench.config import build
 from workbench.testing import check_backbone
 g = torch.Generator().manual_seed(0)
 raw = {{"video": torch.rand(2, 3, 4, 8, 8, generator=g) * 2 - 1, "action": torch.rand(2, 4, 4, generator=g)}}

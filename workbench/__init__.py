@@ -5,6 +5,8 @@
 The public API lives here; ``tests/test_public_api.py`` freezes it.
 """
 
+from workbench._version import __version__ as __version__
+from workbench.config import build
 from workbench.core import (
     Adapter,
     Add,
@@ -33,10 +35,8 @@ from workbench.core import (
     SamplingDefaults,
     StepRecord,
 )
-from workbench.registry import build, register
+from workbench.registry import register
 from workbench.train import AdapterExperiment, ExperimentConfig, TrainingConfig
-
-__version__ = "0.1.0"
 
 __all__ = [
     "Adapter",

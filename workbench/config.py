@@ -16,7 +16,8 @@ import typing
 from collections.abc import Mapping
 from typing import Any, Literal, Union
 
-from workbench.errors import ConfigError, did_you_mean, listing
+from workbench.errors import ConfigError, UnknownComponentError, did_you_mean, listing
+from workbench.registry import name_of, registered, resolve
 
 
 class Problems(list):
@@ -173,9 +174,6 @@ def coerce(tp: Any, value: Any, path: str, problems: Problems) -> Any:
 
 def validate_component_block(kind: str, block: Any, path: str, problems: Problems) -> dict | None:
     """Check a ``{type, config}`` block: known type, allowed keys, config valid for that type."""
-    from workbench.errors import UnknownComponentError
-    from workbench.registry import registered, resolve
-
     if isinstance(block, str):
         block = {"type": block}
     if not isinstance(block, Mapping):
@@ -283,8 +281,6 @@ def block_of(component: Any, kind: str) -> dict:
     ``build(kind, block["type"], block.get("config"))`` rebuilds it (a component registered under
     no name gets ``module:qualname``, which documents it but does not rebuild).
     """
-    from workbench.registry import name_of
-
     cls = type(component)
     block: dict[str, Any] = {"type": name_of(kind, cls) or f"{cls.__module__}:{cls.__qualname__}"}
     config = getattr(component, "config", None)
@@ -307,10 +303,15 @@ def to_dict(config: Any) -> dict:
     return plain(config)
 
 
-def build_component(kind: str, name: str, config: Any = None, *, where: str | None = None) -> Any:
-    """Resolve ``name`` and build it from ``config`` (mapping or ``config_class`` instance)."""
-    from workbench.registry import resolve
+def build(kind: str, name: str, config: Any = None, *, where: str | None = None) -> Any:
+    """Build a component from its registered name and a config mapping (or config instance).
 
+    The mapping is validated by the component's own config dataclass (``config_class``); every
+    problem is reported in one :class:`~workbench.errors.ConfigError` (``where``: the config path
+    the problems are reported at, default ``kind``).
+
+    >>> composer = build("composer", "gated_residual", {"gate_init": 0.0})
+    """
     where = where or kind
     cls = resolve(kind, name, where=f"{where}.type")
     config_class = getattr(cls, "config_class", None)

@@ -104,16 +104,3 @@ def name_of(kind: str, cls: type) -> str | None:
             return name
     target = f"{cls.__module__}:{cls.__qualname__}"
     return next((name for name, ep in _entry_points(kind).items() if ep.value.strip() == target), None)
-
-
-def build(kind: str, name: str, config: Any = None, *, where: str | None = None) -> Any:
-    """Build a component from its registered name and a config mapping (or config instance).
-
-    The mapping is validated by the component's own config dataclass (``config_class``); every
-    problem is reported in one :class:`~workbench.errors.ConfigError`.
-
-    >>> composer = build("composer", "gated_residual", {"gate_init": 0.0})
-    """
-    from workbench.config import build_component
-
-    return build_component(kind, name, config, where=where or kind)

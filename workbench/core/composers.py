@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from workbench.config import block_of, check, component_field, config_from
+from workbench.config import block_of, build, check, component_field, config_from
 from workbench.core.callbacks import GateStatistics
 from workbench.errors import CompositionError
 from workbench.registry import register
@@ -310,8 +310,6 @@ class Wrapper(Composer):
         super().__init__()
         config = config_from(type(self), config, overrides)
         if inner is None:
-            from workbench.registry import build
-
             inner = build("composer", config.inner["type"], config.inner.get("config"), where="composer.inner")
         if not isinstance(inner, Composer):
             raise CompositionError(f"{type(self).__name__} wraps a Composer, got {type(inner).__name__}.")

@@ -51,7 +51,7 @@ def open_clips(path: str | Path, *, window: int, stride: int, split: str = "val"
 
     ``size`` (H, W) resizes LeRobot frames; an HDF5 file must already hold frames of that size.
     """
-    from workbench.registry import build
+    from workbench.config import build
 
     block = data_block(path, window=window, stride=stride, split=split, size=size, **options)
     clips = build("dataset", block["type"], block["config"], where="data")

@@ -14,15 +14,11 @@ from workbench.inspect.clips import generation_request, predict_clips
 from workbench.inspect.common import InspectError, StepError, StorageWarning, t_for_noise_level
 from workbench.inspect.decoding import render, render_float
 from workbench.inspect.gates import GatesState, find_gate_history, gate_history, gate_statistics
+from workbench.inspect.latent_space import decode_chunked
+from workbench.inspect.linear_preview import LatentPreview
 from workbench.inspect.pictures import Panel, ViewImage
-from workbench.inspect.preview import (
-    LatentPreview,
-    backbone_identity,
-    cache_dir,
-    clear_preview_cache,
-    decode_chunked,
-    fit_preview,
-)
+from workbench.inspect.preview import clear_preview_cache, fit_preview
+from workbench.inspect.preview_cache import backbone_identity, cache_dir
 from workbench.inspect.probes import (
     ActionSensitivityResult,
     BandRecommendation,

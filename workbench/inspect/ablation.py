@@ -121,7 +121,7 @@ class ConditionEdit:
             self._check(dim, None)
             self.values[..., dim] = self.original[..., dim]
 
-    def describe(self, index: int = 0) -> list[str]:
+    def describe_edits(self, index: int = 0) -> list[str]:
         """The edited dimensions for clip ``index`` by name, e.g. ``["d3=+0.50"]``, ``["dx=-1.00@f5"]``."""
         out = []
         values, original = self.values[index], self.original[index]
@@ -336,7 +336,7 @@ class Ablation:
 
     def describe_edits(self) -> list[str]:
         """The edited dimensions for clip ``index`` by name, e.g. ``["d3=+0.50"]``, ``["dx=-1.00@f5"]``."""
-        return self.edit.describe(self.index)
+        return self.edit.describe_edits(self.index)
 
     def describe(self) -> str:
         edits = ", ".join(self.describe_edits()) or "no edit"

@@ -1,7 +1,7 @@
 """Latents to pictures: the one path every view, export and widget decodes through.
 
 ``decode="preview"`` uses the backbone's linear preview (fitted on first use, see
-:mod:`workbench.inspect.preview`), ``"tiny"`` its distilled tiny preview (shipped for the
+:mod:`workbench.inspect.linear_preview`), ``"tiny"`` its distilled tiny preview (shipped for the
 embedded model, cached per backbone, distilled on first use otherwise; see
 :mod:`workbench.inspect.tiny_preview`), ``"full"`` its decoder chunked along time. The work runs on
 the base's device; only the frames leave it.
@@ -16,7 +16,9 @@ import torch
 
 from workbench.core.backbone import BaseVideoModel
 from workbench.inspect.common import InspectError, check_choice
-from workbench.inspect.preview import DECODES, DEFAULT_CHUNK_FRAMES, LatentPreview, decode_chunked, preview_for
+from workbench.inspect.latent_space import DEFAULT_CHUNK_FRAMES, decode_chunked
+from workbench.inspect.linear_preview import LatentPreview, preview_for
+from workbench.inspect.preview import DECODES
 from workbench.metrics import to_uint8_video
 
 DECODE_HINT = ("Use 'preview' (fast, linear), 'tiny' (a small distilled decoder, close to the full one) or 'full' "

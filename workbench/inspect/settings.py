@@ -40,7 +40,8 @@ class Settings:
                         composer=composer if composer is not None else self.composer,
                         gate_override=gate_override if gate_override is not None else self.gate_override)
 
-    def describe(self) -> list[str]:
+    def describe(self) -> str:
+        """What these settings change, e.g. ``"adapter off, gate=0.5"`` (empty when they change nothing)."""
         parts = []
         if self.adapter is not None:
             parts.append(f"adapter {'on' if self.adapter else 'off'}")
@@ -49,7 +50,7 @@ class Settings:
         if self.gate_override is not None:
             g = self.gate_override
             parts.append(f"gate={float(g):g}" if torch.as_tensor(g).numel() == 1 else "gate=override")
-        return parts
+        return ", ".join(parts)
 
 
 @contextmanager

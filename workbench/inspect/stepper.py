@@ -121,7 +121,8 @@ class StepperState:
     def fidelity(self) -> dict[str, float | None]:
         """Held-out PSNR (dB against the full decode) of each decode: the linear preview's, the tiny
         preview's (``None`` until one is distilled or cached) and ``inf`` for the full decode."""
-        from workbench.inspect.preview import is_pixel_space, preview_for
+        from workbench.inspect.latent_space import is_pixel_space
+        from workbench.inspect.linear_preview import preview_for
         from workbench.inspect.tiny_preview import cached_tiny_preview
 
         base = self.trajectory.model.base

@@ -1,6 +1,6 @@
 """The tiny preview: a small convolutional latent → RGB decoder distilled from the backbone's own.
 
-The linear preview (:mod:`workbench.inspect.preview`) maps each latent pixel to its block of
+The linear preview (:mod:`workbench.inspect.linear_preview`) maps each latent pixel to its block of
 output pixels on its own, so its pictures are blocky and miss what a decoder does across
 neighbouring latents. The tiny preview keeps that linear map as a skip path and adds a small
 convolutional body that reads a 7×7 latent neighbourhood (three 3×3 convolutions), then lays
@@ -19,7 +19,7 @@ spatially smooth, as for the linear fit), the same clips sent once and twice thr
 ``decode`` → ``encode`` (latents the VAE itself produces, i.e. clean-looking frames) and those
 mixed with fresh noise (what ``x_t`` looks like mid-run). A backbone without ``encode`` trains on
 the random clips alone. Data-free previews are cached per backbone identity like the linear one
-(``tiny-<identity>`` in :func:`~workbench.inspect.preview.cache_dir`, safetensors + JSON); the
+(``tiny-<identity>`` in :func:`~workbench.inspect.preview_cache.cache_dir`, safetensors + JSON); the
 embedded ``tiny_video`` model ships its distilled preview next to its weights.
 """
 
@@ -37,20 +37,18 @@ from torch import nn
 
 from workbench.core.backbone import BaseVideoModel
 from workbench.inspect.common import InspectError
-from workbench.inspect.preview import (
+from workbench.inspect.latent_space import (
     DEFAULT_CHUNK_FRAMES,
-    backbone_identity,
-    cache_dir,
     data_free_latents,
     decode_chunked,
     encode_samples,
     is_pixel_space,
     latent_layout,
     latent_shape_from_card,
-    read_files,
-    solve_linear,
-    write_files,
 )
+from workbench.inspect.linear_preview import solve_linear
+from workbench.inspect.preview_cache import backbone_identity, cache_dir, read_files, write_files
+from workbench.loop import LRSchedule, TrainingLoop, then
 from workbench.metrics import psnr
 
 TINY_VERSION = 1
@@ -250,8 +248,8 @@ def _training_latents(base: BaseVideoModel, shape: tuple[int, ...], count: int, 
 
 def distil_tiny_preview(base: BaseVideoModel, samples: Any = None, *, latent_shape: tuple[int, ...] | None = None,
                         n_fit: int = 24, n_heldout: int = 4, steps: int = 800, width: int = 64, batch: int = 8,
-                        lr: float = 3e-3, seed: int = 0,
-                        chunk_frames: int | None = DEFAULT_CHUNK_FRAMES) -> TinyPreview:
+                        lr: float = 3e-3, seed: int = 0, chunk_frames: int | None = DEFAULT_CHUNK_FRAMES,
+                        progress: bool = False) -> TinyPreview:
     """Distil a :class:`TinyPreview` of ``base`` (no cache; :func:`fit_preview` with ``kind="tiny"`` caches).
 
     Data-free: ``n_fit`` random clips of ``latent_shape = (C, T', h, w)`` (default: from the
@@ -259,7 +257,9 @@ def distil_tiny_preview(base: BaseVideoModel, samples: Any = None, *, latent_sha
     plus ``n_heldout`` held-out clips made the same way. With ``samples`` (frames, as for
     :func:`~workbench.inspect.fit_preview`), the encoded samples join the training set and the
     last ``n_heldout`` of them (at least one) measure the fit instead. ``steps`` Adam steps of
-    ``batch`` clips each.
+    ``batch`` clips each, under the one-cycle schedule (:meth:`~workbench.loop.LRSchedule.one_cycle`);
+    ``progress`` shows a bar. A Ctrl-C stops the distillation cleanly between two steps and raises
+    :class:`~workbench.loop.Interrupted`, whose ``resume()`` finishes it and returns the preview.
     """
     identity = backbone_identity(base)
     if samples is not None:
@@ -314,21 +314,23 @@ def distil_tiny_preview(base: BaseVideoModel, samples: Any = None, *, latent_sha
         linear_psnr = psnr(net(test_z).clamp(-1, 1), test_x, data_range=255.0)
 
     g = torch.Generator().manual_seed(seed)
-    optimizer = torch.optim.Adam(net.parameters(), lr=lr)
-    schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=lr, total_steps=max(1, steps), pct_start=0.1)
-    net.train()
-    for _ in range(steps):
+
+    def loss_fn(step: int) -> torch.Tensor:
         pick = torch.randint(0, fit_z.shape[0], (min(batch, fit_z.shape[0]),), generator=g)
-        loss = F.mse_loss(net(fit_z[pick]), fit_x[pick])
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        schedule.step()
-    net.eval()
-    with torch.no_grad():
-        tiny_psnr = psnr(net(test_z).clamp(-1, 1), test_x, data_range=255.0)
-    return TinyPreview(net=net, identity=identity, psnr=float(tiny_psnr), linear_psnr=float(linear_psnr),
-                       source=source, steps=steps, n_fit=fit_z.shape[0], n_heldout=test_z.shape[0])
+        return F.mse_loss(net(fit_z[pick]), fit_x[pick])
+
+    net.train()
+    loop = TrainingLoop(torch.optim.Adam(net.parameters(), lr=lr), LRSchedule.one_cycle(lr, max(1, steps)),
+                        randomness=[g], name="tiny preview", progress=progress)
+
+    def finish(losses: list[float]) -> TinyPreview:
+        net.eval()
+        with torch.no_grad():
+            tiny_psnr = psnr(net(test_z).clamp(-1, 1), test_x, data_range=255.0)
+        return TinyPreview(net=net, identity=identity, psnr=float(tiny_psnr), linear_psnr=float(linear_psnr),
+                           source=source, steps=steps, n_fit=fit_z.shape[0], n_heldout=test_z.shape[0])
+
+    return then(lambda: loop.run(loss_fn, until=steps), finish)
 
 
 def fit_tiny_preview(base: BaseVideoModel, samples: Any = None, *, cache: bool = True, refit: bool = False,
@@ -342,11 +344,14 @@ def fit_tiny_preview(base: BaseVideoModel, samples: Any = None, *, cache: bool =
         if loaded is not None:
             _MEMORY[identity] = loaded
             return loaded
-    preview = distil_tiny_preview(base, samples, **kwargs)
-    if cache and preview.source == "data-free":
-        save_cached_tiny(preview)
-    _MEMORY[identity] = preview
-    return preview
+
+    def remember(preview: TinyPreview) -> TinyPreview:
+        if cache and preview.source == "data-free":
+            save_cached_tiny(preview)
+        _MEMORY[identity] = preview
+        return preview
+
+    return then(lambda: distil_tiny_preview(base, samples, **kwargs), remember)
 
 
 def cached_tiny_preview(base: BaseVideoModel) -> TinyPreview | None:

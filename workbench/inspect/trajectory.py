@@ -32,7 +32,8 @@ from workbench.core.conditions import Batch
 from workbench.inspect.common import InspectError, StepError, check_choice, check_model, prepare, with_conditions
 from workbench.inspect.decoding import render
 from workbench.inspect.export import default_steps, write_grid
-from workbench.inspect.preview import DECODES, DEFAULT_CHUNK_FRAMES
+from workbench.inspect.latent_space import DEFAULT_CHUNK_FRAMES
+from workbench.inspect.preview import DECODES
 from workbench.inspect.recorder import OnTrajectoryStep, Recorder, StopSampling, generator_state
 from workbench.inspect.settings import Settings, applied, check_gate_override
 from workbench.inspect.step import TrajectoryStep
@@ -67,10 +68,9 @@ class Trajectory:
     def _default_label(self) -> str:
         if self.parent is None:
             return "run" if self.seed is None else f"run (seed {self.seed})"
-        changes = self.settings.describe()
-        if self.batch is not self.parent.batch:
-            changes.append("cond")
-        return f"fork@{self.fork_step}" + (": " + ", ".join(changes) if changes else "")
+        cond = "cond" if self.batch is not self.parent.batch else ""
+        changes = ", ".join(part for part in (self.settings.describe(), cond) if part)
+        return f"fork@{self.fork_step}" + (f": {changes}" if changes else "")
 
     def __repr__(self) -> str:
         state = "complete" if self.complete else f"stopped after {self._done}"
@@ -266,7 +266,7 @@ class Trajectory:
 
     def render(self, latents: torch.Tensor, decode: str = "preview", index: int = 0,
                chunk_frames: int | None = DEFAULT_CHUNK_FRAMES) -> np.ndarray:
-        """Latents ``(B, C, T, h, w)`` → uint8 ``[T, H, W, 3]`` (see :func:`workbench.inspect.preview.render`)."""
+        """Latents ``(B, C, T, h, w)`` → uint8 ``[T, H, W, 3]`` (see :func:`workbench.inspect.decoding.render`)."""
         return render(self.model.base, latents, decode=decode, index=index, chunk_frames=chunk_frames)
 
     def frames(self, step: int | Literal["final"], kind: str = "x0", decode: str = "preview", index: int = 0,

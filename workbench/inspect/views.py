@@ -34,8 +34,9 @@ from workbench.core.composers import NoiseGated, composer_tree
 from workbench.core.conditions import Batch
 from workbench.inspect.common import InspectError, check_choice
 from workbench.inspect.decoding import as_uint8, render_float, render_float_frame
+from workbench.inspect.latent_space import time_layout
+from workbench.inspect.linear_preview import preview_for
 from workbench.inspect.pictures import ViewImage, signed_limit
-from workbench.inspect.preview import preview_for, time_layout
 from workbench.inspect.step import TrajectoryStep
 from workbench.inspect.trajectory import Trajectory
 

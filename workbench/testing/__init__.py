@@ -17,8 +17,8 @@ with what was found (see :data:`PROMISES` for the list), and returns the
 
 from workbench.errors import ConformanceError
 from workbench.testing.inside import INSIDE_PROMISES, check_inside_adapter
-from workbench.testing.kit import ConformanceReport, Finding, ProbeAdapter, check_backbone, counting_base_calls
-from workbench.testing.promises import PROMISES
+from workbench.testing.kit import ConformanceReport, Finding, ProbeAdapter, counting_base_calls
+from workbench.testing.promises import PROMISES, check_backbone
 
 __all__ = ["INSIDE_PROMISES", "PROMISES", "ConformanceError", "ConformanceReport", "Finding", "ProbeAdapter",
            "check_backbone", "check_inside_adapter", "counting_base_calls"]

@@ -1,9 +1,12 @@
-"""``check_backbone``: every promise of the backbone contract checked in one call, one report."""
+"""The conformance kit's pieces, shared by :func:`~workbench.testing.check_backbone` and
+:func:`~workbench.testing.check_inside_adapter`: what a check may conclude (:class:`Broken`,
+:class:`Skipped`), the :class:`Subject` a backbone check examines, :class:`Finding` and
+:class:`ConformanceReport`, and the tensor helpers the checks compare with."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,7 +16,6 @@ from torch import nn
 from workbench.core.adapter import Adapter
 from workbench.core.backbone import BaseVideoModel
 from workbench.core.conditions import Batch
-from workbench.errors import ConformanceError, did_you_mean, listing
 
 
 class Broken(Exception):  # noqa: N818 - a finding, raised inside a promise's check
@@ -24,7 +26,7 @@ class Skipped(Exception):  # noqa: N818
     """Raised by a promise's check: the promise cannot be checked with what was given (the message says why)."""
 
 
-class _Blocked(Exception):  # noqa: N818
+class Blocked(Exception):  # noqa: N818
     """A check needs something an earlier step failed to make (``prepare_batch(raw)``, the recording)."""
 
 
@@ -104,7 +106,7 @@ class Subject:
 
     def _once(self, name: str, make: Callable[[], Any]) -> Any:
         if name in self.failed:
-            raise _Blocked(self.failed[name])
+            raise Blocked(self.failed[name])
         if name not in self._made:
             try:
                 self._made[name] = make()
@@ -118,7 +120,7 @@ class Subject:
 
     def need(self, name: str) -> Any:
         if name not in self._made:
-            raise _Blocked(self.failed.get(name, f"needs {name}, which an earlier promise did not produce"))
+            raise Blocked(self.failed.get(name, f"needs {name}, which an earlier promise did not produce"))
         return self._made[name]
 
     @property
@@ -190,89 +192,6 @@ def counting_base_calls(base: BaseVideoModel) -> Iterator[list[int]]:
             del base.denoise
         else:
             base.denoise = own
-
-
-def check_backbone(make_backbone: Callable[[], BaseVideoModel] | BaseVideoModel, *, raw: Mapping[str, Any],
-                   adapter_factory: Callable[[], Adapter] | None = None,
-                   generate_raw: Mapping[str, Any] | None = None, steps: int | None = None,
-                   fork_at: int | None = None, sampler_kwargs: Mapping[str, Any] | None = None,
-                   device: str | torch.device = "cpu", dtype: torch.dtype | None = None, seed: int = 0,
-                   promises: Iterable[str] | None = None, raise_on_broken: bool = True) -> ConformanceReport:
-    """Check every promise of the backbone contract; raise one :class:`ConformanceError` listing the broken ones.
-
-    Args:
-        make_backbone: a callable returning the backbone (or the backbone itself). It is moved
-            to ``device`` (and ``dtype``) and frozen by the checks.
-        raw: a raw *training* batch for ``prepare_batch``, holding every input the backbone
-            takes (video, each signal, prompts ...), so that every name in ``provides()`` is made.
-        adapter_factory: a callable returning a fresh adapter that is zero at init and binds to
-            this backbone (default :class:`ProbeAdapter`, which consumes nothing).
-        generate_raw: what to sample from (default: the first clip of ``prepare_batch(raw)``).
-        steps / sampler_kwargs: the sampling request (default: the card's steps; e.g.
-            ``{"guidance_scale": 4.0}`` to sample under guidance).
-        fork_at: the step the fork check forks at (default ``steps // 2``).
-        device / dtype: where and in what precision the checks run (``dtype=None`` keeps the
-            backbone's own dtypes and moves it to ``device`` only). The backbone is moved with
-            ``.to(device, dtype)`` (what it keeps in float32 stays so); adapters and composers run
-            in the dtype of the latents ``prepare_batch`` makes.
-        promises: names of the promises to check (default all, see :data:`PROMISES`).
-        raise_on_broken: ``False`` returns the report instead of raising.
-
-    Returns the :class:`ConformanceReport` when every promise checked holds.
-
-    >>> from workbench.testing import check_backbone
-    >>> check_backbone(lambda: TinyVideo(image_size=16, frames=4, width=16, ae_width=8, depth=1),
-    ...                raw={"video": torch.rand(2, 3, 4, 16, 16) * 2 - 1}, steps=4)   # doctest: +SKIP
-    """
-    from workbench.testing.promises import PROMISES
-
-    wanted = list(PROMISES) if promises is None else _checked_names(promises, PROMISES)
-    base = make_backbone() if callable(make_backbone) and not isinstance(make_backbone, nn.Module) else make_backbone
-    device = torch.device(device)
-    setting = f"{device}" + (f" {str(dtype).replace('torch.', '')}" if dtype is not None else "")
-    if not isinstance(base, BaseVideoModel):
-        report = ConformanceReport(type(base).__name__, setting, [Finding(
-            "backbone", "make_backbone() returns a workbench BaseVideoModel", "broken",
-            f"got {type(base).__name__}; subclass workbench.BaseVideoModel.")])
-        raise ConformanceError(report)
-    if not isinstance(raw, Mapping):
-        raise TypeError(f"raw must be a mapping (a raw training batch), got {type(raw).__name__}.")
-    name = getattr(base.card, "model_id", None) or "?"
-    report = ConformanceReport(f"{type(base).__name__} ({name})", setting)
-    subject = Subject(base, raw=raw, generate_raw=generate_raw, adapter_factory=adapter_factory or ProbeAdapter,
-                      steps=steps, fork_at=fork_at, sampler_kwargs=sampler_kwargs or {}, device=device, dtype=dtype,
-                      seed=seed)
-    try:
-        subject.keep("the state before moving", snapshot(base))
-        base.to(device) if dtype is None else base.to(device, dtype)
-    except Exception as err:
-        subject.failed["moving the backbone"] = f"base.to({setting}) raised {type(err).__name__}: {err}"
-    for promise in wanted:
-        statement, check = PROMISES[promise]
-        try:
-            detail = check(subject) or ""
-            finding = Finding(promise, statement, "kept", detail)
-        except Broken as err:
-            finding = Finding(promise, statement, "broken", str(err))
-        except Skipped as err:
-            finding = Finding(promise, statement, "skipped", str(err))
-        except _Blocked as err:
-            finding = Finding(promise, statement, "not checked", str(err))
-        except Exception as err:  # the backbone raised: that is the finding
-            finding = Finding(promise, statement, "broken", f"raised {type(err).__name__}: {err}")
-        report.findings.append(finding)
-    if report.broken and raise_on_broken:
-        raise ConformanceError(report)
-    return report
-
-
-def _checked_names(names: Iterable[str], known: Mapping[str, Any]) -> list[str]:
-    names = [names] if isinstance(names, str) else list(names)
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        raise ValueError(f"Unknown promise {unknown[0]!r}; the promises are {listing(known)}."
-                         f"{did_you_mean(unknown[0], known)}")
-    return names
 
 
 def tensors(module: nn.Module) -> dict[str, torch.Tensor]:

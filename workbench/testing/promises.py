@@ -1,4 +1,5 @@
-"""The promises of the backbone contract, one check each (see ``BaseVideoModel``).
+"""The promises of the backbone contract, one check each (see ``BaseVideoModel``), and
+:func:`check_backbone`, which checks them all in one call and gives one report.
 
 A check returns a short note (or nothing) when its promise holds, raises :class:`Broken`
 saying what was found when it does not, and :class:`Skipped` when it cannot be checked with
@@ -7,16 +8,24 @@ what was given. Anything else the backbone raises is reported as broken.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
-from workbench.core.backbone import as_video
+from workbench.core.adapter import Adapter
+from workbench.core.backbone import BaseVideoModel, as_video
 from workbench.core.card import ModelCard
 from workbench.core.conditions import Batch
+from workbench.errors import ConformanceError, did_you_mean, listing
 from workbench.testing.kit import (
+    Blocked,
     Broken,
+    ConformanceReport,
+    Finding,
+    ProbeAdapter,
     Skipped,
     Subject,
     counting_base_calls,
@@ -439,4 +448,86 @@ PROMISES: dict[str, tuple[str, Callable[[Subject], str | None]]] = {
 }
 """Promise name → (what it promises, its check), in checking order."""
 
-__all__ = ["PROMISES"]
+
+def check_backbone(make_backbone: Callable[[], BaseVideoModel] | BaseVideoModel, *, raw: Mapping[str, Any],
+                   adapter_factory: Callable[[], Adapter] | None = None,
+                   generate_raw: Mapping[str, Any] | None = None, steps: int | None = None,
+                   fork_at: int | None = None, sampler_kwargs: Mapping[str, Any] | None = None,
+                   device: str | torch.device = "cpu", dtype: torch.dtype | None = None, seed: int = 0,
+                   promises: Iterable[str] | None = None, raise_on_broken: bool = True) -> ConformanceReport:
+    """Check every promise of the backbone contract; raise one :class:`ConformanceError` listing the broken ones.
+
+    Args:
+        make_backbone: a callable returning the backbone (or the backbone itself). It is moved
+            to ``device`` (and ``dtype``) and frozen by the checks.
+        raw: a raw *training* batch for ``prepare_batch``, holding every input the backbone
+            takes (video, each signal, prompts ...), so that every name in ``provides()`` is made.
+        adapter_factory: a callable returning a fresh adapter that is zero at init and binds to
+            this backbone (default :class:`ProbeAdapter`, which consumes nothing).
+        generate_raw: what to sample from (default: the first clip of ``prepare_batch(raw)``).
+        steps / sampler_kwargs: the sampling request (default: the card's steps; e.g.
+            ``{"guidance_scale": 4.0}`` to sample under guidance).
+        fork_at: the step the fork check forks at (default ``steps // 2``).
+        device / dtype: where and in what precision the checks run (``dtype=None`` keeps the
+            backbone's own dtypes and moves it to ``device`` only). The backbone is moved with
+            ``.to(device, dtype)`` (what it keeps in float32 stays so); adapters and composers run
+            in the dtype of the latents ``prepare_batch`` makes.
+        promises: names of the promises to check (default all, see :data:`PROMISES`).
+        raise_on_broken: ``False`` returns the report instead of raising.
+
+    Returns the :class:`ConformanceReport` when every promise checked holds.
+
+    >>> from workbench.testing import check_backbone
+    >>> check_backbone(lambda: TinyVideo(image_size=16, frames=4, width=16, ae_width=8, depth=1),
+    ...                raw={"video": torch.rand(2, 3, 4, 16, 16) * 2 - 1}, steps=4)   # doctest: +SKIP
+    """
+    wanted = list(PROMISES) if promises is None else _checked_names(promises, PROMISES)
+    base = make_backbone() if callable(make_backbone) and not isinstance(make_backbone, nn.Module) else make_backbone
+    device = torch.device(device)
+    setting = f"{device}" + (f" {str(dtype).replace('torch.', '')}" if dtype is not None else "")
+    if not isinstance(base, BaseVideoModel):
+        report = ConformanceReport(type(base).__name__, setting, [Finding(
+            "backbone", "make_backbone() returns a workbench BaseVideoModel", "broken",
+            f"got {type(base).__name__}; subclass workbench.BaseVideoModel.")])
+        raise ConformanceError(report)
+    if not isinstance(raw, Mapping):
+        raise TypeError(f"raw must be a mapping (a raw training batch), got {type(raw).__name__}.")
+    name = getattr(base.card, "model_id", None) or "?"
+    report = ConformanceReport(f"{type(base).__name__} ({name})", setting)
+    subject = Subject(base, raw=raw, generate_raw=generate_raw, adapter_factory=adapter_factory or ProbeAdapter,
+                      steps=steps, fork_at=fork_at, sampler_kwargs=sampler_kwargs or {}, device=device, dtype=dtype,
+                      seed=seed)
+    try:
+        subject.keep("the state before moving", snapshot(base))
+        base.to(device) if dtype is None else base.to(device, dtype)
+    except Exception as err:
+        subject.failed["moving the backbone"] = f"base.to({setting}) raised {type(err).__name__}: {err}"
+    for promise in wanted:
+        statement, check = PROMISES[promise]
+        try:
+            detail = check(subject) or ""
+            finding = Finding(promise, statement, "kept", detail)
+        except Broken as err:
+            finding = Finding(promise, statement, "broken", str(err))
+        except Skipped as err:
+            finding = Finding(promise, statement, "skipped", str(err))
+        except Blocked as err:
+            finding = Finding(promise, statement, "not checked", str(err))
+        except Exception as err:  # the backbone raised: that is the finding
+            finding = Finding(promise, statement, "broken", f"raised {type(err).__name__}: {err}")
+        report.findings.append(finding)
+    if report.broken and raise_on_broken:
+        raise ConformanceError(report)
+    return report
+
+
+def _checked_names(names: Iterable[str], known: Mapping[str, Any]) -> list[str]:
+    names = [names] if isinstance(names, str) else list(names)
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"Unknown promise {unknown[0]!r}; the promises are {listing(known)}."
+                         f"{did_you_mean(unknown[0], known)}")
+    return names
+
+
+__all__ = ["PROMISES", "check_backbone"]

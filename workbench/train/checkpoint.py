@@ -412,14 +412,10 @@ def _pickled_globals(data: bytes) -> list[str]:
 
 
 def versions() -> dict[str, str]:
-    """The versions a checkpoint was written with (the distribution's metadata, not the package root)."""
-    from importlib import metadata
-
+    """The versions a checkpoint was written with (workbench's from its version module, not the package root)."""
     import numpy
 
-    try:
-        workbench = metadata.version("grafted-workbench")
-    except metadata.PackageNotFoundError:  # a source tree on the path, not installed
-        workbench = "unknown"
-    return {"workbench": workbench, "torch": torch.__version__, "numpy": numpy.__version__,
+    from workbench._version import __version__
+
+    return {"workbench": __version__, "torch": torch.__version__, "numpy": numpy.__version__,
             "python": platform.python_version()}

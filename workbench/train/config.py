@@ -19,6 +19,7 @@ reported in one :class:`~workbench.errors.ConfigError`, each with its path.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,7 @@ from typing import Any, Literal
 
 from workbench.config import Problems, check, component_field, raise_problems, validate, validate_component_block
 from workbench.errors import ConfigError, did_you_mean, listing
+from workbench.loop import LRSchedule
 from workbench.train.distributed import DistributedConfig
 
 
@@ -41,7 +43,7 @@ class TrainingConfig:
 
     ``sync_every``: how often the loop reads values back from the device (loss logging,
     NaN/inf checks); between those the hot path never synchronises. ``amp_dtype``: autocast
-    dtype (``bf16``/``fp16``) or ``null``. ``schedule``: LR after ``warmup_steps`` linear warmup.
+    dtype (``bf16``/``fp16``) or ``null``. ``schedule``: LR after ``warmup_steps`` linear warmup (:meth:`lr_schedule`).
     ``cache_latents``: encode each item of a map-style dataset through the frozen base once and
     reuse it (the base's ``encode_item``): the encoder is frozen, so this only saves time — often
     most of a small adapter's step. Needs ``num_workers: 0`` (the cache lives in this process).
@@ -103,19 +105,19 @@ class TrainingConfig:
             problems.add("betas", f"each must be in [0, 1), got {list(self.betas)}.")
         raise_problems(problems)
 
+    def lr_schedule(self) -> LRSchedule:
+        """The learning rate at each step, as :class:`~workbench.loop.LRSchedule` (the schedule every loop uses)."""
+        return _lr_schedule(self.learning_rate, self.steps, self.warmup_steps, self.schedule, self.min_lr_ratio)
+
     def lr_at(self, step: int) -> float:
         """Learning rate for optimizer step ``step`` (0-based)."""
-        base = self.learning_rate
-        if step < self.warmup_steps:
-            return base * (step + 1) / self.warmup_steps
-        if self.schedule == "constant":
-            return base
-        import math
+        return self.lr_schedule().lr_at(step)
 
-        span = max(1, self.steps - self.warmup_steps)
-        progress = min(1.0, (step - self.warmup_steps) / span)
-        floor = base * self.min_lr_ratio
-        return floor + (base - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+
+@functools.lru_cache(maxsize=16)
+def _lr_schedule(peak: float, steps: int, warmup: int, shape: str, floor: float) -> LRSchedule:
+    # built once per setting: lr_at runs on the training loop's hot path
+    return LRSchedule(peak=peak, steps=steps, warmup=warmup, shape=shape, floor=floor)
 
 
 @dataclass

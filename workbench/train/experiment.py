@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from workbench.config import block_of
 from workbench.core import platform
 from workbench.core.adapter import Adapter
 from workbench.core.backbone import BaseVideoModel
@@ -33,11 +34,11 @@ from workbench.errors import (
     DataError,
     NonFiniteLossError,
 )
+from workbench.loop import SigintGuard
 from workbench.train.checkpoint import Checkpoint, load_checkpoint, print_notes, save_checkpoint
 from workbench.train.config import ExperimentConfig, TrainingConfig, experiment_to_dict, load_yaml
 from workbench.train.data import DataStream, LatentCache, ShardedStream, is_map_dataset
 from workbench.train.distributed import Distributed, local_device, shard_base
-from workbench.train.interrupt import SigintGuard
 from workbench.train.placement import base_config_on, check_base_dtype
 from workbench.train.resume import (
     Change,
@@ -69,13 +70,6 @@ def _overrides(callbacks: list[Callback], hook: str) -> list[Callback]:
 def _on_device(batch: Batch, device: torch.device) -> bool:
     tensors = (batch.latents, batch.loss_mask, *batch.cond.values())
     return all(v.device == device for v in tensors if isinstance(v, torch.Tensor))
-
-
-def describe(obj: Any, kind: str) -> dict:
-    """A ``{type, config}`` block for a component built in Python (its ``self.config``; wrappers included)."""
-    from workbench.config import block_of
-
-    return block_of(obj, kind)
 
 
 class AdapterExperiment:
@@ -149,7 +143,7 @@ class AdapterExperiment:
     # -- construction from configs -----------------------------------------------------------
     @classmethod
     def from_config(cls, config: ExperimentConfig, **overrides) -> AdapterExperiment:
-        from workbench.registry import build
+        from workbench.config import build
 
         # Random inits are a function of training.seed, so a config means the same run in any process.
         device = local_device(resolve_device(config.training.device))  # (each rank loads onto its own GPU)
@@ -180,8 +174,8 @@ class AdapterExperiment:
             out = experiment_to_dict(dataclasses.replace(self._config, training=self.training))
         else:
             m = self.model
-            out = {"name": self.name, "base": describe(m.base, "backbone"), "adapter": describe(m.adapter, "adapter"),
-                   "composer": describe(m.composer, "composer"), "objective": describe(m.objective, "objective"),
+            out = {"name": self.name, "base": block_of(m.base, "backbone"), "adapter": block_of(m.adapter, "adapter"),
+                   "composer": block_of(m.composer, "composer"), "objective": block_of(m.objective, "objective"),
                    "training": experiment_to_dict(ExperimentConfig(base={}, adapter={}, training=self.training))[
                        "training"]}
         return out
@@ -190,7 +184,7 @@ class AdapterExperiment:
     def default_data(self) -> Any:
         if self._config is None or self._config.data is None:
             return None
-        from workbench.registry import build
+        from workbench.config import build
 
         block = self._config.data
         return build("dataset", block["type"], block.get("config"), where="data")

@@ -375,7 +375,7 @@ def run(args) -> int:
 
     Under ``torchrun`` each rank writes its share of the shards (``RANK`` / ``WORLD_SIZE``).
     """
-    from workbench.registry import build
+    from workbench.config import build
     from workbench.train.config import load_yaml
 
     config = load_yaml(args.config)

@@ -213,7 +213,7 @@ class Stepper(View):
         edits: list[str] = []
         if cond is None and self.editor is not None:
             cond = self.editor.edit.overrides()
-            edits = self.editor.edit.describe(self.state.index)
+            edits = self.editor.edit.describe_edits(self.state.index)
         if adapter is None:
             adapter = None if self.adapter_select.value == "recorded" else self.adapter_select.value
         if label is None and (edits or adapter is not None):  # say what changed, as the ablation does

@@ -119,8 +119,8 @@ class DemoConfig:
 
     @classmethod
     def quick(cls, **overrides: Any) -> DemoConfig:
-        return cls(**{"steps": 10, "eval_clips": 4, "unseen_clips": 4, "sampling_steps": 4, "video_clips": 2,
-                      **overrides})
+        return cls(**{"steps": 10, "batch_size": 2, "eval_clips": 4, "unseen_clips": 4, "sampling_steps": 4,
+                      "video_clips": 2, **overrides})
 
     def __post_init__(self):
         if self.from_scratch:  # the same-size model alone, at every noise level, no pretrained denoiser
@@ -158,8 +158,8 @@ def build_experiment(cfg: DemoConfig, run_dir: Path):
     """The frozen pretrained base + the action adapter, as an :class:`AdapterExperiment`."""
     import torch
 
+    from workbench.config import build
     from workbench.data.sources import data_block, data_kind
-    from workbench.registry import build
     from workbench.train import AdapterExperiment
     from workbench.train.config import parse_experiment
 

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import time
 from pathlib import Path
 from typing import Any
@@ -47,6 +46,7 @@ from workbench.backbones.tiny_video import TinyVideo, TinyVideoConfig
 from workbench.config import check
 from workbench.core.objectives import masked_mse
 from workbench.errors import DataError
+from workbench.loop import LRSchedule, TrainingLoop, then
 
 
 @dataclasses.dataclass
@@ -86,13 +86,6 @@ class PretrainConfig:
               f"must be a multiple of 8 (>= 8), got {self.ae_crop}.")
 
 
-def _lr(step: int, total: int, peak: float, warmup: int) -> float:
-    if step < warmup:
-        return peak * (step + 1) / warmup
-    progress = (step - warmup) / max(1, total - warmup)
-    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
-
-
 def _load_frames(path: str) -> tuple[np.ndarray, dict[str, Any]]:
     """All frames of a Meta-World file, uint8 ``[N, T, H, W, 3]``, validated by the dataset reader."""
     from workbench.data.metaworld import MetaWorldClips
@@ -110,10 +103,16 @@ def _to_float(frames: np.ndarray) -> torch.Tensor:
     return x.movedim(-1, -3)
 
 
-def train_autoencoder(base: TinyVideo, frames: np.ndarray, cfg: PretrainConfig, progress: bool = True) -> list[float]:
-    """Stage 1: reconstruct random crops of single frames (MSE + L1); sets the latent normalisation."""
-    from tqdm.auto import tqdm
+FLOOR = 0.1
+"""Both stages' learning rate ends its cosine at this fraction of the peak (:class:`~workbench.loop.LRSchedule`)."""
 
+
+def train_autoencoder(base: TinyVideo, frames: np.ndarray, cfg: PretrainConfig, progress: bool = True) -> list[float]:
+    """Stage 1: reconstruct random crops of single frames (MSE + L1); sets the latent normalisation.
+
+    Returns the loss of every step. A Ctrl-C stops it cleanly between two steps and raises
+    :class:`~workbench.loop.Interrupted`, whose ``resume()`` finishes the stage.
+    """
     ae = base.autoencoder
     ae.train()
     opt = torch.optim.AdamW(ae.parameters(), lr=cfg.ae_learning_rate, weight_decay=0.0)
@@ -121,10 +120,8 @@ def train_autoencoder(base: TinyVideo, frames: np.ndarray, cfg: PretrainConfig, 
     n, t, h, w, _ = frames.shape
     crop, d = min(cfg.ae_crop, h), base.config.downsample
     gen = torch.Generator().manual_seed(cfg.seed)
-    losses: list[float] = []
-    for step in tqdm(range(cfg.ae_steps), desc="autoencoder", disable=not progress, unit="step"):
-        for group in opt.param_groups:
-            group["lr"] = _lr(step, cfg.ae_steps, cfg.ae_learning_rate, cfg.warmup)
+
+    def loss_fn(step: int) -> torch.Tensor:
         ep, fr = rng.integers(n, size=cfg.ae_batch_size), rng.integers(t, size=cfg.ae_batch_size)
         # crops on the latent grid, so a crop's latents are the full frame's latents
         ys = rng.integers(0, (h - crop) // d + 1, size=cfg.ae_batch_size) * d
@@ -135,15 +132,17 @@ def train_autoencoder(base: TinyVideo, frames: np.ndarray, cfg: PretrainConfig, 
         # a little latent noise makes the decoder forgiving of a denoiser's imperfect latents
         z = z + 0.05 * z.detach().std() * torch.randn(z.shape, generator=gen)
         y = ae.decoder(z)
-        loss = F.mse_loss(y, x) + 0.5 * F.l1_loss(y, x)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(ae.parameters(), 1.0)
-        opt.step()
-        losses.append(float(loss.detach()))
-    ae.eval()
-    _set_latent_stats(base, frames, rng)
-    return losses
+        return F.mse_loss(y, x) + 0.5 * F.l1_loss(y, x)
+
+    loop = TrainingLoop(opt, LRSchedule(cfg.ae_learning_rate, cfg.ae_steps, cfg.warmup, floor=FLOOR),
+                        clip_grad_norm=1.0, randomness=[rng, gen], name="autoencoder", progress=progress)
+
+    def finish(losses: list[float]) -> list[float]:
+        ae.eval()
+        _set_latent_stats(base, frames, rng)
+        return losses
+
+    return then(lambda: loop.run(loss_fn), finish)
 
 
 @torch.no_grad()
@@ -179,9 +178,11 @@ def _flow_loss(base: TinyVideo, z: torch.Tensor, noise: torch.Tensor, t: torch.T
 
 def train_denoiser(base: TinyVideo, latents: torch.Tensor, cfg: PretrainConfig,
                    progress: bool = True) -> tuple[list[float], dict[str, torch.Tensor]]:
-    """Stage 2: flow matching on random windows; returns the loss curve and the EMA weights."""
-    from tqdm.auto import tqdm
+    """Stage 2: flow matching on random windows; returns the loss curve and the EMA weights.
 
+    A Ctrl-C stops it cleanly between two steps (the EMA updated with the last completed one)
+    and raises :class:`~workbench.loop.Interrupted`, whose ``resume()`` finishes the stage.
+    """
     den = base.denoiser
     den.train()
     opt = torch.optim.AdamW(den.parameters(), lr=cfg.learning_rate, weight_decay=0.01)
@@ -192,33 +193,32 @@ def train_denoiser(base: TinyVideo, latents: torch.Tensor, cfg: PretrainConfig,
     rng = np.random.default_rng(cfg.seed + 1)
     gen = torch.Generator().manual_seed(cfg.seed + 1)
     objective = base.default_objective()
-    losses: list[float] = []
-    bar = tqdm(range(cfg.steps), desc="denoiser", disable=not progress, unit="step")
-    for step in bar:
-        for group in opt.param_groups:
-            group["lr"] = _lr(step, cfg.steps, cfg.learning_rate, cfg.warmup)
+
+    def loss_fn(step: int) -> torch.Tensor:
         ep = rng.integers(n, size=cfg.batch_size)
         start = rng.integers(t_len - cfg.window + 1, size=cfg.batch_size)
         z = torch.stack([latents[e, :, s:s + cfg.window] for e, s in zip(ep, start)])  # (B, C, T, h, w)
         noise = torch.randn(z.shape, generator=gen)
         t = objective.sample_t(z.shape[0], gen, z.device)
-        loss = _flow_loss(base, z, noise, t)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(den.parameters(), 1.0)
-        opt.step()
+        return _flow_loss(base, z, noise, t)
+
+    @torch.no_grad()
+    def update_ema(step: int) -> None:
         decay = min(cfg.ema, (1 + step) / (10 + step))  # a short memory early, when the weights move most
-        with torch.no_grad():
-            for k, v in den.state_dict().items():
-                if v.dtype.is_floating_point:
-                    ema[k].lerp_(v, 1 - decay)
-                else:
-                    ema[k].copy_(v)
-        losses.append(float(loss.detach()))
-        if step % 50 == 0:
-            bar.set_postfix(loss=f"{np.mean(losses[-50:]):.4f}")
-    den.eval()
-    return losses, ema
+        for k, v in den.state_dict().items():
+            if v.dtype.is_floating_point:
+                ema[k].lerp_(v, 1 - decay)
+            else:
+                ema[k].copy_(v)
+
+    loop = TrainingLoop(opt, LRSchedule(cfg.learning_rate, cfg.steps, cfg.warmup, floor=FLOOR), clip_grad_norm=1.0,
+                        after_update=update_ema, randomness=[rng, gen], name="denoiser", progress=progress)
+
+    def finish(losses: list[float]) -> tuple[list[float], dict[str, torch.Tensor]]:
+        den.eval()
+        return losses, ema
+
+    return then(lambda: loop.run(loss_fn), finish)
 
 
 @torch.no_grad()
@@ -268,7 +268,12 @@ def reconstruction_psnr(base: TinyVideo, data: str = "sample", split: str = "val
 
 
 def pretrain(cfg: PretrainConfig, progress: bool = True) -> TinyVideo:
-    """Run both stages and write the weights (safetensors) with their provenance and a card JSON."""
+    """Run both stages and write the weights (safetensors) with their provenance and a card JSON.
+
+    A Ctrl-C in either stage stops it cleanly between two steps and raises
+    :class:`~workbench.loop.Interrupted`; its ``resume()`` finishes the whole run (the weights come
+    out as if it had never stopped; the recorded seconds include the pause).
+    """
     torch.manual_seed(cfg.seed)
     started = time.perf_counter()
     frames, info = _load_frames(cfg.data)
@@ -278,12 +283,24 @@ def pretrain(cfg: PretrainConfig, progress: bool = True) -> TinyVideo:
     arch = {**cfg.arch, "frames": cfg.window, "image_size": int(frames.shape[2])}
     base = TinyVideo(TinyVideoConfig(**arch, device="cpu"))  # the pretraining loops below run on the CPU
     validation = {"data": cfg.val_data, "split": "val", "window": cfg.window, "stride": 8, "seed": 0, "levels": 8}
-    ae_losses = train_autoencoder(base, frames, cfg, progress)
-    ae_seconds = time.perf_counter() - started
-    untrained = validation_loss(base, **validation)  # the trained autoencoder, the denoiser still at init
-    latents = encode_episodes(base, frames, progress)
+    held = {"frames": frames}  # let go once encoded: the denoiser trains on latents
     del frames
-    den_losses, ema = train_denoiser(base, latents, cfg, progress)
+
+    def after_autoencoder(ae_losses: list[float]) -> TinyVideo:
+        ae_seconds = time.perf_counter() - started
+        untrained = validation_loss(base, **validation)  # the trained autoencoder, the denoiser still at init
+        latents = encode_episodes(base, held.pop("frames"), progress)
+        return then(lambda: train_denoiser(base, latents, cfg, progress),
+                    lambda result: _write(cfg, base, info, validation, started, ae_losses, ae_seconds, untrained,
+                                          *result))
+
+    return then(lambda: train_autoencoder(base, held["frames"], cfg, progress), after_autoencoder)
+
+
+def _write(cfg: PretrainConfig, base: TinyVideo, info: dict[str, Any], validation: dict[str, Any], started: float,
+           ae_losses: list[float], ae_seconds: float, untrained: float, den_losses: list[float],
+           ema: dict[str, torch.Tensor]) -> TinyVideo:
+    """Load the EMA weights, score them, and write the weights, the card and the loss curves."""
     base.denoiser.load_state_dict(ema)
     seconds = time.perf_counter() - started
     val = validation_loss(base, **validation)

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import time
 from functools import lru_cache
 from pathlib import Path
@@ -44,6 +43,7 @@ from torch import nn
 from workbench.config import check
 from workbench.errors import CheckpointError, DataError
 from workbench.layers import group_count
+from workbench.loop import LRSchedule, TrainingLoop, then
 
 WEIGHTS = Path(__file__).resolve().parent / "weights" / "hand_probe" / "hand_probe.safetensors"
 
@@ -157,6 +157,10 @@ def _random_blur(x: torch.Tensor, gen: torch.Generator, max_sigma: float) -> tor
     return out
 
 
+FLOOR = 0.05
+"""The probe's learning rate ends its cosine at this fraction of the peak (:class:`~workbench.loop.LRSchedule`)."""
+
+
 @dataclasses.dataclass
 class ProbeTrainConfig:
     """Settings of ``workbench probe train`` (each is a flag)."""
@@ -211,10 +215,11 @@ def action_error(pred: Any, ee_pos: Any, probe: HandProbe | None = None) -> floa
 
 
 def train_probe(cfg: ProbeTrainConfig, progress: bool = True) -> HandProbe:
-    """Train a probe on ``cfg.data`` and write ``cfg.out`` (safetensors) and its provenance JSON."""
-    from safetensors.torch import save_file
-    from tqdm.auto import tqdm
+    """Train a probe on ``cfg.data`` and write ``cfg.out`` (safetensors) and its provenance JSON.
 
+    A Ctrl-C stops training cleanly between two steps and raises :class:`~workbench.loop.Interrupted`,
+    whose ``resume()`` finishes it (and writes the files).
+    """
     from workbench.data.metaworld import MetaWorldClips, split_episodes
 
     started = time.perf_counter()
@@ -237,24 +242,30 @@ def train_probe(cfg: ProbeTrainConfig, progress: bool = True) -> HandProbe:
     rng = np.random.default_rng(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
     probe.train()
-    losses: list[float] = []
-    for step in tqdm(range(cfg.steps), desc="hand probe", disable=not progress, unit="step"):
-        lr = cfg.learning_rate * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * step / cfg.steps)))
-        for group in opt.param_groups:
-            group["lr"] = lr
+
+    def loss_fn(step: int) -> torch.Tensor:
         idx = rng.integers(len(x_train), size=cfg.batch_size)
         x = _to_input(x_train[idx])
         half = cfg.batch_size // 2
         x[:half] = _random_blur(x[:half], gen, cfg.max_blur)
         target = (torch.from_numpy(y_train[idx]) - probe.mean) / probe.std
-        loss = F.smooth_l1_loss(probe.standardised(x), target, beta=0.1)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        losses.append(float(loss.detach()))
+        return F.smooth_l1_loss(probe.standardised(x), target, beta=0.1)
+
+    loop = TrainingLoop(opt, LRSchedule(cfg.learning_rate, cfg.steps, floor=FLOOR), randomness=[rng, gen],
+                        name="hand probe", progress=progress)
+    return then(lambda: loop.run(loss_fn),
+                lambda losses: _finish(cfg, probe, losses, frames, ee_pos, held, tasks, attrs, clips.path, started))
+
+
+def _finish(cfg: ProbeTrainConfig, probe: HandProbe, losses: list[float], frames: np.ndarray, ee_pos: np.ndarray,
+            held: np.ndarray, tasks: list[str], attrs: dict[str, Any], path: Path, started: float) -> HandProbe:
+    """Measure the trained probe on the held-out episodes; write its weights and provenance."""
+    from safetensors.torch import save_file
+
+    _, t, h = frames.shape[:3]
     probe.eval()
     err = hand_error_cm(frames[held], ee_pos[held], probe)
-    name = Path(clips.path).name
+    name = Path(path).name
     provenance = {
         "architecture": {"width": cfg.width, "image_size": int(h)},
         "trained_on": (f"Meta-World {', '.join(sorted(set(tasks)))}: {int((~held).sum())} episodes x {t} frames "
