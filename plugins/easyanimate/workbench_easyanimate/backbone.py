@@ -119,7 +119,8 @@ class EasyAnimate(DiffusersBackbone):
 
         c = self.config
         loaded, dtype = load_pipeline(self.folder, plugin=self.name, device=c.device, dtype=c.dtype,
-                                      skip=("text_encoder",))
+                                      skip=("text_encoder",),
+                                      random_weights=c.random_weights, seed=c.seed)
         parts = loaded.components
         latent_channels = parts["vae"].config.latent_channels
         if parts["transformer"].config.in_channels != latent_channels:

@@ -119,12 +119,17 @@ class Wan22TI2V(DiffusersBackbone):
 
         return FIXTURE.ensure()
 
+    def real_config(self) -> Path:
+        """The Wan2.2-TI2V-5B configuration shipped with the plugin (no weights; see its PROVENANCE.md)."""
+        return Path(__file__).parent / "real"
+
     def load(self) -> torch.dtype:
         from diffusers import WanImageToVideoPipeline, WanPipeline
 
         folder, c = self.folder, self.config
         loaded, dtype = load_pipeline(folder, plugin=self.name, device=c.device, dtype=c.dtype,
-                                      float32=self.float32_components, skip=("text_encoder",))
+                                      float32=self.float32_components, skip=("text_encoder",),
+                                      random_weights=c.random_weights, seed=c.seed)
         parts = loaded.components
         problems = []
         if parts.get("transformer_2") is not None or getattr(loaded.config, "boundary_ratio", None) is not None:
