@@ -148,6 +148,10 @@ def test_the_shipped_real_configurations_name_the_released_sizes():
                                                   "dtype": "bfloat16"})
         wan = build("backbone", "wan22_ti2v", {"path": "real", "random_weights": True, "device": "cpu",
                                                "dtype": "bfloat16"})
+        ea = build("backbone", "easyanimate", {"path": "real", "random_weights": True, "device": "cpu",
+                                               "dtype": "bfloat16"})
+    assert sum(p.numel() for p in ea.transformer.parameters()) == 11_799_056_960  # the 12B release's 23.6 GB
+    assert sum(p.numel() for p in ea.vae.parameters()) == 244_375_507  # its 986 MB float32 VAE
     assert dc.model.parameter_counts()["unet"] == 1_438_854_980  # 1438.9 M, as the release's keys say
     assert sum(p.numel() for p in wan.transformer.parameters()) == 4_999_787_712  # "about 5.0 B"
     assert wan.vae.config.z_dim == 48 and wan.transformer.config.num_layers == 30
@@ -155,7 +159,7 @@ def test_the_shipped_real_configurations_name_the_released_sizes():
 
 
 @requires_plugins
-@pytest.mark.parametrize("name", ["wan22_ti2v", "dynamicrafter"])
+@pytest.mark.parametrize("name", ["wan22_ti2v", "easyanimate", "dynamicrafter"])
 def test_the_real_configuration_needs_random_weights(name):
     from workbench.config import build
     from workbench.errors import CheckpointError

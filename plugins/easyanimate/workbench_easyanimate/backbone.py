@@ -114,6 +114,10 @@ class EasyAnimate(DiffusersBackbone):
 
         return FIXTURE.ensure()
 
+    def real_config(self) -> Path:
+        """The EasyAnimate V5.1 12B configuration shipped with the plugin (no weights; see its PROVENANCE.md)."""
+        return Path(__file__).parent / "real"
+
     def load(self) -> torch.dtype:
         from diffusers import EasyAnimatePipeline
 
