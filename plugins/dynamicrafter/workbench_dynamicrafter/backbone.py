@@ -450,6 +450,16 @@ class DynamiCrafter(BaseVideoModel):
         out = self.model.unet(x, t, context=cond["context"].to(dtype), fs=cond["fs"])
         return out.to(x_t.dtype)
 
+    def planning_conditions(self, latents: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Conditions of the shapes :meth:`denoise` is called with for ``latents`` (zeros, on their device):
+        77 text tokens and 16 image tokens per frame, the concatenated first frame, the fs. For memory plans."""
+        b, _, frames = latents.shape[:3]
+        s = self.model.sizes
+        tokens = s.text_length + s.resampler_queries * frames
+        return {"context": torch.zeros(b, tokens, s.context_dim, device=latents.device),
+                "concat": torch.zeros_like(latents),
+                "fs": torch.full((b,), self.recipe()["fs"], device=latents.device, dtype=torch.long)}
+
     def keep_in_float32(self) -> tuple[str, ...]:
         """The U-Net's float32 GroupNorms (its ResBlocks' and its output's, which compute in float32 as the
         release's do): moved to bf16, the backbone keeps their weights in float32."""

@@ -226,6 +226,13 @@ class EasyAnimate(DiffusersBackbone):
             out = out[:, : self.latent_channels]
         return out.to(x_t.dtype)
 
+    def planning_conditions(self, latents: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Conditions of the shapes :meth:`denoise` is called with for ``latents`` (zeros, on their device):
+        the pipeline's 256 prompt tokens (its ``max_sequence_length``) of the text width. For memory plans."""
+        width = self.transformer.config.text_embed_dim
+        return {"prompt_embeds": torch.zeros(latents.shape[0], 256, width, device=latents.device,
+                                             dtype=self.transformer.dtype)}
+
     # -- adapters inside the transformer -------------------------------------------------------
     def inside_spec(self) -> InsideSpec:
         """Where ``lora`` / ``action_modulation`` / ``controlnet`` reach: the video stream's attention
