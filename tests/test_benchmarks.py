@@ -35,6 +35,8 @@ PLUGIN_CASES = {
     "gpu_check": ["flow_matching on cpu: parity", "diffusion on cpu: parity",
                   "DynamiCrafter (dynamicrafter-512:tiny random model) on cpu bfloat16: all 11 promises kept",
                   "gpu_check: every claim holds"],
+    "real_size": ["== dynamicrafter", "== wan22", "== easyanimate", "LoRA injected / targeted",
+                  "real_size: results in"],
 }
 # gpu_check: the tiny_video and plugin paths of the script, a plugin in its GPU precision (tiny_video's conformance
 # and every plugin's in bf16 are tests of their own)

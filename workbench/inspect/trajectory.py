@@ -249,7 +249,8 @@ class Trajectory:
         if rec.x_t is None:
             raise InspectError(f"recompose(step={rec.index}) needs x_t, which was not stored; record with 'x_t' in "
                                f"StoragePolicy.fields.")
-        device, dtype = self.batch.latents.device, self.native_dtype
+        # the composition saw x_t in the batch's dtype (a bf16 pipeline's latents reach it cast, exactly)
+        device, dtype = self.batch.latents.device, self.batch.latents.dtype
         x_t = rec.x_t.to(device=device, dtype=dtype, non_blocking=True)
         t = rec.t.to(device=device, non_blocking=True)
         base_output = None if rec.base is None else rec.base.to(device=device, dtype=dtype, non_blocking=True)
