@@ -1,8 +1,8 @@
 """The documentation site builds strictly, and holds what it promises.
 
-One ``mkdocs build --strict`` (module fixture): a broken link or anchor, a page missing from the
-navigation, a docstring griffe cannot parse, or a docstring naming a ``workbench`` object that does not
-exist fails the build, hence this file. The built site is then read: every section's pages, the API
+One ``mkdocs build --strict`` (module fixture): a broken link or anchor, a docstring griffe cannot
+parse, or a docstring naming a ``workbench`` object that does not exist fails the build, hence this
+file. The built site is then read: every section's pages (and each in the navigation), the API
 reference covering each public name, the notebooks with their stored outputs, the results with their
 dates and commands. The two build-time helpers (tools/docs_hooks.py, tools/griffe_roles.py) are tested
 on their own too.
@@ -71,9 +71,11 @@ def test_the_navigation_lists_every_section_and_page(site):
     home = _page(site, "")
     for title in ("Getting started", "Concepts", "Guides", "API reference", "Notebooks", "Results"):
         assert f">{title}<" in home or f"> {title} <" in home or re.search(rf">\s*{title}\s*<", home), title
-    # every page of a folder is in the navigation (the `*.md` entries), so each is linked from the home page
-    for source in DOCS.glob("guides/*.md"):
-        assert f'href="guides/{source.stem}/"' in home or source.stem == "index", source.name
+    # every page of a section's folder is in the navigation (the `*.md` entries), so each is linked from home
+    for folder in ("concepts", "guides", "guides/plugins", "results", "api"):
+        for source in DOCS.glob(f"{folder}/*.md"):
+            href = f"{folder}/" if source.stem == "index" else f"{folder}/{source.stem}/"
+            assert f'href="{href}"' in home, source.relative_to(DOCS)
 
 
 @pytest.mark.parametrize("package, page", [
