@@ -306,6 +306,51 @@ class BaseVideoModel(nn.Module):
         """
         return None
 
+    # -- compilation -------------------------------------------------------------------------
+    def compile_target(self) -> nn.Module:
+        """The network :meth:`compile` runs through ``torch.compile``: by default the root of
+        :meth:`inside_spec` (the network every prediction runs through); a backbone without an
+        inside spec overrides this to compile at all."""
+        spec = self.inside_spec()
+        if spec is None:
+            raise CompositionError(
+                f"{type(self).__name__} does not say which network to compile: compile() compiles the root of its "
+                f"inside_spec() (the network every prediction runs through), and its inside_spec() returns None. "
+                f"Define inside_spec(), or override compile_target() to return that network."
+            )
+        return spec.root
+
+    def compile(self, *, backend: str = "inductor", mode: str | None = None, fullgraph: bool = False,
+                options: Mapping[str, Any] | None = None) -> BaseVideoModel:
+        """Run the denoiser (:meth:`compile_target`) through ``torch.compile``; returns ``self``.
+
+        What a config's ``compile: true`` does when the backbone is built. The network's
+        ``forward`` is compiled with static shapes (``dynamic=False``) and with dynamo guarding
+        its blocks' hooks, so recording, forks, ablations, inside adapters and ``fit`` work as
+        they do eagerly (see :mod:`workbench.core.compiled`); the module, its parameter names
+        and its state dict are unchanged. The first call of each input shape (and grad mode,
+        adapter state) compiles, which takes seconds on a CPU. A second ``compile()`` changes
+        nothing (the first one's options stay). ``backend`` / ``mode`` / ``fullgraph`` /
+        ``options``: ``torch.compile``'s.
+
+        >>> base = TinyVideo.from_pretrained().compile()          # doctest: +SKIP
+        """
+        from workbench.core.compiled import compile_network
+
+        compile_network(self.compile_target(), backend=backend, mode=mode, fullgraph=fullgraph, options=options)
+        return self
+
+    @property
+    def is_compiled(self) -> bool:
+        """Whether :meth:`compile` has compiled this backbone's denoiser."""
+        from workbench.core.compiled import compiled_options
+
+        try:
+            net = self.compile_target()
+        except CompositionError:  # nothing to compile
+            return False
+        return compiled_options(net) is not None
+
     # -- sampling ----------------------------------------------------------------------------
     def run_sampler(self, batch: Batch, *, steps: int, sampler: str, generator: torch.Generator | None,
                     compose_fn: ComposeFn, on_step: OnStep | None, **kwargs) -> torch.Tensor:
