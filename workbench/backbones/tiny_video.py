@@ -392,7 +392,7 @@ class TinyVideo(BaseVideoModel):
         blocks = (*den.down_blocks, *den.mid_blocks, *den.up_blocks)
         return InsideSpec(root=den, root_name="denoiser",
                           lora_targets=("spatial", "temporal", "film", "down", "up", "merge", "out"),
-                          blocks=blocks, widths=tuple(b.spatial.out_channels for b in blocks),
+                          blocks=blocks, widths=tuple(b.norm1.num_channels for b in blocks),  # LoRA may wrap convs
                           branch_blocks=len(den.down_blocks), layout="channels")
 
     # -- native samplers ---------------------------------------------------------------------

@@ -337,7 +337,10 @@ class BaseVideoModel(nn.Module):
         """
         from workbench.core.compiled import compile_network
 
-        compile_network(self.compile_target(), backend=backend, mode=mode, fullgraph=fullgraph, options=options)
+        if self.__dict__.get("_compiled_network") is None:
+            net = self.compile_target()
+            compile_network(net, backend=backend, mode=mode, fullgraph=fullgraph, options=options)
+            self.__dict__["_compiled_network"] = net  # (not a submodule: it already is one, under its own name)
         return self
 
     @property
@@ -345,11 +348,8 @@ class BaseVideoModel(nn.Module):
         """Whether :meth:`compile` has compiled this backbone's denoiser."""
         from workbench.core.compiled import compiled_options
 
-        try:
-            net = self.compile_target()
-        except CompositionError:  # nothing to compile
-            return False
-        return compiled_options(net) is not None
+        net = self.__dict__.get("_compiled_network")
+        return net is not None and compiled_options(net) is not None
 
     # -- sampling ----------------------------------------------------------------------------
     def run_sampler(self, batch: Batch, *, steps: int, sampler: str, generator: torch.Generator | None,
@@ -397,7 +397,7 @@ class BaseVideoModel(nn.Module):
     @property
     def device(self) -> torch.device:
         """Where the backbone's first parameter lives (CPU without parameters)."""
-        p = next(self.parameters(), None)
+        p = _first_parameter(self)
         return p.device if p is not None else torch.device("cpu")
 
     @property
@@ -405,6 +405,9 @@ class BaseVideoModel(nn.Module):
         """The dtype the backbone computes in: its first parameter's outside :meth:`keep_in_float32`
         (float32 without parameters)."""
         kept = self._float32_paths()
+        if not kept:
+            p = _first_parameter(self)
+            return p.dtype if p is not None else torch.float32
         for name, p in self.named_parameters():
             if not kept or not _under(name, kept):
                 return p.dtype
@@ -447,6 +450,19 @@ class BaseVideoModel(nn.Module):
             return t.to(device=target.device, dtype=torch.float32)
 
         return super()._apply(keeping, recurse)
+
+
+def _first_parameter(module: nn.Module) -> torch.Tensor | None:
+    """``next(module.parameters(), None)`` without building the generators (read on every rendered step)."""
+    for p in module._parameters.values():
+        if p is not None:
+            return p
+    for child in module._modules.values():
+        if child is not None:
+            p = _first_parameter(child)
+            if p is not None:
+                return p
+    return None
 
 
 def _under(name: str, paths: tuple[str, ...]) -> bool:

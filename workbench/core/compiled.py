@@ -63,6 +63,10 @@ def compile_network(net: nn.Module, *, backend: str = "inductor", mode: str | No
     config = torch._dynamo.config
 
     def forward(self, *args, **kwargs):
+        # contiguous tensors: a timestep expanded from a scalar (stride 0) and the same one made by
+        # hand would otherwise compile twice (static shapes guard strides too)
+        args = tuple(a.contiguous() if isinstance(a, torch.Tensor) else a for a in args)
+        kwargs = {k: v.contiguous() if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
         saved = config.skip_nnmodule_hook_guards, config.recompile_limit
         config.skip_nnmodule_hook_guards = False
         config.recompile_limit = max(saved[1], RECOMPILE_LIMIT)
