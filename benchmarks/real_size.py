@@ -202,17 +202,17 @@ def child(name: str, quick: bool, out: Path) -> int:
     baseline = status("VmRSS")
     reset_peak()
     base = fresh_base()
-    towers = base.conditioning if kind == "dynamicrafter" else None
+    towers = base.frozen_encoders()
     load_peak = status("VmHWM") - baseline
-    weights = parameter_bytes(base) + (parameter_bytes(towers) if towers is not None else 0)
+    weights = parameter_bytes(base) + sum(parameter_bytes(m) for m in towers)
     dtypes = sorted({str(p.dtype).replace("torch.", "") for p in base.parameters()})
     result.update(model_id=base.card.model_id, baseline_rss=baseline, weights=weights, weight_dtypes=dtypes,
-                  parameters=sum(p.numel() for p in base.parameters()) + (
-                      sum(p.numel() for p in towers.parameters()) if towers is not None else 0),
+                  parameters=sum(p.numel() for p in base.parameters()) + sum(
+                      p.numel() for m in towers for p in m.parameters()),
                   load_peak=load_peak, load_ratio=load_peak / weights,
                   size=f"{spec['size']}x{spec['size']}, {spec['frames']} frames")
     lap("build (random weights, bf16)")
-    channels = getattr(base, "latent_channels", None) or base.model.sizes.latent_channels
+    channels = base.latent_shape(base.clip())[0]
 
     # -- instruments on a nonzero latent_residual behind an open gate ----------------------------
     residual_name, residual_config = adapter_block("latent_residual", spec["residual"], channels)
@@ -290,7 +290,8 @@ def child(name: str, quick: bool, out: Path) -> int:
             latents = torch.empty(fit_batch.latents.shape, device="meta")
             cond = {k: torch.empty(v.shape, dtype=v.dtype, device="meta") if isinstance(v, torch.Tensor) else v
                     for k, v in fit_batch.cond.items()}
-            trace = trace_training_step(meta, latents, cond)
+            t, _ = meta.planning_inputs(latents)  # the time a training step's denoise call takes, on meta
+            trace = trace_training_step(meta, latents, t, cond)
             activations = trace.checkpointed if has_checkpointing else trace.total
         else:
             activations = 0  # the base runs without gradients; the adapter's own are small

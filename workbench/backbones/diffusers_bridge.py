@@ -443,6 +443,22 @@ class DiffusersBackbone(BaseVideoModel):
         """The causal video VAE's latent frames: the first frame, then one per ``temporal`` frames."""
         return 1 + (int(frames) - 1) // self.temporal
 
+    # -- memory plans ------------------------------------------------------------------------
+    def latent_shape(self, clip) -> tuple[int, ...]:
+        """``(C, T', h, w)`` of one clip: the VAE's channels, latent frames and spatial compression."""
+        return (self.latent_channels, self.latent_frames(clip.frames), clip.height // self.spatial,
+                clip.width // self.spatial)
+
+    def planning_time(self, latents: torch.Tensor) -> torch.Tensor:
+        """A flow-matching time in the middle of the schedule, one per clip of ``latents``."""
+        return torch.full((latents.shape[0],), 0.5, device=latents.device)
+
+    def planning_notes(self) -> tuple[str, ...]:
+        if self.has_text_encoder:
+            return ()
+        return (f"the text encoder is not in this configuration and not counted ({self.model_name}'s: see its "
+                f"card); a run fed precomputed prompt_embeds never loads it",)
+
     def provides(self) -> tuple[str, ...]:
         return (*self.text_conditions(), *SIGNAL_CONDITIONS)
 
