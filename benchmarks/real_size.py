@@ -261,7 +261,7 @@ def child(name: str, quick: bool, out: Path) -> int:
 
         by_hand = hand_call(base, kind, x, t, batch.cond)
         assert torch.equal(through(), by_hand().to(x.dtype)[:, : x.shape[1]])  # the same call
-        ratio, a, b = median_ratio(through, by_hand, 1 if quick else 5)
+        ratio, a, b = median_ratio(through, by_hand, 1 if quick else 3)
     result["denoise"] = {"ratio": ratio, "workbench_s": a, "by_hand_s": b}
     lap("denoise: workbench vs by hand")
 

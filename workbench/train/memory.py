@@ -318,9 +318,11 @@ def memory_plan(config: Any, device: str = "cuda", memory: str | int | None = No
     text = base.card.components.get("text_encoder")
     if towers is None and text is not None and text.parameters:
         encoders += text.parameters * torch.empty((), dtype=dtype).element_size()
-    elif towers is None and kind in ("wan22_ti2v", "easyanimate") and not getattr(base, "has_text_encoder", True):
-        notes.append("the text encoder is not in this configuration and not counted (UMT5-XXL: about 11.4 GB in "
-                     "bf16; Qwen2-VL: its own size); a run fed precomputed prompt_embeds never loads it")
+    elif towers is None and not getattr(base, "has_text_encoder", True):
+        known = {"wan22_ti2v": " (Wan2.2's UMT5-XXL encoder: about 5.7 B parameters, 11.4 GB in bf16)",
+                 "easyanimate": " (EasyAnimate V5.1's Qwen2-VL)"}
+        notes.append(f"the text encoder is not in this configuration and not counted{known.get(kind, '')}; a run "
+                     f"fed precomputed prompt_embeds (a latent cache) never loads it")
     sampling = base.card.sampling
     height, width, frames = sampling.height, sampling.width, sampling.num_frames
     spatial = getattr(base, "spatial", 8)
