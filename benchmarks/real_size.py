@@ -69,6 +69,17 @@ def reset_peak() -> None:
     Path("/proc/self/clear_refs").write_text("5")  # VmHWM := the current resident size
 
 
+def release() -> None:
+    """Collect garbage and hand freed heap memory back to the system (glibc keeps freed blocks under its
+    mmap threshold in the process otherwise, and the next phase's peak would count them)."""
+    import contextlib
+    import ctypes
+
+    gc.collect()
+    with contextlib.suppress(OSError):  # not glibc: nothing to trim
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
 def available() -> int:
     text = Path("/proc/meminfo").read_text()
     return int(re.search(r"MemAvailable:\s+(\d+) kB", text).group(1)) * 1024
@@ -211,6 +222,7 @@ def child(name: str, quick: bool, out: Path) -> int:
                       sum(p.numel() for p in towers.parameters()) if towers is not None else 0),
                   load_peak=load_peak, load_ratio=load_peak / weights,
                   size=f"{spec['size']}x{spec['size']}, {spec['frames']} frames")
+    del towers  # the backbone keeps them (loaded on first use)
     lap("build (random weights, bf16)")
     channels = getattr(base, "latent_channels", None) or base.model.sizes.latent_channels
 
@@ -275,9 +287,10 @@ def child(name: str, quick: bool, out: Path) -> int:
         adapter_name, adapter_config = adapter_block(which, spec["residual"], channels)
         if which != "latent_residual":  # an inside adapter takes a base of its own
             del base
-            gc.collect()
+            release()
             base = fresh_base()
             lap(f"build again for {which}")
+        release()
         if has_checkpointing:
             base.inside_spec().root.enable_gradient_checkpointing()
         exp = AdapterExperiment(base=base, adapter=build("adapter", adapter_name, adapter_config),
@@ -314,7 +327,7 @@ def child(name: str, quick: bool, out: Path) -> int:
                                     "bytes": sum(p.stat().st_size for p in files)}
         result["fits"][which] = entry
         del exp, fit_batch, trainable
-        gc.collect()
+        release()
         lap(f"fit 2 steps: {which}")
     result["gradient_checkpointing"] = ("the denoiser's own and the adapter's" if has_checkpointing else
                                         "the adapter's only (this denoiser has none of its own)")
@@ -367,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown model(s) {unknown}; choose from {', '.join(MODELS)}")
     folder = Path(args.results) if args.results else (Path(tempfile.mkdtemp(prefix="real-size-")) if args.quick
                                                       else RESULTS)
-    need = {"dynamicrafter": 8 * GIB, "wan22": 16 * GIB, "easyanimate": 18 * GIB}
+    need = {"dynamicrafter": 8 * GIB, "wan22": 15 * GIB, "easyanimate": 16 * GIB}
     results, failed = [], []
     for name in names:
         waited = 0
