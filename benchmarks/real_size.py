@@ -358,6 +358,46 @@ def table(results: list[dict]) -> str:
     return "\n".join([line(head), "-+-".join("-" * w for w in widths), *map(line, rows)])
 
 
+def markdown(results: list[dict]) -> str:
+    """The results as the markdown tables of ``docs/results/real-size.md``."""
+    g = lambda n: f"{n / GIB:.2f}"  # noqa: E731
+    lines = ["| | " + " | ".join(r["model"] for r in results) + " |", "|---" * (len(results) + 1) + "|"]
+
+    def row(label, fn):
+        lines.append(f"| {label} | " + " | ".join(fn(r) for r in results) + " |")
+
+    row("parameters (all built parts)", lambda r: f"{r['parameters'] / 1e9:.2f} B")
+    row("size run", lambda r: r["size"])
+    row("weights, GiB (dtypes)", lambda r: f"{g(r['weights'])} ({', '.join(r['weight_dtypes'])})")
+    row("peak RSS loading, GiB", lambda r: g(r["load_peak"]))
+    row("**peak loading / weights** (≤ 1.15)", lambda r: f"**{r['load_ratio']:.3f}**")
+    for name in ADAPTERS:
+        row(f"fit `{name}`: peak / estimate, GiB", lambda r, n=name: (
+            f"{g(r['fits'][n]['peak'])} / {g(r['fits'][n]['estimate'])} = **{r['fits'][n]['ratio']:.2f}**"))
+    for name in ADAPTERS:
+        row(f"fit `{name}`: growth / (state + activations), GiB", lambda r, n=name: (
+            f"{g(r['fits'][n]['peak'] - r['fits'][n]['rss_before'])} / "
+            f"{g(r['fits'][n]['trainable_state'] + r['fits'][n]['activations'])}"))
+    row("gradient checkpointing", lambda r: r["gradient_checkpointing"])
+    row("**LoRA layers injected / targeted**", lambda r: (
+        f"**{r['fits']['lora']['lora']['injected']} / {r['fits']['lora']['lora']['targeted']}, "
+        f"{'exact' if r['fits']['lora']['lora']['exact'] else 'DIFFER'}**"))
+    for key in ("recorded == unrecorded", "fork prefix == recorded prefix", "fork final == recorded final"):
+        row(f"**{key}**", lambda r, k=key: "**bit-exact**" if r["bit_exact"][k] else "**differs**")
+    row("ablation move: RMS change of x0 (recompose calls)", lambda r: (
+        f"{r['ablation']['rms_change']:.3f} ({r['ablation']['recompose_calls']})"))
+    row("tiny preview: held-out PSNR vs the VAE (2 clips)", lambda r: f"{r['tiny_preview']['psnr_db']:.1f} dB")
+    row("export_lora", lambda r: f"{r['fits']['lora']['export_lora']['bytes'] / 2**20:.1f} MiB")
+    row("**denoise: workbench / by hand** (≤ 1.02)", lambda r: (
+        f"**{r['denoise']['ratio']:.3f}** ({r['denoise']['workbench_s']:.2f} s / {r['denoise']['by_hand_s']:.2f} s)"))
+    row("wall time, s", lambda r: f"{r['total_s']:.0f}")
+    phases = list(dict.fromkeys(k for r in results for k in r["times_s"]))
+    lines += ["", "| phase (s) | " + " | ".join(r["model"] for r in results) + " |",
+              "|---" * (len(results) + 1) + "|"]
+    lines += [f"| {p} | " + " | ".join(str(r["times_s"].get(p, "")) for r in results) + " |" for p in phases]
+    return "\n".join(lines)
+
+
 def peaks(r: dict) -> str:
     return ", ".join(f"{k} {v['peak'] / GIB:.2f} GiB" for k, v in r["fits"].items())
 
@@ -369,12 +409,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", help="where the JSON files go (default benchmarks/real_size/results; "
                                           "--quick: a temporary directory)")
     parser.add_argument("--wait", type=int, default=1800, help="seconds to wait for free memory before a model")
+    parser.add_argument("--markdown", action="store_true", help="print the stored results as markdown tables")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         return child(args.child, args.quick, Path(args.out))
     names = [m.strip() for m in args.models.split(",") if m.strip()]
+    if args.markdown:
+        folder = Path(args.results) if args.results else RESULTS
+        print(markdown([json.loads((folder / f"{m}.json").read_text()) for m in names
+                        if (folder / f"{m}.json").is_file()]))
+        return 0
     unknown = [m for m in names if m not in MODELS]
     if unknown:
         parser.error(f"unknown model(s) {unknown}; choose from {', '.join(MODELS)}")
