@@ -27,6 +27,8 @@ CASES = {
     "data_throughput": ["ratio lerobot / hdf5 time per batch = ", "data time / step time, lerobot"],
     "ddp_overhead": ["ratio 2 ranks / single = "],
     "widget_latency": ["ablation slider move: ", "stepper (full decode, 3 branches)", "browser: not in --quick mode"],
+    "compile_speed": ["compiled / eager sampling = ", "compiled / eager fit step = ", "recompilations: 0 during the "
+                      "timed rounds, 0 while forks switched the adapter"],
     "integrity_overhead": ["embedded world model: save (CPU time)", "ratio save with digests / save plain = ",
                            "32 MB trainable state: load (CPU time)"],
 }

@@ -52,7 +52,7 @@ from workbench.backbones.diffusers_loading import (
     pipeline_directory,
     resolve_dtype,
 )
-from workbench.config import check
+from workbench.config import check, check_compile
 from workbench.core import BaseVideoModel, Batch, ComponentSpec, FlowMatching, ModelCard, SamplingDefaults, StepRecord
 from workbench.core.backbone import as_video, freeze
 from workbench.core.platform import placement
@@ -205,7 +205,8 @@ class DiffusersConfig:
     into ``prompt_template`` (e.g. ``"a robot arm doing the {} task"``);
     ``prompt``: the prompt for batches without one. ``negative_prompt``: the guidance prompt.
     ``steps`` / ``guidance_scale`` / ``height`` / ``width`` / ``num_frames`` / ``fps``: sampling
-    defaults for the card; ``None`` keeps the real model's.
+    defaults for the card; ``None`` keeps the real model's. ``compile``: run the transformer through
+    ``torch.compile`` (:meth:`~workbench.core.backbone.BaseVideoModel.compile`).
     """
 
     path: str
@@ -223,8 +224,10 @@ class DiffusersConfig:
     width: int | None = None
     num_frames: int | None = None
     fps: int | None = None
+    compile: bool = False
 
     def __post_init__(self):
+        check_compile(self.compile)
         check("{}" in self.prompt_template, "prompt_template",
               f"must contain '{{}}' where the batch's prompt goes, got {self.prompt_template!r}.")
         check(bool(self.path), "path", "is empty; give a diffusers-format directory (with model_index.json) or 'tiny'.")
@@ -291,6 +294,8 @@ class DiffusersBackbone(BaseVideoModel):
         dtype = self.load()
         self._text_cache: dict[str, Any] = {}
         self.card = self.make_card(dtype)
+        if config.compile:
+            self.compile()
 
     @classmethod
     def from_config(cls, config: DiffusersConfig) -> DiffusersBackbone:

@@ -38,7 +38,7 @@ from workbench.backbones.diffusers_bridge import (
     prompts_from,
     requested_frames,
 )
-from workbench.config import check
+from workbench.config import check, check_compile
 from workbench.errors import CheckpointError, DataError
 from workbench_dynamicrafter.sampling import DDIMTables, DynamiCrafterDiffusion, ddim_loop
 from workbench_dynamicrafter.unet import stage_width
@@ -64,6 +64,7 @@ class DynamiCrafterConfig:
     ``steps`` / ``guidance_scale`` / ``image_guidance_scale`` / ``guidance_rescale`` / ``eta`` /
     ``spacing`` / ``fs`` / ``height`` / ``width`` / ``num_frames``: sampling defaults; ``None`` keeps
     the variant's release settings. ``image_guidance_scale`` switches on the multi-condition CFG.
+    ``compile``: run the U-Net through ``torch.compile`` (:meth:`~workbench.BaseVideoModel.compile`).
     """
 
     path: str
@@ -87,8 +88,10 @@ class DynamiCrafterConfig:
     height: int | None = None
     width: int | None = None
     num_frames: int | None = None
+    compile: bool = False
 
     def __post_init__(self):
+        check_compile(self.compile)
         check(bool(self.path), "path",
               "is empty; give a DynamiCrafter checkpoint (model.ckpt / .safetensors) or 'tiny'.")
         check("{}" in self.prompt_template, "prompt_template",
@@ -166,6 +169,8 @@ class DynamiCrafter(BaseVideoModel):
         self._zero_image_cache: dict[tuple, torch.Tensor] = {}
         self._tokenizer = None
         self.card = self._make_card(dtype)
+        if config.compile:
+            self.compile()
 
     @classmethod
     def from_config(cls, config: DynamiCrafterConfig) -> DynamiCrafter:
