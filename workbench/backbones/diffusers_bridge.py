@@ -453,11 +453,15 @@ class DiffusersBackbone(BaseVideoModel):
         """A flow-matching time in the middle of the schedule, one per clip of ``latents``."""
         return torch.full((latents.shape[0],), 0.5, device=latents.device)
 
+    text_encoder_note: str = ""
+    """The released text encoder's size, in words, for a memory plan of a configuration without it."""
+
     def planning_notes(self) -> tuple[str, ...]:
         if self.has_text_encoder:
             return ()
-        return (f"the text encoder is not in this configuration and not counted ({self.model_name}'s: see its "
-                f"card); a run fed precomputed prompt_embeds never loads it",)
+        known = f" ({self.text_encoder_note})" if self.text_encoder_note else ""
+        return (f"the text encoder is not in this configuration and not counted{known}; a run fed precomputed "
+                f"prompt_embeds (a latent cache) never loads it",)
 
     def provides(self) -> tuple[str, ...]:
         return (*self.text_conditions(), *SIGNAL_CONDITIONS)

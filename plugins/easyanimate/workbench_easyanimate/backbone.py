@@ -226,6 +226,8 @@ class EasyAnimate(DiffusersBackbone):
             out = out[:, : self.latent_channels]
         return out.to(x_t.dtype)
 
+    text_encoder_note = "EasyAnimate V5.1's Qwen2-VL"
+
     def planning_inputs(self, latents: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """``(t, cond)`` of the shapes :meth:`denoise` is called with for ``latents`` (zeros, on their device):
         the pipeline's 256 prompt tokens (its ``max_sequence_length``) of the text width. For memory plans."""
