@@ -121,7 +121,8 @@ def test_a_control_video_controlnet_refuses_a_path():
 def test_the_config_keeps_the_path_options_in_full():
     adapter = residual(path={"sigma": 1.5})
     assert adapter.config.path == {"xyz": [0, 1, 2], "scale": 0.02, "response": 0.25, "sigma": 1.5,
-                                   "state": "ee_pos", "camera": "camera"}
+                                   "state": "ee_pos", "camera": "camera", "translate": True,
+                                   "measured": False}
     assert {c.name for c in adapter.consumes} == {"action", "first_frame", "ee_pos", "camera"}
 
 
@@ -244,3 +245,34 @@ def test_sliders_and_forks_on_action_move_the_path_and_the_prediction(kind):
     swapped = traj.fork(at=1, cond=swap_conditions(traj, "action"))
     assert not torch.equal(swapped.final, traj.final)
     assert torch.equal(traj.fork(at=1).final, traj.final)
+
+
+def test_the_measured_path_reads_the_future_and_is_for_measurement_only():
+    """``measured: true`` draws the recorded hand of every frame (the ceiling of a perfect path): changing a later
+    frame's position changes the prediction — the leak the default path does not have."""
+    base = tiny_base()
+    torch.manual_seed(0)
+    model = ComposedModel(base, residual(path={"measured": True}), GatedResidual(gate_init=0.5),
+                          base.default_objective()).train(False)
+    perturb(model)
+    raw = path_batch()
+    final = model.generate(model.base.prepare_batch(raw), steps=3, generator=torch.Generator().manual_seed(0))
+    later = {**raw, "ee_pos": raw["ee_pos"].clone()}
+    later["ee_pos"][:, 1:] += 0.1
+    again = model.generate(model.base.prepare_batch(later), steps=3, generator=torch.Generator().manual_seed(0))
+    assert (again - final).abs().max() > 1e-4
+
+
+def test_translate_moves_the_first_frame_by_the_path_displacement():
+    from workbench.adapters.path import translated
+
+    first = torch.zeros(1, 1, 8, 8)
+    first[0, 0, 3, 2] = 1.0
+    along = torch.zeros(1, 3, 4)
+    along[0, 1, 2] = 1 / 8  # one latent pixel right at frame 1
+    along[0, 2, 3] = -2 / 8  # two latent pixels up at frame 2
+    moved = translated(first, along)
+    assert moved.shape == (1, 1, 3, 8, 8)
+    assert torch.equal(moved[0, 0, 0], first[0, 0])
+    assert divmod(int(moved[0, 0, 1].argmax()), 8) == (3, 3) and torch.allclose(moved[0, 0, 1].max(), torch.tensor(1.0))
+    assert divmod(int(moved[0, 0, 2].argmax()), 8) == (1, 2)

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workbench.adapters.path import PATH_CHANNELS, PATH_SIGNAL, ActionPath, PathConfig
+from workbench.adapters.path import PATH_CHANNELS, PATH_SIGNAL, ActionPath, PathConfig, translated
 from workbench.config import check, config_from
 from workbench.core.adapter import Adapter
 from workbench.core.conditions import Condition
@@ -106,6 +106,7 @@ class LatentResidual(Adapter):
         super().__init__()
         self.config = config = config_from(type(self), config, overrides)
         self.path = ActionPath(PathConfig(**config.path), "latent_residual") if config.path is not None else None
+        self._translates = bool(self.path and self.path.config.translate and config.use_first_frame)
         self.consumes = (
             Condition(config.condition, aliases=config.aliases, dim=config.dim, per_frame=config.per_frame,
                       dropout=config.dropout),
@@ -116,6 +117,7 @@ class LatentResidual(Adapter):
         c, w = config.channels, config.width
         inputs = c * (1 + int(config.use_base_output) + int(config.use_first_frame) + config.warps)
         inputs += 2 * int(config.coords) + (PATH_CHANNELS if self.path else 0)
+        inputs += c * int(self._translates)
         signal_dim = config.dim * (1 + int(config.cumulative)) + (config.state_dim if config.state else 0)
         signal_dim += PATH_SIGNAL if self.path else 0
         self.emb_dim = 2 * w
@@ -171,6 +173,9 @@ class LatentResidual(Adapter):
             parts += [xs, ys]
         if maps is not None:
             parts.append(maps.to(x_t.dtype))
+        if self._translates:
+            first = cond.first_frame
+            parts.append(translated(first, along).to(x_t.dtype) if first is not None else torch.zeros_like(x_t))
         hidden = self.stem(torch.cat(parts, dim=1))  # (B, W, T, h, w)
         level = self.noise_level(t)
         emb = self.time(timestep_embedding(level, self.stem.out_channels).to(x_t.dtype))

@@ -43,7 +43,15 @@ class PathConfig:
     target the hand closes per frame (0.25 fits the shipped data: 3.8 cm mean error of the path against the
     measured hand over 16 frames, 4.8 cm with the hand on its target). ``sigma``: the Gaussian's width in
     latent pixels. ``state``: the per-frame condition holding the measured hand position (its first
-    frame is read). ``camera``: the per-sample condition with the calibration."""
+    frame is read). ``camera``: the per-sample condition with the calibration.
+
+    ``translate`` (``latent_residual`` with ``use_first_frame``): also give the first frame's latent moved,
+    in each frame, by the path's displacement in the picture since the first frame — what the arm near
+    the start point looks like where the path says it is now (perspective and the arm's bending aside).
+
+    ``measured``: draw the *recorded* hand position of every frame instead of the path the actions imply.
+    That reads the future (the state of frames the model predicts), so it is not a world model: it is the
+    ceiling a perfect path would reach, for measurements only."""
 
     xyz: tuple[int, int, int] = (0, 1, 2)
     scale: float = 0.02
@@ -51,6 +59,8 @@ class PathConfig:
     sigma: float = 1.0
     state: str = "ee_pos"
     camera: str = CAMERA_KEY
+    translate: bool = True
+    measured: bool = False
 
     def __post_init__(self):
         self.xyz = tuple(int(i) for i in self.xyz)
@@ -146,12 +156,13 @@ class ActionPath:
                 f"CameraCalibration.vector()). Fix: read data whose files record the calibration (the metaworld "
                 f"and lerobot datasets then serve '{c.camera}'); `workbench data calibrate FILE` adds it to files "
                 f"made before it was recorded.")
-        start = getattr(cond, c.state)[:, 0].to(action.dtype)  # the measured state at the first frame only
-        return project_points(hand_path(action, start, c), camera.to(action.dtype))
+        state = getattr(cond, c.state).to(action.dtype)
+        points = state if c.measured else hand_path(action, state[:, 0], c)  # (measured: every frame, the future)
+        return project_points(points, camera.to(action.dtype))
 
     def render(self, cond: Any, action: torch.Tensor, height: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The maps ``(B, 2, T, height, width)`` (the point now, the start point) and the per-frame signal
-        ``(B, T, 4)`` (``u, v`` and their change since frame 0, in latent pixels / the grid size)."""
+        ``(B, T, 4)`` (``u - 0.5, v - 0.5`` and their change since frame 0, as fractions of the picture)."""
         uv, front = self.points(cond, action)
         uv = uv.clamp(-1.0, 2.0)  # (a point far outside the picture draws nothing either way)
         frames = uv.shape[1]
@@ -162,5 +173,23 @@ class ActionPath:
         return maps, signal
 
 
-__all__ = ["PATH_CHANNELS", "PATH_SIGNAL", "ActionPath", "PathConfig", "hand_path", "path_heatmap",
+def translated(first: torch.Tensor, along: torch.Tensor) -> torch.Tensor:
+    """``first`` ``(B, C, h, w)`` moved in each frame by the path's displacement since frame 0 (``along[..., 2:]``,
+    fractions of the picture, from :meth:`ActionPath.render`): ``(B, C, T, h, w)``, the border repeated."""
+    b, c, h, w = first.shape
+    frames = along.shape[1]
+    def centres(n: int) -> torch.Tensor:  # pixel centres in grid_sample's [-1, 1] (align_corners=False)
+        return (torch.arange(n, device=first.device, dtype=first.dtype) + 0.5) * (2.0 / n) - 1.0
+
+    ys, xs = torch.meshgrid(centres(h), centres(w), indexing="ij")
+    grid = torch.stack([xs, ys], dim=-1)  # (h, w, 2), x first as grid_sample expects
+    shift = along[..., 2:].to(first.dtype) * 2.0  # fractions of the picture -> grid_sample's [-1, 1] units
+    grid = grid - shift[:, :, None, None, :]  # (B, T, h, w, 2): read from where the point came from
+    source = first[:, None].expand(b, frames, c, h, w).reshape(-1, c, h, w)
+    moved = torch.nn.functional.grid_sample(source, grid.reshape(-1, h, w, 2), mode="bilinear",
+                                            padding_mode="border", align_corners=False)
+    return moved.view(b, frames, c, h, w).transpose(1, 2)
+
+
+__all__ = ["translated", "PATH_CHANNELS", "PATH_SIGNAL", "ActionPath", "PathConfig", "hand_path", "path_heatmap",
            "project_points"]

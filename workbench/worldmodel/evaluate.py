@@ -51,7 +51,7 @@ VARIANTS = ("base", "adapter", "swapped")
 LABELS = {"base": "(a) frozen base alone", "adapter": "(b) base + adapter, true actions",
           "swapped": "(c) base + adapter, swapped"}
 #: The conditions a clip may carry that the predictions are made with (the swapped one is ``condition``).
-CONDITION_KEYS = ("action", "control", "ee_pos", "proprio")
+CONDITION_KEYS = ("action", "control", "ee_pos", "proprio", "camera")
 #: Of those, the robot's measured state: a prediction knows it at the given first frame only, so every
 #: frame of it carries the first frame's value (nothing of the future leaks into a prediction).
 STATE_KEYS = ("ee_pos", "proprio")
