@@ -233,8 +233,8 @@ def build_experiment(cfg: DemoConfig, run_dir: Path):
             options["ee_pos"] = "observation.ee_pos"
         config = adapter.setdefault("config", {})
         if config.get("path") is not None and (clips.calibration is None or "ee_pos" not in options):
-            missing = "a camera calibration" if clips.calibration is None else "the hand position observation.ee_pos"
-            print(f"{cfg.data}: no {missing}, so the adapter reads the actions without the action path")
+            missing = "camera calibration" if clips.calibration is None else "hand position (observation.ee_pos)"
+            print(f"{cfg.data} records no {missing}, so the adapter reads the actions without the action path")
             config.pop("path")
     config = parse_experiment({
         "name": "demo",
