@@ -57,11 +57,11 @@ COMPOSER = {"type": "noise_gated",
                                                                    "config": {"gate_init": 0.1}}}}
 OBJECTIVE = {"type": "flow_matching", "config": {"shift": 3.0}}
 
-#: The from-scratch baseline at equal compute (``workbench demo --from-scratch``): the same network
-#: replaces the base's prediction instead of correcting it, so the frozen pretrained denoiser plays
-#: no part (the frozen autoencoder still maps frames to latents and back). Its input of the base's
-#: output is swapped for a third warp of the first frame, which keeps the trainable parameter count
-#: equal to the adapter's (+ its composer's gate) within 17 parameters.
+#: The from-scratch baseline (``workbench demo --from-scratch``): the actions-only network replaces
+#: the base's prediction instead of correcting it, so the frozen pretrained denoiser plays no part
+#: (the frozen autoencoder still maps frames to latents and back). Its input of the base's output is
+#: swapped for a third warp of the first frame, which keeps the trainable parameter count equal to
+#: the actions-only adapter's (+ its composer's gate) within 17 parameters; it reads no action path.
 SCRATCH_ADAPTER = {"type": "latent_residual",
                    "config": {**ACTIONS_ONLY_ADAPTER["config"], "use_base_output": False, "warps": 3}}
 SCRATCH_COMPOSER = {"type": "replace", "config": {}}
