@@ -11,7 +11,7 @@ swapped actions — scored on the moving pixels. One kind per call (they are CPU
     OMP_NUM_THREADS=1 python examples/compare_adapters.py latent_residual
     OMP_NUM_THREADS=1 python examples/compare_adapters.py controlnet_edges   # reads edge videos, not actions
     OMP_NUM_THREADS=1 python examples/compare_adapters.py --speed        # CPU seconds per training step
-    python examples/compare_adapters.py --table          # the README table from the runs so far
+    python examples/compare_adapters.py --table          # the table of docs/results/adapters.md from the runs so far
 
 Each run writes ``outputs/compare/KIND/`` (the demo's files: metrics.json, side_by_side.mp4, run/).
 """

@@ -343,7 +343,8 @@ def pytest_xdist_make_scheduler(config, log):
 #: orders the work only; every file still runs whole and in its own order. Notebooks come next (a kernel
 #: and a minute of cells each), then everything else in collection order.
 START_FIRST = ("test_install.py", "test_distributed.py", "test_pretrain_demo.py", "test_widgets_lab.py",
-               "test_widgets_browser.py", "test_evaluate.py", "test_benchmarks.py", "test_adapters_controlnet_video.py",
+               "test_widgets_browser.py", "test_evaluate.py", "test_benchmarks.py", "test_compile.py",
+               "test_adapters_controlnet_video.py",
                "test_plugin_backbones.py", "test_plugin_dynamicrafter.py", "test_adapters_inside.py",
                "test_data_lerobot.py")
 

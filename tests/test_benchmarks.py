@@ -27,6 +27,8 @@ CASES = {
     "data_throughput": ["ratio lerobot / hdf5 time per batch = ", "data time / step time, lerobot"],
     "ddp_overhead": ["ratio 2 ranks / single = "],
     "widget_latency": ["ablation slider move: ", "stepper (full decode, 3 branches)", "browser: not in --quick mode"],
+    "compile_speed": ["compiled / eager sampling = ", "compiled / eager fit step = ", "recompilations: 0 during the "
+                      "timed rounds, 0 while forks switched the adapter"],
     "integrity_overhead": ["embedded world model: save (CPU time)", "ratio save with digests / save plain = ",
                            "32 MB trainable state: load (CPU time)"],
 }
@@ -35,6 +37,8 @@ PLUGIN_CASES = {
     "gpu_check": ["flow_matching on cpu: parity", "diffusion on cpu: parity",
                   "DynamiCrafter (dynamicrafter-512:tiny random model) on cpu bfloat16: all 11 promises kept",
                   "gpu_check: every claim holds"],
+    "real_size": ["== dynamicrafter", "== wan22", "== easyanimate", "LoRA injected / targeted",
+                  "real_size: results in"],
 }
 # gpu_check: the tiny_video and plugin paths of the script, a plugin in its GPU precision (tiny_video's conformance
 # and every plugin's in bf16 are tests of their own)

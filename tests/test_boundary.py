@@ -223,7 +223,8 @@ def test_nothing_imports_the_widgets_package():
 # -- backbone plugins: public API only -------------------------------------------------------
 PLUGIN_API = {"workbench", "workbench.config", "workbench.errors", "workbench.inspect", "workbench.registry",
               "workbench.adapters.latent_residual",
-              "workbench.backbones.diffusers_bridge", "workbench.testing"}
+              "workbench.backbones.diffusers_bridge", "workbench.testing",
+              "workbench.backbones.random_weights"}  # real architectures with random weights, for any backbone
 
 
 def test_plugins_use_only_the_public_api():

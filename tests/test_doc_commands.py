@@ -25,6 +25,8 @@ SKIP: dict[str, str] = {
     # minutes, or the whole suite
     r"^make (demo|test)\b": "sets up .venv and runs the demo (10 min) or this very suite",
     r"^make (lab|notebooks)\b": "starts JupyterLab / re-executes every notebook (minutes)",
+    r"^make docs\b": "builds this documentation site (tests/test_docs_site.py builds it with --strict)",
+    r"^make bench\b": "runs every benchmark to the end (minutes; tests/test_benchmarks.py runs each with --quick)",
     r"^workbench data metaworld\b": "renders MuJoCo rollouts of 12 to 480 episodes (minutes)",
     r"^workbench (pretrain|probe train)\b": "trains for 8 to 70 minutes",
     r"^workbench demo\b": "trains and evaluates the demo (minutes)",

@@ -96,7 +96,7 @@ def test_picture_views_are_the_trajectory_frames(traj, view):
 
 
 def test_the_composed_prediction_is_a_signed_map_with_a_colour_bar_that_names_it(traj, model):
-    from workbench.inspect.preview import preview_for
+    from workbench.inspect.linear_preview import preview_for
 
     image = view_image(traj, 1, "composed")
     z = traj[1].composed[:1]

@@ -1,4 +1,4 @@
-"""The ``workbench`` command: ``train``, ``cache-latents`` and ``doctor``, plus every registered command.
+"""The ``workbench`` command: ``train``, ``cache-latents``, ``doctor`` and ``plan``, plus every registered command.
 
 Other packages add commands through the ``workbench.commands`` entry-point group: each entry point
 names a :class:`Command`. The world-model wing registers ``data``, ``demo``, ``eval``, ``pretrain``
@@ -218,6 +218,16 @@ def _platform_report() -> str:
     ])
 
 
+def _plan(args: argparse.Namespace) -> int:
+    import json
+
+    from workbench.train.memory import memory_plan
+
+    plan = memory_plan(args.config, device=args.device, memory=args.memory, steps=args.steps)
+    print(json.dumps(plan.as_dict(), indent=1) if args.json else plan.table())
+    return 0
+
+
 def _cache_latents(args: argparse.Namespace) -> int:
     from workbench.train.latent_store import run
 
@@ -259,6 +269,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     doctor = sub.add_parser("doctor", help="versions, devices and what auto resolves to, plugins and entry points")
     doctor.set_defaults(func=_doctor)
+
+    plan = sub.add_parser("plan", help="a config's memory plan on a device: weights, training state, activations "
+                                       "with and without gradient checkpointing, a recording")
+    plan.add_argument("config", help="YAML experiment config (its base: block is planned)")
+    plan.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="the device to plan for (its "
+                                                                                "dtype: the card's precision there)")
+    plan.add_argument("--memory", help="the device's memory, e.g. 80GiB or 24GB: says whether a step fits")
+    plan.add_argument("--steps", type=int, help="sampling steps of the recording (default: the card's)")
+    plan.add_argument("--json", action="store_true", help="print the plan as JSON")
+    plan.set_defaults(func=_plan)
 
     for command in registered_commands():
         cmd_parser = sub.add_parser(command.name, help=command.help)

@@ -47,6 +47,12 @@ def check(ok: bool, field: str, message: str) -> None:
         raise_problems([(field, message)])
 
 
+def check_compile(value: Any) -> None:
+    """A backbone config's ``compile`` field: a bool (``true`` runs the denoiser through ``torch.compile``)."""
+    check(isinstance(value, bool), "compile",
+          f"must be true or false (true runs the backbone's denoiser through torch.compile), got {_describe(value)}.")
+
+
 def component_field(kind: str, default: Any = dataclasses.MISSING) -> Any:
     """Declare a dataclass field that holds a nested component block of ``kind``."""
     kwargs: dict[str, Any] = {"metadata": {"component_kind": kind}}

@@ -144,6 +144,13 @@ def to_uint8_video(x: Any) -> np.ndarray:
     is already channel-last ``[..., T, H, W, 3]`` and is returned as uint8 (values must lie in
     ``0..255``). numpy arrays and torch tensors (any device) are accepted; the result is numpy.
     """
+    if isinstance(x, torch.Tensor) and x.is_floating_point() and x.ndim >= 4 and x.shape[-4] == 3:
+        x = x.detach()
+        if bool(torch.isfinite(x).all()):  # (else the numpy path below says what is wrong)
+            # the same float64 arithmetic as below, in torch on the tensor's device: one pass each, and
+            # only the uint8 frames are moved to channel-last and to the CPU
+            pixels = (x.double() + 1.0).mul_(127.5).round_().clamp_(0, 255).to(torch.uint8)  # (never in place on x)
+            return pixels.movedim(-4, -1).contiguous().cpu().numpy()
     a = _to_numpy(x, "to_uint8_video")
     _check_dtype(a, "to_uint8_video")
     if np.issubdtype(a.dtype, np.integer):

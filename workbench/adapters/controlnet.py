@@ -225,7 +225,8 @@ class ControlNet(InsideAdapter):
             if isinstance(h, tuple):  # (hidden, *carried): the carried outputs are the next block's next inputs
                 h, carried = h[0], h[1:]
                 rest = (*carried, *rest[len(carried):])
-            out = proj(h) if layout == "tokens" else proj(h.movedim(1, -1)).movedim(-1, 1)
+            z = (h if layout == "tokens" else h.movedim(1, -1)).to(proj.weight.dtype)  # a bf16 copy's output
+            out = proj(z) if layout == "tokens" else proj(z).movedim(-1, 1)
             residuals.append(out)
         state["residuals"] = residuals
         return None

@@ -52,11 +52,11 @@ from workbench.backbones.diffusers_loading import (
     pipeline_directory,
     resolve_dtype,
 )
-from workbench.config import check
+from workbench.config import check, check_compile
 from workbench.core import BaseVideoModel, Batch, ComponentSpec, FlowMatching, ModelCard, SamplingDefaults, StepRecord
 from workbench.core.backbone import as_video, freeze
 from workbench.core.platform import placement
-from workbench.errors import CompositionError, DataError
+from workbench.errors import CheckpointError, CompositionError, DataError
 
 
 class _PipelineCall:
@@ -193,20 +193,27 @@ class Injection:
 class DiffusersConfig:
     """What every diffusers-native backbone is configured with (plugins extend it).
 
-    ``path``: a diffusers-format directory (``model_index.json``), or ``"tiny"`` for a tiny
-    random pipeline built once under the workbench cache (tests and examples).
+    ``path``: a diffusers-format directory (``model_index.json``), ``"tiny"`` for a tiny
+    random pipeline built once under the workbench cache (tests and examples), or ``"real"`` for
+    the real model's configuration shipped with the plugin (no weights: needs ``random_weights``).
+    ``random_weights``: build the directory's models from their ``config.json`` alone with random
+    weights, each materialised once in the target dtype (rehearsals at real size, memory plans);
+    ``seed`` picks the values.
     ``device``: where the weights load (``auto``: the best visible device); ``dtype``: ``auto`` =
     the card's precision on that device, bf16 on a GPU that has it, else float32.
     ``prompt_key``: the raw-batch key holding prompts (``task`` for Meta-World clips), each put
     into ``prompt_template`` (e.g. ``"a robot arm doing the {} task"``);
     ``prompt``: the prompt for batches without one. ``negative_prompt``: the guidance prompt.
     ``steps`` / ``guidance_scale`` / ``height`` / ``width`` / ``num_frames`` / ``fps``: sampling
-    defaults for the card; ``None`` keeps the real model's.
+    defaults for the card; ``None`` keeps the real model's. ``compile``: run the transformer through
+    ``torch.compile`` (:meth:`~workbench.core.backbone.BaseVideoModel.compile`).
     """
 
     path: str
     device: str = "auto"
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    random_weights: bool = False
+    seed: int = 0
     prompt_key: str = "prompt"
     prompt_template: str = "{}"
     prompt: str | None = None
@@ -217,8 +224,10 @@ class DiffusersConfig:
     width: int | None = None
     num_frames: int | None = None
     fps: int | None = None
+    compile: bool = False
 
     def __post_init__(self):
+        check_compile(self.compile)
         check("{}" in self.prompt_template, "prompt_template",
               f"must contain '{{}}' where the batch's prompt goes, got {self.prompt_template!r}.")
         check(bool(self.path), "path", "is empty; give a diffusers-format directory (with model_index.json) or 'tiny'.")
@@ -272,12 +281,21 @@ class DiffusersBackbone(BaseVideoModel):
         self.config = config = self.config_from(config, overrides)
         if config.path == "tiny":
             self.folder = self.tiny_pipeline()
+        elif config.path == "real":
+            if not config.random_weights:
+                raise CheckpointError(
+                    f"{self.name}: path 'real' is the real {self.model_name} configuration shipped with the plugin, "
+                    f"without weights. Set random_weights: true to build it with random weights (a rehearsal or a "
+                    f"memory plan), or point path at a downloaded release ({self.release}).")
+            self.folder = self.real_config()
         else:
             self.folder = pipeline_directory(config.path, self.name, self.release, self.convert)
         self.__dict__.setdefault("_text_encoder", None)  # loaded on first use, never a submodule (see above)
         dtype = self.load()
         self._text_cache: dict[str, Any] = {}
         self.card = self.make_card(dtype)
+        if config.compile:
+            self.compile()
 
     @classmethod
     def from_config(cls, config: DiffusersConfig) -> DiffusersBackbone:
@@ -291,6 +309,10 @@ class DiffusersBackbone(BaseVideoModel):
     def tiny_pipeline(self) -> Path:
         """The directory of this plugin's tiny random pipeline (``path: tiny``), written once."""
         raise NotImplementedError
+
+    def real_config(self) -> Path:
+        """The directory of the real model's configuration files shipped with the plugin (``path: real``)."""
+        raise CheckpointError(f"{self.name}: this plugin ships no real configuration; point path at a release.")
 
     def load(self) -> torch.dtype:
         """Load the pipeline from ``self.folder`` onto the config's device in its dtype (see
@@ -377,6 +399,8 @@ class DiffusersBackbone(BaseVideoModel):
         c = self.config
         fields = self.card_fields()
         source = "tiny random pipeline" if c.path == "tiny" else str(self.folder)
+        if c.random_weights:
+            source = f"random weights (seed {c.seed}) on the configuration {source}"
         weights = str(dtype).replace("torch.", "")
 
         def spec(kind: str, module, sub: str, dtype_name: str | None = weights) -> ComponentSpec:

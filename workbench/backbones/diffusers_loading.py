@@ -87,7 +87,7 @@ def resolve_dtype(name: str, device: str | torch.device = "auto",
 
 def load_pipeline(folder: str | Path, *, plugin: str, device: str = "auto", dtype: str = "auto",
                   precision: Mapping[str, str | Sequence[str]] = PRECISION, float32: Sequence[str] = (),
-                  skip: Sequence[str] = ()):
+                  skip: Sequence[str] = (), random_weights: bool = False, seed: int = 0):
     """Load a diffusers pipeline onto the target device in the target dtype; returns ``(pipeline, dtype)``.
 
     ``device`` / ``dtype`` are the backbone config's (``auto`` resolves through
@@ -95,16 +95,84 @@ def load_pipeline(folder: str | Path, *, plugin: str, device: str = "auto", dtyp
     backbone on the CPU is float32 even on a machine with a GPU. ``float32``: components kept in
     float32 whatever the dtype (e.g. a VAE that upstream runs in float32). ``skip``: components
     not loaded (``None`` in the pipeline), e.g. a text encoder loaded later with :func:`load_component`.
+    ``random_weights``: build every model of the directory from its ``config.json`` alone, with
+    random weights (:func:`random_pipeline`): no weight files are read, and each model is held once.
     """
     from diffusers import DiffusionPipeline
 
     target, weights = platform.placement(device, dtype, precision, where=f"{plugin} config")
+    if random_weights:
+        return random_pipeline(folder, device=target, dtype=weights, float32=float32, skip=skip, seed=seed), weights
     dtypes = {"default": weights, **{name: torch.float32 for name in float32}} if float32 else weights
     loaded = DiffusionPipeline.from_pretrained(str(folder), dtype=dtypes, **{name: None for name in skip})
     for module in loaded.components.values():
         if isinstance(module, torch.nn.Module):
             module.to(target)
     return loaded, weights
+
+
+def keep_in_float32(cls: type) -> Callable[[str], bool]:
+    """Which parameters of a diffusers model class a reduced-precision load keeps in float32: those whose
+    dotted name has one of the class's ``_keep_in_fp32_modules`` as a part (diffusers' own rule)."""
+    keep = set(getattr(cls, "_keep_in_fp32_modules", None) or ())
+    return lambda name: bool(keep) and any(part in keep for part in name.split("."))
+
+
+def random_model(cls: type, config: Mapping[str, Any], *, device: torch.device | str = "cpu",
+                 dtype: torch.dtype = torch.float32, seed: int = 0, float32: bool = False):
+    """A diffusers model of class ``cls`` built from ``config`` with random weights, in eval mode.
+
+    Built with its parameters on the meta device, then each materialised once in ``dtype`` (its
+    ``_keep_in_fp32_modules`` in float32, everything in float32 with ``float32=True``) with the
+    deterministic values of :func:`~workbench.backbones.random_weights.materialise`. Inside
+    :func:`~workbench.backbones.random_weights.weights_on_meta` the parameters stay on meta.
+    """
+    from workbench.backbones.random_weights import empty_parameters, keeping_meta, materialise
+
+    with empty_parameters():
+        model = cls.from_config(dict(config))
+    keep = (lambda name: True) if float32 else keep_in_float32(cls)
+    materialise(model, dtype=dtype, device="meta" if keeping_meta() else device, seed=seed, float32=keep)
+    return model.eval()
+
+
+def random_pipeline(folder: str | Path, *, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
+                    float32: Sequence[str] = (), skip: Sequence[str] = (), seed: int = 0):
+    """The pipeline of a diffusers-format directory built from its configuration files alone, with random weights.
+
+    Every component of ``model_index.json`` whose subfolder is there: diffusers models through
+    :func:`random_model` (the components in ``float32`` kept in float32), schedulers and tokenizers
+    from their files; components in ``skip``, listed as ``[null, null]`` or without a subfolder are
+    ``None``. The pipeline class is ``model_index.json``'s ``_class_name``, given the file's other
+    settings (e.g. ``expand_timesteps``). Each model gets its own seed (``seed`` and its name).
+    """
+    import importlib
+    import inspect
+    import json
+    import zlib
+
+    folder = Path(folder)
+    index = json.loads((folder / "model_index.json").read_text())
+    pipeline_cls = getattr(importlib.import_module("diffusers"), index["_class_name"])
+    accepted = inspect.signature(pipeline_cls.__init__).parameters
+    parts: dict[str, Any] = {}
+    for name, entry in index.items():
+        if name.startswith("_") or name not in accepted:
+            continue
+        if not (isinstance(entry, list) and len(entry) == 2):
+            parts[name] = entry  # a pipeline setting
+            continue
+        sub = folder / name
+        if None in entry or name in skip or not sub.is_dir():
+            parts[name] = None
+            continue
+        cls = getattr(importlib.import_module(entry[0]), entry[1])
+        if isinstance(cls, type) and issubclass(cls, torch.nn.Module):
+            parts[name] = random_model(cls, cls.load_config(str(sub)), device=device, dtype=dtype,
+                                       seed=seed + zlib.crc32(name.encode()), float32=name in float32)
+        else:
+            parts[name] = cls.from_pretrained(str(sub))
+    return pipeline_cls(**parts)
 
 
 def component_class(folder: str | Path, name: str) -> tuple[str, str] | None:
@@ -180,5 +248,6 @@ class TinyFixture:
                          what=self.what, save=self.save)
 
 
-__all__ = ["DTYPES", "TinyFixture", "component_class", "fixture_directory", "load_component", "parameter_count",
-           "pipeline_directory", "resolve_dtype", "tiny_fixture_cli"]
+__all__ = ["DTYPES", "TinyFixture", "component_class", "fixture_directory", "keep_in_float32", "load_component",
+           "parameter_count", "pipeline_directory", "random_model", "random_pipeline", "resolve_dtype",
+           "tiny_fixture_cli"]

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workbench.config import check
+from workbench.config import check, check_compile
 from workbench.core.backbone import CONTROL_KEY, BaseVideoModel, StepRecord, as_video, control_video
 from workbench.core.card import ComponentSpec, ModelCard, RecipeSpec, SamplingDefaults
 from workbench.core.conditions import Batch
@@ -41,7 +41,7 @@ PER_FRAME_KEYS = ("action", "proprio", "ee_pos")
 #: Per-clip vectors passed through as conditions: the camera's calibration (see workbench.data.camera).
 PER_CLIP_KEYS = ("camera",)
 PRECISION = {"cpu": "float32", "cuda": "float32", "mps": "float32"}
-PLACEMENT_FIELDS = ("weights", "device", "dtype")  # how this model is loaded, not what it is
+PLACEMENT_FIELDS = ("weights", "device", "dtype", "compile")  # how this model is loaded and run, not what it is
 
 
 @dataclass
@@ -54,7 +54,9 @@ class TinyVideoConfig:
     ``TinyVideoConfig(weights="pretrained")`` — ``{weights: pretrained}`` in YAML — just works.
     ``device`` / ``dtype``: where and in what the weights load (``auto``: the best visible device,
     in the card's precision for it — float32 everywhere for this model; see
-    :mod:`workbench.core.platform`). Neither is part of the architecture saved with the weights.
+    :mod:`workbench.core.platform`). ``compile``: run the denoiser through ``torch.compile``
+    (:meth:`~workbench.core.backbone.BaseVideoModel.compile`). None of the three is part of the
+    architecture saved with the weights.
     """
 
     image_size: int = 64
@@ -73,8 +75,10 @@ class TinyVideoConfig:
     weights: str | None = None
     device: str = "auto"
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    compile: bool = False
 
     def __post_init__(self):
+        check_compile(self.compile)
         check(self.image_size % self.downsample == 0, "image_size",
               f"must be divisible by downsample={self.downsample}, got {self.image_size}.")
         check(self.frames >= 2, "frames", f"must be >= 2, got {self.frames}.")
@@ -183,6 +187,8 @@ class TinyVideo(BaseVideoModel):
         else:
             self.to(device=device, dtype=dtype)
         self.card = self._make_card()
+        if config.compile:
+            self.compile()
 
     @classmethod
     def from_config(cls, config: TinyVideoConfig) -> TinyVideo:
@@ -397,7 +403,7 @@ class TinyVideo(BaseVideoModel):
         blocks = (*den.down_blocks, *den.mid_blocks, *den.up_blocks)
         return InsideSpec(root=den, root_name="denoiser",
                           lora_targets=("spatial", "temporal", "film", "down", "up", "merge", "out"),
-                          blocks=blocks, widths=tuple(b.spatial.out_channels for b in blocks),
+                          blocks=blocks, widths=tuple(b.norm1.num_channels for b in blocks),  # LoRA may wrap convs
                           branch_blocks=len(den.down_blocks), layout="channels")
 
     # -- native samplers ---------------------------------------------------------------------

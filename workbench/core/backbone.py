@@ -306,6 +306,51 @@ class BaseVideoModel(nn.Module):
         """
         return None
 
+    # -- compilation -------------------------------------------------------------------------
+    def compile_target(self) -> nn.Module:
+        """The network :meth:`compile` runs through ``torch.compile``: by default the root of
+        :meth:`inside_spec` (the network every prediction runs through); a backbone without an
+        inside spec overrides this to compile at all."""
+        spec = self.inside_spec()
+        if spec is None:
+            raise CompositionError(
+                f"{type(self).__name__} does not say which network to compile: compile() compiles the root of its "
+                f"inside_spec() (the network every prediction runs through), and its inside_spec() returns None. "
+                f"Define inside_spec(), or override compile_target() to return that network."
+            )
+        return spec.root
+
+    def compile(self, *, backend: str = "inductor", mode: str | None = None, fullgraph: bool = False,
+                options: Mapping[str, Any] | None = None) -> BaseVideoModel:
+        """Run the denoiser (:meth:`compile_target`) through ``torch.compile``; returns ``self``.
+
+        What a config's ``compile: true`` does when the backbone is built. The network's
+        ``forward`` is compiled with static shapes (``dynamic=False``) and with dynamo guarding
+        its blocks' hooks, so recording, forks, ablations, inside adapters and ``fit`` work as
+        they do eagerly (see :mod:`workbench.core.compiled`); the module, its parameter names
+        and its state dict are unchanged. The first call of each input shape (and grad mode,
+        adapter state) compiles, which takes seconds on a CPU. A second ``compile()`` changes
+        nothing (the first one's options stay). ``backend`` / ``mode`` / ``fullgraph`` /
+        ``options``: ``torch.compile``'s.
+
+        >>> base = TinyVideo.from_pretrained().compile()          # doctest: +SKIP
+        """
+        from workbench.core.compiled import compile_network
+
+        if self.__dict__.get("_compiled_network") is None:
+            net = self.compile_target()
+            compile_network(net, backend=backend, mode=mode, fullgraph=fullgraph, options=options)
+            self.__dict__["_compiled_network"] = net  # (not a submodule: it already is one, under its own name)
+        return self
+
+    @property
+    def is_compiled(self) -> bool:
+        """Whether :meth:`compile` has compiled this backbone's denoiser."""
+        from workbench.core.compiled import compiled_options
+
+        net = self.__dict__.get("_compiled_network")
+        return net is not None and compiled_options(net) is not None
+
     # -- sampling ----------------------------------------------------------------------------
     def run_sampler(self, batch: Batch, *, steps: int, sampler: str, generator: torch.Generator | None,
                     compose_fn: ComposeFn, on_step: OnStep | None, **kwargs) -> torch.Tensor:
@@ -352,7 +397,7 @@ class BaseVideoModel(nn.Module):
     @property
     def device(self) -> torch.device:
         """Where the backbone's first parameter lives (CPU without parameters)."""
-        p = next(self.parameters(), None)
+        p = _first_parameter(self)
         return p.device if p is not None else torch.device("cpu")
 
     @property
@@ -360,6 +405,9 @@ class BaseVideoModel(nn.Module):
         """The dtype the backbone computes in: its first parameter's outside :meth:`keep_in_float32`
         (float32 without parameters)."""
         kept = self._float32_paths()
+        if not kept:
+            p = _first_parameter(self)
+            return p.dtype if p is not None else torch.float32
         for name, p in self.named_parameters():
             if not kept or not _under(name, kept):
                 return p.dtype
@@ -402,6 +450,19 @@ class BaseVideoModel(nn.Module):
             return t.to(device=target.device, dtype=torch.float32)
 
         return super()._apply(keeping, recurse)
+
+
+def _first_parameter(module: nn.Module) -> torch.Tensor | None:
+    """``next(module.parameters(), None)`` without building the generators (read on every rendered step)."""
+    for p in module._parameters.values():
+        if p is not None:
+            return p
+    for child in module._modules.values():
+        if child is not None:
+            p = _first_parameter(child)
+            if p is not None:
+                return p
+    return None
 
 
 def _under(name: str, paths: tuple[str, ...]) -> bool:

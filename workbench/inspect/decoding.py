@@ -53,6 +53,14 @@ def render(base: BaseVideoModel, latents: torch.Tensor, *, decode: str = "previe
     >>> frames = render(base, traj.final)           # the linear preview
     >>> frames = render(base, traj.final, decode="full")
     """
+    if decode == "preview" and latents.ndim == 5:  # the linear preview straight to pixels (what a live view draws)
+        b = latents.shape[0]
+        if not isinstance(index, bool) and isinstance(index, int) and -b <= index < b:
+            index %= b
+            z = latents[index:index + 1].to(device=base.device, dtype=base.dtype, non_blocking=True)
+            frames = (preview or preview_for(base, tuple(z.shape[1:]))).uint8_frames(z)
+            if frames is not None:
+                return frames[0].cpu().numpy()
     return to_uint8_video(decode_video(base, latents, decode, index, chunk_frames, preview).float())
 
 

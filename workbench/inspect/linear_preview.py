@@ -98,6 +98,37 @@ class LatentPreview:
             video = torch.cat([first, rest], dim=2)
         return video.clamp(-1, 1)
 
+    def uint8_frames(self, latents: torch.Tensor) -> torch.Tensor | None:
+        """Latents ``(B, C, T', h, w)`` → uint8 frames ``(B, T, H, W, 3)``, exactly
+        ``to_uint8_video(self(latents))`` (on the latents' device), or ``None`` where that would raise
+        (a non-finite value: the caller's conversion says which).
+
+        What a live view draws at every step: the pixels are made on the preview's blocks as the
+        matrix product lays them out, so the one reordering copy moves bytes, not floats.
+        """
+        if latents.ndim != 5 or latents.shape[1] != self.channels:
+            return None
+        z = latents.float()
+        if self.weight_first is None:
+            return self._pixels(z, self.weight, self.frames_per_latent)
+        first = self._pixels(z[:, :, :1], self.weight_first, 1)
+        rest = self._pixels(z[:, :, 1:], self.weight, self.frames_per_latent)
+        return None if first is None or rest is None else torch.cat([first, rest], dim=1)
+
+    def _pixels(self, z: torch.Tensor, weight: torch.Tensor, r: int) -> torch.Tensor | None:
+        b, c, t, h, w = z.shape
+        d = self.downsample
+        key = (id(weight), "rgb last")
+        if key not in self._on_device:  # the same columns, each block's pixels in (r, d, d, 3) order
+            self._on_device[key] = weight.view(c + 1, r, 3, d, d).permute(0, 1, 3, 4, 2).reshape(c + 1, -1)
+        blocks = self._blocks(z, self._on_device[key]).clamp_(-1, 1)  # (B T h w, r d d 3), as __call__ clamps
+        if not bool(torch.isfinite(blocks.sum())):
+            return None
+        # to_uint8_video's float64 arithmetic, element by element (so in any layout)
+        pixels = (blocks.double() + 1.0).mul_(127.5).round_().to(torch.uint8)  # in 0..255 after the clamp
+        pixels = pixels.view(b, t, h, w, r, d, d, 3).permute(0, 1, 4, 2, 5, 3, 6, 7)  # (B, T', r, h, d, w, d, 3)
+        return pixels.reshape(b, t * r, h * d, w * d, 3)  # (the copy moves runs of d * 3 bytes)
+
     def linear(self, latents: torch.Tensor) -> torch.Tensor:
         """The linear part alone (no bias, no clipping): latents ``(B, C, T', h, w)`` → ``(B, 3, T, H, W)``.
 
@@ -122,16 +153,20 @@ class LatentPreview:
         first = self._apply(z[:, :, :1], weight_first, 1)
         return torch.cat([first, self._apply(z[:, :, 1:], weight, self.frames_per_latent)], dim=2)
 
-    def _apply(self, z: torch.Tensor, weight: torch.Tensor, r: int) -> torch.Tensor:
-        b, c, t, h, w = z.shape
-        d = self.downsample
+    def _blocks(self, z: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """Each latent pixel's block of output pixels: ``(B T h w, r 3 d d)``."""
+        c = z.shape[1]
         key = (id(weight), z.device)
         if key not in self._on_device:  # one host-to-device copy per device, not per call
             self._on_device[key] = weight.to(z.device)
         weight = self._on_device[key]
         flat = z.permute(0, 2, 3, 4, 1).reshape(-1, c)  # (B T h w, C)
-        blocks = torch.addmm(weight[c], flat, weight[:c])  # (B T h w, r 3 d d)
-        blocks = blocks.view(b, t, h, w, r, 3, d, d)
+        return torch.addmm(weight[c], flat, weight[:c])
+
+    def _apply(self, z: torch.Tensor, weight: torch.Tensor, r: int) -> torch.Tensor:
+        b, c, t, h, w = z.shape
+        d = self.downsample
+        blocks = self._blocks(z, weight).view(b, t, h, w, r, 3, d, d)
         return blocks.permute(0, 5, 1, 4, 2, 6, 3, 7).reshape(b, 3, t * r, h * d, w * d)
 
     def meta(self) -> dict[str, Any]:

@@ -249,7 +249,8 @@ class Trajectory:
         if rec.x_t is None:
             raise InspectError(f"recompose(step={rec.index}) needs x_t, which was not stored; record with 'x_t' in "
                                f"StoragePolicy.fields.")
-        device, dtype = self.batch.latents.device, self.native_dtype
+        # the composition saw x_t in the batch's dtype (a bf16 pipeline's latents reach it cast, exactly)
+        device, dtype = self.batch.latents.device, self.batch.latents.dtype
         x_t = rec.x_t.to(device=device, dtype=dtype, non_blocking=True)
         t = rec.t.to(device=device, non_blocking=True)
         base_output = None if rec.base is None else rec.base.to(device=device, dtype=dtype, non_blocking=True)
@@ -353,10 +354,11 @@ def record(model: ComposedModel, batch_or_cond: Mapping[str, Any] | Batch, steps
         model: the :class:`ComposedModel` (``exp.model``).
         batch_or_cond: a raw batch (``{"video": ..., "action": ...}`` / ``{"image": ...}``) or a
             prepared :class:`Batch`; moved to the base's device.
-        steps / sampler: default to the card's (``base.card.sampling``), checked against its recipe.
+        steps: defaults to the card's (``base.card.sampling``), checked against its recipe.
+        sampler: defaults to the card's, checked against its recipe like ``steps``.
         seed: the initial noise comes from ``torch.Generator(device=batch device).manual_seed(seed)``
             — exactly what ``model.generate(batch, generator=...)`` with that generator draws.
-            ``generator``: use this one's current state instead (it is not advanced).
+        generator: use this one's current state instead of ``seed`` (it is not advanced).
         record: ``False`` keeps only the final latents (and no fork cache).
         on_step: called after each step with a :class:`TrajectoryStep` of *device* tensors (for
             live previews); raise :class:`StopSampling` in it to stop early.

@@ -41,6 +41,7 @@ from workbench.inspect.step import TrajectoryStep
 from workbench.inspect.trajectory import Trajectory
 
 VIEWS = ("x_t", "x0", "base", "adapter", "composed", "adapter-base", "gate")
+"""The names of the step-through views, in the order the Stepper offers them (see the module docstring)."""
 VIEW_LABELS = {
     "x_t": "x_t (noisy input)",
     "x0": "x0 estimate",

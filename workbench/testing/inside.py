@@ -33,6 +33,7 @@ INSIDE_PROMISES = {
     "recording": "recorded == unrecorded sampling, bit-exact; recording makes two base calls (base and adapted) "
                  "for each one sampling makes",
 }
+"""Promise name → what it promises, for adapters inside the base, in checking order (see check_inside_adapter)."""
 
 
 class _Run:

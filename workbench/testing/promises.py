@@ -465,13 +465,15 @@ def check_backbone(make_backbone: Callable[[], BaseVideoModel] | BaseVideoModel,
         adapter_factory: a callable returning a fresh adapter that is zero at init and binds to
             this backbone (default :class:`ProbeAdapter`, which consumes nothing).
         generate_raw: what to sample from (default: the first clip of ``prepare_batch(raw)``).
-        steps / sampler_kwargs: the sampling request (default: the card's steps; e.g.
-            ``{"guidance_scale": 4.0}`` to sample under guidance).
+        steps: the sampling request's steps (default: the card's).
+        sampler_kwargs: the rest of the sampling request, e.g. ``{"guidance_scale": 4.0}`` to
+            sample under guidance.
         fork_at: the step the fork check forks at (default ``steps // 2``).
-        device / dtype: where and in what precision the checks run (``dtype=None`` keeps the
-            backbone's own dtypes and moves it to ``device`` only). The backbone is moved with
-            ``.to(device, dtype)`` (what it keeps in float32 stays so); adapters and composers run
-            in the dtype of the latents ``prepare_batch`` makes.
+        device: where the checks run.
+        dtype: in what precision the checks run (``None`` keeps the backbone's own dtypes and moves
+            it to ``device`` only). The backbone is moved with ``.to(device, dtype)`` (what it keeps
+            in float32 stays so); adapters and composers run in the dtype of the latents
+            ``prepare_batch`` makes.
         promises: names of the promises to check (default all, see :data:`PROMISES`).
         raise_on_broken: ``False`` returns the report instead of raising.
 

@@ -45,7 +45,7 @@ import numpy as np
 from workbench.errors import CheckpointError, CompositionError, DataError
 
 #: Six Meta-World tasks outside pretraining and the demo's training set, generated with their own seed
-#: (see README, "Unseen tasks").
+#: (see docs/guides/world-model.md, "Unseen tasks").
 UNSEEN_PATH = Path(__file__).resolve().parents[1] / "data" / "samples" / "metaworld_unseen.h5"
 VARIANTS = ("base", "adapter", "swapped")
 LABELS = {"base": "(a) frozen base alone", "adapter": "(b) base + adapter, true actions",

@@ -38,8 +38,8 @@ from workbench.backbones.diffusers_bridge import (
     prompts_from,
     requested_frames,
 )
-from workbench.config import check
-from workbench.errors import DataError
+from workbench.config import check, check_compile
+from workbench.errors import CheckpointError, DataError
 from workbench_dynamicrafter.sampling import DDIMTables, DynamiCrafterDiffusion, ddim_loop
 from workbench_dynamicrafter.unet import stage_width
 from workbench_dynamicrafter.variants import VARIANTS
@@ -49,9 +49,13 @@ from workbench_dynamicrafter.variants import VARIANTS
 class DynamiCrafterConfig:
     """How to load and drive DynamiCrafter.
 
-    ``path``: an official checkpoint (``model.ckpt`` / ``.safetensors``), or ``"tiny"`` for a tiny
-    random model built once under the workbench cache. ``variant``: ``256`` / ``512`` / ``1024`` /
-    ``512_interp``; ``None`` recognises it from the checkpoint (``512_interp`` must be named).
+    ``path``: an official checkpoint (``model.ckpt`` / ``.safetensors``), ``"tiny"`` for a tiny
+    random model built once under the workbench cache, or ``"real"`` for the released sizes shipped
+    with the plugin (``real/<variant>.json``; no weights: needs ``random_weights``).
+    ``random_weights``: build the architecture with random weights instead of reading a checkpoint
+    (``path`` ``tiny`` or ``real``), each tensor materialised once in the target dtype; ``seed`` picks them.
+    ``variant``: ``256`` / ``512`` / ``1024`` / ``512_interp``; ``None`` recognises it from the checkpoint
+    (``512_interp`` must be named).
     ``sizes``: size overrides (``Sizes`` fields) for a checkpoint of non-released sizes, e.g. one
     written by ``workbench_dynamicrafter.tiny``. ``dtype``: ``auto`` = bf16 on a GPU, float32 on CPU.
     ``tokenizer``: a transformers ``CLIPTokenizer`` directory or hub id (OpenAI CLIP's BPE, the one
@@ -60,6 +64,7 @@ class DynamiCrafterConfig:
     ``steps`` / ``guidance_scale`` / ``image_guidance_scale`` / ``guidance_rescale`` / ``eta`` /
     ``spacing`` / ``fs`` / ``height`` / ``width`` / ``num_frames``: sampling defaults; ``None`` keeps
     the variant's release settings. ``image_guidance_scale`` switches on the multi-condition CFG.
+    ``compile``: run the U-Net through ``torch.compile`` (:meth:`~workbench.BaseVideoModel.compile`).
     """
 
     path: str
@@ -67,6 +72,8 @@ class DynamiCrafterConfig:
     sizes: dict[str, Any] | None = None
     device: str = "auto"
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    random_weights: bool = False
+    seed: int = 0
     tokenizer: str = "openai/clip-vit-large-patch14"
     prompt_key: str = "prompt"
     prompt_template: str = "{}"
@@ -81,8 +88,10 @@ class DynamiCrafterConfig:
     height: int | None = None
     width: int | None = None
     num_frames: int | None = None
+    compile: bool = False
 
     def __post_init__(self):
+        check_compile(self.compile)
         check(bool(self.path), "path",
               "is empty; give a DynamiCrafter checkpoint (model.ckpt / .safetensors) or 'tiny'.")
         check("{}" in self.prompt_template, "prompt_template",
@@ -118,24 +127,50 @@ class DynamiCrafter(BaseVideoModel):
         self.config = config = self.config_from(config, overrides)
         device, dtype = placement(config.device, config.dtype, PRECISION, where="dynamicrafter config")
         variant = None if config.variant is None else str(config.variant)
-        if config.path == "tiny":
-            from workbench_dynamicrafter.tiny import TINY_SIZES, ensure_tiny_checkpoint
+        if config.random_weights:
+            from workbench_dynamicrafter.model import random_model, real_configuration
 
-            file, variant = ensure_tiny_checkpoint(variant or "512"), variant or "512"
-            sizes = {**TINY_SIZES, **(config.sizes or {})}
-            self.source = "tiny random model"
+            if config.path == "real":
+                variant, sizes = real_configuration(variant or "512")
+                sizes = {**sizes, **(config.sizes or {})}
+                self.source = f"random weights (seed {config.seed}) on the released {variant} configuration"
+            elif config.path == "tiny":
+                from workbench_dynamicrafter.tiny import TINY_SIZES
+
+                variant, sizes = variant or "512", {**TINY_SIZES, **(config.sizes or {})}
+                self.source = f"random weights (seed {config.seed}) on the tiny configuration"
+            else:
+                raise CheckpointError(f"dynamicrafter: random_weights builds path 'real' (the released sizes) or "
+                                      f"'tiny'; got path {config.path!r}. Leave random_weights off to load a "
+                                      f"checkpoint.")
+            self.model = random_model(variant, device=device, dtype=dtype, parts=("unet", "vae"), seed=config.seed,
+                                      **sizes)
+            self.__dict__["_checkpoint"] = (None, variant, sizes)
+        elif config.path == "real":
+            raise CheckpointError("dynamicrafter: path 'real' is the released sizes without weights. Set "
+                                  "random_weights: true to build them with random weights, or point path at a "
+                                  "checkpoint (Doubiiu/DynamiCrafter_512's model.ckpt).")
         else:
-            file, sizes = config.path, dict(config.sizes or {})
-            self.source = str(config.path)
-        self.model = from_checkpoint(file, variant, device=device, dtype=dtype, parts=("unet", "vae"), **sizes)
+            if config.path == "tiny":
+                from workbench_dynamicrafter.tiny import TINY_SIZES, ensure_tiny_checkpoint
+
+                file, variant = ensure_tiny_checkpoint(variant or "512"), variant or "512"
+                sizes = {**TINY_SIZES, **(config.sizes or {})}
+                self.source = "tiny random model"
+            else:
+                file, sizes = config.path, dict(config.sizes or {})
+                self.source = str(config.path)
+            self.model = from_checkpoint(file, variant, device=device, dtype=dtype, parts=("unet", "vae"), **sizes)
+            self.__dict__["_checkpoint"] = (file, self.model.variant.name, sizes)  # where the towers load from
         self.variant = self.model.variant
-        self.__dict__["_checkpoint"] = (file, self.variant.name, sizes)  # where the conditioning towers load from
         self.__dict__["_conditioning"] = None
         self._objective = DynamiCrafterDiffusion(self.variant)
         self._text_cache: dict[str, torch.Tensor] = {}
         self._zero_image_cache: dict[tuple, torch.Tensor] = {}
         self._tokenizer = None
         self.card = self._make_card(dtype)
+        if config.compile:
+            self.compile()
 
     @classmethod
     def from_config(cls, config: DynamiCrafterConfig) -> DynamiCrafter:
@@ -223,8 +258,14 @@ class DynamiCrafter(BaseVideoModel):
             from workbench_dynamicrafter.model import from_checkpoint
 
             file, variant, sizes = self.__dict__["_checkpoint"]
-            towers = from_checkpoint(file, variant, device=self.device, dtype=self.dtype,
-                                     parts=("text", "vision", "resampler"), **sizes)
+            if file is None:  # random weights: the towers are random too (their own seed)
+                from workbench_dynamicrafter.model import random_model
+
+                towers = random_model(variant, device=self.device, dtype=self.dtype,
+                                      parts=("text", "vision", "resampler"), seed=self.config.seed, **sizes)
+            else:
+                towers = from_checkpoint(file, variant, device=self.device, dtype=self.dtype,
+                                         parts=("text", "vision", "resampler"), **sizes)
             self.__dict__["_conditioning"] = towers  # (eval mode, no gradients: from_checkpoint's)
         return towers
 
@@ -413,6 +454,16 @@ class DynamiCrafter(BaseVideoModel):
         x = torch.cat([x_t, cond["concat"].to(x_t.dtype)], dim=1).to(dtype)
         out = self.model.unet(x, t, context=cond["context"].to(dtype), fs=cond["fs"])
         return out.to(x_t.dtype)
+
+    def planning_conditions(self, latents: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Conditions of the shapes :meth:`denoise` is called with for ``latents`` (zeros, on their device):
+        77 text tokens and 16 image tokens per frame, the concatenated first frame, the fs. For memory plans."""
+        b, _, frames = latents.shape[:3]
+        s = self.model.sizes
+        tokens = s.text_length + s.resampler_queries * frames
+        return {"context": torch.zeros(b, tokens, s.context_dim, device=latents.device),
+                "concat": torch.zeros_like(latents),
+                "fs": torch.full((b,), self.recipe()["fs"], device=latents.device, dtype=torch.long)}
 
     def keep_in_float32(self) -> tuple[str, ...]:
         """The U-Net's float32 GroupNorms (its ResBlocks' and its output's, which compute in float32 as the

@@ -257,6 +257,49 @@ def from_checkpoint(path_or_state_dict: str | Path | Mapping, variant: str | Non
     return model.eval().requires_grad_(False)
 
 
+REAL = Path(__file__).parent / "real"
+"""The released configurations shipped with the plugin (``512.json``: sizes, variant and provenance)."""
+
+
+def real_configuration(variant: str = "512") -> tuple[str, dict]:
+    """``(variant, sizes)`` of a released model from its shipped JSON (``real/<variant>.json``)."""
+    import json
+
+    file = REAL / f"{variant}.json"
+    if not file.is_file():
+        shipped = sorted(p.stem for p in REAL.glob("*.json"))
+        raise CheckpointError(f"dynamicrafter: no shipped configuration for variant {variant!r}; shipped: "
+                              f"{', '.join(shipped)}.")
+    doc = json.loads(file.read_text())
+    return doc["variant"], doc["sizes"]
+
+
+def random_model(variant: str = "512", *, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
+                 parts: tuple[str, ...] = PARTS, seed: int = 0, **size_overrides) -> DynamiCrafterModel:
+    """:class:`DynamiCrafterModel` with random weights: built with its parameters on the meta device, then each
+    materialised once in ``dtype`` on ``device`` (the U-Net's float32 GroupNorms in float32) with deterministic
+    values (:func:`workbench.backbones.random_weights.materialise`); in eval mode, frozen. Inside
+    :func:`~workbench.backbones.random_weights.weights_on_meta` the parameters stay on meta (sizes only)."""
+    from workbench.backbones.random_weights import empty_parameters, keeping_meta, materialise
+
+    chosen = get_variant(variant)
+    sizes = chosen.sizes.replace(**size_overrides) if size_overrides else chosen.sizes
+    with torch.device("meta"):
+        counts = DynamiCrafterModel(chosen, sizes).parameter_counts()
+    with empty_parameters():
+        model = DynamiCrafterModel(chosen, sizes, parts=tuple(parts))
+    model.counts = counts
+    keep = float32_keys(model)
+    materialise(model, dtype=dtype, device="meta" if keeping_meta() else device, seed=seed, float32=keep)
+    for tower in (getattr(model, name) for name in ("text", "vision") if name in model.parts):
+        embeddings = _inner(tower).embeddings  # as from_checkpoint makes them
+        count = embeddings.position_embedding.weight.shape[0]
+        embeddings.register_buffer("position_ids", torch.arange(count).expand(1, -1), persistent=False)
+    if not keeping_meta():
+        model.to(device)
+    return model.eval().requires_grad_(False)
+
+
 def load_unet(path_or_state_dict: str | Path | Mapping, variant: str | None = None, *,
               device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32, **size_overrides) -> UNet3D:
     """The U-Net alone from an official checkpoint: :func:`from_checkpoint` with ``parts=("unet",)`` (the same

@@ -114,12 +114,17 @@ class EasyAnimate(DiffusersBackbone):
 
         return FIXTURE.ensure()
 
+    def real_config(self) -> Path:
+        """The EasyAnimate V5.1 12B configuration shipped with the plugin (no weights; see its PROVENANCE.md)."""
+        return Path(__file__).parent / "real"
+
     def load(self) -> torch.dtype:
         from diffusers import EasyAnimatePipeline
 
         c = self.config
         loaded, dtype = load_pipeline(self.folder, plugin=self.name, device=c.device, dtype=c.dtype,
-                                      skip=("text_encoder",))
+                                      skip=("text_encoder",),
+                                      random_weights=c.random_weights, seed=c.seed)
         parts = loaded.components
         latent_channels = parts["vae"].config.latent_channels
         if parts["transformer"].config.in_channels != latent_channels:
@@ -220,6 +225,13 @@ class EasyAnimate(DiffusersBackbone):
         if out.shape[1] != self.latent_channels:  # a learned-variance head: the prediction is the first half
             out = out[:, : self.latent_channels]
         return out.to(x_t.dtype)
+
+    def planning_conditions(self, latents: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Conditions of the shapes :meth:`denoise` is called with for ``latents`` (zeros, on their device):
+        the pipeline's 256 prompt tokens (its ``max_sequence_length``) of the text width. For memory plans."""
+        width = self.transformer.config.text_embed_dim
+        return {"prompt_embeds": torch.zeros(latents.shape[0], 256, width, device=latents.device,
+                                             dtype=self.transformer.dtype)}
 
     # -- adapters inside the transformer -------------------------------------------------------
     def inside_spec(self) -> InsideSpec:

@@ -119,12 +119,17 @@ class Wan22TI2V(DiffusersBackbone):
 
         return FIXTURE.ensure()
 
+    def real_config(self) -> Path:
+        """The Wan2.2-TI2V-5B configuration shipped with the plugin (no weights; see its PROVENANCE.md)."""
+        return Path(__file__).parent / "real"
+
     def load(self) -> torch.dtype:
         from diffusers import WanImageToVideoPipeline, WanPipeline
 
         folder, c = self.folder, self.config
         loaded, dtype = load_pipeline(folder, plugin=self.name, device=c.device, dtype=c.dtype,
-                                      float32=self.float32_components, skip=("text_encoder",))
+                                      float32=self.float32_components, skip=("text_encoder",),
+                                      random_weights=c.random_weights, seed=c.seed)
         parts = loaded.components
         problems = []
         if parts.get("transformer_2") is not None or getattr(loaded.config, "boundary_ratio", None) is not None:
@@ -320,6 +325,15 @@ class Wan22TI2V(DiffusersBackbone):
         out = self.transformer(hidden_states=hidden.to(dtype), timestep=self.token_timesteps(t, x_t.shape),
                                encoder_hidden_states=cond["prompt_embeds"].to(dtype), return_dict=False)[0]
         return out.to(x_t.dtype)
+
+    def planning_conditions(self, latents: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Conditions of the shapes :meth:`denoise` is called with for ``latents`` (zeros, on their device):
+        ``max_sequence_length`` prompt tokens of the text width, and the first frame's latent. For memory plans."""
+        b, c, _, h, w = latents.shape
+        dtype = self.transformer.dtype
+        return {"prompt_embeds": torch.zeros(b, self.config.max_sequence_length, self.transformer.config.text_dim,
+                                             device=latents.device, dtype=dtype),
+                "first_frame": torch.zeros(b, c, h, w, device=latents.device)}
 
     # -- adapters inside the transformer -------------------------------------------------------
     def inside_spec(self) -> InsideSpec:

@@ -1,0 +1,95 @@
+"""The memory plan (``workbench plan``): weights exact, the recording equal to ``estimate_memory`` and to
+a recording's own bytes, the tracer exact on a module whose saved tensors are known."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import requires_plugins
+from torch import nn
+
+from workbench.errors import ConfigError
+from workbench.train.memory import ActivationTrace, parse_bytes, trace_saved
+
+
+def test_parse_bytes_reads_binary_and_decimal_units():
+    assert parse_bytes("80GiB") == 80 * 2**30
+    assert parse_bytes("24 GB") == 24 * 10**9
+    assert parse_bytes("1.5MiB") == 3 * 2**19
+    assert parse_bytes(1024) == 1024
+    with pytest.raises(ConfigError, match=r"memory '80 gigs': expected a size such as 80GiB, 24GB or 512MiB"):
+        parse_bytes("80 gigs")
+
+
+def test_the_tracer_counts_what_autograd_saves_once_without_the_weights():
+    torch.manual_seed(0)
+    first, second = nn.Linear(8, 16), nn.Linear(16, 4)
+    for p in (*first.parameters(), *second.parameters()):
+        p.requires_grad_(False)
+    x = torch.randn(3, 8, requires_grad=True)
+    model = nn.Sequential(first, nn.ReLU(), second)
+    # frozen linears save only their weights (excluded); ReLU saves its output (3 x 16 float32)
+    trace = trace_saved(lambda: model(x), blocks=[model[1]], exclude=list(model.parameters()))
+    assert trace.total == 3 * 16 * 4
+    assert trace.blocks == [3 * 16 * 4] and trace.block_inputs == [3 * 16 * 4]
+    second.weight.requires_grad_(True)  # a LoRA-like target: its input is saved too (the ReLU's output, once)
+    assert trace_saved(lambda: model(x), exclude=list(model.parameters())).total == 3 * 16 * 4
+    first.weight.requires_grad_(True)  # now x itself is saved for first.weight's gradient
+    assert trace_saved(lambda: model(x), exclude=list(model.parameters())).total == 3 * 16 * 4 + 3 * 8 * 4
+
+
+def test_checkpointing_keeps_block_inputs_and_one_block():
+    trace = ActivationTrace(total=100, blocks=[30, 40], block_inputs=[5, 6])
+    assert trace.checkpointed == 100 - 70 + 11 + 40
+    assert ActivationTrace(total=7).checkpointed == 7
+
+
+def test_attention_is_counted_as_a_fused_kernel_saves_it():
+    q = torch.randn(1, 2, 64, 8, requires_grad=True)
+    trace = trace_saved(lambda: torch.nn.functional.scaled_dot_product_attention(q, q, q))
+    # q (once: k and v are the same tensor), the output, and the row log-sum-exp; no 64 x 64 matrix
+    assert trace.total == q.numel() * 4 * 2 + 2 * 64 * 4
+
+
+@requires_plugins
+@pytest.mark.parametrize("kind", ["wan22_ti2v", "dynamicrafter"])
+def test_the_plan_s_weights_and_recording_match_a_real_build(kind):
+    from workbench import ComposedModel, GatedResidual
+    from workbench.backbones.random_weights import parameter_bytes
+    from workbench.config import build
+    from workbench.inspect import StoragePolicy, estimate_memory, record
+    from workbench.train.memory import memory_plan
+
+    config = {"path": "tiny", "steps": 2, "height": 64, "width": 64,
+              "num_frames": 9 if kind == "wan22_ti2v" else 8}
+    plan = memory_plan({"type": kind, "config": config}, device="cpu")
+    real = build("backbone", kind, {**config, "device": "cpu", "dtype": "float32", "prompt": "a robot arm"})
+    assert plan.weights == parameter_bytes(real)
+    assert plan.dtype == "float32" and plan.recording_steps == 2
+    adapter = build("adapter", "latent_residual", {"channels": plan.latent_shape[0], "width": 8, "depth": 1,
+                                                   "dim": 4})
+    model = ComposedModel(real, adapter, GatedResidual(), real.default_objective())
+    g = torch.Generator().manual_seed(0)
+    raw = {"image": torch.rand(1, 3, 64, 64, generator=g) * 2 - 1,
+           "action": torch.rand(1, config["num_frames"], 4, generator=g)}
+    batch = real.prepare_batch(raw)
+    assert tuple(batch.latents.shape[1:]) == plan.latent_shape
+    policy = StoragePolicy()
+    expected = estimate_memory(model, batch, steps=2, storage=policy)
+    trajectory = record(model, batch, steps=2, seed=0, storage=policy)
+    assert plan.recording == expected
+    # estimate_memory counts one cached prediction per step; under guidance Wan makes two calls a step
+    assert trajectory.nbytes() >= expected
+
+
+@requires_plugins
+def test_workbench_plan_prints_the_table(capsys):
+    from workbench.cli import main
+
+    assert main(["plan", "examples/configs/wan22.yaml", "--memory", "24GiB"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("memory plan: wan22_ti2v (wan2.2-ti2v:wan22-ti2v-tiny-v1) on cuda (bfloat16), 64x64, "
+                          "9 frames, latents (48, 3, 4, 4), batch 1")
+    for row in ("weights (denoiser + VAE)", "activations, gradient checkpointing", "recording (default StoragePolicy)"):
+        assert row in out
+    assert "on 24.00 GiB: a step fits without checkpointing, fits with it" in out
