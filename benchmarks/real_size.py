@@ -69,6 +69,17 @@ def reset_peak() -> None:
     Path("/proc/self/clear_refs").write_text("5")  # VmHWM := the current resident size
 
 
+def release() -> None:
+    """Collect garbage and hand freed heap memory back to the system (glibc keeps freed blocks under its
+    mmap threshold in the process otherwise, and the next phase's peak would count them)."""
+    import contextlib
+    import ctypes
+
+    gc.collect()
+    with contextlib.suppress(OSError):  # not glibc: nothing to trim
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
 def available() -> int:
     text = Path("/proc/meminfo").read_text()
     return int(re.search(r"MemAvailable:\s+(\d+) kB", text).group(1)) * 1024
@@ -202,17 +213,18 @@ def child(name: str, quick: bool, out: Path) -> int:
     baseline = status("VmRSS")
     reset_peak()
     base = fresh_base()
-    towers = base.conditioning if kind == "dynamicrafter" else None
+    towers = base.frozen_encoders()
     load_peak = status("VmHWM") - baseline
-    weights = parameter_bytes(base) + (parameter_bytes(towers) if towers is not None else 0)
+    weights = parameter_bytes(base) + sum(parameter_bytes(m) for m in towers)
     dtypes = sorted({str(p.dtype).replace("torch.", "") for p in base.parameters()})
     result.update(model_id=base.card.model_id, baseline_rss=baseline, weights=weights, weight_dtypes=dtypes,
-                  parameters=sum(p.numel() for p in base.parameters()) + (
-                      sum(p.numel() for p in towers.parameters()) if towers is not None else 0),
+                  parameters=sum(p.numel() for p in base.parameters()) + sum(
+                      p.numel() for m in towers for p in m.parameters()),
                   load_peak=load_peak, load_ratio=load_peak / weights,
                   size=f"{spec['size']}x{spec['size']}, {spec['frames']} frames")
+    del towers  # the backbone keeps them (loaded on first use)
     lap("build (random weights, bf16)")
-    channels = getattr(base, "latent_channels", None) or base.model.sizes.latent_channels
+    channels = base.latent_shape(base.clip())[0]
 
     # -- instruments on a nonzero latent_residual behind an open gate ----------------------------
     residual_name, residual_config = adapter_block("latent_residual", spec["residual"], channels)
@@ -261,7 +273,7 @@ def child(name: str, quick: bool, out: Path) -> int:
 
         by_hand = hand_call(base, kind, x, t, batch.cond)
         assert torch.equal(through(), by_hand().to(x.dtype)[:, : x.shape[1]])  # the same call
-        ratio, a, b = median_ratio(through, by_hand, 1 if quick else 5)
+        ratio, a, b = median_ratio(through, by_hand, 1 if quick else 3)
     result["denoise"] = {"ratio": ratio, "workbench_s": a, "by_hand_s": b}
     lap("denoise: workbench vs by hand")
 
@@ -275,9 +287,10 @@ def child(name: str, quick: bool, out: Path) -> int:
         adapter_name, adapter_config = adapter_block(which, spec["residual"], channels)
         if which != "latent_residual":  # an inside adapter takes a base of its own
             del base
-            gc.collect()
+            release()
             base = fresh_base()
             lap(f"build again for {which}")
+        release()
         if has_checkpointing:
             base.inside_spec().root.enable_gradient_checkpointing()
         exp = AdapterExperiment(base=base, adapter=build("adapter", adapter_name, adapter_config),
@@ -290,7 +303,8 @@ def child(name: str, quick: bool, out: Path) -> int:
             latents = torch.empty(fit_batch.latents.shape, device="meta")
             cond = {k: torch.empty(v.shape, dtype=v.dtype, device="meta") if isinstance(v, torch.Tensor) else v
                     for k, v in fit_batch.cond.items()}
-            trace = trace_training_step(meta, latents, cond)
+            t, _ = meta.planning_inputs(latents)  # the time a training step's denoise call takes, on meta
+            trace = trace_training_step(meta, latents, t, cond)
             activations = trace.checkpointed if has_checkpointing else trace.total
         else:
             activations = 0  # the base runs without gradients; the adapter's own are small
@@ -314,7 +328,7 @@ def child(name: str, quick: bool, out: Path) -> int:
                                     "bytes": sum(p.stat().st_size for p in files)}
         result["fits"][which] = entry
         del exp, fit_batch, trainable
-        gc.collect()
+        release()
         lap(f"fit 2 steps: {which}")
     result["gradient_checkpointing"] = ("the denoiser's own and the adapter's" if has_checkpointing else
                                         "the adapter's only (this denoiser has none of its own)")
@@ -345,6 +359,46 @@ def table(results: list[dict]) -> str:
     return "\n".join([line(head), "-+-".join("-" * w for w in widths), *map(line, rows)])
 
 
+def markdown(results: list[dict]) -> str:
+    """The results as the markdown tables of ``docs/results/real-size.md``."""
+    g = lambda n: f"{n / GIB:.2f}"  # noqa: E731
+    lines = ["| | " + " | ".join(r["model"] for r in results) + " |", "|---" * (len(results) + 1) + "|"]
+
+    def row(label, fn):
+        lines.append(f"| {label} | " + " | ".join(fn(r) for r in results) + " |")
+
+    row("parameters (all built parts)", lambda r: f"{r['parameters'] / 1e9:.2f} B")
+    row("size run", lambda r: r["size"])
+    row("weights, GiB (dtypes)", lambda r: f"{g(r['weights'])} ({', '.join(r['weight_dtypes'])})")
+    row("peak RSS loading, GiB", lambda r: g(r["load_peak"]))
+    row("**peak loading / weights** (≤ 1.15)", lambda r: f"**{r['load_ratio']:.3f}**")
+    for name in ADAPTERS:
+        row(f"fit `{name}`: peak / estimate, GiB", lambda r, n=name: (
+            f"{g(r['fits'][n]['peak'])} / {g(r['fits'][n]['estimate'])} = **{r['fits'][n]['ratio']:.2f}**"))
+    for name in ADAPTERS:
+        row(f"fit `{name}`: growth / (state + activations), GiB", lambda r, n=name: (
+            f"{g(r['fits'][n]['peak'] - r['fits'][n]['rss_before'])} / "
+            f"{g(r['fits'][n]['trainable_state'] + r['fits'][n]['activations'])}"))
+    row("gradient checkpointing", lambda r: r["gradient_checkpointing"])
+    row("**LoRA layers injected / targeted**", lambda r: (
+        f"**{r['fits']['lora']['lora']['injected']} / {r['fits']['lora']['lora']['targeted']}, "
+        f"{'exact' if r['fits']['lora']['lora']['exact'] else 'DIFFER'}**"))
+    for key in ("recorded == unrecorded", "fork prefix == recorded prefix", "fork final == recorded final"):
+        row(f"**{key}**", lambda r, k=key: "**bit-exact**" if r["bit_exact"][k] else "**differs**")
+    row("ablation move: RMS change of x0 (recompose calls)", lambda r: (
+        f"{r['ablation']['rms_change']:.3f} ({r['ablation']['recompose_calls']})"))
+    row("tiny preview: held-out PSNR vs the VAE (2 clips)", lambda r: f"{r['tiny_preview']['psnr_db']:.1f} dB")
+    row("export_lora", lambda r: f"{r['fits']['lora']['export_lora']['bytes'] / 2**20:.1f} MiB")
+    row("**denoise: workbench / by hand** (≤ 1.02)", lambda r: (
+        f"**{r['denoise']['ratio']:.3f}** ({r['denoise']['workbench_s']:.2f} s / {r['denoise']['by_hand_s']:.2f} s)"))
+    row("wall time, s", lambda r: f"{r['total_s']:.0f}")
+    phases = list(dict.fromkeys(k for r in results for k in r["times_s"]))
+    lines += ["", "| phase (s) | " + " | ".join(r["model"] for r in results) + " |",
+              "|---" * (len(results) + 1) + "|"]
+    lines += [f"| {p} | " + " | ".join(str(r["times_s"].get(p, "")) for r in results) + " |" for p in phases]
+    return "\n".join(lines)
+
+
 def peaks(r: dict) -> str:
     return ", ".join(f"{k} {v['peak'] / GIB:.2f} GiB" for k, v in r["fits"].items())
 
@@ -356,18 +410,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", help="where the JSON files go (default benchmarks/real_size/results; "
                                           "--quick: a temporary directory)")
     parser.add_argument("--wait", type=int, default=1800, help="seconds to wait for free memory before a model")
+    parser.add_argument("--markdown", action="store_true", help="print the stored results as markdown tables")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         return child(args.child, args.quick, Path(args.out))
     names = [m.strip() for m in args.models.split(",") if m.strip()]
+    if args.markdown:
+        folder = Path(args.results) if args.results else RESULTS
+        print(markdown([json.loads((folder / f"{m}.json").read_text()) for m in names
+                        if (folder / f"{m}.json").is_file()]))
+        return 0
     unknown = [m for m in names if m not in MODELS]
     if unknown:
         parser.error(f"unknown model(s) {unknown}; choose from {', '.join(MODELS)}")
     folder = Path(args.results) if args.results else (Path(tempfile.mkdtemp(prefix="real-size-")) if args.quick
                                                       else RESULTS)
-    need = {"dynamicrafter": 8 * GIB, "wan22": 16 * GIB, "easyanimate": 18 * GIB}
+    need = {"dynamicrafter": 8 * GIB, "wan22": 15 * GIB, "easyanimate": 16 * GIB}
     results, failed = [], []
     for name in names:
         waited = 0

@@ -414,7 +414,9 @@ def test_prepare_batch_builds_the_release_conditions(cache_root):
     with torch.no_grad():
         first = base.model.vae_encode(raw["video"][:, :, 0])
         text = base.conditioning.encode_text(base.tokenize([PROMPT] * 2))
-        image = base.conditioning.resample(base.conditioning.encode_image(raw["video"][:, :, 0]))
+        # clip by clip, as prepare_batch encodes (the image tower is not batch-invariant on every CPU)
+        image = torch.cat([base.conditioning.resample(base.conditioning.encode_image(raw["video"][i:i + 1, :, 0]))
+                           for i in range(2)])
     assert torch.equal(batch.cond["first_frame"], first)
     assert torch.equal(batch.cond["concat"], first[:, :, None].expand(-1, -1, 4, -1, -1))
     assert torch.equal(batch.cond["context"], torch.cat([text, image], 1))

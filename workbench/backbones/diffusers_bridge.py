@@ -443,6 +443,26 @@ class DiffusersBackbone(BaseVideoModel):
         """The causal video VAE's latent frames: the first frame, then one per ``temporal`` frames."""
         return 1 + (int(frames) - 1) // self.temporal
 
+    # -- memory plans ------------------------------------------------------------------------
+    def latent_shape(self, clip) -> tuple[int, ...]:
+        """``(C, T', h, w)`` of one clip: the VAE's channels, latent frames and spatial compression."""
+        return (self.latent_channels, self.latent_frames(clip.frames), clip.height // self.spatial,
+                clip.width // self.spatial)
+
+    def planning_time(self, latents: torch.Tensor) -> torch.Tensor:
+        """A flow-matching time in the middle of the schedule, one per clip of ``latents``."""
+        return torch.full((latents.shape[0],), 0.5, device=latents.device)
+
+    text_encoder_note: str = ""
+    """The released text encoder's size, in words, for a memory plan of a configuration without it."""
+
+    def planning_notes(self) -> tuple[str, ...]:
+        if self.has_text_encoder:
+            return ()
+        known = f" ({self.text_encoder_note})" if self.text_encoder_note else ""
+        return (f"the text encoder is not in this configuration and not counted{known}; a run fed precomputed "
+                f"prompt_embeds (a latent cache) never loads it",)
+
     def provides(self) -> tuple[str, ...]:
         return (*self.text_conditions(), *SIGNAL_CONDITIONS)
 

@@ -306,6 +306,32 @@ class BaseVideoModel(nn.Module):
         """
         return None
 
+    # -- memory plans ------------------------------------------------------------------------
+    def planning_inputs(self, latents: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
+        """What :meth:`denoise` is called with in a training step on ``latents`` (the clip's native size,
+        usually on the meta device): ``(t, cond)``, zeros of the right shapes and dtypes. ``workbench plan``
+        traces that call to size a step's activations; the default raises, saying to define this method."""
+        raise NotImplementedError(
+            f"{type(self).__name__} does not say what its denoiser is called with (planning_inputs), so no memory "
+            f"plan can be traced for it. Define planning_inputs(latents) -> (t, cond)."
+        )
+
+    def latent_shape(self, clip: ClipSpec) -> tuple[int, ...]:
+        """``(C, T', h, w)``: the latents :meth:`encode` makes of one clip of that size. The default encodes
+        a zero clip on the meta device; backbones whose encoder cannot run there override it."""
+        video = torch.zeros(1, 3, clip.frames, clip.height, clip.width, device="meta")
+        return tuple(self.encode(video).shape[1:])
+
+    def frozen_encoders(self) -> tuple[nn.Module, ...]:
+        """Frozen encoders this backbone holds outside its submodules (loaded when first needed, e.g.
+        conditioning towers): a memory plan counts their weights. None by default."""
+        return ()
+
+    def planning_notes(self) -> tuple[str, ...]:
+        """What a memory plan of this backbone does not count, in words (e.g. a text encoder the
+        configuration leaves out). None by default."""
+        return ()
+
     # -- compilation -------------------------------------------------------------------------
     def compile_target(self) -> nn.Module:
         """The network :meth:`compile` runs through ``torch.compile``: by default the root of

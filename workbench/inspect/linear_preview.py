@@ -125,7 +125,7 @@ class LatentPreview:
         if not bool(torch.isfinite(blocks.sum())):
             return None
         # to_uint8_video's float64 arithmetic, element by element (so in any layout)
-        pixels = (blocks.double() + 1.0).mul_(127.5).round_().to(torch.uint8)  # in 0..255 after the clamp
+        pixels = blocks.double().add_(1.0).mul_(127.5).round_().to(torch.uint8)  # (a copy: blocks are float32)
         pixels = pixels.view(b, t, h, w, r, d, d, 3).permute(0, 1, 4, 2, 5, 3, 6, 7)  # (B, T', r, h, d, w, d, 3)
         return pixels.reshape(b, t * r, h * d, w * d, 3)  # (the copy moves runs of d * 3 bytes)
 

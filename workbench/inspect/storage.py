@@ -87,10 +87,10 @@ def same_device(a: torch.device, b: torch.device) -> bool:
 def store(x: torch.Tensor, device: torch.device | None, dtype: torch.dtype | None = None) -> torch.Tensor:
     """A private copy of ``x`` for the trajectory (never aliasing what the sampler holds)."""
     x = x.detach()
-    converted = dtype is not None and x.is_floating_point() and x.dtype != dtype
+    converted = dtype is not None and x.dtype != dtype and x.is_floating_point()
     if converted:
         x = x.to(dtype)  # on the source device: moves half the bytes for float16
-    if device is None or same_device(device, x.device):
+    if device is None or device == x.device or same_device(device, x.device):
         return x if converted else x.clone()
     if device.type == "cpu" and x.device.type == "cuda":
         out = torch.empty(x.shape, dtype=x.dtype, device="cpu", pin_memory=True)

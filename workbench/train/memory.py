@@ -180,10 +180,10 @@ def lora_targets(base) -> list[tuple[str, nn.Linear]]:
             if isinstance(m, nn.Linear) and any(name == s or name.endswith("." + s) for s in suffixes)]
 
 
-def trace_training_step(base, latents: torch.Tensor, cond: Mapping[str, Any]) -> ActivationTrace:
-    """Trace one denoiser call of ``base`` (built on meta) as an inside adapter trains it: the latents and
-    the LoRA targets' weights requiring gradients (a LoRA saves each target's input); split by the blocks
-    of :meth:`inside_spec`."""
+def trace_training_step(base, latents: torch.Tensor, t: torch.Tensor, cond: Mapping[str, Any]) -> ActivationTrace:
+    """What one training step of an inside LoRA keeps through ``base``'s denoiser on ``latents``: the trace of
+    ``base.denoise(latents, t, cond)`` with ``latents`` and the LoRA targets' weights requiring gradients (a
+    LoRA saves each target's input); split by the blocks of :meth:`inside_spec`."""
     spec = base.inside_spec()
     targets = [m for _, m in lora_targets(base)]
     weights = [*base.parameters(), *base.buffers()]
@@ -192,9 +192,6 @@ def trace_training_step(base, latents: torch.Tensor, cond: Mapping[str, Any]) ->
         for m in targets:
             m.weight.requires_grad_(True)
         x = latents.detach().requires_grad_(True)
-        t = torch.full((latents.shape[0],), 0.5, device=latents.device)
-        if getattr(base, "train_timesteps", None) is None and hasattr(base, "variant"):
-            t = torch.full((latents.shape[0],), 500, device=latents.device, dtype=torch.long)
         with torch.enable_grad():
             return trace_saved(lambda: base.denoise(x, t, cond), blocks=spec.blocks, exclude=weights)
     finally:
@@ -286,8 +283,6 @@ def meta_backbone(kind: str, config: Mapping[str, Any], dtype: torch.dtype):
     from workbench.config import build
 
     config = {**config, "random_weights": True, "device": "cpu", "dtype": str(dtype).replace("torch.", "")}
-    if kind == "dynamicrafter" and config.get("path") not in ("tiny", "real"):
-        config["path"] = "real"  # a checkpoint's architecture is the released one
     with weights_on_meta():
         return build("backbone", kind, config)
 
@@ -305,36 +300,27 @@ def memory_plan(config: Any, device: str = "cuda", memory: str | int | None = No
     name = block.get("dtype", "auto")
     dtype = _dtype_for(device, name if name != "auto" else "auto", precision)
     base = meta_backbone(kind, block, dtype)
-    if not hasattr(base, "planning_conditions"):
-        raise ConfigError(f"backbone {kind!r} does not say what its denoiser is called with "
-                          f"(planning_conditions); no plan can be traced for it.")
-    notes: list[str] = []
+    notes: list[str] = list(base.planning_notes())
     weights = parameter_bytes(base)
-    encoders = 0
     with weights_on_meta():
-        towers = getattr(base, "conditioning", None) if hasattr(base, "conditioning_loaded") else None
-    if towers is not None:
-        encoders += parameter_bytes(towers)
+        encoders = sum(parameter_bytes(m) for m in base.frozen_encoders())
     text = base.card.components.get("text_encoder")
-    if towers is None and text is not None and text.parameters:
+    if not encoders and text is not None and text.parameters and not notes:
         encoders += text.parameters * torch.empty((), dtype=dtype).element_size()
-    elif towers is None and kind in ("wan22_ti2v", "easyanimate") and not getattr(base, "has_text_encoder", True):
-        notes.append("the text encoder is not in this configuration and not counted (UMT5-XXL: about 11.4 GB in "
-                     "bf16; Qwen2-VL: its own size); a run fed precomputed prompt_embeds never loads it")
-    sampling = base.card.sampling
-    height, width, frames = sampling.height, sampling.width, sampling.num_frames
-    spatial = getattr(base, "spatial", 8)
-    latent_frames = base.latent_frames(frames) if hasattr(base, "latent_frames") else frames
-    channels = getattr(base, "latent_channels", None) or base.model.sizes.latent_channels
-    shape = (1, channels, latent_frames, height // spatial, width // spatial)
+    clip = base.clip()
+    height, width, frames = clip.height, clip.width, clip.frames
+    shape = (1, *base.latent_shape(clip))
     latents = torch.zeros(shape, device="meta")
-    cond = base.planning_conditions(latents)
-    trace = trace_training_step(base, latents, cond)
+    try:
+        t, cond = base.planning_inputs(latents)
+    except NotImplementedError as error:
+        raise ConfigError(f"backbone {kind!r}: {error}") from None
+    trace = trace_training_step(base, latents, t, cond)
     lora_params = sum(rank * (m.in_features + m.out_features) for _, m in lora_targets(base))
     if not hasattr(base.inside_spec().root, "enable_gradient_checkpointing"):
         notes.append(f"{kind}'s denoiser has no gradient checkpointing of its own: the checkpointed figure is what "
                      f"checkpointing its blocks would keep, not what it keeps today")
-    recording_steps = steps or sampling.steps or 50
+    recording_steps = steps or base.card.sampling.steps or 50
     recording = _recording_bytes(base, latents, cond, recording_steps, StoragePolicy(), estimate_memory)
     return MemoryPlan(model=f"{kind} ({base.card.model_id})", device=device, dtype=str(dtype).replace("torch.", ""),
                       resolution=f"{width}x{height}, {frames} frames", latent_shape=shape[1:], weights=weights,

@@ -139,10 +139,11 @@ class DynamiCrafter(BaseVideoModel):
 
                 variant, sizes = variant or "512", {**TINY_SIZES, **(config.sizes or {})}
                 self.source = f"random weights (seed {config.seed}) on the tiny configuration"
-            else:
-                raise CheckpointError(f"dynamicrafter: random_weights builds path 'real' (the released sizes) or "
-                                      f"'tiny'; got path {config.path!r}. Leave random_weights off to load a "
-                                      f"checkpoint.")
+            else:  # a checkpoint's architecture is the released one of its variant
+                variant, sizes = real_configuration(variant or "512")
+                sizes = {**sizes, **(config.sizes or {})}
+                self.source = (f"random weights (seed {config.seed}) on the released {variant} configuration (the "
+                               f"architecture of {config.path}; its weights are not read)")
             self.model = random_model(variant, device=device, dtype=dtype, parts=("unet", "vae"), seed=config.seed,
                                       **sizes)
             self.__dict__["_checkpoint"] = (None, variant, sizes)
@@ -455,15 +456,25 @@ class DynamiCrafter(BaseVideoModel):
         out = self.model.unet(x, t, context=cond["context"].to(dtype), fs=cond["fs"])
         return out.to(x_t.dtype)
 
-    def planning_conditions(self, latents: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Conditions of the shapes :meth:`denoise` is called with for ``latents`` (zeros, on their device):
-        77 text tokens and 16 image tokens per frame, the concatenated first frame, the fs. For memory plans."""
+    def planning_inputs(self, latents: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """``(t, cond)`` of the shapes :meth:`denoise` is called with for ``latents`` (zeros, on their device):
+        a DDPM timestep, 77 text tokens and 16 image tokens per frame, the concatenated first frame, the fs.
+        For memory plans."""
         b, _, frames = latents.shape[:3]
         s = self.model.sizes
         tokens = s.text_length + s.resampler_queries * frames
-        return {"context": torch.zeros(b, tokens, s.context_dim, device=latents.device),
+        t = torch.full((b,), 500, device=latents.device, dtype=torch.long)
+        return t, {"context": torch.zeros(b, tokens, s.context_dim, device=latents.device),
                 "concat": torch.zeros_like(latents),
                 "fs": torch.full((b,), self.recipe()["fs"], device=latents.device, dtype=torch.long)}
+
+    def latent_shape(self, clip) -> tuple[int, ...]:
+        """``(C, T, h, w)``: the VAE encodes each frame on its own, ``spatial`` times smaller in space."""
+        return (self.model.sizes.latent_channels, clip.frames, clip.height // self.spatial, clip.width // self.spatial)
+
+    def frozen_encoders(self) -> tuple[torch.nn.Module, ...]:
+        """The conditioning towers (text, image, resampler), held beside the U-Net and loaded when first needed."""
+        return (self.conditioning,)
 
     def keep_in_float32(self) -> tuple[str, ...]:
         """The U-Net's float32 GroupNorms (its ResBlocks' and its output's, which compute in float32 as the

@@ -226,12 +226,14 @@ class EasyAnimate(DiffusersBackbone):
             out = out[:, : self.latent_channels]
         return out.to(x_t.dtype)
 
-    def planning_conditions(self, latents: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Conditions of the shapes :meth:`denoise` is called with for ``latents`` (zeros, on their device):
+    text_encoder_note = "EasyAnimate V5.1's Qwen2-VL"
+
+    def planning_inputs(self, latents: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """``(t, cond)`` of the shapes :meth:`denoise` is called with for ``latents`` (zeros, on their device):
         the pipeline's 256 prompt tokens (its ``max_sequence_length``) of the text width. For memory plans."""
         width = self.transformer.config.text_embed_dim
-        return {"prompt_embeds": torch.zeros(latents.shape[0], 256, width, device=latents.device,
-                                             dtype=self.transformer.dtype)}
+        embeds = torch.zeros(latents.shape[0], 256, width, device=latents.device, dtype=self.transformer.dtype)
+        return self.planning_time(latents), {"prompt_embeds": embeds}
 
     # -- adapters inside the transformer -------------------------------------------------------
     def inside_spec(self) -> InsideSpec:

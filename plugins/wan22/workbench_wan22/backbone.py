@@ -326,14 +326,17 @@ class Wan22TI2V(DiffusersBackbone):
                                encoder_hidden_states=cond["prompt_embeds"].to(dtype), return_dict=False)[0]
         return out.to(x_t.dtype)
 
-    def planning_conditions(self, latents: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Conditions of the shapes :meth:`denoise` is called with for ``latents`` (zeros, on their device):
+    text_encoder_note = "Wan2.2's UMT5-XXL encoder: about 5.7 B parameters, 11.4 GB in bf16"
+
+    def planning_inputs(self, latents: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """``(t, cond)`` of the shapes :meth:`denoise` is called with for ``latents`` (zeros, on their device):
         ``max_sequence_length`` prompt tokens of the text width, and the first frame's latent. For memory plans."""
         b, c, _, h, w = latents.shape
         dtype = self.transformer.dtype
-        return {"prompt_embeds": torch.zeros(b, self.config.max_sequence_length, self.transformer.config.text_dim,
-                                             device=latents.device, dtype=dtype),
-                "first_frame": torch.zeros(b, c, h, w, device=latents.device)}
+        embeds = torch.zeros(b, self.config.max_sequence_length, self.transformer.config.text_dim,
+                             device=latents.device, dtype=dtype)
+        return self.planning_time(latents), {"prompt_embeds": embeds,
+                                             "first_frame": torch.zeros(b, c, h, w, device=latents.device)}
 
     # -- adapters inside the transformer -------------------------------------------------------
     def inside_spec(self) -> InsideSpec:
