@@ -85,7 +85,7 @@ bench: $(STAMP)
 	echo "make bench: every benchmark ran to the end$(if $(findstring --quick,$(BENCH_FLAGS)), (quick mode: no target judged), and met its targets)"
 
 # The instruments at real size (each plugin's real architecture in bf16 with random weights, one process per
-# model, about 15 minutes each on 2 CPU cores, up to 18 GiB of memory): not part of `make bench`.
+# model, 8-14 minutes each on 2 CPU cores, up to 16 GiB of memory): not part of `make bench`.
 # BENCH_REAL_FLAGS=--quick runs the same code on the tiny configurations; --models picks some.
 bench-real: $(STAMP)
 	cd benchmarks && ../$(PY) real_size.py $(BENCH_REAL_FLAGS)

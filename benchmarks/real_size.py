@@ -399,6 +399,18 @@ def markdown(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def verdicts(r: dict) -> list[tuple[str, bool]]:
+    """Each goal of one model's results, and whether it held."""
+    fits = r["fits"]
+    lora = fits["lora"]["lora"]
+    return [(f"peak loading / weights = {r['load_ratio']:.3f} (<= 1.15)", r["load_ratio"] <= 1.15),
+            *[(f"fit {k}: peak / estimate = {v['ratio']:.2f} (within 0.75-1.25)", 0.75 <= v["ratio"] <= 1.25)
+              for k, v in fits.items()],
+            (f"LoRA layers injected / targeted = {lora['injected']} / {lora['targeted']} (exact)", lora["exact"]),
+            *[(f"{k} (bit-exact)", v) for k, v in r["bit_exact"].items()],
+            (f"denoise workbench / by hand = {r['denoise']['ratio']:.3f} (<= 1.02)", r["denoise"]["ratio"] <= 1.02)]
+
+
 def peaks(r: dict) -> str:
     return ", ".join(f"{k} {v['peak'] / GIB:.2f} GiB" for k, v in r["fits"].items())
 
@@ -453,8 +465,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r['model']}: LoRA on {lora['injected']} layers, e.g. {', '.join(lora['names'][:3])}; "
               f"fit peaks {peaks(r)}; "
               f"load peak {r['load_peak'] / GIB:.2f} GiB for {r['weights'] / GIB:.2f} GiB of weights")
-    if failed:
-        print(f"real_size: failed: {', '.join(failed)}")
+    missed = []
+    for r in results:
+        for text, held in verdicts(r):
+            print(f"{r['model']}: {text}  {'ok' if held or args.quick else 'SHORT of its goal'}")
+            if not held and not args.quick:
+                missed.append(f"{r['model']}: {text}")
+    if failed or missed:
+        print(f"real_size: failed: {', '.join(failed) or '-'}; goals missed: {len(missed)}")
         return 1
     print(f"real_size: results in {folder}")
     return 0

@@ -259,7 +259,13 @@ class UNet3D(nn.Module):
     ``context`` ``(B, L, context_dim)``: 77 text tokens then the image tokens — ``queries`` per
     frame for a per-frame context (``L = 77 + T * queries``), otherwise shared by every frame.
     ``fs`` ``(B,)``: frame stride / fps (default ``default_fs``).
+
+    :meth:`enable_gradient_checkpointing` (diffusers' switch, by the same name): each stage's
+    activations are recomputed in the backward instead of kept, through
+    ``_gradient_checkpointing_func`` as diffusers models call it (so an adapter may wrap it).
     """
+
+    gradient_checkpointing = False
 
     def __init__(self, sizes: Sizes, in_channels: int = 8, out_channels: int = 4, default_fs: int = 3,
                  learnable_image_scale: bool = False):
@@ -306,6 +312,24 @@ class UNet3D(nn.Module):
                 self.output_blocks.append(Stage(layers))
         self.out = nn.Sequential(Float32GroupNorm(32, ch), nn.SiLU(), nn.Conv2d(mc, out_channels, 3, padding=1))
 
+    def enable_gradient_checkpointing(self) -> None:
+        """Recompute each stage's activations in the backward (same values, less memory) while gradients
+        are enabled."""
+        from functools import partial
+
+        from torch.utils.checkpoint import checkpoint
+
+        self.gradient_checkpointing = True
+        self._gradient_checkpointing_func = partial(checkpoint, use_reentrant=False)
+
+    def disable_gradient_checkpointing(self) -> None:
+        self.gradient_checkpointing = False
+
+    def _run(self, stage: nn.Module, *args) -> torch.Tensor:
+        if self.gradient_checkpointing and torch.is_grad_enabled():
+            return self._gradient_checkpointing_func(stage, *args)
+        return stage(*args)
+
     def frame_context(self, context: torch.Tensor, frames: int) -> torch.Tensor:
         """``(B, L, D)`` → ``(B T, L', D)``: text shared by all frames, image tokens split per frame."""
         n_text = self.text_length
@@ -331,11 +355,11 @@ class UNet3D(nn.Module):
         h = x.transpose(1, 2).flatten(0, 1)  # (B T) C H W
         hs = []
         for index, stage in enumerate(self.input_blocks):
-            h = stage(h, emb, context, b)
+            h = self._run(stage, h, emb, context, b)
             if index == 0:
-                h = self.init_attn(h, emb, context, b)
+                h = self._run(self.init_attn, h, emb, context, b)
             hs.append(h)
-        h = self.middle_block(h, emb, context, b)
+        h = self._run(self.middle_block, h, emb, context, b)
         for stage in self.output_blocks:
-            h = stage(torch.cat([h, hs.pop()], dim=1), emb, context, b)
+            h = self._run(stage, torch.cat([h, hs.pop()], dim=1), emb, context, b)
         return self.out(h).unflatten(0, (b, frames)).transpose(1, 2)
