@@ -472,3 +472,25 @@ def test_eval_scores_a_lerobot_directory_as_it_scores_the_hdf5_file(sample_lerob
     for key in ("base_psnr", "adapter_psnr", "base_action_error", "adapter_action_error"):
         found, expected = ours["per_clip"][key], ref["per_clip"][key]
         assert np.all(np.isfinite(found)) and np.allclose(found, expected, atol=1.0), (key, found, expected)
+
+
+def test_the_demo_draws_the_action_path_only_with_a_calibration_and_the_hand_position(sample_lerobot, tmp_path,
+                                                                                       capsys):
+    """The shipped sample converted to LeRobot keeps its calibration and hand position: the demo's adapter
+    draws the action path. Without the calibration it reads the actions alone, and says so."""
+    import shutil
+
+    from workbench.worldmodel.demo import DemoConfig, build_experiment
+
+    camera = "observation.images.corner2_close"
+    exp = build_experiment(DemoConfig.quick(data=str(sample_lerobot), camera=camera), tmp_path / "a")
+    assert exp.model.adapter.path is not None
+    assert exp.resolved_config()["data"]["config"]["ee_pos"] == "observation.ee_pos"
+    bare = shutil.copytree(sample_lerobot, tmp_path / "bare")
+    info = json.loads((bare / "meta" / "info.json").read_text())
+    del info["features"][camera]["calibration"]
+    (bare / "meta" / "info.json").write_text(json.dumps(info))
+    exp = build_experiment(DemoConfig.quick(data=str(bare), camera=camera), tmp_path / "b")
+    assert exp.model.adapter.path is None
+    assert f"{bare} records no camera calibration, so the adapter reads the actions without the action path" in \
+        capsys.readouterr().out

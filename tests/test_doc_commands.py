@@ -36,7 +36,7 @@ SKIP: dict[str, str] = {
     r"examples/configs/(wan22|easyanimate|dynamicrafter)": "imports diffusers and a backbone plugin (a minute or more)",
     r"\bbenchmarks\b": "a benchmark: it measures for a minute or more",
     # placeholders for the reader's own files and machines
-    r"\brun\.yaml\b|RUN_DIR|FILE\.h5|LEROBOT_DIR|HOST0|/models/": "a placeholder for the reader's files or machines",
+    r"\b(my_)?run\.yaml\b|RUN_DIR|FILE\.h5|LEROBOT_DIR|HOST0|/models/": "placeholder: the reader's files, machines",
     r"--nproc_per_node=8\b": "needs 8 GPUs",
     r"^pip install\b": "installs from the package index (tests/test_install.py installs the built wheel)",
 }

@@ -100,13 +100,17 @@ def test_pretrain_config_validation(field, value, pattern):
 
 def test_demo_adapter_is_the_identity_at_init(shipped):
     from workbench import ComposedModel, GatedResidual
+    from workbench.data.metaworld import MetaWorldClips
+    from workbench.worldmodel.demo import ADAPTER
 
     torch.manual_seed(0)
-    model = ComposedModel(shipped, LatentResidual(width=16, depth=1, cumulative=True, coords=True),
-                          GatedResidual(), shipped.default_objective())
+    model = ComposedModel(shipped, LatentResidual(**ADAPTER["config"]), GatedResidual(), shipped.default_objective())
     g = torch.Generator().manual_seed(0)
+    camera = MetaWorldClips(path="sample", window=16, split="val")[0]["camera"]
     raw = {"video": torch.rand(2, 3, 16, 64, 64, generator=g) * 2 - 1,
-           "action": torch.rand(2, 16, 4, generator=g) * 2 - 1}
+           "action": torch.rand(2, 16, 4, generator=g) * 2 - 1,
+           "ee_pos": torch.tensor([0.0, 0.66, 0.2]) + torch.rand(2, 16, 3, generator=g) * 0.1,
+           "camera": camera.expand(2, -1)}
     batch = shipped.prepare_batch(raw)
     x_t = torch.randn(batch.latents.shape, generator=g)
     pred = model.predict(x_t, torch.full((2,), 0.7), batch)
@@ -215,9 +219,31 @@ def test_the_demo_table_carries_the_stored_from_scratch_rows_at_its_own_budget()
     from workbench.worldmodel.demo import SCRATCH_REFERENCE, DemoConfig, scratch_reference_rows
 
     ref = json.loads(SCRATCH_REFERENCE.read_text())
-    assert ref["training"]["trainable_parameters"] == 51930 and ref["training"]["steps"] == DemoConfig().steps
+    assert ref["training"]["trainable_parameters"] == 51930 and ref["training"]["steps"] == 900
     rows = scratch_reference_rows(DemoConfig())
+    assert rows.startswith("from scratch, 900 steps (the parameter count of the actions-only adapter; no pretrained "
+                           "denoiser), stored, not rerun: `workbench demo --from-scratch --output outputs/scratch`")
     assert "(d) from scratch, true actions      21.31  0.779        13.40           7.77" in rows
     assert "(d) beats (e) on 83% of clips" in rows
-    assert scratch_reference_rows(DemoConfig.quick()) == ""  # another budget: nothing to compare with
+    assert scratch_reference_rows(DemoConfig.quick()) == ""  # other clips: nothing to compare with
     assert scratch_reference_rows(DemoConfig(from_scratch=True)) == ""
+
+
+def test_the_targets_table_sets_this_run_beside_the_actions_only_adapter():
+    from workbench.worldmodel.demo import ACTIONS_ONLY_REFERENCE, TRAINED_ADAPTER, targets_table
+
+    before = json.loads(ACTIONS_ONLY_REFERENCE.read_text())
+    assert before["adapter"]["config"] == {"width": 32, "depth": 2, "cumulative": True, "coords": True, "warps": 2}
+    shipped = json.loads((TRAINED_ADAPTER / "demo_metrics.json").read_text())
+    table = targets_table(shipped, before).splitlines()
+    s, u = shipped["summary"], shipped["unseen"]["summary"]
+    gain = f"{s['adapter_minus_base_moving_psnr_db']:+.2f} dB"
+    assert table[1].startswith("moving-pixel PSNR gain over the base") and gain in table[1]
+    assert "+1.55 dB" in table[1] and ">= +2.5 dB" in table[1]
+    assert table[1].endswith("NOT met" if s["adapter_minus_base_moving_psnr_db"] < 2.5 else "met")
+    assert "97%" in table[2] and ">= 95%" in table[2]
+    assert "5.8 cm (0.59x)" in table[3] and "<= 3.5 cm (<= 0.36x)" in table[3]
+    assert f"{u['adapter_minus_base_moving_psnr_db']:+.2f} dB / " in table[4] and "+1.71 dB / 100%" in table[4]
+    assert table[5] == ("actions only: the adapter without the action path, 900 steps, stored, not rerun "
+                        "(actions_only_metrics.json)")
+    assert "actions only" not in targets_table(shipped).splitlines()[-1]

@@ -296,7 +296,8 @@ def tiny_raw(b: int = 2, t: int = 4, size: int = 16) -> dict:
     g = torch.Generator().manual_seed(0)
     return {"video": torch.rand(b, 3, t, size, size, generator=g) * 2 - 1,
             **{k: torch.rand(b, t, d, generator=g) * 2 - 1 for k, d in (("action", 4), ("proprio", 3), ("ee_pos", 3))},
-            "control": torch.rand(b, 1, t, size, size, generator=g) * 2 - 1}
+            "control": torch.rand(b, 1, t, size, size, generator=g) * 2 - 1,
+            "camera": torch.rand(b, 12, generator=g)}  # the per-clip calibration (a 3x4 projection)
 
 
 def make_tiny(**overrides):

@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from workbench.adapters.inside import InsideAdapter, InsideSpec, per_frame
+from workbench.adapters.path import PATH_CHANNELS, PATH_SIGNAL, ActionPath, PathConfig
 from workbench.config import check, config_from
 from workbench.core.conditions import Condition
 from workbench.errors import CompositionError, ConfigError
@@ -47,7 +48,12 @@ class ControlNetConfig:
     channels (e.g. ``condition: control, video: true, dim: 1`` for an edge map), embedded by a
     convolutional encoder of ``encoder_width`` channels that halves the frames' size
     ``encoder_downsample`` times before pooling onto the block's grid. ``cumulative`` (vectors
-    only): also embed the running sum of the condition over the previous frames."""
+    only): also embed the running sum of the condition over the previous frames. ``path`` (vectors
+    only): also draw the hand's path implied by the first frame's measured position and the actions
+    (:class:`~workbench.adapters.path.PathConfig` options, ``{}`` for the defaults) on the latent grid;
+    its maps go through a convolutional encoder onto the first block's grid, and its image position
+    joins the per-frame embedding. Computed from the ``action`` condition in the forward, so an
+    edit of the actions moves it; needs the ``ee_pos`` and ``camera`` conditions."""
 
     blocks: int = 1
     condition: str = "action"
@@ -58,6 +64,7 @@ class ControlNetConfig:
     encoder_width: int = 16
     encoder_downsample: int = 2
     cumulative: bool = False
+    path: dict | None = None
 
     def __post_init__(self):
         check(self.blocks >= 1, "blocks", f"must be >= 1 (how many leading blocks to copy), got {self.blocks}.")
@@ -66,6 +73,12 @@ class ControlNetConfig:
         check(0.0 <= self.dropout < 1.0, "dropout", f"must be in [0, 1), got {self.dropout}.")
         check(not (self.cumulative and self.video), "cumulative",
               "sums a per-frame vector over frames; a control video (video: true) has none. Drop one of the two.")
+        if self.path is not None:
+            self.path = PathConfig.coerce(self.path).as_dict()
+            check(not self.video, "path", "draws the path of per-frame actions; a control video (video: true) has "
+                                          "none. Drop one of the two.")
+            check(max(self.path["xyz"]) < self.dim, "path", f"reads action dimensions {self.path['xyz']}, but the "
+                                                            f"condition has dim: {self.dim}.")
         check(self.encoder_width >= 1, "encoder_width", f"must be >= 1, got {self.encoder_width}.")
         check(0 <= self.encoder_downsample <= 6, "encoder_downsample",
               f"must be in 0..6 (how many times the control video's frames are halved), got "
@@ -131,9 +144,11 @@ class ControlNet(InsideAdapter):
     def __init__(self, config: ControlNetConfig | None = None, **overrides):
         super().__init__()
         self.config = config = config_from(type(self), config, overrides)
+        self.path = ActionPath(PathConfig(**config.path), "controlnet") if config.path is not None else None
         self.consumes = (Condition(config.condition, aliases=config.aliases, dim=config.dim,
                                    per_frame=None if config.video else "keep", dropout=config.dropout,
-                                   video=config.video),)
+                                   video=config.video),
+                         *(self.path.conditions() if self.path else ()))
 
     @classmethod
     def from_config(cls, config: ControlNetConfig) -> ControlNet:
@@ -159,6 +174,9 @@ class ControlNet(InsideAdapter):
         c = self.config
         self.embed = (ControlVideoEncoder(c.dim, width, c.encoder_width, c.encoder_downsample) if c.video
                       else nn.Linear(c.dim * (1 + int(c.cumulative)), width))
+        if self.path is not None:
+            self.path_maps = ControlVideoEncoder(PATH_CHANNELS, width, c.encoder_width, downsample=0)
+            self.path_signal = nn.Linear(PATH_SIGNAL, width)
         self.projections = nn.ModuleList(nn.Linear(w, w) for w in spec.widths[:n])
         for proj in self.projections:
             nn.init.zeros_(proj.weight)
@@ -171,15 +189,25 @@ class ControlNet(InsideAdapter):
         signal = getattr(cond, self.config.condition).to(x_t.dtype)  # (B, T, D), or a video (B, C, T, H, W)
         if self.config.video:  # embedded on the first block's grid when it runs
             return {"video": signal, "latent_shape": tuple(x_t.shape), "residuals": None}
+        maps = None
+        if self.path is not None:  # drawn from the actions as given (an edit moves it) and the first frame's state
+            maps, along = self.path.render(cond, signal, x_t.shape[-2], x_t.shape[-1])
         if self.config.cumulative:
             signal = with_running_sum(signal)  # (B, T, 2D)
-        return {"embedding": self.embed(signal), "residuals": None}  # (B, T, W)
+        embedding = self.embed(signal)  # (B, T, W)
+        if maps is not None:
+            embedding = embedding + self.path_signal(along.to(embedding.dtype))
+        return {"embedding": embedding, "residuals": None, "path": maps, "latent_shape": tuple(x_t.shape)}
 
     def _embedding(self, hidden: torch.Tensor) -> torch.Tensor:
         """The condition's embedding, broadcastable onto the first block's ``hidden`` state."""
         layout, state = self.spec.layout, self.state
         if not self.config.video:
-            return per_frame(state["embedding"], hidden, layout)
+            embedding = per_frame(state["embedding"], hidden, layout)
+            if state.get("path") is None:
+                return embedding
+            grid = block_grid(hidden, layout, state["latent_shape"])
+            return embedding + to_layout(self.path_maps(state["path"], grid), layout).to(hidden.dtype)
         grid = block_grid(hidden, layout, state["latent_shape"])
         return to_layout(self.embed(state["video"], grid), layout).to(hidden.dtype)
 

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from workbench.adapters.path import PATH_CHANNELS, PATH_SIGNAL, ActionPath, PathConfig, translated
 from workbench.config import check, config_from
 from workbench.core.adapter import Adapter
 from workbench.core.conditions import Condition
@@ -45,6 +46,12 @@ class LatentResidualConfig:
     robot's measured state where the clip starts, e.g. ``ee_pos``, width 3, or ``proprio``), next
     to the actions everywhere they go (FiLM and warps): where the hand starts decides where
     the same actions take it in the picture. Nothing of a later frame's state is read.
+    ``path``: draw the hand's path implied by the first frame's measured position and the actions
+    into every frame (two extra input maps at latent resolution, and the path's image position in
+    the per-frame signal), projected with the clip's camera calibration; a mapping of
+    :class:`~workbench.adapters.path.PathConfig` options (``{}``: the defaults), or null. It is
+    computed from the ``action`` condition inside the forward, so editing the actions moves it.
+    Needs ``per_frame: keep``, the ``ee_pos`` and ``camera`` conditions.
     """
 
     channels: int = 4
@@ -63,6 +70,7 @@ class LatentResidualConfig:
     warps: int = 0
     state: str | None = None
     state_dim: int = 3
+    path: dict | None = None
 
     def __post_init__(self):
         check(self.channels >= 1, "channels", f"must be >= 1, got {self.channels}.")
@@ -79,6 +87,12 @@ class LatentResidualConfig:
         check(self.state is None or (self.state.isidentifier() and self.state != self.condition), "state",
               f"must be null or the name of another per-frame condition (e.g. ee_pos), got {self.state!r}.")
         check(self.state_dim >= 1, "state_dim", f"must be >= 1, got {self.state_dim}.")
+        if self.path is not None:
+            self.path = PathConfig.coerce(self.path).as_dict()
+            check(self.per_frame == "keep", "path", f"draws one point per frame, so it needs per_frame: keep, got "
+                                                    f"per_frame: {self.per_frame}.")
+            check(max(self.path["xyz"]) < self.dim, "path", f"reads action dimensions {self.path['xyz']}, but the "
+                                                            f"condition has dim: {self.dim}.")
 
 
 @register("adapter", "latent_residual")
@@ -91,16 +105,21 @@ class LatentResidual(Adapter):
     def __init__(self, config: LatentResidualConfig | None = None, **overrides):
         super().__init__()
         self.config = config = config_from(type(self), config, overrides)
+        self.path = ActionPath(PathConfig(**config.path), "latent_residual") if config.path is not None else None
+        self._translates = bool(self.path and self.path.config.translate and config.use_first_frame)
         self.consumes = (
             Condition(config.condition, aliases=config.aliases, dim=config.dim, per_frame=config.per_frame,
                       dropout=config.dropout),
             *((Condition("first_frame", required=False),) if config.use_first_frame else ()),
             *((Condition(config.state, dim=config.state_dim, per_frame="keep"),) if config.state else ()),
+            *(self.path.conditions(existing=(config.state,)) if self.path else ()),
         )
         c, w = config.channels, config.width
         inputs = c * (1 + int(config.use_base_output) + int(config.use_first_frame) + config.warps)
-        inputs += 2 * int(config.coords)
+        inputs += 2 * int(config.coords) + (PATH_CHANNELS if self.path else 0)
+        inputs += c * int(self._translates)
         signal_dim = config.dim * (1 + int(config.cumulative)) + (config.state_dim if config.state else 0)
+        signal_dim += PATH_SIGNAL if self.path else 0
         self.emb_dim = 2 * w
         self.stem = nn.Conv3d(inputs, w, (1, 3, 3), padding=(0, 1, 1))
         self.time = nn.Sequential(nn.Linear(w, self.emb_dim), nn.SiLU(), nn.Linear(self.emb_dim, self.emb_dim))
@@ -127,12 +146,17 @@ class LatentResidual(Adapter):
     def forward(self, x_t, t, cond, base_output=None):
         b, c, frames, h, w = x_t.shape
         signal = getattr(cond, self.config.condition)  # (B, T, D) or (B, D)
+        maps = None
+        if self.path is not None:  # drawn from the actions as given (an edit moves it) and the first frame's state
+            maps, along = self.path.render(cond, signal, h, w)
         if self.config.cumulative:
             signal = with_running_sum(signal)  # (B, T, 2D)
         if self.config.state:
             start = getattr(cond, self.config.state)[:, :1]  # (B, 1, S): the state at the given first frame
             start = start.expand(b, signal.shape[1], -1) if signal.ndim == 3 else start[:, 0]
             signal = torch.cat([signal, start.to(signal.dtype)], dim=-1)
+        if maps is not None:
+            signal = torch.cat([signal, along.to(signal.dtype)], dim=-1)
         parts = [x_t]
         if self.config.use_base_output:
             parts.append(base_output if base_output is not None else torch.zeros_like(x_t))
@@ -147,6 +171,11 @@ class LatentResidual(Adapter):
             ys = torch.linspace(-1, 1, h, **grid).view(1, 1, 1, h, 1).expand(b, 1, frames, h, w)
             xs = torch.linspace(-1, 1, w, **grid).view(1, 1, 1, 1, w).expand(b, 1, frames, h, w)
             parts += [xs, ys]
+        if maps is not None:
+            parts.append(maps.to(x_t.dtype))
+        if self._translates:
+            first = cond.first_frame
+            parts.append(translated(first, along).to(x_t.dtype) if first is not None else torch.zeros_like(x_t))
         hidden = self.stem(torch.cat(parts, dim=1))  # (B, W, T, h, w)
         level = self.noise_level(t)
         emb = self.time(timestep_embedding(level, self.stem.out_channels).to(x_t.dtype))

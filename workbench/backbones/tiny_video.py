@@ -38,6 +38,8 @@ from workbench.registry import register
 
 WEIGHTS_DIR = Path(__file__).parent / "weights"
 PER_FRAME_KEYS = ("action", "proprio", "ee_pos")
+#: Per-clip vectors passed through as conditions: the camera's calibration (see workbench.data.camera).
+PER_CLIP_KEYS = ("camera",)
 PRECISION = {"cpu": "float32", "cuda": "float32", "mps": "float32"}
 PLACEMENT_FIELDS = ("weights", "device", "dtype", "compile")  # how this model is loaded and run, not what it is
 
@@ -237,7 +239,7 @@ class TinyVideo(BaseVideoModel):
         return self._objective
 
     def provides(self) -> tuple[str, ...]:
-        return ("first_frame", *PER_FRAME_KEYS, CONTROL_KEY)
+        return ("first_frame", *PER_FRAME_KEYS, *PER_CLIP_KEYS, CONTROL_KEY)
 
     # -- autoencoder -------------------------------------------------------------------------
     def _norm(self, z: torch.Tensor) -> torch.Tensor:
@@ -274,7 +276,8 @@ class TinyVideo(BaseVideoModel):
         training and evaluation — or ``"latents"`` ``(B, C, T, h, w)``, the video already encoded
         by :meth:`encode` (see :meth:`encode_item`) — or only ``"image"`` ``(B, 3, H, W)`` (the
         first frame) for generation. Per-frame ``"action"`` / ``"actions"``, ``"proprio"``, ``"ee_pos"``
-        ``(B, T, D)`` pass through as conditions, and so does a control video ``"control"``
+        ``(B, T, D)`` pass through as conditions, so does the per-clip ``"camera"`` ``(B, 12)`` (the
+        calibration, see :mod:`workbench.data.camera`) and a control video ``"control"``
         ``(B, C, T, H, W)`` (see :func:`~workbench.core.backbone.control_video`).
         """
         if isinstance(raw, Batch):
@@ -324,6 +327,14 @@ class TinyVideo(BaseVideoModel):
                     f"'{key}' must be (B, T, D) with B={latents.shape[0]} and T={frames} frames, got "
                     f"{tuple(value.shape)}."
                 )
+            cond[key] = value.float()
+        for key in PER_CLIP_KEYS:
+            if raw.get(key) is None:
+                continue
+            value = torch.as_tensor(raw[key], device=device)
+            if value.ndim != 2 or value.shape[0] != latents.shape[0]:
+                raise DataError(f"'{key}' must be (B, D) with B={latents.shape[0]} (one vector per clip), got "
+                                f"{tuple(value.shape)}.")
             cond[key] = value.float()
         control = control_video(raw, batch_size=latents.shape[0], frames=frames, device=device, backbone="tiny_video")
         if control is not None:

@@ -13,7 +13,9 @@ boundary::
      "proprio": float32 [window, S] (the ``state`` feature; absent when state is null),
      "ee_pos": float32 [window, 3] (only with ``ee_pos`` set),
      "episode": int (the dataset's episode_index), "start": int (first frame, at ``fps``),
-     "task": str, "prompt": str (the same task string: the text condition backbones read)}
+     "task": str, "prompt": str (the same task string: the text condition backbones read),
+     "camera": float32 [12] (when meta/info.json records the camera's calibration; see
+     :mod:`workbench.data.camera`)}
 
 Frame ``k`` of a window is the recorded frame nearest in time to ``start_time + k / fps``, and its
 action and state are the recorded ones of that frame (nearest-sample resampling; with ``fps`` equal
@@ -38,6 +40,7 @@ import torch
 from torch.utils.data import Dataset
 
 from workbench.config import check, config_from
+from workbench.data.camera import CAMERA_KEY, CameraCalibration
 from workbench.data.control import check_control, with_control
 from workbench.data.lerobot_format import Episode, LeRobotMeta, column, parquet_columns, read_parquet
 from workbench.data.metaworld import split_episodes
@@ -104,6 +107,11 @@ class LeRobotClips(Dataset):
         self.meta = meta = LeRobotMeta(config.root)
         self.root = meta.root
         self.camera = self._camera()
+        #: The camera's calibration from ``meta/info.json`` (:class:`~workbench.data.camera.CameraCalibration`),
+        #: or None when the dataset records none.
+        found = meta.features[self.camera].get("calibration")
+        self.calibration = CameraCalibration.from_json(found, str(meta.info_path)) if found is not None else None
+        self._calibration_vector = torch.from_numpy(self.calibration.vector()) if self.calibration else None
         self.signals = {"action": config.actions, "proprio": config.state, "ee_pos": config.ee_pos}
         self.signals = {k: v for k, v in self.signals.items() if v is not None}
         for name, feature in self.signals.items():
@@ -277,6 +285,8 @@ class LeRobotClips(Dataset):
         for name in self.signals:
             item[name] = torch.from_numpy(np.ascontiguousarray(frames[name][rows]))
         item.update(episode=self.meta.episodes[e].index, start=int(start), task=task, prompt=task)
+        if self._calibration_vector is not None:
+            item[CAMERA_KEY] = self._calibration_vector.clone()
         return with_control(item, self.config.control)
 
     def close(self) -> None:

@@ -41,15 +41,19 @@ class LeRobotWriter:
 
     ``features``: name → ``(dtype, names)`` of each per-frame numeric feature (``names`` gives the
     width; ``None`` for a scalar). ``cameras``: the video feature names, e.g.
-    ``["observation.images.front"]``.
+    ``["observation.images.front"]``. ``calibration``: camera name → its
+    :class:`~workbench.data.camera.CameraCalibration`, written under that video feature in
+    ``meta/info.json`` (``"calibration"``).
     """
 
     def __init__(self, root: str | Path, fps: float, features: dict[str, tuple[str, list[str] | None]],
-                 cameras: list[str], robot_type: str | None = None, crf: int = 18):
+                 cameras: list[str], robot_type: str | None = None, crf: int = 18,
+                 calibration: dict[str, Any] | None = None):
         self.root = Path(root).expanduser()
         if self.root.exists() and any(self.root.iterdir()):
             raise DataError(f"{self.root} exists and is not empty; give --out a new directory (nothing was written).")
         self.fps, self.features, self.cameras, self.robot_type, self.crf = fps, features, cameras, robot_type, crf
+        self.calibration = dict(calibration or {})
         self.columns: dict[str, list[np.ndarray]] = {k: [] for k in [*_DEFAULTS, *features]}
         self.images: dict[str, list[np.ndarray]] = {k: [] for k in cameras}
         self.videos: dict[str, H264Writer] = {}
@@ -127,6 +131,8 @@ class LeRobotWriter:
             info = video_info(self.root / V3_VIDEO.format(video_key=camera, chunk_index=0, file_index=0))
             features[camera] = {"dtype": "video", "shape": [h, w, 3], "names": ["height", "width", "channels"],
                                 "info": info}
+            if camera in self.calibration:
+                features[camera]["calibration"] = self.calibration[camera].to_json()
         for name, (dtype, names) in self.features.items():
             features[name] = {"dtype": dtype, "shape": [len(names) if names else 1], "names": names}
         for name, dtype in _DEFAULTS.items():

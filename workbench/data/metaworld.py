@@ -24,7 +24,10 @@ File attributes: ``schema_version`` (1), ``generator_version``, ``metaworld_vers
 ``camera_quat``, ``camera_fovy``, ``camera_lookat``, ``image_transform``, ``fps`` (frames per
 second of the stored video, ``1 / (env_dt * action_repeat)``), ``env_dt`` (Meta-World's control
 period, 0.0125 s = 80 Hz), ``action_repeat``, ``render_settings`` (JSON), ``action_perturbation``
-(JSON), ``proprio_names`` (JSON), ``obs_layout``, ``frame_alignment``.
+(JSON), ``proprio_names`` (JSON), ``obs_layout``, ``frame_alignment``, and the camera's calibration
+``camera_intrinsics`` (3x3), ``camera_extrinsics`` (4x4, world → camera) and ``camera_image_size``
+(``[width, height]``) (see :mod:`workbench.data.camera`; files made before it was recorded get it
+with ``workbench data calibrate FILE``).
 
 Only ``frames``, ``actions``, ``ee_pos``, ``proprio`` and ``task`` are needed by
 :class:`MetaWorldClips`; the other datasets are for analysis.
@@ -44,7 +47,8 @@ Items of :class:`MetaWorldClips` are windows of ``window`` consecutive steps sta
 
     {"video": float32 [3, window, H, W] in [-1, 1], "action": float32 [window, 4] in [-1, 1],
      "ee_pos": float32 [window, 3], "proprio": float32 [window, P],
-     "episode": int, "start": int, "task": str}
+     "episode": int, "start": int, "task": str,
+     "camera": float32 [12] (when the file records its calibration; see :mod:`workbench.data.camera`)}
 
 ``action[t]`` is the action applied after ``video[:, t]``; ``video[:, t + 1]`` shows its result.
 The train/validation split is by episode, stratified by task and deterministic given ``seed``.
@@ -63,6 +67,7 @@ import torch
 from torch.utils.data import Dataset
 
 from workbench.config import check, config_from
+from workbench.data.camera import CAMERA_KEY, CameraCalibration
 from workbench.data.control import check_control, with_control
 from workbench.errors import DataError
 from workbench.registry import register
@@ -180,6 +185,10 @@ class MetaWorldClips(Dataset):
         self.proprio_dim = info["P"]
         self.attrs = info["attrs"]
         self.task_names: list[str] = info["tasks"]
+        #: The camera's calibration (:class:`~workbench.data.camera.CameraCalibration`), or None for a file
+        #: made before it was recorded (``workbench data calibrate FILE`` adds it).
+        self.calibration = CameraCalibration.from_attrs(self.attrs, where=str(self.path))
+        self._camera = torch.from_numpy(self.calibration.vector()) if self.calibration else None
         self.train_episodes, self.val_episodes = split_episodes(
             self.task_names, config.val_fraction, config.seed)
         episodes = {"train": self.train_episodes, "val": self.val_episodes,
@@ -357,7 +366,7 @@ class MetaWorldClips(Dataset):
                 raise self._damaged(err, name, episode) from None
         video = torch.from_numpy(read["frames"]).permute(3, 0, 1, 2).float().div_(127.5).sub_(1.0)
         action = np.clip(read["actions"].astype(np.float32), -1.0, 1.0)
-        return with_control({
+        item = {
             "video": video.contiguous(),
             "action": torch.from_numpy(action),
             "ee_pos": torch.from_numpy(read["ee_pos"].astype(np.float32)),
@@ -365,7 +374,10 @@ class MetaWorldClips(Dataset):
             "episode": int(episode),
             "start": int(start),
             "task": self.task_names[episode],
-        }, self.config.control)
+        }
+        if self._camera is not None:
+            item[CAMERA_KEY] = self._camera.clone()
+        return with_control(item, self.config.control)
 
     def close(self) -> None:
         """Close this process's file handle (it is reopened on the next item)."""

@@ -1,4 +1,4 @@
-"""The wing's commands: ``workbench data metaworld | demo | eval | pretrain | probe``.
+"""The wing's commands: ``workbench data metaworld | calibrate``, ``demo``, ``eval``, ``pretrain``, ``probe``.
 
 Each is a :class:`workbench.cli.Command` registered under the ``workbench.commands`` entry-point
 group (see ``pyproject.toml``), exactly as a plugin would register one: the ``workbench`` command
@@ -18,11 +18,21 @@ def _data_arguments(parser: argparse.ArgumentParser) -> None:
 
     generate.add_arguments(datasets.add_parser("metaworld", help="Meta-World rollouts rendered with MuJoCo, as HDF5 "
                                                                  "or a LeRobot dataset"))
+    calibrate = datasets.add_parser("calibrate", help="add the camera calibration to a data set made before it "
+                                                      "was recorded (an .h5 file or a LeRobot dataset)")
+    calibrate.add_argument("path", help="an .h5 file of `workbench data metaworld` or a LeRobot dataset directory")
+    calibrate.add_argument("--like", help="for a LeRobot dataset: the .h5 file it was converted from (its camera)")
 
 
 def _data(args: argparse.Namespace) -> int:
     from workbench.worldmodel import generate
 
+    if args.dataset == "calibrate":
+        calibration = generate.calibrate(args.path, like=args.like)
+        fx = calibration.intrinsics[0][0]
+        print(f"calibrated {args.path}: {calibration.width}x{calibration.height} pixels, focal length {fx:.2f} px; "
+              f"the readers now serve it as 'camera'")
+        return 0
     return generate.run(args)
 
 

@@ -56,6 +56,7 @@ from typing import Any
 
 import numpy as np
 
+from workbench.data.camera import CameraCalibration, missing_calibration, quat_to_mat
 from workbench.data.lerobot_write import LeRobotWriter
 from workbench.errors import ConfigError
 from workbench.worldmodel.sim import (
@@ -197,6 +198,8 @@ def generate(
                 "frame_alignment": "frames[:, t] is rendered before actions[:, t]; "
                                    "frames[:, t+1] shows its result",
             }
+            if first.calibration is not None:  # (none for a camera riding on the gripper)
+                attrs.update(first.calibration.to_attrs())
             for key, value in attrs.items():
                 f.attrs[key] = value
         tmp.replace(out)
@@ -230,7 +233,9 @@ def metaworld_to_lerobot(h5_path: str | Path, out: str | Path, episodes: list[in
                     "observation.state": ("float32", list(proprio_names)),
                     "observation.ee_pos": ("float32", ["x", "y", "z"]),
                     "next.reward": ("float32", None), "next.success": ("bool", None)}
-        writer = LeRobotWriter(out, float(attrs.get("fps", 80.0)), features, [camera], robot_type="sawyer", crf=crf)
+        calibration = CameraCalibration.from_attrs(attrs, where=str(path))
+        writer = LeRobotWriter(out, float(attrs.get("fps", 80.0)), features, [camera], robot_type="sawyer", crf=crf,
+                               calibration={camera: calibration} if calibration else None)
         try:
             n, t = f["frames"].shape[:2]
             success = f["success"][()] if "success" in f else np.zeros(n, bool)
@@ -273,6 +278,75 @@ def generate_lerobot(out: str | Path, **generate_args: Any) -> Path:
     if generate_args.get("progress", True):
         print(f"wrote {out}: LeRobot v3.0 dataset (H.264 video, {len(list(out.rglob('*.mp4')))} video file(s))")
     return out
+
+
+#: Cameras of Meta-World's model that ride on the gripper: they have no fixed calibration.
+MOVING_CAMERAS = ("behindGripper", "gripperPOV")
+
+
+def calibration_from_attrs(attrs: Any, where: str) -> CameraCalibration:
+    """The camera calibration of a file of ``workbench data metaworld`` that predates it, from the camera it
+    recorded (``camera_pos``, ``camera_quat``, ``camera_fovy``, ``size``, ``image_transform``)."""
+    stored = CameraCalibration.from_attrs(attrs, where=where)
+    if stored is not None:
+        return stored
+    needed = ("camera_pos", "camera_quat", "camera_fovy", "size")
+    missing = [k for k in needed if k not in attrs]
+    if missing:
+        raise missing_calibration(where, sorted(attrs), fix=f"it lacks {missing}, so the camera cannot be "
+                                  f"reconstructed; regenerate it with `workbench data metaworld --out FILE.h5`.")
+    model_name = str(attrs.get("camera_model_name", attrs.get("camera", "")))
+    if model_name in MOVING_CAMERAS:
+        raise missing_calibration(where, sorted(attrs), fix=f"its camera {model_name!r} rides on the gripper, so it "
+                                  f"has no fixed calibration; regenerate it with a fixed camera (--camera "
+                                  f"{DEFAULT_CAMERA}).")
+    size = int(attrs["size"])
+    return CameraCalibration.from_mujoco(np.asarray(attrs["camera_pos"]), quat_to_mat(attrs["camera_quat"]),
+                                         float(attrs["camera_fovy"]), size, size,
+                                         str(attrs.get("image_transform", "none")))
+
+
+def calibrate(path: str | Path, like: str | Path | None = None) -> CameraCalibration:
+    """Add the camera calibration to a data set made by the project before it was recorded: an HDF5 file of
+    ``workbench data metaworld`` (from its camera attributes) or a LeRobot dataset of ``--format lerobot``
+    (from its camera preset's name, or from the HDF5 file ``like`` it was converted from). Returns it."""
+    import h5py
+
+    from workbench.data.lerobot import is_lerobot_dir
+    from workbench.data.lerobot_format import LeRobotMeta
+
+    path = Path(path).expanduser()
+    if like is not None:
+        with h5py.File(Path(like).expanduser(), "r") as f:
+            calibration = calibration_from_attrs(dict(f.attrs), str(like))
+    else:
+        calibration = None
+    if is_lerobot_dir(path):
+        meta = LeRobotMeta(path)
+        info = json.loads(meta.info_path.read_text())
+        for key in meta.video_keys:
+            preset = key.rsplit(".", 1)[-1]
+            found = calibration
+            if found is None and preset in CAMERAS:
+                h, w = info["features"][key]["shape"][:2]
+                p = CAMERAS[preset]
+                found = CameraCalibration.look_at(p.pos, p.lookat, p.fovy, int(w), int(h))
+            if found is None:
+                raise missing_calibration(str(meta.info_path), [key], fix=f"its camera {key!r} is not a preset "
+                                          f"({', '.join(CAMERAS)}); give the HDF5 file it was converted from: "
+                                          f"`workbench data calibrate {path} --like FILE.h5`.")
+            info["features"][key]["calibration"] = found.to_json()
+            calibration = calibration or found
+        meta.info_path.write_text(json.dumps(info, indent=4))
+        return calibration
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such file or LeRobot dataset directory; give an .h5 file of `workbench data "
+                          f"metaworld` or a LeRobot dataset of `--format lerobot`.")
+    with h5py.File(path, "r+") as f:
+        calibration = calibration or calibration_from_attrs(dict(f.attrs), str(path))
+        for key, value in calibration.to_attrs().items():
+            f.attrs[key] = value
+    return calibration
 
 
 def _summary(out: Path, elapsed: float | None = None) -> str:

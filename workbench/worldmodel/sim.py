@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from workbench.data.camera import CameraCalibration
 from workbench.errors import ConfigError, DataError, did_you_mean, listing
 
 # MuJoCo reads MUJOCO_GL when it is first imported; choose headless EGL unless told otherwise.
@@ -209,6 +210,11 @@ class TaskEnv:
         self.camera_pos = [float(v) for v in model.cam_pos[cam_id]]
         self.camera_quat = [float(v) for v in model.cam_quat[cam_id]]
         self.camera_fovy = float(model.cam_fovy[cam_id])
+        # where the camera is in the world after mj_forward; a camera riding on a moving body (the
+        # gripper's) has no fixed calibration, so none is recorded for it
+        self.calibration = CameraCalibration.from_mujoco(
+            self.env.data.cam_xpos[cam_id], self.env.data.cam_xmat[cam_id], self.camera_fovy, size, size,
+            self.image_transform) if int(model.cam_bodyid[cam_id]) == 0 else None
         joints = ["right_j0", "right_j1", "right_j2", "right_j3", "right_j4", "right_j5", "right_j6",
                   "r_close", "l_close"]
         self.qpos_index = np.array([model.jnt_qposadr[model.joint(j).id] for j in joints])
