@@ -95,6 +95,21 @@ def perturb(model, seed: int = 3) -> None:
             p.add_(torch.randn(p.shape, generator=g) * 0.1)
 
 
+def assert_resume_is_bit_exact(make, data, tmp_path: Path, steps: int = 4):
+    """``make(out=None)`` builds a fresh experiment: ``steps`` in one run equal ``steps // 2``, a checkpoint,
+    a fresh experiment loading it and the rest — loss history and trainable weights bit for bit. Returns
+    the uninterrupted experiment."""
+    full = make()
+    full.fit(data, steps=steps)
+    part = make(tmp_path)
+    part.fit(data, steps=steps // 2)
+    resumed = make().load_checkpoint(part.save_checkpoint())
+    resumed.fit(data, steps=steps - steps // 2)
+    a, b = resumed.model.trainable_state_dict(), full.model.trainable_state_dict()
+    assert resumed.loss_history == full.loss_history and all(torch.equal(a[k], b[k]) for k in a)
+    return full
+
+
 def raw_batch(b: int = 2, t: int = 4, size: int = 16, seed: int = 0, actions: bool = True) -> dict:
     g = torch.Generator().manual_seed(seed)
     raw = {"video": torch.rand(b, 3, t, size, size, generator=g) * 2 - 1}

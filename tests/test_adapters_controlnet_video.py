@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import perturb, raw_batch, requires_plugins, tiny_base
+from conftest import assert_resume_is_bit_exact, perturb, raw_batch, requires_plugins, tiny_base
 
 from workbench import AdapterExperiment, ComposedModel, Replace, TrainingConfig
 from workbench.adapters.controlnet import ControlNet, block_grid
@@ -60,15 +60,7 @@ def test_resume_of_a_video_controlnet_is_bit_exact(tmp_path):
         return AdapterExperiment(base=tiny_base(), adapter=video_controlnet(),
                                  training=TrainingConfig(**training, **({"output_dir": str(out)} if out else {})))
 
-    data = MovesWithEdges()
-    full = make()
-    full.fit(data, steps=4)
-    part = make(tmp_path)
-    part.fit(data, steps=2)
-    resumed = make().load_checkpoint(part.save_checkpoint())
-    resumed.fit(data, steps=2)
-    a, b = resumed.model.trainable_state_dict(), full.model.trainable_state_dict()
-    assert resumed.loss_history == full.loss_history and all(torch.equal(a[k], b[k]) for k in a)
+    assert_resume_is_bit_exact(make, MovesWithEdges(), tmp_path)
 
 
 def test_the_control_video_reaches_the_adapted_prediction_and_only_it():

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import perturb, tiny_base
+from conftest import assert_resume_is_bit_exact, perturb, tiny_base
 
 from workbench import AdapterExperiment, ComposedModel, GatedResidual, Replace, TrainingConfig
 from workbench.adapters.controlnet import ControlNet
@@ -206,15 +206,7 @@ def test_resume_with_a_path_adapter_is_bit_exact(kind, tmp_path):
         return AdapterExperiment(base=tiny_base(), adapter=ADAPTERS[kind](), composer=composer(kind),
                                  training=TrainingConfig(**training, **({"output_dir": str(out)} if out else {})))
 
-    data = PathClips()
-    full = make()
-    full.fit(data, steps=4)
-    part = make(tmp_path)
-    part.fit(data, steps=2)
-    resumed = make().load_checkpoint(part.save_checkpoint())
-    resumed.fit(data, steps=2)
-    a, b = resumed.model.trainable_state_dict(), full.model.trainable_state_dict()
-    assert resumed.loss_history == full.loss_history and all(torch.equal(a[k], b[k]) for k in a)
+    full = assert_resume_is_bit_exact(make, PathClips(), tmp_path)
     assert full.loss_history[0] != full.loss_history[-1]
 
 

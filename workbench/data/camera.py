@@ -44,6 +44,18 @@ CONVENTION = ("OpenCV pinhole: extrinsics map world (metres) to camera (x right,
 ATTRS = ("camera_intrinsics", "camera_extrinsics", "camera_image_size")
 
 
+def look_at_matrix(pos: Sequence[float], target: Sequence[float]) -> np.ndarray:
+    """The orientation (3x3, columns: right, up, backward; MuJoCo's camera ``xmat``) of an upright camera
+    (world z up) at ``pos`` looking at ``target``."""
+    pos_a, target_a = np.asarray(pos, np.float64), np.asarray(target, np.float64)
+    fwd = target_a - pos_a
+    fwd /= np.linalg.norm(fwd)
+    right = np.cross(fwd, [0.0, 0.0, 1.0])
+    right /= np.linalg.norm(right)
+    up = np.cross(right, fwd)
+    return np.stack([right, up, -fwd], axis=1)
+
+
 @dataclasses.dataclass(frozen=True)
 class CameraCalibration:
     """A pinhole camera: ``intrinsics`` (3x3), ``extrinsics`` (4x4 world → camera), image ``width`` x ``height``."""
@@ -76,13 +88,7 @@ class CameraCalibration:
                 height: int) -> CameraCalibration:
         """An upright camera (world z up) at ``pos`` aimed at ``lookat`` with a vertical field of view of
         ``fovy`` degrees (MuJoCo's convention)."""
-        pos_a, target = np.asarray(pos, np.float64), np.asarray(lookat, np.float64)
-        fwd = target - pos_a
-        fwd /= np.linalg.norm(fwd)
-        right = np.cross(fwd, [0.0, 0.0, 1.0])
-        right /= np.linalg.norm(right)
-        up = np.cross(right, fwd)
-        return cls.from_mujoco(pos_a, np.stack([right, up, -fwd], axis=1), fovy, width, height)
+        return cls.from_mujoco(np.asarray(pos, np.float64), look_at_matrix(pos, lookat), fovy, width, height)
 
     @classmethod
     def from_mujoco(cls, pos: Sequence[float], xmat: Any, fovy: float, width: int, height: int,
@@ -184,5 +190,5 @@ def missing_calibration(where: str, received: Sequence[str], fix: str | None = N
     )
 
 
-__all__ = ["ATTRS", "CAMERA_DIM", "CAMERA_KEY", "CONVENTION", "CameraCalibration", "missing_calibration",
-           "project"]
+__all__ = ["ATTRS", "CAMERA_DIM", "CAMERA_KEY", "CONVENTION", "CameraCalibration", "look_at_matrix",
+           "missing_calibration", "project"]

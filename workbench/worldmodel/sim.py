@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from workbench.data.camera import CameraCalibration
+from workbench.data.camera import CameraCalibration, look_at_matrix
 from workbench.errors import ConfigError, DataError, did_you_mean, listing
 
 # MuJoCo reads MUJOCO_GL when it is first imported; choose headless EGL unless told otherwise.
@@ -115,14 +115,8 @@ def look_quat(pos: Sequence[float], target: Sequence[float]) -> np.ndarray:
     """Quaternion of an upright MuJoCo camera at ``pos`` looking at ``target`` (world z up)."""
     import mujoco
 
-    pos_a, target_a = np.asarray(pos, np.float64), np.asarray(target, np.float64)
-    fwd = target_a - pos_a
-    fwd /= np.linalg.norm(fwd)
-    right = np.cross(fwd, [0.0, 0.0, 1.0])
-    right /= np.linalg.norm(right)
-    up = np.cross(right, fwd)
     quat = np.zeros(4)
-    mujoco.mju_mat2Quat(quat, np.stack([right, up, -fwd], axis=1).reshape(-1))
+    mujoco.mju_mat2Quat(quat, look_at_matrix(pos, target).reshape(-1))
     return quat
 
 
