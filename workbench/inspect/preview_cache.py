@@ -54,8 +54,10 @@ def backbone_identity(base: BaseVideoModel) -> str:
     h.update(f"{type(base).__module__}.{type(base).__qualname__}".encode())
     config = getattr(base, "config", None)
     if dataclasses.is_dataclass(config):
-        # where the weights came from and where they run do not change what the decoder computes
-        fields = {k: v for k, v in dataclasses.asdict(config).items() if k not in ("weights", "device", "dtype")}
+        # where the weights came from, where they run and whether the denoiser is compiled do not change
+        # what the decoder computes
+        fields = {k: v for k, v in dataclasses.asdict(config).items()
+                  if k not in ("weights", "device", "dtype", "compile")}
         h.update(json.dumps(fields, sort_keys=True, default=str).encode())
     decoder = next((m for n in base.decoder_modules if isinstance(m := getattr(base, n, None), nn.Module)), None)
     if decoder is None:
