@@ -272,8 +272,21 @@ class Ablation:
         return self._cache.get(self._key(), evaluate)
 
     def original_x0(self) -> torch.Tensor:
-        """The recorded x0 estimate at the current step ``(B, C, T, h, w)``."""
-        return self.trajectory[self.step].get("x0")
+        """The recorded x0 estimate at the current step ``(B, C, T, h, w)``, made as the edited one is.
+
+        From the step's recorded composed prediction and ``x_t`` (what :meth:`ablated_x0` recomposes
+        with the edit), so an unedited condition shows no change. Under classifier-free guidance the
+        sampler's own x0 mixes the conditional and the unconditional branch, while an edit recomposes
+        the branch the adapter saw: the sampler's x0 would show a change where there is none. Without
+        a stored composed prediction, the recorded x0.
+        """
+        rec = self.trajectory[self.step]
+        if not {"composed", "x_t"} <= set(rec.stored) or rec.composed is None:
+            return rec.get("x0")
+        latents = self.trajectory.batch.latents
+        composed = rec.composed.to(device=latents.device, dtype=latents.dtype)
+        x_t = rec.x_t.to(device=latents.device, dtype=latents.dtype)
+        return self.trajectory.model.objective.x0_from_prediction(composed, x_t, rec.t.to(latents.device))
 
     def ablated_x0(self) -> torch.Tensor:
         """The x0 estimate with the edited condition ``(B, C, T, h, w)``, on the model's device.
