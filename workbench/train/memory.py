@@ -296,10 +296,13 @@ def memory_plan(config: Any, device: str = "cuda", memory: str | int | None = No
     from workbench.inspect import StoragePolicy, estimate_memory
 
     kind, block = _base_block(config)
-    precision = {"cpu": "float32", "cuda": "bfloat16"}
     name = block.get("dtype", "auto")
-    dtype = _dtype_for(device, name if name != "auto" else "auto", precision)
-    base = meta_backbone(kind, block, dtype)
+    dtype = _dtype_for(device, name, {"cpu": "float32", "cuda": "bfloat16"})  # what the shipped cards say
+    base = meta_backbone(kind, block, dtype)  # on meta: seconds, no memory
+    if name == "auto" and base.card is not None and base.card.precision:
+        carded = _dtype_for(device, "auto", base.card.precision)
+        if carded != dtype:  # a card with another precision on this device: build in that one
+            dtype, base = carded, meta_backbone(kind, block, carded)
     notes: list[str] = list(base.planning_notes())
     weights = parameter_bytes(base)
     with weights_on_meta():
