@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import importlib.metadata as md
 import signal
 import sys
@@ -119,13 +120,17 @@ def _train(args: argparse.Namespace) -> int:
     finally:
         if exp.dist is not None:
             exp.dist.close()
-    if exp.interrupted:
-        say(f"Saved the run at step {exp.step}: {path}")
+    interrupted, step, dist = exp.interrupted, exp.step, exp.dist
+    loss = exp.loss_history[-1] if exp.loss_history else float("nan")
+    if dist is not None:  # a sharded model holds the closed group; let its threads stop before exit
+        del exp
+        gc.collect()
+    if interrupted:
+        say(f"Saved the run at step {step}: {path}")
         say(f"Continue with: workbench train {args.config} --output {output} --resume")
         return _interrupted_status()
-    loss = exp.loss_history[-1] if exp.loss_history else float("nan")
-    ranks = f" on {exp.dist.world_size} ranks" if exp.dist is not None else ""
-    say(f"Finished {config.name} at step {exp.step}{ranks}: loss {loss:.5f}. Checkpoint: {path}")
+    ranks = f" on {dist.world_size} ranks" if dist is not None else ""
+    say(f"Finished {config.name} at step {step}{ranks}: loss {loss:.5f}. Checkpoint: {path}")
     return 0
 
 

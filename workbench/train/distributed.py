@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
@@ -65,6 +66,23 @@ def launched_world_size() -> int:
         return int(os.environ.get("WORLD_SIZE", "1"))
     except ValueError as err:
         raise DistributedError(f"WORLD_SIZE must be an integer, got {os.environ['WORLD_SIZE']!r}.") from err
+
+
+def init_process_group(backend: str, timeout: timedelta | None = None) -> None:
+    """``torch.distributed.init_process_group``, after importing the torch modules that would
+    otherwise keep the group alive past ``destroy_process_group``.
+
+    ``torch.distributed.nn.functional`` takes ``group.WORLD`` as its functions' default argument
+    when it is first imported; imported after the group exists (building an optimizer or importing
+    the compiler imports it), it holds that group for the life of the process. The group's gloo
+    threads then outlive ``destroy_process_group`` and are torn down during interpreter
+    finalisation, where a rank was seen to abort (SIGABRT, "terminate called without an active
+    exception") after its run had finished and saved. Imported first, its defaults are ``None``.
+    """
+    import torch.distributed.nn.functional  # noqa: F401  (see above: before the group exists)
+
+    kwargs = {} if timeout is None else {"timeout": timeout}
+    torch.distributed.init_process_group(backend, **kwargs)
 
 
 def local_device(device: torch.device) -> torch.device:
@@ -125,7 +143,7 @@ class Distributed:
                     f"-m workbench train CONFIG` (it sets them all), or set MASTER_ADDR (the host of rank 0), "
                     f"MASTER_PORT (a free port there) and RANK (0..{world - 1}) for every process.")
             try:
-                dist.init_process_group(_backend(config, device), timeout=timedelta(seconds=config.timeout_s))
+                init_process_group(_backend(config, device), timedelta(seconds=config.timeout_s))
             except DistributedError:
                 raise
             except Exception as err:
@@ -206,11 +224,30 @@ class Distributed:
 
     def close(self) -> None:
         """Leave the process group, together: a rank that tore its group down while another still
-        wrote its checkpoint was seen to abort at exit (gloo), so every rank waits for the others."""
+        wrote its checkpoint was seen to abort at exit (gloo), so every rank waits for the others.
+
+        The group's threads stop only when the last reference to it goes. Besides the model's
+        sharded parameters (gone with the experiment), DTensor's sharding-propagation caches keep
+        the device mesh, and with it the group, for the life of the process; they are cleared here
+        so that the threads do not outlive the interpreter (see :func:`init_process_group`).
+        """
         if self._owns_group and torch.distributed.is_initialized():
             self.barrier()
             torch.distributed.destroy_process_group()
             self._owns_group = False
+            _clear_sharding_caches()
+
+
+def _clear_sharding_caches() -> None:
+    """Empty DTensor's sharding-propagation caches (they hold device meshes), if DTensor was used."""
+    if "torch.distributed.tensor" not in sys.modules:
+        return
+    from torch.distributed.tensor import DTensor
+
+    DTensor._op_dispatcher.sharding_propagator.propagate_op_sharding.cache_clear()
+    clear_fast_path = getattr(torch._C, "_clear_DTensor_sharding_propagator_cache", None)
+    if clear_fast_path is not None:
+        clear_fast_path()
 
 
 def _divisors(n: int) -> list[int]:

@@ -390,7 +390,9 @@ def run(args) -> int:
     identity = cache_identity(base, config.data, len(dataset))
     distributed = world > 1 and not torch.distributed.is_initialized()
     if distributed:
-        torch.distributed.init_process_group("gloo")
+        from workbench.train.distributed import init_process_group
+
+        init_process_group("gloo")
     try:
         write_cache(base, dataset, args.out, identity=identity, shard_size=args.shard_size, rank=rank,
                     world_size=world, progress=not getattr(args, "quiet", False) and rank == 0)
