@@ -150,6 +150,15 @@ class GuidanceAroundComposeFn(Toy):
         return uncond + 1.5 * (compose_fn(x, t, batch) - uncond)
 
 
+class GuidesWithoutSayingSo(Toy):
+    def predict(self, x, t, batch, compose_fn):
+        cond = compose_fn(x, t, batch)
+        zeroed = {**batch.cond, "action": torch.zeros_like(batch.cond["action"])}
+        unconditional = Batch(latents=batch.latents, cond=zeroed, loss_mask=batch.loss_mask)
+        uncond = compose_fn(x, t, unconditional)  # a second call a step; predictions_per_step still says 1
+        return uncond + 1.5 * (cond - uncond)
+
+
 class MiscountsItsLatentFrames(Toy):
     def latent_frames(self, frames):
         return frames // 2  # "the autoencoder halves time": it does not
@@ -187,6 +196,9 @@ BROKEN = [
                  id="recording"),
     pytest.param(GuidanceAroundComposeFn, {}, "fork", r"a fork at step 2 of 4 made 6 base calls, expected 4 \(2 per "
                  r"live step\): the prefix must be replayed, not run", id="fork"),
+    pytest.param(GuidesWithoutSayingSo, {}, "recording", r"the sampler called compose_fn 2 time\(s\) in a step, but "
+                 r"predictions_per_step\(batch, \*\*sampler_kwargs\) says 1: a recording keeps every call's "
+                 r"prediction, so estimate_memory", id="recording-calls"),
     pytest.param(MiscountsItsLatentFrames, {}, "clip", r"clip\(\) says 3 frames make 1 latent frames, encode\(\) "
                  r"makes 3: latent_frames\(\) must follow the autoencoder", id="clip"),
     pytest.param(CountsItsCalls, {}, "training", r"training changed the frozen base: calls", id="training"),

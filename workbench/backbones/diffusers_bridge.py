@@ -451,6 +451,15 @@ class DiffusersBackbone(BaseVideoModel):
         return [self._text_cache[p] for p in prompts]
 
     # -- sampling ----------------------------------------------------------------------------
+    def _guidance(self, guidance_scale: float | None = None) -> float:
+        """The classifier-free guidance scale a ``generate`` call uses: the card's unless given."""
+        return self.card.sampling.guidance_scale if guidance_scale is None else guidance_scale
+
+    def predictions_per_step(self, batch: Batch, guidance_scale: float | None = None, **sampler_kwargs: Any) -> int:
+        """Two under classifier-free guidance (a diffusers pipeline guides when the scale is over 1:
+        the conditional and the unconditional half each go through ``compose_fn``), else one."""
+        return 2 if self._guidance(guidance_scale) > 1 else 1
+
     def run_pipeline(self, pipe: Any, injection: Injection, batch: Batch, *, steps: int, guidance: float,
                      generator: torch.Generator | None, **kwargs: Any) -> torch.Tensor:
         """Run ``pipe`` for ``batch``'s size with ``injection`` installed; its final latents in the batch's dtype."""

@@ -332,6 +332,13 @@ class BaseVideoModel(nn.Module):
         configuration leaves out). None by default."""
         return ()
 
+    def predictions_per_step(self, batch: Batch, **sampler_kwargs: Any) -> int:
+        """How many times one step of :meth:`generate` calls ``compose_fn`` for ``batch`` with these
+        sampler keyword arguments: 1, plus one per guidance branch (classifier-free guidance makes
+        two). A recording keeps each call's prediction for forks, so :func:`~workbench.inspect.estimate_memory`
+        and a ``StoragePolicy(max_bytes=...)`` budget size the replay cache with it. Default 1."""
+        return 1
+
     # -- compilation -------------------------------------------------------------------------
     def compile_target(self) -> nn.Module:
         """The network :meth:`compile` runs through ``torch.compile``: by default the root of

@@ -110,7 +110,7 @@ def latent_bytes(shape: torch.Size, dtype: torch.dtype) -> int:
 
 
 def estimate(model: ComposedModel, batch: Batch, steps: int, storage: StoragePolicy, settings: Settings,
-              live_from: int = 0, keep: bool = True) -> int:
+              live_from: int = 0, keep: bool = True, calls_per_step: int = 1) -> int:
     shape, native = batch.latents.shape, batch.latents.dtype
     final = latent_bytes(shape, native)
     if not keep:
@@ -133,23 +133,25 @@ def estimate(model: ComposedModel, batch: Batch, steps: int, storage: StoragePol
     replay = 0
     if storage.replay:
         shared = kept if storage.shares_replay(native) else 0
-        replay = (steps - live_from - shared) * latent_bytes(shape, native)
+        replay = ((steps - live_from) * calls_per_step - shared) * latent_bytes(shape, native)
     return final + kept * (per_step + diagnostics) + scalars + replay
 
 
 def estimate_memory(model: ComposedModel, batch_or_cond: Mapping[str, Any] | Batch, steps: int | None = None,
-                    storage: StoragePolicy | None = None, record: bool = True) -> int:
+                    storage: StoragePolicy | None = None, record: bool = True, **sampler_kwargs: Any) -> int:
     """Bytes a recording of ``steps`` steps will hold under ``storage``, before running it.
 
-    Exact for the latent-shaped fields, the replay cache, the final latents and the
-    composer's diagnostics (taken from a dry composition on zeros); ``t`` / noise level are
-    counted at 8 bytes each. Assumes one ``compose_fn`` call per step (a sampler calling it
-    more often keeps one cached prediction per call).
+    Exact for the latent-shaped fields, the replay cache (one prediction per ``compose_fn`` call:
+    the backbone's :meth:`~workbench.core.BaseVideoModel.predictions_per_step` for these
+    ``sampler_kwargs``, e.g. two a step under classifier-free guidance), the final latents and
+    the composer's diagnostics (taken from a dry composition on zeros); ``t`` / noise level are
+    counted at 8 bytes each.
     """
     model = check_model(model, "estimate_memory")
     batch = prepare(model, batch_or_cond)
     steps, _ = model.base.card.resolve_steps(steps)
-    return estimate(model, batch, steps, storage or StoragePolicy(), Settings(), keep=record)
+    calls = model.base.predictions_per_step(batch, **sampler_kwargs)
+    return estimate(model, batch, steps, storage or StoragePolicy(), Settings(), keep=record, calls_per_step=calls)
 
 
 def check_budget(estimate: int, storage: StoragePolicy, steps: int, shape: torch.Size) -> None:

@@ -509,14 +509,29 @@ class DynamiCrafter(BaseVideoModel):
         return Batch(latents=batch.latents, cond=cond, loss_mask=batch.loss_mask, per_frame=batch.per_frame,
                      meta={**batch.meta, "branch": name})
 
+    def _guidance(self, guidance_scale: float | None = None,
+                 image_guidance_scale: float | None = None) -> tuple[float, float | None]:
+        """The text and image guidance scales a ``generate`` call uses: the recipe's unless given."""
+        r = self.recipe()
+        return (r["guidance_scale"] if guidance_scale is None else guidance_scale,
+                r["image_guidance_scale"] if image_guidance_scale is None else image_guidance_scale)
+
+    def predictions_per_step(self, batch: Batch, guidance_scale: float | None = None,
+                             image_guidance_scale: float | None = None, **sampler_kwargs: Any) -> int:
+        """One without guidance; with it the unconditional branch too, and with an image guidance
+        scale the text-only branch as well (see ``sampling.ddim_loop``)."""
+        guidance, image_guidance = self._guidance(guidance_scale, image_guidance_scale)
+        if guidance == 1.0:
+            return 1
+        return 2 if image_guidance is None else 3
+
     def run_sampler(self, batch: Batch, *, steps: int, sampler: str, generator: torch.Generator | None, compose_fn,
                   on_step, guidance_scale: float | None = None, image_guidance_scale: float | None = None,
                   guidance_rescale: float | None = None, eta: float | None = None, spacing: str | None = None,
                   initial_noise: torch.Tensor | None = None) -> torch.Tensor:
         """Our DDIM loop (see ``sampling``); keyword arguments default to :meth:`recipe`."""
         r = self.recipe()
-        guidance = r["guidance_scale"] if guidance_scale is None else guidance_scale
-        image_guidance = r["image_guidance_scale"] if image_guidance_scale is None else image_guidance_scale
+        guidance, image_guidance = self._guidance(guidance_scale, image_guidance_scale)
         rescale = r["guidance_rescale"] if guidance_rescale is None else guidance_rescale
         tables = DDIMTables(self.variant, steps, r["spacing"] if spacing is None else spacing,
                             r["eta"] if eta is None else eta, batch.latents.device)

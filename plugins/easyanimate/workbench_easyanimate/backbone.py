@@ -255,7 +255,7 @@ class EasyAnimate(DiffusersBackbone):
 
         ``guidance_scale`` defaults to the card's; other keyword arguments go to the pipeline.
         """
-        guidance = self.card.sampling.guidance_scale if guidance_scale is None else guidance_scale
+        guidance = self._guidance(guidance_scale)
         b = batch.batch_size
         kwargs: dict[str, Any] = dict(prompt_embeds=batch.cond["prompt_embeds"],
                                       prompt_attention_mask=batch.cond["prompt_attention_mask"])

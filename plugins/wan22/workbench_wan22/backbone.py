@@ -363,7 +363,7 @@ class Wan22TI2V(DiffusersBackbone):
 
         ``guidance_scale`` defaults to the card's; other keyword arguments go to the pipeline.
         """
-        guidance = self.card.sampling.guidance_scale if guidance_scale is None else guidance_scale
+        guidance = self._guidance(guidance_scale)
         b = batch.batch_size
         uncond = None
         kwargs: dict[str, Any] = dict(prompt_embeds=batch.cond["prompt_embeds"])
