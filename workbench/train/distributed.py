@@ -244,10 +244,13 @@ def _clear_sharding_caches() -> None:
         return
     from torch.distributed.tensor import DTensor
 
-    DTensor._op_dispatcher.sharding_propagator.propagate_op_sharding.cache_clear()
+    # private in torch (debug.py clears them the same way): looked up, so another version only skips them
+    propagator = getattr(getattr(DTensor, "_op_dispatcher", None), "sharding_propagator", None)
+    clear_python = getattr(getattr(propagator, "propagate_op_sharding", None), "cache_clear", None)
     clear_fast_path = getattr(torch._C, "_clear_DTensor_sharding_propagator_cache", None)
-    if clear_fast_path is not None:
-        clear_fast_path()
+    for clear in (clear_python, clear_fast_path):
+        if clear is not None:
+            clear()
 
 
 def _divisors(n: int) -> list[int]:
