@@ -144,14 +144,25 @@ def test_mixed_precision_and_gradient_checkpointing_work_under_both_strategies(t
 
 
 EXIT_PROBE = """
-import atexit, os, sys
+import atexit, os, sys, time
 from workbench.cli import main
 
 def gloo_threads():  # what is still running when the interpreter starts to shut down
-    names = (open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task"))
+    names = []
+    for task in os.listdir("/proc/self/task"):
+        try:
+            names.append(open(f"/proc/self/task/{task}/comm").read().strip())
+        except OSError:  # a thread that ended while being listed
+            pass
     return sorted(n for n in names if "gloo" in n)
 
-atexit.register(lambda: print("threads at exit:", gloo_threads(), file=sys.stderr))
+def report():
+    deadline = time.monotonic() + 5  # a thread still finishing its exit is given a moment; a held group never ends
+    while gloo_threads() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    print("threads at exit:", gloo_threads(), file=sys.stderr)
+
+atexit.register(report)
 sys.exit(main(sys.argv[1:]))
 """
 
