@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import assert_resume_is_bit_exact, perturb, tiny_base
+from conftest import assert_resume_is_bit_exact, perturb, requires_plugins, tiny_base
 
 from workbench import AdapterExperiment, ComposedModel, GatedResidual, Replace, TrainingConfig
 from workbench.adapters.controlnet import ControlNet
@@ -24,7 +24,7 @@ from workbench.adapters.path import (
 from workbench.data.camera import CAMERA_DIM as DATA_CAMERA_DIM
 from workbench.data.camera import CAMERA_KEY as DATA_CAMERA_KEY
 from workbench.data.camera import CameraCalibration
-from workbench.errors import ConfigError, DataError
+from workbench.errors import CompositionError, ConfigError, DataError
 
 torch.set_num_threads(1)
 CAMERA = CameraCalibration.look_at((0.695, 0.173, 1.049), (0.0, 0.66, 0.2), 45.0, 16, 16)
@@ -137,6 +137,31 @@ def test_without_a_calibration_the_error_says_what_was_received_and_the_fix():
     assert "latent_residual draws the action path into the picture and needs the camera's calibration" in text
     assert "the batch has no 'camera'. Received: action, ee_pos; allowed: 'camera', a (12,) vector per clip" in text
     assert "`workbench data calibrate FILE` adds it" in text
+
+
+@pytest.mark.parametrize("kind", list(ADAPTERS))
+def test_a_backbone_that_does_not_pass_the_calibration_on_is_refused_when_composed(kind):
+    base = tiny_base()
+    base.provides = lambda: tuple(k for k in type(base).provides(base) if k != "camera")
+    with pytest.raises(CompositionError) as err:
+        ComposedModel(base, ADAPTERS[kind](), composer(kind), base.default_objective())
+    text = str(err.value)
+    assert (f"{kind} with path: draws the hand's path through the camera's calibration (the 'camera' condition), "
+            f"but TinyVideo does not pass it on to adapters: its provides() lists") in text
+    assert "With TinyVideo, leave path: out (the adapter then reads the actions alone)." in text
+    from workbench.adapters.inside import OWNER
+
+    assert getattr(base, OWNER, None) is None  # refused before anything reached into the base
+
+
+@requires_plugins
+def test_the_path_on_a_diffusers_plugin_is_refused_with_what_it_lacks():
+    from workbench.config import build
+
+    base = build("backbone", "wan22_ti2v", {"path": "tiny", "device": "cpu", "dtype": "float32"})
+    with pytest.raises(CompositionError, match=r"latent_residual with path: .* but Wan22TI2V does not pass it on "
+                                               r"to adapters.*the diffusers plugins do not yet"):
+        ComposedModel(base, residual(channels=base.latent_channels), GatedResidual(), base.default_objective())
 
 
 # -- the promises -------------------------------------------------------------------------------

@@ -154,6 +154,11 @@ class ControlNet(InsideAdapter):
     def from_config(cls, config: ControlNetConfig) -> ControlNet:
         return cls(config)
 
+    def attach_base_model(self, base) -> None:
+        if self.path is not None:
+            self.path.check_base(base)  # before the base is reached into: a refusal leaves it untouched
+        super().attach_base_model(base)
+
     def attach(self, spec: InsideSpec) -> None:
         n = self.config.blocks
         if n > spec.branch_blocks:

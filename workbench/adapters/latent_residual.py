@@ -143,6 +143,10 @@ class LatentResidual(Adapter):
     def from_config(cls, config: LatentResidualConfig) -> LatentResidual:
         return cls(config)
 
+    def attach_base_model(self, base) -> None:
+        if self.path is not None:
+            self.path.check_base(base)
+
     def forward(self, x_t, t, cond, base_output=None):
         b, c, frames, h, w = x_t.shape
         signal = getattr(cond, self.config.condition)  # (B, T, D) or (B, D)

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from workbench.config import check
-from workbench.errors import ConfigError, DataError, did_you_mean, listing
+from workbench.errors import CompositionError, ConfigError, DataError, did_you_mean, listing
 
 #: The condition holding the calibration and its width: the 3x4 projection to normalised image coordinates
 #: that the data readers serve (the same as :data:`workbench.data.camera.CAMERA_KEY` / ``CAMERA_DIM``).
@@ -142,6 +142,19 @@ class ActionPath:
         c = self.config
         state = () if c.state in existing else (Condition(c.state, dim=3, per_frame="keep"),)
         return (*state, Condition(c.camera, dim=CAMERA_DIM, required=False))
+
+    def check_base(self, base: Any) -> None:
+        """Refuse, when the adapter is composed with ``base``, a backbone that does not pass the
+        calibration on to adapters (the path could never be drawn)."""
+        provided = tuple(base.provides())
+        camera = self.config.camera
+        if camera not in provided:
+            name = type(base).__name__
+            raise CompositionError(
+                f"{self.owner} with path: draws the hand's path through the camera's calibration (the '{camera}' "
+                f"condition), but {name} does not pass it on to adapters: its provides() lists {listing(provided)}. "
+                f"The path runs on a backbone that supplies '{camera}' (tiny_video does; the diffusers plugins do "
+                f"not yet). With {name}, leave path: out (the adapter then reads the actions alone).")
 
     def points(self, cond: Any, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(u, v)`` ``(B, T, 2)`` of the hand on the path and whether it is in front of the camera ``(B, T)``."""
