@@ -78,6 +78,9 @@ def test_the_plan_s_weights_and_recording_match_a_real_build(kind):
     expected = estimate_memory(model, batch, steps=2, storage=policy)
     trajectory = record(model, batch, steps=2, seed=0, storage=policy)
     assert plan.recording == expected
+    assert plan.recording_calls == model.base.predictions_per_step(batch) == 2  # both tiny cards guide
+    assert "50 steps" not in plan.table() and "2 steps, on the host; 2 predictions a step (guidance)" in plan.table()
+    assert plan.as_dict()["recording_predictions_per_step"] == 2
     scalar_slack = 2 * 8 * 2  # t and noise level are counted at 8 bytes each
     assert trajectory.nbytes() <= expected <= trajectory.nbytes() + scalar_slack
 

@@ -218,6 +218,7 @@ class MemoryPlan:
     recording: int
     recording_steps: int
     memory: int | None = None
+    recording_calls: int = 1  # compose_fn calls a sampling step makes (guidance branches), each kept for forks
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -239,7 +240,8 @@ class MemoryPlan:
             ("activations, gradient checkpointing", self.activations_checkpointed, "block inputs + one block"),
             ("training step (weights+state+act.)", self.step, "inside adapter"),
             ("training step, checkpointing", self.step_checkpointed, "inside adapter"),
-            ("recording (default StoragePolicy)", self.recording, f"{self.recording_steps} steps, on the host"),
+            ("recording (default StoragePolicy)", self.recording, f"{self.recording_steps} steps, on the host"
+             + (f"; {self.recording_calls} predictions a step (guidance)" if self.recording_calls > 1 else "")),
         ]
 
     def table(self) -> str:
@@ -257,7 +259,8 @@ class MemoryPlan:
     def as_dict(self) -> dict[str, Any]:
         return {"model": self.model, "device": self.device, "dtype": self.dtype, "resolution": self.resolution,
                 "latent_shape": list(self.latent_shape), "memory": self.memory,
-                **{name: n for name, n, _ in self.rows()}, "notes": self.notes}
+                **{name: n for name, n, _ in self.rows()}, "recording_predictions_per_step": self.recording_calls,
+                "notes": self.notes}
 
 
 def _base_block(config: Any) -> tuple[str, dict]:
@@ -324,16 +327,19 @@ def memory_plan(config: Any, device: str = "cuda", memory: str | int | None = No
         notes.append(f"{kind}'s denoiser has no gradient checkpointing of its own: the checkpointed figure is what "
                      f"checkpointing its blocks would keep, not what it keeps today")
     recording_steps = steps or base.card.sampling.steps or 50
-    recording = _recording_bytes(base, latents, cond, recording_steps, StoragePolicy(), estimate_memory)
+    recording, calls = _recording_bytes(base, latents, cond, recording_steps, StoragePolicy(), estimate_memory)
     return MemoryPlan(model=f"{kind} ({base.card.model_id})", device=device, dtype=str(dtype).replace("torch.", ""),
                       resolution=f"{width}x{height}, {frames} frames", latent_shape=shape[1:], weights=weights,
                       encoders=encoders, trainable_parameters=lora_params, trainable=16 * lora_params,
                       activations=trace.total, activations_checkpointed=trace.checkpointed, recording=recording,
-                      recording_steps=recording_steps, memory=None if memory is None else parse_bytes(memory),
+                      recording_steps=recording_steps, recording_calls=calls,
+                      memory=None if memory is None else parse_bytes(memory),
                       notes=notes)
 
 
-def _recording_bytes(base, latents: torch.Tensor, cond: Mapping[str, Any], steps: int, storage, estimate_memory) -> int:
+def _recording_bytes(base, latents: torch.Tensor, cond: Mapping[str, Any], steps: int, storage,
+                     estimate_memory) -> tuple[int, int]:
+    """A recording's bytes under ``storage`` and the predictions each step keeps (``predictions_per_step``)."""
     from workbench import Adapter, Batch, ComposedModel, GatedResidual
 
     class Zero(Adapter):
@@ -344,7 +350,7 @@ def _recording_bytes(base, latents: torch.Tensor, cond: Mapping[str, Any], steps
 
     model = ComposedModel(base, Zero(), GatedResidual(), base.default_objective())
     batch = Batch(latents=torch.zeros(latents.shape), cond={}, loss_mask=None)
-    return estimate_memory(model, batch, steps=steps, storage=storage)
+    return estimate_memory(model, batch, steps=steps, storage=storage), base.predictions_per_step(batch)
 
 
 __all__ = ["ActivationTrace", "MemoryPlan", "fused_attention", "lora_targets", "memory_plan", "meta_backbone",
