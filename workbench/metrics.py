@@ -136,6 +136,12 @@ def _check_int_range(a: np.ndarray, name: str) -> None:
         )
 
 
+def unit_to_uint8(x: torch.Tensor) -> torch.Tensor:
+    """Finite floats in ``[-1, 1]`` → uint8 in any layout, on their device: ``(x + 1) * 127.5`` in float64,
+    rounded and clipped (what :func:`to_uint8_video` computes; ``x`` is never changed in place)."""
+    return (x.double() + 1.0).mul_(127.5).round_().clamp_(0, 255).to(torch.uint8)
+
+
 def to_uint8_video(x: Any) -> np.ndarray:
     """Convert a video to uint8 channel-last ``[..., T, H, W, 3]``.
 
@@ -149,8 +155,7 @@ def to_uint8_video(x: Any) -> np.ndarray:
         if bool(torch.isfinite(x).all()):  # (else the numpy path below says what is wrong)
             # the same float64 arithmetic as below, in torch on the tensor's device: one pass each, and
             # only the uint8 frames are moved to channel-last and to the CPU
-            pixels = (x.double() + 1.0).mul_(127.5).round_().clamp_(0, 255).to(torch.uint8)  # (never in place on x)
-            return pixels.movedim(-4, -1).contiguous().cpu().numpy()
+            return unit_to_uint8(x).movedim(-4, -1).contiguous().cpu().numpy()
     a = _to_numpy(x, "to_uint8_video")
     _check_dtype(a, "to_uint8_video")
     if np.issubdtype(a.dtype, np.integer):

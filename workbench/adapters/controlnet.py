@@ -74,11 +74,9 @@ class ControlNetConfig:
         check(not (self.cumulative and self.video), "cumulative",
               "sums a per-frame vector over frames; a control video (video: true) has none. Drop one of the two.")
         if self.path is not None:
-            self.path = PathConfig.coerce(self.path).as_dict()
             check(not self.video, "path", "draws the path of per-frame actions; a control video (video: true) has "
                                           "none. Drop one of the two.")
-            check(max(self.path["xyz"]) < self.dim, "path", f"reads action dimensions {self.path['xyz']}, but the "
-                                                            f"condition has dim: {self.dim}.")
+            self.path = PathConfig.checked(self.path, self.dim)
         check(self.encoder_width >= 1, "encoder_width", f"must be >= 1, got {self.encoder_width}.")
         check(0 <= self.encoder_downsample <= 6, "encoder_downsample",
               f"must be in 0..6 (how many times the control video's frames are halved), got "

@@ -88,11 +88,9 @@ class LatentResidualConfig:
               f"must be null or the name of another per-frame condition (e.g. ee_pos), got {self.state!r}.")
         check(self.state_dim >= 1, "state_dim", f"must be >= 1, got {self.state_dim}.")
         if self.path is not None:
-            self.path = PathConfig.coerce(self.path).as_dict()
+            self.path = PathConfig.checked(self.path, self.dim)
             check(self.per_frame == "keep", "path", f"draws one point per frame, so it needs per_frame: keep, got "
                                                     f"per_frame: {self.per_frame}.")
-            check(max(self.path["xyz"]) < self.dim, "path", f"reads action dimensions {self.path['xyz']}, but the "
-                                                            f"condition has dim: {self.dim}.")
 
 
 @register("adapter", "latent_residual")

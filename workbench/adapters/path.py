@@ -90,6 +90,14 @@ class PathConfig:
     def as_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "xyz": list(self.xyz)}
 
+    @classmethod
+    def checked(cls, value: Any, dim: int) -> dict[str, Any]:
+        """An adapter config's ``path:`` (not ``None``) in full, checked against its action width ``dim``."""
+        path = cls.coerce(value).as_dict()
+        check(max(path["xyz"]) < dim, "path", f"reads action dimensions {path['xyz']}, but the condition has "
+                                              f"dim: {dim}.")
+        return path
+
 
 #: Maps the path draws per frame: the hand's point now, and where it started.
 PATH_CHANNELS = 2

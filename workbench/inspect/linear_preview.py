@@ -43,7 +43,7 @@ from workbench.inspect.latent_space import (
     latent_shape_from_card,
 )
 from workbench.inspect.preview_cache import backbone_identity, cache_dir, read_files, write_files
-from workbench.metrics import psnr
+from workbench.metrics import psnr, unit_to_uint8
 
 PREVIEW_VERSION = 1
 
@@ -124,8 +124,7 @@ class LatentPreview:
         blocks = self._blocks(z, self._on_device[key]).clamp_(-1, 1)  # (B T h w, r d d 3), as __call__ clamps
         if not bool(torch.isfinite(blocks.sum())):
             return None
-        # to_uint8_video's float64 arithmetic, element by element (so in any layout)
-        pixels = blocks.double().add_(1.0).mul_(127.5).round_().to(torch.uint8)  # (a copy: blocks are float32)
+        pixels = unit_to_uint8(blocks)  # to_uint8_video's arithmetic, element by element (so in any layout)
         pixels = pixels.view(b, t, h, w, r, d, d, 3).permute(0, 1, 4, 2, 5, 3, 6, 7)  # (B, T', r, h, d, w, d, 3)
         return pixels.reshape(b, t * r, h * d, w * d, 3)  # (the copy moves runs of d * 3 bytes)
 

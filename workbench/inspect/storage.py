@@ -110,7 +110,7 @@ def latent_bytes(shape: torch.Size, dtype: torch.dtype) -> int:
 
 
 def estimate(model: ComposedModel, batch: Batch, steps: int, storage: StoragePolicy, settings: Settings,
-              live_from: int = 0, keep: bool = True, calls_per_step: int = 1) -> int:
+              live_from: int = 0, keep: bool = True, sampler_kwargs: Mapping[str, Any] | None = None) -> int:
     shape, native = batch.latents.shape, batch.latents.dtype
     final = latent_bytes(shape, native)
     if not keep:
@@ -133,7 +133,8 @@ def estimate(model: ComposedModel, batch: Batch, steps: int, storage: StoragePol
     replay = 0
     if storage.replay:
         shared = kept if storage.shares_replay(native) else 0
-        replay = ((steps - live_from) * calls_per_step - shared) * latent_bytes(shape, native)
+        calls = model.base.predictions_per_step(batch, **(sampler_kwargs or {}))  # each call's prediction is kept
+        replay = ((steps - live_from) * calls - shared) * latent_bytes(shape, native)
     return final + kept * (per_step + diagnostics) + scalars + replay
 
 
@@ -150,8 +151,8 @@ def estimate_memory(model: ComposedModel, batch_or_cond: Mapping[str, Any] | Bat
     model = check_model(model, "estimate_memory")
     batch = prepare(model, batch_or_cond)
     steps, _ = model.base.card.resolve_steps(steps)
-    calls = model.base.predictions_per_step(batch, **sampler_kwargs)
-    return estimate(model, batch, steps, storage or StoragePolicy(), Settings(), keep=record, calls_per_step=calls)
+    return estimate(model, batch, steps, storage or StoragePolicy(), Settings(), keep=record,
+                    sampler_kwargs=sampler_kwargs)
 
 
 def check_budget(estimate: int, storage: StoragePolicy, steps: int, shape: torch.Size) -> None:

@@ -319,8 +319,7 @@ def run(model: ComposedModel, batch: Batch, *, steps: int, sampler: str, sampler
         raise InspectError(f"storage must be a StoragePolicy, got {type(storage).__name__}.")
     check_gate_override(model, settings)
     if storage.max_bytes is not None:
-        calls = model.base.predictions_per_step(batch, **sampler_kwargs)
-        check_budget(estimate(model, batch, steps, storage, settings, at, keep, calls), storage, steps - at,
+        check_budget(estimate(model, batch, steps, storage, settings, at, keep, sampler_kwargs), storage, steps - at,
                      batch.latents.shape)
     generator = torch.Generator(device=batch.latents.device)
     generator.set_state(generator_state)

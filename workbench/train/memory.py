@@ -296,7 +296,6 @@ def memory_plan(config: Any, device: str = "cuda", memory: str | int | None = No
     block) on ``device`` (``cuda`` / ``cpu``; the dtype its card's precision gives there, or the config's
     ``dtype``), at its native resolution; ``memory``: the device's memory (``"80GiB"``) to judge the fit."""
     from workbench.backbones.random_weights import parameter_bytes, weights_on_meta
-    from workbench.inspect import StoragePolicy, estimate_memory
 
     kind, block = _base_block(config)
     name = block.get("dtype", "auto")
@@ -327,7 +326,7 @@ def memory_plan(config: Any, device: str = "cuda", memory: str | int | None = No
         notes.append(f"{kind}'s denoiser has no gradient checkpointing of its own: the checkpointed figure is what "
                      f"checkpointing its blocks would keep, not what it keeps today")
     recording_steps = steps or base.card.sampling.steps or 50
-    recording, calls = _recording_bytes(base, latents, cond, recording_steps, StoragePolicy(), estimate_memory)
+    recording, calls = _recording(base, shape, recording_steps)
     return MemoryPlan(model=f"{kind} ({base.card.model_id})", device=device, dtype=str(dtype).replace("torch.", ""),
                       resolution=f"{width}x{height}, {frames} frames", latent_shape=shape[1:], weights=weights,
                       encoders=encoders, trainable_parameters=lora_params, trainable=16 * lora_params,
@@ -337,10 +336,10 @@ def memory_plan(config: Any, device: str = "cuda", memory: str | int | None = No
                       notes=notes)
 
 
-def _recording_bytes(base, latents: torch.Tensor, cond: Mapping[str, Any], steps: int, storage,
-                     estimate_memory) -> tuple[int, int]:
-    """A recording's bytes under ``storage`` and the predictions each step keeps (``predictions_per_step``)."""
+def _recording(base, shape: tuple[int, ...], steps: int) -> tuple[int, int]:
+    """A recording's bytes under the default StoragePolicy and the predictions each step keeps for forks."""
     from workbench import Adapter, Batch, ComposedModel, GatedResidual
+    from workbench.inspect import StoragePolicy, estimate_memory
 
     class Zero(Adapter):
         zero_init_output = True
@@ -349,8 +348,8 @@ def _recording_bytes(base, latents: torch.Tensor, cond: Mapping[str, Any], steps
             return torch.zeros_like(x_t)
 
     model = ComposedModel(base, Zero(), GatedResidual(), base.default_objective())
-    batch = Batch(latents=torch.zeros(latents.shape), cond={}, loss_mask=None)
-    return estimate_memory(model, batch, steps=steps, storage=storage), base.predictions_per_step(batch)
+    batch = Batch(latents=torch.zeros(shape), cond={}, loss_mask=None)
+    return estimate_memory(model, batch, steps=steps, storage=StoragePolicy()), base.predictions_per_step(batch)
 
 
 __all__ = ["ActivationTrace", "MemoryPlan", "fused_attention", "lora_targets", "memory_plan", "meta_backbone",
