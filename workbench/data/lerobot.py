@@ -41,6 +41,7 @@ from torch.utils.data import Dataset
 
 from workbench.config import check, config_from
 from workbench.data.camera import CAMERA_KEY, CameraCalibration
+from workbench.data.checks import check_finite
 from workbench.data.control import check_control, with_control
 from workbench.data.lerobot_format import Episode, LeRobotMeta, column, parquet_columns, read_parquet
 from workbench.data.metaworld import split_episodes
@@ -57,12 +58,15 @@ class LeRobotConfig:
 
     ``root``: the dataset directory (local). ``camera``: the video feature to serve (``null``: the
     only one). ``actions`` / ``state`` / ``ee_pos``: features served as ``action`` / ``proprio`` /
-    ``ee_pos`` (``null`` leaves one out). ``fps``: the frame rate of the served clips (``null``: the
+    ``ee_pos`` (``null`` leaves one out; ``state: auto``, the default, serves ``observation.state``
+    when the dataset has it and nothing otherwise). ``fps``: the frame rate of the served clips (``null``: the
     dataset's). ``size``: ``[H, W]`` the frames are resized to (``null``: as stored).
     ``drop_short``: leave out episodes shorter than the window instead of raising.
     ``tolerance_s``: how far (seconds) a decoded frame may be from the wanted time (``null``:
     one frame period less 0.1 ms, as LeRobot). ``control``: a control video derived from each clip's
     frames, served as ``control`` ``(C, T, H, W)`` (``edges``; see :mod:`workbench.data.control`).
+    ``max_abs``: a served action or state value beyond this magnitude (or NaN, or infinite) is
+    refused when the tables are read, naming the file, episode and frame.
     """
 
     root: str
@@ -71,7 +75,7 @@ class LeRobotConfig:
     stride: int = 4
     split: Literal["train", "val", "all"] = "train"
     actions: str = "action"
-    state: str | None = "observation.state"
+    state: str | None = "auto"
     ee_pos: str | None = None
     fps: float | None = None
     size: list[int] | None = None
@@ -80,6 +84,7 @@ class LeRobotConfig:
     drop_short: bool = False
     tolerance_s: float | None = None
     control: str | None = None
+    max_abs: float = 1e6
 
     def __post_init__(self) -> None:
         check(isinstance(self.root, str) and self.root != "", "root",
@@ -93,6 +98,13 @@ class LeRobotConfig:
               f"must be [height, width] (each >= 8) or null, got {self.size}.")
         check(self.tolerance_s is None or self.tolerance_s > 0, "tolerance_s", f"must be > 0, got {self.tolerance_s}.")
         check_control(self.control)
+        check(self.max_abs > 0, "max_abs", f"must be > 0, got {self.max_abs}.")
+
+
+NON_FINITE_FIX = ("Fix those values in the dataset and re-export it (or leave the episode out of it); a real "
+                  "measurement this large needs a larger `max_abs:` in the dataset config.")
+#: What ``state: auto`` serves when the dataset has it.
+STATE = "observation.state"
 
 
 @register("dataset", "lerobot")
@@ -110,9 +122,14 @@ class LeRobotClips(Dataset):
         #: The camera's calibration from ``meta/info.json`` (:class:`~workbench.data.camera.CameraCalibration`),
         #: or None when the dataset records none.
         found = meta.features[self.camera].get("calibration")
-        self.calibration = CameraCalibration.from_json(found, str(meta.info_path)) if found is not None else None
+        where = f"{meta.info_path} (camera {self.camera})"
+        self.calibration = CameraCalibration.from_json(found, where) if found is not None else None
         self._calibration_vector = torch.from_numpy(self.calibration.vector()) if self.calibration else None
-        self.signals = {"action": config.actions, "proprio": config.state, "ee_pos": config.ee_pos}
+        state = config.state
+        if state == "auto":  # the usual name, when the dataset has it: an adapter that reads no state needs none
+            numeric = meta.features.get(STATE, {}).get("dtype") in NUMERIC
+            state = STATE if numeric else None
+        self.signals = {"action": config.actions, "proprio": state, "ee_pos": config.ee_pos}
         self.signals = {k: v for k, v in self.signals.items() if v is not None}
         for name, feature in self.signals.items():
             self._check_feature(name, feature)
@@ -220,8 +237,10 @@ class LeRobotClips(Dataset):
                 frames = {"timestamp": data["timestamp"][rows].astype(np.float64),
                           "task_index": data["task_index"][rows].astype(np.int64)}
                 for name, key in self.signals.items():
-                    value = data[key][rows].astype(np.float32)
-                    frames[name] = value.reshape(len(rows), -1)
+                    value = data[key][rows].astype(np.float64).reshape(len(rows), -1)
+                    check_finite(value, f"{path}: episode {ep.index}", f"{key!r} ({name})",
+                                 limit=self.config.max_abs, fix=NON_FINITE_FIX)
+                    frames[name] = value.astype(np.float32)
                 self.frames_of[position[ep.index]] = frames
 
     def _task(self, e: int, row: int) -> str:
