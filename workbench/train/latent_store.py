@@ -377,8 +377,9 @@ def run(args) -> int:
     """
     from workbench.config import build
     from workbench.train.config import load_yaml
+    from workbench.train.options import DataOptions, apply_data_options
 
-    config = load_yaml(args.config)
+    config = apply_data_options(load_yaml(args.config), DataOptions.from_args(args), what=args.config)
     if config.data is None:
         raise DataError(f"cache-latents: {args.config} has no data: block, so there is nothing to encode. Add one "
                         f"(e.g. data: {{type: metaworld, config: {{path: sample}}}}).")
