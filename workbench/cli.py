@@ -1,4 +1,5 @@
-"""The ``workbench`` command: ``train``, ``cache-latents``, ``doctor`` and ``plan``, plus every registered command.
+"""The ``workbench`` command: ``train``, ``cache-latents``, ``doctor``, ``plan`` and ``init``, plus every registered
+command.
 
 Other packages add commands through the ``workbench.commands`` entry-point group: each entry point
 names a :class:`Command`. The world-model wing registers ``data``, ``demo``, ``eval``, ``pretrain``
@@ -235,7 +236,8 @@ def _doctor(args: argparse.Namespace) -> int:
         absent = extras.missing(extra)
         state = "installed" if not absent else f"missing {', '.join(absent)}"
         users = [f"workbench {c.name}" for c in commands if extra in c.extras]
-        print(f"  {extra:<10} {state}{' - for ' + ', '.join(users) if users else ''}")
+        serves = extras.SERVES.get(extra, "")
+        print(f"  {extra:<10} {state} - {serves}{'; commands: ' + ', '.join(users) if users else ''}")
     plugins = sorted({d.metadata["Name"] for d in md.distributions() if (d.metadata["Name"] or "").startswith(
         "workbench-")})
     print(f"plugins installed: {', '.join(plugins) if plugins else '(none)'}")
@@ -272,6 +274,19 @@ def _plan(args: argparse.Namespace) -> int:
 
     plan = memory_plan(args.config, device=args.device, memory=args.memory, steps=args.steps)
     print(json.dumps(plan.as_dict(), indent=1) if args.json else plan.table())
+    return 0
+
+
+def _init(args: argparse.Namespace) -> int:
+    from workbench.examples import write_examples
+
+    written, kept = write_examples(args.names or None, into=args.dir)
+    for path in written:
+        print(f"wrote {path}")
+    if kept:
+        print(f"kept {len(kept)} that were there already (never overwritten): {', '.join(p.name for p in kept)}")
+    first = (written or kept)[0]
+    print(f"Train one with: workbench train {first}")
     return 0
 
 
@@ -318,6 +333,15 @@ def build_parser() -> argparse.ArgumentParser:
     add_data_arguments(cache, dim=False)
     cache.set_defaults(func=_cache_latents)
 
+    init = sub.add_parser("init", help="write the example configs into this folder (examples/configs/), so the "
+                                       "documented commands run here",
+                          description="Write the example configs that ship with workbench into examples/configs/ "
+                                      "(or --dir), so commands such as `workbench train examples/configs/tiny.yaml` "
+                                      "run outside a clone. Files already there are kept.")
+    init.add_argument("names", nargs="*", metavar="NAME", help="the examples to write (default: all), e.g. tiny")
+    init.add_argument("--dir", default="examples/configs", help="where to write them (default: %(default)s)")
+    init.set_defaults(func=_init)
+
     doctor = sub.add_parser("doctor", help="versions, devices and what auto resolves to, plugins and entry points")
     doctor.set_defaults(func=_doctor)
 
@@ -349,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     _STOPPED_BY["signal"] = signal.SIGINT
     previous = _install(signal.SIGTERM, _on_sigterm)
     try:
-        require_all(getattr(args, "needs", None) or {}, what=f"workbench {args.command}")
+        require_all(getattr(args, "needs", None) or {}, what=f"workbench {command}")
         return args.func(args)
     except WorkbenchError as err:
         print(f"error: {err}", file=sys.stderr)
