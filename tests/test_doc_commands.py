@@ -33,6 +33,8 @@ SKIP: dict[str, str] = {
     r"^workbench eval\b": "needs the run a `workbench demo` trains (minutes)",
     r"compare_adapters\.py": "7 to 12 minutes per adapter (--table prints what those runs stored)",
     r"lerobot_world_model\.yaml": "trains on the LeRobot dataset the `data metaworld` line before generates",
+    r"\bmy_(videos|dataset)\b|own_videos": "the walk-through of Your own data: tests/test_own_data.py runs it as "
+                                            "written, with its Python view, in one folder and one process",
     r"examples/configs/(wan22|easyanimate|dynamicrafter)": "imports diffusers and a backbone plugin (a minute or more)",
     r"\bbenchmarks\b": "a benchmark: it measures for a minute or more",
     # placeholders for the reader's own files and machines

@@ -481,7 +481,9 @@ class TinyVideo(BaseVideoModel):
             raise CheckpointError(
                 f"Weights {file} were saved for a different tiny_video architecture: "
                 + ", ".join(f"{k}: built {a!r}, weights {b!r}" for k, (a, b) in sorted(diff.items()))
-                + ". Build with TinyVideo.from_pretrained(path) to take the saved architecture."
+                + ". Build with TinyVideo.from_pretrained(path) to take the saved architecture, or in a config "
+                f"give it with the weights: base: {{type: tiny_video, config: {{weights: {path}, "
+                + ", ".join(f"{k}: {b}" for k, (_, b) in sorted(diff.items())) + "}}."
             )
         target = device if device is not None else self.device
         state = load_file(str(file), device=str(target))

@@ -276,9 +276,10 @@ class LeRobotClips(Dataset):
         return kept
 
     # ------------------------------------------------------------------ access
-    def rows(self, e: int, start: int) -> np.ndarray:
-        """Row indices (within episode position ``e``) of the window starting at served frame ``start``."""
-        k = np.arange(start, start + self.config.window)
+    def rows(self, e: int, start: int, count: int | None = None) -> np.ndarray:
+        """Row indices (within episode position ``e``) of the ``count`` (default: the window's) served frames
+        from served frame ``start`` on."""
+        k = np.arange(start, start + (self.config.window if count is None else count))
         if self.fps == self.source_fps:
             return k
         ts = self.frames_of[e]["timestamp"]
@@ -307,6 +308,14 @@ class LeRobotClips(Dataset):
         if self._calibration_vector is not None:
             item[CAMERA_KEY] = self._calibration_vector.clone()
         return with_control(item, self.config.control)
+
+    def episode_frames(self, e: int) -> np.ndarray:
+        """Every served frame of episode position ``e`` (of ``meta.episodes``), uint8 ``(T, H, W, 3)`` at the
+        served size and rate: what pretraining a backbone on the dataset's video reads."""
+        rows = self.rows(e, 0, self.served_length(e))
+        path, offset = self.meta.episodes[e].videos[self.camera]
+        return self._video.frames(path, offset + self.frames_of[e]["timestamp"][rows], self.size, self.tolerance,
+                                  what=f" (episode {self.meta.episodes[e].index}, camera {self.camera})")
 
     def close(self) -> None:
         """Close this process's open video files (they are reopened on the next item)."""
