@@ -28,8 +28,9 @@ def data_kind(path: str | Path) -> str:
             return "lerobot"
         from workbench.data.importer import IMAGE_SUFFIXES, VIDEO_SUFFIXES
 
-        videos = [q for q in p.iterdir() if q.suffix.lower() in VIDEO_SUFFIXES] or [
-            q for q in p.iterdir() if q.is_dir() and any(r.suffix.lower() in IMAGE_SUFFIXES for r in q.iterdir())]
+        entries = sorted(p.iterdir())
+        videos = [q for q in entries if q.suffix.lower() in VIDEO_SUFFIXES] or [
+            q for q in entries if q.is_dir() and any(r.suffix.lower() in IMAGE_SUFFIXES for r in q.iterdir())]
         if videos:
             out = p.with_name(f"{p.name}_dataset")
             raise DataError(f"{p} holds videos ({len(videos)}, e.g. {videos[0].name}) but is not a LeRobot dataset "

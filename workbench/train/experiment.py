@@ -316,14 +316,14 @@ class AdapterExperiment:
 
     def _non_finite_message(self, value: float, step: int, clips: list | None = None) -> str:
         right_after = self._resumed is not None and len(self.loss_history) == self._resumed[3]
-        last = self.last_checkpoint if self.last_checkpoint is not None and self.last_checkpoint.exists() else None
-        if last is None and self.is_main:  # the run's own directory may hold one this process did not write
+        last, run_dir = self.last_checkpoint, self.output_dir
+        if last is not None and not last.exists():  # deleted or set aside since: the newest left in its run
             from workbench.train.checkpoint import latest_checkpoint
 
-            last = latest_checkpoint(self.output_dir)
+            run_dir = last.parent
+            last = latest_checkpoint(run_dir)
         return non_finite_message(value, step, last_checkpoint=last, resumed=self._resumed[:3] if right_after else None,
-                                  clips=describe_clips(clips), run_dir=self.output_dir,
-                                  command=self.resume_command)
+                                  clips=describe_clips(clips), run_dir=run_dir, command=self.resume_command)
 
     def _run_step(self, stream: DataStream, hooks: dict[str, list[Callback]], guard: SigintGuard) -> None:
         # The hot path: anything done here per step beyond the work itself is overhead a short
