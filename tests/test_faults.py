@@ -624,7 +624,7 @@ WORLD_MODEL = {"type": "latent_residual", "config": {"width": 16, "depth": 1, "d
 @pytest.mark.parametrize("column, value, shown", [
     ("action", float("nan"), "NaN"), ("action", float("-inf"), "infinite"), ("action", 1e30, r"1e\+30, beyond ±1e\+06"),
     ("observation.state", float("inf"), "infinite"),
-])
+], ids=["nan-action", "minus-inf-action", "1e30-action", "inf-state"])
 def test_a_bad_value_in_a_lerobot_table_stops_training_naming_file_episode_and_frame(lerobot, tmp_path, capsys, column,
                                                                                     value, shown):
     root = tmp_path / "data"
@@ -642,7 +642,8 @@ def test_a_bad_value_in_a_lerobot_table_stops_training_naming_file_episode_and_f
     assert not (tmp_path / "run").exists()  # refused before anything was built or written
 
 
-@pytest.mark.parametrize("value, shown", [(float("nan"), "NaN"), (1e30, r"1e\+30, beyond ±1e\+06")])
+@pytest.mark.parametrize("value, shown", [(float("nan"), "NaN"), (1e30, r"1e\+30, beyond ±1e\+06")],
+                         ids=["nan", "1e30"])
 def test_a_bad_value_in_an_hdf5_file_names_the_file_episode_and_frame(h5, tmp_path, value, shown):
     import h5py
 
@@ -773,7 +774,7 @@ def _episode(frames: int = 4, actions: int = 4, value: float = 0.0):
                 r"written\."),
     (4, 5, 0.0, r"{root}: episode 1: feature 'action' has 5 rows but the episode has 4 frames"),
     (4, 4, float("inf"), r"{root}: episode 1: feature 'action' at frame 0, column 0 is infinite"),
-])
+], ids=["more-frames-than-actions", "more-actions-than-frames", "inf-action"])
 def test_the_writer_refuses_an_episode_before_writing_it_and_leaves_nothing(tmp_path, frames, actions, value, message):
     root = tmp_path / "data"
     with pytest.raises(DataError, match=message.format(root=re.escape(str(root)))):  # noqa: SIM117

@@ -71,7 +71,7 @@ def test_the_guide_walks_from_plain_files_to_an_evaluated_model_and_a_view(walkt
     assert info["features"]["observation.images.main"]["shape"] == [32, 32, 3]
     assert not (folder / "my_dataset.partial").exists()
     base = json.loads((folder / "outputs" / "own_base.json").read_text())["provenance"]
-    assert base["validation"]["data"] == "my_dataset" and base["train_steps"] == 60
+    assert base["validation"]["data"] == "my_dataset" and base["train_steps"] == 30
     assert (folder / "outputs" / "own_videos" / "step-0000030").is_dir()
     metrics = json.loads((folder / "outputs" / "own_videos_eval" / "metrics.json").read_text())
     assert metrics["evaluation"]["clips"] == 4 and metrics["evaluation"]["data"] == "my_dataset"

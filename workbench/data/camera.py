@@ -79,7 +79,7 @@ class CameraCalibration:
                 bad = ~np.isfinite(m) | (np.abs(m) > MAX_ABS)
             if bad.any():
                 r, c = (int(v) for v in np.argwhere(bad)[0])
-                problems.append(f"{name}[{r}][{c}] is {m[r, c]!r} (a calibration holds finite values of at most "
+                problems.append(f"{name}[{r}][{c}] is {float(m[r, c])!r} (a calibration holds finite values of at most "
                                 f"{MAX_ABS:g} in magnitude: pixels and metres)")
         if int(self.width) < 1 or int(self.height) < 1:
             problems.append(f"the image size must be positive, got {self.width}x{self.height}")

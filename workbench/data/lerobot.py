@@ -10,7 +10,7 @@ Items are windows of ``window`` consecutive frames at ``fps`` (the dataset's own
 boundary::
 
     {"video": float32 [3, window, H, W] in [-1, 1], "action": float32 [window, A],
-     "proprio": float32 [window, S] (the ``state`` feature; absent when state is null),
+     "proprio": float32 [window, S] (the ``state`` feature; absent when none is served),
      "ee_pos": float32 [window, 3] (only with ``ee_pos`` set),
      "episode": int (the dataset's episode_index), "start": int (first frame, at ``fps``),
      "task": str, "prompt": str (the same task string: the text condition backbones read),

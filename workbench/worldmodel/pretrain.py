@@ -60,14 +60,16 @@ class PretrainConfig:
     split gives the card's validation loss (default: the shipped sample for a Meta-World file, so
     the number is reproducible anywhere; the data itself for a LeRobot dataset). ``size``: the
     frames' side in pixels (a LeRobot dataset's frames are resized to it; default: as stored,
-    which must be square). ``ae_steps`` / ``steps``: optimizer steps of the two stages. ``arch``:
-    overrides of :class:`TinyVideoConfig` (whose defaults are the shipped architecture).
+    which must be square). ``camera``: a LeRobot dataset's video feature (needed when it has several).
+    ``ae_steps`` / ``steps``: optimizer steps of the two stages. ``arch``: overrides of
+    :class:`TinyVideoConfig` (whose defaults are the shipped architecture).
     """
 
     data: str
     out: str = "outputs/pretrain/tiny_video.safetensors"
     val_data: str | None = None
     size: int | None = None
+    camera: str | None = None
     window: int = 16
     ae_steps: int = 2500
     ae_batch_size: int = 32
@@ -102,20 +104,22 @@ def _is_lerobot(path: str) -> bool:
     return data_kind(path) == "lerobot"
 
 
-def _lerobot(path: str, size: int | None, split: str = "all", window: int = 2, stride: int = 4):
+def _lerobot(path: str, size: int | None, split: str = "all", window: int = 2, stride: int = 4,
+             camera: str | None = None):
     """The LeRobot dataset at ``path`` as clips of frames alone (no actions or state are read)."""
     from workbench.data.lerobot import LeRobotClips
 
-    return LeRobotClips(root=path, window=window, stride=stride, split=split, size=[size, size] if size else None,
-                        actions=None, state=None)
+    return LeRobotClips(root=path, camera=camera, window=window, stride=stride, split=split,
+                        size=[size, size] if size else None, actions=None, state=None)
 
 
-def _load_frames(path: str, size: int | None = None, split: str = "all") -> tuple[Any, dict[str, Any]]:
+def _load_frames(path: str, size: int | None = None, split: str = "all",
+                 camera: str | None = None) -> tuple[Any, dict[str, Any]]:
     """Every frame of ``split``'s episodes, validated by the dataset reader: uint8 ``[N, T, H, W, 3]`` for a
     Meta-World file, a list of uint8 ``(T_e, H, W, 3)`` (one per episode, lengths may differ) for a LeRobot
     dataset (resized to ``size`` x ``size``)."""
     if _is_lerobot(path):
-        clips = _lerobot(path, size, split)
+        clips = _lerobot(path, size, split, camera=camera)
         frames = [clips.episode_frames(e) for e in clips.episodes]
         clips.close()
         height, width = frames[0].shape[1:3]
@@ -286,7 +290,7 @@ def train_denoiser(base: TinyVideo, latents: torch.Tensor, cfg: PretrainConfig,
 
 @torch.no_grad()
 def validation_loss(base: TinyVideo, data: str = "sample", split: str = "val", window: int = 16, stride: int = 8,
-                    seed: int = 0, levels: int = 8, batch_size: int = 16) -> float:
+                    seed: int = 0, levels: int = 8, batch_size: int = 16, camera: str | None = None) -> float:
     """Mean flow-matching loss on every ``window`` of ``data``'s ``split``, deterministically.
 
     Clip ``i`` gets noise from ``torch.Generator().manual_seed(seed * 100003 + i)`` and the noise
@@ -296,7 +300,7 @@ def validation_loss(base: TinyVideo, data: str = "sample", split: str = "val", w
     from workbench.data.metaworld import MetaWorldClips
 
     size = base.config.image_size
-    clips = _lerobot(data, size, split, window, stride) if _is_lerobot(data) else \
+    clips = _lerobot(data, size, split, window, stride, camera) if _is_lerobot(data) else \
         MetaWorldClips(path=data, window=window, stride=stride, split=split)
     was = base.training
     base.train(False)
@@ -318,11 +322,11 @@ def validation_loss(base: TinyVideo, data: str = "sample", split: str = "val", w
 
 
 @torch.no_grad()
-def reconstruction_psnr(base: TinyVideo, data: str = "sample", split: str = "val") -> float:
+def reconstruction_psnr(base: TinyVideo, data: str = "sample", split: str = "val", camera: str | None = None) -> float:
     """PSNR (dB, uint8 range) of autoencoder reconstructions of every frame of ``split``."""
     from workbench.metrics import psnr
 
-    frames, _ = _load_frames(data, base.config.image_size if _is_lerobot(data) else None, split)
+    frames, _ = _load_frames(data, base.config.image_size if _is_lerobot(data) else None, split, camera)
     x = _to_float(_flat(frames)[0])
     y = torch.cat([base.decode_frames(base.encode_frames(chunk)) for chunk in x.split(64)])
     to_u8 = lambda v: ((v.clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).movedim(-3, -1).numpy()  # noqa: E731
@@ -338,7 +342,7 @@ def pretrain(cfg: PretrainConfig, progress: bool = True) -> TinyVideo:
     """
     torch.manual_seed(cfg.seed)
     started = time.perf_counter()
-    frames, info = _load_frames(cfg.data, cfg.size)
+    frames, info = _load_frames(cfg.data, cfg.size, camera=cfg.camera)
     longest = max(len(f) for f in frames)
     if longest < cfg.window if info["kind"] == "lerobot" else info["frames"] < cfg.window:
         have = longest if info["kind"] == "lerobot" else info["frames"]
@@ -346,7 +350,8 @@ def pretrain(cfg: PretrainConfig, progress: bool = True) -> TinyVideo:
                         f"Use --window <= {have}.")
     arch = {**cfg.arch, "frames": cfg.window, "image_size": int(frames[0].shape[1])}
     base = TinyVideo(TinyVideoConfig(**arch, device="cpu"))  # the pretraining loops below run on the CPU
-    validation = {"data": cfg.val_data, "split": "val", "window": cfg.window, "stride": 8, "seed": 0, "levels": 8}
+    validation = {"data": cfg.val_data, "split": "val", "window": cfg.window, "stride": 8, "seed": 0, "levels": 8,
+                  **({"camera": cfg.camera} if cfg.camera and _is_lerobot(cfg.val_data) else {})}
     held = {"frames": frames}  # let go once encoded: the denoiser trains on latents
     del frames
 
@@ -368,7 +373,7 @@ def _write(cfg: PretrainConfig, base: TinyVideo, info: dict[str, Any], validatio
     base.denoiser.load_state_dict(ema)
     seconds = time.perf_counter() - started
     val = validation_loss(base, **validation)
-    ae_psnr = reconstruction_psnr(base, cfg.val_data)
+    ae_psnr = reconstruction_psnr(base, cfg.val_data, camera=validation.get("camera"))
     name = Path(info["path"]).name
     if info["kind"] == "lerobot":
         trained_on = (f"{name} (a LeRobot dataset; tasks: {', '.join(info['tasks'])}): {info['episodes']} episodes of "
@@ -415,6 +420,7 @@ def add_arguments(parser) -> None:
                                            "Meta-World file, the data itself for a LeRobot dataset)")
     parser.add_argument("--size", type=int, help="frame side in pixels (a LeRobot dataset is resized to it; default: "
                                                  "as stored)")
+    parser.add_argument("--camera", help="a LeRobot dataset's video feature (when it has several)")
     for flag, typ in (("window", int), ("ae_steps", int), ("ae_batch_size", int), ("steps", int),
                       ("batch_size", int), ("learning_rate", float), ("ae_learning_rate", float), ("seed", int),
                       ("width", int), ("depth", int), ("ae_width", int)):
