@@ -750,7 +750,8 @@ def test_a_non_finite_loss_names_the_last_checkpoint_that_exists(runs, tmp_path)
     assert f"the last checkpoint is {run}/step-0000002 (it verifies; left intact)" in message
     assert "The batch of step 6 held episode 1 (from frame 0), episode 2 (from frame 0), episode 3 (from frame 4), " \
            "episode 4 (from frame 4)" in message
-    assert f"then continue from it with AdapterExperiment.load('{run}/step-0000002') and fit() again" in message
+    assert f"then continue from it with AdapterExperiment.load('{run}/step-0000002') (pass training=... with the " \
+           f"lower rate) and fit() again" in message
 
 
 # -- the writer and sizes: mismatches refused before anything is written or computed ------------------------------

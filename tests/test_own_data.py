@@ -245,6 +245,17 @@ def test_import_trims_with_trim_and_says_so(tmp_path):
     assert report.frames == 11 and report.notes == ["b: cut to 5 frames (--trim)"]
 
 
+def test_a_larger_max_abs_lets_real_large_values_through(tmp_path):
+    from workbench.data.importer import import_folder
+
+    src = tmp_path / "src"
+    src.mkdir()
+    _two(src, x=_bad_value(3e6))  # e.g. encoder ticks: large, and real
+    with pytest.raises(DataError, match=r"is 3e\+06, beyond ±1e\+06 .* needs a larger --max-abs"):
+        import_folder(src, tmp_path / "out")
+    assert import_folder(src, tmp_path / "out", max_abs=1e7).episodes == 2
+
+
 def test_the_import_command_prints_what_it_wrote_and_refuses_an_existing_output(tmp_path, capsys):
     src = tmp_path / "src"
     src.mkdir()

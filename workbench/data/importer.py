@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from workbench.data.checks import check_finite
+from workbench.data.checks import MAX_ABS, check_finite
 from workbench.errors import DataError
 
 #: Video files the importer reads (anything FFmpeg decodes; these are the names it looks for).
@@ -55,8 +55,9 @@ def natural_key(name: str) -> list:
 
 
 # -- per-frame tables -------------------------------------------------------------------------------------------
-def read_table(path: Path, what: str) -> tuple[np.ndarray, list[str] | None]:
-    """A per-frame table as float32 ``(T, D)`` and its column names (``None`` when the file has none)."""
+def read_table(path: Path, what: str, max_abs: float = MAX_ABS) -> tuple[np.ndarray, list[str] | None]:
+    """A per-frame table as float32 ``(T, D)`` and its column names (``None`` when the file has none); a value
+    that is NaN, infinite or beyond ``max_abs`` is refused, naming the frame and column."""
     suffix = path.suffix.lower()
     try:
         if suffix == ".npy":
@@ -83,7 +84,9 @@ def read_table(path: Path, what: str) -> tuple[np.ndarray, list[str] | None]:
                         f"frame. Reshape them to 2-D before saving.")
     if len(values) == 0:
         raise DataError(f"{path}: the {what} table is empty (0 rows); an episode needs one row per frame.")
-    check_finite(values, str(path), what)
+    check_finite(values, str(path), what, limit=max_abs,
+                 fix="Fix or drop that frame (or the episode) in the source file, then run this again (a real "
+                     "measurement that large needs a larger --max-abs).")
     return values.astype(np.float32), names
 
 
@@ -264,7 +267,7 @@ def _served(source: Source, fps: float) -> np.ndarray:
 
 
 def plan_import(folder: str | Path, *, fps: float | None = None, size: tuple[int, int] | None = None,
-                window: int = 2, trim: bool = False, task: str | None = None) -> Plan:
+                window: int = 2, trim: bool = False, task: str | None = None, max_abs: float = MAX_ABS) -> Plan:
     """Find, read and check everything :func:`import_folder` needs; raise the first problem, naming the file."""
     if fps is not None and not (np.isfinite(fps) and fps > 0):
         raise DataError(f"--fps must be a positive number of frames per second, got {fps}.")
@@ -276,9 +279,9 @@ def plan_import(folder: str | Path, *, fps: float | None = None, size: tuple[int
     sources = find_sources(folder, task)
     notes: list[str] = []
     for s in sources:
-        s.action_values, s.action_names = read_table(s.actions, "actions")
+        s.action_values, s.action_names = read_table(s.actions, "actions", max_abs)
         if s.state is not None:
-            s.state_values, s.state_names = read_table(s.state, "state")
+            s.state_values, s.state_names = read_table(s.state, "state", max_abs)
     with_state = [s for s in sources if s.state is not None]
     if with_state and len(with_state) != len(sources):
         lacking = next(s for s in sources if s.state is None)
@@ -434,7 +437,7 @@ class ImportReport:
 
 def import_folder(folder: str | Path, out: str | Path, *, fps: float | None = None,
                   size: tuple[int, int] | None = None, window: int = 2, trim: bool = False, task: str | None = None,
-                  camera: str = "main", crf: int = 18, progress: bool = False,
+                  camera: str = "main", crf: int = 18, progress: bool = False, max_abs: float = MAX_ABS,
                   on_episode: Callable[[int], None] | None = None) -> ImportReport:
     """Write the episodes of ``folder`` (see the module's layout) as a LeRobot v3.0 dataset in ``out``.
 
@@ -442,7 +445,8 @@ def import_folder(folder: str | Path, out: str | Path, *, fps: float | None = No
     ``size``: ``(H, W)`` to resize to (default: as recorded, which must agree); ``window``: the
     shortest episode allowed, in frames at ``fps``; ``trim``: cut each episode to the shorter of its
     frames and rows instead of refusing; ``task``: the task string of episodes without a ``NAME.txt``
-    (default: the folder's name); ``camera``: the video feature is ``observation.images.<camera>``.
+    (default: the folder's name); ``camera``: the video feature is ``observation.images.<camera>``;
+    ``max_abs``: an action or state value beyond this magnitude is refused (as NaN and infinities are).
     Every check runs before a picture is decoded (:func:`plan_import`); ``out`` appears only once
     the dataset is complete (see :class:`~workbench.data.lerobot_write.LeRobotWriter`).
 
@@ -457,7 +461,7 @@ def import_folder(folder: str | Path, out: str | Path, *, fps: float | None = No
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise DataError(f"{out} exists and is not empty: the import writes a new dataset directory. Choose another "
                         f"output, or delete {out} first (nothing was written).")
-    plan = plan_import(folder, fps=fps, size=size, window=window, trim=trim, task=task)
+    plan = plan_import(folder, fps=fps, size=size, window=window, trim=trim, task=task, max_abs=max_abs)
     feature = f"observation.images.{camera}"
     features: dict[str, tuple[str, list[str] | None]] = {
         "action": ("float32", _names(plan.sources[0].action_names, plan.action_dim, "a"))}

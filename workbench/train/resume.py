@@ -428,8 +428,10 @@ def non_finite_message(value: float, step: int, *, last_checkpoint: Path | None,
     cures = f"{batch} If the data is sound, lower training.learning_rate or set clip_grad_norm."
 
     def go_on(path: Path) -> str:
-        how = f"`{command}`" if command else f"AdapterExperiment.load({str(path)!r}) and fit() again"
-        return f"then continue from it with {how}"
+        if command:
+            return f"then continue from it with `{command}` (add --override learning_rate after lowering it)"
+        return (f"then continue from it with AdapterExperiment.load({str(path)!r}) (pass training=... with the "
+                f"lower rate) and fit() again")
 
     if resumed is not None:
         path, at, verified = resumed

@@ -39,6 +39,9 @@ def _data_arguments(parser: argparse.ArgumentParser) -> None:
     own.add_argument("--task", help="the task of episodes without a NAME.txt (default: the folder's name)")
     own.add_argument("--camera", default="main", help="the camera's name: the video feature is "
                                                       "observation.images.CAMERA (default: %(default)s)")
+    own.add_argument("--max-abs", type=float, default=1e6, help="refuse action and state values beyond this "
+                                                                "magnitude, as NaN and infinities are (default: "
+                                                                "%(default)g)")
     own.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     example = datasets.add_parser("example", help="a folder of MP4 clips with .npy actions (a square the actions "
                                                   "move) to try `workbench data import` on")
@@ -64,7 +67,7 @@ def _data(args: argparse.Namespace) -> int:
             raise DataError(f"--size takes a height and a width, or one number for square frames; got {size}.")
         report = import_folder(args.source, args.out, fps=args.fps, size=(size * 2)[:2] if size else None,
                                window=args.window, trim=args.trim, task=args.task, camera=args.camera,
-                               progress=not args.no_progress)
+                               max_abs=args.max_abs, progress=not args.no_progress)
         print(report.summary())
         print(f"train on it with a data: block {{type: lerobot, config: {{root: {report.root}}}}} (the adapter's dim: "
               f"{report.action_dim}), or --data {report.root}")
