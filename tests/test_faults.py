@@ -12,6 +12,7 @@ import json
 import os
 import random
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -1021,21 +1022,22 @@ def test_a_signal_stops_training_saves_and_says_how_to_continue(tmp_path, capsys
     assert trainable(out, name) == trainable(tmp_path / "straight", name)
 
 
-def test_ctrl_c_during_cache_latents_says_how_to_continue(cache, tmp_path):
+def test_ctrl_c_during_cache_latents_says_how_to_continue(cache, tmp_path, capsys):
     config, _ = cache
     out = tmp_path / "cache"
-    proc = subprocess.Popen([sys.executable, "-c", CACHING.format(tests=str(ROOT / "tests"), config=str(config),
-                                                                  out=str(out))],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    script = CACHING.format(tests=str(ROOT / "tests"), config=str(config), out=str(out),
+                            point="between a shard and its manifest", shard=3)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=ENV)
     assert proc.stdout.readline().strip() == "ready"
-    deadline = time.time() + 60
-    while not list(out.glob("shard-*.manifest.json")) and time.time() < deadline:
-        time.sleep(0.05)
+    assert proc.stdout.readline().startswith("mid-write")  # held in the middle of the cache
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "Traceback" not in stderr
-    assert f"Continue with: workbench cache-latents {config} --out {out}" in stderr
-
+    line = next(line for line in stderr.splitlines() if "Continue with: " in line).split("Continue with: ")[1]
+    assert line == f"workbench cache-latents {config} --out {out} --shard-size 1 --quiet"  # its own arguments
+    status, printed, _ = cli(capsys, *shlex.split(line)[1:])  # and it runs as printed
+    assert status == 0 and "7 shard(s) written (1 of them damaged before), 3 already there and verified" in printed
 
 
 def test_the_reliability_guide_counts_these_cases():
