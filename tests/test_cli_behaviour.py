@@ -265,6 +265,18 @@ def test_eval_of_a_run_on_data_of_another_action_width_stops_before_any_work(tmp
     assert not (tmp_path / "eval").exists()
 
 
+def test_demo_data_needs_no_state_and_reads_the_width_of_the_chosen_actions(tmp_path):
+    """The issue's case: `workbench demo --data` refused a dataset without observation.state."""
+    from workbench.worldmodel.demo import DemoConfig, build_experiment
+
+    data = _two_d_dataset(tmp_path / "two_d", frames=16)
+    exp = build_experiment(DemoConfig.quick(data=str(data), output=str(tmp_path / "demo")), tmp_path / "demo" / "run")
+    assert exp.model.adapter.config.dim == 2
+    item = exp.default_data()[0]
+    assert "proprio" not in item and tuple(item["action"].shape) == (16, 2)
+    assert tuple(item["video"].shape) == (3, 16, 64, 64)  # resized to the base's frames
+
+
 def test_train_and_eval_take_the_same_data_options_and_need_no_state_the_adapter_does_not_read(tmp_path, capsys):
     with_state = _two_d_dataset(tmp_path / "with_state", state=True)
     without = _two_d_dataset(tmp_path / "without")
