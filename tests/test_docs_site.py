@@ -137,18 +137,6 @@ def test_the_readme_is_the_front_door_and_its_links_hold():
     assert [t for t in relative if not (ROOT / t).exists()] == []
 
 
-@pytest.mark.parametrize("doc", ["README.md", "docs/getting-started.md"])
-def test_the_quickstart_runs_as_written(tmp_path, doc):
-    """The Python blocks of the front page and of Getting started, run in order in one fresh process."""
-    blocks = re.findall(r"^```python\n(.*?)^```", (ROOT / doc).read_text(), re.M | re.S)
-    assert len(blocks) >= 2, doc
-    script = "\n".join(blocks) + "\nprint('forked:', other.label)\n"
-    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "'improvement':" in done.stdout and "forked: fork@4: cond" in done.stdout, done.stdout
-
-
 # -- the build-time helpers ----------------------------------------------------------------------------------
 def test_a_glob_in_the_navigation_lists_the_pages_not_named_elsewhere(tmp_path):
     hooks = _load("docs_hooks")

@@ -60,9 +60,10 @@ class LRSchedule:
       With ``momentum = (low, high)``, Adam's ``beta1`` runs the other way: ``high`` at the ends,
       ``low`` at the peak (:meth:`beta1_at`). :meth:`one_cycle` builds one from ``pct_start``.
 
-    >>> s = LRSchedule(peak=1e-3, steps=100, warmup=10, floor=0.1)
-    >>> s.lr_at(0), s.lr_at(9), s.lr_at(10), round(s.lr_at(99), 7)
-    (0.0001, 0.001, 0.001, 0.0001003)
+    Examples:
+        >>> s = LRSchedule(peak=1e-3, steps=100, warmup=10, floor=0.1)
+        >>> s.lr_at(0), s.lr_at(9), s.lr_at(10), round(s.lr_at(99), 7)
+        (0.0001, 0.001, 0.001, 0.0001003)
     """
 
     peak: float
