@@ -26,8 +26,10 @@ from workbench.inspect.common import InspectError
 
 @runtime_checkable
 class FrameReadout(Protocol):
-    """What instruments take as a readout: ``readout(frames)`` maps uint8 frames ``[T, H, W, 3]`` to
-    positions ``[T, D]`` in ``unit``; ``name`` says what is read (``"hand"``)."""
+    """What instruments take as a readout: frames in, positions out.
+
+    ``readout(frames)`` maps uint8 frames ``[T, H, W, 3]`` to positions ``[T, D]`` in ``unit``;
+    ``name`` says what is read (``"hand"``)."""
 
     name: str
     unit: str
