@@ -182,6 +182,15 @@ def test_a_glob_in_the_navigation_lists_the_pages_not_named_elsewhere(tmp_path):
         {"Home": "index.md"}, {"Guides": ["guides/index.md", "guides/z.md", "guides/a.md"]}, {"More": ["guides/b.md"]}]
 
 
+def test_a_summary_line_holds_the_whole_first_sentence():
+    roles = _load("griffe_roles")
+    cut = "What instruments take as a readout: ``readout(frames)`` maps frames to\npositions in ``unit``.\n\nMore."
+    assert roles.whole_first_sentence(cut).split("\n")[0].endswith("maps frames to positions in ``unit``.")
+    assert roles.whole_first_sentence("Done here.\nNext one\ngoes on.") == "Done here.\nNext one\ngoes on."
+    assert roles.whole_first_sentence("Caps (e.g. the\nfirst).") == "Caps (e.g. the first)."
+    assert roles.whole_first_sentence("No stop\nExamples:\n    >>> 1") == "No stop\nExamples:\n    >>> 1"
+
+
 def test_docstring_roles_become_references_and_a_stale_name_is_a_warning(tmp_path, caplog):
     griffe = pytest.importorskip("griffe")
     roles = _load("griffe_roles")
