@@ -1,11 +1,11 @@
 """Every example in the documentation runs as written.
 
-Pages: README.md and every ``docs/**/*.md`` (a new page is picked up by the glob). A page's ```python and
-```bash blocks run in order, in one namespace (Sybil), in a scratch directory that holds the repository's
-``examples/``; its blocks share that namespace, so a later block continues from an earlier one. Every page
+Pages: README.md, every ``docs/**/*.md`` (a new page is picked up by the glob) and ``notebooks/*.md``.
+A page's ```python and ```bash blocks run in order, in one namespace (Sybil), in a scratch directory
+that holds the repository's ``examples/``, so a later block continues from an earlier one. Every page
 starts from the names that ``docs/guides/index.md`` defines ("The names the examples use": the shipped
-world model ``exp``, ``model``, ``train``, ``val``, ``raw``, ``traj``), built once per process; ``exp`` is
-copied for each page, so a page that trains it leaves the next page's alone.
+world model ``exp``, ``model``, ``train``, ``val``, ``raw``, ``traj``), built once per process; ``exp``
+is copied for each page, so a page that trains it leaves the next page's alone.
 
 A shell line ``workbench ARGS`` runs in this process through the console script's own function
 (``workbench.cli.main``), which spares a Python start and the imports per line; any other line runs in
@@ -131,7 +131,8 @@ def docstring_sybil() -> Sybil:
 
 # -- what runs -----------------------------------------------------------------------------------------
 def pages() -> list[Path]:
-    return [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
+    """README.md, every page under docs/ and the notebooks' README (docs/notebooks links that folder)."""
+    return [ROOT / "README.md", *sorted(DOCS.rglob("*.md")), *sorted((ROOT / "notebooks").glob("*.md"))]
 
 
 def modules_with_examples() -> list[Path]:
