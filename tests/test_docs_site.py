@@ -116,6 +116,35 @@ def test_the_notebooks_are_rendered_with_their_stored_outputs(site):
     assert "AdapterExperiment" in quickstart          # the code cells too
 
 
+def test_each_rendered_notebook_links_its_download(site):
+    for notebook in NOTEBOOKS:
+        html = _page(site, f"notebooks/{notebook.stem}")
+        assert f'href="{notebook.name}" download="{notebook.name}"' in html, notebook.name
+        assert (site / "notebooks" / notebook.stem / notebook.name).read_bytes() == notebook.read_bytes()
+
+
+def test_docstring_examples_render_as_code_not_as_quotes(site):
+    """A ``>>>`` outside an Examples section renders as a nested quote with its lines run together."""
+    for page in ("api/core", "api/inspect", "api/train", "api/widgets", "api/testing", "api/utilities"):
+        html = _page(site, page)
+        assert "<blockquote>" not in html and "&gt;&gt;&gt;" not in re.sub(r"<pre.*?</pre>", "", html, flags=re.S)
+        assert "doctest:" not in html, page
+    assert '<span class="gp">&gt;&gt;&gt; </span>' in _page(site, "api/inspect")   # highlighted as a session
+
+
+def test_each_api_page_says_its_package_intro_once(site):
+    for page, intro in (("api/inspect", "The instruments: recorded trajectories"), ("api/core", "The contract:"),
+                        ("api/testing", "conformance kit"), ("api/widgets", "Notebook views")):
+        text = re.sub(r"<[^>]+>", "", _page(site, page).split('<article', 1)[1])
+        assert text.count(intro) == 1, (page, text.count(intro))
+
+
+def test_every_summary_is_a_whole_sentence(site):
+    """The summary tables show a docstring's first line: it must not stop mid-sentence."""
+    inspect = _page(site, "api/inspect")
+    assert "What instruments take as a readout: frames in, positions out." in inspect
+
+
 def test_each_results_page_gives_dates_and_commands():
     pages = [p for p in DOCS.glob("results/*.md") if p.name != "index.md"]
     assert pages
@@ -137,18 +166,6 @@ def test_the_readme_is_the_front_door_and_its_links_hold():
     assert [t for t in relative if not (ROOT / t).exists()] == []
 
 
-@pytest.mark.parametrize("doc", ["README.md", "docs/getting-started.md"])
-def test_the_quickstart_runs_as_written(tmp_path, doc):
-    """The Python blocks of the front page and of Getting started, run in order in one fresh process."""
-    blocks = re.findall(r"^```python\n(.*?)^```", (ROOT / doc).read_text(), re.M | re.S)
-    assert len(blocks) >= 2, doc
-    script = "\n".join(blocks) + "\nprint('forked:', other.label)\n"
-    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "'improvement':" in done.stdout and "forked: fork@4: cond" in done.stdout, done.stdout
-
-
 # -- the build-time helpers ----------------------------------------------------------------------------------
 def test_a_glob_in_the_navigation_lists_the_pages_not_named_elsewhere(tmp_path):
     hooks = _load("docs_hooks")
@@ -163,6 +180,15 @@ def test_a_glob_in_the_navigation_lists_the_pages_not_named_elsewhere(tmp_path):
 
     assert hooks.on_config(Config()).nav == [
         {"Home": "index.md"}, {"Guides": ["guides/index.md", "guides/z.md", "guides/a.md"]}, {"More": ["guides/b.md"]}]
+
+
+def test_a_summary_line_holds_the_whole_first_sentence():
+    roles = _load("griffe_roles")
+    cut = "What instruments take as a readout: ``readout(frames)`` maps frames to\npositions in ``unit``.\n\nMore."
+    assert roles.whole_first_sentence(cut).split("\n")[0].endswith("maps frames to positions in ``unit``.")
+    assert roles.whole_first_sentence("Done here.\nNext one\ngoes on.") == "Done here.\nNext one\ngoes on."
+    assert roles.whole_first_sentence("Caps (e.g. the\nfirst).") == "Caps (e.g. the first)."
+    assert roles.whole_first_sentence("No stop\nExamples:\n    >>> 1") == "No stop\nExamples:\n    >>> 1"
 
 
 def test_docstring_roles_become_references_and_a_stale_name_is_a_warning(tmp_path, caplog):
@@ -188,3 +214,150 @@ def test_docstring_roles_become_references_and_a_stale_name_is_a_warning(tmp_pat
     assert "<code>torch.Tensor</code>" in text and "<code>docs_probe.Gone</code>" in text
     assert ":class:" not in text
     assert "docs_probe: the docstring names docs_probe.Gone, which does not exist" in caplog.text
+
+
+# -- the supported-models table ------------------------------------------------------------------------------
+def _models_table() -> dict[str, dict[str, str]]:
+    """``{row: {backbone: cell}}`` of the table under "Supported models" in docs/guides/backbones.md."""
+    text = (DOCS / "guides" / "backbones.md").read_text()
+    rows = [line.strip("|").split(" | ") for line in text.split("## Supported models", 1)[1].splitlines()
+            if line.startswith("|")]
+    names = [name.strip(" `") for name in rows[0][1:]]
+    return {row[0].strip(): dict(zip(names, (cell.strip() for cell in row[1:]))) for row in rows[2:]}
+
+
+def test_the_supported_models_table_says_what_the_code_says():
+    """Capabilities, clips, precision and adapters of each backbone, read from its code (no model is built)."""
+    pytest.importorskip("workbench_wan22", reason="the backbone plugins are not installed")
+    from importlib import metadata
+
+    from workbench_dynamicrafter import backbone as dynamicrafter
+    from workbench_dynamicrafter.variants import VARIANTS
+    from workbench_easyanimate import backbone as easyanimate
+    from workbench_wan22 import backbone as wan22
+
+    from workbench.backbones import diffusers_bridge, tiny_video
+    from workbench.core import BaseVideoModel
+    from workbench.core.card import CAPABILITIES
+
+    table = _models_table()
+    backbones = {ep.name: ep for ep in metadata.entry_points(group="workbench.backbones")}
+    assert set(table["model"]) == set(backbones)
+    classes = {"tiny_video": tiny_video.TinyVideo, "wan22_ti2v": wan22.Wan22TI2V,
+               "easyanimate": easyanimate.EasyAnimate, "dynamicrafter": dynamicrafter.DynamiCrafter}
+    modules = {"tiny_video": tiny_video, "wan22_ti2v": wan22, "easyanimate": easyanimate,
+               "dynamicrafter": dynamicrafter}
+
+    def capabilities(cls) -> str:  # the card's capabilities tuple, as the card's code spells it
+        maker = next(vars(cls)[n] for n in ("card_fields", "_make_card", "card") if n in vars(cls))
+        code = (maker.fget if isinstance(maker, property) else maker).__code__
+        found = [c for c in code.co_consts if isinstance(c, tuple) and c and set(c) <= set(CAPABILITIES)]
+        assert len(found) == 1, (cls, found)
+        return ", ".join(found[0])
+
+    def clip(defaults) -> str:
+        return f"{defaults['num_frames']} frames, {defaults['height']}x{defaults['width']}"
+
+    adapters = {}
+    for ep in metadata.entry_points(group="workbench.adapters"):
+        adapters.setdefault(ep.dist.name, []).append(ep.name)
+    for name, cls in classes.items():
+        assert table["distribution"][name] == f"`{backbones[name].dist.name}`"
+        assert table["capabilities (card)"][name] == capabilities(cls), name
+        card_precision = getattr(modules[name], "PRECISION", None) or diffusers_bridge.PRECISION  # the card's
+        precision = ", ".join(f"{device} {dtype}" for device, dtype in card_precision.items())
+        assert table["precision, `dtype: auto` (card)"][name] == precision, name
+        beside = [a for a in adapters[backbones[name].dist.name] if a.endswith("latent_residual")]
+        assert table["adapters beside the base"][name] == ", ".join(f"`{a}`" for a in beside), name
+        assert cls.inside_spec is not BaseVideoModel.inside_spec, f"{name}: no adapters inside the base"
+    assert {"lora", "action_modulation", "controlnet"} <= set(adapters["grafted-workbench"])
+    cards = table["clip (`clip()`, the real model's card)"]
+    tiny = tiny_video.TinyVideo.from_pretrained().card.sampling
+    assert cards["tiny_video"] == f"{tiny.num_frames} frames, {tiny.height}x{tiny.width}, {tiny.fps} fps"
+    for name in ("wan22_ti2v", "easyanimate"):
+        assert cards[name] == f"{clip(modules[name].REAL_DEFAULTS)}, {modules[name].REAL_DEFAULTS['fps']} fps"
+    for variant in ("256", "512", "1024"):
+        v = VARIANTS[variant]
+        assert f"{v.height}x{v.width} (`{variant}`)" in cards["dynamicrafter"], variant
+    assert table["sizes"]["dynamicrafter"] == "variants " + ", ".join(f"`{v}`" for v in VARIANTS)
+
+
+
+# -- navigation, indexes, the site's configuration --------------------------------------------------------
+def _mkdocs_config(env: dict[str, str] | None = None) -> dict:
+    from mkdocs.utils.yaml import yaml_load
+
+    saved = {k: os.environ.get(k) for k in (env or {})}
+    os.environ.update(env or {})
+    try:
+        with open(ROOT / "mkdocs.yml") as f:
+            return yaml_load(f)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def test_new_guides_land_before_troubleshooting_and_development():
+    hooks = _load("docs_hooks")
+    config = _mkdocs_config()
+
+    class Config:
+        docs_dir = str(DOCS)
+        nav = config["nav"]
+
+    guides = next(item["Guides"] for item in hooks.on_config(Config()).nav if "Guides" in item)
+    assert guides[-2:] == ["guides/troubleshooting.md", "guides/development.md"]
+    assert "guides/action-path.md" in guides and "guides/compile.md" in guides
+    assert {"Changelog": "changelog.md"} in config["nav"]
+
+
+def test_the_guides_and_results_indexes_list_every_page():
+    for folder in ("guides", "results"):
+        index = (DOCS / folder / "index.md").read_text()
+        missing = [p.name for p in (DOCS / folder).glob("*.md") if p.name != "index.md" and f"]({p.name}" not in index]
+        assert missing == [], f"docs/{folder}/index.md does not list {missing}"
+
+
+def test_the_repository_link_is_configured_not_invented():
+    assert _mkdocs_config({"WORKBENCH_DOCS_REPO_URL": ""}).get("repo_url") in (None, "")
+    configured = _mkdocs_config({"WORKBENCH_DOCS_REPO_URL": "https://git.example.org/team/workbench"})
+    assert configured["repo_url"] == "https://git.example.org/team/workbench"
+    assert "content.action.edit" in configured["theme"]["features"]
+    hooks = _load("docs_hooks")
+
+    class Config:
+        docs_dir, nav = str(DOCS), None
+        repo_url, edit_uri = configured["repo_url"], configured.get("edit_uri")
+
+    assert hooks.on_config(Config()).edit_uri == "edit/main/docs/"
+    Config.edit_uri = "edit/docs-branch/docs/"
+    assert hooks.on_config(Config()).edit_uri == "edit/docs-branch/docs/"
+
+
+def test_a_link_to_a_missing_anchor_is_found():
+    hooks = _load("docs_hooks")
+    page = ('<nav><a href="#the-pipeline-written-with-loaded-like-a-checkpoint">x</a><a href="#fine">y</a></nav>'
+            '<h2 id="the-pipeline-written-with-save_pretrained-loaded-like-a-checkpoint">z</h2><h2 id="fine">f</h2>')
+    assert hooks.missing_anchors(page) == ["the-pipeline-written-with-loaded-like-a-checkpoint"]
+
+
+def test_notebook_headings_hold_no_code():
+    """mkdocs-jupyter's contents list drops a heading's code from the anchor the heading itself keeps."""
+    import json
+
+    for notebook in NOTEBOOKS:
+        for cell in json.loads(notebook.read_text())["cells"]:
+            if cell["cell_type"] == "markdown":
+                headings = [line for line in "".join(cell["source"]).splitlines() if line.startswith("#")]
+                assert [h for h in headings if "`" in h or "<" in h] == [], notebook.name
+
+
+def test_the_changelog_starts_at_the_current_version():
+    from workbench._version import __version__
+
+    text = (DOCS / "changelog.md").read_text()
+    first = re.search(r"^## (\S+)", text, re.M)
+    assert first and first.group(1) == __version__

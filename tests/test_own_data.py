@@ -1,17 +1,15 @@
-"""Your own videos in: the guide's walk-through as written, `workbench data import` and the writer it uses.
+"""Your own videos in: `workbench data import`, the writer it uses, and pretraining on the result.
 
-The walk-through (docs/guides/your-own-data.md, "From a folder of videos ...") runs its shell lines as
-written, in one scratch folder, in this process (``workbench.cli.main``: the same argv, without a fresh
-interpreter per line), then its Python view block. The import's refusals are a table: each names the file
-and the fix, and nothing is written.
+The guide's walk-through (docs/guides/your-own-data.md, from a folder of MP4s to a trained, evaluated
+adapter and a view) runs as written in tests/test_docs_examples.py, which checks what it leaves. Here:
+what the import reads, its refusals as a table (each names the file and the fix, and nothing is written),
+the writer's, and pretraining on a LeRobot dataset of episodes of several lengths.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import shlex
 from pathlib import Path
 
 import numpy as np
@@ -21,76 +19,25 @@ from conftest import cli
 from workbench.errors import DataError
 
 ROOT = Path(__file__).resolve().parents[1]
-GUIDE = ROOT / "docs" / "guides" / "your-own-data.md"
-SECTION = "## From a folder of videos to a trained, evaluated world model"
 
 
-def guide_blocks() -> tuple[list[str], str]:
-    """The walk-through's shell lines (continuations joined, comments dropped) and its Python view block."""
-    from test_doc_commands import without_comment
+def test_pretrain_reads_a_lerobot_dataset_of_episodes_of_several_lengths(tmp_path, capsys):
+    import lerobot_fixture
 
-    text = GUIDE.read_text()
-    section = text[text.index(SECTION):]
-    shell = re.search(r"^```bash\n(.*?)^```", section, re.M | re.S).group(1).replace("\\\n", " ")
-    python = re.search(r"^```python\n(.*?)^```", section, re.M | re.S).group(1)
-    lines = [" ".join(without_comment(line).split()) for line in shell.splitlines()]
-    return [line for line in lines if line], python
+    from workbench.backbones.tiny_video import TinyVideo
 
-
-@pytest.fixture(scope="module")
-def walkthrough(tmp_path_factory):
-    """The guide's walk-through, run as written in a scratch folder: (folder, outputs of each line, the view)."""
-    folder = tmp_path_factory.mktemp("own")
-    lines, python = guide_blocks()
-    outputs = {}
-    here = os.getcwd()
-    os.chdir(folder)
-    try:
-        from workbench.cli import main
-
-        for line in lines:
-            argv = shlex.split(line)
-            assert argv[0] == "workbench", line
-            status = main(argv[1:])
-            assert status == 0, line
-            outputs[argv[1]] = status
-        *body, last = [line for line in python.strip().splitlines()]
-        namespace: dict = {}
-        exec("\n".join(body), namespace)
-        view = eval(last.split("  #")[0], namespace)
-    finally:
-        os.chdir(here)
-    return folder, namespace, view
-
-
-def test_the_guide_walks_from_plain_files_to_an_evaluated_model_and_a_view(walkthrough):
-    folder, namespace, view = walkthrough
-    assert sorted(p.name for p in (folder / "my_videos").iterdir())[:2] == ["episode_000.mp4", "episode_000.npy"]
-    info = json.loads((folder / "my_dataset" / "meta" / "info.json").read_text())
-    assert (info["total_episodes"], info["fps"], info["features"]["action"]["shape"]) == (12, 10, [2])
-    assert info["features"]["observation.images.main"]["shape"] == [32, 32, 3]
-    assert not (folder / "my_dataset.partial").exists()
-    base = json.loads((folder / "outputs" / "own_base.json").read_text())["provenance"]
-    assert base["validation"]["data"] == "my_dataset" and base["train_steps"] == 30
-    assert (folder / "outputs" / "own_videos" / "step-0000030").is_dir()
-    metrics = json.loads((folder / "outputs" / "own_videos_eval" / "metrics.json").read_text())
-    assert metrics["evaluation"]["clips"] == 4 and metrics["evaluation"]["data"] == "my_dataset"
-    assert np.isfinite(metrics["summary"]["mean"]["adapter"]["psnr"])
-    assert (folder / "outputs" / "own_videos_eval" / "side_by_side.mp4").stat().st_size > 0
-    assert len(namespace["trajectory"]) == 8 and namespace["exp"].step == 30
-    assert view.image.value[:8] == b"\x89PNG\r\n\x1a\n"  # the view drew its picture
-
-
-def test_the_imported_actions_are_the_files_values(walkthrough):
-    from workbench.data.lerobot import LeRobotClips
-
-    folder, _, _ = walkthrough
-    clips = LeRobotClips(root=str(folder / "my_dataset"), window=8, stride=8, split="all")
-    assert "proprio" not in clips[0]  # no state recorded, none served (state: auto)
-    for i in (0, len(clips) - 1):
-        item = clips[i]
-        recorded = np.load(folder / "my_videos" / f"episode_{item['episode']:03d}.npy")
-        assert np.array_equal(item["action"].numpy(), recorded[item["start"]:item["start"] + 8])
+    root = lerobot_fixture.write(tmp_path / "robot", "v3.0")  # episodes of 12, 9 and 15 frames, two cameras
+    out = tmp_path / "base.safetensors"
+    status, _, err = cli(capsys, "pretrain", "--data", root, "--camera", "observation.images.front", "--size", 16,
+                         "--window", 8, "--ae-steps", 2, "--steps", 2, "--batch-size", 2, "--ae-batch-size", 2,
+                         "--width", 8, "--depth", 1, "--ae-width", 8, "--out", out, "--no-progress")
+    assert status == 0, err
+    base = TinyVideo.from_pretrained(out)
+    assert (base.config.image_size, base.config.frames) == (16, 8)
+    assert base.card.recipe.trained_on.startswith("robot (a LeRobot dataset; tasks: open the drawer, pick up the red "
+                                                  "block): 3 episodes of at least 9 frames, no actions")
+    assert base.provenance["validation"]["data"] == str(root)  # its own validation split
+    assert base.provenance["validation"]["camera"] == "observation.images.front"
 
 
 # -- import: what it reads ---------------------------------------------------------------------------------------------

@@ -1,14 +1,24 @@
-"""MkDocs hook: a navigation entry with a ``*`` lists the pages of a folder that the navigation does not name.
+"""MkDocs hooks: the navigation's ``*`` entries, and a warning for a link to an anchor a page lacks.
 
 In mkdocs.yml, ``- guides/*.md`` inside a section stands for every ``guides/*.md`` page not named anywhere
 else in ``nav``, in file-name order, each titled by its first heading. A page added to a folder is thus
 in the navigation without an edit to mkdocs.yml; naming it in ``nav`` gives it a place of its own.
+
+MkDocs checks the anchors of links written in Markdown, not those of a page rendered by a plugin: a
+notebook's contents list (mkdocs-jupyter makes it from the headings with other rules than the heading
+ids) could point nowhere. :func:`on_post_page` checks every ``href="#..."`` of every built page against
+the page's ids, and a missing one is a warning, which ``mkdocs build --strict`` turns into a failure.
 """
 
 from __future__ import annotations
 
+import html
+import logging
+import re
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger("mkdocs.hooks.anchors")
 
 
 def _named(nav: list) -> set[str]:
@@ -37,7 +47,34 @@ def _expanded(nav: list, docs: Path, named: set[str]) -> list:
     return out
 
 
+#: Where pages are edited, relative to ``repo_url``, when the environment names a repository but no ``edit_uri``.
+EDIT_URI = "edit/main/docs/"
+
+
 def on_config(config: Any, **kwargs: Any) -> Any:
+    if getattr(config, "repo_url", None) and not getattr(config, "edit_uri", None):
+        config.edit_uri = EDIT_URI
     if config.nav:
         config.nav = _expanded(config.nav, Path(config.docs_dir), _named(config.nav))
     return config
+
+
+def missing_anchors(page_html: str) -> list[str]:
+    """The same-page anchors ``page_html`` links to (``href="#x"``) that no element's ``id`` or ``name`` holds."""
+    ids = {html.unescape(i) for i in re.findall(r'\b(?:id|name)="([^"]+)"', page_html)}
+    wanted = {html.unescape(h) for h in re.findall(r'href="#([^"]+)"', page_html)}
+    return sorted(wanted - ids)
+
+
+def on_post_page(output: str, page: Any, config: Any, **kwargs: Any) -> str:
+    for anchor in missing_anchors(output):
+        log.warning(f"{page.file.src_uri}: links to #{anchor}, which is not on the page (a heading whose id "
+                    f"differs from its entry in the contents? keep code and markup out of notebook headings)")
+    return output
+
+
+def on_page_context(context: Any, page: Any, config: Any, nav: Any, **kwargs: Any) -> Any:
+    """A notebook's "edit this page" opens ``notebooks/NAME.ipynb``: ``docs/notebooks`` is a link to that folder."""
+    if page.edit_url and page.file.src_uri.startswith("notebooks/"):
+        page.edit_url = page.edit_url.replace("/docs/notebooks/", "/notebooks/")
+    return context

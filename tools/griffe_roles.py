@@ -1,4 +1,4 @@
-"""Griffe extension for the API reference: the docstrings' reStructuredText roles become links.
+"""Griffe extension for the API reference: the docstrings' roles become links; a summary is a whole sentence.
 
 The docstrings name other objects as ``:class:`Trajectory```, ``:func:`~workbench.inspect.record```,
 ``:mod:`workbench.widgets.render``` and so on. Each role is resolved the way a reader would: a dotted
@@ -7,6 +7,10 @@ modules above it. A name that resolves becomes a cross-reference to that object 
 reference documents it, its name in code otherwise). A name under ``workbench.`` that names nothing
 is a warning, which fails the strict build: a stale reference in a docstring is caught like a broken
 link. Other names (``torch.Tensor``, a parameter) are shown in code.
+
+The reference's summary tables show a docstring's first line. A first sentence that runs onto the next
+lines would be cut mid-sentence there, so the lines of the first sentence are joined into the first line
+(:func:`whole_first_sentence`); Markdown renders the paragraph the same either way.
 """
 
 from __future__ import annotations
@@ -17,6 +21,9 @@ from typing import Any
 
 import griffe
 
+# A full stop, question or exclamation mark that ends a sentence (not the one inside "e.g." or "i.e.").
+SENTENCE_END = re.compile(r"(?<!\be\.g)(?<!\bi\.e)[.!?](?=\s|$)|:$")
+SECTION = re.compile(r"\s*[A-Z][A-Za-z ]*:\s*$")  # a Google-style section title ("Examples:", "Args:")
 ROLE = re.compile(r":(?:py:)?(?P<role>class|func|meth|mod|attr|data|exc|obj|const):`(?P<target>[^`]+)`")
 logger = griffe.get_logger("griffe_roles")
 
@@ -55,6 +62,15 @@ def _link(obj: griffe.Object, collection: griffe.ModulesCollection, match: re.Ma
     return f"<code>{html.escape(shown)}</code>"
 
 
+def whole_first_sentence(text: str) -> str:
+    """``text`` with the lines of its first sentence joined into its first line (within the first paragraph)."""
+    lines = text.split("\n")
+    first, rest = lines[0].rstrip(), lines[1:]
+    while rest and rest[0].strip() and not SENTENCE_END.search(first) and not SECTION.match(rest[0]):
+        first = f"{first} {rest.pop(0).strip()}"
+    return "\n".join([first, *rest])
+
+
 class RolesToLinks(griffe.Extension):
     """Rewrites the roles of every docstring of the package once it is loaded.
 
@@ -73,6 +89,8 @@ class RolesToLinks(griffe.Extension):
         stack: list[griffe.Object] = [pkg]
         while stack:
             obj = stack.pop()
+            if obj.docstring is not None:
+                obj.docstring.value = whole_first_sentence(obj.docstring.value)
             if obj.docstring is not None and ":" in obj.docstring.value:
                 obj.docstring.value = ROLE.sub(lambda m, o=obj: _link(o, collection, m, self.package),
                                               obj.docstring.value)

@@ -316,7 +316,10 @@ def build(kind: str, name: str, config: Any = None, *, where: str | None = None)
     problem is reported in one :class:`~workbench.errors.ConfigError` (``where``: the config path
     the problems are reported at, default ``kind``).
 
-    >>> composer = build("composer", "gated_residual", {"gate_init": 0.0})
+    Examples:
+        >>> composer = build("composer", "gated_residual", {"gate_init": 0.1})
+        >>> type(composer).__name__, composer.config.gate_init
+        ('GatedResidual', 0.1)
     """
     where = where or kind
     cls = resolve(kind, name, where=f"{where}.type")

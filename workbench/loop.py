@@ -5,11 +5,8 @@ callbacks, checkpoints and distributed data; the library also trains a few small
 own — the tiny preview decoder (:mod:`workbench.inspect.tiny_preview`), and in the world-model
 wing the embedded backbone (:mod:`workbench.worldmodel.pretrain`) and the hand probe
 (:mod:`workbench.worldmodel.probe`). Those run on :class:`TrainingLoop`: a loss per step from
-your function, the update, a progress bar, and a Ctrl-C that never leaves a half-made step::
-
-    loop = TrainingLoop(torch.optim.AdamW(net.parameters()), LRSchedule(peak=1e-3, steps=500, warmup=50),
-                        clip_grad_norm=1.0, randomness=[gen], name="my model")
-    losses = loop.run(lambda step: F.mse_loss(net(x[step % 8]), y[step % 8]))
+your function, the update, a progress bar, and a Ctrl-C that never leaves a half-made step (see
+the example below).
 
 :class:`LRSchedule` is the learning rate of every loop, AdapterExperiment's included
 (``TrainingConfig.lr_at`` is one): a linear warm-up then a cosine decay to a floor, a constant,
@@ -20,6 +17,16 @@ Why a leaf module: three layers need it — ``inspect`` (the preview distillatio
 ``train``. It is machinery, not part of the component contract, so it does not belong in
 ``core`` either. It needs only torch (tqdm when a bar is shown) and the project's errors, so any
 module of the library can import it without pulling in anything else.
+
+Examples:
+    >>> import torch.nn.functional as F
+    >>> net, gen = torch.nn.Linear(4, 1), torch.Generator().manual_seed(0)
+    >>> x, y = torch.randn(8, 4, generator=gen), torch.randn(8, 1, generator=gen)
+    >>> loop = TrainingLoop(torch.optim.AdamW(net.parameters()), LRSchedule(peak=1e-3, steps=50, warmup=5),
+    ...                     clip_grad_norm=1.0, randomness=[gen], name="my model")
+    >>> losses = loop.run(lambda step: F.mse_loss(net(x[step % 8]), y[step % 8]))
+    >>> len(losses)                                # one loss per step
+    50
 """
 
 from __future__ import annotations
@@ -60,9 +67,10 @@ class LRSchedule:
       With ``momentum = (low, high)``, Adam's ``beta1`` runs the other way: ``high`` at the ends,
       ``low`` at the peak (:meth:`beta1_at`). :meth:`one_cycle` builds one from ``pct_start``.
 
-    >>> s = LRSchedule(peak=1e-3, steps=100, warmup=10, floor=0.1)
-    >>> s.lr_at(0), s.lr_at(9), s.lr_at(10), round(s.lr_at(99), 7)
-    (0.0001, 0.001, 0.001, 0.0001003)
+    Examples:
+        >>> s = LRSchedule(peak=1e-3, steps=100, warmup=10, floor=0.1)
+        >>> s.lr_at(0), s.lr_at(9), s.lr_at(10), round(s.lr_at(99), 7)
+        (0.0001, 0.001, 0.001, 0.0001003)
     """
 
     peak: float

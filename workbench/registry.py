@@ -50,8 +50,12 @@ def _check_kind(kind: str) -> None:
 def register(kind: str, name: str) -> Callable[[T], T]:
     """Class decorator: make ``obj`` buildable as ``{type: name}`` in a ``kind`` block.
 
-    >>> @register("adapter", "my_adapter")
-    ... class MyAdapter(Adapter): ...
+    Examples:
+        >>> from workbench import Adapter, build
+        >>> @register("adapter", "my_adapter")
+        ... class MyAdapter(Adapter): ...
+        >>> type(build("adapter", "my_adapter")).__name__
+        'MyAdapter'
     """
     _check_kind(kind)
 

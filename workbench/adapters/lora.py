@@ -32,7 +32,13 @@ class LoRAConfig(LoraSettings):
 class LoRA(InsideAdapter):
     """peft's LoRA on the base's layers; reads no condition (a plain fine-tune of the frozen base).
 
-    >>> exp = AdapterExperiment(base=TinyVideo(), adapter=LoRA(rank=4))   # composer: replace
+    Examples:
+        >>> from workbench import AdapterExperiment
+        >>> from workbench.backbones.tiny_video import TinyVideo
+        >>> tiny = AdapterExperiment(base=TinyVideo(image_size=16, frames=4, width=16, ae_width=8, depth=1),
+        ...                          adapter=LoRA(rank=4))        # composer: replace
+        >>> type(tiny.model.composer).__name__
+        'Replace'
     """
 
     config_class = LoRAConfig

@@ -12,12 +12,17 @@ parameter its storage **once**, in its final dtype, filled with deterministic va
   vectors and scalars in ``±0.02``; each tensor drawn from its own generator, seeded from
   ``seed`` and its name, so a parameter's values do not depend on the order or device of the build.
 
-    with empty_parameters():
-        model = SomeModel(config)                  # parameters on meta, buffers real
-    materialise(model, dtype=torch.bfloat16)       # one bf16 copy, deterministic values
-
 :func:`weights_on_meta` makes the random-weight builds of the plugins leave their parameters on
 the meta device (sizes and shapes without memory): what ``workbench plan`` uses to size a model.
+
+Examples:
+    >>> with empty_parameters():
+    ...     model = torch.nn.Linear(64, 64)            # parameters on meta, buffers real
+    >>> model.weight.is_meta
+    True
+    >>> model = materialise(model, dtype=torch.bfloat16)   # one bf16 copy, deterministic values
+    >>> model.weight.dtype, model.weight.is_meta
+    (torch.bfloat16, False)
 """
 
 from __future__ import annotations

@@ -162,8 +162,11 @@ class Denoiser(nn.Module):
 class TinyVideo(BaseVideoModel):
     """The embedded image-to-video backbone (see the module docstring).
 
-    >>> base = TinyVideo(TinyVideoConfig(image_size=16, frames=4, width=16, ae_width=8))
-    >>> batch = base.prepare_batch({"video": torch.rand(2, 3, 4, 16, 16) * 2 - 1})
+    Examples:
+        >>> base = TinyVideo(TinyVideoConfig(image_size=16, frames=4, width=16, ae_width=8))
+        >>> batch = base.prepare_batch({"video": torch.rand(2, 3, 4, 16, 16) * 2 - 1})
+        >>> tuple(batch.latents.shape)               # (B, C, T, h, w)
+        (2, 4, 4, 4, 4)
     """
 
     config_class = TinyVideoConfig

@@ -34,10 +34,17 @@ class Adapter(nn.Module):
     (a config or its fields by name, never both: see :func:`workbench.config.config_from`), keeps
     the validated config as ``self.config``, and ``build(kind, name, to_dict(self.config))`` rebuilds it.
 
-    >>> class ActionBias(Adapter):
-    ...     consumes = (Condition("action", dim=4, per_frame="mean"),)
-    ...     def forward(self, x_t, t, cond, base_output=None):
-    ...         return self.proj(cond.action)[..., None, None, None]
+    Examples:
+        >>> from torch import nn
+        >>> class ActionBias(Adapter):
+        ...     consumes = (Condition("action", dim=4, per_frame="mean"),)
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.proj = nn.Linear(4, 4)
+        ...     def forward(self, x_t, t, cond, base_output=None):
+        ...         return self.proj(cond.action)[..., None, None, None]     # (B, C, 1, 1, 1)
+        >>> ActionBias().consumes[0].name
+        'action'
     """
 
     consumes: tuple[Condition, ...] = ()

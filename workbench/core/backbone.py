@@ -366,7 +366,11 @@ class BaseVideoModel(nn.Module):
         nothing (the first one's options stay). ``backend`` / ``mode`` / ``fullgraph`` /
         ``options``: ``torch.compile``'s.
 
-        >>> base = TinyVideo.from_pretrained().compile()          # doctest: +SKIP
+        Examples:
+            >>> from workbench.backbones.tiny_video import TinyVideo
+            >>> base = TinyVideo.from_pretrained().compile()     # compiles on the first prediction
+            >>> base.compile() is base
+            True
         """
         from workbench.core.compiled import compile_network
 

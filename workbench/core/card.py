@@ -79,9 +79,11 @@ class ModelCard:
     ``capabilities``: what the model can do; ``mode``: which of them this backbone, as built,
     serves (default: the only capability). :meth:`check_request` refuses what the mode cannot serve.
 
-    >>> card = ModelCard(model_id="tiny", family="tiny_video", prediction_type="velocity",
-    ...                  components={"denoiser": ComponentSpec("denoiser")},
-    ...                  capabilities=("i2v",))
+    Examples:
+        >>> card = ModelCard(model_id="tiny", family="tiny_video", prediction_type="velocity",
+        ...                  components={"denoiser": ComponentSpec("denoiser")},
+        ...                  capabilities=("i2v",))
+        >>> card.mode                      # the only capability
     """
 
     model_id: str

@@ -76,8 +76,17 @@ def _check_parts(base, adapter, composer, objective) -> None:
 class ComposedModel(nn.Module):
     """Frozen ``base`` + trainable ``adapter`` + ``composer``, trained under ``objective``.
 
-    >>> model = ComposedModel(TinyVideo(), LatentResidual(), GatedResidual(), FlowMatching())
-    >>> loss, pred = model.training_loss(batch, generator=torch.Generator().manual_seed(0), step=0)
+    Examples:
+        >>> from workbench import FlowMatching, GatedResidual
+        >>> from workbench.adapters.latent_residual import LatentResidual
+        >>> from workbench.backbones.tiny_video import TinyVideo
+        >>> tiny = ComposedModel(TinyVideo(image_size=16, frames=4, width=16, ae_width=8, depth=1),
+        ...                      LatentResidual(width=16, depth=1), GatedResidual(), FlowMatching())
+        >>> clips = {"video": torch.rand(2, 3, 4, 16, 16) * 2 - 1, "action": torch.rand(2, 4, 4)}
+        >>> batch = tiny.base.prepare_batch(clips)
+        >>> loss, pred = tiny.training_loss(batch, generator=torch.Generator().manual_seed(0), step=0)
+        >>> loss.ndim, tuple(pred.composed.shape)
+        (0, (2, 4, 4, 4, 4))
     """
 
     def __init__(self, base: BaseVideoModel, adapter: Adapter, composer: Composer, objective: Objective):

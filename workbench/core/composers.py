@@ -77,8 +77,11 @@ class Composer(nn.Module):
         ``MaskMix``: a constant mask in [0, 1]; wrappers pass it to their inner composer (a
         ``NoiseGated`` band still applies; a ``PretrainWarmup`` in warmup bypasses the gate).
 
-        >>> with composer.override_gate(0.5):
-        ...     pred = model.predict(x_t, t, batch)
+        Examples:
+            >>> with model.composer.override_gate(0.0):          # the adapter switched off
+            ...     pred = traj.recompose(8)
+            >>> torch.equal(pred.composed, pred.base)
+            True
         """
         previous = self._gate_override
         self._gate_override = self._gate_override_value(value)

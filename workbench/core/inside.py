@@ -34,8 +34,10 @@ class InsideSpec:
     ``(B, W, T, h, w)``, ``frames`` ``(B * T, W, h, w)`` (frames folded into the batch,
     batch-major) or ``tokens`` ``(B, T * h * w, W)`` (frame-major).
 
-    >>> InsideSpec(root=net, root_name="denoiser", lora_targets=("to_q", "to_v"), blocks=tuple(net.blocks),
-    ...            widths=(64,) * len(net.blocks), branch_blocks=2, layout="tokens")   # doctest: +SKIP
+    Examples:
+        >>> spec = model.base.inside_spec()              # tiny_video's: its denoiser's blocks
+        >>> spec.root_name, spec.layout, len(spec.blocks) == len(spec.widths)
+        ('denoiser', 'channels', True)
     """
 
     root: nn.Module

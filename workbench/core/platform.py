@@ -15,7 +15,9 @@ only when it is called, never at import.
 So a backbone built on a CPU-only machine is float32 even if its card says bfloat16 on CUDA,
 and one built for the CPU on a CUDA machine (``device: cpu``) is float32 there too.
 
->>> device, dtype = placement("auto", "auto", {"cpu": "float32", "cuda": "bfloat16"})
+Examples:
+    >>> placement("cpu", "auto", {"cpu": "float32", "cuda": "bfloat16"})
+    (device(type='cpu'), torch.float32)
 """
 
 from __future__ import annotations

@@ -1,12 +1,14 @@
 """The instruments: recorded trajectories, forks, latent previews and probes.
 
-    from workbench.inspect import record
-    traj = record(model, batch, steps=20, seed=0)   # what exp.sample(...) returns
-    alt = traj.fork(at=10, cond={"action": pushed})
-    frames = alt.frames(-1, kind="x0")              # uint8 [T, H, W, 3]
-
 Imported on demand (``import workbench`` does not load it). Needs only torch and numpy at
 import time; writing videos (``Trajectory.export``) loads imageio when called.
+
+Examples:
+    >>> from workbench.inspect import record
+    >>> traj = record(model, raw, steps=8, seed=0)      # what exp.sample(raw, steps=8, seed=0) returns
+    >>> alt = traj.fork(at=4, cond={"action": -raw["action"]})
+    >>> alt.frames(-1, kind="x0").shape                # uint8 [T, H, W, 3]
+    (16, 64, 64, 3)
 """
 
 from workbench.inspect.ablation import Ablation, ConditionEdit, Propagation, swap_conditions

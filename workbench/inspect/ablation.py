@@ -378,8 +378,12 @@ class Ablation:
         ``should_stop``: asked after each live step; when it answers True the run stops and this
         returns ``None`` (a newer edit replaces it). Results are cached per (step, edit).
 
-        >>> final = abl.propagate()
-        >>> final.edited              # uint8 [T, H, W, 3]: the final prediction with the edit
+        Examples:
+            >>> abl = Ablation(traj, step=10)
+            >>> abl.set(0, 1.0)                   # dx = +1 in every frame, from step 10 on
+            >>> final = abl.propagate()
+            >>> final.edited.shape, final.edited.dtype     # the final prediction with the edit
+            ((16, 64, 64, 3), dtype('uint8'))
         """
         # what to run, read once: the view's thread may edit again while this runs
         step, values, edits = self.step, self.edit.values.clone(), self.describe_edits()

@@ -12,8 +12,12 @@ V = TypeVar("V")
 class LRUCache(Generic[V]):
     """At most ``size`` values by key; a hit makes a value the most recent, an insert drops the oldest.
 
-    >>> cache = LRUCache(2)
-    >>> cache.get(("step", 3), lambda: expensive(3))   # computed once, then served
+    Examples:
+        >>> cache = LRUCache(2)
+        >>> cache.get(("step", 3), lambda: 3 ** 2)     # computed once, then served
+        9
+        >>> cache.get(("step", 3), lambda: 0)
+        9
     """
 
     def __init__(self, size: int):

@@ -50,8 +50,11 @@ def render(base: BaseVideoModel, latents: torch.Tensor, *, decode: str = "previe
            chunk_frames: int | None = DEFAULT_CHUNK_FRAMES, preview: LatentPreview | None = None) -> np.ndarray:
     """Latents ``(B, C, T', h, w)`` → uint8 frames ``[T, H, W, 3]`` of batch element ``index``.
 
-    >>> frames = render(base, traj.final)           # the linear preview
-    >>> frames = render(base, traj.final, decode="full")
+    Examples:
+        >>> frames = render(model.base, traj.final)                   # the linear preview
+        >>> frames = render(model.base, traj.final, decode="full")    # the backbone's own decoder
+        >>> frames.shape, frames.dtype
+        ((16, 64, 64, 3), dtype('uint8'))
     """
     if decode == "preview" and latents.ndim == 5:  # the linear preview straight to pixels (what a live view draws)
         b = latents.shape[0]

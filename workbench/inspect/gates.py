@@ -187,9 +187,15 @@ class GatesState:
     ``NoiseGated`` band; with a ``trajectory``, :meth:`map_panel` is the effective gate map at
     ``step`` and ``frame``.
 
-    >>> state = GatesState(exp, batch=raw, trajectory=traj)
-    >>> state.weight            # effective adapter weight per level
-    >>> state.seek(6); state.map_panel()
+    Examples:
+        >>> state = GatesState(exp, batch=raw, trajectory=traj)
+        >>> len(state.rows)                    # gate statistics per noise level
+        9
+        >>> state.seek(6)                       # the step shown
+        6
+        >>> panel = state.map_panel()           # the effective gate map at step 6
+        >>> panel.kind, panel.image.shape
+        ('gate', (16, 16))
     """
 
     def __init__(self, source: Any, batch: Any = None, trajectory: Trajectory | None = None,

@@ -60,7 +60,13 @@ def condition_table(adapter: Adapter | ComposedModel, raw_or_batch: Mapping[str,
     ``min`` / ``mean`` / ``max`` (``None`` for a missing optional condition). ``step=k`` (with
     the adapter in train mode) gives training step ``k``'s view, dropout included.
 
-    >>> for row in condition_table(model, raw): print(row["name"], row["shape"], row["mean"])
+    Examples:
+        >>> for row in condition_table(model, raw):
+        ...     print(row["name"], row["shape"])
+        action (2, 16, 4)
+        first_frame (2, 4, 16, 16)
+        ee_pos (2, 16, 3)
+        camera (2, 12)
     """
     if isinstance(adapter, ComposedModel):
         adapter = adapter.adapter
@@ -181,10 +187,14 @@ def action_sensitivity(model: ComposedModel, batch: Mapping[str, Any] | Batch,
     frozen base alone (the base runs with the moved actions too; where its prediction does not
     change, its readout does not either and is not decoded).
 
-    >>> sens = action_sensitivity(model, raw, levels=(0.3, 0.7))
-    >>> sens.x0        # (levels, action dims)
-    >>> sens = action_sensitivity(model, raw, readout=HandProbe.from_pretrained().readout())
-    >>> sens.readout["adapter"]     # cm per unit of each action dimension, per level
+    Examples:
+        >>> sens = action_sensitivity(model, raw, levels=(0.3, 0.7))
+        >>> sens.x0.shape        # (levels, action dims)
+        (2, 4)
+        >>> from workbench.worldmodel.probe import HandProbe
+        >>> sens = action_sensitivity(model, raw, levels=(0.5,), readout=HandProbe.from_pretrained().readout())
+        >>> sens.readout["adapter"].shape     # cm per unit of each action dimension, per level
+        (1, 4)
     """
     from workbench.inspect.readout import check_readout
 
@@ -332,8 +342,9 @@ def sigma_sensitivity(model: ComposedModel, batch: Mapping[str, Any] | Batch, le
     are opened for the probe (see :func:`open_noise_gates`). Needs clean targets (a batch from
     video, not from a single image) and at least two clips.
 
-    >>> sens = sigma_sensitivity(model, raw)
-    >>> band = sens.recommend_band()      # BandRecommendation(lo=..., hi=..., t_range=...) or None
+    Examples:
+        >>> sens = sigma_sensitivity(model, raw, levels=(0.2, 0.5, 0.8))
+        >>> band = sens.recommend_band()      # BandRecommendation(lo=..., hi=..., t_range=...) or None
     """
     model = check_model(model, "sigma_sensitivity")
     if isinstance(draws, bool) or not isinstance(draws, int) or draws < 1:

@@ -26,8 +26,10 @@ from workbench.inspect.common import InspectError
 
 @runtime_checkable
 class FrameReadout(Protocol):
-    """What instruments take as a readout: ``readout(frames)`` maps uint8 frames ``[T, H, W, 3]`` to
-    positions ``[T, D]`` in ``unit``; ``name`` says what is read (``"hand"``)."""
+    """What instruments take as a readout: frames in, positions out.
+
+    ``readout(frames)`` maps uint8 frames ``[T, H, W, 3]`` to positions ``[T, D]`` in ``unit``;
+    ``name`` says what is read (``"hand"``)."""
 
     name: str
     unit: str
@@ -43,7 +45,12 @@ class Readout:
     multiplied by ``scale`` (e.g. 100 for metres → cm). ``axes``: a name per dimension (default
     ``d0, d1, ...``).
 
-    >>> hand = Readout(probe.positions, name="hand", unit="cm", scale=100.0, axes=("x", "y", "z"))
+    Examples:
+        >>> from workbench.worldmodel.probe import HandProbe
+        >>> probe = HandProbe.from_pretrained()
+        >>> hand = Readout(probe.positions, name="hand", unit="cm", scale=100.0, axes=("x", "y", "z"))
+        >>> hand(traj.frames("final", decode="full")).shape   # uint8 [T, H, W, 3] -> float64 [T, 3], in cm
+        (16, 3)
     """
 
     fn: Callable[[np.ndarray], Any]

@@ -195,9 +195,12 @@ class Trajectory:
         Settings stack: a fork of a fork keeps its parent's changes unless it overrides them.
         Live steps use the model as it is now. Model calls happen only for steps ``>= at``.
 
-        >>> alt = traj.fork(at=10, cond={"action": torch.zeros(8, 4)}, adapter="on")
-        >>> torch.equal(alt[9].x_t, traj[9].x_t)
-        True
+        Examples:
+            >>> alt = traj.fork(at=10, cond={"action": torch.zeros(2, 16, 4)}, adapter="on")
+            >>> torch.equal(alt[9].x_t, traj[9].x_t)          # served from the cache
+            True
+            >>> torch.equal(alt.final, traj.final)
+            False
         """
         if isinstance(at, bool) or not isinstance(at, (int, np.integer)) or not 0 <= at <= self._done:
             extra = "" if self.complete else f" of {self.steps} (it was stopped)"
@@ -242,8 +245,13 @@ class Trajectory:
         at the model's dtype. Returns a :class:`Prediction` on the model's device;
         :meth:`x0_of` turns it into an x0 estimate and :meth:`render` into frames.
 
-        >>> pred = traj.recompose(8, cond={"action": pushed})   # no base call
-        >>> frames = traj.render(traj.x0_of(pred))
+        Examples:
+            >>> pushed = raw["action"].clone()
+            >>> pushed[..., 0] = 1.0                               # dx = +1 in every frame
+            >>> pred = traj.recompose(8, cond={"action": pushed})   # no base call
+            >>> frames = traj.render(traj.x0_of(pred))
+            >>> frames.shape
+            (16, 64, 64, 3)
         """
         rec = self[step]
         if rec.x_t is None:
@@ -367,9 +375,10 @@ def record(model: ComposedModel, batch_or_cond: Mapping[str, Any] | Batch, steps
 
     The final latents are bit-identical to ``model.generate`` with the same seed.
 
-    >>> traj = record(model, batch, steps=20, seed=0)
-    >>> torch.equal(traj.final, model.generate(batch, steps=20, generator=torch.Generator().manual_seed(0)))
-    True
+    Examples:
+        >>> traj = record(model, raw, steps=8, seed=0)
+        >>> torch.equal(traj.final, model.generate(raw, steps=8, generator=torch.Generator().manual_seed(0)))
+        True
     """
     model = check_model(model, "record")
     batch = prepare(model, batch_or_cond)

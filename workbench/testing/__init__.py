@@ -1,18 +1,24 @@
 """The backbone contract as a conformance kit: every promise checked in one call.
 
 A plugin author runs it against their backbone in their own tests (plain functions: no pytest
-needed to import it)::
+needed to import it); the example below runs it on the embedded backbone. It raises one
+:class:`~workbench.errors.ConformanceError` whose message lists every promise with what was found
+(see :data:`PROMISES` for the list), and returns the :class:`ConformanceReport` when all hold.
+Adapters that work inside the base (``lora``, ``action_modulation``, ``controlnet``) have their own
+check, :func:`check_inside_adapter`.
 
-    from workbench.testing import check_backbone
-
-    def test_my_backbone_keeps_the_contract():
-        check_backbone(lambda: MyBackbone(tiny_config), raw={"video": clips, "action": actions},
-                       adapter_factory=lambda: MyAdapter(channels=16), steps=4)
-
-It raises one :class:`~workbench.errors.ConformanceError` whose message lists every promise
-with what was found (see :data:`PROMISES` for the list), and returns the
-:class:`ConformanceReport` when all hold. Adapters that work inside the base (``lora``,
-``action_modulation``, ``controlnet``) have their own check, :func:`check_inside_adapter`.
+Examples:
+    >>> import torch
+    >>> from workbench.adapters.latent_residual import LatentResidual
+    >>> from workbench.backbones.tiny_video import TinyVideo
+    >>> from workbench.testing import check_backbone
+    >>> def test_my_backbone_keeps_the_contract():
+    ...     clips = {"video": torch.rand(2, 3, 4, 16, 16) * 2 - 1, "action": torch.rand(2, 4, 4),
+    ...              "proprio": torch.rand(2, 4, 3), "ee_pos": torch.rand(2, 4, 3), "camera": torch.rand(2, 12),
+    ...              "control": torch.rand(2, 1, 4, 16, 16)}       # every input the backbone takes
+    ...     check_backbone(lambda: TinyVideo(image_size=16, frames=4, width=16, ae_width=8, depth=1),
+    ...                    raw=clips, adapter_factory=lambda: LatentResidual(width=16, depth=1), steps=4)
+    >>> test_my_backbone_keeps_the_contract()         # raises ConformanceError naming each broken promise
 """
 
 from workbench.errors import ConformanceError

@@ -485,9 +485,13 @@ def check_backbone(make_backbone: Callable[[], BaseVideoModel] | BaseVideoModel,
 
     Returns the :class:`ConformanceReport` when every promise checked holds.
 
-    >>> from workbench.testing import check_backbone
-    >>> check_backbone(lambda: TinyVideo(image_size=16, frames=4, width=16, ae_width=8, depth=1),
-    ...                raw={"video": torch.rand(2, 3, 4, 16, 16) * 2 - 1}, steps=4)   # doctest: +SKIP
+    Examples:
+        >>> from workbench.backbones.tiny_video import TinyVideo
+        >>> report = check_backbone(lambda: TinyVideo(image_size=16, frames=4, width=16, ae_width=8, depth=1),
+        ...                         raw={"video": torch.rand(2, 3, 4, 16, 16) * 2 - 1, "action": torch.rand(2, 4, 4)},
+        ...                         steps=4, promises=["card", "identity", "recording"])
+        >>> report.ok
+        True
     """
     wanted = list(PROMISES) if promises is None else _checked_names(promises, PROMISES)
     base = make_backbone() if callable(make_backbone) and not isinstance(make_backbone, nn.Module) else make_backbone

@@ -559,7 +559,16 @@ class AdapterExperiment:
         :data:`workbench.train.resume.RESUMABLE`) named in ``override`` (``training.learning_rate``
         or ``learning_rate``); the changes are then recorded in ``config_changes``.
 
-        >>> exp = AdapterExperiment.resume("outputs/tiny", load_yaml("tiny.yaml"), override=["training.steps"])
+        Examples:
+            >>> from workbench.train.config import load_yaml
+            >>> config = load_yaml("examples/configs/tiny.yaml")      # training.steps: 20
+            >>> first = AdapterExperiment.from_config(config)
+            >>> first.fit(steps=2, progress=False).save_checkpoint("outputs/tiny").name
+            'step-0000002'
+            >>> config.training = dataclasses.replace(config.training, steps=40)
+            >>> exp = AdapterExperiment.resume("outputs/tiny", config, override=["training.steps"])
+            >>> exp.step, exp.config_changes
+            (2, [{'step': 2, 'field': 'training.steps', 'from': 20, 'to': 40, 'bit_exact': True}])
         """
         ckpt = load_checkpoint(path)
         saved = config_of(ckpt)

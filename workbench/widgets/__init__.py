@@ -1,8 +1,5 @@
 """Notebook views: ipywidgets + matplotlib on top of the instruments in :mod:`workbench.inspect`.
 
-    from workbench.widgets import Stepper
-    Stepper(exp.sample(raw, steps=20, seed=0))      # scrub, play, fork, export
-
 Views: :class:`Stepper` (step through a trajectory and its forks), :class:`ConditionProbe`
 (what ``adapter.view()`` sees), :class:`AblationSliders` (one slider per condition dimension),
 :class:`Gates` (gate values over noise levels, over training, and as a map),
@@ -14,6 +11,10 @@ and the pure render functions in :mod:`workbench.widgets.render`. Displayed wher
 runs the widgets (nbconvert, nbval, a notebook viewer), a view shows a PNG of its current
 picture and a one-line text summary. ``import workbench.widgets`` itself loads neither
 ipywidgets nor matplotlib; each view's module does, when first used.
+
+Examples:
+    >>> from workbench.widgets import Stepper
+    >>> view = Stepper(traj)      # scrub, play, fork, export (traj = exp.sample(raw, steps=20, seed=0))
 """
 
 from __future__ import annotations

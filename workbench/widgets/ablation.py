@@ -38,7 +38,10 @@ class AblationSliders(View):
     difference's colour range, so that moves compare; ``propagate=False`` (or the checkbox) keeps
     only the instant picture. The logic is :class:`workbench.inspect.Ablation` (``self.state``).
 
-    >>> AblationSliders(traj, step=10, dim_names=["dx", "dy", "dz", "grip"], readout=hand)
+    Examples:
+        >>> from workbench.worldmodel.probe import HandProbe
+        >>> hand = HandProbe.from_pretrained().readout()
+        >>> view = AblationSliders(traj, step=10, dim_names=["dx", "dy", "dz", "grip"], readout=hand)
     """
 
     def __init__(self, trajectory: Trajectory, step: int | None = None, condition: str = "action", index: int = 0,

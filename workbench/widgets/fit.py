@@ -26,8 +26,11 @@ class Fit(View):
     the kernel's interrupt button stops it). After a run is done, "train" trains the number of
     steps in the box again. The logic is :class:`workbench.train.FitSession` (``self.session``).
 
-    >>> fit = Fit(exp, data, steps=200).start()   # returns at once; display `fit` to watch it
-    >>> await fit.finished()                       # (next cell) then sample / evaluate with exp
+    Examples:
+        >>> fit = Fit(exp, train, steps=1).start()    # returns at once; display `fit` to watch it
+        >>> fit = fit.wait()                          # a notebook's next cell: `await fit.finished()`
+        >>> fit.session.state
+        'done'
     """
 
     def __init__(self, exp: Any, data: Any = None, steps: int = 100, smoothing: float = 0.9,

@@ -26,7 +26,8 @@ class Gates(View):
     gate rows (``gate_history`` columns) to plot instead of the experiment's own. The logic is
     :class:`workbench.inspect.GatesState` (``self.state``).
 
-    >>> Gates(exp, batch=raw, trajectory=traj)
+    Examples:
+        >>> view = Gates(exp, batch=raw, trajectory=traj)
     """
 
     def __init__(self, source: Any, batch: Any = None, trajectory: Trajectory | None = None,

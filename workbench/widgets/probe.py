@@ -21,7 +21,8 @@ class ConditionProbe(View):
     included; the adapter must be in train mode for dropout to apply). ``dim_names`` names the
     dimensions of a condition, e.g. ``{"action": ["dx", "dy", "dz", "grip"]}``.
 
-    >>> ConditionProbe(exp.model, raw, dim_names={"action": ["dx", "dy", "dz", "grip"]})
+    Examples:
+        >>> view = ConditionProbe(exp.model, raw, dim_names={"action": ["dx", "dy", "dz", "grip"]})
     """
 
     def __init__(self, model_or_adapter: Any, raw: Any, step: int | None = None,

@@ -26,7 +26,8 @@ class ActionSensitivity(View):
     far the prediction moves when each clip gets another clip's actions. ``batch`` needs at least
     two clips. The result (an :class:`~workbench.inspect.ActionSensitivityResult`) is ``self.result``.
 
-    >>> ActionSensitivity(exp.model, raw, dim_names=["dx", "dy", "dz", "grip"], readout=hand)
+    Examples:
+        >>> view = ActionSensitivity(exp.model, raw, levels=(0.5,), dim_names=["dx", "dy", "dz", "grip"])
     """
 
     def __init__(self, model: ComposedModel, batch: Any, levels: Sequence[float] = DEFAULT_LEVELS,

@@ -34,7 +34,8 @@ class Stepper(View):
     frame) and an adapter on / off choice; export of the current view to MP4 or GIF. The logic
     is :class:`workbench.inspect.StepperState` (``self.state``).
 
-    >>> Stepper(exp.sample(raw, steps=20, seed=0), dim_names=["dx", "dy", "dz", "grip"])
+    Examples:
+        >>> view = Stepper(traj, dim_names=["dx", "dy", "dz", "grip"])     # traj = exp.sample(raw, steps=20, seed=0)
     """
 
     def __init__(self, trajectory: Trajectory, view: str = "x0", decode: str = "preview", index: int = 0,

@@ -107,7 +107,10 @@ class HandProbe(nn.Module):
     def readout(self):
         """This probe as a readout the library's instruments take: frames → hand positions in cm.
 
-        >>> AblationSliders(traj, readout=HandProbe.from_pretrained().readout())
+        Examples:
+            >>> hand = HandProbe.from_pretrained().readout()
+            >>> hand(traj.frames("final", decode="full")).shape       # (T, 3): x, y, z in cm per frame
+            (16, 3)
         """
         from workbench.inspect.readout import Readout
 

@@ -1,0 +1,370 @@
+"""Every example in the documentation runs as written.
+
+Pages: README.md, every ``docs/**/*.md`` (a new page is picked up by the glob) and ``notebooks/*.md``.
+A page's ```python and ```bash blocks run in order, in one namespace (Sybil), in a scratch directory
+that holds the repository's ``examples/``, so a later block continues from an earlier one. Every page
+starts from the names that ``docs/guides/index.md`` defines ("The names the examples use": the shipped
+world model ``exp``, ``model``, ``train``, ``val``, ``raw``, ``traj``), built once per process; ``exp``
+is copied for each page, so a page that trains it leaves the next page's alone.
+
+A shell line ``workbench ARGS`` runs in this process through the console script's own function
+(``workbench.cli.main``), which spares a Python start and the imports per line; any other line runs in
+``bash``. Each must exit 0.
+
+Docstrings: the ``>>>`` examples of the library (the API reference renders them) run as doctests, module by
+module, from the same names plus the module's own.
+
+A block opts out only with ``<!-- skip: next "the reason" -->`` on the line before it (Sybil's directive,
+invisible on the rendered page); :func:`test_every_opt_out_gives_its_reason` lists them and holds their
+number, so a new one is a deliberate change.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import contextlib
+import copy
+import doctest
+import io
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from functools import cache
+from pathlib import Path
+from unittest import SkipTest
+
+import pytest
+import torch
+
+sybil = pytest.importorskip("sybil", reason="the dev extra brings sybil (make install)")
+from sybil import Sybil  # noqa: E402
+from sybil.evaluators.skip import Skipper  # noqa: E402
+from sybil.parsers.markdown import CodeBlockParser, SkipParser  # noqa: E402
+from sybil.parsers.rest import DocTestParser  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+SHARED = DOCS / "guides" / "index.md"  # its blocks define the names every page starts from
+COPIED = ("exp",)  # shared names a page may change: each page gets its own copy
+# The number of blocks that opt out; an opt-out more (or fewer) is a deliberate change to this number.
+OPT_OUTS = 30
+RUN_LANGUAGES = ("python", "bash")
+# Fences that look runnable but would not run: write them as ```python / ```bash (or a non-code language).
+LOOKALIKES = re.compile(r"^[ \t]*(?:[-*+]|\d+[.)])?[ \t]*```[ \t]*(py|python3|pycon|sh|shell|console|zsh)\b", re.M)
+
+
+# -- evaluators ---------------------------------------------------------------------------------------
+def run_python(example) -> None:
+    """A ```python block, compiled like a notebook cell: a top-level ``await`` runs in an event loop."""
+    source = "\n" * (example.line + example.parsed.line_offset) + example.parsed
+    code = compile(source, example.path, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+    result = eval(code, example.namespace)  # noqa: S307 - the documentation's own example
+    if asyncio.iscoroutine(result):
+        asyncio.run(result)
+    example.namespace.pop("__builtins__", None)
+
+
+def shell_lines(source: str) -> list[str]:
+    """The command lines of a shell block: continuations joined, comment-only and blank lines dropped."""
+    lines = source.replace("\\\n", " ").splitlines()
+    return [line.strip() for line in lines if line.strip() and not line.strip().startswith("#")]
+
+
+def _workbench_argv(line: str) -> tuple[dict[str, str], list[str]] | None:
+    """``(environment, argv)`` when ``line`` is ``[NAME=VALUE ...] [path/]workbench ARGS`` and nothing else."""
+    if re.search(r"[|&;<>`$(){}]", line.split(" #")[0]):
+        return None
+    words = shlex.split(line, comments=True)
+    env = {}
+    while words and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", words[0]):
+        name, value = words.pop(0).split("=", 1)
+        env[name] = value
+    if not words or Path(words[0]).name != "workbench":
+        return None
+    return env, words[1:]
+
+
+def run_shell(example) -> None:
+    """A ```bash block, line by line, in the page's scratch directory; every line must exit 0."""
+    from workbench.cli import main
+
+    for line in shell_lines(example.parsed):
+        parsed = _workbench_argv(line)
+        out = io.StringIO()
+        if parsed is not None:
+            env, argv = parsed
+            saved = {name: os.environ.get(name) for name in env}
+            os.environ.update(env)
+            try:
+                with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+                    try:
+                        code = main(argv)
+                    except SystemExit as stop:  # argparse's own exits
+                        code = stop.code
+            finally:
+                for name, value in saved.items():
+                    if value is None:
+                        os.environ.pop(name, None)
+                    else:
+                        os.environ[name] = value
+                torch.set_num_threads(1)
+            text = out.getvalue()
+        else:
+            env = {**os.environ, "OMP_NUM_THREADS": "1", "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+            done = subprocess.run(["bash", "-c", line], env=env, capture_output=True, text=True, timeout=300)
+            code, text = done.returncode, done.stdout + done.stderr
+        assert code in (0, None), f"{example.path}:{example.line}: `{line}` exited {code}:\n{text[-3000:]}"
+        assert "Traceback" not in text, f"{example.path}:{example.line}: `{line}`:\n{text[-3000:]}"
+
+
+def markdown_sybil() -> Sybil:
+    return Sybil(parsers=[CodeBlockParser("python", run_python), CodeBlockParser("bash", run_shell), SkipParser()])
+
+
+def docstring_sybil() -> Sybil:
+    return Sybil(parsers=[DocTestParser(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)])
+
+
+# -- what runs -----------------------------------------------------------------------------------------
+def pages() -> list[Path]:
+    """README.md, every page under docs/ and the notebooks' README (docs/notebooks links that folder)."""
+    return [ROOT / "README.md", *sorted(DOCS.rglob("*.md")), *sorted((ROOT / "notebooks").glob("*.md"))]
+
+
+def modules_with_examples() -> list[Path]:
+    return sorted(p for p in (ROOT / "workbench").rglob("*.py") if ">>>" in p.read_text())
+
+
+def _scratch(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "examples").symlink_to(ROOT / "examples")
+    if (ROOT / ".venv").exists():
+        (path / ".venv").symlink_to(ROOT / ".venv")
+    return path
+
+
+def evaluate(document, cwd: Path) -> list[str]:
+    """Run every example of ``document`` in order in ``cwd``; the reasons of those that opted out."""
+    skipped: list[str] = []
+    before = Path.cwd()
+    os.chdir(cwd)
+    try:
+        for example in document:
+            try:
+                example.evaluate()
+            except SkipTest as skip:
+                skipped.append(f"line {example.line}: {skip}")
+    finally:
+        os.chdir(before)
+        torch.set_num_threads(1)
+    return skipped
+
+
+@cache
+def shared_names(scratch: str) -> dict:
+    """The namespace ``docs/guides/index.md`` leaves, built once per process (its CPU seconds with it)."""
+    start = time.process_time()
+    document = markdown_sybil().parse(SHARED)
+    evaluate(document, _scratch(Path(scratch)))
+    names = {k: v for k, v in document.namespace.items() if not k.startswith("__")}
+    names["__cpu_seconds__"] = time.process_time() - start
+    return names
+
+
+@pytest.fixture
+def shared(tmp_path_factory):
+    return shared_names(str(tmp_path_factory.getbasetemp() / "shared-docs-names"))
+
+
+def _start(shared: dict, text: str) -> dict:
+    names = {k: v for k, v in shared.items() if not k.startswith("__")}
+    for name in COPIED:
+        if name in names and re.search(rf"\b{name}\b", text):
+            names[name] = copy.deepcopy(names[name])
+    if "exp" in names and names["exp"] is not shared.get("exp"):
+        names["model"] = names["exp"].model
+    return names
+
+
+# What a page's examples must leave behind, beyond running: values the page shows or promises.
+def _getting_started(ns: dict) -> None:
+    scores = ns["exp"].evaluate(ns["SyntheticMoves"](items=16, frames=8, size=16, seed=1), batches=2)
+    assert set(scores) >= {"improvement"}, scores
+    assert ns["other"].label == "fork@4: cond"
+    assert ns["exp"].step == 50
+
+
+def _writing_a_backbone(ns: dict) -> None:
+    report = ns["report"]
+    assert report.ok and "all 11 promises kept" in str(report), report
+
+
+def _step_through(ns: dict) -> None:
+    traj, other = ns["traj"], ns["other"]
+    assert torch.equal(other[9].x_t, traj[9].x_t) and not torch.equal(other.final, traj.final)
+    assert (Path("outputs/steps.mp4").stat().st_size if Path("outputs/steps.mp4").exists() else 1) > 0
+
+
+def _your_own_data(ns: dict) -> None:
+    """The walk-through from a folder of MP4s and .npy actions: every step left what it promises."""
+    import json
+
+    import numpy as np
+
+    from workbench.data.lerobot import LeRobotClips
+
+    info = json.loads(Path("my_dataset/meta/info.json").read_text())
+    assert (info["total_episodes"], info["fps"], info["features"]["action"]["shape"]) == (12, 10, [2])
+    assert info["features"]["observation.images.main"]["shape"] == [32, 32, 3]
+    assert not Path("my_dataset.partial").exists()
+    clips = LeRobotClips(root="my_dataset", window=8, stride=8, split="all")
+    item = clips[len(clips) - 1]
+    recorded = np.load(f"my_videos/episode_{item['episode']:03d}.npy")
+    assert np.array_equal(item["action"].numpy(), recorded[item["start"]:item["start"] + 8]) and "proprio" not in item
+    base = json.loads(Path("outputs/own_base.json").read_text())["provenance"]
+    assert base["validation"]["data"] == "my_dataset" and base["train_steps"] == 30
+    metrics = json.loads(Path("outputs/own_videos_eval/metrics.json").read_text())
+    assert metrics["evaluation"]["clips"] == 4 and metrics["evaluation"]["data"] == "my_dataset"
+    assert np.isfinite(metrics["summary"]["mean"]["adapter"]["psnr"])
+    assert ns["exp"].step == 30 and len(ns["trajectory"]) == 8
+
+
+CHECKS = {
+    "docs/getting-started.md": _getting_started,
+    "docs/guides/your-own-data.md": _your_own_data,
+    "docs/guides/writing-a-backbone.md": _writing_a_backbone,
+    "docs/guides/step-through.md": _step_through,
+}
+
+
+@pytest.mark.parametrize("page", [pytest.param(p, id=p.relative_to(ROOT).as_posix()) for p in pages()])
+def test_the_examples_of_each_page_run(page, shared, tmp_path, record_property):
+    if page == SHARED:  # built once for every page (the fixture); its names are checked here
+        assert {"exp", "model", "train", "val", "raw", "traj"} <= set(shared), sorted(shared)
+        assert shared["traj"].steps == 20 and tuple(shared["raw"]["action"].shape) == (2, 16, 4)
+        record_property("cpu_seconds", round(shared["__cpu_seconds__"], 2))
+        return
+    document = markdown_sybil().parse(page)
+    examples = list(document)
+    if not examples:
+        pytest.skip("no python or bash block")
+    start = time.process_time()
+    document.namespace.update(_start(shared, page.read_text()))
+    skipped = evaluate(document, _scratch(tmp_path))
+    record_property("cpu_seconds", round(time.process_time() - start, 2))
+    check = CHECKS.get(page.relative_to(ROOT).as_posix())
+    if check is not None:
+        before = Path.cwd()
+        os.chdir(tmp_path)
+        try:
+            check(document.namespace)
+        finally:
+            os.chdir(before)
+    ran = [e for e in examples if not isinstance(e.region.evaluator, Skipper)]
+    if len(skipped) == len(ran):
+        pytest.skip("every block opts out: " + "; ".join(skipped))
+
+
+@pytest.mark.parametrize("module", [pytest.param(p, id=p.relative_to(ROOT).as_posix())
+                                    for p in modules_with_examples()])
+def test_the_docstring_examples_of_each_module_run(module, shared, tmp_path, record_property):
+    document = docstring_sybil().parse(module)
+    examples = list(document)
+    assert examples, f"{module}: '>>>' appears but no doctest example was found"
+    start = time.process_time()
+    # the shared names (what the API reference says the examples continue from), then the module's own
+    document.pop_evaluator(document.import_document)
+    from sybil.python import import_path
+
+    document.namespace.update(_start(shared, module.read_text()))
+    document.namespace.update(import_path(module).__dict__)
+    evaluate(document, _scratch(tmp_path))
+    record_property("cpu_seconds", round(time.process_time() - start, 2))
+
+
+# -- the rules the harness keeps --------------------------------------------------------------------
+def opt_outs() -> list[tuple[str, int, str, str]]:
+    """``(page, line, action, reason)`` of every skip directive of every page."""
+    out = []
+    for page in pages():
+        document = markdown_sybil().parse(page)
+        for example in document:
+            if isinstance(example.region.evaluator, Skipper):
+                action, reason = example.region.parsed
+                out.append((page.relative_to(ROOT).as_posix(), example.line, action, reason or ""))
+    return out
+
+
+def test_every_opt_out_gives_its_reason():
+    """``<!-- skip: next "why" -->`` only: a reason of a few words in quotes, never a bare skip or a range."""
+    found = opt_outs()
+    listing = "\n".join(f"  {page}:{line}: {reason}" for page, line, _, reason in found)
+    bad = [(page, line, action, reason) for page, line, action, reason in found
+           if action != "next" or not re.fullmatch(r"""(["']).{12,}\1""", reason.strip())]
+    assert bad == [], f"an opt-out without its reason in quotes (or not 'skip: next'):\n{bad}"
+    assert len(found) == OPT_OUTS, (
+        f"{len(found)} blocks opt out, OPT_OUTS says {OPT_OUTS}; update it deliberately. They are:\n{listing}")
+
+
+def test_every_code_fence_is_run_or_plainly_not_code():
+    """A fence Sybil would not run (```py, ```sh, ```pycon, ...) is a block a reader copies untested."""
+    found = {page.relative_to(ROOT).as_posix(): LOOKALIKES.findall(page.read_text()) for page in pages()}
+    assert {k: v for k, v in found.items() if v} == {}
+
+
+def test_the_harness_sees_every_python_and_bash_block():
+    """Sybil's lexer finds as many blocks as a plain count of the fences (none hides in a list or a quote)."""
+    for page in pages():
+        text = page.read_text()
+        opening = rf"^[ \t>]*(?:[-*+]|\d+[.)])?[ \t]*```(?:{'|'.join(RUN_LANGUAGES)})[ \t]*$"
+        fences = len(re.findall(opening, text, re.M))
+        blocks = [e for e in markdown_sybil().parse(page) if not isinstance(e.region.evaluator, Skipper)]
+        assert len(blocks) == fences, page
+
+
+def test_the_docstring_examples_render_as_code_and_hide_no_skip():
+    """``>>>`` sits in an ``Examples:`` section (mkdocstrings renders it as a code block, not a quote), and no
+    doctest directive shows on the page."""
+    misplaced, directives = [], []
+    for module in modules_with_examples():
+        tree = ast.parse(module.read_text())
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            doc = ast.get_docstring(node, clean=True) or ""
+            if "doctest:" in doc:
+                directives.append(f"{module.name}:{getattr(node, 'name', '<module>')}")
+            section = None
+            for line in doc.splitlines():
+                if re.fullmatch(r"[A-Z][A-Za-z ]*:", line):
+                    section = line[:-1]
+                elif line and not line[0].isspace():
+                    section = None
+                if line.lstrip().startswith(">>>") and section != "Examples":
+                    misplaced.append(f"{module.relative_to(ROOT)}:{getattr(node, 'name', '<module>')}")
+                    break
+    assert directives == [], directives
+    assert misplaced == [], f"'>>>' outside an Examples: section: {misplaced}"
+
+
+def test_a_failing_block_fails_with_its_page_and_line(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text('# A page\n\n```python\nx = 1\n```\n\n<!-- skip: next "needs a GPU and minutes" -->\n\n'
+                    '```python\nraise RuntimeError("never run")\n```\n\n```bash\nfalse\n```\n')
+    document = markdown_sybil().parse(page)
+    with pytest.raises(AssertionError, match=r"page\.md:13: `false` exited 1"):
+        evaluate(document, _scratch(tmp_path / "run"))
+    assert document.namespace["x"] == 1
+
+
+def test_workbench_lines_run_in_process_and_others_in_bash():
+    assert _workbench_argv("workbench train a.yaml --steps 3  # comment") == ({}, ["train", "a.yaml", "--steps", "3"])
+    assert _workbench_argv("OMP_NUM_THREADS=1 .venv/bin/workbench doctor") == ({"OMP_NUM_THREADS": "1"}, ["doctor"])
+    assert _workbench_argv("workbench cache-latents run.yaml --out cache/ && torchrun x") is None
+    assert _workbench_argv("cd benchmarks && python x.py") is None
+    assert [line.split() for line in shell_lines("# one\nworkbench a \\\n    --b 1   # c\n\nmake x\n")] == [
+        ["workbench", "a", "--b", "1", "#", "c"], ["make", "x"]]
