@@ -4,6 +4,7 @@ progress on long commands, the optional extras checked before work, messages tha
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import stat
@@ -294,6 +295,10 @@ def test_train_and_eval_take_the_same_data_options_and_need_no_state_the_adapter
     status, out, err = cli(capsys, "eval", tmp_path / "run", "--out", tmp_path / "own", "--clips", 2,
                            "--sampling-steps", 1, "--no-progress", "--split", "all")
     assert status == 0 and "with_state (all): 2 clips" in out  # by default, the run's own data
+    status, out, err = cli(capsys, "cache-latents", config, "--out", tmp_path / "cache", "--state", "none", "--quiet")
+    assert status == 0 and "cache-latents: 8 items of lerobot cached in" in out, err
+    identity = json.loads((tmp_path / "cache" / "cache.json").read_text())
+    assert '"state": null' in json.dumps(identity)  # the flag is part of what the cache is of
     status, _, err = cli(capsys, "train", config, "--output", tmp_path / "other", "--camera", "front", "--quiet")
     assert status == 2 and "camera 'front' is not a video feature of this dataset" in err
     synthetic = write_run_config(tmp_path / "s.yaml")
