@@ -4,6 +4,7 @@ progress on long commands, the optional extras checked before work, messages tha
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import stat
@@ -188,9 +189,119 @@ def test_an_import_of_a_missing_extra_anywhere_names_the_extra(capsys, monkeypat
     assert status == 2 and "error: workbench late needs the module 'av' from the 'data' extra" in err
 
 
-def test_doctor_says_which_extra_serves_which_command(capsys):
+def test_doctor_says_what_each_extra_serves_and_which_commands_need_it(capsys):
     status, out, _ = cli(capsys, "doctor")
     assert status == 0
-    assert re.search(r"^  data       installed - for workbench data, workbench demo, workbench eval, workbench "
-                     r"pretrain, workbench probe$", out, re.M), out
-    assert re.search(r"^  widgets    installed - for workbench demo$", out, re.M), out
+    assert re.search(r"^  data       installed - datasets and video files: the metaworld and lerobot datasets, "
+                     r"importing your own videos, MP4 / GIF output; commands: workbench data, workbench demo, "
+                     r"workbench eval, workbench pretrain, workbench probe$", out, re.M), out
+    assert re.search(r"^  widgets    installed - the notebook views \(workbench\.widgets: Stepper, Fit, \.\.\.\) and "
+                     r"the demo's loss chart; commands: workbench demo$", out, re.M), out
+    assert re.search(r"^  peft       (installed|missing peft) - lora adapters and lora: blocks inside "
+                     r"action_modulation$", out, re.M), out
+
+
+# -- commands that work as printed -------------------------------------------------------------------------------
+def test_init_writes_the_examples_where_the_docs_expect_them_and_keeps_what_is_there(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    status, out, _ = cli(capsys, "init", "tiny")
+    assert status == 0 and out.splitlines() == ["wrote examples/configs/tiny.yaml",
+                                                "Train one with: workbench train examples/configs/tiny.yaml"]
+    assert (tmp_path / "examples/configs/tiny.yaml").read_text() == (ROOT / "examples/configs/tiny.yaml").read_text()
+    (tmp_path / "examples/configs/tiny.yaml").write_text("# mine\n")
+    status, out, _ = cli(capsys, "init")
+    shipped = sorted(p.name for p in (ROOT / "examples" / "configs").glob("*.yaml"))
+    assert status == 0 and sorted(p.name for p in (tmp_path / "examples/configs").iterdir()) == shipped
+    assert "kept 1 that were there already (never overwritten): tiny.yaml" in out
+    assert (tmp_path / "examples/configs/tiny.yaml").read_text() == "# mine\n"
+    status, _, err = cli(capsys, "init", "tiny_lorra")
+    assert status == 2 and "error: No example config called 'tiny_lorra'." in err
+    assert "Did you mean one of 'tiny_lora'" in err
+
+
+def test_the_continue_line_carries_the_runs_own_arguments_and_parses_back_to_them():
+    import shlex
+
+    from workbench.cli import build_parser, continue_train
+
+    argv = ["train", "my run.yaml", "--output", "runs/a", "--steps", "300", "--grad-accum", "2", "--camera",
+            "observation.images.wrist", "--state", "none", "--action-dim", "7", "--quiet"]
+    args = build_parser().parse_args(argv)
+    line = continue_train(args)
+    assert line == ("workbench train 'my run.yaml' --output runs/a --steps 300 --grad-accum 2 --camera "
+                    "observation.images.wrist --state none --action-dim 7 --resume --quiet")
+    again = build_parser().parse_args(shlex.split(line)[1:])
+    assert {**vars(again), "resume": False} == {**vars(args), "func": again.func}
+    started = build_parser().parse_args(["train", "c.yaml", "--resume", "--from", "step-2", "--override", "steps"])
+    assert continue_train(started, "outputs/tiny") == "workbench train c.yaml --output outputs/tiny --resume"
+
+
+def _two_d_dataset(root: Path, episodes: int = 4, frames: int = 8, state: bool = False) -> Path:
+    import numpy as np
+
+    from workbench.data.lerobot_write import LeRobotWriter
+
+    features = {"action": ("float32", ["dx", "dy"])}
+    if state:
+        features["observation.state"] = ("float32", ["x"])
+    with LeRobotWriter(root, 10, features, ["observation.images.main"]) as writer:
+        for e in range(episodes):
+            data = {"action": np.full((frames, 2), e / 10, np.float32)}
+            if state:
+                data["observation.state"] = np.zeros((frames, 1), np.float32)
+            writer.add_episode({"observation.images.main": np.full((frames, 16, 16, 3), 20 * e, np.uint8)}, data,
+                               f"task {e % 2}")
+    return root
+
+
+def test_eval_of_a_run_on_data_of_another_action_width_stops_before_any_work(tmp_path, capsys):
+    data = _two_d_dataset(tmp_path / "two_d")
+    config = write_run_config(tmp_path / "c.yaml")  # latent_residual with the default dim 4
+    assert cli(capsys, "train", config, "--output", tmp_path / "run", "--steps", 1, "--quiet")[0] == 0
+    status, _, err = cli(capsys, "eval", tmp_path / "run", "--data", data, "--out", tmp_path / "eval")
+    assert status == 2
+    assert f"error: The run's adapter was trained on 4-D 'action' vectors, but the clips of {data} serve 2-D ones. " \
+           f"Nothing was evaluated. Evaluate it on data with 4-D action vectors (or choose such a feature with " \
+           f"--actions FEATURE), or train an adapter for this data: `workbench train CONFIG --action-dim 2`" in err
+    assert not (tmp_path / "eval").exists()
+
+
+def test_demo_data_needs_no_state_and_reads_the_width_of_the_chosen_actions(tmp_path):
+    """The issue's case: `workbench demo --data` refused a dataset without observation.state."""
+    from workbench.worldmodel.demo import DemoConfig, build_experiment
+
+    data = _two_d_dataset(tmp_path / "two_d", frames=16)
+    exp = build_experiment(DemoConfig.quick(data=str(data), output=str(tmp_path / "demo")), tmp_path / "demo" / "run")
+    assert exp.model.adapter.config.dim == 2
+    item = exp.default_data()[0]
+    assert "proprio" not in item and tuple(item["action"].shape) == (16, 2)
+    assert tuple(item["video"].shape) == (3, 16, 64, 64)  # resized to the base's frames
+
+
+def test_train_and_eval_take_the_same_data_options_and_need_no_state_the_adapter_does_not_read(tmp_path, capsys):
+    with_state = _two_d_dataset(tmp_path / "with_state", state=True)
+    without = _two_d_dataset(tmp_path / "without")
+    data = {"type": "lerobot", "config": {"root": str(with_state), "window": 4, "stride": 4, "split": "all"}}
+    config = write_run_config(tmp_path / "c.yaml", data=data, **{"training.checkpoint_every": None})
+    status, _, err = cli(capsys, "train", config, "--output", tmp_path / "run", "--steps", 1, "--quiet",
+                         "--state", "observation.state", "--action-dim", 2)
+    assert status == 0, err
+    saved = yaml.safe_load((tmp_path / "run" / "step-0000001" / "config.yaml").read_text())
+    assert saved["data"]["config"]["state"] == "observation.state" and saved["adapter"]["config"]["dim"] == 2
+    status, out, err = cli(capsys, "eval", tmp_path / "run", "--data", without, "--out", tmp_path / "eval",
+                           "--clips", 2, "--sampling-steps", 1, "--no-progress", "--split", "all")
+    assert status == 0, err  # the run read a state, its adapter does not: data without one evaluates
+    assert "without (all): 2 clips" in out
+    status, out, err = cli(capsys, "eval", tmp_path / "run", "--out", tmp_path / "own", "--clips", 2,
+                           "--sampling-steps", 1, "--no-progress", "--split", "all")
+    assert status == 0 and "with_state (all): 2 clips" in out  # by default, the run's own data
+    status, out, err = cli(capsys, "cache-latents", config, "--out", tmp_path / "cache", "--state", "none", "--quiet")
+    assert status == 0 and "cache-latents: 8 items of lerobot cached in" in out, err
+    identity = json.loads((tmp_path / "cache" / "cache.json").read_text())
+    assert '"state": null' in json.dumps(identity)  # the flag is part of what the cache is of
+    status, _, err = cli(capsys, "train", config, "--output", tmp_path / "other", "--camera", "front", "--quiet")
+    assert status == 2 and "camera 'front' is not a video feature of this dataset" in err
+    synthetic = write_run_config(tmp_path / "s.yaml")
+    status, _, err = cli(capsys, "train", synthetic, "--output", tmp_path / "s", "--state", "none", "--quiet")
+    assert status == 2 and "error: --state: the dataset of " in err and "is 'synthetic_moves', which has no 'state' " \
+                                                                          "setting" in err

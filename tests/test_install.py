@@ -99,7 +99,6 @@ def test_the_wheel_installs_and_each_extra_serves_its_commands(tmp_path):
     work.mkdir()
     install = [*pip, "--python", python, "install", "--quiet", "-c", ROOT / "constraints.txt"]
     workbench = [venv / "bin" / "workbench"]
-    tiny = ROOT / "examples" / "configs" / "tiny.yaml"
     mw = metaworld_config(work / "mw.yaml")
 
     # -- the core ------------------------------------------------------------------------------------------
@@ -107,10 +106,16 @@ def test_the_wheel_installs_and_each_extra_serves_its_commands(tmp_path):
     assert str(work) not in ok(run([python, "-c", "import workbench; print(workbench.__file__)"], work, env))
     doctor = ok(run([*workbench, "doctor"], work, env))
     assert re.search(r"^  data       missing h5py, metaworld, imageio, imageio_ffmpeg, PIL, pyarrow, av, packaging - "
-                     r"for workbench data, workbench demo", doctor, re.M), doctor
-    assert re.search(r"^  widgets    missing ipywidgets, matplotlib, ipykernel - for workbench demo$", doctor, re.M)
-    assert "Finished tiny at step 2" in ok(run([*workbench, "train", tiny, "--steps", 2, "--output", "tiny",
-                                                "--quiet"], work, env))
+                     r"datasets and video files: .*; commands: workbench data, workbench demo", doctor, re.M), doctor
+    assert re.search(r"^  widgets    missing ipywidgets, matplotlib, ipykernel - the notebook views "
+                     r"\(workbench\.widgets: Stepper, Fit, \.\.\.\) and the demo's loss chart; commands: workbench "
+                     r"demo$", doctor, re.M)
+    # outside a clone: the example configs come from the wheel, and the README's command runs as printed
+    assert "wrote examples/configs/tiny.yaml" in ok(run([*workbench, "init"], work, env))
+    assert (work / "examples" / "configs" / "tiny.yaml").read_text() == \
+        (ROOT / "examples" / "configs" / "tiny.yaml").read_text()
+    assert "Finished tiny at step 3" in ok(run(["bash", "-c", "workbench train examples/configs/tiny.yaml --steps 3 "
+                                                "--output outputs/tiny --quiet"], work, env))
     refused(run([*workbench, "train", mw, "--output", "mw", "--quiet"], work, env),
             f"error: workbench train {mw} (data: metaworld) needs h5py from the 'data' extra, which is not installed "
             f"in this environment. Install it with: pip install \"grafted-workbench[data]\"")
@@ -119,13 +124,14 @@ def test_the_wheel_installs_and_each_extra_serves_its_commands(tmp_path):
             "'widgets' extra), not installed in this environment. Install with: pip install "
             "\"grafted-workbench[data,widgets]\"")
     refused(run([*workbench, "data", "metaworld", "--out", "x.h5"], work, env),
-            "error: workbench data needs h5py, metaworld, mujoco, packaging, pyarrow, av (the 'data' extra)")
+            "error: workbench data metaworld needs pyarrow, av, PIL (the 'data' extra)")
     assert not (work / "mw").exists() and not (work / "demo").exists() and not (work / "x.h5").exists()
 
     # -- + data --------------------------------------------------------------------------------------------
     ok(run([*install, f"{wheel}[data]"], work, env))
     doctor = ok(run([*workbench, "doctor"], work, env))
-    assert re.search(r"^  data       installed - for workbench data", doctor, re.M), doctor
+    assert re.search(r"^  data       installed - datasets and video files: .*; commands: workbench data", doctor,
+                     re.M), doctor
     assert "Finished mw at step 2" in ok(run([*workbench, "train", mw, "--output", "mw", "--quiet"], work, env))
     generated = run([*workbench, "data", "metaworld", "--tasks", "reach-v3", "--episodes", 1, "--frames", 6,
                      "--size", 32, "--out", "one.h5", "--no-progress"], work, env)
@@ -142,6 +148,7 @@ def test_the_wheel_installs_and_each_extra_serves_its_commands(tmp_path):
     # -- + widgets -----------------------------------------------------------------------------------------
     ok(run([*install, f"{wheel}[data,widgets]"], work, env))
     doctor = ok(run([*workbench, "doctor"], work, env))
-    assert re.search(r"^  widgets    installed - for workbench demo$", doctor, re.M), doctor
+    assert re.search(r"^  widgets    installed - the notebook views .*; commands: workbench demo$", doctor,
+                     re.M), doctor
     assert "demo steps 2" in ok(run([python, "-c", DEMO], work, env))  # the demo's code, on a budget of seconds
     assert (work / "demo" / "loss.png").is_file() and (work / "demo" / "side_by_side.mp4").is_file()

@@ -1,5 +1,5 @@
-"""The memory plan (``workbench plan``): weights exact, the recording equal to ``estimate_memory`` and to
-a recording's own bytes, the tracer exact on a module whose saved tensors are known."""
+"""The memory plan (``workbench plan``): weights exact, the recording against a real recording's own bytes,
+the tracer exact on a module whose saved tensors are known."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def test_the_plan_s_weights_and_recording_match_a_real_build(kind):
     from workbench import ComposedModel, GatedResidual
     from workbench.backbones.random_weights import parameter_bytes
     from workbench.config import build
-    from workbench.inspect import StoragePolicy, estimate_memory, record
+    from workbench.inspect import StoragePolicy, record
     from workbench.train.memory import memory_plan
 
     config = {"path": "tiny", "steps": 2, "height": 64, "width": 64,
@@ -75,14 +75,13 @@ def test_the_plan_s_weights_and_recording_match_a_real_build(kind):
     batch = real.prepare_batch(raw)
     assert tuple(batch.latents.shape[1:]) == plan.latent_shape
     policy = StoragePolicy()
-    expected = estimate_memory(model, batch, steps=2, storage=policy)
     trajectory = record(model, batch, steps=2, seed=0, storage=policy)
-    assert plan.recording == expected
     assert plan.recording_calls == model.base.predictions_per_step(batch) == 2  # both tiny cards guide
     assert "50 steps" not in plan.table() and "2 steps, on the host; 2 predictions a step (guidance)" in plan.table()
     assert plan.as_dict()["recording_predictions_per_step"] == 2
     scalar_slack = 2 * 8 * 2  # t and noise level are counted at 8 bytes each
-    assert trajectory.nbytes() <= expected <= trajectory.nbytes() + scalar_slack
+    # the proof is the real trajectory's bytes (the plan sizes it with estimate_memory, so that is no check)
+    assert trajectory.nbytes() <= plan.recording <= trajectory.nbytes() + scalar_slack
 
 
 @requires_plugins

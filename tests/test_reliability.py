@@ -196,6 +196,28 @@ def test_unreadable_and_mismatched_checkpoints(tmp_path):
         other.load_checkpoint(good)
 
 
+def test_a_checkpoint_of_another_adapter_type_or_setting_says_which_and_how_to_load_it(tmp_path):
+    from workbench.adapters.action_modulation import ActionModulation
+
+    saved = AdapterExperiment(base=tiny_base(), adapter=LatentResidual(width=16, depth=1),
+                              training=TrainingConfig(progress=False, output_dir=str(tmp_path / "run")))
+    path = saved.save_checkpoint()
+    other = AdapterExperiment(base=tiny_base(), adapter=ActionModulation(), training=TrainingConfig(progress=False))
+    with pytest.raises(CheckpointError) as info:
+        other.load_checkpoint(path)
+    message = str(info.value)
+    assert message.startswith(f"Checkpoint {path} does not fit this experiment: it holds the weights of adapter "
+                              f"'latent_residual', this experiment has adapter 'action_modulation'; it holds the "
+                              f"weights of composer 'gated_residual', this experiment has composer 'replace'. Build "
+                              f"the experiment the checkpoint was saved with instead: AdapterExperiment.load('{path}') "
+                              f"reads its config.yaml. (Weights missing from the checkpoint: ")
+    wider = AdapterExperiment(base=tiny_base(), adapter=LatentResidual(width=32, depth=1),
+                              training=TrainingConfig(progress=False))
+    with pytest.raises(CheckpointError, match=r"does not fit this experiment: its adapter 'latent_residual' was "
+                                              r"configured otherwise \(width: 16 saved, 32 here\)\. Build the "):
+        wider.load_checkpoint(path)
+
+
 def reseal(path: Path) -> None:
     """Rewrite a checkpoint's manifest for its files as they are now (what a deliberate tamperer would do)."""
     from workbench.integrity import entry_of, manifest_bytes
@@ -261,7 +283,10 @@ def test_tiny_video_weights_errors(tmp_path):
         TinyVideo(TinyVideoConfig(weights=str(tmp_path / "x.safetensors")))
     small = tiny_base()
     path = small.save_pretrained(tmp_path / "w.safetensors")
-    with pytest.raises(CheckpointError, match="different tiny_video architecture: .*width: built 32, weights 16"):
+    with pytest.raises(CheckpointError, match=r"different tiny_video architecture: .*width: built 32, weights 16\. "
+                                              r"Build with TinyVideo\.from_pretrained\(path\) .* or in a config "
+                                              r"give it with the weights: base: \{type: tiny_video, config: "
+                                              r"\{weights: .*, width: 16\}\}"):
         TinyVideo(TinyVideoConfig(image_size=16, frames=4, width=32, ae_width=8, depth=1, weights=str(path)))
     assert torch.equal(TinyVideo.from_pretrained(path).denoiser.out.weight, small.denoiser.out.weight)
 

@@ -1,4 +1,5 @@
-"""The ``workbench`` command: ``train``, ``cache-latents``, ``doctor`` and ``plan``, plus every registered command.
+"""The ``workbench`` command: ``train``, ``cache-latents``, ``doctor``, ``plan`` and ``init``, plus every registered
+command.
 
 Other packages add commands through the ``workbench.commands`` entry-point group: each entry point
 names a :class:`Command`. The world-model wing registers ``data``, ``demo``, ``eval``, ``pretrain``
@@ -22,7 +23,9 @@ from workbench.errors import WorkbenchError
 #: The entry-point group that adds subcommands to ``workbench``.
 COMMANDS = "workbench.commands"
 #: The commands the library itself defines (no registration may take these names).
-BUILT_IN = ("train", "cache-latents", "doctor")
+BUILT_IN = ("train", "cache-latents", "doctor", "plan", "init")
+#: Items per latent-cache shard unless --shard-size says otherwise.
+SHARD_SIZE = 256
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,9 +69,10 @@ def _train(args: argparse.Namespace) -> int:
     from workbench.train.checkpoint import latest_checkpoint, set_aside_after
     from workbench.train.config import check_extras, load_yaml, replace_training
     from workbench.train.experiment import AdapterExperiment
+    from workbench.train.options import DataOptions, apply_data_options
     from workbench.train.resume import override_names
 
-    config = load_yaml(args.config)
+    config = apply_data_options(load_yaml(args.config), DataOptions.from_args(args), what=args.config)
     changes = {}
     if args.steps is not None:
         changes["steps"] = args.steps
@@ -114,6 +118,7 @@ def _train(args: argparse.Namespace) -> int:
         exp = AdapterExperiment.from_config(config)
         say = print if exp.is_main else _quiet
     exp.resume_hint = None  # the advice below is the command line's
+    exp.resume_command = continue_train(args, output)
     try:
         exp.fit(steps=max(0, config.training.steps - exp.step))
         path = exp.save_checkpoint()
@@ -127,11 +132,49 @@ def _train(args: argparse.Namespace) -> int:
         gc.collect()
     if interrupted:
         say(f"Saved the run at step {step}: {path}")
-        say(f"Continue with: workbench train {args.config} --output {output} --resume")
+        say(f"Continue with: {continue_train(args, output)}")
         return _interrupted_status()
     ranks = f" on {dist.world_size} ranks" if dist is not None else ""
     say(f"Finished {config.name} at step {step}{ranks}: loss {loss:.5f}. Checkpoint: {path}")
     return 0
+
+
+def continue_train(args: argparse.Namespace, output: Path | str | None = None) -> str:
+    """The command that continues the run ``workbench train`` was started with: its own arguments (the config,
+    ``--output``, ``--steps``, ``--grad-accum``, the data options, ``--quiet``) and ``--resume``; never
+    ``--from`` (which would set later checkpoints aside again) nor ``--override`` (the checkpoints carry the
+    changed fields by then)."""
+    import shlex
+
+    from workbench.train.options import DataOptions
+
+    parts = ["workbench", "train", str(args.config)]
+    if output is not None or args.output:
+        parts += ["--output", str(output if output is not None else args.output)]
+    if args.steps is not None:
+        parts += ["--steps", str(args.steps)]
+    if args.grad_accum is not None:
+        parts += ["--grad-accum", str(args.grad_accum)]
+    parts += DataOptions.from_args(args).flags()
+    parts.append("--resume")
+    if args.quiet:
+        parts.append("--quiet")
+    return " ".join(shlex.quote(p) for p in parts)
+
+
+def continue_cache(args: argparse.Namespace) -> str:
+    """The command that finishes the cache ``workbench cache-latents`` was writing (the same arguments)."""
+    import shlex
+
+    from workbench.train.options import DataOptions
+
+    parts = ["workbench", "cache-latents", str(args.config), "--out", str(args.out)]
+    if args.shard_size != SHARD_SIZE:
+        parts += ["--shard-size", str(args.shard_size)]
+    parts += DataOptions.from_args(args).flags()
+    if args.quiet:
+        parts.append("--quiet")
+    return " ".join(shlex.quote(p) for p in parts)
 
 
 def _pick_checkpoint(output: Path, start: str) -> Path:
@@ -193,7 +236,8 @@ def _doctor(args: argparse.Namespace) -> int:
         absent = extras.missing(extra)
         state = "installed" if not absent else f"missing {', '.join(absent)}"
         users = [f"workbench {c.name}" for c in commands if extra in c.extras]
-        print(f"  {extra:<10} {state}{' - for ' + ', '.join(users) if users else ''}")
+        serves = extras.SERVES.get(extra, "")
+        print(f"  {extra:<10} {state} - {serves}{'; commands: ' + ', '.join(users) if users else ''}")
     plugins = sorted({d.metadata["Name"] for d in md.distributions() if (d.metadata["Name"] or "").startswith(
         "workbench-")})
     print(f"plugins installed: {', '.join(plugins) if plugins else '(none)'}")
@@ -233,6 +277,19 @@ def _plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _init(args: argparse.Namespace) -> int:
+    from workbench.examples import write_examples
+
+    written, kept = write_examples(args.names or None, into=args.dir)
+    for path in written:
+        print(f"wrote {path}")
+    if kept:
+        print(f"kept {len(kept)} that were there already (never overwritten): {', '.join(p.name for p in kept)}")
+    first = (written or kept)[0]
+    print(f"Train one with: workbench train {first}")
+    return 0
+
+
 def _cache_latents(args: argparse.Namespace) -> int:
     from workbench.train.latent_store import run
 
@@ -241,6 +298,8 @@ def _cache_latents(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from workbench.train.options import add_data_arguments
+
     parser = argparse.ArgumentParser(prog="workbench", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -262,15 +321,26 @@ def build_parser() -> argparse.ArgumentParser:
                             "distributed, callbacks, evaluation, name); recorded in the run")
     train.add_argument("--output", help="run directory (default outputs/<name>)")
     train.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_data_arguments(train)
     train.set_defaults(func=_train)
 
     cache = sub.add_parser("cache-latents", help="encode a config's data once through its frozen backbone, to disk")
     cache.add_argument("config", help="YAML experiment config (its base: and data: blocks are used)")
     cache.add_argument("--out", required=True, help="cache directory (a rerun verifies the shards there, keeps "
                                                     "the intact ones and rewrites the rest)")
-    cache.add_argument("--shard-size", type=int, default=256, help="items per safetensors shard")
+    cache.add_argument("--shard-size", type=int, default=SHARD_SIZE, help="items per safetensors shard")
     cache.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_data_arguments(cache, dim=False)
     cache.set_defaults(func=_cache_latents)
+
+    init = sub.add_parser("init", help="write the example configs into this folder (examples/configs/), so the "
+                                       "documented commands run here",
+                          description="Write the example configs that ship with workbench into examples/configs/ "
+                                      "(or --dir), so commands such as `workbench train examples/configs/tiny.yaml` "
+                                      "run outside a clone. Files already there are kept.")
+    init.add_argument("names", nargs="*", metavar="NAME", help="the examples to write (default: all), e.g. tiny")
+    init.add_argument("--dir", default="examples/configs", help="where to write them (default: %(default)s)")
+    init.set_defaults(func=_init)
 
     doctor = sub.add_parser("doctor", help="versions, devices and what auto resolves to, plugins and entry points")
     doctor.set_defaults(func=_doctor)
@@ -303,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     _STOPPED_BY["signal"] = signal.SIGINT
     previous = _install(signal.SIGTERM, _on_sigterm)
     try:
-        require_all(getattr(args, "needs", None) or {}, what=f"workbench {args.command}")
+        require_all(getattr(args, "needs", None) or {}, what=f"workbench {command}")
         return args.func(args)
     except WorkbenchError as err:
         print(f"error: {err}", file=sys.stderr)
@@ -319,11 +389,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # (a run interrupted inside its training loop returns 130 from _train itself)
         print(f"\nInterrupted (workbench {command}).", file=sys.stderr)
         if command == "train":
-            print(f"Every checkpoint written is complete (saves are atomic). Continue with: workbench train "
-                  f"{args.config}{' --output ' + args.output if args.output else ''} --resume", file=sys.stderr)
+            print(f"Every checkpoint written is complete (saves are atomic). Continue with: {continue_train(args)}",
+                  file=sys.stderr)
         elif command == "cache-latents":
-            print(f"The shards written are complete (each is written whole). Continue with: workbench cache-latents "
-                  f"{args.config} --out {args.out}", file=sys.stderr)
+            print(f"The shards written are complete (each is written whole). Continue with: {continue_cache(args)}",
+                  file=sys.stderr)
         return _interrupted_status()
     finally:
         _install(signal.SIGTERM, previous)

@@ -36,6 +36,17 @@ EXTRAS: dict[str, dict[str, str]] = {
     "logging": {"tensorboard": "tensorboard"},
 }
 
+#: extra → what it serves, in words (``workbench doctor`` prints it beside the commands that need it).
+SERVES: dict[str, str] = {
+    "data": "datasets and video files: the metaworld and lerobot datasets, importing your own videos, MP4 / GIF "
+            "output",
+    "widgets": "the notebook views (workbench.widgets: Stepper, Fit, ...) and the demo's loss chart",
+    "peft": "lora adapters and lora: blocks inside action_modulation",
+    "diffusers": "the diffusers backbone plugins (wan22_ti2v, easyanimate, dynamicrafter)",
+    "logging": "the tensorboard callback",
+}
+
+
 class MissingExtraError(WorkbenchError, ImportError):
     """An optional package a command or component needs is not installed; the message names the extra."""
 

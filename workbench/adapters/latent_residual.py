@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workbench.adapters.path import PATH_CHANNELS, PATH_SIGNAL, ActionPath, PathConfig, translated
+from workbench.adapters.path import PATH_CHANNELS, PATH_SIGNAL, ActionPath, PathConfig, sample_border, translated
 from workbench.config import check, config_from
 from workbench.core.adapter import Adapter
 from workbench.core.conditions import Condition
@@ -210,8 +210,7 @@ class LatentResidual(Adapter):
         grid = torch.stack([xs, ys], dim=-1)  # (h, w, 2), x first as grid_sample expects
         grid = grid - shift[:, :, :, None, None, :]  # (B, T, K, h, w, 2): read from where it came from
         source = first[:, None, None].expand(b, frames, k, c, h, w).reshape(-1, c, h, w)
-        moved = F.grid_sample(source, grid.reshape(-1, h, w, 2), mode="bilinear", padding_mode="border",
-                              align_corners=True)  # (B*T*K, C, h, w)
+        moved = sample_border(source, grid.reshape(-1, h, w, 2), align_corners=True)  # (B*T*K, C, h, w)
         moved = moved.view(b, frames, k, c, h, w).permute(2, 0, 3, 1, 4, 5)  # (K, B, C, T, h, w)
         return list(moved.unbind(0))
 

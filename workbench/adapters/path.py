@@ -207,10 +207,24 @@ def translated(first: torch.Tensor, along: torch.Tensor) -> torch.Tensor:
     shift = along[..., 2:].to(first.dtype) * 2.0  # fractions of the picture -> grid_sample's [-1, 1] units
     grid = grid - shift[:, :, None, None, :]  # (B, T, h, w, 2): read from where the point came from
     source = first[:, None].expand(b, frames, c, h, w).reshape(-1, c, h, w)
-    moved = torch.nn.functional.grid_sample(source, grid.reshape(-1, h, w, 2), mode="bilinear",
-                                            padding_mode="border", align_corners=False)
+    moved = sample_border(source, grid.reshape(-1, h, w, 2), align_corners=False)
     return moved.view(b, frames, c, h, w).transpose(1, 2)
 
 
-__all__ = ["translated", "PATH_CHANNELS", "PATH_SIGNAL", "ActionPath", "PathConfig", "hand_path", "path_heatmap",
-           "project_points"]
+def sample_border(source: torch.Tensor, grid: torch.Tensor, *, align_corners: bool) -> torch.Tensor:
+    """``grid_sample`` (bilinear, border padding) of ``source`` ``(N, C, h, w)`` at ``grid`` ``(N, h, w, 2)``,
+    safe for any grid: coordinates are clamped to the picture ([-1, 1]) and NaN is taken as its centre.
+
+    With border padding a coordinate outside the picture reads the border, so clamping changes neither
+    the result nor a gradient, bit for bit. A NaN or infinite coordinate (from a NaN action) would make
+    grid_sample's backward write outside its buffer on the CPU (a segmentation fault); here it reads the
+    centre instead, and the NaN still reaches the loss through the adapter's other inputs, where the
+    loop reports it.
+    """
+    safe = torch.nan_to_num(grid, nan=0.0, posinf=1.0, neginf=-1.0).clamp(-1.0, 1.0)
+    return torch.nn.functional.grid_sample(source, safe, mode="bilinear", padding_mode="border",
+                                           align_corners=align_corners)
+
+
+__all__ = ["sample_border", "translated", "PATH_CHANNELS", "PATH_SIGNAL", "ActionPath", "PathConfig", "hand_path",
+           "path_heatmap", "project_points"]

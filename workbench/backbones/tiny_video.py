@@ -291,7 +291,6 @@ class TinyVideo(BaseVideoModel):
                                 "('image' or the first frame of 'video'); a text-conditioned backbone such as "
                                 "wan22_ti2v reads prompts.")
         device = self.device
-        size = self.config.image_size
         with torch.no_grad():
             if "latents" in raw:
                 latents = self._check_latents(raw["latents"]).to(device)
@@ -313,11 +312,7 @@ class TinyVideo(BaseVideoModel):
                     f"(B, 3, H, W); got keys {sorted(raw)}."
                 )
             if video is not None:
-                if video.shape[-2:] != (size, size):
-                    raise DataError(
-                        f"tiny_video was built for {size}x{size} frames, got {tuple(video.shape[-2:])}. "
-                        f"Resize the data or build with image_size={video.shape[-1]}."
-                    )
+                self._check_size(video)
                 latents = self.encode(video)
         cond: dict[str, Any] = {"first_frame": latents[:, :, 0]}
         for key in PER_FRAME_KEYS:
@@ -359,11 +354,24 @@ class TinyVideo(BaseVideoModel):
             )
         return latents.to(self.dtype)
 
+    def _check_size(self, video: torch.Tensor) -> None:
+        """Frames of another size than the model's are refused before they are encoded, in the data's terms."""
+        size = self.config.image_size
+        height, width = video.shape[-2:]
+        if (height, width) != (size, size):
+            weights = f" (its weights {self.config.weights!r} were trained at that size)" if self.config.weights else ""
+            raise DataError(
+                f"tiny_video was built for {size}x{size} frames{weights}, but the data serves {height}x{width}. Set "
+                f"the dataset's size: [{size}, {size}] (the lerobot dataset resizes its frames; `workbench data "
+                f"import --size {size} {size}` stores them so), or build the backbone with image_size: {width} (a "
+                f"model of its own, without these weights).")
+
     def encode_item(self, item: Mapping[str, Any]) -> dict[str, Any] | None:
         """A dataset item with ``"video"`` (``(3, T, H, W)`` or uint8 ``(T, H, W, 3)``) replaced by its latents."""
         if "video" not in item:
             return None
         video = as_video(torch.as_tensor(item["video"])[None], "video").to(device=self.device, dtype=self.dtype)
+        self._check_size(video)
         with torch.no_grad():
             latents = self.encode(video)[0].cpu()  # (C, T, h, w)
         return {**{k: v for k, v in item.items() if k != "video"}, "latents": latents}
@@ -476,7 +484,9 @@ class TinyVideo(BaseVideoModel):
             raise CheckpointError(
                 f"Weights {file} were saved for a different tiny_video architecture: "
                 + ", ".join(f"{k}: built {a!r}, weights {b!r}" for k, (a, b) in sorted(diff.items()))
-                + ". Build with TinyVideo.from_pretrained(path) to take the saved architecture."
+                + ". Build with TinyVideo.from_pretrained(path) to take the saved architecture, or in a config "
+                f"give it with the weights: base: {{type: tiny_video, config: {{weights: {path}, "
+                + ", ".join(f"{k}: {b}" for k, (_, b) in sorted(diff.items())) + "}}."
             )
         target = device if device is not None else self.device
         state = load_file(str(file), device=str(target))

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from workbench.data.checks import MAX_ABS
 from workbench.errors import DataError
 
 #: The key of the calibration in dataset items and batches.
@@ -42,6 +43,7 @@ CAMERA_DIM = 12
 CONVENTION = ("OpenCV pinhole: extrinsics map world (metres) to camera (x right, y down, z forward); "
               "pixels from the image's top-left corner")
 ATTRS = ("camera_intrinsics", "camera_extrinsics", "camera_image_size")
+RECALIBRATE = "Rewrite it with `workbench data calibrate FILE` (or fix the values where the dataset was made)"
 
 
 def look_at_matrix(pos: Sequence[float], target: Sequence[float]) -> np.ndarray:
@@ -69,10 +71,16 @@ class CameraCalibration:
         k = np.asarray(self.intrinsics, np.float64)
         e = np.asarray(self.extrinsics, np.float64)
         problems = []
-        if k.shape != (3, 3) or not np.isfinite(k).all():
-            problems.append(f"intrinsics must be a finite 3x3 matrix, got shape {list(k.shape)}")
-        if e.shape != (4, 4) or not np.isfinite(e).all():
-            problems.append(f"extrinsics must be a finite 4x4 matrix, got shape {list(e.shape)}")
+        for name, m, shape in (("intrinsics", k, (3, 3)), ("extrinsics", e, (4, 4))):
+            if m.shape != shape:
+                problems.append(f"{name} must be a finite {shape[0]}x{shape[1]} matrix, got shape {list(m.shape)}")
+                continue
+            with np.errstate(invalid="ignore"):
+                bad = ~np.isfinite(m) | (np.abs(m) > MAX_ABS)
+            if bad.any():
+                r, c = (int(v) for v in np.argwhere(bad)[0])
+                problems.append(f"{name}[{r}][{c}] is {float(m[r, c])!r} (a calibration holds finite values of at most "
+                                f"{MAX_ABS:g} in magnitude: pixels and metres)")
         if int(self.width) < 1 or int(self.height) < 1:
             problems.append(f"the image size must be positive, got {self.width}x{self.height}")
         if problems:
@@ -145,8 +153,12 @@ class CameraCalibration:
             missing = [a for a in ATTRS if a not in attrs]
             raise DataError(f"{where}: camera calibration is incomplete: attribute(s) {missing} missing (has "
                             f"{present}). Rewrite it with `workbench data calibrate FILE`.")
-        width, height = (int(v) for v in np.asarray(attrs["camera_image_size"]).reshape(-1)[:2])
-        return cls(np.asarray(attrs["camera_intrinsics"]), np.asarray(attrs["camera_extrinsics"]), width, height)
+        try:
+            width, height = (int(v) for v in np.asarray(attrs["camera_image_size"]).reshape(-1)[:2])
+            return cls(np.asarray(attrs["camera_intrinsics"]), np.asarray(attrs["camera_extrinsics"]), width, height)
+        except (DataError, ValueError, TypeError, OverflowError) as err:
+            raise DataError(f"{where}: the camera calibration in its attributes is unusable: {err} "
+                            f"{RECALIBRATE}.") from None
 
     def to_json(self) -> dict[str, Any]:
         """The ``calibration`` entry of a LeRobot video feature in ``meta/info.json``."""
@@ -160,7 +172,10 @@ class CameraCalibration:
             raise DataError(f"{where}: a camera calibration needs 'intrinsics', 'extrinsics', 'width' and "
                             f"'height', got {json.dumps(value)[:200]}. Rewrite it with `workbench data calibrate "
                             f"DIR`.")
-        return cls(value["intrinsics"], value["extrinsics"], int(value["width"]), int(value["height"]))
+        try:
+            return cls(value["intrinsics"], value["extrinsics"], int(value["width"]), int(value["height"]))
+        except (DataError, ValueError, TypeError, OverflowError) as err:
+            raise DataError(f"{where}: the camera calibration is unusable: {err} {RECALIBRATE}.") from None
 
 
 def quat_to_mat(quat: Sequence[float]) -> np.ndarray:

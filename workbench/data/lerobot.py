@@ -10,7 +10,7 @@ Items are windows of ``window`` consecutive frames at ``fps`` (the dataset's own
 boundary::
 
     {"video": float32 [3, window, H, W] in [-1, 1], "action": float32 [window, A],
-     "proprio": float32 [window, S] (the ``state`` feature; absent when state is null),
+     "proprio": float32 [window, S] (the ``state`` feature; absent when none is served),
      "ee_pos": float32 [window, 3] (only with ``ee_pos`` set),
      "episode": int (the dataset's episode_index), "start": int (first frame, at ``fps``),
      "task": str, "prompt": str (the same task string: the text condition backbones read),
@@ -41,6 +41,7 @@ from torch.utils.data import Dataset
 
 from workbench.config import check, config_from
 from workbench.data.camera import CAMERA_KEY, CameraCalibration
+from workbench.data.checks import check_finite
 from workbench.data.control import check_control, with_control
 from workbench.data.lerobot_format import Episode, LeRobotMeta, column, parquet_columns, read_parquet
 from workbench.data.metaworld import split_episodes
@@ -57,12 +58,15 @@ class LeRobotConfig:
 
     ``root``: the dataset directory (local). ``camera``: the video feature to serve (``null``: the
     only one). ``actions`` / ``state`` / ``ee_pos``: features served as ``action`` / ``proprio`` /
-    ``ee_pos`` (``null`` leaves one out). ``fps``: the frame rate of the served clips (``null``: the
+    ``ee_pos`` (``null`` leaves one out; ``state: auto``, the default, serves ``observation.state``
+    when the dataset has it and nothing otherwise). ``fps``: the frame rate of the served clips (``null``: the
     dataset's). ``size``: ``[H, W]`` the frames are resized to (``null``: as stored).
     ``drop_short``: leave out episodes shorter than the window instead of raising.
     ``tolerance_s``: how far (seconds) a decoded frame may be from the wanted time (``null``:
     one frame period less 0.1 ms, as LeRobot). ``control``: a control video derived from each clip's
     frames, served as ``control`` ``(C, T, H, W)`` (``edges``; see :mod:`workbench.data.control`).
+    ``max_abs``: a served action or state value beyond this magnitude (or NaN, or infinite) is
+    refused when the tables are read, naming the file, episode and frame.
     """
 
     root: str
@@ -71,7 +75,7 @@ class LeRobotConfig:
     stride: int = 4
     split: Literal["train", "val", "all"] = "train"
     actions: str = "action"
-    state: str | None = "observation.state"
+    state: str | None = "auto"
     ee_pos: str | None = None
     fps: float | None = None
     size: list[int] | None = None
@@ -80,6 +84,7 @@ class LeRobotConfig:
     drop_short: bool = False
     tolerance_s: float | None = None
     control: str | None = None
+    max_abs: float = 1e6
 
     def __post_init__(self) -> None:
         check(isinstance(self.root, str) and self.root != "", "root",
@@ -93,6 +98,13 @@ class LeRobotConfig:
               f"must be [height, width] (each >= 8) or null, got {self.size}.")
         check(self.tolerance_s is None or self.tolerance_s > 0, "tolerance_s", f"must be > 0, got {self.tolerance_s}.")
         check_control(self.control)
+        check(self.max_abs > 0, "max_abs", f"must be > 0, got {self.max_abs}.")
+
+
+NON_FINITE_FIX = ("Fix those values in the dataset and re-export it (or leave the episode out of it); a real "
+                  "measurement this large needs a larger `max_abs:` in the dataset config.")
+#: What ``state: auto`` serves when the dataset has it.
+STATE = "observation.state"
 
 
 @register("dataset", "lerobot")
@@ -110,9 +122,14 @@ class LeRobotClips(Dataset):
         #: The camera's calibration from ``meta/info.json`` (:class:`~workbench.data.camera.CameraCalibration`),
         #: or None when the dataset records none.
         found = meta.features[self.camera].get("calibration")
-        self.calibration = CameraCalibration.from_json(found, str(meta.info_path)) if found is not None else None
+        where = f"{meta.info_path} (camera {self.camera})"
+        self.calibration = CameraCalibration.from_json(found, where) if found is not None else None
         self._calibration_vector = torch.from_numpy(self.calibration.vector()) if self.calibration else None
-        self.signals = {"action": config.actions, "proprio": config.state, "ee_pos": config.ee_pos}
+        state = config.state
+        if state == "auto":  # the usual name, when the dataset has it: an adapter that reads no state needs none
+            numeric = meta.features.get(STATE, {}).get("dtype") in NUMERIC
+            state = STATE if numeric else None
+        self.signals = {"action": config.actions, "proprio": state, "ee_pos": config.ee_pos}
         self.signals = {k: v for k, v in self.signals.items() if v is not None}
         for name, feature in self.signals.items():
             self._check_feature(name, feature)
@@ -220,8 +237,10 @@ class LeRobotClips(Dataset):
                 frames = {"timestamp": data["timestamp"][rows].astype(np.float64),
                           "task_index": data["task_index"][rows].astype(np.int64)}
                 for name, key in self.signals.items():
-                    value = data[key][rows].astype(np.float32)
-                    frames[name] = value.reshape(len(rows), -1)
+                    value = data[key][rows].astype(np.float64).reshape(len(rows), -1)
+                    check_finite(value, f"{path}: episode {ep.index}", f"{key!r} ({name})",
+                                 limit=self.config.max_abs, fix=NON_FINITE_FIX)
+                    frames[name] = value.astype(np.float32)
                 self.frames_of[position[ep.index]] = frames
 
     def _task(self, e: int, row: int) -> str:
@@ -257,9 +276,10 @@ class LeRobotClips(Dataset):
         return kept
 
     # ------------------------------------------------------------------ access
-    def rows(self, e: int, start: int) -> np.ndarray:
-        """Row indices (within episode position ``e``) of the window starting at served frame ``start``."""
-        k = np.arange(start, start + self.config.window)
+    def rows(self, e: int, start: int, count: int | None = None) -> np.ndarray:
+        """Row indices (within episode position ``e``) of the ``count`` (default: the window's) served frames
+        from served frame ``start`` on."""
+        k = np.arange(start, start + (self.config.window if count is None else count))
         if self.fps == self.source_fps:
             return k
         ts = self.frames_of[e]["timestamp"]
@@ -288,6 +308,14 @@ class LeRobotClips(Dataset):
         if self._calibration_vector is not None:
             item[CAMERA_KEY] = self._calibration_vector.clone()
         return with_control(item, self.config.control)
+
+    def episode_frames(self, e: int) -> np.ndarray:
+        """Every served frame of episode position ``e`` (of ``meta.episodes``), uint8 ``(T, H, W, 3)`` at the
+        served size and rate: what pretraining a backbone on the dataset's video reads."""
+        rows = self.rows(e, 0, self.served_length(e))
+        path, offset = self.meta.episodes[e].videos[self.camera]
+        return self._video.frames(path, offset + self.frames_of[e]["timestamp"][rows], self.size, self.tolerance,
+                                  what=f" (episode {self.meta.episodes[e].index}, camera {self.camera})")
 
     def close(self) -> None:
         """Close this process's open video files (they are reopened on the next item)."""

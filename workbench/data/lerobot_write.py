@@ -9,13 +9,23 @@ table ``data/chunk-000/file-000.parquet``, one H.264 MP4 per camera
 Everything goes into file 000 of chunk 000 (the layout allows splitting files at 100 MB of data or
 200 MB of video; the datasets written here stay far below that).
 
+Each episode is checked before anything of it is written (every camera and feature present, as many
+rows as frames, the widths and picture size of the first episode, finite values) and a problem is a
+:class:`~workbench.errors.DataError` naming the episode, the frame and the fix. The dataset is written
+into ``ROOT.partial`` and renamed to ``ROOT`` by :meth:`LeRobotWriter.close`, so ``ROOT`` never holds
+half a dataset: used as a context manager, a writer that fails removes its partial directory, and a
+new writer removes one a killed process left behind.
+
 The world-model wing converts Meta-World rollouts with it
-(:func:`workbench.worldmodel.generate.metaworld_to_lerobot`, ``workbench data metaworld --format lerobot``).
+(:func:`workbench.worldmodel.generate.metaworld_to_lerobot`, ``workbench data metaworld --format lerobot``);
+:func:`workbench.data.importer.import_folder` writes a folder of videos and action files with it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +36,9 @@ from workbench.data.video_io import H264Writer, video_info
 from workbench.errors import DataError
 
 CODEBASE_VERSION = "v3.0"
+#: The file that marks a directory as a writer's unfinished output (so only such a directory is removed).
+PARTIAL_MARK = ".workbench-partial"
+NUMERIC = ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool")
 _DEFAULTS = {"timestamp": "float32", "frame_index": "int64", "episode_index": "int64", "index": "int64",
              "task_index": "int64"}
 
@@ -50,8 +63,31 @@ class LeRobotWriter:
                  cameras: list[str], robot_type: str | None = None, crf: int = 18,
                  calibration: dict[str, Any] | None = None):
         self.root = Path(root).expanduser()
-        if self.root.exists() and any(self.root.iterdir()):
-            raise DataError(f"{self.root} exists and is not empty; give --out a new directory (nothing was written).")
+        if self.root.exists() and (not self.root.is_dir() or any(self.root.iterdir())):
+            raise DataError(f"{self.root} exists and is not empty; LeRobotWriter writes a new dataset there. Pass a "
+                            f"root that does not exist yet (or an empty directory); nothing was written.")
+        problems = []
+        if not (isinstance(fps, (int, float)) and np.isfinite(fps) and fps > 0):
+            problems.append(f"fps must be a positive number, got {fps!r}")
+        if not cameras or not all(isinstance(c, str) and c for c in cameras):
+            problems.append(f"cameras must be a non-empty list of video feature names, got {cameras!r}")
+        for name, spec in features.items():
+            if not (isinstance(spec, tuple) and len(spec) == 2 and spec[0] in NUMERIC):
+                problems.append(f"feature {name!r} must be (dtype, names) with dtype one of {', '.join(NUMERIC)}, "
+                                f"got {spec!r}")
+        unknown = sorted(set(calibration or {}) - set(cameras or ()))
+        if unknown:
+            problems.append(f"calibration names camera(s) {unknown} that are not in cameras {cameras}")
+        if problems:
+            raise DataError("LeRobotWriter: " + "; ".join(problems) + ". Nothing was written.")
+        self.partial = self.root.with_name(self.root.name + ".partial")
+        if self.partial.exists():
+            if not (self.partial / PARTIAL_MARK).is_file():
+                raise DataError(f"{self.partial} exists and is not a LeRobotWriter's unfinished output; move it away "
+                                f"(the dataset is written there before it is renamed to {self.root.name}).")
+            shutil.rmtree(self.partial)  # what a writer that was killed, or not closed, left behind
+        self.partial.mkdir(parents=True)
+        (self.partial / PARTIAL_MARK).write_text("an unfinished LeRobotWriter output; safe to delete\n")
         self.fps, self.features, self.cameras, self.robot_type, self.crf = fps, features, cameras, robot_type, crf
         self.calibration = dict(calibration or {})
         self.columns: dict[str, list[np.ndarray]] = {k: [] for k in [*_DEFAULTS, *features]}
@@ -61,11 +97,92 @@ class LeRobotWriter:
         self.tasks: dict[str, int] = {}
         self.frames = 0
         self.shape: tuple[int, int] | None = None
+        self.closed = False
+
+    def __enter__(self) -> LeRobotWriter:
+        return self
+
+    def __exit__(self, kind, error, traceback) -> None:
+        if kind is not None:
+            self.abort()
+        elif not self.closed:
+            self.close()
+
+    def _check_episode(self, images: dict[str, Any], data: dict[str, Any], task: Any) -> tuple[int, dict, dict]:
+        """The episode's frame count, its frames and its features as arrays; every problem raised before a write."""
+        from workbench.data.checks import check_finite
+
+        where = f"{self.root}: episode {len(self.episodes)}"
+        missing = [c for c in self.cameras if c not in images]
+        extra = sorted(set(images) - set(self.cameras))
+        if missing or extra:
+            raise DataError(f"{where}: images must hold exactly the cameras {self.cameras}; missing {missing}, not "
+                            f"declared {extra}. Nothing of this episode was written.")
+        frames: dict[str, np.ndarray] = {}
+        count = None
+        for camera in self.cameras:
+            value = np.asarray(images[camera])
+            if value.dtype != np.uint8:
+                hint = ""
+                if value.dtype.kind in "fc":
+                    check_finite(value, f"{where}, camera {camera!r}", "the picture", limit=np.inf)
+                    hint = " (floats in [0, 1]: (x * 255).round().astype(np.uint8))"
+                raise DataError(f"{where}: camera {camera!r} has {value.dtype} pictures; they must be uint8 (T, H, W, "
+                                f"3) RGB in 0..255{hint}. Nothing of this episode was written.")
+            if value.ndim != 4 or value.shape[-1] != 3 or len(value) == 0:
+                raise DataError(f"{where}: camera {camera!r} pictures have shape {list(value.shape)}; expected "
+                                f"(T, H, W, 3) RGB with T >= 1. Nothing of this episode was written.")
+            height, width = value.shape[1:3]
+            if height % 2 or width % 2:
+                raise DataError(f"{where}: camera {camera!r} pictures are {width}x{height} pixels; H.264 stores "
+                                f"even sizes only. Crop or resize them to an even height and width.")
+            if camera in self.videos and (height, width) != tuple(self.shape or ()):
+                raise DataError(f"{where}: camera {camera!r} pictures are {width}x{height} pixels, the earlier "
+                                f"episodes' {self.shape[1]}x{self.shape[0]}; one video holds one size. Resize them "
+                                f"to {self.shape[1]}x{self.shape[0]}.")
+            if count is not None and len(value) != count:
+                raise DataError(f"{where}: camera {camera!r} has {len(value)} frames, camera {self.cameras[0]!r} "
+                                f"{count}; every camera records every frame of an episode.")
+            count = len(value)
+            frames[camera] = value
+        unknown = sorted(set(data) - set(self.features))
+        absent = [name for name in self.features if name not in data]
+        if unknown or absent:
+            raise DataError(f"{where}: data must hold exactly the features {list(self.features)}; missing "
+                            f"{absent}, not declared {unknown} (declare them in features=...). Nothing of this "
+                            f"episode was written.")
+        values: dict[str, np.ndarray] = {}
+        for name, (_, names) in self.features.items():
+            value = np.asarray(data[name])
+            if value.dtype.kind not in "biuf":
+                raise DataError(f"{where}: feature {name!r} holds {value.dtype} values, not numbers.")
+            width = len(names) if names else 1
+            rows = len(value) if value.ndim else 0
+            if rows != count:
+                raise DataError(f"{where}: feature {name!r} has {rows} rows but the episode has {count} frames "
+                                f"(camera {self.cameras[0]!r}). Row t is the value at frame t, so every feature has "
+                                f"one row per frame: drop the extra frames or rows, or repeat the last row. Nothing "
+                                f"of this episode was written.")
+            value = value.reshape(count, -1)
+            if value.shape[1] != width:
+                raise DataError(f"{where}: feature {name!r} has {value.shape[1]} values a frame, but it was declared "
+                                f"with {width} names ({names}). Declare its names to match, or fix the values.")
+            check_finite(value, where, f"feature {name!r}", limit=np.inf)
+            values[name] = value
+        if not isinstance(task, str):
+            raise DataError(f"{where}: task must be a string, got {type(task).__name__}.")
+        return count, frames, values
 
     def add_episode(self, images: dict[str, np.ndarray], data: dict[str, np.ndarray], task: str,
                     **extra: Any) -> None:
-        """One episode: ``images[camera]`` uint8 ``(T, H, W, 3)``, ``data[feature]`` ``(T, D)`` or ``(T,)``."""
-        n = len(next(iter(images.values())))
+        """One episode: ``images[camera]`` uint8 ``(T, H, W, 3)``, ``data[feature]`` ``(T, D)`` or ``(T,)``.
+
+        Everything is checked before any of it is written; a problem is a DataError naming the
+        episode (its position, from 0) and the fix.
+        """
+        if self.closed:
+            raise DataError(f"{self.root}: the writer is closed; start a new LeRobotWriter for another dataset.")
+        n, frames_of, values = self._check_episode(images, data, task)
         index = len(self.episodes)
         task_index = self.tasks.setdefault(task, len(self.tasks))
         start = self.frames
@@ -73,10 +190,10 @@ class LeRobotWriter:
                "dataset_from_index": start, "dataset_to_index": start + n,
                "meta/episodes/chunk_index": 0, "meta/episodes/file_index": 0, **extra}
         for camera in self.cameras:
-            frames = np.asarray(images[camera], dtype=np.uint8)
+            frames = frames_of[camera]
             if camera not in self.videos:
                 self.shape = frames.shape[1:3]
-                path = self.root / V3_VIDEO.format(video_key=camera, chunk_index=0, file_index=0)
+                path = self.partial / V3_VIDEO.format(video_key=camera, chunk_index=0, file_index=0)
                 self.videos[camera] = H264Writer(path, self.fps, frames.shape[1], frames.shape[2], crf=self.crf)
             row.update({f"videos/{camera}/chunk_index": 0, f"videos/{camera}/file_index": 0,
                         f"videos/{camera}/from_timestamp": start / self.fps,
@@ -90,17 +207,29 @@ class LeRobotWriter:
         self.columns["index"].append(start + frame)
         self.columns["task_index"].append(np.full(n, task_index))
         for name, (dtype, _) in self.features.items():
-            self.columns[name].append(np.asarray(data[name]).astype(dtype).reshape(n, -1))
+            self.columns[name].append(values[name].astype(dtype))
         self.episodes.append(row)
         self.frames += n
+
+    def abort(self) -> None:
+        """Stop writing and remove the partial directory (``root`` is left as it was)."""
+        for video in self.videos.values():
+            with contextlib.suppress(Exception):  # a half-written container may fail to close; it goes next
+                video.container.close()
+        self.videos = {}
+        self.closed = True
+        shutil.rmtree(self.partial, ignore_errors=True)
 
     def close(self) -> Path:
         """Finish the videos and write the tables and metadata; returns the dataset directory."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
+        if self.closed:
+            raise DataError(f"{self.root}: the writer is already closed.")
         if not self.episodes:
-            raise DataError(f"{self.root}: no episodes were added; nothing to write.")
+            self.abort()
+            raise DataError(f"{self.root}: no episodes were added; nothing was written.")
         for writer in self.videos.values():
             writer.close()
         table: dict[str, Any] = {}
@@ -115,10 +244,10 @@ class LeRobotWriter:
             else:
                 width = values.shape[1]
                 table[name] = pa.FixedSizeListArray.from_arrays(pa.array(values.reshape(-1)), width)
-        path = self.root / V3_DATA.format(chunk_index=0, file_index=0)
+        path = self.partial / V3_DATA.format(chunk_index=0, file_index=0)
         path.parent.mkdir(parents=True, exist_ok=True)
         pq.write_table(pa.table(table), path)
-        episodes = self.root / V3_EPISODES.format(chunk_index=0, file_index=0)
+        episodes = self.partial / V3_EPISODES.format(chunk_index=0, file_index=0)
         episodes.parent.mkdir(parents=True, exist_ok=True)
         pq.write_table(pa.Table.from_pylist(self.episodes), episodes)
         self._write_tasks()
@@ -128,7 +257,7 @@ class LeRobotWriter:
             pixels = np.concatenate(self.images[camera]).reshape(-1, 3) / 255.0
             stats[camera] = {k: [[[v]] for v in vs] if k != "count" else vs
                              for k, vs in _stats(pixels).items()}
-            info = video_info(self.root / V3_VIDEO.format(video_key=camera, chunk_index=0, file_index=0))
+            info = video_info(self.partial / V3_VIDEO.format(video_key=camera, chunk_index=0, file_index=0))
             features[camera] = {"dtype": "video", "shape": [h, w, 3], "names": ["height", "width", "channels"],
                                 "info": info}
             if camera in self.calibration:
@@ -143,8 +272,13 @@ class LeRobotWriter:
                 "chunks_size": 1000, "data_files_size_in_mb": 100, "video_files_size_in_mb": 200, "fps": fps,
                 "splits": {"train": f"0:{len(self.episodes)}"}, "data_path": V3_DATA, "video_path": V3_VIDEO,
                 "features": features}
-        (self.root / "meta" / "info.json").write_text(json.dumps(info, indent=4))
-        (self.root / "meta" / "stats.json").write_text(json.dumps(stats, indent=4))
+        (self.partial / "meta" / "info.json").write_text(json.dumps(info, indent=4))
+        (self.partial / "meta" / "stats.json").write_text(json.dumps(stats, indent=4))
+        (self.partial / PARTIAL_MARK).unlink()
+        if self.root.exists():  # an empty directory given as the root
+            self.root.rmdir()
+        self.partial.rename(self.root)
+        self.closed = True
         return self.root
 
     def _write_tasks(self) -> None:
@@ -162,4 +296,4 @@ class LeRobotWriter:
         table = pa.table({"task_index": pa.array([self.tasks[t] for t in names], pa.int64()),
                           "task": pa.array(names, pa.string())})
         table = table.replace_schema_metadata({b"pandas": json.dumps(pandas).encode()})
-        pq.write_table(table, self.root / "meta" / "tasks.parquet")
+        pq.write_table(table, self.partial / "meta" / "tasks.parquet")

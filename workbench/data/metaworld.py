@@ -68,6 +68,7 @@ from torch.utils.data import Dataset
 
 from workbench.config import check, config_from
 from workbench.data.camera import CAMERA_KEY, CameraCalibration
+from workbench.data.checks import check_finite
 from workbench.data.control import check_control, with_control
 from workbench.errors import DataError
 from workbench.registry import register
@@ -342,6 +343,10 @@ class MetaWorldClips(Dataset):
     def __len__(self) -> int:
         return len(self.index)
 
+    def widths(self) -> dict[str, int]:
+        """Width of each per-frame signal an item carries: ``{"action": 4, "ee_pos": 3, "proprio": P}``."""
+        return {"action": 4, "ee_pos": 3, "proprio": self.proprio_dim}
+
     def read(self, name: str, episodes: list[int] | None = None) -> np.ndarray:
         """Whole episodes of one dataset of the file (e.g. ``"frames"``), all of them by default."""
         if name not in _EXPECTED:
@@ -364,6 +369,9 @@ class MetaWorldClips(Dataset):
                 read[name] = np.asarray(data[name][episode, start:stop])
             except READ_ERRORS as err:
                 raise self._damaged(err, name, episode) from None
+        for name in ("actions", "ee_pos", "proprio"):  # NaN and inf never reach a kernel (nor hide in the clip)
+            check_finite(read[name], f"{self.path}: episode {episode} (task {self.task_names[episode]})",
+                         f"dataset '{name}'", first=start, fix=f"Fix those values in the file or {REGENERATE}.")
         video = torch.from_numpy(read["frames"]).permute(3, 0, 1, 2).float().div_(127.5).sub_(1.0)
         action = np.clip(read["actions"].astype(np.float32), -1.0, 1.0)
         item = {

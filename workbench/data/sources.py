@@ -26,8 +26,19 @@ def data_kind(path: str | Path) -> str:
     if p.is_dir():
         if is_lerobot_dir(p):
             return "lerobot"
+        from workbench.data.importer import IMAGE_SUFFIXES, VIDEO_SUFFIXES
+
+        entries = sorted(p.iterdir())
+        videos = [q for q in entries if q.suffix.lower() in VIDEO_SUFFIXES] or [
+            q for q in entries if q.is_dir() and any(r.suffix.lower() in IMAGE_SUFFIXES for r in q.iterdir())]
+        if videos:
+            out = p.with_name(f"{p.name}_dataset")
+            raise DataError(f"{p} holds videos ({len(videos)}, e.g. {videos[0].name}) but is not a LeRobot dataset "
+                            f"(no meta/info.json). Convert it first: `workbench data import {p} --out {out}` (each "
+                            f"video with its actions beside it as NAME.npy, .csv or .parquet), then pass --data {out}.")
         raise DataError(f"{p / 'meta' / 'info.json'} is missing: {p} is not a LeRobot dataset. --data takes a "
-                        f"LeRobot dataset directory, an .h5 file from `workbench data metaworld`, or 'sample'.")
+                        f"LeRobot dataset directory, an .h5 file from `workbench data metaworld`, or 'sample' (a "
+                        f"folder of your own videos and actions: convert it with `workbench data import`).")
     if p.is_file():
         return "metaworld"
     raise DataError(f"--data {path}: no such file or directory. Give a LeRobot dataset directory, an .h5 file from "

@@ -245,30 +245,40 @@ def newest_intact(run_dir: str | Path, before: Path | None = None) -> Path | Non
     return None
 
 
-def fallback_hint(damaged: Path) -> str:
-    """What to do about the damaged checkpoint ``damaged``: the newest one of its run that verifies."""
+def fallback_hint(damaged: Path, use: str | None = None) -> str:
+    """What to do about the damaged checkpoint ``damaged``: the newest one of its run that verifies.
+
+    ``use`` says what to do with that one instead of continuing the run, as a format string of
+    ``{checkpoint}`` (e.g. ``workbench eval``'s: evaluate it)."""
     good = newest_intact(damaged.parent, before=damaged)
     if good is None:
+        if use is not None:
+            return ("No earlier checkpoint of this run verifies either, so none of it can be used; train the run "
+                    "again into a new directory (`workbench train CONFIG --output NEW_DIR`).")
         return ("No earlier checkpoint of this run verifies either; start the run again into a new directory "
                 "(`workbench train CONFIG --output NEW_DIR`).")
+    if use is not None:
+        return f"The newest checkpoint of this run that verifies is {good.name}: {use.format(checkpoint=good)}."
     return (f"The newest checkpoint of this run that verifies is {good.name}: continue from it with "
             f"`workbench train CONFIG --output {damaged.parent} --resume --from {good.name}` (in Python: "
             f"AdapterExperiment.load({str(good)!r})).")
 
 
-def load_checkpoint(path: str | Path) -> Checkpoint:
+def load_checkpoint(path: str | Path, *, use: str | None = None) -> Checkpoint:
     """Read and verify a checkpoint directory (or a run directory: its latest checkpoint).
 
     Every file is checked against ``manifest.json`` before it is parsed; a mismatch, a missing
     file, or non-finite weights raise a :class:`CheckpointError` naming the file, what was expected
-    and the newest checkpoint of the run that verifies. A checkpoint without a manifest (written
-    before digests existed) loads with ``verified=False`` and a note.
+    and the newest checkpoint of the run that verifies (with ``use``, what to do with that one; see
+    :func:`fallback_hint`). A checkpoint without a manifest (written before digests existed) loads
+    with ``verified=False`` and a note.
     """
     path = _checkpoint_dir(path)
     data, verified, problem = _raw_files(path)
     if problem:
-        raise CheckpointError(f"Checkpoint {path} is damaged: {problem}. Nothing was loaded. {fallback_hint(path)}")
-    ckpt = _parse(path, data, verified=verified)
+        raise CheckpointError(f"Checkpoint {path} is damaged: {problem}. Nothing was loaded. "
+                              f"{fallback_hint(path, use)}")
+    ckpt = _parse(path, data, verified=verified, use=use)
     if not verified:
         ckpt.notes.append(f"note: checkpoint {path} has no {MANIFEST} (written by a workbench before checkpoints "
                           f"carried digests): its files were read but cannot be verified. The next checkpoint "
@@ -276,7 +286,7 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     return ckpt
 
 
-def _parse(path: Path, data: dict[str, bytes | None], verified: bool) -> Checkpoint:
+def _parse(path: Path, data: dict[str, bytes | None], verified: bool, use: str | None = None) -> Checkpoint:
     from safetensors.torch import load as load_safetensors
 
     missing = [name for name in FILES if data[name] is None]
@@ -301,7 +311,7 @@ def _parse(path: Path, data: dict[str, bytes | None], verified: bool) -> Checkpo
             f"Checkpoint {path} holds non-finite values (nan or inf) in {len(bad)} tensor(s): {'; '.join(bad[:3])}. "
             f"Training cannot continue from it; {damage}"
             f"{' (the run had already diverged when it was saved)' if verified else ''}. "
-            f"{fallback_hint(path)}")
+            f"{fallback_hint(path, use)}")
     return Checkpoint(path=path, meta=meta, trainable=trainable, state=state, config_yaml=config_yaml,
                       verified=verified)
 

@@ -43,8 +43,10 @@ from workbench.train.placement import base_config_on, check_base_dtype
 from workbench.train.resume import (
     Change,
     capture_state,
+    clip_ids,
     config_changes,
     config_of,
+    describe_clips,
     non_finite_message,
     override_names,
     record_changes,
@@ -119,12 +121,15 @@ class AdapterExperiment:
         self.step = 0
         self.loss_history: list[float] = []
         self._pending: list[tuple[int, torch.Tensor]] = []
+        self._clips: dict[int, list] = {}  # step -> what its micro-batches say of their clips (for a NaN's message)
         self.eval_data = eval_data
         self.output_dir = Path(t.output_dir or Path("outputs") / name)
         self.last_checkpoint: Path | None = None
         self.interrupted = False
         #: What an interrupted fit prints after saying where it stopped (the CLI prints its own advice).
         self.resume_hint: str | None = "Call fit() again to continue from there."
+        #: The command that continues this run from its latest checkpoint (the CLI sets it), for advice.
+        self.resume_command: str | None = None
         #: Config changes made on resumes of this run: field, from, to, the step, whether bit-exact.
         self.config_changes: list[dict] = []
         self._resumed: tuple[Path, int, bool, int] | None = None  # checkpoint, step, verified, losses known
@@ -301,17 +306,24 @@ class AdapterExperiment:
         if self.dist is not None:  # a step's loss is the mean over every rank's micro-batches
             self.dist.mean_(values)
         values = values.cpu().tolist()
+        clips, self._clips = self._clips, {}
         for (step, _), value in zip(self._pending, values):
             if not math.isfinite(value):
                 self._pending = []
-                raise NonFiniteLossError(self._non_finite_message(value, step))
+                raise NonFiniteLossError(self._non_finite_message(value, step, clips.get(step)))
             self.loss_history.append(value)
         self._pending = []
 
-    def _non_finite_message(self, value: float, step: int) -> str:
+    def _non_finite_message(self, value: float, step: int, clips: list | None = None) -> str:
         right_after = self._resumed is not None and len(self.loss_history) == self._resumed[3]
-        return non_finite_message(value, step, last_checkpoint=self.last_checkpoint,
-                                  resumed=self._resumed[:3] if right_after else None)
+        last, run_dir = self.last_checkpoint, self.output_dir
+        if last is not None and not last.exists():  # deleted or set aside since: the newest left in its run
+            from workbench.train.checkpoint import latest_checkpoint
+
+            run_dir = last.parent
+            last = latest_checkpoint(run_dir)
+        return non_finite_message(value, step, last_checkpoint=last, resumed=self._resumed[:3] if right_after else None,
+                                  clips=describe_clips(clips), run_dir=run_dir, command=self.resume_command)
 
     def _run_step(self, stream: DataStream, hooks: dict[str, list[Callback]], guard: SigintGuard) -> None:
         # The hot path: anything done here per step beyond the work itself is overhead a short
@@ -330,8 +342,11 @@ class AdapterExperiment:
             total = None
             accum = self._micro  # this process's micro-batches of the step
             first = self.dist.rank * accum if self.dist is not None else 0
+            clips = []
             for micro in range(accum):
-                batch = self.prepare(stream.next())
+                raw = stream.next()
+                clips.append(clip_ids(raw))
+                batch = self.prepare(raw)
                 with self._autocast():
                     loss, _ = self.model.training_loss(batch, generator=self._generator(step, first + micro),
                                                        step=step)
@@ -358,6 +373,7 @@ class AdapterExperiment:
                 self.step = step + 1
                 stream.commit()
                 self._pending.append((self.step, step_loss))
+                self._clips[self.step] = clips
             except BaseException:
                 guard.holding = False
                 raise
@@ -505,6 +521,7 @@ class AdapterExperiment:
         self.loss_history = restored.loss_history
         self.config_changes = restored.config_changes
         self._pending = []
+        self._clips = {}
         self._stream = None
         self._data_state = restored.data_state
         self.last_checkpoint = restored.path
@@ -512,15 +529,16 @@ class AdapterExperiment:
         return self
 
     @classmethod
-    def load(cls, path: str | Path, **overrides) -> AdapterExperiment:
+    def load(cls, path: str | Path, *, use: str | None = None, **overrides) -> AdapterExperiment:
         """Rebuild an experiment from a checkpoint's own config, then restore its state.
 
         ``training=TrainingConfig(...)`` replaces the saved training settings (e.g. more steps); the
         fields it changes are recorded in ``config_changes`` (and the checkpoints' ``meta.json``).
         To check a whole config against the run's, the way ``workbench train --resume`` does, use
-        :meth:`resume`.
+        :meth:`resume`. ``use``: what a damaged checkpoint's error advises doing with the newest one
+        that verifies (a format string of ``{checkpoint}``; default: continuing the run from it).
         """
-        ckpt = load_checkpoint(path)
+        ckpt = load_checkpoint(path, use=use)
         config = config_of(ckpt)
         changes: list[Change] = []
         if overrides.get("training") is not None:  # e.g. more steps, or another world size's settings

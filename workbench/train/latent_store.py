@@ -189,6 +189,9 @@ def write_cache(base: Any, dataset: Dataset, out: str | Path, *, identity: Mappi
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     ident_path = out / IDENTITY
+    if rank == 0:  # an identity whose write a killed process left unfinished
+        for stale in out.glob(f".{IDENTITY}.tmp-*"):
+            stale.unlink(missing_ok=True)
     verified = True
     if ident_path.exists():
         found = read_identity(out, "cache-latents")
@@ -207,6 +210,10 @@ def write_cache(base: Any, dataset: Dataset, out: str | Path, *, identity: Mappi
     n = len(dataset)
     shards = (n + shard_size - 1) // shard_size
     mine = list(range(rank, shards, world_size))
+    for s in mine:  # what a process killed while writing one of this rank's shards left (no other rank writes them)
+        for name in (SHARD.format(s), SHARD_MANIFEST.format(s)):
+            for stale in out.glob(f".{name}.tmp-*"):
+                stale.unlink(missing_ok=True)
     todo, kept, rewritten = [], 0, []
     for s in mine:
         problem = shard_problem(out, s, verified=verified) if (out / SHARD.format(s)).exists() else "missing"
@@ -377,8 +384,9 @@ def run(args) -> int:
     """
     from workbench.config import build
     from workbench.train.config import load_yaml
+    from workbench.train.options import DataOptions, apply_data_options
 
-    config = load_yaml(args.config)
+    config = apply_data_options(load_yaml(args.config), DataOptions.from_args(args), what=args.config)
     if config.data is None:
         raise DataError(f"cache-latents: {args.config} has no data: block, so there is nothing to encode. Add one "
                         f"(e.g. data: {{type: metaworld, config: {{path: sample}}}}).")

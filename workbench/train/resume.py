@@ -69,11 +69,10 @@ def restore_state(ckpt: Checkpoint, model: Any, optimizer: torch.optim.Optimizer
               if k in theirs and theirs[k].shape != v.shape]
     if set(ours) != set(theirs) or shapes:
         raise CheckpointError(
-            f"Checkpoint {ckpt.path} does not fit this experiment: "
-            f"missing {sorted(set(ours) - set(theirs))[:5]}, "
-            f"unexpected {sorted(set(theirs) - set(ours))[:5]}, shape mismatches (saved vs built) {shapes[:3]}. "
-            f"It was saved for a different adapter/composer configuration; build the experiment from the "
-            f"checkpoint's config.yaml (AdapterExperiment.load) instead."
+            f"Checkpoint {ckpt.path} does not fit this experiment: {_what_differs(ckpt, model, theirs)}. Build the "
+            f"experiment the checkpoint was saved with instead: AdapterExperiment.load({str(ckpt.path)!r}) reads "
+            f"its config.yaml. (Weights missing from the checkpoint: {sorted(set(ours) - set(theirs))[:5]}; not in "
+            f"this experiment: {sorted(set(theirs) - set(ours))[:5]}; shapes (saved vs built): {shapes[:3]}.)"
         )
     state = ckpt.state
     try:
@@ -91,6 +90,50 @@ def restore_state(ckpt: Checkpoint, model: Any, optimizer: torch.optim.Optimizer
     return Restored(path=ckpt.path, step=ckpt.step, loss_history=list(ckpt.meta.get("loss_history", [])),
                     data_state=state.get("data"), config_changes=list(ckpt.meta.get("config_changes", [])),
                     verified=ckpt.verified)
+
+
+def _what_differs(ckpt: Checkpoint, model: Any, weights: Mapping[str, Any]) -> str:
+    """In words: the checkpoint's adapter and composer (type and settings) against the model's, for each
+    whose weights do not fit."""
+    import yaml
+
+    from workbench.config import block_of
+
+    try:
+        saved = yaml.safe_load(ckpt.config_yaml) or {}
+    except yaml.YAMLError:
+        saved = {}
+    parts = []
+    ours_weights = model.trainable_state_dict()
+    for key, kind, module in (("adapter", "adapter", model.adapter), ("composer", "composer", model.composer)):
+        mine = {k: tuple(v.shape) for k, v in ours_weights.items() if k.startswith(f"{key}.")}
+        saved_weights = {k: tuple(v.shape) for k, v in weights.items() if k.startswith(f"{key}.")}
+        if mine == saved_weights:
+            continue
+        theirs = saved.get(key) or {}
+        ours = block_of(module, kind)
+        if theirs.get("type") != ours.get("type"):
+            parts.append(f"it holds the weights of {kind} {theirs.get('type')!r}, this experiment has {kind} "
+                         f"{ours.get('type')!r}")
+            continue
+        a, b = _filled(kind, theirs), ours.get("config") or {}
+        changed = [f"{k}: {a.get(k)!r} saved, {b.get(k)!r} here" for k in sorted(set(a) | set(b))
+                   if a.get(k) != b.get(k)]
+        if changed:
+            parts.append(f"its {kind} {ours.get('type')!r} was configured otherwise ({'; '.join(changed[:4])})")
+    return "; ".join(parts) or "its weights were saved for another adapter or composer configuration"
+
+
+def _filled(kind: str, block: Mapping[str, Any]) -> dict:
+    """A saved ``{type, config}`` block's config with its defaults filled in (as the built component has it)."""
+    from workbench.config import to_dict
+    from workbench.registry import resolve
+
+    given = dict(block.get("config") or {})
+    try:
+        return to_dict(resolve(kind, block["type"]).config_class(**given))
+    except Exception:  # a block that no longer builds: compare it as saved
+        return given
 
 
 def config_of(ckpt: Checkpoint):
@@ -347,17 +390,49 @@ def record_changes(changes: list[Change], step: int, old_training: Any, new_trai
 # -- what a non-finite loss says about the run's checkpoints ---------------------------------------
 
 
+def clip_ids(raw: Any) -> tuple[Any, Any] | None:
+    """What a raw batch says about its clips, kept per step for a non-finite loss's message: its
+    ``episode`` and ``start`` entries as they are (read only when a loss turns out non-finite)."""
+    if not isinstance(raw, Mapping) or raw.get("episode") is None:
+        return None
+    return raw.get("episode"), raw.get("start")
+
+
+def describe_clips(clips: list | None) -> str | None:
+    """``"episode 3 (from frame 8), episode 7 (from frame 0)"`` for the micro-batches of a step, or None."""
+    if not clips or any(c is None for c in clips):
+        return None
+    parts = []
+    for episodes, starts in clips:
+        episodes = torch.as_tensor(episodes).reshape(-1).tolist()
+        starts = torch.as_tensor(starts).reshape(-1).tolist() if starts is not None else [None] * len(episodes)
+        parts += [f"episode {e}" + (f" (from frame {s})" if s is not None else "") for e, s in zip(episodes, starts)]
+    return ", ".join(dict.fromkeys(parts))
+
+
 def non_finite_message(value: float, step: int, *, last_checkpoint: Path | None,
-                       resumed: tuple[Path, int, bool] | None = None) -> str:
+                       resumed: tuple[Path, int, bool] | None = None, clips: str | None = None,
+                       run_dir: Path | None = None, command: str | None = None) -> str:
     """What a non-finite loss at ``step`` means, in words.
 
     ``resumed`` is ``(checkpoint, step, verified)`` when the loss came right after a resume (no
     finite loss since): that checkpoint is checked first, because damaged weights are not a learning
-    rate problem. Otherwise ``last_checkpoint`` is verified before it is called good.
+    rate problem. Otherwise ``last_checkpoint`` (the newest that exists) is verified before it is
+    called good. ``clips`` names the clips of the step's batch (see :func:`describe_clips`);
+    ``command`` continues the run from its latest checkpoint (``workbench train ... --resume``).
     """
     head = f"Loss became {value} at step {step}; training stopped. The weights in memory are no longer trustworthy"
-    advice = ("Lower training.learning_rate, set clip_grad_norm, or check the data for NaNs, then "
-              "AdapterExperiment.load(...) the checkpoint to continue.")
+    batch = (f"The batch of step {step} held {clips}: look there first for values that are NaN, infinite or far "
+             f"out of range (the dataset readers refuse those in the files they read)." if clips else
+             f"The batch of step {step} does not say which clips it held (no 'episode' in it).")
+    cures = f"{batch} If the data is sound, lower training.learning_rate or set clip_grad_norm."
+
+    def go_on(path: Path) -> str:
+        if command:
+            return f"then continue from it with `{command}` (add --override learning_rate after lowering it)"
+        return (f"then continue from it with AdapterExperiment.load({str(path)!r}) (pass training=... with the "
+                f"lower rate) and fit() again")
+
     if resumed is not None:
         path, at, verified = resumed
         problem = checkpoint_problem(path)
@@ -367,15 +442,18 @@ def non_finite_message(value: float, step: int, *, last_checkpoint: Path | None,
         if verified:
             return (f"{head}. It diverged right after resuming from {path} (step {at}), whose files verify "
                     f"against their digests and whose weights are finite: the checkpoint was loaded intact, "
-                    f"so the cause is the training itself (left intact). {advice}")
+                    f"so the cause is the training itself (left intact). {cures} Fix that, {go_on(path)}.")
         return (f"{head}. It diverged right after resuming from {path} (step {at}), which has no digests "
                 f"(written by an older workbench): its weights are finite, but damage in their low bits "
                 f"cannot be ruled out. Resume from an earlier checkpoint (--from step-N) to tell the two "
-                f"apart, or: {advice}")
+                f"apart, or: {cures}")
     if last_checkpoint is None:
-        return f"{head}; no checkpoint was saved in this run yet. {advice}"
+        where = f" (none in {run_dir})" if run_dir is not None else ""
+        return (f"{head}. No checkpoint of this run exists yet{where}, so there is nothing to go back to: find the "
+                f"cause, then start the run again. {cures}")
     problem = checkpoint_problem(last_checkpoint)
     if problem is None:
-        return f"{head}; the last good checkpoint is {last_checkpoint} (it verifies; left intact). {advice}"
+        return (f"{head}; the last checkpoint is {last_checkpoint} (it verifies; left intact). {cures} Fix that, "
+                f"{go_on(last_checkpoint)}.")
     return (f"{head}, and the last checkpoint {last_checkpoint} does not verify ({problem}). "
-            f"{fallback_hint(last_checkpoint)} {advice}")
+            f"{fallback_hint(last_checkpoint)} {cures}")

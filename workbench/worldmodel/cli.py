@@ -1,4 +1,5 @@
-"""The wing's commands: ``workbench data metaworld | calibrate``, ``demo``, ``eval``, ``pretrain``, ``probe``.
+"""The wing's commands: ``workbench data import | example | metaworld | calibrate``, ``demo``, ``eval``,
+``pretrain``, ``probe``.
 
 Each is a :class:`workbench.cli.Command` registered under the ``workbench.commands`` entry-point
 group (see ``pyproject.toml``), exactly as a plugin would register one: the ``workbench`` command
@@ -18,6 +19,36 @@ def _data_arguments(parser: argparse.ArgumentParser) -> None:
 
     generate.add_arguments(datasets.add_parser("metaworld", help="Meta-World rollouts rendered with MuJoCo, as HDF5 "
                                                                  "or a LeRobot dataset"))
+    own = datasets.add_parser(
+        "import", help="your own videos with per-episode actions (.npy / .csv / .parquet) as a LeRobot dataset",
+        description="Write a folder of episodes as a LeRobot v3.0 dataset. Each episode is a video (NAME.mp4, or a "
+                    "folder NAME/ of .png / .jpg frames) with its actions beside it as NAME.npy, NAME.csv or "
+                    "NAME.parquet (one row per frame), optionally NAME.state.npy (or .csv / .parquet) and its task "
+                    "in NAME.txt. Everything is checked before a frame is decoded.")
+    own.add_argument("source", help="the folder of videos and action files")
+    own.add_argument("--out", required=True, help="the dataset directory to write (new)")
+    own.add_argument("--fps", type=float, help="resample every episode to this frame rate (default: the videos' own; "
+                                               "needed for folders of frames)")
+    own.add_argument("--size", type=int, nargs="+", metavar="PIXELS",
+                     help="resize the frames: H W, or one number for square frames (default: as recorded; the "
+                          "embedded tiny_video reads 64 64)")
+    own.add_argument("--window", type=int, default=2, help="the shortest episode allowed, in frames: the clip "
+                                                           "length you will train on (tiny_video: 16; default: 2)")
+    own.add_argument("--trim", action="store_true", help="cut each episode to the shorter of its frames and its "
+                                                         "action rows instead of refusing a mismatch")
+    own.add_argument("--task", help="the task of episodes without a NAME.txt (default: the folder's name)")
+    own.add_argument("--camera", default="main", help="the camera's name: the video feature is "
+                                                      "observation.images.CAMERA (default: %(default)s)")
+    own.add_argument("--max-abs", type=float, default=1e6, help="refuse action and state values beyond this "
+                                                                "magnitude, as NaN and infinities are (default: "
+                                                                "%(default)g)")
+    own.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    example = datasets.add_parser("example", help="a folder of MP4 clips with .npy actions (a square the actions "
+                                                  "move) to try `workbench data import` on")
+    example.add_argument("out", help="the folder to write (new)")
+    example.add_argument("--episodes", type=int, default=12, help="clips to write (default: %(default)s)")
+    example.add_argument("--frames", type=int, default=24, help="frames per clip (default: %(default)s)")
+    example.add_argument("--size", type=int, default=32, help="pixels per side (default: %(default)s)")
     calibrate = datasets.add_parser("calibrate", help="add the camera calibration to a data set made before it "
                                                       "was recorded (an .h5 file or a LeRobot dataset)")
     calibrate.add_argument("path", help="an .h5 file of `workbench data metaworld` or a LeRobot dataset directory")
@@ -25,8 +56,33 @@ def _data_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _data(args: argparse.Namespace) -> int:
+    from workbench.extras import require_all
+
+    if args.dataset == "import":
+        from workbench.data.importer import import_folder
+        from workbench.errors import DataError
+
+        size = args.size
+        if size is not None and len(size) not in (1, 2):
+            raise DataError(f"--size takes a height and a width, or one number for square frames; got {size}.")
+        report = import_folder(args.source, args.out, fps=args.fps, size=(size * 2)[:2] if size else None,
+                               window=args.window, trim=args.trim, task=args.task, camera=args.camera,
+                               max_abs=args.max_abs, progress=not args.no_progress)
+        print(report.summary())
+        print(f"train on it with a data: block {{type: lerobot, config: {{root: {report.root}}}}} (the adapter's dim: "
+              f"{report.action_dim}), or --data {report.root}")
+        return 0
+    if args.dataset == "example":
+        from workbench.data.importer import write_example_folder
+
+        out = write_example_folder(args.out, episodes=args.episodes, frames=args.frames, size=args.size)
+        print(f"wrote {out}: {args.episodes} MP4 clips of {args.frames} frames ({args.size}x{args.size}, 10 fps), each "
+              f"with its 2-D actions as .npy. Next: workbench data import {out} --out DATASET_DIR")
+        return 0
     from workbench.worldmodel import generate
 
+    if args.dataset == "metaworld":  # (the other subcommands read and write LeRobot only)
+        require_all({"data": SIMULATION}, what="workbench data metaworld")
     if args.dataset == "calibrate":
         calibration = generate.calibrate(args.path, like=args.like)
         fx = calibration.intrinsics[0][0]
@@ -43,8 +99,9 @@ def _demo_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", default="sample",
                         help="rollouts to train and evaluate on: 'sample' (default), an .h5 file from `workbench data "
                              "metaworld`, or a LeRobot dataset directory (v2.1 / v3.0)")
-    parser.add_argument("--camera", help="with a LeRobot --data of several cameras: the video feature to use, e.g. "
-                                         "observation.images.front")
+    from workbench.train.options import add_data_arguments
+
+    add_data_arguments(parser)
     parser.add_argument("--from-scratch", action="store_true",
                         help="train the from-scratch baseline (same parameters, clips, steps; no pretrained denoiser)")
 
@@ -93,13 +150,14 @@ def _probe(args: argparse.Namespace) -> int:
 
 # What each command needs beyond the core (checked before it starts; `workbench doctor` lists them).
 READS = ("h5py",)  # the Meta-World HDF5 files
+SIMULATION = ("h5py", "metaworld", "mujoco", "packaging", "pyarrow", "av")  # `data metaworld` renders and writes
 VIDEOS = ("imageio", "imageio_ffmpeg", "PIL")  # the side-by-side MP4 / GIF
 
-data = Command("data", "generate data sets", _data_arguments, _data,
-               extras={"data": ("h5py", "metaworld", "mujoco", "packaging", "pyarrow", "av")})
+data = Command("data", "make data sets: import your videos and actions, or render Meta-World rollouts",
+               _data_arguments, _data, extras={"data": ("pyarrow", "av", "PIL")})
 demo = Command("demo", "the world-model demo on the embedded model", _demo_arguments, _demo,
                extras={"data": (*READS, *VIDEOS), "widgets": ("matplotlib",)})
-evaluate = Command("eval", "evaluate an adapter checkpoint as a world model on Meta-World clips", _eval_arguments,
+evaluate = Command("eval", "evaluate an adapter checkpoint as a world model on held-out clips", _eval_arguments,
                    _eval, extras={"data": (*READS, *VIDEOS)})
 pretrain = Command("pretrain", "pretrain the tiny_video backbone on Meta-World clips (no actions)",
                    _pretrain_arguments, _pretrain, extras={"data": READS})

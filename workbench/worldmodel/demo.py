@@ -164,6 +164,9 @@ class DemoConfig:
     seed: int = 0
     data: str = "sample"
     camera: str | None = None
+    actions: str | None = None
+    state: str | None = None
+    action_dim: int | None = None
     from_scratch: bool = False
     base_weights: str = "pretrained"
     adapter: dict = dataclasses.field(default_factory=lambda: copy.deepcopy(ADAPTER))
@@ -204,8 +207,10 @@ def loss_plot(path: Path, losses: list[float], title: str) -> Path:
 
 
 def _camera(cfg: DemoConfig) -> dict[str, str]:
-    """The ``camera`` option of a LeRobot dataset, when one is chosen."""
-    return {"camera": cfg.camera} if cfg.camera else {}
+    """The options of a LeRobot dataset chosen on the command line (camera, actions, state)."""
+    from workbench.train.options import DataOptions
+
+    return DataOptions(camera=cfg.camera, actions=cfg.actions, state=cfg.state).dataset()
 
 
 def build_experiment(cfg: DemoConfig, run_dir: Path):
@@ -222,13 +227,21 @@ def build_experiment(cfg: DemoConfig, run_dir: Path):
         clip = build("backbone", base["type"], {**base["config"], "device": "cpu"}).clip()  # the clip it predicts
     adapter = copy.deepcopy(cfg.adapter)
     options = {}
+    if cfg.action_dim is not None:
+        adapter.setdefault("config", {})["dim"] = cfg.action_dim
+    if _camera(cfg) and data_kind(cfg.data) != "lerobot":
+        from workbench.errors import DataError
+
+        raise DataError(f"{', '.join('--' + k for k in _camera(cfg))}: {cfg.data} is a Meta-World file, whose actions "
+                        f"and state its schema fixes; these options choose the features of a LeRobot dataset. Leave "
+                        f"them out.")
     if data_kind(cfg.data) == "lerobot":  # the adapter reads the dataset's action vector, whatever its width
         from workbench.data.lerobot import LeRobotClips
 
-        clips = LeRobotClips(root=cfg.data, camera=cfg.camera, window=2, split="all")
+        clips = LeRobotClips(root=cfg.data, window=2, split="all", **_camera(cfg))
         meta = clips.meta
-        if "action" in meta.features:
-            adapter.setdefault("config", {}).setdefault("dim", meta.width("action"))
+        if "action" in clips.signals:  # the adapter reads the chosen action feature, at its width
+            adapter.setdefault("config", {}).setdefault("dim", clips.widths()["action"])
         if "observation.ee_pos" in meta.features:  # the Meta-World writer's hand position
             options["ee_pos"] = "observation.ee_pos"
         config = adapter.setdefault("config", {})
@@ -272,8 +285,7 @@ def run_demo(cfg: DemoConfig, progress: bool = True) -> dict[str, Any]:
     labels = SCRATCH_LABELS if cfg.from_scratch else None
     common = dict(sampling_steps=cfg.sampling_steps, seed=cfg.seed, video_clips=cfg.video_clips, progress=progress,
                   labels=labels, gate_scale=cfg.gate_scale, condition="control" if cfg.control else "action")
-    held_out = clip_source(cfg.data, window=window, split="val", size=clip.size, camera=cfg.camera,
-                           control=cfg.control)
+    held_out = clip_source(cfg.data, window=window, split="val", size=clip.size, control=cfg.control, **_camera(cfg))
     shipped = cfg.data == "sample"  # the targets are set for the shipped sample
     seen = evaluate_run(exp, held_out, out=out, clips=cfg.eval_clips,
                         title="held-out episodes, training tasks", targets=TARGETS["seen"] if shipped else None,
@@ -334,7 +346,8 @@ def run(args) -> int:
 
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     overrides = {"output": args.output, "data": getattr(args, "data", "sample"),
-                 "camera": getattr(args, "camera", None), **({"steps": args.steps} if args.steps else {}),
+                 **{k: getattr(args, k, None) for k in ("camera", "actions", "state", "action_dim")},
+                 **({"steps": args.steps} if args.steps else {}),
                  "from_scratch": bool(getattr(args, "from_scratch", False))}
     cfg = DemoConfig.quick(**overrides) if args.quick else DemoConfig(**overrides)
     metrics = run_demo(cfg)

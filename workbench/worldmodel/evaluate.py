@@ -105,7 +105,7 @@ def swap_partner(episodes: list[int]) -> list[int]:
 
 def clip_source(path: str, *, window: int, split: str = "val", stride: int | None = None,
                 size: tuple[int, int] | None = None, tasks: list[str] | None = None, camera: str | None = None,
-                control: str | None = None):
+                control: str | None = None, **options: Any):
     """``window``-frame clips of a Meta-World file or a LeRobot dataset, one every ``stride`` frames
     (default: ``window``), through :func:`workbench.data.sources.open_clips`.
 
@@ -115,12 +115,16 @@ def clip_source(path: str, *, window: int, split: str = "val", stride: int | Non
     ``camera`` picks a LeRobot dataset's video feature; ``control`` adds a control video derived
     from each clip (``edges``, see :mod:`workbench.data.control`). A LeRobot dataset with an
     ``observation.ee_pos`` feature (the Meta-World writer's) serves it as ``ee_pos``, so the
-    action error is scored.
+    action error is scored. ``options`` go into a LeRobot dataset's config (``actions``, ``state``,
+    ``ee_pos``, ``fps``; see :func:`data_options`).
     """
     from workbench.data.sources import data_kind, open_clips
 
     path = str(UNSEEN_PATH) if path == "unseen" else path
-    options: dict = {}
+    if options and data_kind(path) != "lerobot":
+        raise DataError(f"{', '.join(f'--{k}' for k in options)}: {path} is a Meta-World file, whose actions and "
+                        f"state its schema fixes; these options choose the features of a LeRobot dataset. Leave "
+                        f"them out.")
     if tasks:
         if data_kind(path) == "lerobot":
             raise DataError(f"--tasks {','.join(tasks)} picks tasks of a Meta-World file, but {path} is a LeRobot "
@@ -133,13 +137,16 @@ def clip_source(path: str, *, window: int, split: str = "val", stride: int | Non
     if data_kind(path) == "lerobot":
         from workbench.data.lerobot_format import LeRobotMeta
 
-        if "observation.ee_pos" in LeRobotMeta(path).features:  # what the action error needs (Meta-World's)
-            options["ee_pos"] = "observation.ee_pos"
+        if "ee_pos" not in options and "observation.ee_pos" in LeRobotMeta(path).features:
+            options["ee_pos"] = "observation.ee_pos"  # what the action error needs (Meta-World's)
     return open_clips(path, window=window, stride=stride or window, split=split, size=size, **options)
 
 
-def load_run(run_dir: str | Path):
-    """The :class:`AdapterExperiment` of a run directory (its latest checkpoint) or of one checkpoint."""
+def load_run(run_dir: str | Path, *, again: str | None = None):
+    """The :class:`AdapterExperiment` of a run directory (its latest checkpoint) or of one checkpoint.
+
+    ``again``: the rest of the ``workbench eval`` command line, for the advice on a damaged checkpoint
+    (evaluate the newest one that verifies with it)."""
     from workbench.train.checkpoint import latest_checkpoint
     from workbench.train.experiment import AdapterExperiment
 
@@ -159,7 +166,56 @@ def load_run(run_dir: str | Path):
         raise CheckpointError(f"{path} holds no adapter checkpoint (no step-*/ directory, no LATEST). Pass the "
                               f"run directory of a finished `workbench train` or `workbench demo` (e.g. "
                               f"outputs/demo/run), or save one with exp.save_checkpoint().")
-    return AdapterExperiment.load(path)
+    use = f"evaluate it instead with `workbench eval {{checkpoint}}{(' ' + again) if again else ''}`"
+    return AdapterExperiment.load(path, use=use)
+
+
+def data_options(exp, path: str, args: Any = None) -> dict[str, Any]:
+    """The dataset options evaluation reads ``path`` with: the run's own (its ``data:`` block's camera,
+    actions, state, end-effector feature and frame rate, when ``path`` is of the same kind), then the
+    command line's data options (``args``); no state when the adapter reads none."""
+    from workbench.data.sources import data_kind
+    from workbench.train.options import DataOptions
+
+    config = getattr(exp, "_config", None)
+    run = (config.data or {}) if config is not None else {}
+    kind = data_kind(str(UNSEEN_PATH) if path == "unseen" else path)
+    options: dict[str, Any] = {}
+    if run.get("type") == kind == "lerobot":
+        saved = run.get("config") or {}
+        options = {k: saved[k] for k in ("camera", "actions", "state", "ee_pos", "fps") if k in saved}
+    if args is not None:
+        options.update(DataOptions.from_args(args).dataset())
+    reads = {key for c in exp.model.adapter.consumes for key in c.keys}
+    if kind == "lerobot" and "proprio" not in reads:
+        options["state"] = None  # the adapter reads no state: the data need not have one
+    return options
+
+
+def check_signals(exp, source, data: str) -> None:
+    """The clips serve every per-frame signal the adapter reads, at the width it was trained with; a
+    DataError before any prediction otherwise, with the fix."""
+    widths = source.widths() if hasattr(source, "widths") else {}
+    if not widths:
+        return
+    flags = {"action": "--actions", "proprio": "--state"}
+    for c in exp.model.adapter.consumes:
+        if c.video or not c.required:
+            continue
+        found = [key for key in c.keys if key in widths]
+        if not found:
+            if c.name in flags:
+                raise DataError(f"The run's adapter reads {c.name!r}, which the clips of {data} do not serve (they "
+                                f"serve {', '.join(sorted(widths))}). Nothing was evaluated. Evaluate on data that "
+                                f"records it, or name its feature with {flags[c.name]} FEATURE.")
+            continue
+        width = widths[found[0]]
+        if c.dim is not None and width != c.dim:
+            raise DataError(
+                f"The run's adapter was trained on {c.dim}-D {c.name!r} vectors, but the clips of {data} serve "
+                f"{width}-D ones. Nothing was evaluated. Evaluate it on data with {c.dim}-D {c.name} vectors (or "
+                f"choose such a feature with {flags.get(c.name, '--actions')} FEATURE), or train an adapter for this "
+                f"data: `workbench train CONFIG --action-dim {width}` with a data: block that reads {data}.")
 
 
 def scaled_gate(composer, scale: float):
@@ -479,10 +535,9 @@ def spread_over_tasks(source, n: int) -> list[int]:
 
 def add_arguments(parser) -> None:
     parser.add_argument("run_dir", help="a run directory with adapter checkpoints (or one step-* checkpoint)")
-    parser.add_argument("--data", default="sample", help="a Meta-World .h5 file, a LeRobot dataset directory (v2.1 "
-                                                         "/ v3.0), 'sample' (the shipped sample, default) or "
-                                                         "'unseen' (the shipped unseen-task file)")
-    parser.add_argument("--camera", help="with a LeRobot --data of several cameras: the video feature to use")
+    parser.add_argument("--data", help="a LeRobot dataset directory (v2.1 / v3.0), a Meta-World .h5 file, 'sample' "
+                                       "(the shipped sample) or 'unseen' (the shipped unseen-task file); default: the "
+                                       "data the run was trained on")
     parser.add_argument("--split", default="val", choices=("val", "train", "all"),
                         help="episodes to evaluate (default: %(default)s)")
     parser.add_argument("--tasks", help="comma-separated task names (default: every task in the file)")
@@ -497,6 +552,32 @@ def add_arguments(parser) -> None:
                                            "it, not the actions, in (c): for an adapter that reads one")
     parser.add_argument("--out", required=True, help="output directory (metrics.json, side_by_side.mp4/.gif)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    from workbench.train.options import add_data_arguments
+
+    add_data_arguments(parser, dim=False)
+
+
+def run_data(exp) -> str:
+    """The data a run was trained on, as a ``--data`` value (``sample`` when it names no file)."""
+    config = getattr(exp, "_config", None)
+    block = (config.data or {}) if config is not None else {}
+    options = block.get("config") or {}
+    return str(options.get("root") or options.get("path") or "sample")
+
+
+def _again(args) -> str:
+    """The eval command line after the run directory (for advice that repeats it)."""
+    import shlex
+
+    from workbench.train.options import DataOptions
+
+    parts = [*(["--data", str(args.data)] if args.data else []), "--out", str(args.out)]
+    for flag in ("split", "tasks", "clips", "stride", "sampling_steps", "seed", "gate_scale", "control"):
+        value = getattr(args, flag, None)
+        if value is not None and not (flag == "split" and value == "val") and not (flag == "seed" and value == 0):
+            parts += [f"--{flag.replace('_', '-')}", str(value)]
+    parts += DataOptions.from_args(args).flags()
+    return " ".join(shlex.quote(p) for p in parts)
 
 
 def run(args) -> int:
@@ -505,14 +586,15 @@ def run(args) -> int:
     import torch
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    exp = load_run(args.run_dir)
+    exp = load_run(args.run_dir, again=_again(args))
+    data = args.data or run_data(exp)
     base = exp.model.base
     clip = base.clip()  # the clip the backbone predicts: its frames and size
     window = clip.frames
     tasks = [t for t in args.tasks.split(",") if t] if args.tasks else None
-    source = clip_source(args.data, window=window, split=args.split, tasks=tasks, stride=args.stride,
-                         size=clip.size, camera=getattr(args, "camera", None),
-                         control=getattr(args, "control", None))
+    source = clip_source(data, window=window, split=args.split, tasks=tasks, stride=args.stride,
+                         size=clip.size, control=getattr(args, "control", None), **data_options(exp, data, args))
+    check_signals(exp, source, data)
     name = Path(str(getattr(source, "path", None) or source.root)).name
     report = evaluate_run(exp, source, out=args.out, clips=args.clips, sampling_steps=args.sampling_steps,
                           seed=args.seed, progress=not args.no_progress, gate_scale=args.gate_scale,

@@ -48,7 +48,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -234,9 +233,9 @@ def metaworld_to_lerobot(h5_path: str | Path, out: str | Path, episodes: list[in
                     "observation.ee_pos": ("float32", ["x", "y", "z"]),
                     "next.reward": ("float32", None), "next.success": ("bool", None)}
         calibration = CameraCalibration.from_attrs(attrs, where=str(path))
-        writer = LeRobotWriter(out, float(attrs.get("fps", 80.0)), features, [camera], robot_type="sawyer", crf=crf,
-                               calibration={camera: calibration} if calibration else None)
-        try:
+        calibration = {camera: calibration} if calibration else None
+        with LeRobotWriter(out, float(attrs.get("fps", 80.0)), features, [camera], robot_type="sawyer", crf=crf,
+                           calibration=calibration) as writer:
             n, t = f["frames"].shape[:2]
             success = f["success"][()] if "success" in f else np.zeros(n, bool)
             reward = f.get("reward")
@@ -251,11 +250,6 @@ def metaworld_to_lerobot(h5_path: str | Path, out: str | Path, episodes: list[in
                      "next.success": np.full(t, bool(success[i]))},
                     task, success=bool(success[i]), source_episode=int(i))
             return writer.close()
-        except BaseException:
-            for video in writer.videos.values():
-                video.container.close()
-            shutil.rmtree(writer.root, ignore_errors=True)
-            raise
 
 
 def generate_lerobot(out: str | Path, **generate_args: Any) -> Path:

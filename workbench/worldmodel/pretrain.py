@@ -1,8 +1,10 @@
-"""``workbench pretrain``: train the embedded ``tiny_video`` backbone on Meta-World clips.
+"""``workbench pretrain``: train the embedded ``tiny_video`` backbone on videos: Meta-World clips, or yours.
 
 The backbone is pretrained as an **image-to-video** model *without actions*: from the first
 frame it must predict a plausible future, but it cannot know which way the arm will go. That
-is exactly the gap an action adapter closes (``workbench demo``).
+is exactly the gap an action adapter closes (``workbench demo``). The shipped weights know
+Meta-World only; ``workbench pretrain --data DIR`` pretrains one on a LeRobot dataset (e.g. your
+videos, written by ``workbench data import``), whose episodes may differ in length.
 
 Two stages, like the real latent video models:
 
@@ -53,16 +55,21 @@ from workbench.loop import LRSchedule, TrainingLoop, then
 class PretrainConfig:
     """Settings of a pretraining run (``workbench pretrain --help`` lists them as flags).
 
-    ``data``: an HDF5 file from ``workbench data metaworld`` (or ``"sample"``), all of whose
-    episodes are used for training. ``val_data``: the file whose ``val`` split gives the
-    card's validation loss (the shipped sample by default, so the number is reproducible
-    anywhere). ``ae_steps`` / ``steps``: optimizer steps of the two stages. ``arch``:
-    overrides of :class:`TinyVideoConfig` (whose defaults are the shipped architecture).
+    ``data``: an HDF5 file from ``workbench data metaworld`` (or ``"sample"``) or a LeRobot dataset
+    directory, all of whose episodes are used for training. ``val_data``: the data whose ``val``
+    split gives the card's validation loss (default: the shipped sample for a Meta-World file, so
+    the number is reproducible anywhere; the data itself for a LeRobot dataset). ``size``: the
+    frames' side in pixels (a LeRobot dataset's frames are resized to it; default: as stored,
+    which must be square). ``camera``: a LeRobot dataset's video feature (needed when it has several).
+    ``ae_steps`` / ``steps``: optimizer steps of the two stages. ``arch``: overrides of
+    :class:`TinyVideoConfig` (whose defaults are the shipped architecture).
     """
 
     data: str
     out: str = "outputs/pretrain/tiny_video.safetensors"
-    val_data: str = "sample"
+    val_data: str | None = None
+    size: int | None = None
+    camera: str | None = None
     window: int = 16
     ae_steps: int = 2500
     ae_batch_size: int = 32
@@ -84,17 +91,61 @@ class PretrainConfig:
         check(0.0 <= self.ema < 1.0, "ema", f"must be in [0, 1), got {self.ema}.")
         check(self.ae_crop % 8 == 0 and self.ae_crop >= 8, "ae_crop",
               f"must be a multiple of 8 (>= 8), got {self.ae_crop}.")
+        check(self.size is None or self.size >= 8, "size", f"must be >= 8 pixels, got {self.size}.")
+        if self.val_data is None:
+            from workbench.data.sources import data_kind
+
+            self.val_data = "sample" if data_kind(self.data) == "metaworld" else self.data
 
 
-def _load_frames(path: str) -> tuple[np.ndarray, dict[str, Any]]:
-    """All frames of a Meta-World file, uint8 ``[N, T, H, W, 3]``, validated by the dataset reader."""
+def _is_lerobot(path: str) -> bool:
+    from workbench.data.sources import data_kind
+
+    return data_kind(path) == "lerobot"
+
+
+def _lerobot(path: str, size: int | None, split: str = "all", window: int = 2, stride: int = 4,
+             camera: str | None = None):
+    """The LeRobot dataset at ``path`` as clips of frames alone (no actions or state are read)."""
+    from workbench.data.lerobot import LeRobotClips
+
+    return LeRobotClips(root=path, camera=camera, window=window, stride=stride, split=split,
+                        size=[size, size] if size else None, actions=None, state=None)
+
+
+def _load_frames(path: str, size: int | None = None, split: str = "all",
+                 camera: str | None = None) -> tuple[Any, dict[str, Any]]:
+    """Every frame of ``split``'s episodes, validated by the dataset reader: uint8 ``[N, T, H, W, 3]`` for a
+    Meta-World file, a list of uint8 ``(T_e, H, W, 3)`` (one per episode, lengths may differ) for a LeRobot
+    dataset (resized to ``size`` x ``size``)."""
+    if _is_lerobot(path):
+        clips = _lerobot(path, size, split, camera=camera)
+        frames = [clips.episode_frames(e) for e in clips.episodes]
+        clips.close()
+        height, width = frames[0].shape[1:3]
+        if height != width:
+            raise DataError(f"{path}: frames of {width}x{height} pixels; tiny_video reads square frames. Pass --size N "
+                            f"(e.g. --size 64) to resize them.")
+        return frames, {"path": str(clips.root), "episodes": len(frames), "frames": min(len(f) for f in frames),
+                        "tasks": sorted(set(clips.task_names)), "attrs": {}, "kind": "lerobot"}
     from workbench.data.metaworld import MetaWorldClips
 
-    clips = MetaWorldClips(path=path, window=2, split="all")  # validates the file
-    frames = clips.read("frames")
+    clips = MetaWorldClips(path=path, window=2, split=split)  # validates the file
+    frames = clips.read("frames", None if split == "all" else clips.episodes)
     clips.close()
+    if size is not None and frames.shape[2] != size:
+        raise DataError(f"{clips.path} holds {frames.shape[2]}x{frames.shape[3]} frames, not --size {size}. Leave "
+                        f"--size out, or render the file at that size (`workbench data metaworld --size {size}`).")
     return frames, {"path": str(clips.path), "episodes": clips.num_episodes, "frames": clips.episode_length,
-                    "tasks": sorted(set(clips.task_names)), "attrs": clips.attrs}
+                    "tasks": sorted(set(clips.task_names)), "attrs": clips.attrs, "kind": "metaworld"}
+
+
+def _flat(frames: Any) -> tuple[np.ndarray, np.ndarray]:
+    """All frames one after another ``(sum T_e, H, W, 3)`` and each episode's length."""
+    if isinstance(frames, np.ndarray):
+        n, t = frames.shape[:2]
+        return frames.reshape(n * t, *frames.shape[2:]), np.full(n, t)
+    return np.concatenate(frames), np.array([len(f) for f in frames])
 
 
 def _to_float(frames: np.ndarray) -> torch.Tensor:
@@ -117,16 +168,23 @@ def train_autoencoder(base: TinyVideo, frames: np.ndarray, cfg: PretrainConfig, 
     ae.train()
     opt = torch.optim.AdamW(ae.parameters(), lr=cfg.ae_learning_rate, weight_decay=0.0)
     rng = np.random.default_rng(cfg.seed)
-    n, t, h, w, _ = frames.shape
+    flat, lengths = _flat(frames)
+    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    n, t = len(lengths), int(lengths[0])
+    equal = bool((lengths == t).all())
+    h, w = flat.shape[1:3]
     crop, d = min(cfg.ae_crop, h), base.config.downsample
     gen = torch.Generator().manual_seed(cfg.seed)
 
     def loss_fn(step: int) -> torch.Tensor:
-        ep, fr = rng.integers(n, size=cfg.ae_batch_size), rng.integers(t, size=cfg.ae_batch_size)
+        ep = rng.integers(n, size=cfg.ae_batch_size)
+        # (episodes of one length: the draws the shipped weights were made with)
+        fr = rng.integers(t, size=cfg.ae_batch_size) if equal else \
+            (rng.random(cfg.ae_batch_size) * lengths[ep]).astype(np.int64)
         # crops on the latent grid, so a crop's latents are the full frame's latents
         ys = rng.integers(0, (h - crop) // d + 1, size=cfg.ae_batch_size) * d
         xs = rng.integers(0, (w - crop) // d + 1, size=cfg.ae_batch_size) * d
-        batch = np.stack([frames[e, f, y:y + crop, x:x + crop] for e, f, y, x in zip(ep, fr, ys, xs)])
+        batch = np.stack([flat[offsets[e] + f, y:y + crop, x:x + crop] for e, f, y, x in zip(ep, fr, ys, xs)])
         x = _to_float(batch)  # (B, 3, crop, crop)
         z = ae.encoder(x)
         # a little latent noise makes the decoder forgiving of a denoiser's imperfect latents
@@ -139,32 +197,33 @@ def train_autoencoder(base: TinyVideo, frames: np.ndarray, cfg: PretrainConfig, 
 
     def finish(losses: list[float]) -> list[float]:
         ae.eval()
-        _set_latent_stats(base, frames, rng)
+        _set_latent_stats(base, flat, rng)
         return losses
 
     return then(lambda: loop.run(loss_fn), finish)
 
 
 @torch.no_grad()
-def _set_latent_stats(base: TinyVideo, frames: np.ndarray, rng: np.random.Generator, count: int = 512) -> None:
-    n, t = frames.shape[:2]
-    idx = rng.choice(n * t, size=min(count, n * t), replace=False)
-    x = _to_float(frames.reshape(n * t, *frames.shape[2:])[np.sort(idx)])
+def _set_latent_stats(base: TinyVideo, flat: np.ndarray, rng: np.random.Generator, count: int = 512) -> None:
+    total = len(flat)  # every frame, one after another
+    idx = rng.choice(total, size=min(count, total), replace=False)
+    x = _to_float(flat[np.sort(idx)])
     z = torch.cat([base.autoencoder.encoder(chunk) for chunk in x.split(64)])  # (N, C, h, w)
     base.latent_mean.copy_(z.mean(dim=(0, 2, 3)))
     base.latent_std.copy_(z.std(dim=(0, 2, 3)).clamp_min(1e-4))
 
 
 @torch.no_grad()
-def encode_episodes(base: TinyVideo, frames: np.ndarray, progress: bool = True) -> torch.Tensor:
-    """Normalised latents of every frame, ``(N, C, T, h, w)`` (each episode encoded once)."""
+def encode_episodes(base: TinyVideo, frames: Any, progress: bool = True) -> torch.Tensor | list[torch.Tensor]:
+    """Normalised latents of every frame, ``(N, C, T, h, w)`` (each episode encoded once); a list of
+    ``(C, T_e, h, w)`` when the episodes differ in length."""
     from tqdm.auto import tqdm
 
     out = []
     for episode in tqdm(frames, desc="encode", disable=not progress, unit="episode"):
         x = _to_float(episode)  # (T, 3, H, W)
         out.append(torch.cat([base.encode_frames(chunk) for chunk in x.split(64)]).transpose(0, 1))
-    return torch.stack(out)
+    return torch.stack(out) if len({z.shape[1] for z in out}) == 1 else out
 
 
 def _flow_loss(base: TinyVideo, z: torch.Tensor, noise: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
@@ -187,7 +246,13 @@ def train_denoiser(base: TinyVideo, latents: torch.Tensor, cfg: PretrainConfig,
     den.train()
     opt = torch.optim.AdamW(den.parameters(), lr=cfg.learning_rate, weight_decay=0.01)
     ema = {k: v.detach().clone() for k, v in den.state_dict().items()}
-    n, _, t_len = latents.shape[:3]
+    equal = isinstance(latents, torch.Tensor)
+    if not equal:  # episodes of several lengths: those that hold a window
+        latents = [z for z in latents if z.shape[1] >= cfg.window]
+        if not latents:
+            raise DataError(f"No episode has window={cfg.window} frames. Use a smaller --window.")
+    lengths = np.array([z.shape[1] for z in latents])
+    n, t_len = len(latents), int(lengths.min())
     if t_len < cfg.window:
         raise DataError(f"Episodes have {t_len} frames, shorter than window={cfg.window}. Use --window <= {t_len}.")
     rng = np.random.default_rng(cfg.seed + 1)
@@ -196,8 +261,10 @@ def train_denoiser(base: TinyVideo, latents: torch.Tensor, cfg: PretrainConfig,
 
     def loss_fn(step: int) -> torch.Tensor:
         ep = rng.integers(n, size=cfg.batch_size)
-        start = rng.integers(t_len - cfg.window + 1, size=cfg.batch_size)
-        z = torch.stack([latents[e, :, s:s + cfg.window] for e, s in zip(ep, start)])  # (B, C, T, h, w)
+        # (episodes of one length: the draws the shipped weights were made with)
+        start = rng.integers(t_len - cfg.window + 1, size=cfg.batch_size) if equal else \
+            (rng.random(cfg.batch_size) * (lengths[ep] - cfg.window + 1)).astype(np.int64)
+        z = torch.stack([latents[e][:, s:s + cfg.window] for e, s in zip(ep, start)])  # (B, C, T, h, w)
         noise = torch.randn(z.shape, generator=gen)
         t = objective.sample_t(z.shape[0], gen, z.device)
         return _flow_loss(base, z, noise, t)
@@ -223,7 +290,7 @@ def train_denoiser(base: TinyVideo, latents: torch.Tensor, cfg: PretrainConfig,
 
 @torch.no_grad()
 def validation_loss(base: TinyVideo, data: str = "sample", split: str = "val", window: int = 16, stride: int = 8,
-                    seed: int = 0, levels: int = 8, batch_size: int = 16) -> float:
+                    seed: int = 0, levels: int = 8, batch_size: int = 16, camera: str | None = None) -> float:
     """Mean flow-matching loss on every ``window`` of ``data``'s ``split``, deterministically.
 
     Clip ``i`` gets noise from ``torch.Generator().manual_seed(seed * 100003 + i)`` and the noise
@@ -232,7 +299,9 @@ def validation_loss(base: TinyVideo, data: str = "sample", split: str = "val", w
     """
     from workbench.data.metaworld import MetaWorldClips
 
-    clips = MetaWorldClips(path=data, window=window, stride=stride, split=split)
+    size = base.config.image_size
+    clips = _lerobot(data, size, split, window, stride, camera) if _is_lerobot(data) else \
+        MetaWorldClips(path=data, window=window, stride=stride, split=split)
     was = base.training
     base.train(False)
     total, count = 0.0, 0
@@ -253,15 +322,12 @@ def validation_loss(base: TinyVideo, data: str = "sample", split: str = "val", w
 
 
 @torch.no_grad()
-def reconstruction_psnr(base: TinyVideo, data: str = "sample", split: str = "val") -> float:
+def reconstruction_psnr(base: TinyVideo, data: str = "sample", split: str = "val", camera: str | None = None) -> float:
     """PSNR (dB, uint8 range) of autoencoder reconstructions of every frame of ``split``."""
-    from workbench.data.metaworld import MetaWorldClips
     from workbench.metrics import psnr
 
-    clips = MetaWorldClips(path=data, window=2, split=split)
-    frames = clips.read("frames", clips.episodes)
-    clips.close()
-    x = _to_float(frames.reshape(-1, *frames.shape[2:]))
+    frames, _ = _load_frames(data, base.config.image_size if _is_lerobot(data) else None, split, camera)
+    x = _to_float(_flat(frames)[0])
     y = torch.cat([base.decode_frames(base.encode_frames(chunk)) for chunk in x.split(64)])
     to_u8 = lambda v: ((v.clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).movedim(-3, -1).numpy()  # noqa: E731
     return psnr(to_u8(y), to_u8(x))
@@ -276,13 +342,16 @@ def pretrain(cfg: PretrainConfig, progress: bool = True) -> TinyVideo:
     """
     torch.manual_seed(cfg.seed)
     started = time.perf_counter()
-    frames, info = _load_frames(cfg.data)
-    if info["frames"] < cfg.window:
-        raise DataError(f"{info['path']}: episodes have {info['frames']} frames, shorter than "
-                        f"window={cfg.window}. Use --window <= {info['frames']}.")
-    arch = {**cfg.arch, "frames": cfg.window, "image_size": int(frames.shape[2])}
+    frames, info = _load_frames(cfg.data, cfg.size, camera=cfg.camera)
+    longest = max(len(f) for f in frames)
+    if longest < cfg.window if info["kind"] == "lerobot" else info["frames"] < cfg.window:
+        have = longest if info["kind"] == "lerobot" else info["frames"]
+        raise DataError(f"{info['path']}: episodes have {have} frames at most, shorter than window={cfg.window}. "
+                        f"Use --window <= {have}.")
+    arch = {**cfg.arch, "frames": cfg.window, "image_size": int(frames[0].shape[1])}
     base = TinyVideo(TinyVideoConfig(**arch, device="cpu"))  # the pretraining loops below run on the CPU
-    validation = {"data": cfg.val_data, "split": "val", "window": cfg.window, "stride": 8, "seed": 0, "levels": 8}
+    validation = {"data": cfg.val_data, "split": "val", "window": cfg.window, "stride": 8, "seed": 0, "levels": 8,
+                  **({"camera": cfg.camera} if cfg.camera and _is_lerobot(cfg.val_data) else {})}
     held = {"frames": frames}  # let go once encoded: the denoiser trains on latents
     del frames
 
@@ -304,11 +373,15 @@ def _write(cfg: PretrainConfig, base: TinyVideo, info: dict[str, Any], validatio
     base.denoiser.load_state_dict(ema)
     seconds = time.perf_counter() - started
     val = validation_loss(base, **validation)
-    ae_psnr = reconstruction_psnr(base, cfg.val_data)
+    ae_psnr = reconstruction_psnr(base, cfg.val_data, camera=validation.get("camera"))
     name = Path(info["path"]).name
-    trained_on = (f"Meta-World {', '.join(info['tasks'])}: {info['episodes']} episodes x {info['frames']} frames "
-                  f"({name}, generator seed {int(info['attrs'].get('seed', -1))}, camera "
-                  f"{info['attrs'].get('camera', '?')}), no actions")
+    if info["kind"] == "lerobot":
+        trained_on = (f"{name} (a LeRobot dataset; tasks: {', '.join(info['tasks'])}): {info['episodes']} episodes of "
+                      f"at least {info['frames']} frames, no actions")
+    else:
+        trained_on = (f"Meta-World {', '.join(info['tasks'])}: {info['episodes']} episodes x {info['frames']} frames "
+                      f"({name}, generator seed {int(info['attrs'].get('seed', -1))}, camera "
+                      f"{info['attrs'].get('camera', '?')}), no actions")
     provenance = {
         "model_id": "tiny_video-metaworld-i2v",
         "trained_on": trained_on,
@@ -338,11 +411,16 @@ def _write(cfg: PretrainConfig, base: TinyVideo, info: dict[str, Any], validatio
 
 
 def add_arguments(parser) -> None:
-    d = PretrainConfig(data="")
-    parser.add_argument("--data", required=True, help="HDF5 file from `workbench data metaworld` (or 'sample')")
+    d = PretrainConfig(data="sample")
+    parser.add_argument("--data", required=True, help="a LeRobot dataset directory (e.g. your videos, from `workbench "
+                                                      "data import`) or an HDF5 file from `workbench data metaworld` "
+                                                      "(or 'sample')")
     parser.add_argument("--out", default=d.out, help="output .safetensors file (default: %(default)s)")
-    parser.add_argument("--val-data", default=d.val_data, help="file whose val split scores the card (default: "
-                                                               "%(default)s)")
+    parser.add_argument("--val-data", help="data whose val split scores the card (default: the shipped sample for a "
+                                           "Meta-World file, the data itself for a LeRobot dataset)")
+    parser.add_argument("--size", type=int, help="frame side in pixels (a LeRobot dataset is resized to it; default: "
+                                                 "as stored)")
+    parser.add_argument("--camera", help="a LeRobot dataset's video feature (when it has several)")
     for flag, typ in (("window", int), ("ae_steps", int), ("ae_batch_size", int), ("steps", int),
                       ("batch_size", int), ("learning_rate", float), ("ae_learning_rate", float), ("seed", int),
                       ("width", int), ("depth", int), ("ae_width", int)):
