@@ -138,7 +138,7 @@ def test_an_interrupted_pretraining_stage_resumes_bit_exactly(frames, interrupt_
 def test_an_interrupted_pretrain_run_resumes_into_the_written_weights(tmp_path, interrupt_at, monkeypatch):
     # scoring the weights is validation_loss's subject (test_pretrain_demo.py); here a cheap stand-in
     monkeypatch.setattr(pretrain, "validation_loss", lambda base, **kw: digest(base.denoiser)[1])
-    monkeypatch.setattr(pretrain, "reconstruction_psnr", lambda base, *a: digest(base.autoencoder)[1])
+    monkeypatch.setattr(pretrain, "reconstruction_psnr", lambda base, *a, **kw: digest(base.autoencoder)[1])
     settings = dict(data="sample", ae_steps=2, steps=3, batch_size=2, ae_batch_size=4, window=4,
                     arch={"width": 8, "depth": 1, "ae_width": 8})
     whole = pretrain.pretrain(pretrain.PretrainConfig(**settings, out=str(tmp_path / "a.safetensors")),
