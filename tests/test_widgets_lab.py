@@ -63,6 +63,7 @@ stepper = Stepper(traj, decode="tiny", dim_names=["dx", "dy", "dz", "grip"])
 stepper.fork_here(adapter="off", label="base alone")
 stepper""",
     """AblationSliders(traj, step=4, decode="tiny", dim_names=["dx", "dy", "dz", "grip"])""",
+    """print(" ".join(["word"] * 20))  # 99 characters: what a notebook may print on one line""",
 ]
 
 
@@ -229,14 +230,22 @@ def carry_edits_to_the_last_step(page) -> None:
     value = page.locator(f"{slider} .widget-readout").first.inner_text().strip()
     page.wait_for_function("([css, text]) => document.querySelector(css).innerText.includes(text)",
                            arg=[FINAL_STATUS, f"final prediction with dx={value} from step 4"], timeout=TIMEOUT_MS)
-    page.locator(".workbench-ablation button", has_text="hold colour scale").click()
+    assert "colour scale fixed at ±1 for this view" in page.locator(".workbench-ablation-status").inner_text()
+    page.locator(".workbench-ablation-scale select").select_option(label="hold as now")
     page.wait_for_function("() => document.querySelector('.workbench-ablation-status').innerText"
                            ".includes('colour scale held')", timeout=TIMEOUT_MS)
-    # status lines stay whole: each one line high, however narrow the column
-    lines = ", ".join(f"{status} .widget-html-content > div" for status in (".workbench-ablation-status", FINAL_STATUS))
+    # status lines stay whole: each one line high, however narrow the column (the Fit's too)
+    lines = ", ".join(f"{status} .widget-html-content > div"
+                      for status in (".workbench-ablation-status", FINAL_STATUS, ".workbench-fit-status"))
     heights = page.evaluate("""(css) => [...document.querySelectorAll(css)].map(d => [d.getBoundingClientRect().height,
         parseFloat(getComputedStyle(d).lineHeight) || 20, getComputedStyle(d).whiteSpace])""", lines)
-    assert len(heights) >= 5 and all(style == "nowrap" and h < 1.5 * line for h, line, style in heights)
+    assert len(heights) >= 6 and all(style == "nowrap" and h < 1.5 * line for h, line, style in heights)
+    status, view = (page.locator(css).first.bounding_box()
+                    for css in (".workbench-fit-status .widget-html-content > div", ".workbench-fit"))
+    assert status["x"] + status["width"] <= view["x"] + view["width"]  # whole, inside the view
+    # a printed line of PRINTED_WIDTH characters (tests/test_notebook_figures.py) stays one line high
+    printed = page.locator(".jp-OutputArea-output pre", has_text="word word").first.bounding_box()
+    assert printed["height"] < 1.5 * 20
 
 
 def check_reopened(p, url: str, folder: Path) -> None:
@@ -252,8 +261,9 @@ def check_reopened(p, url: str, folder: Path) -> None:
         page = open_notebook(browser, url)
         picture_src(page, "img.workbench-stepper-image")  # from the saved widget state, not from a kernel
         picture_src(page, "img.workbench-ablation-image")
-        page.wait_for_timeout(1000)
+        page.wait_for_timeout(1500)  # the widget state has been restored and a kernel has started
         assert "model not found" not in page.locator(".jp-Notebook").inner_text()
         page.screenshot(path=str(ARTIFACTS / "lab-reopened-without-kernel.png"), full_page=True)
+        assert page.locator(".jp-mod-dirty").count() == 0  # opening it changed nothing: not marked modified
     finally:
         browser.close()

@@ -30,8 +30,8 @@ from workbench.widgets import (  # noqa: E402
     Fit,
     Gates,
     Stepper,
+    render,  # noqa: E402
 )
-from workbench.widgets import render  # noqa: E402
 from workbench.widgets.render import png_array  # noqa: E402
 
 STEPS = 4
