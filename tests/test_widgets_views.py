@@ -737,3 +737,23 @@ def test_the_loss_average_is_bias_corrected_not_seeded_by_the_first_loss():
     weights = np.array([0.9 * 0.1, 0.1])
     assert drop[1] == pytest.approx((weights @ [10.0, 1.0]) / weights.sum())  # 5.26, not 9.1 as a seeded average
     assert drop[2] < drop[1] < drop[0] == 10.0
+
+
+def test_a_notebook_saved_through_the_hook_keeps_views_as_pictures_and_other_widgets_as_they_are(traj):
+    from workbench.widgets.static import HOOK, WIDGET_VIEW, keep_static_on_save
+
+    view = Stepper(traj)
+    bundle = view._repr_mimebundle_()
+    assert WIDGET_VIEW in bundle  # live: the widget, with its picture and text beside it
+    other = {WIDGET_VIEW: {"model_id": "x", "version_major": 2, "version_minor": 0}, "text/plain": "IntSlider()"}
+    cells = [{"cell_type": "code", "outputs": [{"output_type": "display_data", "data": dict(bundle)}]},
+             {"cell_type": "code", "outputs": [{"output_type": "display_data", "data": dict(other)}]},
+             {"cell_type": "markdown"}]
+    model = {"type": "notebook", "content": {"cells": cells, "metadata": {}}}
+    keep_static_on_save(model=model, path="a.ipynb", contents_manager=None)
+    saved = model["content"]["cells"]
+    assert sorted(saved[0]["outputs"][0]["data"]) == ["image/png", "text/plain"]
+    assert saved[0]["outputs"][0]["data"]["image/png"] == bundle["image/png"]
+    assert saved[1]["outputs"][0]["data"] == other  # a widget without a picture stays live
+    keep_static_on_save(model={"type": "file", "content": "text"})  # other files: untouched, no error
+    assert f"{keep_static_on_save.__module__}.{keep_static_on_save.__name__}" == HOOK
