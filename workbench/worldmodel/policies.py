@@ -17,8 +17,8 @@ The shipped recording (:data:`SAMPLE_PATH`, no simulator needed to use it) was m
 
     python -m workbench.worldmodel.policies --out workbench/data/samples/metaworld_policies.npz
 
-(defaults: both tasks, 4 start states each, 46 frames, seed 0). ``workbench eval RUN --policies``
-replays it (see ``docs/guides/policies.md``).
+(defaults: both tasks, 4 start states each, 61 frames = 4 chunks of the embedded model, seed 0).
+``workbench eval RUN --policies`` replays it (see ``docs/guides/policies.md``).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import dataclasses
 import json
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -120,7 +120,7 @@ def _episode(task_env: Any, task: str, obs: np.ndarray, policy: str, rng: np.ran
     return out
 
 
-def record_policies(out: str | Path, *, tasks: Sequence[str] = TASKS, starts: int = 4, frames: int = 46,
+def record_policies(out: str | Path, *, tasks: Sequence[str] = TASKS, starts: int = 4, frames: int = 61,
                     seed: int = 0, noise_levels: Sequence[float] = NOISE_LEVELS, action_repeat: int = 2,
                     progress: bool = True) -> Path:
     """Run the K policies from ``starts`` shared start states per task in Meta-World; write ``out`` (.npz).
@@ -353,12 +353,209 @@ def rank_agreement(imagined: np.ndarray, simulated: np.ndarray, groups: Sequence
             "imagined_mean": [ima_m[k] for k in keys], "simulated_mean": [sim_m[k] for k in keys]}
 
 
+# ---------------------------------------------------------------------------------------------------- imagination
+
+#: The variants :func:`evaluate_policies` replays the recording in, with their labels.
+VARIANT_LABELS = {"base": "frozen base alone", "adapter": "base + adapter", "scratch": "from scratch",
+                  "probe_on_truth": "probes on the simulator's frames (ceiling)"}
+#: The demo samples the adapter with its learned gate doubled (docs/results/what-we-tried.md); so does this.
+DEFAULT_GATE_SCALE = 2.0
+DEFAULT_STEPS = 8
+
+
+def start_clips(episodes: PolicyEpisodes) -> dict[str, Any]:
+    """The collated start clips of the episodes: the shared start frame (``video`` ``(B, 3, 1, H, W)``), the
+    hand position and proprioception at it, and the camera's calibration (the demo data's preset)."""
+    import torch
+
+    from workbench.data.camera import CameraCalibration
+    from workbench.worldmodel.sim import CAMERAS
+
+    camera = episodes.meta.get("camera", "corner2_close")
+    if camera not in CAMERAS:
+        raise DataError(f"The recording's camera {camera!r} is not a preset ({listing(list(CAMERAS))}); the world "
+                        f"model was trained on {listing(list(CAMERAS))} frames. Record it with the default camera.")
+    preset, size = CAMERAS[camera], int(episodes.meta.get("size", 64))
+    vector = CameraCalibration.look_at(preset.pos, preset.lookat, preset.fovy, size, size).vector()
+    first = torch.from_numpy(np.ascontiguousarray(episodes.frames[:, :1]))  # (B, 1, H, W, 3)
+    return {"video": first.permute(0, 4, 1, 2, 3).float().div(127.5).sub(1.0),
+            "ee_pos": torch.from_numpy(episodes.ee_pos[:, :1].astype(np.float32)),
+            "proprio": torch.from_numpy(episodes.proprio[:, :1].astype(np.float32)),
+            "camera": torch.from_numpy(np.asarray(vector, np.float32))[None].expand(len(episodes), -1).clone()}
+
+
+def outcome_distance(frames: np.ndarray, episodes: PolicyEpisodes, *, hand_probe: Any = None,
+                     object_probe: Any = None) -> np.ndarray:
+    """Each episode's outcome read off its frame ``frames[e]`` (uint8 ``(B, H, W, 3)``): the distance (metres)
+    from the goal to the hand (reach) or the object (push), as the probes read them."""
+    from workbench.worldmodel.probe import shipped_object_probe, shipped_probe
+
+    out = np.full(len(episodes), np.nan)
+    for task in dict.fromkeys(episodes.task.tolist()):
+        rows = np.flatnonzero(episodes.task == task)
+        body = OUTCOME[task]
+        probe = (hand_probe or shipped_probe()) if body == "hand" else (object_probe or shipped_object_probe())
+        out[rows] = np.linalg.norm(probe.positions(frames[rows]) - episodes.goal[rows], axis=-1)
+    return out
+
+
+def imagine(exp_or_model: Any, episodes: PolicyEpisodes, *, steps: int = DEFAULT_STEPS, seed: int = 0,
+            adapter: bool = True, gate_scale: float | None = None, batch: int = 24, state: Any = "probe",
+            hand_probe: Any = None, object_probe: Any = None, progress: bool = False) -> dict[str, Any]:
+    """Replay every episode's actions as a rollout of the world model from its start frame and score the
+    last predicted frame: ``distance`` (metres, per episode), ``success`` (within :data:`SUCCESS_RADIUS`),
+    ``final_frames`` (uint8 ``(B, H, W, 3)``) and ``cpu_seconds`` (process time of the rollouts)."""
+    import torch
+
+    from workbench.inspect.rollouts import rollout
+
+    clips = start_clips(episodes)
+    actions = torch.from_numpy(np.clip(episodes.actions, -1.0, 1.0).astype(np.float32))
+    finals = []
+    started = time.process_time()
+    for lo in range(0, len(episodes), batch):
+        part = {k: v[lo:lo + batch] for k, v in clips.items()}
+        ro = rollout(exp_or_model, part, actions[lo:lo + batch], steps=steps, seed=seed, state=state,
+                     gate_scale=gate_scale if adapter else None, store=False, adapter="on" if adapter else "off")
+        finals.append(ro.video[:, -1])
+        if progress:
+            print(f"  rolled out {min(lo + batch, len(episodes))}/{len(episodes)} episodes", flush=True)
+    cpu = time.process_time() - started
+    final = np.concatenate(finals)
+    distance = outcome_distance(final, episodes, hand_probe=hand_probe, object_probe=object_probe)
+    return {"distance": distance, "success": success_of(distance, episodes.task), "final_frames": final,
+            "cpu_seconds": cpu}
+
+
+def success_of(distance: np.ndarray, tasks: np.ndarray) -> np.ndarray:
+    """``distance`` within each episode's task's :data:`SUCCESS_RADIUS`."""
+    return np.array([d <= SUCCESS_RADIUS[str(t)] for d, t in zip(distance, tasks, strict=True)])
+
+
+def agreement(distance: np.ndarray, episodes: PolicyEpisodes, *, resamples: int = 2000,
+              seed: int = 0) -> dict[str, Any]:
+    """:func:`rank_agreement` of ``distance`` with the simulated outcomes: over every (task, policy) pair
+    (``all``) and within each task, plus the success rates per (task, policy)."""
+    groups = np.array([f"{t}/{p}" for t, p in zip(episodes.task, episodes.policy, strict=True)])
+    out = {"all": rank_agreement(distance, episodes.sim_distance, groups, episodes.start, episodes.task,
+                                 resamples=resamples, seed=seed)}
+    for task in episodes.tasks:
+        rows = episodes.task == task
+        out[task] = rank_agreement(distance[rows], episodes.sim_distance[rows], groups[rows], episodes.start[rows],
+                                   resamples=resamples, seed=seed)
+    success = success_of(distance, episodes.task)
+    out["success_rate"] = {g: float(success[groups == g].mean()) for g in out["all"]["groups"]}
+    out["episode_rho"] = spearman(distance, episodes.sim_distance)
+    return out
+
+
+def evaluate_policies(runs: dict[str, Any], episodes: PolicyEpisodes | None = None, *, steps: int = DEFAULT_STEPS,
+                      seed: int = 0, gate_scale: float | None = DEFAULT_GATE_SCALE, batch: int = 24,
+                      resamples: int = 2000, progress: bool = True) -> dict[str, Any]:
+    """Replay the recorded policies in each world model of ``runs`` and rank them against the simulator.
+
+    ``runs``: ``{"adapter": exp}`` (its frozen base alone is evaluated too, as ``base``) and optionally
+    ``"scratch"``: a from-scratch run. Returns a JSON-ready report: per variant the rank agreement
+    (:func:`agreement`), the imagined distances and the CPU seconds; ``probe_on_truth`` scores the
+    simulator's own last frames with the probes (the ceiling of the scoring).
+    """
+    episodes = episodes if episodes is not None else load_policies()
+    if "adapter" not in runs:
+        raise ConfigError(f"evaluate_policies: runs must hold 'adapter' (the run whose base and adapter are "
+                          f"evaluated), got {listing(sorted(runs))}.")
+    plan = [("base", runs["adapter"], False), ("adapter", runs["adapter"], True)]
+    if runs.get("scratch") is not None:
+        plan.append(("scratch", runs["scratch"], True))
+    report: dict[str, Any] = {"episodes": len(episodes), "tasks": episodes.tasks, "policies": episodes.policies,
+                              "starts": int(episodes.meta["starts"]), "frames": int(episodes.actions.shape[1]),
+                              "sampling_steps": int(steps), "seed": int(seed), "gate_scale": gate_scale,
+                              "recording": episodes.meta.get("command"), "variants": {}}
+    truth = outcome_distance(episodes.frames[:, -1], episodes)
+    report["variants"]["probe_on_truth"] = {"agreement": agreement(truth, episodes, resamples=resamples, seed=seed),
+                                            "distance_m": truth.round(5).tolist(), "cpu_seconds": 0.0}
+    for name, exp, on in plan:
+        if progress:
+            print(f"{VARIANT_LABELS[name]}: {len(episodes)} episodes of {episodes.actions.shape[1]} frames, "
+                  f"{steps} steps", flush=True)
+        got = imagine(exp, episodes, steps=steps, seed=seed, adapter=on, gate_scale=gate_scale if on else None,
+                      batch=batch, progress=progress)
+        report["variants"][name] = {"agreement": agreement(got["distance"], episodes, resamples=resamples, seed=seed),
+                                    "distance_m": got["distance"].round(5).tolist(),
+                                    "cpu_seconds": round(got["cpu_seconds"], 1)}
+    report["simulated_distance_m"] = episodes.sim_distance.round(5).tolist()
+    report["episode_rows"] = [{"task": str(t), "start": int(s), "policy": str(p)}
+                              for t, s, p in zip(episodes.task, episodes.start, episodes.policy, strict=True)]
+    return report
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """The ranking table: ρ with its interval per variant (all pairs and per task), and the policy means."""
+    tasks = report["tasks"]
+    lines = [f"policy ranking in imagination: {len(report['policies'])} policies x {report['starts']} start states "
+             f"x {len(tasks)} tasks ({report['episodes']} episodes of {report['frames']} frames), "
+             f"{report['sampling_steps']} sampling steps",
+             f"{'Spearman rho [95% bootstrap]':44}{'all (task, policy)':>24}"
+             + "".join(f"{t:>22}" for t in tasks) + f"{'CPU s':>8}"]
+    for name, v in report["variants"].items():
+        a = v["agreement"]
+        cells = [f"{a[k]['rho']:+.2f} [{a[k]['low']:+.2f}, {a[k]['high']:+.2f}]" for k in ("all", *tasks)]
+        lines.append(f"{VARIANT_LABELS[name]:44}{cells[0]:>24}" + "".join(f"{c:>22}" for c in cells[1:])
+                     + f"{v['cpu_seconds']:8.0f}")
+    lines.append("mean final distance to the goal (cm), simulator vs imagined; success rate in brackets:")
+    names = list(report["variants"])
+    lines.append(f"  {'task / policy':32}{'simulator':>16}" + "".join(f"{n:>16}" for n in names))
+    sim = report["variants"][names[0]]["agreement"]["all"]
+    for i, g in enumerate(sim["groups"]):
+        row = f"  {g:32}{100 * sim['simulated_mean'][i]:10.1f}{_sim_success(report, g):>6}"
+        for n in names:
+            a = report["variants"][n]["agreement"]
+            row += f"{100 * a['all']['imagined_mean'][i]:10.1f} ({100 * a['success_rate'][g]:3.0f}%)"
+        lines.append(row)
+    return "\n".join(lines)
+
+
+def _sim_success(report: dict[str, Any], group: str) -> str:
+    rows = [i for i, r in enumerate(report["episode_rows"]) if f"{r['task']}/{r['policy']}" == group]
+    d = np.asarray(report["simulated_distance_m"])[rows]
+    radius = SUCCESS_RADIUS[group.split("/")[0]]
+    return f"({100 * float(np.mean(d <= radius)):3.0f}%)"
+
+
+def run_eval(args: Any, exp: Any) -> int:
+    """``workbench eval RUN --policies``: replay the shipped recording (or ``--policy-data``) in ``exp``."""
+    import os
+
+    out = getattr(args, "out", None)
+    episodes = load_policies(getattr(args, "policy_data", None))
+    tasks = [t for t in args.tasks.split(",") if t] if getattr(args, "tasks", None) else None
+    episodes = episodes.select(starts=getattr(args, "episodes", None), tasks=tasks)
+    scratch = None
+    if getattr(args, "scratch", None):
+        from workbench.worldmodel.evaluate import load_run
+
+        scratch = load_run(args.scratch)
+    gate = args.gate_scale if getattr(args, "gate_scale", None) is not None else DEFAULT_GATE_SCALE
+    report = evaluate_policies({"adapter": exp, "scratch": scratch}, episodes,
+                               steps=args.sampling_steps or DEFAULT_STEPS, seed=args.seed, gate_scale=gate,
+                               progress=not args.no_progress)
+    report["run"] = str(args.run_dir)
+    report["torch_threads"] = int(os.environ.get("OMP_NUM_THREADS", "1"))
+    print(format_report(report))
+    if out:
+        from workbench.worldmodel.evaluate import json_safe
+
+        Path(out).mkdir(parents=True, exist_ok=True)
+        (Path(out) / "policy_ranking.json").write_text(json.dumps(json_safe(report), indent=1))
+        print(f"wrote {out}/policy_ranking.json")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m workbench.worldmodel.policies",
                                      description="Record K policies on Meta-World from shared start states.")
     parser.add_argument("--tasks", default=",".join(TASKS), help="(default: %(default)s)")
     parser.add_argument("--starts", type=int, default=4, help="start states per task (default: %(default)s)")
-    parser.add_argument("--frames", type=int, default=46, help="frames per episode (default: %(default)s)")
+    parser.add_argument("--frames", type=int, default=61, help="frames per episode (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="(default: %(default)s)")
     parser.add_argument("--out", default=str(SAMPLE_PATH), help="the .npz to write (default: the shipped sample)")
     args = parser.parse_args(argv)
@@ -370,5 +567,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 if __name__ == "__main__":
     raise SystemExit(main())
 
-__all__ = ["NOISE_LEVELS", "SAMPLE_PATH", "TASKS", "PolicyEpisodes", "load_policies", "policy_names",
-           "rank_agreement", "rankdata", "record_policies", "spearman"]
+__all__ = ["NOISE_LEVELS", "SAMPLE_PATH", "TASKS", "PolicyEpisodes", "agreement", "evaluate_policies",
+           "format_report", "imagine", "load_policies", "policy_names", "rank_agreement", "rankdata",
+           "record_policies", "spearman"]
