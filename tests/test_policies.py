@@ -223,3 +223,17 @@ def test_the_report_is_json_ready():
     rep = agreement(ep.sim_distance + 0.01, ep, resamples=10)
     json.dumps(rep)
     assert rep["all"]["rho"] == 1.0 and rep["episode_rho"] == 1.0
+
+
+def test_the_shipped_object_probe_reads_the_puck():
+    from workbench.worldmodel.probe import OBJECT_WEIGHTS, shipped_object_probe
+
+    probe = shipped_object_probe()
+    assert OBJECT_WEIGHTS.stat().st_size < 1_000_000
+    p = probe.provenance
+    assert p["target"].startswith("object position") and "push-v3" in p["trained_on"]
+    assert p["train_config"]["target"] == "object" and p["held_out_error_cm"]["mean"] < 5.0
+    # on the recording's push episodes (another seed than its training data): the last frames' puck, in cm
+    ep = load_policies().select(tasks=["push-v3"])
+    err = 100 * np.linalg.norm(probe.positions(ep.frames[:, -1]) - ep.object_pos[:, -1], axis=-1)
+    assert np.median(err) < 3.0
