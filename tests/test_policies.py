@@ -237,3 +237,22 @@ def test_the_shipped_object_probe_reads_the_puck():
     ep = load_policies().select(tasks=["push-v3"])
     err = 100 * np.linalg.norm(probe.positions(ep.frames[:, -1]) - ep.object_pos[:, -1], axis=-1)
     assert np.median(err) < 3.0
+
+
+def test_eval_policies_end_to_end_on_the_shipped_adapter(tmp_path, capsys):
+    from workbench.cli import main
+    from workbench.worldmodel.demo import TRAINED_ADAPTER
+
+    out = tmp_path / "ranking"
+    assert main(["eval", str(TRAINED_ADAPTER), "--policies", "--episodes", "1", "--tasks", "reach-v3", "--steps", "1",
+                 "--out", str(out), "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert "6 policies x 1 start states x 1 tasks (6 episodes of 61 frames), 1 sampling steps" in printed
+    for label in ("frozen base alone", "base + adapter", "probes on the simulator's frames (ceiling)"):
+        assert label in printed
+    report = json.loads((out / "policy_ranking.json").read_text())
+    assert set(report["variants"]) == {"probe_on_truth", "base", "adapter"}
+    assert report["gate_scale"] == 2.0 and report["sampling_steps"] == 1 and report["episodes"] == 6
+    assert len(report["variants"]["adapter"]["distance_m"]) == 6
+    assert report["simulated_distance_m"] == pytest.approx(
+        load_policies().select(starts=1, tasks=["reach-v3"]).sim_distance.tolist(), abs=1e-5)

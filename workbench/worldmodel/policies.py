@@ -503,10 +503,10 @@ def format_report(report: dict[str, Any]) -> str:
                      + f"{v['cpu_seconds']:8.0f}")
     lines.append("mean final distance to the goal (cm), simulator vs imagined; success rate in brackets:")
     names = list(report["variants"])
-    lines.append(f"  {'task / policy':32}{'simulator':>16}" + "".join(f"{n:>16}" for n in names))
+    lines.append(f"  {'task / policy':32}{'simulator':>17}" + "".join(f"{n:>17}" for n in names))
     sim = report["variants"][names[0]]["agreement"]["all"]
     for i, g in enumerate(sim["groups"]):
-        row = f"  {g:32}{100 * sim['simulated_mean'][i]:10.1f}{_sim_success(report, g):>6}"
+        row = f"  {g:32}{100 * sim['simulated_mean'][i]:10.1f} {_sim_success(report, g)}"
         for n in names:
             a = report["variants"][n]["agreement"]
             row += f"{100 * a['all']['imagined_mean'][i]:10.1f} ({100 * a['success_rate'][g]:3.0f}%)"
