@@ -73,8 +73,9 @@ lab: $(STAMP)
 	$(PY) -m pip install --quiet -c constraints.txt -e ".[lab]"
 	@mkdir -p $(LAB_SETTINGS)
 	@echo '{"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": false}, \
-		"@jupyter-widgets/jupyterlab-manager:plugin": {"saveState": true}}' > $(LAB_SETTINGS)/overrides.json
-	$(VENV)/bin/jupyter lab notebooks $$([ "$$(id -u)" = 0 ] && echo --allow-root)
+		"@jupyter-widgets/jupyterlab-manager:plugin": {"saveState": false}}' > $(LAB_SETTINGS)/overrides.json
+	$(VENV)/bin/jupyter lab notebooks --ContentsManager.pre_save_hook=workbench.widgets.static.keep_static_on_save \
+		$$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 # Every benchmark runs to the end and prints its ratios; the exit status is non-zero at the end if any
 # missed a target or failed (each is listed). BENCH_FLAGS=--quick runs them all in seconds (no ratio judged).
