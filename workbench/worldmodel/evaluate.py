@@ -545,7 +545,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--clips", type=int, help="evaluate N clips, taken in turn from each task (default: all)")
     parser.add_argument("--stride", type=int, help="frames between clip starts in an episode (default: the "
                                                    "model's window: non-overlapping clips)")
-    parser.add_argument("--sampling-steps", "--steps", type=int, help="sampler steps (default: the base's card)")
+    parser.add_argument("--sampling-steps", "--steps", type=int, help="sampler steps (default: the base's card; 8 "
+                                                                      "with --policies)")
     parser.add_argument("--seed", type=int, default=0, help="noise seed (default: %(default)s)")
     parser.add_argument("--gate-scale", type=float, help="sample with the adapter's learned gate times this "
                                                          "(default: the learned gate)")
@@ -559,20 +560,28 @@ def add_arguments(parser) -> None:
     parser.add_argument("--frames", type=int, help="--rollout: frames of each episode to roll out (default: all of "
                                                    "them)")
     parser.add_argument("--episodes", type=int, help="--rollout: episodes to roll out, taken in turn from each task "
-                                                     "(default: all)")
+                                                     "(default: all); --policies: start states per task (default: "
+                                                     "all recorded)")
     parser.add_argument("--rollout-state", default="probe", choices=("probe", "recorded"),
                         help="--rollout: where each chunk's hand position comes from: the hand probe on the last "
                              "produced frame, or the recorded one (a ceiling, not a world model) (default: "
                              "%(default)s)")
-    parser.add_argument("--scratch", help="--rollout: a from-scratch run directory to roll out as well")
+    parser.add_argument("--scratch", help="--rollout, --policies: a from-scratch run directory to evaluate as well")
     parser.add_argument("--variants", help="--rollout: comma-separated, of base, adapter, swapped, scratch (default: "
                                            "base,adapter,swapped, and scratch with --scratch)")
-    parser.add_argument("--out", required=True, help="output directory (metrics.json, side_by_side.mp4/.gif; with "
-                                                     "--rollout: rollout_metrics.json, drift.png)")
+    parser.add_argument("--out", help="output directory (metrics.json, side_by_side.mp4/.gif; with --rollout: "
+                                      "rollout_metrics.json, drift.png; with --policies: policy_ranking.json, "
+                                      "optional)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     from workbench.train.options import add_data_arguments
 
     add_data_arguments(parser, dim=False)
+    policies = parser.add_argument_group("policy ranking (--policies, see workbench.worldmodel.policies)")
+    policies.add_argument("--policies", action="store_true",
+                          help="replay recorded Meta-World policies as rollouts and report the Spearman rank "
+                               "correlation of imagined and simulated outcomes (base alone and base + adapter)")
+    policies.add_argument("--policy-data", help="a recording of `python -m workbench.worldmodel.policies` "
+                                                "(default: the shipped one)")
 
 
 def run_data(exp) -> str:
@@ -589,7 +598,7 @@ def _again(args) -> str:
 
     from workbench.train.options import DataOptions
 
-    parts = [*(["--data", str(args.data)] if args.data else []), "--out", str(args.out)]
+    parts = [*(["--data", str(args.data)] if args.data else []), *(["--out", str(args.out)] if args.out else [])]
     for flag in ("split", "tasks", "clips", "stride", "sampling_steps", "seed", "gate_scale", "control"):
         value = getattr(args, flag, None)
         if value is not None and not (flag == "split" and value == "val") and not (flag == "seed" and value == 0):
@@ -604,6 +613,13 @@ def run(args) -> int:
     import torch
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    if getattr(args, "policies", False):
+        from workbench.worldmodel.policies import run_eval
+
+        return run_eval(args, load_run(args.run_dir))
+    if not args.out:
+        raise DataError("workbench eval needs --out DIR (where metrics.json and the videos go), e.g. "
+                        f"`workbench eval {args.run_dir} --out outputs/eval`; only --policies runs without it.")
     exp = load_run(args.run_dir, again=_again(args))
     if getattr(args, "rollout", False):
         from workbench.worldmodel.rollout_eval import run_rollout_eval
