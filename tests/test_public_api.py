@@ -93,7 +93,7 @@ def test_the_conformance_kit_is_a_frozen_documented_submodule():
         "state_dict"]
 
 
-WIDGETS_SNAPSHOT = ["AblationSliders", "ActionSensitivity", "ConditionProbe", "Fit", "Gates", "Stepper"]
+WIDGETS_SNAPSHOT = ["AblationSliders", "ActionSensitivity", "ConditionProbe", "Drive", "Fit", "Gates", "Stepper"]
 
 
 def test_the_views_are_a_frozen_submodule_and_no_view_shares_a_name_with_an_instrument():
