@@ -153,7 +153,9 @@ def test_the_path_reads_each_frame_once_and_projects_into_the_picture(model):
     expected, _ = CAMERA.project(d.path() / 100)
     assert np.allclose(uv, expected, atol=1e-3)  # normalised projection x frame size = pixels
     assert DriveState(model, start_clip(), steps=2, readout=None).path() is None
-    assert DriveState(model, start_clip(), steps=2).readout is None  # the hand probe reads 64x64 frames only
+    no_probe = DriveState(model, start_clip(), steps=2)  # the hand probe reads 64x64 frames only
+    assert no_probe.readout is None
+    assert no_probe.readout_note.startswith("no path: the probe cannot read these frames (")
 
 
 def test_the_calibration_is_recovered_from_the_camera_vector():

@@ -106,6 +106,7 @@ def test_the_views_are_a_frozen_submodule_and_no_view_shares_a_name_with_an_inst
     assert set(workbench.widgets.__all__).isdisjoint(workbench.inspect.__all__)
     assert "ActionSensitivityResult" in workbench.inspect.__all__
     assert {"Readout", "FrameReadout", "Propagation", "PathComparison"} <= set(workbench.inspect.__all__)
+    assert "DriveState" in workbench.inspect.__all__  # the logic of the Drive view
 
 
 def test_the_rollout_api_is_frozen():

@@ -70,15 +70,15 @@ class DriveState:
             serves it): the episode starts at its first frame and its state there; nothing later is read.
         steps: sampling steps per chunk (fewer: faster, coarser; the view says how many).
         seed: chunk ``k`` samples with a seed mixed from ``(seed, k)``.
-        readout: frames → positions (:class:`workbench.inspect.Readout`), e.g. the hand probe in cm;
-            ``"hand"`` (default) uses the shipped hand probe on 64×64 frames and nothing otherwise;
-            ``None``: no path.
+        readout: frames → positions (:class:`workbench.inspect.Readout`) for the path; ``"probe"`` (default):
+            the state reader registered as ``"probe"`` (the world-model package's hand probe, metres, drawn in
+            cm), or no path where it cannot read the frames (:attr:`readout_note` says why); ``None``: no path.
         speed: the magnitude a key sets (actions are in [-1, 1]).
         state / gate_scale: passed to :func:`workbench.inspect.rollout`.
     """
 
     def __init__(self, exp_or_model: Any, start: Mapping[str, Any], *, steps: int = 8, seed: int = 0,
-                 readout: Any = "hand", speed: float = 1.0, state: Any = "probe", gate_scale: float | None = None,
+                 readout: Any = "probe", speed: float = 1.0, state: Any = "probe", gate_scale: float | None = None,
                  dim_names: Sequence[str] | None = None):
         model = getattr(exp_or_model, "model", exp_or_model)
         from workbench.core.composed import ComposedModel
@@ -108,7 +108,7 @@ class DriveState:
             names = tuple(f"a{d}" for d in range(self.dims))
         self.dim_names = names
         self.frame_size = (int(video.shape[-2]), int(video.shape[-1]))
-        self.readout = _readout(readout, self.frame_size)
+        self.readout, self.readout_note = _readout(readout, _uint8(video[:, :1]))
         self.action = np.zeros(self.dims, np.float32)
         self.rollout: Any = None  # the current line: a Rollout, or None before the first chunk
         self.branches: list[Any] = []  # other lines kept by branch() (each a Rollout)
@@ -395,21 +395,29 @@ def _uint8(video: Any) -> np.ndarray:
     return to_uint8_video(torch.as_tensor(video)[None])[0]
 
 
-def _readout(readout: Any, frame_size: tuple[int, int]):
+def _readout(readout: Any, start_frame: np.ndarray) -> tuple[Any, str]:
+    """The readout to draw the path with, and why there is none (or "")."""
     if readout is None:
-        return None
+        return None, "no path: no readout given"
     if isinstance(readout, str):
-        if readout != "hand":
-            raise InspectError(f"readout={readout!r}: pass 'hand' (the shipped hand probe), a Readout, or None.")
-        from workbench.worldmodel.probe import shipped_probe
+        if readout != "probe":
+            raise InspectError(f"readout={readout!r}: pass 'probe' (the state reader registered as 'probe', the "
+                               f"world-model package's hand probe), a Readout, or None.")
+        from workbench.errors import DataError
+        from workbench.inspect.readout import Readout
+        from workbench.inspect.rollouts import state_reader
 
-        probe = shipped_probe()
-        if frame_size != (probe.image_size, probe.image_size):
-            return None  # the probe reads 64x64 frames of the Meta-World camera only
-        return probe.readout()
+        reader = state_reader("probe")  # frames [B, T, H, W, 3] -> the position on each one's last frame, metres
+        hand = Readout(lambda frames: reader(np.asarray(frames)[:, None]), name="hand", unit="cm", scale=100.0,
+                       axes=("x", "y", "z"))
+        try:
+            hand(start_frame)
+        except (DataError, InspectError, ValueError) as err:
+            return None, f"no path: the probe cannot read these frames ({err})"
+        return hand, ""
     from workbench.inspect.readout import check_readout
 
-    return check_readout(readout)
+    return check_readout(readout), ""
 
 
 __all__ = ["DIM_NAMES", "KEYS", "KEY_HELP", "ChunkTiming", "DriveState", "calibration_from_vector"]

@@ -86,7 +86,7 @@ class Drive(View):
         >>> view.key("ArrowRight")                        # what a key press does: one chunk with dx = +1
     """
 
-    def __init__(self, exp: Any, start: Mapping[str, Any], steps: int = 8, seed: int = 0, readout: Any = "hand",
+    def __init__(self, exp: Any, start: Mapping[str, Any], steps: int = 8, seed: int = 0, readout: Any = "probe",
                  speed: float = 1.0, gate_scale: float | None = None, state: Any = "probe",
                  dim_names: Sequence[str] | None = None, save_path: str | Path = "outputs/driven.h5",
                  first_chunk: bool = True):
@@ -276,6 +276,8 @@ class Drive(View):
             t = s.timings[-1]
             lines.append(f"last chunk: {t.wall_s:.2f} s ({t.cpu_s:.2f} s CPU); press → picture "
                          f"<b>{self.last_latency_s:.2f} s</b> in the kernel")
+        if s.readout is None:
+            lines.append(f"<i>{html.escape(s.readout_note)}</i>")
         self.status.value = status_lines(*lines)
 
     def summary(self) -> str:
