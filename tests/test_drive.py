@@ -196,8 +196,8 @@ def test_the_driven_episode_saves_as_a_clip_file_the_reader_loads_bit_for_bit(mo
 
 def test_describe_says_where_the_drive_is(model):
     d = drive(model)
-    assert d.describe() == ("Drive: the start frame; next action dx=+0.00, dy=+0.00, dz=+0.00, grip=+0.00; "
+    assert d.describe() == ("the start frame; next action dx=+0.00, dy=+0.00, dz=+0.00, grip=+0.00; "
                             "2 sampling steps per chunk")
     d.step([1.0, 0, 0, 0])
-    assert d.describe().startswith("Drive: 1 chunk, 4 frames; next action dx=+1.00")
+    assert d.describe().startswith("1 chunk, 4 frames; next action dx=+1.00")
     assert Readout  # the readout type a study passes (see workbench.inspect.readout)

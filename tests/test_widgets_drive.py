@@ -39,7 +39,7 @@ def test_it_opens_on_a_first_chunk_and_says_how_it_samples(view):
     assert "last chunk: " in status and "s CPU); press → picture <b>" in status
     assert view.last_latency_s is not None and view.last_latency_s > 0
     assert picture(view).shape[0] > 100
-    assert repr(view).startswith("Drive: Drive: 1 chunk, 4 frames; next action dx=+0.00")
+    assert repr(view).startswith("Drive: 1 chunk, 4 frames; next action dx=+0.00")
 
 
 def test_a_key_message_sets_the_action_steps_a_chunk_and_redraws(view):

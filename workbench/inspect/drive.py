@@ -355,10 +355,11 @@ class DriveState:
 
     # -- what the view prints -------------------------------------------------------------------
     def describe(self) -> str:
+        """A one-line summary (the view's plain-text form)."""
         action = ", ".join(f"{n}={v:+.2f}" for n, v in zip(self.dim_names, self.action))
         where = (f"{self.chunks} chunk{'s' if self.chunks != 1 else ''}, {self.frames} frames"
                  if self.rollout is not None else "the start frame")
-        text = f"Drive: {where}; next action {action}; {self.steps} sampling steps per chunk"
+        text = f"{where}; next action {action}; {self.steps} sampling steps per chunk"
         if self.timings:
             text += f"; last chunk {self.timings[-1].wall_s:.2f} s"
         return text
