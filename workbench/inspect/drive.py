@@ -11,12 +11,17 @@ episode as a clip file that :class:`workbench.data.metaworld.MetaWorldClips` rea
 the frames; :meth:`~DriveState.trajectory` is chunk ``k``'s recorded sampling run, for the Stepper.
 
 Examples:
-    >>> from workbench.inspect.drive import DriveState
-    >>> drive = DriveState(exp, start=clip, steps=8)       # clip: one raw clip of a clip source
-    >>> drive.press("ArrowRight")                          # dx = +1 for the next chunk
-    >>> drive.step().frames                                # the frames it predicted
-    range(0, 16)
+    >>> drive = DriveState(exp, start=val[0], steps=4)     # one clip of a clip source: its first frame
+    >>> drive.press("ArrowRight")                          # the next chunk's action: dx = +1
+    array([1., 0., 0., 0.], dtype=float32)
+    >>> drive.step().frames                                # chunk 0: the frames it predicted
+    range(1, 16)
+    >>> drive.step([0, 1, 0, 0]).frames                    # chunk 1 continues from chunk 0's last frame
+    range(16, 31)
+    >>> drive.path().shape                                 # the hand the probe reads off each frame, cm
+    (31, 3)
     >>> drive.save("outputs/driven.h5")                    # MetaWorldClips(path=..., split="all") reads it
+    PosixPath('outputs/driven.h5')
 """
 
 from __future__ import annotations

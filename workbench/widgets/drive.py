@@ -82,8 +82,10 @@ class Drive(View):
     The logic is :class:`workbench.inspect.drive.DriveState` (``self.state``).
 
     Examples:
-        >>> view = Drive(exp, start=clip, steps=8)       # clip = MetaWorldClips(path="sample", split="val")[9]
+        >>> view = Drive(exp, start=val[0], steps=4)     # opens on a first chunk, the hand still
         >>> view.key("ArrowRight")                        # what a key press does: one chunk with dx = +1
+        >>> view.state.chunks, view.state.frames
+        (2, 31)
     """
 
     def __init__(self, exp: Any, start: Mapping[str, Any], steps: int = 8, seed: int = 0, readout: Any = "probe",
