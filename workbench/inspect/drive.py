@@ -79,7 +79,9 @@ class DriveState:
             the state reader registered as ``"probe"`` (the world-model package's hand probe, metres, drawn in
             cm), or no path where it cannot read the frames (:attr:`readout_note` says why); ``None``: no path.
         speed: the magnitude a key sets (actions are in [-1, 1]).
-        state / gate_scale: passed to :func:`workbench.inspect.rollout`.
+        state: where a chunk's state comes from, as :func:`workbench.inspect.rollout` takes it.
+        gate_scale: sample with the adapter's learned gate times this (as the demo samples: 2).
+        dim_names: a name per action dimension (default ``dx, dy, dz, grip``).
     """
 
     def __init__(self, exp_or_model: Any, start: Mapping[str, Any], *, steps: int = 8, seed: int = 0,
