@@ -725,6 +725,8 @@ def test_awaiting_a_fit_keeps_the_loop_free_so_stop_is_handled_meanwhile():
     assert asyncio.run(notebook()) is fit
     assert fit.session.state == "stopped" and 2 <= exp.step < 40
     assert "steps/s · ETA " in statuses[0] and " · lr 0.003" in statuses[0]  # while running
+    # the status has a line of its own under the controls (beside them it wrapped), and never wraps
+    assert fit.children[1] is fit.status and statuses[0].startswith("<div style='white-space:nowrap'>step ")
     assert fit.train_button.description == "resume"
 
 
