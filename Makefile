@@ -73,7 +73,7 @@ lab: $(STAMP)
 	$(PY) -m pip install --quiet -c constraints.txt -e ".[lab]"
 	@mkdir -p $(LAB_SETTINGS)
 	@echo '{"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": false}, \
-		"@jupyter-widgets/jupyterlab-manager:plugin": {"saveState": false}}' > $(LAB_SETTINGS)/overrides.json
+		"@jupyter-widgets/jupyterlab-manager:plugin": {"saveState": true}}' > $(LAB_SETTINGS)/overrides.json
 	$(VENV)/bin/jupyter lab notebooks --ContentsManager.pre_save_hook=workbench.widgets.static.keep_static_on_save \
 		$$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
