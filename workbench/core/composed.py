@@ -234,10 +234,19 @@ class ComposedModel(nn.Module):
         return objective.add_noise(x0, noise, t), t, objective.target(x0, noise, t)
 
     def training_loss(self, batch: Batch, *, generator: torch.Generator | None = None,
-                      step: int | None = None) -> tuple[torch.Tensor, Prediction]:
-        """One training evaluation: noise, base (no grad, once), adapter, composer, masked loss."""
-        x_t, t, target = self.noised(batch, generator)
-        pred = self.predict(x_t, t, batch, step=step)
+                      step: int | None = None, ahead: tuple | None = None) -> tuple[torch.Tensor, Prediction]:
+        """One training evaluation: noise, base (no grad, once), adapter, composer, masked loss.
+
+        ``ahead``: ``(x_t, t, target, base_output)`` already computed for this batch and this
+        ``generator``'s draws by :meth:`noised` and :meth:`base_prediction` (in another process, see
+        :mod:`workbench.train.ahead`); the same values, so the same loss, without running the base here.
+        """
+        if ahead is None:
+            x_t, t, target = self.noised(batch, generator)
+            base_output = None
+        else:
+            x_t, t, target, base_output = ahead
+        pred = self.predict(x_t, t, batch, step=step, base_output=base_output)
         return self.objective.loss(pred.composed, target, batch.loss_mask), pred
 
     # -- sampling ----------------------------------------------------------------------------
