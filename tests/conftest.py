@@ -330,7 +330,8 @@ def _skip_reason(notebook: str) -> str | None:
 #: Test files that must not overlap with each other when the suite runs on several workers: the browser
 #: tests start a server and a browser each and wait on them. (Every file, and every notebook, already runs
 #: on one worker, in order: see pytest_xdist_make_scheduler.)
-SERIAL_GROUPS = {"test_widgets_browser.py": "browser tests", "test_widgets_lab.py": "browser tests"}
+SERIAL_GROUPS = {"test_widgets_browser.py": "browser tests", "test_widgets_lab.py": "browser tests",
+                 "test_widgets_drive_browser.py": "browser tests"}
 
 
 @pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist (make test runs the suite on both cores)
@@ -357,7 +358,9 @@ def pytest_xdist_make_scheduler(config, log):
 #: CPU seconds assumed for a file the budget table (tests/cpu_budget.py) does not list yet: the ones known to
 #: be long, then any notebook (a kernel and a minute of cells), then anything else.
 UNMEASURED = {"test_install.py": 60, "test_distributed.py": 60, "test_pretrain_demo.py": 60, "test_widgets_lab.py": 60,
-              "test_widgets_browser.py": 60, "test_evaluate.py": 50, "test_compile.py": 50, ".ipynb": 30}
+              "test_widgets_browser.py": 60, "test_widgets_drive_browser.py": 60, "test_evaluate.py": 50,
+              "test_compile.py": 50, "test_plugin_backbones.py": 40, "test_plugin_dynamicrafter.py": 40,
+              "test_data_lerobot.py": 40, ".ipynb": 30}
 
 
 def _start_rank(path: Path) -> float:
