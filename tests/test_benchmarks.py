@@ -23,7 +23,9 @@ CASES = {
     "record_overhead": ["record / generate = ", "record(float16, every 4th step) / generate = "],
     "tiny_preview": ["gain of the tiny preview over the linear one, dB = ", "tiny / full decode = "],
     "inside_overhead": ["inside_overhead[lora]", "inside_overhead[action_modulation]", "inside_overhead[controlnet]"],
-    "train_overhead": ["train_overhead (tiny)", "train_overhead (bench)", "train_overhead (loop only)"],
+    "train_overhead": ["train_overhead (tiny)", "train_overhead (bench)", "train_overhead (loop only)",
+                       "train_overhead (fixed cost, the model's work stubbed)",
+                       "exp.fit's fixed cost per step (us) = "],
     "data_throughput": ["ratio lerobot / hdf5 time per batch = ", "data time / step time, lerobot"],
     "ddp_overhead": ["ratio 2 ranks / single = "],
     "widget_latency": ["ablation slider move: ", "stepper (full decode, 3 branches)", "browser: not in --quick mode"],
@@ -33,7 +35,8 @@ CASES = {
                            "32 MB trainable state: load (CPU time)"],
 }
 PLUGIN_CASES = {
-    "plugin_overhead": ["generate / pipeline = ", "dynamicrafter record / sampler = "],
+    "plugin_overhead": ["generate / pipeline = ", "record / pipeline = ", " us per step",
+                        "wider transformer: generate / pipeline = ", "dynamicrafter record / sampler = "],
     "gpu_check": ["flow_matching on cpu: parity", "diffusion on cpu: parity",
                   "DynamiCrafter (dynamicrafter-512:tiny random model) on cpu bfloat16: all 12 promises kept",
                   "gpu_check: every claim holds"],
