@@ -37,7 +37,7 @@ CASES = {
 PLUGIN_CASES = {
     "plugin_overhead": ["generate / pipeline = ", "dynamicrafter record / sampler = "],
     "gpu_check": ["flow_matching on cpu: parity", "diffusion on cpu: parity",
-                  "DynamiCrafter (dynamicrafter-512:tiny random model) on cpu bfloat16: all 11 promises kept",
+                  "DynamiCrafter (dynamicrafter-512:tiny random model) on cpu bfloat16: all 12 promises kept",
                   "gpu_check: every claim holds"],
     "real_size": ["== dynamicrafter", "== wan22", "== easyanimate", "LoRA injected / targeted",
                   "real_size: results in"],

@@ -200,7 +200,7 @@ def _getting_started(ns: dict) -> None:
 
 def _writing_a_backbone(ns: dict) -> None:
     report = ns["report"]
-    assert report.ok and "all 11 promises kept" in str(report), report
+    assert report.ok and "all 12 promises kept" in str(report), report
 
 
 def _step_through(ns: dict) -> None:

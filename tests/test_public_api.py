@@ -89,8 +89,8 @@ def test_the_conformance_kit_is_a_frozen_documented_submodule():
 
     assert sorted(workbench.testing.__all__) == sorted(TESTING_SNAPSHOT), "update TESTING_SNAPSHOT deliberately"
     assert callable(check_backbone) and list(workbench.testing.PROMISES) == [
-        "card", "to", "provides", "encode_decode", "identity", "constrain", "recording", "fork", "clip", "training",
-        "state_dict"]
+        "card", "to", "provides", "encode_decode", "identity", "constrain", "recording", "fork", "clip", "rollout",
+        "training", "state_dict"]
 
 
 WIDGETS_SNAPSHOT = ["AblationSliders", "ActionSensitivity", "ConditionProbe", "Drive", "Fit", "Gates", "Stepper"]
