@@ -28,6 +28,8 @@ CASES = {
                        "exp.fit's fixed cost per step (us) = "],
     "data_throughput": ["ratio lerobot / hdf5 time per batch = ", "data time / step time, lerobot"],
     "ddp_overhead": ["ratio 2 ranks / single = "],
+    "drive_latency": ["Drive key press,  8 sampling steps: ", "Drive key press at 8 steps, CPU seconds = ",
+                      "load average "],
     "widget_latency": ["ablation slider move: ", "stepper (full decode, 3 branches)", "browser: not in --quick mode"],
     "compile_speed": ["compiled / eager sampling = ", "compiled / eager fit step = ", "recompilations: 0 during the "
                       "timed rounds, 0 while forks switched the adapter"],
