@@ -363,17 +363,8 @@ def test_wan_image_to_video_takes_one_clip_per_call(cache_root):
 
 # -- identity, parity, recording -----------------------------------------------------------
 def full_raw(plugin: Plugin, base) -> dict:
-    """A training batch holding every input the plugin takes: video, each signal, a control video, a prompt,
-    negative embeddings."""
-    g = torch.Generator().manual_seed(5)
-    raw = {**clips(), "proprio": torch.rand(2, 9, 3, generator=g), "ee_pos": torch.rand(2, 9, 3, generator=g),
-           "control": torch.rand(2, 1, 9, 64, 64, generator=g), "prompt": PROMPT}
-    negative = base.encode_text(["", ""])
-    if isinstance(negative, tuple):  # EasyAnimate: embeddings and their attention mask
-        raw["negative_prompt_embeds"], raw["negative_prompt_attention_mask"] = negative
-    else:
-        raw["negative_prompt_embeds"] = negative
-    return raw
+    """A training batch holding every input the plugin takes: the backbone's own example batch."""
+    return base.example_batch()
 
 
 @pytest.mark.parametrize("plugin", PLUGINS)

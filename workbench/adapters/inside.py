@@ -153,10 +153,11 @@ class InsideAdapter(Adapter):
             yield self
 
     def _changed(self) -> None:
-        """The base's forward now computes something else for the same input (see ``forward_version``)."""
+        """The base's forward now computes something else for the same input: a base that caches its own
+        calls (a diffusers backbone's ``forward_version``) must not reuse one made before."""
         base = self._bound_to
         if base is not None:
-            vars(base)["forward_version"] = base.forward_version + 1
+            vars(base)["forward_version"] = getattr(base, "forward_version", 0) + 1
 
     @contextmanager
     def _switch(self, off: bool):
@@ -320,7 +321,7 @@ class LoraModules(nn.Module):
         state = {k: v.detach().cpu().contiguous().clone() for k, v in self.peft_state_dict().items()}
         config = self.peft_config.to_dict()
         config = {k: sorted(v) if isinstance(v, set) else v for k, v in config.items()}
-        pipelines = base.pipelines
+        pipelines = getattr(base, "pipelines", None)  # a diffusers backbone's: its pipeline's own LoRA format
         if pipelines:
             pipeline_class = type(next(iter(pipelines.values())))
             pipeline_class.save_lora_weights(str(staging), transformer_lora_layers=state,
