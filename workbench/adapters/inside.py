@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from workbench.core.adapter import Adapter
+from workbench.core.adapter import InsideAdapter as InsideAdapterKind
 from workbench.core.conditions import Conditioning
 from workbench.core.inside import InsideSpec
 from workbench.errors import CompositionError, ConfigError, listing
@@ -83,15 +83,14 @@ def check_indices(indices: Sequence[int] | None, count: int, field: str, what: s
 OWNER = "_workbench_inside_adapter"  # set on the backbone an inside adapter is attached to
 
 
-class InsideAdapter(Adapter):
-    """Base class of adapters that change the frozen base's own forward (see the module docstring).
+class InsideAdapter(InsideAdapterKind):
+    """Base class of the shipped adapters that change the frozen base's own forward (see the module
+    docstring): the contract's :class:`workbench.core.adapter.InsideAdapter` with where to reach,
+    hooks and LoRA.
 
     Subclasses implement :meth:`attach` (install hooks on the :class:`InsideSpec`) and may use
     ``self.state`` (the engaged conditioning, set by :meth:`engaged`) in their hooks.
     """
-
-    reuses_base_output = False
-    inside = True
 
     def __init__(self) -> None:
         super().__init__()
@@ -122,12 +121,6 @@ class InsideAdapter(Adapter):
 
     def attach(self, spec: InsideSpec) -> None:
         raise NotImplementedError
-
-    def forward(self, x_t, t, cond, base_output=None):
-        raise CompositionError(
-            f"{type(self).__name__} changes the base's own forward, so it has no output of its own: evaluate it "
-            f"through its ComposedModel (model.predict(x_t, t, batch)), which runs the base with it engaged."
-        )
 
     # -- the two switches --------------------------------------------------------------------
     def prepare_state(self, cond: Conditioning, x_t: torch.Tensor, t: torch.Tensor) -> object:

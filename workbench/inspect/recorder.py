@@ -102,7 +102,7 @@ class Recorder:
             if keep_fields:
                 values = {name: store(getattr(live, name), device, dtype) if getattr(live, name) is not None
                           else None for name in storage.fields}
-                diagnostics = {k: store(v, device, dtype) for k, v in pred.diagnostics.items()}
+                diagnostics = pred.diagnostics.map(lambda v: store(v, device, dtype))
                 self.records[rec.index] = TrajectoryStep(rec.index, rec.steps, self.t[-1], self.noise[-1],
                                                          diagnostics=diagnostics, stored=storage.fields, **values)
             if storage.replay:
