@@ -92,9 +92,16 @@ class Recorder:
         noise_level = model.objective.noise_level(rec.t)
         keep_fields = self.keep and storage.keeps(rec.index, rec.steps, self.live_from)
         want_x0 = (keep_fields and "x0" in storage.fields) or self.user_on_step is not None
-        x0 = model.objective.x0_from_prediction(rec.prediction, rec.x_t, rec.t) if want_x0 else None
+        # x0 is the composed prediction's estimate at the step's x_t, in the dtype the composition saw: what
+        # x0_of(recompose) gives for this step. Under guidance the sampler's update mixes in the unconditional
+        # branch; its estimate is the live step's guided_x0 (equal to x0 where nothing is mixed in).
+        x0 = (model.objective.x0_from_prediction(pred.composed, rec.x_t.to(pred.x_t.dtype), rec.t)
+              if want_x0 else None)
         live = TrajectoryStep(rec.index, rec.steps, rec.t, noise_level, rec.x_t, x0, pred.base, pred.adapter,
                               pred.composed, pred.diagnostics)
+        if self.user_on_step is not None:
+            live.guided_x0 = (x0 if rec.prediction is pred.composed
+                              else model.objective.x0_from_prediction(rec.prediction, rec.x_t, rec.t))
         if self.keep:
             device, dtype = storage.device, storage.dtype
             self.t.append(store(rec.t, device))
