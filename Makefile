@@ -40,7 +40,17 @@ $(LAB_STAMP): $(STAMP)
 	$(PY) -m pip install --quiet -c constraints.txt -e ".[lab]"
 	@touch $(LAB_STAMP)
 
-demo: sysdeps $(STAMP)
+# `make demo` installs only what the demo imports: the core and, pinned alike, the five packages of the data and
+# widgets extras it reads (workbench/worldmodel/cli.py's `demo` command; tests/test_cli_behaviour.py checks the list).
+# No MuJoCo, notebooks, diffusers or plugins: a fresh clone runs it sooner. A full install (`make install`, `make
+# test`) serves it as it is. It trains and evaluates on two processes of one thread each (`--processes 2`).
+DEMO_STAMP := $(VENV)/.demo-installed
+DEMO_PACKAGES := h5py imageio imageio-ffmpeg pillow matplotlib
+$(DEMO_STAMP): $(PY) pyproject.toml constraints.txt
+	$(PY) -m pip install --quiet -c constraints.txt -e . $(DEMO_PACKAGES)
+	@touch $(DEMO_STAMP)
+
+demo: $(if $(wildcard $(STAMP)),$(STAMP),$(DEMO_STAMP))
 	$(VENV)/bin/workbench demo
 
 # Notebooks run under strict nbval: every stored output is compared after the sanitiser.
@@ -74,7 +84,8 @@ lab: $(STAMP)
 	@mkdir -p $(LAB_SETTINGS)
 	@echo '{"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": false}, \
 		"@jupyter-widgets/jupyterlab-manager:plugin": {"saveState": true}}' > $(LAB_SETTINGS)/overrides.json
-	$(VENV)/bin/jupyter lab notebooks $$([ "$$(id -u)" = 0 ] && echo --allow-root)
+	$(VENV)/bin/jupyter lab notebooks --ContentsManager.pre_save_hook=workbench.widgets.static.keep_static_on_save \
+		$$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 # Every benchmark runs to the end and prints its ratios; the exit status is non-zero at the end if any
 # missed a target or failed (each is listed). BENCH_FLAGS=--quick runs them all in seconds (no ratio judged).

@@ -330,7 +330,8 @@ def _skip_reason(notebook: str) -> str | None:
 #: Test files that must not overlap with each other when the suite runs on several workers: the browser
 #: tests start a server and a browser each and wait on them. (Every file, and every notebook, already runs
 #: on one worker, in order: see pytest_xdist_make_scheduler.)
-SERIAL_GROUPS = {"test_widgets_browser.py": "browser tests", "test_widgets_lab.py": "browser tests"}
+SERIAL_GROUPS = {"test_widgets_browser.py": "browser tests", "test_widgets_lab.py": "browser tests",
+                 "test_widgets_drive_browser.py": "browser tests"}
 
 
 @pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist (make test runs the suite on both cores)
@@ -358,7 +359,8 @@ def pytest_xdist_make_scheduler(config, log):
 #: orders the work only; every file still runs whole and in its own order. Notebooks come next (a kernel
 #: and a minute of cells each), then everything else in collection order.
 START_FIRST = ("test_install.py", "test_distributed.py", "test_pretrain_demo.py", "test_widgets_lab.py",
-               "test_widgets_browser.py", "test_evaluate.py", "test_benchmarks.py", "test_compile.py",
+               "test_widgets_browser.py", "test_widgets_drive_browser.py", "test_evaluate.py", "test_benchmarks.py",
+               "test_compile.py",
                "test_adapters_controlnet_video.py",
                "test_plugin_backbones.py", "test_plugin_dynamicrafter.py", "test_adapters_inside.py",
                "test_data_lerobot.py")

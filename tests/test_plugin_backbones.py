@@ -377,6 +377,11 @@ def test_the_plugin_keeps_the_backbone_contract(plugin, cache_root):
     assert report["recording"].detail == "4 steps, 2 base call(s) per step, bit-exact"  # both guidance branches
     given = "given latent frames [0] kept" if plugin is WAN else "this batch has no given frames"
     assert given in report["constrain"].detail
+    if plugin is WAN:  # image-to-video: a second chunk generated from the frame the first produced
+        assert report["rollout"].status == "kept", report["rollout"].detail
+        assert "chunk 1 from chunk 0's last produced frame" in report["rollout"].detail
+    else:  # EasyAnimate's text-to-video release takes no frame: rollouts refuse it, and the kit records why
+        assert report["rollout"].status == "skipped" and "context_frames=0" in report["rollout"].detail
 
 
 def reduced_precisions(card) -> list[torch.dtype]:

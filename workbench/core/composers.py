@@ -300,12 +300,17 @@ class GatedResidual(Composer):
         g = self.effective_gate()
         if g.ndim == 1:
             g = g.view(1, -1, *([1] * (adapter.ndim - 2)))  # (1, C, 1, 1, 1)
-        g = g.to(adapter.dtype)
+        if g.dtype != adapter.dtype:  # (a cast to its own dtype is a no-op that still costs a call)
+            g = g.to(adapter.dtype)
         return Composition(base + g * adapter, gate=g.detach())
 
     def gate_values(self):
         g = self.effective_gate().detach()
-        return {"gate_mean": float(g.mean()), "gate_abs_max": float(g.abs().max())}
+        if g.ndim == 0:  # one read from the device: the scalar is its own mean, its magnitude its max
+            value = float(g)
+            return {"gate_mean": value, "gate_abs_max": abs(value)}
+        mean, abs_max = torch.stack([g.mean(), g.abs().max()]).tolist()  # (one read, not two)
+        return {"gate_mean": mean, "gate_abs_max": abs_max}
 
     def callbacks(self):
         return (GateStatistics(self),)

@@ -84,14 +84,18 @@ def same_device(a: torch.device, b: torch.device) -> bool:
     return a.type == b.type and (a.index is None or b.index is None or a.index == b.index)
 
 
-def store(x: torch.Tensor, device: torch.device | None, dtype: torch.dtype | None = None) -> torch.Tensor:
-    """A private copy of ``x`` for the trajectory (never aliasing what the sampler holds)."""
+def store(x: torch.Tensor, device: torch.device | None, dtype: torch.dtype | None = None, *,
+          private: bool = False) -> torch.Tensor:
+    """A private copy of ``x`` for the trajectory (never aliasing what the sampler holds).
+
+    ``private``: ``x`` is already the trajectory's own (a tensor computed for it that nothing else
+    holds), so where no conversion or move is needed it is kept as it is rather than copied."""
     x = x.detach()
     converted = dtype is not None and x.dtype != dtype and x.is_floating_point()
     if converted:
         x = x.to(dtype)  # on the source device: moves half the bytes for float16
     if device is None or device == x.device or same_device(device, x.device):
-        return x if converted else x.clone()
+        return x if converted or private else x.clone()
     if device.type == "cpu" and x.device.type == "cuda":
         out = torch.empty(x.shape, dtype=x.dtype, device="cpu", pin_memory=True)
         return out.copy_(x, non_blocking=True)

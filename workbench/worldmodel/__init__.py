@@ -11,6 +11,8 @@ measures whether the predictions follow the actions:
   (``workbench probe``);
 * :mod:`~workbench.worldmodel.evaluate`: predicting held-out clips three ways and scoring them
   (``workbench eval``);
+* :mod:`~workbench.worldmodel.policies`: policies recorded in the simulator, replayed as rollouts and
+  ranked against it (``workbench eval RUN --policies``);
 * :mod:`~workbench.worldmodel.demo`: the whole study in one command (``workbench demo``).
 
 The library (core, train, inspect, widgets, adapters, backbones, data, testing, the ``workbench``
@@ -37,6 +39,10 @@ _LAZY = {
     "evaluate_run": "workbench.worldmodel.evaluate",
     "evaluate_world_model": "workbench.worldmodel.evaluate",
     "load_run": "workbench.worldmodel.evaluate",
+    "load_policies": "workbench.worldmodel.policies",
+    "imagine": "workbench.worldmodel.policies",
+    "evaluate_policies": "workbench.worldmodel.policies",
+    "rank_agreement": "workbench.worldmodel.policies",
     "DemoConfig": "workbench.worldmodel.demo",
     "TRAINED_ADAPTER": "workbench.worldmodel.demo",
     "run_demo": "workbench.worldmodel.demo",

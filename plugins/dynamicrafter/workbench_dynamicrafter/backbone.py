@@ -217,6 +217,8 @@ class DynamiCrafter(BaseVideoModel):
             capabilities=("i2v", "ti2v"),
             mode="ti2v",
             samplers=("ddim",),
+            # the interpolation model also needs the clip's last frame, a frame a rollout does not know yet
+            context_frames=0 if v.interp else 1,
             notes=f"DynamiCrafter {v.name}: {v.prediction}-prediction, "
                   f"{'zero-terminal-SNR, ' if v.zero_snr else ''}DDIM {r['spacing']} eta {r['eta']}, guidance "
                   f"{r['guidance_scale']} (rescale {r['guidance_rescale']}), {v.fs_kind} {r['fs']}"
