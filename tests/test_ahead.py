@@ -100,3 +100,15 @@ def test_values_for_another_step_are_refused():
 def test_processes_must_be_one_or_two():
     with pytest.raises(ConfigError, match=r"processes must be 1 or 2 .*got 3\. Use --processes 2"):
         DemoConfig(processes=3)
+
+
+def test_close_ends_a_second_process_still_steps_ahead(trained):
+    """What an interrupted fit leaves: a process blocked on batches nobody reads; close() ends it."""
+    import time
+
+    ahead = BaseAhead(trained.resolved_config(), steps=50)
+    batch, position = ahead.next_batch()
+    assert batch.meta["computed_ahead"].step == 0 and position == {"epoch": 0, "batches": 1}
+    started = time.monotonic()
+    ahead.close()
+    assert not ahead._process.is_alive() and time.monotonic() - started < 30
