@@ -20,12 +20,12 @@ def weights(out, step: int = STEPS) -> dict[str, torch.Tensor]:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """The quick demo (batch 2, 4 clips seen and 4 unseen, 4 sampling steps) on one process and on two."""
+    """The quick demo (batch 2, 4 clips seen and 4 unseen, 4 sampling steps; no rollouts) on one process and two."""
     out = {}
     for processes in (1, 2):
         path = tmp_path_factory.mktemp(f"p{processes}")
-        out[processes] = path, run_demo(DemoConfig.quick(output=str(path), steps=STEPS, processes=processes),
-                                        progress=False)
+        cfg = DemoConfig.quick(output=str(path), steps=STEPS, processes=processes, world=False)
+        out[processes] = path, run_demo(cfg, progress=False)
     return out
 
 
