@@ -31,6 +31,9 @@ def card(**kw):
      "sampling.steps=50 contradicts recipe.assumes_steps=4"),
     (dict(recipe=RecipeSpec(assumes_sampler="lcm")), "recipe.assumes_sampler='lcm' is not a sampler"),
     (dict(sampling=SamplingDefaults(height=-1)), "sampling.height=-1"),
+    (dict(context_frames=-1), "context_frames=-1; must be an int >= 0"),
+    (dict(context_frames=4, sampling=SamplingDefaults(num_frames=4)),
+     "context_frames=4 leaves no new frame in a clip of sampling.num_frames=4"),
 ])
 def test_card_validation_failures(kwargs, message):
     with pytest.raises(CardError, match=message):

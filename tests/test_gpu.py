@@ -28,11 +28,9 @@ requires_cuda = pytest.mark.skipif(
     reason="no CUDA device is visible: the GPU path runs with `pytest -m gpu` on a machine with one")
 
 
-def tiny_raw(t: int = 4, size: int = 16) -> dict:
-    g = torch.Generator().manual_seed(0)
-    return {"video": torch.rand(2, 3, t, size, size, generator=g) * 2 - 1,
-            **{k: torch.rand(2, t, d, generator=g) * 2 - 1 for k, d in (("action", 4), ("proprio", 3), ("ee_pos", 3))},
-            "control": torch.rand(2, 1, t, size, size, generator=g) * 2 - 1}
+def tiny_raw() -> dict:
+    """Every input tiny_video takes: its own example batch."""
+    return make_tiny().example_batch()
 
 
 def make_tiny(objective: str = "flow_matching"):
@@ -111,7 +109,7 @@ def test_gpu_check_holds_on_cuda_for_every_backbone_in_its_cards_gpu_precision(t
                          cwd=ROOT / "benchmarks", capture_output=True, text=True,
                          env={**os.environ, "WORKBENCH_CACHE": str(tmp_path)})
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
-    assert "DynamiCrafter (dynamicrafter-512:tiny random model) on cuda bfloat16: all 11 promises kept" in out.stdout
+    assert "DynamiCrafter (dynamicrafter-512:tiny random model) on cuda bfloat16: all 12 promises kept" in out.stdout
     assert "gpu_check: every claim holds" in out.stdout
 
 

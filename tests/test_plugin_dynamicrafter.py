@@ -456,6 +456,12 @@ def test_the_conformance_kit_finds_every_promise_kept(variant, cache_root):
     report = check_backbone(base, raw=raw, adapter_factory=adapter, steps=3)
     assert report["recording"].detail == "3 steps, 2 base call(s) per step, bit-exact"  # conditional + unconditional
     assert "this batch has no given frames" in report["constrain"].detail
+    if variant == "512_interp":  # it also needs the clip's last frame: a rollout does not know it, and says so
+        assert base.card.context_frames == 0 and report["rollout"].status == "skipped"
+        detail = report["rollout"].detail
+        assert "context_frames=0" in detail and "also needs a future frame" in detail
+    else:  # chunk 1 from the frame chunk 0 produced (the image condition), recorded == unrecorded
+        assert base.card.context_frames == 1 and report["rollout"].status == "kept", report["rollout"].detail
 
 
 def test_a_text_only_request_is_refused_with_the_fix(cache_root):

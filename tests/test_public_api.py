@@ -23,12 +23,14 @@ SNAPSHOT = {
     "ComposeContext": "dataclass",
     "ComposedModel": nn.Module,
     "Composer": nn.Module,
+    "Composition": "dataclass",
     "Condition": "dataclass",
     "Conditioning": Mapping,
     "Diffusion": Objective,
     "ExperimentConfig": "dataclass",
     "FlowMatching": Objective,
     "GatedResidual": Composer,
+    "InsideAdapter": nn.Module,
     "InsideSpec": "dataclass",
     "MaskMix": Composer,
     "ModelCard": "dataclass",
@@ -39,6 +41,7 @@ SNAPSHOT = {
     "RecipeSpec": "dataclass",
     "Replace": Composer,
     "SamplingDefaults": "dataclass",
+    "SideAdapter": nn.Module,
     "StepRecord": "dataclass",
     "TrainingConfig": "dataclass",
     "build": "function",
@@ -89,11 +92,11 @@ def test_the_conformance_kit_is_a_frozen_documented_submodule():
 
     assert sorted(workbench.testing.__all__) == sorted(TESTING_SNAPSHOT), "update TESTING_SNAPSHOT deliberately"
     assert callable(check_backbone) and list(workbench.testing.PROMISES) == [
-        "card", "to", "provides", "encode_decode", "identity", "constrain", "recording", "fork", "clip", "training",
-        "state_dict"]
+        "card", "to", "provides", "encode_decode", "identity", "constrain", "recording", "fork", "clip", "rollout",
+        "training", "state_dict"]
 
 
-WIDGETS_SNAPSHOT = ["AblationSliders", "ActionSensitivity", "ConditionProbe", "Fit", "Gates", "Stepper"]
+WIDGETS_SNAPSHOT = ["AblationSliders", "ActionSensitivity", "ConditionProbe", "Drive", "Fit", "Gates", "Stepper"]
 
 
 def test_the_views_are_a_frozen_submodule_and_no_view_shares_a_name_with_an_instrument():
@@ -106,3 +109,20 @@ def test_the_views_are_a_frozen_submodule_and_no_view_shares_a_name_with_an_inst
     assert set(workbench.widgets.__all__).isdisjoint(workbench.inspect.__all__)
     assert "ActionSensitivityResult" in workbench.inspect.__all__
     assert {"Readout", "FrameReadout", "Propagation", "PathComparison"} <= set(workbench.inspect.__all__)
+    assert "DriveState" in workbench.inspect.__all__  # the logic of the Drive view
+
+
+def test_the_rollout_api_is_frozen():
+    """Rollouts are what Drive and the policy evaluation build on: their names and arguments are a contract."""
+    import workbench.inspect
+    from workbench.inspect import Rollout, RolloutChunk, rollout
+
+    assert {"rollout", "Rollout", "RolloutChunk"} <= set(workbench.inspect.__all__)
+    assert list(inspect.signature(rollout).parameters) == [
+        "exp_or_model", "start", "actions", "steps", "seed", "state", "gate_scale", "stride", "store", "adapter",
+        "sampler_kwargs"]
+    assert list(inspect.signature(Rollout.fork).parameters) == [
+        "self", "chunk", "at", "cond", "adapter", "gate_override", "storage"]
+    assert {"video", "frame_count", "actions", "states", "extend", "head", "chunk_of"} <= set(dir(Rollout))
+    assert {f.name for f in dataclasses.fields(RolloutChunk)} >= {"trajectory", "start", "frames", "conditions",
+                                                                  "state"}

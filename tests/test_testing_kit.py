@@ -6,6 +6,7 @@ that breaks exactly that promise the way a plugin author might.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import subprocess
 import sys
@@ -164,6 +165,21 @@ class MiscountsItsLatentFrames(Toy):
         return frames // 2  # "the autoencoder halves time": it does not
 
 
+class ContinuesFromTheRecordedClip(Toy):
+    """Generates from a frame of its own making, not the video it is given: a rollout cannot continue through it."""
+
+    def generation_inputs(self, video):
+        return {"image": torch.zeros_like(video[:, :, 0])}
+
+
+class CannotContinue(Toy):
+    """Says it has no frame to continue from (an interpolation mode would): rollouts refuse it, and the kit says so."""
+
+    def __init__(self):
+        super().__init__()
+        self.card = dataclasses.replace(self.card, context_frames=0)
+
+
 class CountsItsCalls(Toy):
     def __init__(self):
         super().__init__()
@@ -201,6 +217,8 @@ BROKEN = [
                  r"prediction, so estimate_memory", id="recording-calls"),
     pytest.param(MiscountsItsLatentFrames, {}, "clip", r"clip\(\) says 3 frames make 1 latent frames, encode\(\) "
                  r"makes 3: latent_frames\(\) must follow the autoencoder", id="clip"),
+    pytest.param(ContinuesFromTheRecordedClip, {}, "rollout", r"chunk 1 was not generated from the last frame chunk 0 "
+                 r"produced: its request's 'image' differs", id="rollout"),
     pytest.param(CountsItsCalls, {}, "training", r"training changed the frozen base: calls", id="training"),
     pytest.param(Toy, {"adapter_factory": KeepsTheBase}, "state_dict", r"base weights saved as adapter\.base\.",
                  id="state_dict"),
@@ -211,7 +229,7 @@ def test_a_correct_backbone_keeps_every_promise():
     report = check_backbone(Toy, raw=toy_raw())
     assert report.ok and [f.promise for f in report.findings] == list(PROMISES)
     assert all(f.status == "kept" for f in report.findings)
-    assert str(report).startswith("Toy (toy) on cpu: all 11 promises kept")
+    assert str(report).startswith("Toy (toy) on cpu: all 12 promises kept")
     assert "fork at 2: prefix bit-exact, 2 base calls" in report["fork"].detail
     assert report["clip"].detail == ("3 frames of 4x4 -> 3 latent frames; 2 clips predicted three ways (base, adapter, "
                                      "swapped conditions) at that size, the base's bit-exact")
@@ -227,6 +245,14 @@ def test_each_broken_promise_is_reported_with_what_was_found(toy, options, promi
     assert re.search(match, finding.detail), finding.detail
     assert f"FAIL {promise}: {PROMISES[promise][0]}" in str(err.value)
     assert isinstance(err.value, WorkbenchError) and isinstance(err.value, AssertionError)
+
+
+def test_a_backbone_without_a_frame_to_continue_from_is_skipped_with_the_refusal():
+    report = check_backbone(CannotContinue, raw=toy_raw())
+    assert report.ok and report["rollout"].status == "skipped"
+    assert re.search(r"card.context_frames=0: no frame to continue from, and rollout refuses so: 'toy' \(mode 'i2v'\) "
+                     r"cannot be rolled out: its card says context_frames=0", report["rollout"].detail)
+    assert report["rollout"].detail.endswith("Use an image-to-video mode of the backbone.")
 
 
 def test_one_report_lists_every_broken_promise_and_what_could_not_be_checked():
@@ -297,7 +323,12 @@ def test_every_backbone_attribute_read_anywhere_is_declared_on_the_base_class():
     defaults = {name: getattr(BaseVideoModel, name) for name in ("causal_latents", "pixel_space", "preview_identity",
                                                                  "sampler_inputs")}
     assert defaults == {"causal_latents": None, "pixel_space": None, "preview_identity": None, "sampler_inputs": ()}
-    undeclared = sorted(n for n in read if not hasattr(BaseVideoModel, n))
+    from workbench.backbones.diffusers_bridge import DiffusersBackbone
+
+    # what only a diffusers pipeline has (its pipelines, its cached call's version) the bridge declares
+    bridge = {n for n in read if not hasattr(BaseVideoModel, n) and hasattr(DiffusersBackbone, n)}
+    assert bridge == {"forward_version", "pipelines"}
+    undeclared = sorted(n for n in read - bridge if not hasattr(BaseVideoModel, n))
     assert undeclared == [], f"declare these on BaseVideoModel (with a docstring and the default): {undeclared}"
     decoders = {"vae", "autoencoder", "first_stage_model", "decoder"}
     assert set(BaseVideoModel.decoder_modules) == decoders and not any(hasattr(BaseVideoModel, n) for n in decoders)

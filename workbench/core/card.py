@@ -78,6 +78,11 @@ class ModelCard:
     first one the device supports (:mod:`workbench.core.platform`), float32 when none is named.
     ``capabilities``: what the model can do; ``mode``: which of them this backbone, as built,
     serves (default: the only capability). :meth:`check_request` refuses what the mode cannot serve.
+    ``context_frames``: how many frames a prediction continues from when it is chained into a
+    rollout (:func:`workbench.inspect.rollout`): the last ``context_frames`` frames the previous
+    chunk produced become the next chunk's image condition. 1 for an image-to-video model; 0 for
+    a mode that takes no frame it could continue from (text-to-video, or an interpolation mode
+    that also needs a future frame), which rollouts refuse.
 
     Examples:
         >>> card = ModelCard(model_id="tiny", family="tiny_video", prediction_type="velocity",
@@ -97,6 +102,7 @@ class ModelCard:
     recipe: RecipeSpec = field(default_factory=RecipeSpec)
     samplers: tuple[str, ...] = ("euler",)
     notes: str = ""
+    context_frames: int = 1
 
     def __post_init__(self) -> None:
         errors = self.problems()
@@ -159,6 +165,12 @@ class ModelCard:
             errs.append(f"sampling.shift={s.shift!r}; must be > 0 or None.")
         if s.guidance_scale is not None and s.guidance_scale < 0:
             errs.append(f"sampling.guidance_scale={s.guidance_scale!r}; must be >= 0 or None.")
+        if isinstance(self.context_frames, bool) or not isinstance(self.context_frames, int) or self.context_frames < 0:
+            errs.append(f"context_frames={self.context_frames!r}; must be an int >= 0 (1: a rollout continues "
+                        f"from the last frame; 0: this mode cannot continue from a frame).")
+        elif s.num_frames is not None and self.context_frames >= s.num_frames:
+            errs.append(f"context_frames={self.context_frames} leaves no new frame in a clip of "
+                        f"sampling.num_frames={s.num_frames}; it must be smaller.")
         r = self.recipe
         if r.assumes_steps is not None:
             if not isinstance(r.assumes_steps, int) or r.assumes_steps < 1:

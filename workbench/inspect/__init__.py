@@ -15,6 +15,7 @@ from workbench.inspect.ablation import Ablation, ConditionEdit, Propagation, swa
 from workbench.inspect.clips import generation_request, predict_clips
 from workbench.inspect.common import InspectError, StepError, StorageWarning, t_for_noise_level
 from workbench.inspect.decoding import render, render_float
+from workbench.inspect.drive import DriveState
 from workbench.inspect.gates import GatesState, find_gate_history, gate_history, gate_statistics
 from workbench.inspect.latent_space import decode_chunked
 from workbench.inspect.linear_preview import LatentPreview
@@ -32,6 +33,7 @@ from workbench.inspect.probes import (
 )
 from workbench.inspect.readout import FrameReadout, PathComparison, Readout, compare_paths
 from workbench.inspect.recorder import StopSampling
+from workbench.inspect.rollouts import Rollout, RolloutChunk, rollout
 from workbench.inspect.settings import Settings
 from workbench.inspect.step import TrajectoryStep
 from workbench.inspect.stepper import StepperState
@@ -41,13 +43,14 @@ from workbench.inspect.views import VIEWS, effective_gate_map, view_image
 from workbench.metrics import moving_psnr, per_clip, psnr, ssim
 
 __all__ = [
-    "VIEWS", "Ablation", "ActionSensitivityResult", "BandRecommendation", "ConditionEdit", "FrameReadout",
-    "GatesState", "InspectError", "LatentPreview", "Panel", "PathComparison", "Propagation", "Readout", "Settings",
+    "VIEWS", "Ablation", "ActionSensitivityResult", "BandRecommendation", "ConditionEdit", "DriveState", "FrameReadout",
+    "GatesState", "InspectError", "LatentPreview", "Panel", "PathComparison", "Propagation", "Readout", "Rollout",
+    "RolloutChunk", "Settings",
     "SigmaSensitivity", "StepError", "StepperState", "StopSampling", "StoragePolicy", "StorageWarning", "Trajectory",
     "TrajectoryStep", "ViewImage",
     "action_sensitivity", "backbone_identity", "cache_dir", "clear_preview_cache", "compare_paths", "condition_plots",
     "condition_table", "decode_chunked", "effective_gate_map", "estimate_memory", "find_gate_history", "fit_preview",
     "gate_history", "gate_statistics", "generation_request", "moving_psnr", "per_clip", "predict_clips", "psnr",
-    "record", "render", "render_float",
+    "record", "render", "render_float", "rollout",
     "sigma_sensitivity", "ssim", "swap_conditions", "t_for_noise_level", "view_image",
 ]

@@ -385,6 +385,51 @@ def check_clip(s: Subject) -> str:
             f"predicted three ways (base, adapter, swapped conditions) at that size, the base's bit-exact")
 
 
+# -- rollouts ------------------------------------------------------------------------------
+def check_rollout(s: Subject) -> str:
+    from workbench.inspect import InspectError, rollout
+    from workbench.metrics import to_uint8_video
+
+    base = s.base
+    clip = base.clip()
+    context = base.card.context_frames
+    start = dict(_clips_like(s, clip)[0])
+    width = int(torch.as_tensor(s.raw["action"]).shape[-1]) if "action" in s.raw else 4
+    stride = clip.frames - max(context, 1)
+    frames = clip.frames + stride  # two chunks
+    actions = torch.rand(frames, width, generator=torch.Generator().manual_seed(s.seed + 23)) * 2 - 1
+    model = s.model(perturbed=True)
+    options = dict(steps=s.steps, seed=s.seed, state=None, **s.sampler_kwargs)
+    if context == 0:
+        try:
+            rollout(model, start, actions, **options)
+        except InspectError as err:
+            raise Skipped(f"card.context_frames=0: no frame to continue from, and rollout refuses so: {err}") from None
+        raise Broken("the card says context_frames=0 (no frame to continue from), but rollout() did not refuse.")
+    try:
+        ro = rollout(model, start, actions, **options)
+    except InspectError as err:
+        if "generates from no image" in str(err):
+            raise Skipped(f"{err} (set card.context_frames=0 to say so)") from None
+        raise
+    want = (frames, clip.height, clip.width, 3)
+    if tuple(ro.video.shape) != want or ro.video.dtype != np.uint8 or len(ro.chunks) != 2:
+        raise Broken(f"a rollout of {frames} frames gave {len(ro.chunks)} chunks and a video of "
+                     f"{tuple(ro.video.shape)} {ro.video.dtype}; expected 2 chunks and uint8 {want}.")
+    first, second = ro.chunks
+    produced = first.produced[:, second.start - first.start]  # the frame chunk 1 continues from
+    given = second.conditions.get("image")
+    if given is None or not np.array_equal(to_uint8_video(torch.as_tensor(given)[:, :, None])[:, 0], produced):
+        raise Broken("chunk 1 was not generated from the last frame chunk 0 produced: its request's 'image' differs "
+                     "(generation_inputs must take the image condition from the video's first frame).")
+    bare = rollout(model, start, actions, store=False, **options)
+    if not np.array_equal(bare.video, ro.video):
+        raise Broken(f"a recorded rollout and an unrecorded one differ "
+                     f"(max {int(np.abs(bare.video.astype(int) - ro.video.astype(int)).max())} of 255).")
+    return (f"2 chunks of {clip.frames} frames ({frames} frames), chunk 1 from chunk 0's last produced frame; "
+            f"recorded == unrecorded, bit-exact")
+
+
 # -- training and checkpoints --------------------------------------------------------------
 def check_training(s: Subject) -> str:
     from workbench.core.composers import GatedResidual
@@ -448,6 +493,8 @@ PROMISES: dict[str, tuple[str, Callable[[Subject], str | None]]] = {
     "fork": ("a fork at k replays its prefix bit-exactly with N-k steps of model calls", check_fork),
     "clip": ("clip() states the clip it predicts; clips of that size predicted from what it generates from (base, "
              "adapter, swapped conditions) come out at that size", check_clip),
+    "rollout": ("a two-chunk rollout continues from the frame(s) chunk 0 produced; recorded == unrecorded, "
+                "bit-exact", check_rollout),
     "training": ("a training step changes only trainable parameters; the base stays bit-identical, in eval mode",
                  check_training),
     "state_dict": ("the trainable state dict holds no base weights", check_state_dict),
@@ -455,7 +502,8 @@ PROMISES: dict[str, tuple[str, Callable[[Subject], str | None]]] = {
 """Promise name → (what it promises, its check), in checking order."""
 
 
-def check_backbone(make_backbone: Callable[[], BaseVideoModel] | BaseVideoModel, *, raw: Mapping[str, Any],
+def check_backbone(make_backbone: Callable[[], BaseVideoModel] | BaseVideoModel, *,
+                   raw: Mapping[str, Any] | None = None,
                    adapter_factory: Callable[[], Adapter] | None = None,
                    generate_raw: Mapping[str, Any] | None = None, steps: int | None = None,
                    fork_at: int | None = None, sampler_kwargs: Mapping[str, Any] | None = None,
@@ -468,6 +516,7 @@ def check_backbone(make_backbone: Callable[[], BaseVideoModel] | BaseVideoModel,
             to ``device`` (and ``dtype``) and frozen by the checks.
         raw: a raw *training* batch for ``prepare_batch``, holding every input the backbone
             takes (video, each signal, prompts ...), so that every name in ``provides()`` is made.
+            Default: the backbone's own :meth:`~workbench.BaseVideoModel.example_batch`.
         adapter_factory: a callable returning a fresh adapter that is zero at init and binds to
             this backbone (default :class:`ProbeAdapter`, which consumes nothing).
         generate_raw: what to sample from (default: the first clip of ``prepare_batch(raw)``).
@@ -488,7 +537,6 @@ def check_backbone(make_backbone: Callable[[], BaseVideoModel] | BaseVideoModel,
     Examples:
         >>> from workbench.backbones.tiny_video import TinyVideo
         >>> report = check_backbone(lambda: TinyVideo(image_size=16, frames=4, width=16, ae_width=8, depth=1),
-        ...                         raw={"video": torch.rand(2, 3, 4, 16, 16) * 2 - 1, "action": torch.rand(2, 4, 4)},
         ...                         steps=4, promises=["card", "identity", "recording"])
         >>> report.ok
         True
@@ -502,6 +550,8 @@ def check_backbone(make_backbone: Callable[[], BaseVideoModel] | BaseVideoModel,
             "backbone", "make_backbone() returns a workbench BaseVideoModel", "broken",
             f"got {type(base).__name__}; subclass workbench.BaseVideoModel.")])
         raise ConformanceError(report)
+    if raw is None:
+        raw = example_batch_of(base)
     if not isinstance(raw, Mapping):
         raise TypeError(f"raw must be a mapping (a raw training batch), got {type(raw).__name__}.")
     name = getattr(base.card, "model_id", None) or "?"
@@ -531,6 +581,14 @@ def check_backbone(make_backbone: Callable[[], BaseVideoModel] | BaseVideoModel,
     if report.broken and raise_on_broken:
         raise ConformanceError(report)
     return report
+
+
+def example_batch_of(base: BaseVideoModel) -> Mapping[str, Any]:
+    """``base.example_batch()``, or a TypeError saying to declare one or pass ``raw``."""
+    try:
+        return base.example_batch()
+    except NotImplementedError as err:
+        raise TypeError(f"No raw batch to check with: raw was not given and {err}") from None
 
 
 def _checked_names(names: Iterable[str], known: Mapping[str, Any]) -> list[str]:

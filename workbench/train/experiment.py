@@ -35,6 +35,7 @@ from workbench.errors import (
     NonFiniteLossError,
 )
 from workbench.loop import SigintGuard
+from workbench.train.ahead import AHEAD_KEY
 from workbench.train.checkpoint import Checkpoint, load_checkpoint, print_notes, save_checkpoint
 from workbench.train.config import ExperimentConfig, TrainingConfig, experiment_to_dict, load_yaml
 from workbench.train.data import DataStream, LatentCache, ShardedStream, is_map_dataset
@@ -222,6 +223,9 @@ class AdapterExperiment:
         return self._disk
 
     def _stream_for(self, data: Any) -> DataStream:
+        if isinstance(data, DataStream):  # a stream made for this run (e.g. workbench.train.ahead's): used as it is
+            self._stream = data
+            return data
         if data is None:
             if self._stream is not None:
                 return self._stream
@@ -351,12 +355,14 @@ class AdapterExperiment:
                 raw = stream.next()
                 clips.append(clip_ids(raw))
                 batch = self.prepare(raw)
-                generator = self._generator(step, first + micro)
+                ahead = batch.meta.get(AHEAD_KEY)  # the base's part, computed a step ahead (workbench.train.ahead)
+                generator = None if ahead is not None else self._generator(step, first + micro)
+                values = None if ahead is None else ahead.values_for(step, first + micro)
                 if t.amp_dtype is None:  # (no autocast context to enter and leave)
-                    loss, _ = training_loss(batch, generator=generator, step=step)
+                    loss, _ = training_loss(batch, generator=generator, step=step, ahead=values)
                 else:
                     with self._autocast():
-                        loss, _ = training_loss(batch, generator=generator, step=step)
+                        loss, _ = training_loss(batch, generator=generator, step=step, ahead=values)
                 scaled = loss / accum if accum > 1 else loss  # (a division by 1 would be one more op, same values)
                 (scaler.scale(scaled) if scaler else scaled).backward()
                 total = loss.detach() if total is None else total + loss.detach()

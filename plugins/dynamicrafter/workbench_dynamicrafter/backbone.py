@@ -34,6 +34,7 @@ from workbench.backbones.diffusers_bridge import (
     SIGNAL_KEYS,
     add_signals,
     as_video,
+    example_inputs,
     placement,
     prompts_from,
     requested_frames,
@@ -216,6 +217,8 @@ class DynamiCrafter(BaseVideoModel):
             capabilities=("i2v", "ti2v"),
             mode="ti2v",
             samplers=("ddim",),
+            # the interpolation model also needs the clip's last frame, a frame a rollout does not know yet
+            context_frames=0 if v.interp else 1,
             notes=f"DynamiCrafter {v.name}: {v.prediction}-prediction, "
                   f"{'zero-terminal-SNR, ' if v.zero_snr else ''}DDIM {r['spacing']} eta {r['eta']}, guidance "
                   f"{r['guidance_scale']} (rescale {r['guidance_rescale']}), {v.fs_kind} {r['fs']}"
@@ -231,6 +234,14 @@ class DynamiCrafter(BaseVideoModel):
         for key in SIGNAL_KEYS:
             keys += [key, f"{key}_frames"]
         return (*keys, CONTROL_KEY)
+
+    def example_batch(self, batch_size: int = 2, *, generator: torch.Generator | None = None) -> dict[str, Any]:
+        """Video (its first frame the image), the per-frame signals, a control video and a prompt, at the clip's
+        size."""
+        raw: dict[str, Any] = example_inputs(self.clip(), batch_size, generator=generator,
+                                             per_frame={"action": 4, "proprio": 3, "ee_pos": 3})
+        raw[self.config.prompt_key] = self.config.prompt or "a robot arm pushes a puck"
+        return raw
 
     # -- autoencoder -------------------------------------------------------------------------
     @property

@@ -154,6 +154,7 @@ class EasyAnimate(DiffusersBackbone):
             sampler="flow_euler",
             shift=getattr(self.scheduler.config, "shift", None),
             capabilities=("t2v",),
+            context_frames=0,  # text-to-video: no frame a rollout's next chunk could continue from
             notes="EasyAnimate V5.1 through diffusers' EasyAnimatePipeline: MagViT VAE (8x spatial, 4x temporal), "
                   "Qwen2-VL text encoder, MMDiT transformer; guidance runs [uncond; cond] in one transformer call.",
         )

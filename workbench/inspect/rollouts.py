@@ -1,0 +1,571 @@
+"""Rollouts: whole episodes predicted chunk by chunk, each chunk a recorded :class:`Trajectory`.
+
+    ro = rollout(exp, clip, actions, steps=8, seed=0)      # actions (N, D): frames 0..N-1
+    ro.video                                               # uint8 [N, H, W, 3]; frame 0 is the given one
+    ro.chunks[3].trajectory                                # step through chunk 3 (the Stepper opens it)
+    alt = ro.fork(chunk=3, at=4, cond={"action": other})   # chunk 3 forked at step 4, chunks 4.. re-rolled
+    more = ro.extend(next_actions)                         # more frames; ro.head(2) keeps two chunks
+
+Chunk 0 is predicted from the start clip's first ``card.context_frames`` frames (1 for an
+image-to-video backbone) and the actions of its window; chunk ``k + 1`` from the last
+``context_frames`` frames chunk ``k`` **produced** (as uint8 frames, exactly what
+:attr:`Rollout.video` shows) and its own window of actions. One chunk is one window of the
+backbone's clip (:meth:`~workbench.core.backbone.BaseVideoModel.clip`, 16 frames on the
+embedded model) and adds ``stride`` (default ``W - context_frames``) new frames. A last chunk
+that reaches past the episode holds its last action for the missing frames and keeps only the
+frames of the episode.
+
+Nothing recorded after the start frame(s) is read: the robot's state a chunk is given (for an
+adapter that reads one, e.g. the action path's ``ee_pos``) is read off the frames the model
+produced, by a **state reader**: ``state="probe"`` (the shipped hand probe, registered by the
+world-model package), ``state="recorded"`` (the start clip's recorded state at each chunk's
+first frame: a ceiling for measurements, not a world model), or any callable
+``frames_uint8 [B, T, H, W, 3] -> state [B, D]`` (or ``[B, T, D]``: the last frame's row is
+used). Chunk 0 is given the start clip's state at frame 0 when it carries one (known at the
+first frame). Chunk ``k`` samples with :func:`~workbench.core.seeds.chunk_seed` ``(seed, k)``.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as metadata
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import torch
+
+from workbench.core.card import IMAGE_MODES, TEXT_MODES
+from workbench.core.composed import ComposedModel
+from workbench.core.seeds import chunk_seed
+from workbench.inspect.common import InspectError, prepare
+from workbench.inspect.recorder import generator_state
+from workbench.inspect.settings import Settings
+from workbench.inspect.storage import StoragePolicy
+from workbench.inspect.trajectory import Trajectory, run
+
+#: The state conditions a rollout gives a chunk as read at its first frame (every frame holding that value).
+STATE_KEYS = ("ee_pos", "proprio")
+#: Entry-point group of named state readers (``state="probe"``): ``name = "module:function"``; the function
+#: returns the reader (a callable ``frames_uint8 [B, T, H, W, 3] -> [B, D]``).
+STATE_READER_GROUP = "workbench.state_readers"
+_STATE_READERS: dict[str, Callable[[], Callable]] = {}
+
+
+def register_state_reader(name: str, factory: Callable[[], Callable]) -> None:
+    """Make ``state=name`` in :func:`rollout` use ``factory()`` (called once per rollout)."""
+    _STATE_READERS[name] = factory
+
+
+def state_reader(name: str) -> Callable:
+    """The state reader registered as ``name`` (in process, or through the ``workbench.state_readers`` entry points)."""
+    if name not in _STATE_READERS:
+        for ep in metadata.entry_points(group=STATE_READER_GROUP):
+            if ep.name == name:
+                _STATE_READERS[name] = ep.load()
+    if name not in _STATE_READERS:
+        known = sorted({*_STATE_READERS, *(ep.name for ep in metadata.entry_points(group=STATE_READER_GROUP))})
+        raise InspectError(
+            f"state={name!r} names no state reader (registered: {', '.join(known) or 'none'}). Pass "
+            f"state='recorded' (the recorded state: a ceiling), a callable frames_uint8 [B, T, H, W, 3] -> [B, D], "
+            f"or register one with workbench.inspect.rollouts.register_state_reader({name!r}, factory). The hand "
+            f"probe ('probe') is registered by workbench.worldmodel.rollouts (reinstall the package with `make "
+            f"install` if its entry point is missing).")
+    return _STATE_READERS[name]()
+
+
+# -- the result ----------------------------------------------------------------------------------
+@dataclass(frozen=True, eq=False)
+class RolloutChunk:
+    """One chunk of a :class:`Rollout`: a window of the backbone's clip, sampled as one recorded run.
+
+    ``trajectory``: the recorded :class:`Trajectory` (open it in the Stepper, fork it). ``start``:
+    the episode frame its first (given) frame is. ``frames``: the episode frames :attr:`Rollout.video`
+    takes from it. ``conditions``: the raw request it was sampled from (CPU tensors; ``image`` is the
+    frame it continues from). ``state``: the state it was given (``[B, D]``) or None. ``produced``:
+    every frame it decoded, uint8 ``[B, W, H, W, 3]`` (frame 0 is its context frame, re-encoded).
+    ``padded``: how many of its frames lie past the episode (their action held). ``seed``: its seed.
+    """
+
+    index: int
+    start: int
+    frames: range
+    trajectory: Trajectory
+    conditions: dict[str, Any]
+    state: torch.Tensor | None
+    produced: np.ndarray = field(repr=False)
+    padded: int = 0
+    seed: int = 0
+
+    @property
+    def window(self) -> range:
+        """The episode frames of the chunk's window (its context frame(s) included, padding excluded)."""
+        return range(self.start, self.start + self.produced.shape[1] - self.padded)
+
+
+@dataclass(frozen=True, eq=False)
+class _Plan:
+    model: ComposedModel
+    settings: Settings
+    steps: int
+    sampler: str
+    seed: int
+    window: int
+    context: int
+    stride: int
+    storage: StoragePolicy
+    keep: bool
+    reader: Callable | None
+    state_mode: str
+    state_keys: tuple[str, ...]
+    recorded_state: dict[str, torch.Tensor]
+    static: dict[str, Any]
+    start_video: torch.Tensor      # (B, 3, c, H, W) float, the given context frames
+    start_frames: np.ndarray       # (B, c, H, W, 3) uint8
+    batched: bool
+    sampler_kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+class Rollout:
+    """An autoregressive prediction of an episode (see the module docstring). Immutable: :meth:`extend`,
+    :meth:`head` and :meth:`fork` return new rollouts sharing the chunks they keep."""
+
+    def __init__(self, plan: _Plan, actions: torch.Tensor, chunks: Sequence[RolloutChunk]):
+        self._plan = plan
+        self._actions = actions
+        self.chunks: list[RolloutChunk] = list(chunks)
+        self._video = _assemble(plan, actions.shape[1], self.chunks)
+
+    def __repr__(self) -> str:
+        p = self._plan
+        return (f"Rollout({self.frame_count} frames, {len(self.chunks)} chunks of {p.window} frames, stride "
+                f"{p.stride}, context {p.context}, {p.steps} steps, seed {p.seed}, state {p.state_mode})")
+
+    @property
+    def video(self) -> np.ndarray:
+        """Every frame, uint8 ``[B, F, H, W, 3]`` (``[F, H, W, 3]`` when the start clip was unbatched)."""
+        return self._video if self._plan.batched else self._video[0]
+
+    @property
+    def frame_count(self) -> int:
+        return int(self._actions.shape[1])
+
+    @property
+    def actions(self) -> torch.Tensor:
+        """The action at every frame, ``(B, F, D)`` (``(F, D)`` unbatched)."""
+        return self._actions if self._plan.batched else self._actions[0]
+
+    @property
+    def states(self) -> list[torch.Tensor | None]:
+        """The state each chunk was given (``[B, D]``, ``[D]`` unbatched; None when the adapter reads none)."""
+        return [c.state if c.state is None or self._plan.batched else c.state[0] for c in self.chunks]
+
+    @property
+    def context_frames(self) -> int:
+        return self._plan.context
+
+    @property
+    def model(self) -> ComposedModel:
+        return self._plan.model
+
+    @property
+    def steps(self) -> int:
+        """Sampling steps of every chunk."""
+        return self._plan.steps
+
+    @property
+    def seed(self) -> int:
+        """The rollout's seed (chunk ``k`` samples with ``chunk_seed(seed, k)``)."""
+        return self._plan.seed
+
+    @property
+    def state_mode(self) -> str:
+        """``probe``, ``recorded``, ``callable`` or ``none``: where chunks after the first get their state."""
+        return self._plan.state_mode
+
+    @property
+    def stride(self) -> int:
+        return self._plan.stride
+
+    @property
+    def window(self) -> int:
+        return self._plan.window
+
+    def chunk_of(self, frame: int) -> int:
+        """The index of the chunk whose output :attr:`video` shows at ``frame`` (0 for the given start frames)."""
+        n = self.frame_count
+        if isinstance(frame, bool) or not isinstance(frame, (int, np.integer)) or not -n <= frame < n:
+            raise InspectError(f"chunk_of({frame!r}): frame must be an int in 0..{n - 1} (this rollout has {n} "
+                               f"frames).")
+        frame = int(frame) % n
+        for chunk in self.chunks:
+            if frame in chunk.frames:
+                return chunk.index
+        return 0
+
+    def head(self, n_chunks: int) -> Rollout:
+        """The first ``n_chunks`` chunks (frames up to the last one's window), e.g. to undo chunks."""
+        if isinstance(n_chunks, bool) or not isinstance(n_chunks, (int, np.integer)) or not 1 <= n_chunks <= len(
+                self.chunks):
+            raise InspectError(f"head({n_chunks!r}): n_chunks must be an int in 1..{len(self.chunks)} (this rollout "
+                               f"has {len(self.chunks)} chunks).")
+        kept = self.chunks[:n_chunks]
+        frames = kept[-1].window.stop
+        chunks = [replace(c, frames=f) for c, f in zip(kept, _written(self._plan, frames, len(kept)), strict=True)]
+        return Rollout(self._plan, self._actions[:, :frames], chunks)
+
+    def extend(self, actions: Any) -> Rollout:
+        """This rollout continued by ``len(actions)`` frames: ``actions`` ``(M, D)`` (``(B, M, D)`` batched), the
+        action at each new frame. Equal to a one-shot rollout of all the actions (a last chunk that was
+        padded is sampled again with the real actions)."""
+        more = _check_actions(self._plan.model, actions, self._plan.batched, self._actions.shape[0], who="extend",
+                              minimum=1)
+        if more.shape[-1] != self._actions.shape[-1]:
+            raise InspectError(f"extend: actions have width {more.shape[-1]}, but this rollout's have "
+                               f"{self._actions.shape[-1]}. Give ({'B, ' if self._plan.batched else ''}M, "
+                               f"{self._actions.shape[-1]}) actions.")
+        total = torch.cat([self._actions, more.to(self._actions.dtype)], dim=1)
+        keep = [c for c in self.chunks if c.padded == 0]
+        return _continue(self._plan, total, keep)
+
+    def fork(self, chunk: int, at: int, cond: Mapping[str, Any] | None = None, *, adapter: Any = None,
+             gate_override: float | torch.Tensor | None = None, storage: StoragePolicy | None = None) -> Rollout:
+        """Chunks before ``chunk`` kept, chunk ``chunk`` forked from its recorded step ``at`` (steps before
+        ``at`` replayed without model calls, see :meth:`Trajectory.fork`) with ``cond`` (e.g.
+        ``{"action": (W, D)}`` for the chunk's window), later chunks sampled again from the fork's frames
+        (with the rollout's settings and the edited actions). ``adapter`` / ``gate_override`` apply to the
+        forked chunk only."""
+        n = len(self.chunks)
+        if isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or not 0 <= chunk < n:
+            raise InspectError(f"fork(chunk={chunk!r}): chunk must be an int in 0..{n - 1} (this rollout has {n} "
+                               f"chunks).")
+        plan, old = self._plan, self.chunks[chunk]
+        actions = self._actions.clone()
+        overrides: dict[str, Any] = {}
+        for key, value in dict(cond or {}).items():
+            value = torch.as_tensor(value)
+            if not plan.batched and value.ndim >= 1 and key != "camera":
+                value = value[None]
+            if key in ("action", "actions"):
+                key = "action"
+                want = (actions.shape[0], plan.window, actions.shape[2])
+                if tuple(value.shape) != want:
+                    shape, got = (want, tuple(value.shape)) if plan.batched else (want[1:], tuple(value.shape[1:]))
+                    raise InspectError(f"fork(cond={{'action': ...}}): chunk {chunk}'s window takes actions of shape "
+                                       f"{shape} (one per frame of its window, frames {old.start}.."
+                                       f"{old.start + plan.window - 1}), got {got}.")
+                real = plan.window - old.padded
+                actions[:, old.start:old.start + real] = value[:, :real].to(actions.dtype)
+            overrides[key] = value
+        traj = old.trajectory.fork(at, cond=overrides or None, adapter=adapter, gate_override=gate_override,
+                                   storage=storage)
+        conditions = {**old.conditions, **{k: v.detach().cpu() for k, v in overrides.items()}}
+        produced = _decode(plan, traj)
+        forked = replace(old, trajectory=traj, conditions=conditions, produced=produced)
+        return _continue(plan, actions, [*self.chunks[:chunk], forked])
+
+
+# -- sampling --------------------------------------------------------------------------------------
+def _decode(plan: _Plan, traj: Trajectory) -> np.ndarray:
+    from workbench.metrics import to_uint8_video
+
+    with torch.no_grad():
+        return to_uint8_video(plan.model.base.decode(traj.final))
+
+
+def _starts(plan: _Plan, frames: int) -> list[int]:
+    """The first frame of every chunk an episode of ``frames`` frames needs."""
+    count = 1 + max(0, -(-(frames - plan.window) // plan.stride))
+    return [k * plan.stride for k in range(count)]
+
+
+def _written(plan: _Plan, frames: int, count: int) -> list[range]:
+    """The frames the video takes from each of ``count`` chunks (a later chunk's frames win an overlap)."""
+    starts = [k * plan.stride for k in range(count)]
+    out = []
+    for k, s in enumerate(starts):
+        stop = min(s + plan.window, frames)
+        if k + 1 < count:
+            stop = min(stop, starts[k + 1] + plan.context)
+        out.append(range(s + plan.context, stop))
+    return out
+
+
+def _assemble(plan: _Plan, frames: int, chunks: Sequence[RolloutChunk]) -> np.ndarray:
+    b, c, h, w, _ = plan.start_frames.shape
+    video = np.zeros((b, frames, h, w, 3), np.uint8)
+    video[:, :c] = plan.start_frames
+    for chunk in chunks:
+        if len(chunk.frames):
+            lo, hi = chunk.frames.start - chunk.start, chunk.frames.stop - chunk.start
+            video[:, chunk.frames.start:chunk.frames.stop] = chunk.produced[:, lo:hi]
+    return video
+
+
+def _to_float(frames: np.ndarray) -> torch.Tensor:
+    """uint8 ``[B, T, H, W, 3]`` → float ``(B, 3, T, H, W)`` in [-1, 1], the inverse of ``to_uint8_video``."""
+    return torch.from_numpy(np.ascontiguousarray(frames)).permute(0, 4, 1, 2, 3).float().div(127.5).sub(1.0)
+
+
+def _read_state(plan: _Plan, frames: np.ndarray, frame: int, first: bool) -> torch.Tensor | None:
+    """The state a chunk starting at episode ``frame`` is given: the recorded one at frame 0 (known), the
+    recorded one (``state="recorded"``), or the reader's reading of the context ``frames``."""
+    if not plan.state_keys:
+        return None
+    key = plan.state_keys[0]
+    if (first or plan.state_mode == "recorded") and key in plan.recorded_state:
+        return plan.recorded_state[key][:, frame].float()
+    if plan.reader is None:
+        raise InspectError(f"state='recorded' needs the start clip's recorded {key!r} at frame {frame}; it carries "
+                           f"none. Pass a start clip of the whole episode, or state='probe'.")
+    value = torch.as_tensor(np.asarray(plan.reader(frames)), dtype=torch.float32)
+    if value.ndim == 3:
+        value = value[:, -1]
+    if value.ndim != 2 or value.shape[0] != frames.shape[0]:
+        raise InspectError(f"The state reader returned shape {tuple(value.shape)} for frames {frames.shape}; it must "
+                           f"return [B, D] (or [B, T, D]) with B={frames.shape[0]}.")
+    return value
+
+
+def _sample_chunk(plan: _Plan, k: int, start: int, actions: torch.Tensor, context: torch.Tensor,
+                  context_frames: np.ndarray) -> RolloutChunk:
+    """Chunk ``k``: its window from episode frame ``start``, continuing from ``context`` (B, 3, c, H, W)."""
+    w, c = plan.window, plan.context
+    window = actions[:, start:start + w]
+    padded = w - window.shape[1]
+    if padded:
+        window = torch.cat([window, window[:, -1:].expand(-1, padded, -1)], dim=1)
+    video = torch.cat([context, context[:, :, -1:].expand(-1, -1, w - c, -1, -1)], dim=2)
+    base = plan.model.base
+    request: dict[str, Any] = dict(base.generation_inputs(video))
+    request["action"] = window.float()
+    state = _read_state(plan, context_frames, start, k == 0)
+    if state is not None:
+        for key in plan.state_keys:
+            request[key] = state[:, None].expand(-1, w, -1).contiguous()
+    request.update(plan.static)
+    conditions = {key: (v.detach().cpu() if isinstance(v, torch.Tensor) else v) for key, v in request.items()}
+    batch = prepare(plan.model, request)
+    seed = chunk_seed(plan.seed, k)
+    traj = run(plan.model, batch, steps=plan.steps, sampler=plan.sampler, sampler_kwargs=dict(plan.sampler_kwargs),
+               generator_state=generator_state(None, seed, batch.latents.device), seed=seed, storage=plan.storage,
+               settings=plan.settings, keep=plan.keep, on_step=None, label=f"chunk {k} (frames {start}..)")
+    return RolloutChunk(index=k, start=start, frames=range(0), trajectory=traj, conditions=conditions, state=state,
+                        produced=_decode(plan, traj), padded=padded, seed=seed)
+
+
+def _continue(plan: _Plan, actions: torch.Tensor, chunks: list[RolloutChunk]) -> Rollout:
+    """``chunks`` (the first ones, kept) continued until the ``actions.shape[1]`` frames are covered."""
+    frames = actions.shape[1]
+    starts = _starts(plan, frames)
+    chunks = list(chunks[:len(starts)])
+    for k in range(len(chunks), len(starts)):
+        s = starts[k]
+        if k == 0:
+            context, context_frames = plan.start_video, plan.start_frames
+        else:
+            prev = chunks[-1]
+            lo = s - prev.start
+            context_frames = prev.produced[:, lo:lo + plan.context]
+            context = _to_float(context_frames)
+        chunk = _sample_chunk(plan, k, s, actions, context, context_frames)
+        chunks.append(chunk)
+    written = _written(plan, frames, len(chunks))
+    chunks = [replace(c, frames=f) for c, f in zip(chunks, written, strict=True)]
+    return Rollout(plan, actions, chunks)
+
+
+# -- checks ----------------------------------------------------------------------------------------
+def _model_of(exp_or_model: Any) -> ComposedModel:
+    model = exp_or_model if isinstance(exp_or_model, ComposedModel) else getattr(exp_or_model, "model", None)
+    if not isinstance(model, ComposedModel):
+        raise InspectError(
+            f"rollout needs an Experiment or a workbench.ComposedModel (base + adapter), got "
+            f"{type(exp_or_model).__name__}. Pass exp (or exp.model); for the frozen base alone pass "
+            f"adapter='off'.")
+    return model
+
+
+def _consumed(model: ComposedModel) -> dict[str, Any]:
+    return {key: c for c in getattr(model.adapter, "consumes", ()) for key in (c.name, *c.keys)}
+
+
+def _check_actions(model: ComposedModel, actions: Any, batched: bool, batch: int, *, who: str,
+                   minimum: int) -> torch.Tensor:
+    if not isinstance(actions, (torch.Tensor, np.ndarray)):
+        raise InspectError(f"{who}: actions must be a tensor of shape {'(B, N, D)' if batched else '(N, D)'}, got "
+                           f"{type(actions).__name__}.")
+    a = torch.as_tensor(actions)
+    want = 3 if batched else 2
+    if a.ndim != want or not a.is_floating_point():
+        shape = "(B, N, D) for a batch of start clips" if batched else "(N, D) for one start clip"
+        raise InspectError(f"{who}: actions must be a float tensor {shape} (the action at every frame), got "
+                           f"{tuple(a.shape)} {a.dtype}.")
+    if not batched:
+        a = a[None]
+    if a.shape[0] != batch:
+        raise InspectError(f"{who}: actions have batch size {a.shape[0]}, but there are {batch} start clips; give one "
+                           f"action sequence per start clip ((B, N, D) with B={batch}).")
+    if a.shape[1] < minimum:
+        raise InspectError(f"{who}: too few actions: got {a.shape[1]} frames of actions, at least {minimum} are "
+                           f"needed (the action at every frame to predict, one per frame: {minimum} gives the "
+                           f"given start frame(s) and one new frame).")
+    consumer = _consumed(model).get("action")
+    dim = getattr(consumer, "dim", None)
+    if dim is not None and a.shape[-1] != dim:
+        raise InspectError(f"{who}: actions have width {a.shape[-1]}, but the adapter reads {dim}-D actions "
+                           f"(its 'action' condition). Give ({'B, ' if batched else ''}N, {dim}) actions.")
+    return a.detach().cpu().float()
+
+
+def _gate(model: ComposedModel, scale: float) -> torch.Tensor:
+    inner = model.composer
+    while hasattr(inner, "inner"):
+        inner = inner.inner
+    if not hasattr(inner, "effective_gate"):
+        raise InspectError(f"gate_scale={scale} needs a learned gate (gated_residual, alone or inside noise_gated), "
+                           f"but the composer is {model.composer.describe()}. Leave gate_scale unset.")
+    return inner.effective_gate().detach() * float(scale)
+
+
+def _start(base, start: Mapping[str, Any], context: int) -> tuple[torch.Tensor, bool]:
+    if not isinstance(start, Mapping) or "video" not in start:
+        got = sorted(start) if isinstance(start, Mapping) else type(start).__name__
+        raise InspectError(f"rollout: start must be a clip dict with 'video' (3, T, H, W) in [-1, 1] (or a batch "
+                           f"(B, 3, T, H, W)), as the clip sources give it; got {got}.")
+    video = torch.as_tensor(start["video"])
+    if video.ndim not in (4, 5) or video.shape[-4] != 3 or not video.is_floating_point():
+        raise InspectError(f"rollout: start['video'] must be float (3, T, H, W) or (B, 3, T, H, W) in [-1, 1], got "
+                           f"{tuple(video.shape)} {video.dtype}.")
+    batched = video.ndim == 5
+    video = video if batched else video[None]
+    if video.shape[2] < context:
+        raise InspectError(f"rollout: {type(base).__name__} continues from {context} frames (card.context_frames), "
+                           f"but start['video'] has {video.shape[2]}.")
+    return video[:, :, :context].detach().cpu().float(), batched
+
+
+def rollout(exp_or_model: Any, start: Mapping[str, Any], actions: Any, *, steps: int | None = None, seed: int = 0,
+            state: str | Callable | None = "probe", gate_scale: float | None = None, stride: int | None = None,
+            store: StoragePolicy | bool | None = None, adapter: Any = "on", **sampler_kwargs: Any) -> Rollout:
+    """Predict frames ``0 .. N-1`` of an episode chunk by chunk (see the module docstring).
+
+    Args:
+        exp_or_model: an Experiment or a :class:`ComposedModel`.
+        start: a clip ``{"video": (3, T, H, W), "camera": ..., "ee_pos": (T, 3), "task": ...}`` (or a batch
+            of them, with a leading ``B``): its first ``card.context_frames`` frames, its per-clip conditions
+            (``camera``; text for a text mode) and its state at frame 0 are used. Recorded state of later
+            frames is read only with ``state="recorded"``.
+        actions: ``(N, D)`` (``(B, N, D)``): the action at every frame of the episode.
+        steps: sampling steps (default: the card's). ``seed``: chunk ``k`` samples with ``chunk_seed(seed, k)``.
+        state: ``"probe"``, ``"recorded"``, a callable ``frames_uint8 [B, T, H, W, 3] -> [B, D]``, or None
+            (give no state) — used only when the adapter reads ``ee_pos`` / ``proprio``.
+        gate_scale: sample with the adapter's learned gate times this.
+        stride: frames between chunk starts, ``1 .. W - context_frames`` (default ``W - context_frames``).
+        store: a :class:`StoragePolicy` for each chunk's trajectory; ``False`` keeps only the final latents
+            (no stepping or forks, much less memory); the frames are the same either way.
+        adapter: ``"on"`` (default) or ``"off"`` (the frozen base alone).
+        sampler_kwargs: passed to the backbone's ``generate`` for every chunk (e.g. ``guidance_scale``).
+
+    Examples:
+        >>> clip = val[10]                                             # a 16-frame clip of a held-out episode
+        >>> actions = torch.cat([clip["action"], clip["action"][1:]])  # 31 frames of actions: two chunks
+        >>> ro = rollout(model, clip, actions, steps=4)                # chunk 1's hand position: the probe's
+        >>> ro.video.shape, [list(c.frames)[:2] for c in ro.chunks]
+        ((31, 64, 64, 3), [[1, 2], [16, 17]])
+        >>> ro.chunks[1].conditions["image"].shape                    # chunk 0's last frame, as it was produced
+        torch.Size([1, 3, 64, 64])
+    """
+    model = _model_of(exp_or_model)
+    base = model.base
+    card = base.card
+    context = int(getattr(card, "context_frames", 1))
+    name = getattr(card, "model_id", type(base).__name__)
+    if context == 0:
+        raise InspectError(
+            f"{name!r} (mode {card.serving!r}) cannot be rolled out: its card says context_frames=0, it generates "
+            f"from no frame that a chunk could continue from (an interpolation mode also needs a future frame, which "
+            f"a rollout does not know). Use an image-to-video mode of the backbone.")
+    clip = base.clip()
+    w = clip.frames
+    probe_video = torch.zeros(1, 3, w, clip.height, clip.width)
+    if card.serving not in IMAGE_MODES and "image" not in base.generation_inputs(probe_video):
+        raise InspectError(
+            f"{name!r} serves {card.serving!r}, which generates from no image: a rollout chains chunks through the "
+            f"last frame a chunk produced, so it needs an image-to-video mode ({', '.join(IMAGE_MODES)}).")
+    given, batched = _start(base, start, context)
+    b = given.shape[0]
+    limit = base.max_generate_batch
+    if limit is not None and b > limit:
+        raise InspectError(f"rollout: {b} start clips, but {type(base).__name__} generates at most {limit} at a "
+                           f"time (max_generate_batch). Roll out at most {limit} episodes per call.")
+    a = _check_actions(model, actions, batched, b, who="rollout", minimum=context + 1)
+    stride = w - context if stride is None else stride
+    if isinstance(stride, bool) or not isinstance(stride, (int, np.integer)) or not 1 <= stride <= w - context:
+        raise InspectError(f"rollout: stride={stride!r}; chunks of {w} frames continuing from {context} frame(s) need "
+                           f"a stride in 1..{w - context} (frames between chunk starts; {w - context} leaves no "
+                           f"overlap).")
+    steps, sampler = card.resolve_steps(steps)
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise InspectError(f"rollout: seed must be an int >= 0, got {seed!r}.")
+    flag = {"on": True, "off": False, True: True, False: False}.get(adapter)
+    if flag is None:
+        raise InspectError(f"rollout: adapter={adapter!r}; use 'on' (base + adapter) or 'off' (the frozen base alone).")
+    gate = None if gate_scale is None or not flag else _gate(model, gate_scale)
+    settings = Settings(adapter=flag, gate_override=gate)
+    if store is False:
+        storage, keep = StoragePolicy(), False
+    elif store is None or store is True:
+        storage, keep = StoragePolicy(), True
+    elif isinstance(store, StoragePolicy):
+        storage, keep = store, True
+    else:
+        raise InspectError(f"rollout: store={store!r}; pass a StoragePolicy, True (record everything) or False (keep "
+                           f"only each chunk's final latents).")
+    consumed = _consumed(model) if flag else {}
+    state_keys = tuple(k for k in STATE_KEYS if k in consumed)
+    recorded = {}
+    for key in STATE_KEYS:
+        if key in start:
+            value = torch.as_tensor(start[key]).detach().cpu()
+            recorded[key] = value if batched else value[None]
+    reader = None
+    if state_keys:
+        if state is None:
+            state_keys = ()
+        elif callable(state):
+            reader = state
+        elif state == "recorded":
+            if state_keys[0] not in recorded or recorded[state_keys[0]].shape[1] < a.shape[1]:
+                have = recorded[state_keys[0]].shape[1] if state_keys[0] in recorded else 0
+                raise InspectError(
+                    f"state='recorded' reads the recorded {state_keys[0]!r} at every chunk's first frame, so start "
+                    f"must carry it for all {a.shape[1]} frames; it carries {have}. Pass the whole episode as start, "
+                    f"or state='probe'.")
+        elif isinstance(state, str):
+            reader = state_reader(state)
+        else:
+            raise InspectError(f"rollout: state={state!r}; use 'probe', 'recorded', a callable frames -> state, "
+                               f"or None.")
+    reads_text = card.serving in TEXT_MODES
+    static: dict[str, Any] = {}
+    for key, value in start.items():
+        if key == "video" or key in STATE_KEYS or key in ("action", "actions"):
+            continue
+        if isinstance(value, str) and reads_text:
+            static[key] = [value]
+        elif isinstance(value, (list, tuple)) and value and isinstance(value[0], str) and reads_text:
+            static[key] = list(value)
+        elif isinstance(value, torch.Tensor) and value.is_floating_point() and value.ndim == (2 if batched else 1):
+            static[key] = value if batched else value[None]  # a per-clip vector (camera): known at frame 0
+    from workbench.metrics import to_uint8_video
+
+    plan = _Plan(model=model, settings=settings, steps=steps, sampler=sampler, seed=int(seed), window=w,
+                 context=context, stride=int(stride), storage=storage, keep=keep, reader=reader,
+                 state_mode=state if isinstance(state, str) else ("callable" if callable(state) else "none"),
+                 state_keys=state_keys, recorded_state=recorded, static=static, start_video=given,
+                 start_frames=to_uint8_video(given), batched=batched, sampler_kwargs=dict(sampler_kwargs))
+    return _continue(plan, a, [])
+
+
+__all__ = ["STATE_KEYS", "Rollout", "RolloutChunk", "register_state_reader", "rollout", "state_reader"]
