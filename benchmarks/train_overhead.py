@@ -116,7 +116,7 @@ def loop_only(steps: int = 3000) -> float:
     batch = exp.model.base.prepare_batch(raw)
     gate = exp.model.composer.gate
     exp.model.base.prepare_batch = lambda _raw: batch
-    exp.model.training_loss = lambda _batch, generator=None, step=None: ((gate * 2.0).square(), None)
+    exp.model.training_loss = lambda _batch, generator=None, step=None, ahead=None: ((gate * 2.0).square(), None)
     exp.optimizer = torch.optim.AdamW([gate], lr=1e-4, weight_decay=0.0)
     stream, guard = exp._stream_for([raw] * (2 * steps)), SigintGuard()
     hooks = {hook: _overrides(exp._collect(()), hook) for hook in HOOKS}
