@@ -80,6 +80,8 @@ def test_chunks_chain_through_the_frames_the_model_produced(model):
     first = record(model, ro.chunks[0].conditions, steps=STEPS, seed=0)
     assert torch.equal(first.final, ro.chunks[0].trajectory.final)
     assert [ro.chunk_of(f) for f in (0, 1, 3, 4, 9, -1)] == [0, 0, 0, 1, 2, 2]
+    assert (ro.steps, ro.seed, ro.state_mode, ro.model, ro.window, ro.stride, ro.context_frames) == (
+        STEPS, 0, "none", model, W, W - 1, 1)
 
 
 def mean_colour(frames: np.ndarray) -> np.ndarray:

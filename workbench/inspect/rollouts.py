@@ -165,6 +165,25 @@ class Rollout:
         return self._plan.context
 
     @property
+    def model(self) -> ComposedModel:
+        return self._plan.model
+
+    @property
+    def steps(self) -> int:
+        """Sampling steps of every chunk."""
+        return self._plan.steps
+
+    @property
+    def seed(self) -> int:
+        """The rollout's seed (chunk ``k`` samples with ``chunk_seed(seed, k)``)."""
+        return self._plan.seed
+
+    @property
+    def state_mode(self) -> str:
+        """``probe``, ``recorded``, ``callable`` or ``none``: where chunks after the first get their state."""
+        return self._plan.state_mode
+
+    @property
     def stride(self) -> int:
         return self._plan.stride
 
