@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 from conftest import chromium, free_port
 from local_jupyter import QUIET_LAB, lab_command, serving, write_notebook
+from test_notebook_figures import PRINTED_WIDTH
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "outputs" / "test-artifacts"
@@ -63,7 +64,7 @@ stepper = Stepper(traj, decode="tiny", dim_names=["dx", "dy", "dz", "grip"])
 stepper.fork_here(adapter="off", label="base alone")
 stepper""",
     """AblationSliders(traj, step=4, decode="tiny", dim_names=["dx", "dy", "dz", "grip"])""",
-    """print(" ".join(["word"] * 20))  # 99 characters: what a notebook may print on one line""",
+    """print(" ".join(["word"] * 23))  # 114 characters: what a notebook may print on one line""",
 ]
 
 
@@ -75,7 +76,7 @@ def lab(tmp_path_factory):
     write_notebook(folder / "views.ipynb", CELLS)
     port = free_port()
     command, env = lab_command(folder, port, TOKEN,  # as `make lab` sets it up
-                               {**QUIET_LAB, "@jupyter-widgets/jupyterlab-manager/plugin": {"saveState": False}})
+                               {**QUIET_LAB, "@jupyter-widgets/jupyterlab-manager/plugin": {"saveState": True}})
     url = f"http://127.0.0.1:{port}"
     with serving(command, folder, {**env, "WORKBENCH_CACHE": str(folder / "cache")},
                  f"{url}/api/status?token={TOKEN}", folder / "lab.log"):
@@ -244,8 +245,8 @@ def carry_edits_to_the_last_step(page) -> None:
                     for css in (".workbench-fit-status .widget-html-content > div", ".workbench-fit"))
     assert status["x"] + status["width"] <= view["x"] + view["width"]  # whole, inside the view
     # a printed line of PRINTED_WIDTH characters (tests/test_notebook_figures.py) stays one line high
-    printed = page.locator(".jp-OutputArea-output pre", has_text="word word").first.bounding_box()
-    assert printed["height"] < 1.5 * 20
+    printed = page.locator(".jp-OutputArea-output pre", has_text="word word").first
+    assert len(printed.inner_text().strip()) >= PRINTED_WIDTH and printed.bounding_box()["height"] < 1.5 * 20
 
 
 def check_reopened(p, url: str, folder: Path) -> None:
@@ -258,6 +259,11 @@ def check_reopened(p, url: str, folder: Path) -> None:
     views = [o["data"] for c in saved["cells"] for o in c.get("outputs", ())
              if "".join(o.get("data", {}).get("text/plain", "")).startswith(names)]
     assert len(views) == 3 and all(sorted(data) == ["image/png", "text/plain"] for data in views)
+    # each picture and line is the view as it was when saved (from the widget state), not as the cell left it
+    fit, stepper, ablation = ("".join(data["text/plain"]) for data in views)
+    assert fit.startswith("Fit: step ") and "stopped" in fit
+    assert re.search(r"^Stepper: step [1-8] of 8", stepper), stepper  # it played past step 0
+    assert "edited: dx=" in ablation and "colour scale held" in ablation, ablation
     for session in api(url, "/api/sessions"):  # the views' kernel is gone
         api(url, f"/api/sessions/{session['id']}", method="DELETE")
     assert api(url, "/api/sessions") == []

@@ -725,6 +725,8 @@ def test_awaiting_a_fit_keeps_the_loop_free_so_stop_is_handled_meanwhile():
     assert asyncio.run(notebook()) is fit
     assert fit.session.state == "stopped" and 2 <= exp.step < 40
     assert "steps/s · ETA " in statuses[0] and " · lr 0.003" in statuses[0]  # while running
+    # the status has a line of its own under the controls (beside them it wrapped), and never wraps
+    assert fit.children[1] is fit.status and statuses[0].startswith("<div style='white-space:nowrap'>step ")
     assert fit.train_button.description == "resume"
 
 
@@ -757,3 +759,30 @@ def test_a_notebook_saved_through_the_hook_keeps_views_as_pictures_and_other_wid
     assert saved[1]["outputs"][0]["data"] == other  # a widget without a picture stays live
     keep_static_on_save(model={"type": "file", "content": "text"})  # other files: untouched, no error
     assert f"{keep_static_on_save.__module__}.{keep_static_on_save.__name__}" == HOOK
+
+
+def test_with_the_saved_widget_state_a_view_is_saved_as_it_is_now_not_as_its_cell_left_it(traj):
+    import ipywidgets
+
+    from workbench.widgets.static import STATE, WIDGET_VIEW, keep_static
+
+    view = AblationSliders(traj, step=2, dim_names=DIMS, propagate=False)
+    bundle = view._repr_mimebundle_()  # what the cell displayed: nothing edited
+    view.sliders.sliders[0].value = 1.0  # then, in the browser, an edit
+    view.flush()
+    state = ipywidgets.Widget.get_manager_state(drop_defaults=True)  # as JupyterLab saves it
+    cells = [{"cell_type": "code", "outputs": [{"output_type": "display_data", "data": dict(bundle)}]}]
+    notebook = {"cells": cells, "metadata": {"widgets": {STATE: state}}}
+    assert keep_static(notebook) == 1
+    data = notebook["cells"][0]["outputs"][0]["data"]
+    assert sorted(data) == ["image/png", "text/plain"] and "widgets" not in notebook["metadata"]
+    assert data["text/plain"].startswith("AblationSliders: x0 change (RMS, latent units): ")
+    assert "edited: dx=+1.00" in data["text/plain"]  # the state it was saved in
+    saved = render.png_array(base64.b64decode(data["image/png"]))[..., :3]
+    assert np.array_equal(saved, render.png_array(view.static_png())[..., :3])  # what the kernel would draw now
+    # a widget that is not a view keeps the saved state it needs
+    other = {WIDGET_VIEW: {"model_id": "x", "version_major": 2, "version_minor": 0}}
+    cells.append({"cell_type": "code", "outputs": [{"output_type": "display_data", "data": other}]})
+    cells[0]["outputs"][0]["data"] = dict(bundle)
+    notebook["metadata"]["widgets"] = {STATE: state}
+    assert keep_static(notebook) == 1 and "widgets" in notebook["metadata"]

@@ -9,6 +9,7 @@ from typing import Any
 import ipywidgets as widgets
 
 from workbench.widgets.render import array_png, figure_png, png_array, stack_images, text_image
+from workbench.widgets.static import STATUS_CLASS, plain_lines
 
 
 class View(widgets.VBox):
@@ -125,24 +126,11 @@ def button(description: str, tooltip: str = "", icon: str = "", width: str = "au
                           layout=widgets.Layout(width=width, flex="0 0 auto", overflow="visible"))
 
 
-STATUS_CLASS = "workbench-status"
-
-
 def status_line() -> widgets.HTML:
     """A line (or a few) saying what the view shows; a page without a front end gets it in the picture."""
     line = widgets.HTML(layout=widgets.Layout(margin="0 0 0 8px"))
     line.add_class(STATUS_CLASS)
     return line
-
-
-def plain_lines(markup: str) -> list[str]:
-    """The text of a status line's HTML, one string per ``<div>`` / ``<br>`` line, tags dropped."""
-    import html
-    import re
-
-    text = re.sub(r"(?i)<br\s*/?>|</div>", "\n", markup)
-    text = html.unescape(re.sub(r"<[^>]+>", "", text))
-    return [" ".join(line.split()) for line in text.split("\n") if line.strip()]
 
 
 def with_status(lines: list[str], png: bytes) -> bytes:

@@ -269,13 +269,16 @@ def _stack(items: list[dict], key: str):
 
 def evaluate_world_model(exp, clips, *, sampling_steps: int, seed: int = 0, chunk: int = 12,
                          progress: bool = True, probe: Any = None, gate_scale: float | None = None,
-                         condition: str = "action") -> dict[str, Any]:
+                         condition: str = "action", predict: Any = None) -> dict[str, Any]:
     """Predict every clip of ``clips`` (a clip source) three ways and score them.
 
     ``gate_scale``: sample (b) and (c) with the adapter's learned gate times this (:func:`scaled_gate`).
     ``condition``: the clip key swapped in (c) (``action``, or ``control`` for a control video);
     every key of :data:`CONDITION_KEYS` the clips carry is given to all three, true except that one
-    (the state keys as measured at the first frame, see :data:`STATE_KEYS`).
+    (the state keys as measured at the first frame, see :data:`STATE_KEYS`). ``predict``: what
+    predicts the three variants' clips instead of one :func:`~workbench.inspect.clips.predict_clips`
+    call each, given ``(model, {name: (clips, adapter)}, steps=, seed=, chunk=, gate=, on_chunk=)``
+    (:meth:`workbench.train.ahead.BaseAhead.predict`: the chunks shared by two processes, the same videos).
 
     Returns uint8 videos ``[N, T, H, W, 3]`` (``truth`` and each variant), ``scores`` (per clip
     and variant: ``psnr``, ``ssim``, ``moving_psnr``, ``action_error`` in cm), ``hand_error``
@@ -317,9 +320,14 @@ def evaluate_world_model(exp, clips, *, sampling_steps: int, seed: int = 0, chun
     bar = tqdm(total=3 * len(items), desc="evaluate", unit="clip", disable=not progress)
     out: dict[str, Any] = {"truth": np.concatenate([to_uint8_video(_stack(items[lo:lo + chunk], "video"))
                                                     for lo in range(0, len(items), chunk)])}
-    for name, clips_of, adapter in (("base", true, False), ("adapter", true, True), ("swapped", swapped, True)):
-        out[name] = predict_clips(model, clips_of, steps=sampling_steps, seed=seed, chunk=chunk, adapter=adapter,
-                                  gate=gate, on_chunk=bar.update)
+    requests = {"base": (true, False), "adapter": (true, True), "swapped": (swapped, True)}
+    if predict is not None:
+        out.update(predict(model, requests, steps=sampling_steps, seed=seed, chunk=chunk, gate=gate,
+                           on_chunk=bar.update))
+    for name, (clips_of, adapter) in requests.items():
+        if name not in out:
+            out[name] = predict_clips(model, clips_of, steps=sampling_steps, seed=seed, chunk=chunk, adapter=adapter,
+                                      gate=gate, on_chunk=bar.update)
     bar.close()
     truth = out["truth"]
     mask = moving_mask(truth)  # (N, T, H, W); frame 0 excluded
@@ -482,11 +490,11 @@ def evaluate_run(exp, source, *, out: str | Path, clips: int | None = None, samp
                  seed: int = 0, video_clips: int = 6, progress: bool = True, title: str = "evaluation",
                  targets: dict[str, Any] | None = None, describe: dict[str, Any] | None = None,
                  labels: dict[str, str] | None = None, gate_scale: float | None = None,
-                 condition: str = "action") -> dict[str, Any]:
+                 condition: str = "action", predict: Any = None) -> dict[str, Any]:
     """Evaluate ``exp`` on ``clips`` clips of ``source`` (all by default) spread over its tasks (see
     :func:`spread_over_tasks`); write ``metrics.json`` and the videos.
 
-    ``condition``: what (c) swaps (see :func:`evaluate_world_model`)."""
+    ``condition``: what (c) swaps; ``predict``: who predicts the clips (see :func:`evaluate_world_model`)."""
     import torch
 
     started = time.perf_counter()
@@ -497,7 +505,7 @@ def evaluate_run(exp, source, *, out: str | Path, clips: int | None = None, samp
     base = exp.model.base
     steps = sampling_steps or base.card.sampling.steps
     result = evaluate_world_model(exp, subset, sampling_steps=steps, seed=seed, progress=progress,
-                                  gate_scale=gate_scale, condition=condition)
+                                  gate_scale=gate_scale, condition=condition, predict=predict)
     summary = summarise(result, targets)
     fps = float(base.clip().fps or 10)
     videos = write_videos(out, result, video_clips, fps=fps / 4, condition=condition)
