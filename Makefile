@@ -9,7 +9,7 @@ export MUJOCO_GL ?= egl
 # Material for MkDocs prints a banner about MkDocs 2.0 on every build unless this is set.
 export NO_MKDOCS_2_WARNING ?= 1
 
-.PHONY: demo test lint bench bench-real install clean sysdeps browser lab notebooks docs
+.PHONY: demo test check lint bench bench-real install clean sysdeps browser lab notebooks docs
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -40,7 +40,17 @@ $(LAB_STAMP): $(STAMP)
 	$(PY) -m pip install --quiet -c constraints.txt -e ".[lab]"
 	@touch $(LAB_STAMP)
 
-demo: sysdeps $(STAMP)
+# `make demo` installs only what the demo imports: the core and, pinned alike, the five packages of the data and
+# widgets extras it reads (workbench/worldmodel/cli.py's `demo` command; tests/test_cli_behaviour.py checks the list).
+# No MuJoCo, notebooks, diffusers or plugins: a fresh clone runs it sooner. A full install (`make install`, `make
+# test`) serves it as it is. It trains and evaluates on two processes of one thread each (`--processes 2`).
+DEMO_STAMP := $(VENV)/.demo-installed
+DEMO_PACKAGES := h5py imageio imageio-ffmpeg pillow matplotlib
+$(DEMO_STAMP): $(PY) pyproject.toml constraints.txt
+	$(PY) -m pip install --quiet -c constraints.txt -e . $(DEMO_PACKAGES)
+	@touch $(DEMO_STAMP)
+
+demo: $(if $(wildcard $(STAMP)),$(STAMP),$(DEMO_STAMP))
 	$(VENV)/bin/workbench demo
 
 # Notebooks run under strict nbval: every stored output is compared after the sanitiser.
@@ -49,9 +59,22 @@ NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.
 # order, and the browser tests never overlap (tests/conftest.py).
 WORKERS ?= 2
 
+# Every test's CPU seconds go into the JUnit report; tests/cpu_budget.py then prints them per file beside the
+# checked-in budget (the files with the largest budgets start first) and fails only on a big overshoot.
+JUNIT ?= outputs/junit.xml
+
 test: sysdeps browser $(STAMP) $(LAB_STAMP)
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -q -n $(WORKERS) --dist loadfile --durations=15 tests notebooks $(NBVAL)
+	@mkdir -p $(dir $(JUNIT))
+	$(PY) -m pytest -q -n $(WORKERS) --dist loadfile --durations=15 --junitxml=$(JUNIT) tests notebooks $(NBVAL); \
+		status=$$?; $(PY) tests/cpu_budget.py $(JUNIT) || status=1; exit $$status
+
+# The inner loop: ruff and the cheapest test files of the budget table, about 2 minutes on 2 cores
+# (CHECK_CPU: the CPU seconds of tests to take, cheapest first). `make test` stays the whole suite.
+CHECK_CPU ?= 200
+check: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(PY) -m pytest -q -n $(WORKERS) --dist loadfile $$($(PY) tests/cpu_budget.py --fast $(CHECK_CPU))
 
 # The documentation site (mkdocs.yml) into site/: guides, concepts, the API reference from the docstrings and
 # the notebooks with their stored outputs. `make test` builds it with --strict (tests/test_docs_site.py).
@@ -74,7 +97,8 @@ lab: $(STAMP)
 	@mkdir -p $(LAB_SETTINGS)
 	@echo '{"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": false}, \
 		"@jupyter-widgets/jupyterlab-manager:plugin": {"saveState": true}}' > $(LAB_SETTINGS)/overrides.json
-	$(VENV)/bin/jupyter lab notebooks $$([ "$$(id -u)" = 0 ] && echo --allow-root)
+	$(VENV)/bin/jupyter lab notebooks --ContentsManager.pre_save_hook=workbench.widgets.static.keep_static_on_save \
+		$$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 # Every benchmark runs to the end and prints its ratios; the exit status is non-zero at the end if any
 # missed a target or failed (each is listed). BENCH_FLAGS=--quick runs them all in seconds (no ratio judged).

@@ -191,7 +191,7 @@ def test_heavy_libraries_are_never_imported_at_module_level():
     assert offenders == []
 
 
-VIEW_LIBRARIES = ("ipywidgets", "matplotlib")
+VIEW_LIBRARIES = ("ipywidgets", "matplotlib", "anywidget")
 # The demo's report (a command's output files, not a library layer) draws loss.png with matplotlib's
 # object API inside one function, and `workbench eval --rollout` its drift.png; they may, and only what they
 # import there.

@@ -150,6 +150,16 @@ def test_the_extras_table_is_the_distributions():
     assert names == {extra: sorted(dists) for extra, dists in EXTRAS.items()}
 
 
+def test_make_demo_installs_every_package_the_demo_needs():
+    from workbench.worldmodel.cli import demo
+
+    line = next(x for x in (ROOT / "Makefile").read_text().splitlines() if x.startswith("DEMO_PACKAGES :="))
+    listed = set(line.split(":=")[1].split())
+    distribution = {"PIL": "pillow", "imageio_ffmpeg": "imageio-ffmpeg"}  # (module -> what pip installs)
+    needed = {distribution.get(m, m) for modules in demo.extras.values() for m in modules}
+    assert listed == needed
+
+
 def _without(monkeypatch, *modules: str) -> None:
     from workbench import extras
 

@@ -226,3 +226,47 @@ def test_a_backbone_config_names_a_device_or_auto():
         build("backbone", "tiny_video", {**TINY, "device": "gpu"}, where="base")
     assert [platform.is_device_name(n) for n in ("auto", "cpu", "cuda", "cuda:1", "mps", "mps:0", "cuda:x")] == [
         True, True, True, True, True, False, False]
+
+
+@pytest.mark.parametrize(("capability", "machine_name", "warns"), [
+    ("AVX2", "x86_64", True), ("DEFAULT", "x86_64", True), ("NO AVX", "AMD64", True), ("AVX512", "x86_64", False),
+    ("DEFAULT", "aarch64", False)])
+def test_bf16_on_a_cpu_that_emulates_it_warns_once_per_process(monkeypatch, capability, machine_name, warns):
+    import warnings
+
+    from workbench.errors import SlowDtypeWarning
+
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+    monkeypatch.setattr(platform, "_machine", lambda: machine_name.lower())
+    monkeypatch.setattr(platform, "_slow_dtype_warned", False)
+    assert platform.cpu_bf16_is_emulated() is warns
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert platform.resolve_dtype("float32", "cpu") == torch.float32  # float32 never warns
+        assert platform.resolve_dtype("bfloat16", "cpu") == torch.bfloat16  # honoured, warned about
+        assert platform.resolve_dtype("bfloat16", "cpu") == torch.bfloat16  # once per process
+        assert platform.resolve_dtype("auto", "cpu", precision={"cpu": "bfloat16"}) == torch.bfloat16
+    slow = [w for w in seen if issubclass(w.category, SlowDtypeWarning)]
+    assert len(slow) == (1 if warns else 0), [str(w.message) for w in seen]
+    if warns:
+        assert str(slow[0].message) == (
+            f"bfloat16 on this CPU ({capability}, no AVX-512 or AMX) is emulated: it runs tens of times slower than "
+            f"float32 (a 1024x1024 matmul about 80 times). Use dtype: auto or float32 on the CPU unless you are "
+            f"checking the bfloat16 path. (Warned once per process.)")
+        assert issubclass(SlowDtypeWarning, UserWarning)
+
+
+def test_the_slow_dtype_warning_is_for_the_cpu_only(monkeypatch):
+    import warnings
+
+    from workbench.errors import SlowDtypeWarning
+
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
+    monkeypatch.setattr(platform, "_machine", lambda: "x86_64")
+    monkeypatch.setattr(platform, "_slow_dtype_warned", False)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        platform._warn_slow_dtype(torch.bfloat16, "cuda")
+        platform._warn_slow_dtype(torch.float16, "cpu")
+    assert not [w for w in seen if issubclass(w.category, SlowDtypeWarning)]
+    assert platform._slow_dtype_warned is False

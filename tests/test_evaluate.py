@@ -69,7 +69,7 @@ def test_probe_command_trains_and_writes_provenance(tmp_path, capsys):
     assert meta["architecture"] == {"width": 8, "image_size": 64}
     assert meta["held_out"].startswith("12 episodes (15% of each task) x 48 frames")
     assert probe.positions(np.zeros((2, 64, 64, 3), np.uint8)).shape == (2, 3)
-    with pytest.raises(CheckpointError, match="Hand probe weights not found"):
+    with pytest.raises(CheckpointError, match="Probe weights not found: .*add --target object for an object probe"):
         HandProbe.from_pretrained(tmp_path / "missing.safetensors")
 
 

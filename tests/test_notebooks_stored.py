@@ -39,7 +39,7 @@ def test_stored_in_order_with_pictures_and_nothing_on_stderr(path):
     assert "widgets" not in json.loads(path.read_text())["metadata"]
 
 
-VIEWS = ("Stepper", "AblationSliders", "Fit", "ConditionProbe", "Gates", "ActionSensitivity")
+VIEWS = ("Stepper", "AblationSliders", "Fit", "ConditionProbe", "Gates", "ActionSensitivity", "Drive")
 
 
 @pytest.mark.parametrize("path", NUMBERED, ids=lambda p: p.stem)

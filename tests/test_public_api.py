@@ -23,12 +23,14 @@ SNAPSHOT = {
     "ComposeContext": "dataclass",
     "ComposedModel": nn.Module,
     "Composer": nn.Module,
+    "Composition": "dataclass",
     "Condition": "dataclass",
     "Conditioning": Mapping,
     "Diffusion": Objective,
     "ExperimentConfig": "dataclass",
     "FlowMatching": Objective,
     "GatedResidual": Composer,
+    "InsideAdapter": nn.Module,
     "InsideSpec": "dataclass",
     "MaskMix": Composer,
     "ModelCard": "dataclass",
@@ -39,6 +41,7 @@ SNAPSHOT = {
     "RecipeSpec": "dataclass",
     "Replace": Composer,
     "SamplingDefaults": "dataclass",
+    "SideAdapter": nn.Module,
     "StepRecord": "dataclass",
     "TrainingConfig": "dataclass",
     "build": "function",
@@ -93,7 +96,7 @@ def test_the_conformance_kit_is_a_frozen_documented_submodule():
         "training", "state_dict"]
 
 
-WIDGETS_SNAPSHOT = ["AblationSliders", "ActionSensitivity", "ConditionProbe", "Fit", "Gates", "Stepper"]
+WIDGETS_SNAPSHOT = ["AblationSliders", "ActionSensitivity", "ConditionProbe", "Drive", "Fit", "Gates", "Stepper"]
 
 
 def test_the_views_are_a_frozen_submodule_and_no_view_shares_a_name_with_an_instrument():
@@ -106,6 +109,7 @@ def test_the_views_are_a_frozen_submodule_and_no_view_shares_a_name_with_an_inst
     assert set(workbench.widgets.__all__).isdisjoint(workbench.inspect.__all__)
     assert "ActionSensitivityResult" in workbench.inspect.__all__
     assert {"Readout", "FrameReadout", "Propagation", "PathComparison"} <= set(workbench.inspect.__all__)
+    assert "DriveState" in workbench.inspect.__all__  # the logic of the Drive view
 
 
 def test_the_rollout_api_is_frozen():

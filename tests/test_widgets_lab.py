@@ -3,12 +3,12 @@ Playwright) opens a small notebook in a JupyterLab served on 127.0.0.1, runs all
 menu, presses stop on the Fit view while later cells are queued, moves a slider of each view,
 switches the Stepper to the adapter's output where a branch has the adapter off, lets the
 ablation view carry an edit to the last step (and a second key press cancel the first), holds its
-colour scale, saves the notebook (with its widget state, as ``make lab`` sets JupyterLab up),
-shuts its kernel down and reopens it (JupyterLab starts a fresh kernel that knows none of the
-views' models). We check that pictures arrive, that the states hold (the fit stopped, the queued
-cells ran, the sliders moved the pictures, the final picture follows the last edit), that status
-lines never wrap, and that the reopened notebook shows the pictures and no widget error; and that
-a shipped notebook opens without being marked modified. Never how long anything took.
+colour scale, saves the notebook (as ``make lab`` sets JupyterLab up: each view saved as its picture,
+no widget state), shuts its kernel down and reopens it (JupyterLab starts a fresh kernel that knows
+none of the views' models). We check that pictures arrive, that the states hold (the fit stopped, the
+queued cells ran, the sliders moved the pictures, the final picture follows the last edit), that status
+lines never wrap, and that the reopened notebook shows the pictures, no widget error, and is not marked
+modified; and that a shipped notebook opens without being marked modified. Never how long anything took.
 
 Screenshots are kept in ``outputs/test-artifacts/``. Skipped, saying why, without Debian's
 chromium (``make browser``) or JupyterLab (``make test`` installs it).
@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 from conftest import chromium, free_port
 from local_jupyter import QUIET_LAB, lab_command, serving, write_notebook
+from test_notebook_figures import PRINTED_WIDTH
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "outputs" / "test-artifacts"
@@ -63,6 +64,7 @@ stepper = Stepper(traj, decode="tiny", dim_names=["dx", "dy", "dz", "grip"])
 stepper.fork_here(adapter="off", label="base alone")
 stepper""",
     """AblationSliders(traj, step=4, decode="tiny", dim_names=["dx", "dy", "dz", "grip"])""",
+    """print(" ".join(["word"] * 23))  # 114 characters: what a notebook may print on one line""",
 ]
 
 
@@ -73,7 +75,7 @@ def lab(tmp_path_factory):
     folder = tmp_path_factory.mktemp("lab")
     write_notebook(folder / "views.ipynb", CELLS)
     port = free_port()
-    command, env = lab_command(folder, port, TOKEN,
+    command, env = lab_command(folder, port, TOKEN,  # as `make lab` sets it up
                                {**QUIET_LAB, "@jupyter-widgets/jupyterlab-manager/plugin": {"saveState": True}})
     url = f"http://127.0.0.1:{port}"
     with serving(command, folder, {**env, "WORKBENCH_CACHE": str(folder / "cache")},
@@ -229,20 +231,39 @@ def carry_edits_to_the_last_step(page) -> None:
     value = page.locator(f"{slider} .widget-readout").first.inner_text().strip()
     page.wait_for_function("([css, text]) => document.querySelector(css).innerText.includes(text)",
                            arg=[FINAL_STATUS, f"final prediction with dx={value} from step 4"], timeout=TIMEOUT_MS)
-    page.locator(".workbench-ablation button", has_text="hold colour scale").click()
+    assert "colour scale fixed at ±1 for this view" in page.locator(".workbench-ablation-status").inner_text()
+    page.locator(".workbench-ablation-scale select").select_option(label="hold as now")
     page.wait_for_function("() => document.querySelector('.workbench-ablation-status').innerText"
                            ".includes('colour scale held')", timeout=TIMEOUT_MS)
-    # status lines stay whole: each one line high, however narrow the column
-    lines = ", ".join(f"{status} .widget-html-content > div" for status in (".workbench-ablation-status", FINAL_STATUS))
+    # status lines stay whole: each one line high, however narrow the column (the Fit's too)
+    lines = ", ".join(f"{status} .widget-html-content > div"
+                      for status in (".workbench-ablation-status", FINAL_STATUS, ".workbench-fit-status"))
     heights = page.evaluate("""(css) => [...document.querySelectorAll(css)].map(d => [d.getBoundingClientRect().height,
         parseFloat(getComputedStyle(d).lineHeight) || 20, getComputedStyle(d).whiteSpace])""", lines)
-    assert len(heights) >= 5 and all(style == "nowrap" and h < 1.5 * line for h, line, style in heights)
+    assert len(heights) >= 6 and all(style == "nowrap" and h < 1.5 * line for h, line, style in heights)
+    status, view = (page.locator(css).first.bounding_box()
+                    for css in (".workbench-fit-status .widget-html-content > div", ".workbench-fit"))
+    assert status["x"] + status["width"] <= view["x"] + view["width"]  # whole, inside the view
+    # a printed line of PRINTED_WIDTH characters (tests/test_notebook_figures.py) stays one line high
+    printed = page.locator(".jp-OutputArea-output pre", has_text="word word").first
+    assert len(printed.inner_text().strip()) >= PRINTED_WIDTH and printed.bounding_box()["height"] < 1.5 * 20
 
 
 def check_reopened(p, url: str, folder: Path) -> None:
-    """The saved notebook carries the widget state; with the views' kernel gone it still shows the pictures."""
+    """The saved notebook keeps each view as its picture (with its status lines) and no widget state; with the
+    views' kernel gone it shows the pictures, no widget error, and opening it does not mark it modified (restoring
+    saved widget state would: JupyterLab's widget manager sets the flag for every model it restores)."""
     saved = json.loads((folder / "views.ipynb").read_text())
-    assert "application/vnd.jupyter.widget-state+json" in saved["metadata"].get("widgets", {})
+    assert "widgets" not in saved["metadata"]
+    names = ("Fit: ", "Stepper: ", "AblationSliders: ")
+    views = [o["data"] for c in saved["cells"] for o in c.get("outputs", ())
+             if "".join(o.get("data", {}).get("text/plain", "")).startswith(names)]
+    assert len(views) == 3 and all(sorted(data) == ["image/png", "text/plain"] for data in views)
+    # each picture and line is the view as it was when saved (from the widget state), not as the cell left it
+    fit, stepper, ablation = ("".join(data["text/plain"]) for data in views)
+    assert fit.startswith("Fit: step ") and "stopped" in fit
+    assert re.search(r"^Stepper: step [1-8] of 8", stepper), stepper  # it played past step 0
+    assert "edited: dx=" in ablation and "colour scale held" in ablation, ablation
     for session in api(url, "/api/sessions"):  # the views' kernel is gone
         api(url, f"/api/sessions/{session['id']}", method="DELETE")
     assert api(url, "/api/sessions") == []
@@ -250,10 +271,12 @@ def check_reopened(p, url: str, folder: Path) -> None:
     browser = p.chromium.launch(executable_path=chromium(), args=FLAGS, headless=True)
     try:
         page = open_notebook(browser, url)
-        picture_src(page, "img.workbench-stepper-image")  # from the saved widget state, not from a kernel
-        picture_src(page, "img.workbench-ablation-image")
-        page.wait_for_timeout(1000)
+        picture_src(page, ".jp-RenderedImage img")  # the views' pictures, from the file: no kernel, no widget state
+        kernel_ready(url)
+        page.wait_for_timeout(1500)  # the kernel's info has arrived; a widget manager would have restored by now
+        assert page.locator(".jp-RenderedImage img").count() >= 3
         assert "model not found" not in page.locator(".jp-Notebook").inner_text()
         page.screenshot(path=str(ARTIFACTS / "lab-reopened-without-kernel.png"), full_page=True)
+        assert page.locator(".jp-mod-dirty").count() == 0  # opening it changed nothing: not marked modified
     finally:
         browser.close()

@@ -9,6 +9,7 @@ import pytest
 pytest.importorskip("matplotlib")
 
 from workbench.inspect import Panel  # noqa: E402
+from workbench.widgets import panels as fast  # noqa: E402
 from workbench.widgets import render  # noqa: E402
 
 
@@ -201,3 +202,70 @@ def test_condition_table_html_and_text():
     assert "<td style='padding:2px 8px'>(2, 8, 4)</td>" in html and "0.012" in html
     text = render.condition_table_text(rows).splitlines()
     assert text[0].split()[:2] == ["name", "key"] and text[1].split()[0] == "action"
+
+
+def text_boxes(fig):
+    """Every piece of text drawn (titles, notes, colour-bar labels and ticks), as display boxes, with
+    the axes (picture or colour bar) each belongs to."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    boxes = []
+    for ax in fig.axes:
+        texts = [ax.title, ax.xaxis.label, ax.yaxis.label, *ax.get_yticklabels(), *ax.get_xticklabels()]
+        boxes += [(ax, t, t.get_window_extent(renderer)) for t in texts if t.get_visible() and t.get_text()]
+    if fig._suptitle is not None:
+        boxes.append((None, fig._suptitle, fig._suptitle.get_window_extent(renderer)))
+    return boxes, renderer
+
+
+def test_titles_and_notes_fit_their_picture_and_touch_no_colour_bar():
+    """Notebook 2's last step: two branches × (adapter output, gate), long titles and notes, three colour bars.
+    Measured as drawn: each title and note lies within its picture's width, and no two texts overlap."""
+    note = "adapter off here (NoiseGated band 0.30–1.00, noise level 0.05)"
+    off = "adapter off here (this branch runs the base alone)"
+    panels = [Panel("run: adapter output", "signed", signed(1) * 0.3, "adapter output (linear preview, mean RGB)",
+                    0.62, note),
+              Panel("run: gate", "gate", np.zeros((16, 16)), "effective gate (adapter weight)", 1.0,
+                    f"effective weight 0.00 · {note}"),
+              Panel("base alone: adapter output", "signed", np.zeros((16, 16)), "adapter output (linear preview, "
+                    "mean RGB)", 1.0, off),
+              Panel("base alone: gate", "gate", np.zeros((16, 16)), "effective gate (adapter weight)", 1.0,
+                    f"effective weight 0.00 · {off}")]
+    fig = render.panels_figure(panels, title="step 19 of 20 · frame 15", panel_inches="fit")
+    boxes, renderer = text_boxes(fig)
+    pictures = [ax for ax in fig.axes if ax.images and ax.get_label() != "<colorbar>"]
+    assert len(pictures) == 4
+    for ax, panel in zip(pictures, panels):
+        frame = ax.get_window_extent(renderer)
+        for text in (ax.title, ax.xaxis.label):
+            box = text.get_window_extent(renderer)
+            assert frame.x0 - 1 <= box.x0 and box.x1 <= frame.x1 + 1, (text.get_text(), box, frame)
+        assert ax.title.get_text().replace("\n", " ") == panel.title  # wrapped, nothing cut
+        assert ax.xaxis.label.get_text().replace("\n", " ") == panel.note
+    for i, (_, a, box_a) in enumerate(boxes):
+        for _, b, box_b in boxes[i + 1:]:
+            assert not box_a.overlaps(box_b), (a.get_text(), b.get_text())
+    bars = [ax for ax in fig.axes if ax not in pictures]
+    for _, text, box in boxes:  # no text runs into a colour bar (its own labels sit beside it)
+        for bar in bars:
+            if text.axes is not bar:
+                assert not box.overlaps(bar.get_window_extent(renderer)), text.get_text()
+    assert inside(fig)
+
+
+def test_hand_charts_label_round_values_on_y_with_grid_lines():
+    assert fast.axis_ticks(60.4, 74.7) == [65.0, 70.0]
+    assert fast.axis_ticks(8.0, 26.9) == [10.0, 15.0, 20.0, 25.0]
+    assert fast.axis_ticks(-0.5, 0.5) == [-0.5, 0.0, 0.5]
+    for lo, hi in ((0.013, 0.0171), (-17.9, 5.0), (61.0, 74.1), (1e3, 5e4)):
+        ticks = fast.axis_ticks(lo, hi)
+        assert 2 <= len(ticks) <= 4 and all(lo <= t <= hi for t in ticks), (lo, hi, ticks)
+    t = np.arange(16.0)
+    recorded = np.stack([t, 60 + t, 10 + t], axis=1)
+    image = render.path_image(recorded, recorded + 1, ("x", "y", "z"), "cm", "hand")
+    grid = np.all(image == fast.GRID_RGB, axis=-1)  # pixels of the grid lines
+    rows = np.flatnonzero(grid.sum(axis=1) > 100)  # full-width lines across the charts
+    assert len(rows) >= 2 * 3 - 2  # at least two per chart (some may share a row)

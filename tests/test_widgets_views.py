@@ -22,7 +22,7 @@ from workbench import AdapterExperiment, ComposedModel, GatedResidual, NoiseGate
 from workbench.adapters.latent_residual import LatentResidual  # noqa: E402
 from workbench.data.synthetic import SyntheticMoves  # noqa: E402
 from workbench.errors import DataError  # noqa: E402
-from workbench.inspect import InspectError, record  # noqa: E402
+from workbench.inspect import Ablation, InspectError, record  # noqa: E402
 from workbench.widgets import (  # noqa: E402
     AblationSliders,
     ActionSensitivity,
@@ -30,6 +30,7 @@ from workbench.widgets import (  # noqa: E402
     Fit,
     Gates,
     Stepper,
+    render,  # noqa: E402
 )
 from workbench.widgets.render import png_array  # noqa: E402
 
@@ -311,7 +312,13 @@ def test_stepper_export_writes_a_readable_video(traj, tmp_path, fmt):
 def test_a_view_displays_without_a_front_end(traj):
     stepper = Stepper(traj)
     bundle = stepper._repr_mimebundle_()
-    assert base64.b64decode(bundle["image/png"]) == stepper.image.value
+    # the status line the live view writes beside its controls, then the picture, in the PNG
+    assert stepper.status_texts() == ["step 0 of 4 · noise level 1.00"]
+    shown, live = render.png_array(base64.b64decode(bundle["image/png"]))[..., :3], picture(stepper)[..., :3]
+    text = render.text_image(stepper.status_texts(), live.shape[1])
+    assert shown.shape == (text.shape[0] + 4 + live.shape[0], live.shape[1], 3)
+    assert np.array_equal(shown[:text.shape[0]], text) and np.array_equal(shown[-live.shape[0]:], live)
+    assert (text < 128).any()  # the text is drawn
     assert bundle["text/plain"] == ("Stepper: step 0 of 4 (noise 1.00), frame 3 of 4, view x0, preview decode; "
                                     "branches: run (seed 0)")
     assert "0x" not in bundle["text/plain"]  # nothing that changes from run to run
@@ -399,16 +406,70 @@ def test_a_readout_that_fails_says_so_in_the_view(traj):
     assert isinstance(view.final_error, InspectError)
 
 
+def saturation(panel) -> float:
+    """How far the strongest colour of a drawn difference is from white (0: white; ~1.3: full red or blue)."""
+    return float((255 - panel.colored().astype(np.float64)).max() / 255 + (255 - panel.colored()).mean() / 255)
+
+
+def test_two_edits_of_different_size_show_different_colour_strength_on_the_views_one_scale(traj):
+    assert AblationSliders(traj, step=2, propagate=False).fixed_range == 1.0  # by default: ±1, [-1, 1] RGB units
+    # this random tiny model changes its pictures by ~1e-4: a range of that size, fixed for the view
+    probe = Ablation(traj, step=2, colour_range=None)
+    probe.set(0, 1.0)
+    peak = float(np.abs(probe.images()[2].frames).max())
+    view = AblationSliders(traj, step=2, dim_names=DIMS, propagate=False, colour_range=peak)
+    assert view.scale_menu.value == "fixed" and view.fixed_range == peak
+    shown = []
+    for value in (0.1, 1.0):  # a small edit, a large one
+        view.sliders.sliders[0].value = value
+        panel = view.state.panels(view.frame_slider.value)[0][2]
+        shown.append((panel.limit, saturation(panel), float(np.abs(panel.image).max()), panel.title))
+    (small_limit, small, small_peak, title), (large_limit, large, large_peak, _) = shown
+    assert small_limit == large_limit == peak and title == f"edited − recorded\ncolours ±{peak:.2g} fixed"
+    assert small_peak < large_peak and small < large - 0.05  # the larger edit, the stronger colour
+    assert f"colour scale fixed at ±{peak:.2g} for this view" in view.status.value
+    # following each edit, both reach the ends of their range: the same strength, whatever the size (the old lie)
+    view.scale_menu.value = "edit"
+    strengths = []
+    for value in (0.1, 1.0):
+        view.sliders.sliders[0].value = value
+        panel = view.state.panels(view.frame_slider.value)[0][2]
+        strengths.append(saturation(panel))
+        assert panel.limit == pytest.approx(float(np.abs(view.state.images()[2].frames).max()))
+        assert f"colours ±{panel.limit:.2g}, this edit's own" in panel.title
+    assert strengths[0] == pytest.approx(strengths[1], abs=0.15) and "follows each edit" in view.status.value
+
+
+def test_the_final_difference_keeps_the_views_scale_too(traj):
+    view = AblationSliders(traj, step=2, dim_names=DIMS)
+    view.sliders.sliders[0].value = 1.0
+    view.settle()
+    assert view._final_shown_limit == 1.0
+    final = view._shown.panels(view.frame_slider.value, 1.0, "±1 fixed")[2]
+    assert final.limit == 1.0 and final.title.endswith("colours ±1 fixed")
+    view.scale_menu.value = "edit"
+    assert view._final_shown_limit == pytest.approx(float(np.abs(view._shown.difference).max()))
+
+
+def test_a_colour_range_is_a_positive_number_or_none(traj):
+    assert AblationSliders(traj, step=2, colour_range=0.25, propagate=False).state.images()[2].limit == 0.25
+    free = AblationSliders(traj, step=2, colour_range=None, propagate=False)
+    assert free.scale_menu.value == "edit" and [v for _, v in free.scale_menu.options] == ["edit", "held"]
+    with pytest.raises(InspectError, match=r"colour_range=-1 is not a colour range; it must be a positive number"):
+        AblationSliders(traj, step=2, colour_range=-1)
+
+
 def test_a_held_colour_scale_stays_while_the_edits_grow(traj):
     view = AblationSliders(traj, step=2, dim_names=DIMS, propagate=False)
+    view.scale_menu.value = "edit"
     view.sliders.sliders[0].value = 0.2
     small = view.state.images()[2].limit
-    view.hold_button.value = True
+    view.scale_menu.value = "held"
     view.sliders.sliders[0].value = 1.0
     image = view.state.images()[2]
     assert image.limit == small and np.abs(image.frames).max() > small  # stronger colour, same range
     assert "held range" in image.label and "colour scale held" in view.status.value
-    view.hold_button.value = False
+    view.scale_menu.value = "edit"
     assert view.state.images()[2].limit == pytest.approx(float(np.abs(image.frames).max()))
 
 
@@ -664,6 +725,8 @@ def test_awaiting_a_fit_keeps_the_loop_free_so_stop_is_handled_meanwhile():
     assert asyncio.run(notebook()) is fit
     assert fit.session.state == "stopped" and 2 <= exp.step < 40
     assert "steps/s · ETA " in statuses[0] and " · lr 0.003" in statuses[0]  # while running
+    # the status has a line of its own under the controls (beside them it wrapped), and never wraps
+    assert fit.children[1] is fit.status and statuses[0].startswith("<div style='white-space:nowrap'>step ")
     assert fit.train_button.description == "resume"
 
 
@@ -676,3 +739,50 @@ def test_the_loss_average_is_bias_corrected_not_seeded_by_the_first_loss():
     weights = np.array([0.9 * 0.1, 0.1])
     assert drop[1] == pytest.approx((weights @ [10.0, 1.0]) / weights.sum())  # 5.26, not 9.1 as a seeded average
     assert drop[2] < drop[1] < drop[0] == 10.0
+
+
+def test_a_notebook_saved_through_the_hook_keeps_views_as_pictures_and_other_widgets_as_they_are(traj):
+    from workbench.widgets.static import HOOK, WIDGET_VIEW, keep_static_on_save
+
+    view = Stepper(traj)
+    bundle = view._repr_mimebundle_()
+    assert WIDGET_VIEW in bundle  # live: the widget, with its picture and text beside it
+    other = {WIDGET_VIEW: {"model_id": "x", "version_major": 2, "version_minor": 0}, "text/plain": "IntSlider()"}
+    cells = [{"cell_type": "code", "outputs": [{"output_type": "display_data", "data": dict(bundle)}]},
+             {"cell_type": "code", "outputs": [{"output_type": "display_data", "data": dict(other)}]},
+             {"cell_type": "markdown"}]
+    model = {"type": "notebook", "content": {"cells": cells, "metadata": {}}}
+    keep_static_on_save(model=model, path="a.ipynb", contents_manager=None)
+    saved = model["content"]["cells"]
+    assert sorted(saved[0]["outputs"][0]["data"]) == ["image/png", "text/plain"]
+    assert saved[0]["outputs"][0]["data"]["image/png"] == bundle["image/png"]
+    assert saved[1]["outputs"][0]["data"] == other  # a widget without a picture stays live
+    keep_static_on_save(model={"type": "file", "content": "text"})  # other files: untouched, no error
+    assert f"{keep_static_on_save.__module__}.{keep_static_on_save.__name__}" == HOOK
+
+
+def test_with_the_saved_widget_state_a_view_is_saved_as_it_is_now_not_as_its_cell_left_it(traj):
+    import ipywidgets
+
+    from workbench.widgets.static import STATE, WIDGET_VIEW, keep_static
+
+    view = AblationSliders(traj, step=2, dim_names=DIMS, propagate=False)
+    bundle = view._repr_mimebundle_()  # what the cell displayed: nothing edited
+    view.sliders.sliders[0].value = 1.0  # then, in the browser, an edit
+    view.flush()
+    state = ipywidgets.Widget.get_manager_state(drop_defaults=True)  # as JupyterLab saves it
+    cells = [{"cell_type": "code", "outputs": [{"output_type": "display_data", "data": dict(bundle)}]}]
+    notebook = {"cells": cells, "metadata": {"widgets": {STATE: state}}}
+    assert keep_static(notebook) == 1
+    data = notebook["cells"][0]["outputs"][0]["data"]
+    assert sorted(data) == ["image/png", "text/plain"] and "widgets" not in notebook["metadata"]
+    assert data["text/plain"].startswith("AblationSliders: x0 change (RMS, latent units): ")
+    assert "edited: dx=+1.00" in data["text/plain"]  # the state it was saved in
+    saved = render.png_array(base64.b64decode(data["image/png"]))[..., :3]
+    assert np.array_equal(saved, render.png_array(view.static_png())[..., :3])  # what the kernel would draw now
+    # a widget that is not a view keeps the saved state it needs
+    other = {WIDGET_VIEW: {"model_id": "x", "version_major": 2, "version_minor": 0}}
+    cells.append({"cell_type": "code", "outputs": [{"output_type": "display_data", "data": other}]})
+    cells[0]["outputs"][0]["data"] = dict(bundle)
+    notebook["metadata"]["widgets"] = {STATE: state}
+    assert keep_static(notebook) == 1 and "widgets" in notebook["metadata"]

@@ -47,14 +47,16 @@ def write_notebook(path: Path, cells: Sequence[str]) -> Path:
 
 def lab_command(folder: Path, port: int, token: str, settings: dict[str, dict]) -> tuple[list[str], dict[str, str]]:
     """The command and the environment additions of a JupyterLab on ``folder``, its ``settings`` (by plugin) written
-    to ``folder/lab-settings``."""
+    to ``folder/lab-settings``; saving a notebook keeps its views as pictures, as ``make lab`` does."""
     directory = folder / "lab-settings"
     for plugin, values in settings.items():
         path = directory / f"{plugin}.jupyterlab-settings"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(values))
     command = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1", f"--port={port}",
-               f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={folder}"]
+               f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={folder}",
+               # as `make lab`: a saved notebook keeps each view as its picture (workbench.widgets.static)
+               "--ContentsManager.pre_save_hook=workbench.widgets.static.keep_static_on_save"]
     if hasattr(os, "getuid") and os.getuid() == 0:
         command.append("--allow-root")
     return command, {"JUPYTERLAB_SETTINGS_DIR": str(directory), "JUPYTER_RUNTIME_DIR": str(folder / "runtime-lab")}

@@ -81,6 +81,17 @@ class StorageWarning(UserWarning):
     """A recording will hold more memory than its ``StoragePolicy.max_bytes`` allows."""
 
 
+class SlowDtypeWarning(UserWarning):
+    """bfloat16 was asked for on a CPU that computes it only by emulation (tens of times slower).
+
+    Issued once per process by :func:`workbench.core.platform.resolve_dtype` when a CPU dtype
+    resolves to bfloat16 and ``torch.backends.cpu.get_cpu_capability()`` reports an x86 CPU below
+    AVX-512 (``AVX2``, ``DEFAULT``, ``NO AVX``; AVX-512 and AMX compute it natively). Silence it with
+    ``warnings.filterwarnings("ignore", category=SlowDtypeWarning)``, or use ``dtype: auto``
+    (float32 on a CPU).
+    """
+
+
 def did_you_mean(name: str, choices: Iterable[str], *, n: int = 3) -> str:
     """Return ``" Did you mean 'x'?"`` for the closest choices, or ``""`` when none is close."""
     close = difflib.get_close_matches(str(name), [str(c) for c in choices], n=n, cutoff=0.6)

@@ -19,7 +19,7 @@ from torch import nn
 from workbench.core.adapter import Adapter
 from workbench.core.backbone import BaseVideoModel, OnStep, freeze
 from workbench.core.card import ModelCard
-from workbench.core.composers import ComposeContext, Composer, Replace
+from workbench.core.composers import ComposeContext, Composer, Composition, Diagnostics, Replace
 from workbench.core.conditions import Batch, Conditioning
 from workbench.core.objectives import Objective
 from workbench.errors import CompositionError
@@ -35,7 +35,34 @@ class Prediction:
     adapter: torch.Tensor | None
     composed: torch.Tensor
     cond: Conditioning | None
-    diagnostics: dict[str, torch.Tensor] = field(default_factory=dict)
+    diagnostics: Diagnostics = field(default_factory=Diagnostics)  # what the composer applied: gate, mask, ...
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.diagnostics, Diagnostics):  # a plain mapping, as diagnostics were before
+            self.diagnostics = Diagnostics.of(self.diagnostics)
+
+
+_UNREAD = object()
+
+
+class _Context(ComposeContext):
+    """The :class:`ComposeContext` of a prediction, its ``noise_level`` derived from ``t`` by the
+    objective when a composer first reads it: most composers never do, and the derivation is
+    tensor operations on every call (the same values as computing it up front)."""
+
+    def __init__(self, x_t: torch.Tensor, t: torch.Tensor, step: int | None, objective: Objective):
+        self.x_t, self.t, self.step = x_t, t, step
+        self._objective, self._noise_level = objective, _UNREAD
+
+    @property
+    def noise_level(self) -> torch.Tensor | None:  # type: ignore[override]
+        if self._noise_level is _UNREAD:
+            self._noise_level = self._objective.noise_level(self.t)
+        return self._noise_level
+
+    @noise_level.setter
+    def noise_level(self, value: torch.Tensor | None) -> None:
+        self._noise_level = value
 
 
 def _check_parts(base, adapter, composer, objective) -> None:
@@ -64,7 +91,7 @@ def _check_parts(base, adapter, composer, objective) -> None:
             f"base's prediction is the prediction; it is composed with Replace, got {composer.describe()}. Use "
             f"composer: {{type: replace}} (gates and residual mixes are for adapters beside the base)."
         )
-    if adapter.zero_init_output and composer.starves_zero_adapter:
+    if adapter.at_init == "zero_output" and composer.starves_zero_adapter:
         raise CompositionError(
             f"{composer.describe()} starts with a closed gate (0) and {type(adapter).__name__} starts with a zero "
             f"output, so neither would ever get a gradient (each one's gradient is the other's value). Open the "
@@ -132,17 +159,19 @@ class ComposedModel(nn.Module):
 
     # -- evaluation --------------------------------------------------------------------------
     def _t_vector(self, t: torch.Tensor | float, x_t: torch.Tensor) -> torch.Tensor:
-        t = torch.as_tensor(t, device=x_t.device)
+        if not (isinstance(t, torch.Tensor) and t.device == x_t.device):  # (as_tensor would return t itself)
+            t = torch.as_tensor(t, device=x_t.device)
         return t.expand(x_t.shape[0]) if t.ndim == 0 else t
 
     def base_prediction(self, x_t: torch.Tensor, t: torch.Tensor, batch: Batch) -> torch.Tensor:
-        if self.adapter.inside:  # the base alone: the adapter inside it switched off exactly
-            with self.adapter.switched_off(), torch.no_grad():
-                return self.base.denoise(x_t, t, batch.cond)
-        if self.adapter.reuses_base_output and torch.is_grad_enabled():  # (sampling runs without grad)
+        adapter, base = self.adapter, self.base
+        if adapter.inside:  # the base alone: the adapter inside it switched off exactly
+            with adapter.switched_off(), torch.no_grad():
+                return base.denoise(x_t, t, batch.cond)
+        if adapter.reuses_base_output and torch.is_grad_enabled():  # (sampling runs without grad)
             with torch.no_grad():
-                return self.base.denoise(x_t, t, batch.cond)
-        return self.base.denoise(x_t, t, batch.cond)
+                return base.denoise(x_t, t, batch.cond)
+        return base.denoise(x_t, t, batch.cond)
 
     def predict(self, x_t: torch.Tensor, t: torch.Tensor | float, batch: Batch, *, step: int | None = None,
                 adapter: bool | None = None, base_output: torch.Tensor | None = None,
@@ -157,25 +186,27 @@ class ComposedModel(nn.Module):
         outside training) adds a second call with the adapter switched off for ``Prediction.base``.
         """
         t = self._t_vector(t, x_t)
-        if self.adapter.inside:
+        # (the submodules are read once: each read of one goes through nn.Module.__getattr__)
+        adapter_module, base = self.adapter, self.base
+        if adapter_module.inside:
             return self._predict_inside(x_t, t, batch, step, adapter, base_output, cond, reference)
-        if base_output is None or not self.adapter.reuses_base_output:
+        if base_output is None or not adapter_module.reuses_base_output:
             base_output = self.base_prediction(x_t, t, batch)
         use_adapter = self.adapter_enabled if adapter is None else adapter
         if not use_adapter:
             return Prediction(x_t, t, base_output, None, base_output, None)
         if cond is None:
-            cond = self.adapter.conditioning(batch, x_t, step=step, training=self.adapter.training)
+            cond = adapter_module.conditioning(batch, x_t, step=step, training=adapter_module.training)
         if self.checkpoint_adapter and self.training and torch.is_grad_enabled():
             # Recompute the adapter's activations in backward instead of holding them: same values.
-            correction = torch.utils.checkpoint.checkpoint(self.adapter, x_t, t, cond, base_output,
+            correction = torch.utils.checkpoint.checkpoint(adapter_module, x_t, t, cond, base_output,
                                                            use_reentrant=False)
         else:
-            correction = self.adapter(x_t, t, cond, base_output)
-        ctx = ComposeContext(x_t=x_t, t=t, noise_level=self.objective.noise_level(t), step=step)
-        composed, diagnostics = self.composer.compose(base_output, correction, ctx)
-        composed = self.base.constrain(composed, x_t, t, batch.cond)
-        return Prediction(x_t, t, base_output, correction, composed, cond, diagnostics)
+            correction = adapter_module(x_t, t, cond, base_output)
+        ctx = _Context(x_t, t, step, self.objective)
+        composition = Composition.of(self.composer.compose(base_output, correction, ctx))
+        composed = base.constrain(composition.prediction, x_t, t, batch.cond)
+        return Prediction(x_t, t, base_output, correction, composed, cond, composition.diagnostics)
 
     def _predict_inside(self, x_t, t, batch, step, adapter, base_output, cond, reference) -> Prediction:
         use_adapter = self.adapter_enabled if adapter is None else adapter
@@ -188,10 +219,10 @@ class ComposedModel(nn.Module):
             cond = self.adapter.conditioning(batch, x_t, step=step, training=self.adapter.training)
         with self.adapter.engaged(cond, x_t, t):
             adapted = self.base.denoise(x_t, t, batch.cond)
-        ctx = ComposeContext(x_t=x_t, t=t, noise_level=self.objective.noise_level(t), step=step)
-        composed, diagnostics = self.composer.compose(base_output, adapted, ctx)
-        composed = self.base.constrain(composed, x_t, t, batch.cond)
-        return Prediction(x_t, t, base_output, adapted, composed, cond, diagnostics)
+        ctx = _Context(x_t, t, step, self.objective)
+        composition = Composition.of(self.composer.compose(base_output, adapted, ctx))
+        composed = self.base.constrain(composition.prediction, x_t, t, batch.cond)
+        return Prediction(x_t, t, base_output, adapted, composed, cond, composition.diagnostics)
 
     def evaluation_note(self) -> str:
         """How one prediction of a recording is made (the number of base calls per sampler call)."""
@@ -202,15 +233,24 @@ class ComposedModel(nn.Module):
 
     def noised(self, batch: Batch, generator: torch.Generator | None = None):
         """``(x_t, t, target)`` for the batch's clean latents, drawn from ``generator`` only."""
-        x0 = batch.latents
-        noise, t = self.objective.sample_noise_and_t(x0, generator)
-        return self.objective.add_noise(x0, noise, t), t, self.objective.target(x0, noise, t)
+        x0, objective = batch.latents, self.objective
+        noise, t = objective.sample_noise_and_t(x0, generator)
+        return objective.add_noise(x0, noise, t), t, objective.target(x0, noise, t)
 
     def training_loss(self, batch: Batch, *, generator: torch.Generator | None = None,
-                      step: int | None = None) -> tuple[torch.Tensor, Prediction]:
-        """One training evaluation: noise, base (no grad, once), adapter, composer, masked loss."""
-        x_t, t, target = self.noised(batch, generator)
-        pred = self.predict(x_t, t, batch, step=step)
+                      step: int | None = None, ahead: tuple | None = None) -> tuple[torch.Tensor, Prediction]:
+        """One training evaluation: noise, base (no grad, once), adapter, composer, masked loss.
+
+        ``ahead``: ``(x_t, t, target, base_output)`` already computed for this batch and this
+        ``generator``'s draws by :meth:`noised` and :meth:`base_prediction` (in another process, see
+        :mod:`workbench.train.ahead`); the same values, so the same loss, without running the base here.
+        """
+        if ahead is None:
+            x_t, t, target = self.noised(batch, generator)
+            base_output = None
+        else:
+            x_t, t, target, base_output = ahead
+        pred = self.predict(x_t, t, batch, step=step, base_output=base_output)
         return self.objective.loss(pred.composed, target, batch.loss_mask), pred
 
     # -- sampling ----------------------------------------------------------------------------

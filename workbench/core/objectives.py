@@ -30,10 +30,15 @@ def masked_mse(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor | No
 
     The mean is over the selected elements only, so masking frames does not shrink the loss.
     """
-    err = (pred.float() - target.float()).square()
+    # In float32 whatever the model's dtype (a cast a float32 tensor would not need is skipped: same values).
+    if pred.dtype != torch.float32:
+        pred = pred.float()
+    if target.dtype != torch.float32:
+        target = target.float()
+    err = (pred - target).square()
     if mask is None:
         return err.mean()
-    m = mask.to(device=err.device, dtype=err.dtype)
+    m = mask if mask.dtype == err.dtype and mask.device == err.device else mask.to(device=err.device, dtype=err.dtype)
     if m.ndim == 1:
         m = m.unsqueeze(0).expand(err.shape[0], -1)
     m = m.view(err.shape[0], 1, err.shape[2], *([1] * (err.ndim - 3)))  # (B, 1, T, 1, 1)
@@ -146,7 +151,7 @@ class FlowMatching(Objective):
         return shift_t(t, c.shift)
 
     def noise_level(self, t):
-        return t.float()
+        return t if t.dtype == torch.float32 else t.float()  # (float() of a float32 tensor is the tensor itself)
 
     def add_noise(self, x0, noise, t):
         s = _bcast(t, x0)

@@ -13,7 +13,10 @@ only when it is called, never at import.
   device supports, and float32 when none is.
 
 So a backbone built on a CPU-only machine is float32 even if its card says bfloat16 on CUDA,
-and one built for the CPU on a CUDA machine (``device: cpu``) is float32 there too.
+and one built for the CPU on a CUDA machine (``device: cpu``) is float32 there too. bfloat16 on a
+CPU is honoured when asked for, but an x86 CPU without AVX-512 or AMX emulates it (a matmul 80
+times slower than in float32 on an AVX2-only CPU): :func:`resolve_dtype` then warns once per
+process with a :class:`~workbench.errors.SlowDtypeWarning`.
 
 Examples:
     >>> placement("cpu", "auto", {"cpu": "float32", "cuda": "bfloat16"})
@@ -27,7 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
-from workbench.errors import ConfigError, did_you_mean, listing
+from workbench.errors import ConfigError, SlowDtypeWarning, did_you_mean, listing
 
 DEVICE_TYPES = ("cpu", "cuda", "mps")
 DTYPE_NAMES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -134,6 +137,46 @@ def detect(refresh: bool = False) -> Platform:
     return _detected
 
 
+# -- bfloat16 on the CPU ---------------------------------------------------------------------
+#: ``torch.backends.cpu.get_cpu_capability()`` values of an x86 CPU whose kernels emulate bfloat16.
+EMULATED_BF16_CAPABILITIES = ("AVX2", "DEFAULT", "NO AVX")
+_X86 = ("x86_64", "amd64", "i386", "i686", "x86")
+_slow_dtype_warned = False
+
+
+def _cpu_capability() -> str:
+    return torch.backends.cpu.get_cpu_capability()
+
+
+def _machine() -> str:
+    import platform
+
+    return platform.machine().lower()
+
+
+def cpu_bf16_is_emulated() -> bool:
+    """True on an x86 CPU whose kernels compute bfloat16 by emulation: torch's CPU capability is below AVX-512.
+
+    The capability torch runs at, not the hardware's: ``ATEN_CPU_CAPABILITY=avx2`` on an AVX-512 CPU
+    (with ``ONEDNN_MAX_CPU_ISA=AVX2``) runs the AVX2 kernels, and is as slow in bfloat16 as an AVX2 CPU.
+    """
+    return _machine() in _X86 and _cpu_capability() in EMULATED_BF16_CAPABILITIES
+
+
+def _warn_slow_dtype(dtype: torch.dtype, device_type: str) -> None:
+    """Warn once per process when bfloat16 is resolved for a CPU that emulates it."""
+    global _slow_dtype_warned
+    if _slow_dtype_warned or dtype != torch.bfloat16 or device_type != "cpu" or not cpu_bf16_is_emulated():
+        return
+    _slow_dtype_warned = True
+    import warnings
+
+    warnings.warn(f"bfloat16 on this CPU ({_cpu_capability()}, no AVX-512 or AMX) is emulated: it runs tens of times "
+                  f"slower than float32 (a 1024x1024 matmul about 80 times). Use dtype: auto or float32 on the CPU "
+                  f"unless you are checking the bfloat16 path. (Warned once per process.)", SlowDtypeWarning,
+                  stacklevel=3)
+
+
 # -- resolution ------------------------------------------------------------------------------
 def is_device_name(name: str) -> bool:
     """``auto``, ``cpu``, ``mps``, ``cuda`` or ``cuda:N`` (for a config's ``__post_init__``)."""
@@ -186,6 +229,7 @@ def resolve_dtype(name: str | torch.dtype = "auto", device: str | torch.device =
     if name == "auto":
         for choice in preferences(precision, device_type):
             if report.supports(choice):
+                _warn_slow_dtype(DTYPE_NAMES[choice], device_type)
                 return DTYPE_NAMES[choice]
         return torch.float32
     if name not in DTYPE_NAMES:
@@ -194,6 +238,7 @@ def resolve_dtype(name: str | torch.dtype = "auto", device: str | torch.device =
     if not report.supports(name):
         raise ConfigError(f"{where}: {name} was requested on {report.name}, which does not support it. Use dtype: "
                           f"auto (the card's choice among what this device supports) or float32.")
+    _warn_slow_dtype(DTYPE_NAMES[name], device_type)
     return DTYPE_NAMES[name]
 
 

@@ -15,6 +15,7 @@ from workbench.inspect.ablation import Ablation, ConditionEdit, Propagation, swa
 from workbench.inspect.clips import generation_request, predict_clips
 from workbench.inspect.common import InspectError, StepError, StorageWarning, t_for_noise_level
 from workbench.inspect.decoding import render, render_float
+from workbench.inspect.drive import DriveState
 from workbench.inspect.gates import GatesState, find_gate_history, gate_history, gate_statistics
 from workbench.inspect.latent_space import decode_chunked
 from workbench.inspect.linear_preview import LatentPreview
@@ -42,7 +43,7 @@ from workbench.inspect.views import VIEWS, effective_gate_map, view_image
 from workbench.metrics import moving_psnr, per_clip, psnr, ssim
 
 __all__ = [
-    "VIEWS", "Ablation", "ActionSensitivityResult", "BandRecommendation", "ConditionEdit", "FrameReadout",
+    "VIEWS", "Ablation", "ActionSensitivityResult", "BandRecommendation", "ConditionEdit", "DriveState", "FrameReadout",
     "GatesState", "InspectError", "LatentPreview", "Panel", "PathComparison", "Propagation", "Readout", "Rollout",
     "RolloutChunk", "Settings",
     "SigmaSensitivity", "StepError", "StepperState", "StopSampling", "StoragePolicy", "StorageWarning", "Trajectory",

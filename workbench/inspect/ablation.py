@@ -49,6 +49,10 @@ from workbench.inspect.storage import StoragePolicy
 from workbench.inspect.trajectory import Trajectory
 from workbench.inspect.views import given_frames
 
+DIFFERENCE_RANGE = 1.0
+"""The default colour range of an ablation's differences, in ``[-1, 1]`` units of mean RGB: ±1, the same for
+every edit, so that a small edit shows faint colour and a large one strong colour."""
+
 
 class ConditionEdit:
     """An editable copy of one condition of a batch (``(B, T, D)`` per frame, or ``(B, D)``).
@@ -180,15 +184,20 @@ class Propagation:
         """``edited - recorded`` (mean over RGB, in [-1, 1] units) ``[T, H, W]``."""
         return (self.edited.astype(np.float32) - self.recorded.astype(np.float32)).mean(-1) / 127.5
 
-    def panels(self, frame: int, limit: float | None = None) -> list[Panel]:
-        """Frame ``frame`` of the recorded and the edited final prediction and their difference."""
+    def panels(self, frame: int, limit: float | None = None, scale: str = "") -> list[Panel]:
+        """Frame ``frame`` of the recorded and the edited final prediction and their difference.
+
+        ``limit``: the difference's colour range (``None``: its own largest magnitude); ``scale``: how
+        that range was chosen, for the title (e.g. ``"±1 fixed"``; by default the range itself).
+        """
         frame = min(max(int(frame), 0), len(self.recorded) - 1)
         diff = self.difference
         edited = ", ".join(self.edits) or "unchanged"
+        limit = signed_limit(diff) if limit is None else limit
         return [Panel("recorded run, final", "rgb", self.recorded[frame]),
                 Panel(f"edited: {edited}\nfrom step {self.step}, final", "rgb", self.edited[frame]),
-                Panel("edited − recorded, final", "signed", diff[frame], "final difference (mean RGB, [-1, 1] units)",
-                      signed_limit(diff) if limit is None else limit)]
+                Panel(f"edited − recorded, final\ncolours {scale or f'±{limit:.2g}'}", "signed", diff[frame],
+                      "final difference (mean RGB, [-1, 1] units)", limit)]
 
     def caption(self, frame: int) -> str:
         frame = min(max(int(frame), 0), len(self.recorded) - 1)
@@ -205,13 +214,27 @@ class Propagation:
         return where if self.path is None else f"{where}: {self.path.describe()}"
 
 
+def check_colour_range(colour_range: float | None) -> float | None:
+    """``colour_range`` as a positive float, or ``None`` (the range follows each edit)."""
+    if colour_range is None:
+        return None
+    if isinstance(colour_range, bool) or not isinstance(colour_range, (int, float)) or not colour_range > 0:
+        raise InspectError(f"colour_range={colour_range!r} is not a colour range; it must be a positive number "
+                           f"(the difference's colours span ±colour_range, default {DIFFERENCE_RANGE:g}) or None "
+                           f"(the colours follow each edit's largest difference).")
+    return float(colour_range)
+
+
 class Ablation:
     """The prediction at one step of ``trajectory`` under an edited condition (see the module docstring).
 
     ``readout``: turns the final frames of :meth:`propagate` into positions (a
     :class:`~workbench.inspect.readout.Readout`, e.g. the world-model wing's hand probe), so that
     the propagated edit comes with a number; ``final_decode``: how :meth:`propagate` decodes the
-    final frames (default: ``decode``).
+    final frames (default: ``decode``). ``colour_range``: the differences are coloured over
+    ±``colour_range`` for every edit (default ±1, ``[-1, 1]`` units of mean RGB), so that colour
+    strength compares between edits; ``None``: over each difference's own largest magnitude (every
+    edit then looks equally strong; the title gives the range).
     """
 
     CACHE_SIZE = 32
@@ -219,7 +242,7 @@ class Ablation:
 
     def __init__(self, trajectory: Trajectory, step: int | None = None, condition: str = "action", index: int = 0,
                  decode: str = "preview", dim_names: Sequence[str] | None = None, readout: Any = None,
-                 final_decode: str | None = None):
+                 final_decode: str | None = None, colour_range: float | None = DIFFERENCE_RANGE):
         if not isinstance(trajectory, Trajectory):
             raise InspectError(f"Ablation needs a Trajectory (exp.sample(...) returns one), got "
                                f"{type(trajectory).__name__}.")
@@ -232,6 +255,7 @@ class Ablation:
         check_choice(decode, DECODES, "decode")
         if final_decode is not None:
             check_choice(final_decode, DECODES, "final_decode")
+        self.colour_range = check_colour_range(colour_range)
         self.trajectory, self.index, self.decode = trajectory, index, decode
         self.final_decode = final_decode or decode
         self.readout: FrameReadout | None = check_readout(readout)
@@ -242,7 +266,7 @@ class Ablation:
         self._cache: LRUCache[Prediction] = LRUCache(self.CACHE_SIZE)
         self._propagated: LRUCache[Propagation] = LRUCache(self.PROPAGATED)
         self._recorded_final: tuple[tuple, np.ndarray] | None = None
-        self.held_limit: float | None = None  # the difference's colour range, when held
+        self.held_limit: float | None = None  # the difference's colour range, when held (over colour_range)
         self.evaluations = 0  # recompose calls made (cache misses)
 
     @property
@@ -272,21 +296,21 @@ class Ablation:
         return self._cache.get(self._key(), evaluate)
 
     def original_x0(self) -> torch.Tensor:
-        """The recorded x0 estimate at the current step ``(B, C, T, h, w)``, made as the edited one is.
+        """The recorded x0 estimate at the current step ``(B, C, T, h, w)``: the step's ``x0``.
 
-        From the step's recorded composed prediction and ``x_t`` (what :meth:`ablated_x0` recomposes
-        with the edit), so an unedited condition shows no change. Under classifier-free guidance the
-        sampler's own x0 mixes the conditional and the unconditional branch, while an edit recomposes
-        the branch the adapter saw: the sampler's x0 would show a change where there is none. Without
-        a stored composed prediction, the recorded x0.
+        A step's ``x0`` is made from its composed prediction (see :class:`~workbench.inspect.step.TrajectoryStep`),
+        as :meth:`ablated_x0` is from the edited one, so an unedited condition shows no change, guided
+        sampling included (the guided estimate mixes in a branch an edit does not recompose).
         """
-        rec = self.trajectory[self.step]
-        if not {"composed", "x_t"} <= set(rec.stored) or rec.composed is None:
-            return rec.get("x0")
-        latents = self.trajectory.batch.latents
-        composed = rec.composed.to(device=latents.device, dtype=latents.dtype)
-        x_t = rec.x_t.to(device=latents.device, dtype=latents.dtype)
-        return self.trajectory.model.objective.x0_from_prediction(composed, x_t, rec.t.to(latents.device))
+        rec, latents = self.trajectory[self.step], self.trajectory.batch.latents
+        remake = {"composed", "x_t"} <= set(rec.stored) and rec.composed is not None
+        if remake and (rec.x0 is None or rec.x0.dtype != latents.dtype):
+            # not stored, or stored at another precision: made again from the stored composed prediction, as
+            # the edit's is
+            composed = rec.composed.to(device=latents.device, dtype=latents.dtype)
+            x_t = rec.x_t.to(device=latents.device, dtype=latents.dtype)
+            return self.trajectory.model.objective.x0_from_prediction(composed, x_t, rec.t.to(latents.device))
+        return rec.get("x0").to(device=latents.device)
 
     def ablated_x0(self) -> torch.Tensor:
         """The x0 estimate with the edited condition ``(B, C, T, h, w)``, on the model's device.
@@ -307,22 +331,37 @@ class Ablation:
 
     # -- the difference's colour range -------------------------------------------------------
     def hold_scale(self, hold: bool = True) -> float | None:
-        """Keep the difference's colour range where it is now (``hold=False``: follow each edit again).
+        """Keep the difference's colour range where it is now (``hold=False``: back to ``colour_range``).
 
-        A held range makes moves comparable: a larger change shows as stronger colour instead of
-        being rescaled to the same extremes. Returns the held range (``None`` when released).
+        With ``colour_range=None`` the range follows each edit (its largest magnitude); holding it
+        makes moves comparable again: a larger change shows as stronger colour instead of being
+        rescaled to the same extremes. Returns the held range (``None`` when released).
         """
-        self.held_limit = signed_limit(self._difference()) if hold else None
+        self.held_limit = self.difference_limit(self._difference()) if hold else None
         return self.held_limit
 
     def _difference(self) -> np.ndarray:
         return self.images(limit=1.0)[2].frames
 
+    def difference_limit(self, difference: np.ndarray) -> float:
+        """The colour range a difference is drawn with: the held one, else ``colour_range``, else its own."""
+        if self.held_limit is not None:
+            return self.held_limit
+        return self.colour_range if self.colour_range is not None else signed_limit(difference)
+
+    def describe_scale(self, limit: float) -> str:
+        """How the difference's colours are scaled, e.g. ``"±1 fixed"``, ``"±0.13, this edit's own"``."""
+        if self.held_limit is not None:
+            return f"±{limit:.2g} held"
+        return f"±{limit:.2g} fixed" if self.colour_range is not None else f"±{limit:.2g}, this edit's own"
+
     def images(self, limit: float | None = None) -> tuple[ViewImage, ViewImage, ViewImage]:
         """``(recorded, edited, edited − recorded)`` x0 estimates: two RGB views and a signed one.
 
         The difference's colour range is ``limit``, else the held one (:meth:`hold_scale`), else
-        the difference's own largest magnitude.
+        ``colour_range`` (±1 unless the ablation was made with another, the same for every edit),
+        else (``colour_range=None``) the difference's own largest magnitude. The difference's title
+        says which.
         """
         base = self.trajectory.model.base
         rec = self.trajectory[self.step]
@@ -335,11 +374,12 @@ class Ablation:
         diff = (after - before).mean(-1).astype(np.float32)
         given = given_frames(self.trajectory.batch, self.index, diff.shape[0], base.causal_latents)
         edited = ", ".join(self.describe_edits()) or "unchanged"
-        limit = limit if limit is not None else self.held_limit if self.held_limit is not None else signed_limit(diff)
+        limit = limit if limit is not None else self.difference_limit(diff)
         label = "x0 difference (mean RGB, [-1, 1] units)" + (", held range" if self.held_limit is not None else "")
+        title = f"edited − recorded\ncolours {self.describe_scale(limit)}"
         return (ViewImage("x0", f"recorded {self.condition}", "rgb", as_uint8(before), given=given, caption=caption),
                 ViewImage("x0", f"edited: {edited}", "rgb", as_uint8(after), given=given, caption=caption),
-                ViewImage("adapter-base", "edited − recorded", "signed", diff, label, limit, given, caption))
+                ViewImage("adapter-base", title, "signed", diff, label, limit, given, caption))
 
     def panels(self, frame: int = 0) -> tuple[list[Panel], str]:
         """The three pictures at ``frame`` and their common caption (view, step, noise, frame)."""

@@ -66,7 +66,7 @@ def generation_request(base, clips: Sequence[Mapping[str, Any]]) -> dict[str, An
 
 def predict_clips(model, clips: Sequence[Mapping[str, Any]], *, steps: int | None = None, seed: int = 0,
                   chunk: int = 12, adapter: bool = True, gate: torch.Tensor | None = None,
-                  on_chunk: Callable[[int], None] | None = None, **sampler_kwargs: Any) -> np.ndarray:
+                  on_chunk: Callable[[int], None] | None = None, offset: int = 0, **sampler_kwargs: Any) -> np.ndarray:
     """Every clip of ``clips`` predicted by ``model`` (a :class:`~workbench.core.composed.ComposedModel`), as
     uint8 frames ``(N, T, H, W, 3)``.
 
@@ -76,7 +76,9 @@ def predict_clips(model, clips: Sequence[Mapping[str, Any]], *, steps: int | Non
     an evaluation sees the same noise. ``adapter=False`` predicts with the frozen base alone;
     ``gate`` samples with that gate instead of the learned one (a ``GatedResidual`` composer's
     ``override_gate``). ``on_chunk(n)`` is called after each chunk of ``n`` clips; ``sampler_kwargs``
-    go to ``generate`` (e.g. ``guidance_scale``).
+    go to ``generate`` (e.g. ``guidance_scale``). ``offset``: the index of ``clips[0]`` in a longer
+    list whose chunks these are (its noise is seeded by that index), so a list's chunks can be
+    predicted apart, e.g. in two processes (:meth:`workbench.train.ahead.BaseAhead.predict`).
     """
     from workbench.metrics import to_uint8_video
 
@@ -87,7 +89,7 @@ def predict_clips(model, clips: Sequence[Mapping[str, Any]], *, steps: int | Non
     for lo in range(0, len(clips), chunk):
         part = clips[lo:lo + chunk]
         batch = base.prepare_batch(generation_request(base, part))
-        generator = torch.Generator(device=base.device).manual_seed(seed * 7919 + lo)
+        generator = torch.Generator(device=base.device).manual_seed(seed * 7919 + offset + lo)
         model.adapter_enabled = adapter
         try:
             override = model.composer.override_gate(gate) if adapter and gate is not None else contextlib.nullcontext()

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from workbench.core.composed import ComposedModel
-from workbench.core.composers import ComposeContext
+from workbench.core.composers import ComposeContext, Composition
 from workbench.core.conditions import Batch
 from workbench.inspect.common import InspectError, StorageWarning, check_choice, check_model, prepare
 from workbench.inspect.settings import Settings, applied
@@ -84,14 +84,18 @@ def same_device(a: torch.device, b: torch.device) -> bool:
     return a.type == b.type and (a.index is None or b.index is None or a.index == b.index)
 
 
-def store(x: torch.Tensor, device: torch.device | None, dtype: torch.dtype | None = None) -> torch.Tensor:
-    """A private copy of ``x`` for the trajectory (never aliasing what the sampler holds)."""
+def store(x: torch.Tensor, device: torch.device | None, dtype: torch.dtype | None = None, *,
+          private: bool = False) -> torch.Tensor:
+    """A private copy of ``x`` for the trajectory (never aliasing what the sampler holds).
+
+    ``private``: ``x`` is already the trajectory's own (a tensor computed for it that nothing else
+    holds), so where no conversion or move is needed it is kept as it is rather than copied."""
     x = x.detach()
     converted = dtype is not None and x.dtype != dtype and x.is_floating_point()
     if converted:
         x = x.to(dtype)  # on the source device: moves half the bytes for float16
     if device is None or device == x.device or same_device(device, x.device):
-        return x if converted else x.clone()
+        return x if converted or private else x.clone()
     if device.type == "cpu" and x.device.type == "cuda":
         out = torch.empty(x.shape, dtype=x.dtype, device="cpu", pin_memory=True)
         return out.copy_(x, non_blocking=True)
@@ -126,7 +130,7 @@ def estimate(model: ComposedModel, batch: Batch, steps: int, storage: StoragePol
         ones = torch.ones(shape[0], device=zeros.device)
         ctx = ComposeContext(x_t=zeros, t=ones, noise_level=ones, step=None)
         with applied(model, settings) as m, torch.no_grad():
-            _, diag = m.composer.compose(zeros, zeros, ctx)
+            diag = Composition.of(m.composer.compose(zeros, zeros, ctx)).diagnostics
         diagnostics = sum(latent_bytes(v.shape, store_dtype if v.is_floating_point() else v.dtype)
                           for v in diag.values())
     scalars = 2 * shape[0] * 8 * (steps - live_from)  # t and noise level per step (at most 8 bytes each)

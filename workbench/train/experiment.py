@@ -35,6 +35,7 @@ from workbench.errors import (
     NonFiniteLossError,
 )
 from workbench.loop import SigintGuard
+from workbench.train.ahead import AHEAD_KEY
 from workbench.train.checkpoint import Checkpoint, load_checkpoint, print_notes, save_checkpoint
 from workbench.train.config import ExperimentConfig, TrainingConfig, experiment_to_dict, load_yaml
 from workbench.train.data import DataStream, LatentCache, ShardedStream, is_map_dataset
@@ -70,8 +71,10 @@ def _overrides(callbacks: list[Callback], hook: str) -> list[Callback]:
 
 
 def _on_device(batch: Batch, device: torch.device) -> bool:
-    tensors = (batch.latents, batch.loss_mask, *batch.cond.values())
-    return all(v.device == device for v in tensors if isinstance(v, torch.Tensor))
+    for v in (batch.latents, batch.loss_mask, *batch.cond.values()):  # (a plain loop: this runs every step)
+        if isinstance(v, torch.Tensor) and v.device != device:
+            return False
+    return True
 
 
 class AdapterExperiment:
@@ -220,6 +223,9 @@ class AdapterExperiment:
         return self._disk
 
     def _stream_for(self, data: Any) -> DataStream:
+        if isinstance(data, DataStream):  # a stream made for this run (e.g. workbench.train.ahead's): used as it is
+            self._stream = data
+            return data
         if data is None:
             if self._stream is not None:
                 return self._stream
@@ -332,26 +338,33 @@ class AdapterExperiment:
         t = self.training
         step = self.step
         mark = stream.mark()
-        rng = torch.get_rng_state()
+        rng = torch.get_rng_state()  # (a copy of a few kB: what a Ctrl-C mid-step restores)
         try:
             if hooks["on_step_start"]:
                 self._call(hooks["on_step_start"], "on_step_start", step)
             lr = t.lr_at(step)
-            for group in self.optimizer.param_groups:
+            optimizer = self.optimizer
+            for group in optimizer.param_groups:
                 group["lr"] = lr
             total = None
             accum = self._micro  # this process's micro-batches of the step
             first = self.dist.rank * accum if self.dist is not None else 0
+            training_loss, scaler = self.model.training_loss, self.scaler
             clips = []
             for micro in range(accum):
                 raw = stream.next()
                 clips.append(clip_ids(raw))
                 batch = self.prepare(raw)
-                with self._autocast():
-                    loss, _ = self.model.training_loss(batch, generator=self._generator(step, first + micro),
-                                                       step=step)
+                ahead = batch.meta.get(AHEAD_KEY)  # the base's part, computed a step ahead (workbench.train.ahead)
+                generator = None if ahead is not None else self._generator(step, first + micro)
+                values = None if ahead is None else ahead.values_for(step, first + micro)
+                if t.amp_dtype is None:  # (no autocast context to enter and leave)
+                    loss, _ = training_loss(batch, generator=generator, step=step, ahead=values)
+                else:
+                    with self._autocast():
+                        loss, _ = training_loss(batch, generator=generator, step=step, ahead=values)
                 scaled = loss / accum if accum > 1 else loss  # (a division by 1 would be one more op, same values)
-                (self.scaler.scale(scaled) if self.scaler else scaled).backward()
+                (scaler.scale(scaled) if scaler else scaled).backward()
                 total = loss.detach() if total is None else total + loss.detach()
             step_loss = total / accum if accum > 1 else total
             if self.dist is not None:
@@ -360,20 +373,20 @@ class AdapterExperiment:
                 self._call(hooks["on_after_backward"], "on_after_backward", step)
             guard.holding = True  # a Ctrl-C from here on waits until the update is complete
             try:
-                if self.scaler:
-                    self.scaler.unscale_(self.optimizer)
+                if scaler:
+                    scaler.unscale_(optimizer)
                 if t.clip_grad_norm is not None:
                     torch.nn.utils.clip_grad_norm_(self._params, t.clip_grad_norm)
-                if self.scaler:
-                    self.scaler.step(self.optimizer)
-                    self.scaler.update()
+                if scaler:
+                    scaler.step(optimizer)
+                    scaler.update()
                 else:
-                    self.optimizer.step()
-                self.optimizer.zero_grad(set_to_none=True)
+                    optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
                 self.step = step + 1
                 stream.commit()
-                self._pending.append((self.step, step_loss))
-                self._clips[self.step] = clips
+                self._pending.append((step + 1, step_loss))
+                self._clips[step + 1] = clips
             except BaseException:
                 guard.holding = False
                 raise
@@ -384,13 +397,15 @@ class AdapterExperiment:
                 stream.rollback(mark)
                 torch.set_rng_state(rng)
             raise
-        if self.step % t.sync_every == 0:
+        done = step + 1
+        if done % t.sync_every == 0:
             self._sync()
-        due = [cb for cb in hooks["on_step_end"] if cb.due(self.step)]
-        if due:
-            if self.dist is not None:  # what the callbacks see is the run's loss (every rank has the same due list)
-                step_loss = self.dist.mean_(step_loss.clone())
-            self._call(due, "on_step_end", self.step, {"loss": step_loss, "lr": lr, "step": self.step})
+        if hooks["on_step_end"]:
+            due = [cb for cb in hooks["on_step_end"] if cb.due(done)]
+            if due:
+                if self.dist is not None:  # what the callbacks see is the run's loss (every rank has the same list)
+                    step_loss = self.dist.mean_(step_loss.clone())
+                self._call(due, "on_step_end", done, {"loss": step_loss, "lr": lr, "step": done})
 
     def fit(self, data: Any = None, steps: int | None = None, callbacks: Iterable[Callback] = (),
             progress: bool | None = None) -> AdapterExperiment:

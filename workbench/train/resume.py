@@ -393,7 +393,7 @@ def record_changes(changes: list[Change], step: int, old_training: Any, new_trai
 def clip_ids(raw: Any) -> tuple[Any, Any] | None:
     """What a raw batch says about its clips, kept per step for a non-finite loss's message: its
     ``episode`` and ``start`` entries as they are (read only when a loss turns out non-finite)."""
-    if not isinstance(raw, Mapping) or raw.get("episode") is None:
+    if not (type(raw) is dict or isinstance(raw, Mapping)) or raw.get("episode") is None:  # (dict: no ABC check)
         return None
     return raw.get("episode"), raw.get("start")
 

@@ -4,7 +4,8 @@ Views: :class:`Stepper` (step through a trajectory and its forks), :class:`Condi
 (what ``adapter.view()`` sees), :class:`AblationSliders` (one slider per condition dimension),
 :class:`Gates` (gate values over noise levels, over training, and as a map),
 :class:`ActionSensitivity` (sensitivity per action dimension × noise level) and :class:`Fit`
-(a training run with a live loss plot, stop and resume, that leaves the notebook responsive).
+(a training run with a live loss plot, stop and resume, that leaves the notebook responsive) and
+:class:`Drive` (drive a world model by hand, one chunk per key press, with undo, branches and save).
 
 Each view is an ``ipywidgets.VBox``: its controls only call the logic in ``workbench.inspect``
 and the pure render functions in :mod:`workbench.widgets.render`. Displayed where no front end
@@ -28,6 +29,7 @@ _VIEWS = {
     "Gates": "workbench.widgets.gates",
     "ActionSensitivity": "workbench.widgets.sensitivity",
     "Fit": "workbench.widgets.fit",
+    "Drive": "workbench.widgets.drive",
 }
 
 __all__, __getattr__, __dir__ = lazy_exports("workbench.widgets", _VIEWS, "views")

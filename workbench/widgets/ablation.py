@@ -12,7 +12,7 @@ from typing import Any
 import ipywidgets as widgets
 import numpy as np
 
-from workbench.inspect.ablation import Ablation, Propagation
+from workbench.inspect.ablation import DIFFERENCE_RANGE, Ablation, Propagation
 from workbench.inspect.common import model_lock
 from workbench.inspect.trajectory import Trajectory
 from workbench.widgets import render
@@ -34,9 +34,11 @@ class AblationSliders(View):
     condition — a fork of the recording at that step (:meth:`workbench.inspect.Ablation.propagate`)
     — and the final picture appears beside the recorded run's, with ``readout``'s numbers when
     one is given (e.g. the world-model wing's hand probe: ``readout=HandProbe.from_pretrained().readout()``,
-    in cm). The next move cancels a propagation still running. "hold colour scale" keeps the
-    difference's colour range, so that moves compare; ``propagate=False`` (or the checkbox) keeps
-    only the instant picture. The logic is :class:`workbench.inspect.Ablation` (``self.state``).
+    in cm). The next move cancels a propagation still running. The differences' colours span a
+    range fixed for the view (``colour_range``, ±1 by default), so that a small edit shows faint
+    and a large one strong colour; the "colours" menu switches to each edit's own range (stated in
+    the titles) or holds the range shown now. ``propagate=False`` (or the checkbox) keeps only the
+    instant picture. The logic is :class:`workbench.inspect.Ablation` (``self.state``).
 
     Examples:
         >>> from workbench.worldmodel.probe import HandProbe
@@ -46,10 +48,13 @@ class AblationSliders(View):
 
     def __init__(self, trajectory: Trajectory, step: int | None = None, condition: str = "action", index: int = 0,
                  dim_names: Sequence[str] | None = None, decode: str = "preview", frame: int | None = None,
-                 readout: Any = None, propagate: bool = True, final_decode: str | None = None):
+                 readout: Any = None, propagate: bool = True, final_decode: str | None = None,
+                 colour_range: float | None = DIFFERENCE_RANGE):
         super().__init__()
         self.state = Ablation(trajectory, step=step, condition=condition, index=index, decode=decode,
-                              dim_names=dim_names, readout=readout, final_decode=final_decode)
+                              dim_names=dim_names, readout=readout, final_decode=final_decode,
+                              colour_range=colour_range)
+        self.fixed_range = self.state.colour_range  # what "fixed" means for this view
         steps = trajectory.stored
         self.add_class("workbench-ablation")
         self.image.add_class("workbench-ablation-image")
@@ -62,9 +67,14 @@ class AblationSliders(View):
         self.frame_slider = widgets.IntSlider(value=first, min=0, max=frames - 1, description="frame",
                                               continuous_update=False, layout=widgets.Layout(width="340px"))
         self.sliders = ConditionSliders(self.state.edit, index=index, on_change=self.refresh)
-        self.hold_button = widgets.ToggleButton(value=False, description="hold colour scale", icon="lock",
-                                                tooltip="keep the difference's colour range where it is now, so that "
-                                                        "the next moves compare", layout=widgets.Layout(width="auto"))
+        fixed = [(f"±{self.fixed_range:g}, fixed", "fixed")] if self.fixed_range is not None else []
+        self.scale_menu = widgets.Dropdown(
+            options=[*fixed, ("each edit's own", "edit"), ("hold as now", "held")],
+            value="fixed" if fixed else "edit", description="colours",
+            tooltip="the differences' colour range: the same for every edit (colour strength compares), "
+                    "each edit's largest difference, or the range shown now, kept",
+            layout=widgets.Layout(width="260px"))
+        self.scale_menu.add_class("workbench-ablation-scale")
         self.propagate_box = widgets.Checkbox(value=bool(propagate), description="carry the edit to the last step",
                                               indent=False, layout=widgets.Layout(width="auto"))
         self.status = status_line()
@@ -73,11 +83,11 @@ class AblationSliders(View):
         self.final_status.add_class("workbench-ablation-final-status")
         self.step_slider.observe(lambda c: (self.state.seek(c["new"]), self.refresh()), names="value")
         self.frame_slider.observe(lambda _: self.refresh(edit=False), names="value")
-        self.hold_button.observe(lambda c: self._hold(c["new"]), names="value")
+        self.scale_menu.observe(lambda c: self._scale(c["new"]), names="value")
         self.propagate_box.observe(lambda _: self.refresh(), names="value")
         # a fixed column: its notes wrap inside it, the status column beside it takes the rest
-        controls = widgets.VBox([self.step_slider, self.frame_slider, self.sliders,
-                                 widgets.HBox([self.hold_button, self.propagate_box])],
+        controls = widgets.VBox([self.step_slider, self.frame_slider, self.sliders, self.scale_menu,
+                                 self.propagate_box],
                                 layout=widgets.Layout(flex="0 0 440px", width="440px"))
         self.status.layout = widgets.Layout(margin="0 0 0 8px", flex="1 1 auto", overflow="auto")
         self.children = (widgets.HTML(STALE_STYLE), widgets.HBox([controls, self.status]), self.image,
@@ -90,6 +100,8 @@ class AblationSliders(View):
         self._shown: Propagation | None = None  # the propagation the final picture shows
         self._final_array: np.ndarray | None = None
         self._final_limit: float | None = None  # the final difference's colour range, when held
+        self._final_shown_limit: float | None = None  # the final difference's colour range shown now
+        self._instant_limit: float | None = None  # the instant difference's colour range shown now
         self._instant_array: np.ndarray | None = None
         self.final_seconds: float | None = None  # wall time of the last propagation shown, move to picture
         self.final_error: Exception | None = None  # why the last propagation failed, if it did
@@ -120,14 +132,15 @@ class AblationSliders(View):
                 self._join()  # it stops after the step in progress
             started = time.perf_counter()
             panels, caption = self.state.panels(self.frame_slider.value)
+            self._instant_limit = panels[2].limit
             self._instant_array = render.panels_image(panels, title=caption)
             self.show_array(self._instant_array)
             edited = ", ".join(self.state.describe_edits()) or "nothing"
-            scale = "held" if self.state.held_limit is not None else "follows each edit"
             self.status.value = status_lines(
                 f"x0 change (RMS, latent units): <b>{self.state.change():.4f}</b>",
                 f"edited: {html.escape(edited)}",
-                f"re-rendered in {1000 * (time.perf_counter() - started):.0f} ms; colour scale {scale}",
+                f"colour scale {self._scale_words(panels[2].limit)}",
+                f"re-rendered in {1000 * (time.perf_counter() - started):.0f} ms",
                 "" if self.state.trajectory.model.adapter.reuses_base_output else
                 "slower path: each edit re-runs the base (the adapter works inside it)")
             if edit:
@@ -137,11 +150,34 @@ class AblationSliders(View):
 
         self.request(draw)
 
-    def _hold(self, hold: bool) -> None:
-        self.state.hold_scale(hold)
-        shown = self._shown
-        self._final_limit = None if not hold or shown is None else _limit(shown)
+    def _scale(self, mode: str) -> None:
+        """The differences' colour range: ``"fixed"`` (the view's), ``"edit"`` (each edit's own) or ``"held"``
+        (the ranges shown now, kept)."""
+        if mode == "held":
+            self.state.held_limit = self._instant_limit
+            self._final_limit = self._final_shown_limit
+        else:
+            self.state.held_limit = None
+            self.state.colour_range = self.fixed_range if mode == "fixed" else None
+            self._final_limit = None
         self.refresh(edit=False)
+
+    def _scale_words(self, limit: float) -> str:
+        if self.state.held_limit is not None:
+            return f"held at ±{limit:.2g}"
+        if self.state.colour_range is not None:
+            return f"fixed at ±{limit:.2g} for this view: colour strength compares between edits"
+        return f"follows each edit: ±{limit:.2g} now (every edit looks as strong)"
+
+    def _final_scale(self, result: Propagation) -> float:
+        """The final difference's colour range now (held, the view's fixed one, or its own)."""
+        if self.scale_menu.value == "held":
+            if self._final_limit is None:  # held before any final picture: the first one's range
+                self._final_limit = _limit(result)
+            return self._final_limit
+        if self.scale_menu.value == "fixed":
+            return self.fixed_range
+        return _limit(result)
 
     # -- the final picture, in the background ------------------------------------------------
     def _start_propagation(self) -> None:
@@ -222,10 +258,10 @@ class AblationSliders(View):
         if result is None:
             return
         frame = self.frame_slider.value
-        if self.hold_button.value and self._final_limit is None:
-            self._final_limit = _limit(result)
-        limit = self._final_limit if self.hold_button.value else None
-        pictures = [render.panels_image(result.panels(frame, limit), title=result.caption(frame))]
+        limit = self._final_shown_limit = self._final_scale(result)
+        scale = {"held": "held", "fixed": "fixed"}.get(self.scale_menu.value, "this edit's own")
+        scale = f"±{limit:.2g} {scale}" if self.scale_menu.value != "edit" else f"±{limit:.2g}, {scale}"
+        pictures = [render.panels_image(result.panels(frame, limit, scale), title=result.caption(frame))]
         lines = [f"<b>{html.escape(result.describe().split(': ', 1)[0] if result.path else result.describe())}</b>"]
         if result.path is not None:
             p = result.path
@@ -245,10 +281,17 @@ class AblationSliders(View):
         self.final_status.value = status_lines(*lines)
 
     def static_png(self) -> bytes:
-        """The instant picture with the final one below it (what a page without a front end shows)."""
-        if self._final_array is None or self._instant_array is None or not self.propagate_box.value:
+        """What a page without a front end shows: the status lines and the instant picture, then the final
+        one's status lines and the final picture below, as the live view lays them out."""
+        if self._instant_array is None:
             return self.image.value
-        return render.array_png(render.stack_images([self._instant_array, self._final_array], gap=12))
+        parts = [render.text_image(self.status_texts(self.status), self._instant_array.shape[1]), self._instant_array]
+        final = self.status_texts(self.final_status)
+        if final:
+            parts.append(render.text_image(final, self._instant_array.shape[1]))
+        if self._final_array is not None and self.propagate_box.value:
+            parts.append(self._final_array)
+        return render.array_png(render.stack_images(parts, gap=6))
 
     def summary(self) -> str:
         text = f"{self.state.describe()}, frame {self.frame_slider.value}"

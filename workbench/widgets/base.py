@@ -8,7 +8,8 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from workbench.widgets.render import array_png, figure_png
+from workbench.widgets.render import array_png, figure_png, png_array, stack_images, text_image
+from workbench.widgets.static import STATUS_CLASS, plain_lines
 
 
 class View(widgets.VBox):
@@ -77,8 +78,22 @@ class View(widgets.VBox):
         self.flush()
 
     def static_png(self) -> bytes:
-        """The PNG a page without a front end shows: the view's picture."""
-        return self.image.value
+        """The PNG a page without a front end shows: the view's status lines (what the live view writes
+        beside its controls) above its picture."""
+        return with_status(self.status_texts(), self.image.value)
+
+    def status_texts(self, *within: widgets.Widget) -> list[str]:
+        """The status lines shown now (of the view, or of the widgets ``within``), as plain text in the
+        order they appear."""
+        lines: list[str] = []
+        stack = list(within or (self,))[::-1]
+        while stack:
+            widget = stack.pop()
+            if isinstance(widget, widgets.HTML) and STATUS_CLASS in widget._dom_classes:
+                lines += plain_lines(widget.value)
+            elif isinstance(widget, widgets.Box) or widget is self:
+                stack += list(widget.children)[::-1]
+        return lines
 
     def __repr__(self) -> str:
         self.settle()
@@ -112,7 +127,18 @@ def button(description: str, tooltip: str = "", icon: str = "", width: str = "au
 
 
 def status_line() -> widgets.HTML:
-    return widgets.HTML(layout=widgets.Layout(margin="0 0 0 8px"))
+    """A line (or a few) saying what the view shows; a page without a front end gets it in the picture."""
+    line = widgets.HTML(layout=widgets.Layout(margin="0 0 0 8px"))
+    line.add_class(STATUS_CLASS)
+    return line
+
+
+def with_status(lines: list[str], png: bytes) -> bytes:
+    """``png`` with ``lines`` of text above it (``png`` itself when there are none, or no picture)."""
+    if not png or not lines:
+        return png
+    picture = png_array(png)[..., :3]
+    return array_png(stack_images([text_image(lines, picture.shape[1]), picture], gap=4))
 
 
 def status_lines(*lines: str) -> str:

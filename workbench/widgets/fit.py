@@ -11,7 +11,7 @@ import ipywidgets as widgets
 
 from workbench.train.live import FitSession
 from workbench.widgets import render
-from workbench.widgets.base import View, button, status_line
+from workbench.widgets.base import View, button, status_line, status_lines
 
 
 class Fit(View):
@@ -48,13 +48,15 @@ class Fit(View):
         self.steps_box = widgets.BoundedIntText(value=steps, min=1, max=10**9, description="steps",
                                                 layout=widgets.Layout(width="180px"))
         self.status = status_line()
+        self.status.add_class("workbench-fit-status")
         self.train_button.on_click(lambda _: self._train_clicked())
         self.stop_button.on_click(lambda _: self.stop())
         self.session.add_listener(self._on_event)
         self._last_plot = 0.0
         self._started: tuple[float, int] | None = None  # (time, step) when the current run started
-        self.children = (widgets.HBox([self.train_button, self.stop_button, self.steps_box, self.progress,
-                                       self.status]), self.image)
+        # the status on a line of its own, below the controls: in the row beside them it wrapped
+        self.children = (widgets.HBox([self.train_button, self.stop_button, self.steps_box, self.progress]),
+                         self.status, self.image)
         self._update_controls()
         self._draw()
 
@@ -144,7 +146,7 @@ class Fit(View):
         lr = _learning_rate(self.exp)
         rate += f" · lr {lr:.2g}" if lr is not None else ""
         error = f" · <span style='color:#b2182b'>{type(s.error).__name__}: {s.error}</span>" if s.error else ""
-        self.status.value = f"step {self.exp.step}/{s.target}{loss} · {s.state}{rate}{error}"
+        self.status.value = status_lines(f"step {self.exp.step}/{s.target}{loss} · {s.state}{rate}{error}")
 
     def summary(self) -> str:
         return self.session.describe()

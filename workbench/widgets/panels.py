@@ -21,6 +21,7 @@ MAX_PANEL = 384  # the largest a frame is drawn (a single panel would otherwise 
 MIN_PANEL = 128
 TEXT_RGB = (40, 40, 40)
 NOTE_RGB = (178, 24, 43)  # a note on a panel (e.g. "adapter off here"): the diverging map's red
+GRID_RGB = (228, 228, 228)  # the grid lines of a chart, under its paths
 BACKGROUND = 255
 
 
@@ -175,15 +176,64 @@ def path_image(recorded: np.ndarray, edited: np.ndarray, axes: Sequence[str], un
         if frame is not None and 0 <= frame < t:
             fx = px(frame, lo)[0]
             draw.line([(fx, top), (fx, bottom)], fill=(190, 190, 220), width=2)
+        ticks = axis_ticks(lo, hi)
+        decimals = _tick_decimals(ticks)
+        for value in ticks:  # a grid line and a label at each round value, behind the paths
+            y = round(px(0, value)[1])
+            if top < y < bottom:
+                draw.line([(x0 + 1, y), (x1 - 1, y)], fill=GRID_RGB, width=1)
+            text = f"{value:.{decimals}f}"
+            draw.text((x0 - 6 - _text_width(draw, text, small), y - small_px // 2 - 1), text, fill=TEXT_RGB,
+                      font=small)
         for path, colour in ((recorded[:, d], colours[labels[0]]), (edited[:, d], colours[labels[1]])):
             points = [px(i, float(v)) for i, v in enumerate(path)]
             draw.line(points, fill=colour, width=3 if colour == NOTE_RGB else 2)
-        for value, y in ((hi - pad, top), (lo + pad, bottom - small_px)):
-            text = f"{value:.1f}"
-            draw.text((x0 - 6 - _text_width(draw, text, small), y), text, fill=TEXT_RGB, font=small)
         draw.text((x0, bottom + 3), "frame 0", fill=TEXT_RGB, font=small)
         end = f"{t - 1}"
         draw.text((x1 - _text_width(draw, end, small), bottom + 3), end, fill=TEXT_RGB, font=small)
+    return np.asarray(canvas)
+
+
+def axis_ticks(lo: float, hi: float, count: int = 3) -> list[float]:
+    """Round values inside ``[lo, hi]`` to label an axis with: about ``count`` of them (at least two), spaced
+    1, 2, 2.5 or 5 times a power of ten: ``axis_ticks(60.4, 74.7) == [65.0, 70.0]``,
+    ``axis_ticks(8.0, 26.9) == [10.0, 15.0, 20.0, 25.0]``."""
+    import math
+
+    if not hi > lo:
+        return [lo]
+    span = hi - lo
+    for step in sorted(m * 10.0 ** e for e in range(math.floor(math.log10(span)) - 2, math.floor(math.log10(span)) + 1)
+                       for m in (1, 2, 2.5, 5)):
+        first = math.ceil(lo / step - 1e-9)
+        ticks = [round((first + i) * step, 10) for i in range(int((hi - first * step) // step + 1e-9) + 1)]
+        ticks = [t for t in ticks if lo - 1e-9 <= t <= hi + 1e-9]
+        if len(ticks) <= count + 1 and len(ticks) >= 2:
+            return ticks
+    return [lo, hi]
+
+
+def _tick_decimals(ticks: Sequence[float]) -> int:
+    """The decimals that write every tick exactly (at most 3)."""
+    for decimals in range(4):
+        if all(abs(t - round(t, decimals)) < 1e-9 for t in ticks):
+            return decimals
+    return 3
+
+
+def text_image(lines: Sequence[str], width: int = PICTURE_WIDTH, size: int = 14) -> np.ndarray:
+    """Lines of text on white as uint8 RGB ``[H, width, 3]`` (a line too wide is wrapped at spaces): what a
+    view's status lines say, for a page that shows its picture without the live widgets."""
+    from PIL import Image, ImageDraw
+
+    font = _font(size)
+    probe = ImageDraw.Draw(Image.new("RGB", (1, 1)))
+    rows = [row for line in lines for row in _wrap(_drawable(line), probe, font, max(40, width - 16))]
+    line_h = size + 5
+    canvas = Image.new("RGB", (width, line_h * len(rows) + 6), (BACKGROUND,) * 3)
+    draw = ImageDraw.Draw(canvas)
+    for i, row in enumerate(rows):
+        draw.text((8, 3 + line_h * i), row, fill=TEXT_RGB, font=font)
     return np.asarray(canvas)
 
 
@@ -228,5 +278,5 @@ def png_array(png: bytes) -> np.ndarray:
         return np.asarray(im.convert("RGBA"))
 
 
-__all__ = ["BACKGROUND", "MAX_PANEL", "MIN_PANEL", "NOTE_RGB", "PICTURE_WIDTH", "array_png", "panel_scale",
-           "panels_image", "path_image", "png_array", "stack_images"]
+__all__ = ["BACKGROUND", "GRID_RGB", "MAX_PANEL", "MIN_PANEL", "NOTE_RGB", "PICTURE_WIDTH", "array_png", "axis_ticks",
+           "panel_scale", "panels_image", "path_image", "png_array", "stack_images", "text_image"]

@@ -31,6 +31,7 @@ from workbench.widgets.panels import (  # noqa: F401 - the fast pictures, served
     path_image,
     png_array,
     stack_images,
+    text_image,
 )
 
 DPI = 100
@@ -111,34 +112,82 @@ def panels_figure(panels: Sequence[Panel], title: str | None = None, panel_inche
     (a notebook's output width) up to ``PANEL_INCHES``, so that a long row is shown at its size
     rather than shrunk by the browser, text included.
     """
-    import textwrap
-
     n = max(1, len(panels))
     scales = {(p.kind, p.vrange) for p in panels if p.kind != "rgb"}
     if panel_inches == "fit":
         panel_inches = max(1.4, min(PANEL_INCHES, (FIGURE_INCHES - 0.9 * len(scales)) / n))
-    lines = max((p.title.count("\n") + 1 for p in panels), default=1)
-    chars = max(12, int(panel_inches * 15))  # characters of a note per line under one panel
-    notes = [textwrap.fill(p.note, chars) if p.note else "" for p in panels]
-    note_lines = max((note.count("\n") + 1 for note in notes if note), default=0)
     width = panel_inches * n + (0.9 if scales else 0.0)  # constrained layout makes room for further bars
     if title:  # wide enough for the title line (about 0.08 inch per character at this size)
         width = max(width, 0.08 * max(len(line) for line in title.split("\n")) + 0.3)
-    fig = _figure(width, panel_inches + 0.17 * lines + 0.19 * note_lines + (0.3 if title else 0))
+    fig = _figure(width, panel_inches + (0.3 if title else 0))
     axes = np.atleast_1d(fig.subplots(1, n))
     bars: dict[tuple, tuple[Any, list, str]] = {}
-    for ax, panel, note in zip(axes, panels, notes):
+    texts = []  # (axes, text, what it says): wrapped to the width of its picture below
+    for ax, panel in zip(axes, panels):
         mappable = _draw_panel(ax, panel)
-        _note(ax, note)
+        _note(ax, panel.note)
+        texts += [(ax, ax.title, panel.title), (ax, ax.xaxis.label, panel.note)]
         if mappable is not None:
             key = (panel.kind, panel.vrange)
             entry = bars.setdefault(key, (mappable, [], panel.label))
             entry[1].append(ax)
     for mappable, axs, label in bars.values():
-        _colorbar(fig, mappable, axs, label)
+        bar = _colorbar(fig, mappable, axs, label)
+        texts.append((bar.ax, bar.ax.yaxis.label, label))
     if title:
         fig.suptitle(title, fontsize=TITLE_SIZE + 1)
+    _fit_texts(fig, texts)
     return fig
+
+
+def _fit_texts(fig, texts, rounds: int = 4) -> None:
+    """Wrap each text to the picture it belongs to, measured as drawn, and make the figure as much taller as
+    the added lines need: a title or note never runs past its picture into a neighbour or a colour bar.
+
+    ``texts``: ``(axes, text artist, what it says)``; a colour bar's label (vertical) is wrapped to the
+    bar's height. The layout moves when lines are added, so this measures and wraps again until it holds.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = fig.canvas if isinstance(fig.canvas, FigureCanvasAgg) else FigureCanvasAgg(fig)
+    for _ in range(rounds):
+        fig.draw_without_rendering()
+        renderer = canvas.get_renderer()
+        grown = 0.0
+        for ax, artist, text in texts:
+            if not text:
+                continue
+            box = ax.get_window_extent(renderer)
+            vertical = artist.get_rotation() % 180 == 90
+            room = (box.height if vertical else box.width) - 2
+            wrapped = _wrap_measured(text, room, artist.get_fontproperties(), renderer)
+            if wrapped != artist.get_text():
+                added = wrapped.count("\n") - artist.get_text().count("\n")
+                artist.set_text(wrapped)
+                if not vertical and added > 0:
+                    grown = max(grown, added * artist.get_fontsize() * 1.25 / 72)
+        if not grown:
+            return
+        fig.set_figheight(fig.get_figheight() + grown)
+
+
+def _wrap_measured(text: str, room: float, prop, renderer) -> str:
+    """``text`` broken at spaces into lines no wider than ``room`` pixels as drawn (a longer word stays whole)."""
+    def width(line: str) -> float:
+        return renderer.get_text_width_height_descent(line, prop, ismath=False)[0]
+
+    lines: list[str] = []
+    for paragraph in text.split("\n"):
+        line = ""
+        for word in paragraph.split(" "):
+            trial = f"{line} {word}" if line else word
+            if line and width(trial) > room:
+                lines.append(line)
+                line = word
+            else:
+                line = trial
+        lines.append(line)
+    return "\n".join(lines)
 
 
 def filmstrip(videos: Mapping[str, np.ndarray], frames: Sequence[int], fps: float | None = None,
@@ -445,4 +494,5 @@ def condition_table_text(rows: Sequence[Mapping[str, Any]], columns: Sequence[st
 
 __all__ = ["array_png", "colormap", "condition_figure", "condition_table_html", "condition_table_text", "curves_figure",
            "figure_array", "figure_png", "filmstrip", "gates_figure", "loss_figure", "message_figure", "panel_scale",
-           "panels_figure", "panels_image", "path_image", "png_array", "sensitivity_figure", "stack_images"]
+           "panels_figure", "panels_image", "path_image", "png_array", "sensitivity_figure", "stack_images",
+           "text_image"]

@@ -9,6 +9,7 @@ finds them without the library importing the wing.
 from __future__ import annotations
 
 import argparse
+import os
 
 from workbench.cli import Command
 
@@ -104,6 +105,9 @@ def _demo_arguments(parser: argparse.ArgumentParser) -> None:
     add_data_arguments(parser)
     parser.add_argument("--from-scratch", action="store_true",
                         help="train the from-scratch baseline (same parameters, clips, steps; no pretrained denoiser)")
+    parser.add_argument("--processes", type=int, choices=(1, 2), default=2 if (os.cpu_count() or 1) >= 2 else 1,
+                        help="2 (the default on two cores or more): a second process runs the frozen base's half of "
+                             "each training step ahead and predicts half the clips, with the same results as 1")
 
 
 def _demo(args: argparse.Namespace) -> int:

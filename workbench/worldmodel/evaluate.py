@@ -269,13 +269,16 @@ def _stack(items: list[dict], key: str):
 
 def evaluate_world_model(exp, clips, *, sampling_steps: int, seed: int = 0, chunk: int = 12,
                          progress: bool = True, probe: Any = None, gate_scale: float | None = None,
-                         condition: str = "action") -> dict[str, Any]:
+                         condition: str = "action", predict: Any = None) -> dict[str, Any]:
     """Predict every clip of ``clips`` (a clip source) three ways and score them.
 
     ``gate_scale``: sample (b) and (c) with the adapter's learned gate times this (:func:`scaled_gate`).
     ``condition``: the clip key swapped in (c) (``action``, or ``control`` for a control video);
     every key of :data:`CONDITION_KEYS` the clips carry is given to all three, true except that one
-    (the state keys as measured at the first frame, see :data:`STATE_KEYS`).
+    (the state keys as measured at the first frame, see :data:`STATE_KEYS`). ``predict``: what
+    predicts the three variants' clips instead of one :func:`~workbench.inspect.clips.predict_clips`
+    call each, given ``(model, {name: (clips, adapter)}, steps=, seed=, chunk=, gate=, on_chunk=)``
+    (:meth:`workbench.train.ahead.BaseAhead.predict`: the chunks shared by two processes, the same videos).
 
     Returns uint8 videos ``[N, T, H, W, 3]`` (``truth`` and each variant), ``scores`` (per clip
     and variant: ``psnr``, ``ssim``, ``moving_psnr``, ``action_error`` in cm), ``hand_error``
@@ -317,9 +320,14 @@ def evaluate_world_model(exp, clips, *, sampling_steps: int, seed: int = 0, chun
     bar = tqdm(total=3 * len(items), desc="evaluate", unit="clip", disable=not progress)
     out: dict[str, Any] = {"truth": np.concatenate([to_uint8_video(_stack(items[lo:lo + chunk], "video"))
                                                     for lo in range(0, len(items), chunk)])}
-    for name, clips_of, adapter in (("base", true, False), ("adapter", true, True), ("swapped", swapped, True)):
-        out[name] = predict_clips(model, clips_of, steps=sampling_steps, seed=seed, chunk=chunk, adapter=adapter,
-                                  gate=gate, on_chunk=bar.update)
+    requests = {"base": (true, False), "adapter": (true, True), "swapped": (swapped, True)}
+    if predict is not None:
+        out.update(predict(model, requests, steps=sampling_steps, seed=seed, chunk=chunk, gate=gate,
+                           on_chunk=bar.update))
+    for name, (clips_of, adapter) in requests.items():
+        if name not in out:
+            out[name] = predict_clips(model, clips_of, steps=sampling_steps, seed=seed, chunk=chunk, adapter=adapter,
+                                      gate=gate, on_chunk=bar.update)
     bar.close()
     truth = out["truth"]
     mask = moving_mask(truth)  # (N, T, H, W); frame 0 excluded
@@ -482,11 +490,11 @@ def evaluate_run(exp, source, *, out: str | Path, clips: int | None = None, samp
                  seed: int = 0, video_clips: int = 6, progress: bool = True, title: str = "evaluation",
                  targets: dict[str, Any] | None = None, describe: dict[str, Any] | None = None,
                  labels: dict[str, str] | None = None, gate_scale: float | None = None,
-                 condition: str = "action") -> dict[str, Any]:
+                 condition: str = "action", predict: Any = None) -> dict[str, Any]:
     """Evaluate ``exp`` on ``clips`` clips of ``source`` (all by default) spread over its tasks (see
     :func:`spread_over_tasks`); write ``metrics.json`` and the videos.
 
-    ``condition``: what (c) swaps (see :func:`evaluate_world_model`)."""
+    ``condition``: what (c) swaps; ``predict``: who predicts the clips (see :func:`evaluate_world_model`)."""
     import torch
 
     started = time.perf_counter()
@@ -497,7 +505,7 @@ def evaluate_run(exp, source, *, out: str | Path, clips: int | None = None, samp
     base = exp.model.base
     steps = sampling_steps or base.card.sampling.steps
     result = evaluate_world_model(exp, subset, sampling_steps=steps, seed=seed, progress=progress,
-                                  gate_scale=gate_scale, condition=condition)
+                                  gate_scale=gate_scale, condition=condition, predict=predict)
     summary = summarise(result, targets)
     fps = float(base.clip().fps or 10)
     videos = write_videos(out, result, video_clips, fps=fps / 4, condition=condition)
@@ -545,7 +553,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--clips", type=int, help="evaluate N clips, taken in turn from each task (default: all)")
     parser.add_argument("--stride", type=int, help="frames between clip starts in an episode (default: the "
                                                    "model's window: non-overlapping clips)")
-    parser.add_argument("--sampling-steps", "--steps", type=int, help="sampler steps (default: the base's card)")
+    parser.add_argument("--sampling-steps", "--steps", type=int, help="sampler steps (default: the base's card; 8 "
+                                                                      "with --policies)")
     parser.add_argument("--seed", type=int, default=0, help="noise seed (default: %(default)s)")
     parser.add_argument("--gate-scale", type=float, help="sample with the adapter's learned gate times this "
                                                          "(default: the learned gate)")
@@ -559,20 +568,29 @@ def add_arguments(parser) -> None:
     parser.add_argument("--frames", type=int, help="--rollout: frames of each episode to roll out (default: all of "
                                                    "them)")
     parser.add_argument("--episodes", type=int, help="--rollout: episodes to roll out, taken in turn from each task "
-                                                     "(default: all)")
+                                                     "(default: all); --policies: start states per task (default: "
+                                                     "all recorded)")
     parser.add_argument("--rollout-state", default="probe", choices=("probe", "recorded"),
                         help="--rollout: where each chunk's hand position comes from: the hand probe on the last "
                              "produced frame, or the recorded one (a ceiling, not a world model) (default: "
                              "%(default)s)")
-    parser.add_argument("--scratch", help="--rollout: a from-scratch run directory to roll out as well")
+    parser.add_argument("--scratch", help="--rollout, --policies: a from-scratch run directory to evaluate as well")
     parser.add_argument("--variants", help="--rollout: comma-separated, of base, adapter, swapped, scratch (default: "
-                                           "base,adapter,swapped, and scratch with --scratch)")
-    parser.add_argument("--out", required=True, help="output directory (metrics.json, side_by_side.mp4/.gif; with "
-                                                     "--rollout: rollout_metrics.json, drift.png)")
+                                           "base,adapter,swapped, and scratch with --scratch); --policies: of base, "
+                                           "adapter, scratch")
+    parser.add_argument("--out", help="output directory (metrics.json, side_by_side.mp4/.gif; with --rollout: "
+                                      "rollout_metrics.json, drift.png; with --policies: policy_ranking.json, "
+                                      "optional)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     from workbench.train.options import add_data_arguments
 
     add_data_arguments(parser, dim=False)
+    policies = parser.add_argument_group("policy ranking (--policies, see workbench.worldmodel.policies)")
+    policies.add_argument("--policies", action="store_true",
+                          help="replay recorded Meta-World policies as rollouts and report the Spearman rank "
+                               "correlation of imagined and simulated outcomes (base alone and base + adapter)")
+    policies.add_argument("--policy-data", help="a recording of `python -m workbench.worldmodel.policies` "
+                                                "(default: the shipped one)")
 
 
 def run_data(exp) -> str:
@@ -589,7 +607,7 @@ def _again(args) -> str:
 
     from workbench.train.options import DataOptions
 
-    parts = [*(["--data", str(args.data)] if args.data else []), "--out", str(args.out)]
+    parts = [*(["--data", str(args.data)] if args.data else []), *(["--out", str(args.out)] if args.out else [])]
     for flag in ("split", "tasks", "clips", "stride", "sampling_steps", "seed", "gate_scale", "control"):
         value = getattr(args, flag, None)
         if value is not None and not (flag == "split" and value == "val") and not (flag == "seed" and value == 0):
@@ -604,6 +622,13 @@ def run(args) -> int:
     import torch
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    if getattr(args, "policies", False):
+        from workbench.worldmodel.policies import run_eval
+
+        return run_eval(args, load_run(args.run_dir))
+    if not args.out:
+        raise DataError("workbench eval needs --out DIR (where metrics.json and the videos go), e.g. "
+                        f"`workbench eval {args.run_dir} --out outputs/eval`; only --policies runs without it.")
     exp = load_run(args.run_dir, again=_again(args))
     if getattr(args, "rollout", False):
         from workbench.worldmodel.rollout_eval import run_rollout_eval

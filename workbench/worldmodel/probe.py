@@ -46,6 +46,11 @@ from workbench.layers import group_count
 from workbench.loop import LRSchedule, TrainingLoop, then
 
 WEIGHTS = Path(__file__).resolve().parent / "weights" / "hand_probe" / "hand_probe.safetensors"
+#: The shipped object probe (``workbench probe train --target object``): the position of the task's object
+#: (the puck of push-v3), read off a frame as the hand probe reads the hand.
+OBJECT_WEIGHTS = Path(__file__).resolve().parent / "weights" / "object_probe" / "object_probe.safetensors"
+#: What a probe can be trained to read: the recorded position it regresses, as columns of a Meta-World file.
+TARGETS = {"hand": "ee_pos", "object": "obs[..., 4:7]"}
 
 
 class HandProbe(nn.Module):
@@ -123,8 +128,9 @@ class HandProbe(nn.Module):
 
         path = Path(path) if path is not None else WEIGHTS
         if not path.is_file():
-            raise CheckpointError(f"Hand probe weights not found: {path}. Train them with `workbench probe "
-                                  f"train --data FILE.h5 --out {path}`, or omit the path for the shipped probe.")
+            raise CheckpointError(f"Probe weights not found: {path}. Train them with `workbench probe "
+                                  f"train --data FILE.h5 --out {path}` (add --target object for an object "
+                                  f"probe), or omit the path for the shipped hand probe.")
         meta_path = path.with_suffix(".json")
         provenance = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
         probe = cls(**provenance.get("architecture", {}))
@@ -137,6 +143,12 @@ class HandProbe(nn.Module):
 def shipped_probe() -> HandProbe:
     """The shipped probe, loaded once per process."""
     return HandProbe.from_pretrained()
+
+
+@lru_cache(maxsize=1)
+def shipped_object_probe() -> HandProbe:
+    """The shipped object probe (the push-v3 puck's position, metres), loaded once per process."""
+    return HandProbe.from_pretrained(OBJECT_WEIGHTS)
 
 
 def _to_input(frames: np.ndarray) -> torch.Tensor:
@@ -177,8 +189,12 @@ class ProbeTrainConfig:
     val_fraction: float = 0.15
     max_blur: float = 1.5
     seed: int = 0
+    target: str = "hand"
 
     def __post_init__(self):
+        check(self.target in TARGETS, "target", f"must be one of {', '.join(TARGETS)} (what the probe reads: "
+                                                f"{'; '.join(f'{k} = {v}' for k, v in TARGETS.items())}), got "
+                                                f"{self.target!r}.")
         check(self.steps >= 1, "steps", f"must be >= 1, got {self.steps}.")
         check(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}.")
         check(self.width >= 8 and self.width % 8 == 0, "width", f"must be a multiple of 8 (>= 8), got {self.width}.")
@@ -227,7 +243,16 @@ def train_probe(cfg: ProbeTrainConfig, progress: bool = True) -> HandProbe:
 
     started = time.perf_counter()
     clips = MetaWorldClips(path=cfg.data, window=2, split="all")  # validates the file
-    frames, ee_pos = clips.read("frames"), clips.read("ee_pos").astype(np.float32)
+    frames = clips.read("frames")
+    if cfg.target == "object":
+        if "obs" not in clips._handle():
+            clips.close()
+            raise DataError(f"{cfg.data}: --target object reads the object's position from the raw observation "
+                            f"('obs', columns 4:7), which this file does not hold. Use a file of `workbench data "
+                            f"metaworld`, which records it.")
+        ee_pos = clips._handle()["obs"][..., 4:7].astype(np.float32)  # (named as the hand's: the same regression)
+    else:
+        ee_pos = clips.read("ee_pos").astype(np.float32)
     tasks, attrs = list(clips.task_names), clips.attrs
     clips.close()
     n, t, h = frames.shape[:3]
@@ -255,7 +280,7 @@ def train_probe(cfg: ProbeTrainConfig, progress: bool = True) -> HandProbe:
         return F.smooth_l1_loss(probe.standardised(x), target, beta=0.1)
 
     loop = TrainingLoop(opt, LRSchedule(cfg.learning_rate, cfg.steps, floor=FLOOR), randomness=[rng, gen],
-                        name="hand probe", progress=progress)
+                        name=f"{cfg.target} probe", progress=progress)
     return then(lambda: loop.run(loss_fn),
                 lambda losses: _finish(cfg, probe, losses, frames, ee_pos, held, tasks, attrs, clips.path, started))
 
@@ -270,6 +295,7 @@ def _finish(cfg: ProbeTrainConfig, probe: HandProbe, losses: list[float], frames
     err = hand_error_cm(frames[held], ee_pos[held], probe)
     name = Path(path).name
     provenance = {
+        "target": f"{cfg.target} position ({TARGETS[cfg.target]}), metres",
         "architecture": {"width": cfg.width, "image_size": int(h)},
         "trained_on": (f"Meta-World {', '.join(sorted(set(tasks)))}: {int((~held).sum())} episodes x {t} frames "
                        f"({name}, generator seed {int(attrs.get('seed', -1))}, camera {attrs.get('camera', '?')})"),
@@ -296,6 +322,9 @@ def add_arguments(parser) -> None:
     d = ProbeTrainConfig(data="")
     train.add_argument("--data", required=True, help="HDF5 file from `workbench data metaworld`")
     train.add_argument("--out", default=d.out, help="output .safetensors (default: %(default)s)")
+    train.add_argument("--target", choices=tuple(TARGETS), default=d.target,
+                       help="what the probe reads off a frame: the hand (ee_pos) or the task's object (the "
+                            "observation's object position) (default: %(default)s)")
     for flag in ("steps", "batch_size", "learning_rate", "width", "val_fraction", "max_blur", "seed"):
         default = getattr(d, flag)
         train.add_argument(f"--{flag.replace('_', '-')}", type=type(default), default=default,
