@@ -9,7 +9,7 @@ export MUJOCO_GL ?= egl
 # Material for MkDocs prints a banner about MkDocs 2.0 on every build unless this is set.
 export NO_MKDOCS_2_WARNING ?= 1
 
-.PHONY: demo test lint bench bench-real install clean sysdeps browser lab notebooks docs
+.PHONY: demo test check lint bench bench-real install clean sysdeps browser lab notebooks docs
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -59,9 +59,22 @@ NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.
 # order, and the browser tests never overlap (tests/conftest.py).
 WORKERS ?= 2
 
+# Every test's CPU seconds go into the JUnit report; tests/cpu_budget.py then prints them per file beside the
+# checked-in budget (the files with the largest budgets start first) and fails only on a big overshoot.
+JUNIT ?= outputs/junit.xml
+
 test: sysdeps browser $(STAMP) $(LAB_STAMP)
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -q -n $(WORKERS) --dist loadfile --durations=15 tests notebooks $(NBVAL)
+	@mkdir -p $(dir $(JUNIT))
+	$(PY) -m pytest -q -n $(WORKERS) --dist loadfile --durations=15 --junitxml=$(JUNIT) tests notebooks $(NBVAL); \
+		status=$$?; $(PY) tests/cpu_budget.py $(JUNIT) || status=1; exit $$status
+
+# The inner loop: ruff and the cheapest test files of the budget table, about 2 minutes on 2 cores
+# (CHECK_CPU: the CPU seconds of tests to take, cheapest first). `make test` stays the whole suite.
+CHECK_CPU ?= 200
+check: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(PY) -m pytest -q -n $(WORKERS) --dist loadfile $$($(PY) tests/cpu_budget.py --fast $(CHECK_CPU))
 
 # The documentation site (mkdocs.yml) into site/: guides, concepts, the API reference from the docstrings and
 # the notebooks with their stored outputs. `make test` builds it with --strict (tests/test_docs_site.py).

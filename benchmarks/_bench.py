@@ -44,9 +44,7 @@ def setup(device: str = "cpu", objective: str = "flow_matching"):
         for p in adapter.out.parameters():
             p.normal_(0, 0.1)
     model = ComposedModel(base, adapter, GatedResidual(gate_init=0.5), base.default_objective()).to(device)
-    g = torch.Generator().manual_seed(0)
-    raw = {"video": torch.rand(2, 3, 8, 32, 32, generator=g) * 2 - 1, "action": torch.rand(2, 8, 4, generator=g)}
-    return model, base.prepare_batch(raw)
+    return model, base.prepare_batch(base.example_batch())
 
 
 QUICK = False

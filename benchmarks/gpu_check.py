@@ -85,13 +85,10 @@ def check(device: str, objective: str, steps: int) -> None:
 
 
 def subject(name: str, steps: int, quick: bool = False):
-    """``(make_backbone, raw, adapter_factory)`` for ``name``'s tiny model: a training batch holding every input
-    (``quick``: smaller clips)."""
+    """``(make_backbone, raw, adapter_factory)`` for ``name``'s tiny model; ``raw`` is the backbone's own
+    ``example_batch()`` (every input it takes), so it cannot go stale (``quick``: smaller clips)."""
     from workbench.config import build
 
-    g = torch.Generator().manual_seed(0)
-    signals = lambda frames: {k: torch.rand(2, frames, d, generator=g) for k, d in  # noqa: E731
-                              (("action", 4), ("proprio", 3), ("ee_pos", 3))}
     if name == "tiny_video":
         from workbench.adapters.latent_residual import LatentResidual
         from workbench.backbones.tiny_video import TinyVideo, TinyVideoConfig
@@ -100,24 +97,13 @@ def subject(name: str, steps: int, quick: bool = False):
             torch.manual_seed(0)
             return TinyVideo(TinyVideoConfig(**{**BENCH_BASE, "sampling_steps": steps}))
 
-        raw = {"video": torch.rand(2, 3, 8, 32, 32, generator=g) * 2 - 1, **signals(8),
-               "control": torch.rand(2, 1, 8, 32, 32, generator=g) * 2 - 1}
-        return make, raw, lambda: LatentResidual(width=32, depth=2)
+        return make, make().example_batch(), lambda: LatentResidual(width=32, depth=2)
     frames, size = ((4, 16) if quick else (4, 32)) if name == "dynamicrafter" else ((5, 32) if quick else (9, 64))
     config = {"path": "tiny", "prompt": "a robot arm pushes a puck", "steps": steps, "num_frames": frames,
               "height": size, "width": size}
     adapter, channels = {"wan22_ti2v": ("wan22_latent_residual", 48), "easyanimate": ("easyanimate_latent_residual", 4),
                          "dynamicrafter": ("dynamicrafter_latent_residual", 4)}[name]
-    raw = {"video": torch.rand(2, 3, frames, size, size, generator=g) * 2 - 1, **signals(frames),
-           "control": torch.rand(2, 1, frames, size, size, generator=g) * 2 - 1, "prompt": "a robot arm pushes a puck"}
-    base = build("backbone", name, config)
-    if name != "dynamicrafter":  # the negative prompt's embeddings, which the backbone provides as a condition
-        negative = base.encode_text(["", ""])
-        if isinstance(negative, tuple):
-            raw["negative_prompt_embeds"], raw["negative_prompt_attention_mask"] = negative
-        else:
-            raw["negative_prompt_embeds"] = negative
-    return (lambda: build("backbone", name, config), raw,
+    return (lambda: build("backbone", name, config), build("backbone", name, config).example_batch(),
             lambda: build("adapter", adapter, {"channels": channels, "width": 16, "depth": 1}))
 
 

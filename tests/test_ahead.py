@@ -20,12 +20,12 @@ def weights(out, step: int = STEPS) -> dict[str, torch.Tensor]:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """The quick demo (batch 2, 4 clips seen and 4 unseen, 4 sampling steps) on one process and on two."""
+    """The quick demo (batch 2, 4 clips seen and 4 unseen, 4 sampling steps; no rollouts) on one process and two."""
     out = {}
     for processes in (1, 2):
         path = tmp_path_factory.mktemp(f"p{processes}")
-        out[processes] = path, run_demo(DemoConfig.quick(output=str(path), steps=STEPS, processes=processes),
-                                        progress=False)
+        cfg = DemoConfig.quick(output=str(path), steps=STEPS, processes=processes, world=False)
+        out[processes] = path, run_demo(cfg, progress=False)
     return out
 
 
@@ -100,3 +100,15 @@ def test_values_for_another_step_are_refused():
 def test_processes_must_be_one_or_two():
     with pytest.raises(ConfigError, match=r"processes must be 1 or 2 .*got 3\. Use --processes 2"):
         DemoConfig(processes=3)
+
+
+def test_close_ends_a_second_process_still_steps_ahead(trained):
+    """What an interrupted fit leaves: a process blocked on batches nobody reads; close() ends it."""
+    import time
+
+    ahead = BaseAhead(trained.resolved_config(), steps=50)
+    batch, position = ahead.next_batch()
+    assert batch.meta["computed_ahead"].step == 0 and position == {"epoch": 0, "batches": 1}
+    started = time.monotonic()
+    ahead.close()
+    assert not ahead._process.is_alive() and time.monotonic() - started < 30

@@ -23,9 +23,13 @@ CASES = {
     "record_overhead": ["record / generate = ", "record(float16, every 4th step) / generate = "],
     "tiny_preview": ["gain of the tiny preview over the linear one, dB = ", "tiny / full decode = "],
     "inside_overhead": ["inside_overhead[lora]", "inside_overhead[action_modulation]", "inside_overhead[controlnet]"],
-    "train_overhead": ["train_overhead (tiny)", "train_overhead (bench)", "train_overhead (loop only)"],
+    "train_overhead": ["train_overhead (tiny)", "train_overhead (bench)", "train_overhead (loop only)",
+                       "train_overhead (fixed cost, the model's work stubbed)",
+                       "exp.fit's fixed cost per step (us) = "],
     "data_throughput": ["ratio lerobot / hdf5 time per batch = ", "data time / step time, lerobot"],
     "ddp_overhead": ["ratio 2 ranks / single = "],
+    "drive_latency": ["Drive key press,  8 sampling steps: ", "Drive key press at 8 steps, CPU seconds = ",
+                      "load average "],
     "widget_latency": ["ablation slider move: ", "stepper (full decode, 3 branches)", "browser: not in --quick mode"],
     "compile_speed": ["compiled / eager sampling = ", "compiled / eager fit step = ", "recompilations: 0 during the "
                       "timed rounds, 0 while forks switched the adapter"],
@@ -33,23 +37,26 @@ CASES = {
                            "32 MB trainable state: load (CPU time)"],
 }
 PLUGIN_CASES = {
-    "plugin_overhead": ["generate / pipeline = ", "dynamicrafter record / sampler = "],
+    "plugin_overhead": ["generate / pipeline = ", "record / pipeline = ", " us per step",
+                        "wider transformer: generate / pipeline = ", "dynamicrafter record / sampler = "],
     "gpu_check": ["flow_matching on cpu: parity", "diffusion on cpu: parity",
-                  "DynamiCrafter (dynamicrafter-512:tiny random model) on cpu bfloat16: all 12 promises kept",
+                  "TinyVideo (tiny_video-flow_matching) on cpu float32: all 12 promises kept",
+                  "Wan22TI2V (wan2.2-ti2v:wan22-ti2v-tiny-v1) on cpu float32: all 12 promises kept",
+                  "EasyAnimate (easyanimate:easyanimate-tiny-v1) on cpu float32: all 12 promises kept",
+                  "DynamiCrafter (dynamicrafter-512:tiny random model) on cpu float32: all 12 promises kept",
                   "gpu_check: every claim holds"],
     "real_size": ["== dynamicrafter", "== wan22", "== easyanimate", "LoRA injected / targeted",
                   "real_size: results in"],
 }
-# gpu_check: the tiny_video and plugin paths of the script, a plugin in its GPU precision (tiny_video's conformance
-# and every plugin's in bf16 are tests of their own)
-ARGS = {"gpu_check": ["--quick", "--backbones", "dynamicrafter", "--dtype", "gpu"]}
+# Every case runs the benchmark's default path (what `make bench` runs), quick-sized: gpu_check's default checks
+# every backbone with its own example batch. Its GPU-precision path has a case of its own below.
 
 
-def run(name: str, capsys, monkeypatch, tmp_path) -> str:
+def run(name: str, capsys, monkeypatch, tmp_path, args: tuple[str, ...] = ()) -> str:
     monkeypatch.syspath_prepend(str(BENCHMARKS))
     monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path / "cache"))
     module = importlib.import_module(name)
-    status = module.main(ARGS.get(name, ["--quick"]))
+    status = module.main(["--quick", *args])
     out = capsys.readouterr().out
     assert status == 0, out[-3000:]
     return out
@@ -68,6 +75,13 @@ def test_each_plugin_benchmark_runs_in_its_quick_mode(name, capsys, monkeypatch,
     out = run(name, capsys, monkeypatch, tmp_path)
     missing = [line for line in PLUGIN_CASES[name] if line not in out]
     assert missing == [], out[-3000:]
+
+
+@requires_plugins
+def test_gpu_check_runs_a_plugin_in_its_gpu_precision(capsys, monkeypatch, tmp_path):
+    out = run("gpu_check", capsys, monkeypatch, tmp_path, ("--backbones", "dynamicrafter", "--dtype", "gpu"))
+    kept = "DynamiCrafter (dynamicrafter-512:tiny random model) on cpu bfloat16: all 12 promises kept"
+    assert kept in out, out[-3000:]
 
 
 def test_every_benchmark_has_a_quick_case():

@@ -168,3 +168,25 @@ def test_latent_residual_reads_actions_and_is_zero_at_init():
     batch = base.prepare_batch(raw_batch())
     _, pred = model.training_loss(batch, generator=torch.Generator().manual_seed(0), step=0)
     assert torch.equal(pred.adapter, torch.zeros_like(pred.adapter))
+
+
+@pytest.mark.parametrize("objective", ["flow_matching", "diffusion"])
+def test_the_composer_reads_the_noise_level_the_objective_gives_derived_only_when_read(objective):
+    class Reads(GatedResidual):
+        def compose(self, base, adapter, ctx):
+            seen.append((ctx._noise_level, ctx.noise_level, ctx.noise_level))
+            return super().compose(base, adapter, ctx)
+
+    seen: list = []
+    base = tiny_base(objective=objective)
+    objective = base.default_objective()
+    model = ComposedModel(base, LatentResidual(width=8, depth=1), Reads(), objective)
+    batch = base.prepare_batch(raw_batch())
+    t = torch.tensor([objective.t_for_noise_level(0.2), objective.t_for_noise_level(0.8)])
+    model.predict(batch.latents, t, batch)
+    unread, first, again = seen[0]
+    assert not isinstance(unread, torch.Tensor) and first is again  # derived when first read, once
+    assert torch.equal(first, objective.noise_level(t))
+    gated = ComposedModel(base, model.adapter, NoiseGated(GatedResidual(), lo=0.5, hi=1.0), objective)
+    pred = gated.predict(batch.latents, t, batch)  # the band is read from the derived level
+    assert torch.equal(pred.composed[0], pred.base[0]) and pred.diagnostics["noise_weight"].tolist() == [0.0, 1.0]

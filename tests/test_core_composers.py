@@ -173,6 +173,77 @@ def test_diagnostics_expose_gate_maps():
     assert GatedResidual(gate_init=0.25).gate_values() == {"gate_mean": 0.25, "gate_abs_max": 0.25}
 
 
+def test_a_composition_is_typed_and_still_unpacks_as_the_older_pair():
+    from workbench import Composition
+
+    base, adapter = tensors()
+    out = NoiseGated(MaskMix(channels=4), lo=0.0, hi=1.0).compose(base, adapter, ctx())
+    assert isinstance(out, Composition) and out.gate is None and out.extra == {}
+    assert out.mask.shape == (SHAPE[0], 1, *SHAPE[2:]) and torch.equal(out.noise_weight, torch.ones(SHAPE[0]))
+    prediction, diag = out  # the (prediction, dict) pair composers returned before
+    assert prediction is out.prediction and diag.mask is out.mask and sorted(diag) == ["mask", "noise_weight"]
+    warm = PretrainWarmup(GatedResidual(), steps=5).compose(base, adapter, ctx())
+    assert torch.equal(warm.prediction, base + adapter) and set(warm.diagnostics) == {"warmup"}
+
+
+def test_a_composer_returning_the_older_pair_and_gate_hook_still_composes():
+    """A composer written before the typed result (a (prediction, dict) pair, the private _gate_override_value
+    hook, reading _gate_override) still works in a ComposedModel and under override_gate."""
+    from conftest import tiny_base
+
+    from workbench import ComposedModel, Composer
+    from workbench.adapters.latent_residual import LatentResidual
+
+    class Legacy(Composer):
+        identity_at_init = needs_zero_adapter = True
+
+        def compose(self, base, adapter, ctx):
+            g = torch.tensor(0.5) if self._gate_override is None else self._gate_override
+            return base + g * adapter, {"gate": g, "norm": adapter.norm()}
+
+        def _gate_override_value(self, value):
+            return torch.as_tensor(value, dtype=torch.float32)
+
+    base = tiny_base()
+    model = ComposedModel(base, LatentResidual(width=16, depth=1), Legacy(), base.default_objective())
+    batch = base.prepare_batch(base.example_batch())
+    pred = model.predict(torch.randn_like(batch.latents), 0.5, batch)
+    assert float(pred.diagnostics.gate) == 0.5 and set(pred.diagnostics.extra) == {"norm"}
+    with model.composer.override_gate(0.25):
+        assert float(model.composer.gate_override) == 0.25
+        assert float(model.predict(torch.randn_like(batch.latents), 0.5, batch).diagnostics["gate"]) == 0.25
+    with pytest.raises(CompositionError, match="Add has no gate to override"), Add().override_gate(0.5):
+        pass
+
+
+def test_claims_are_plain_attributes_set_by_settings():
+    assert (GatedResidual(gate_init=0.0).needs_zero_adapter, GatedResidual(gate_init=0.0).starves_zero_adapter) == (
+        False, True)
+    warm = PretrainWarmup(GatedResidual(gate_init=0.0), steps=5)
+    assert (warm.identity_at_init, warm.needs_zero_adapter, warm.starves_zero_adapter) == (True, True, False)
+    assert NoiseGated(MaskMix(channels=4, identity_init=False)).identity_at_init is False
+    assert "identity_at_init" in vars(GatedResidual()) and not isinstance(vars(GatedResidual).get("identity_at_init"),
+                                                                           property)
+
+
+def test_adapter_kinds_declare_one_init_behaviour():
+    from workbench import Adapter, InsideAdapter, SideAdapter
+    from workbench.adapters.inside import InsideAdapter as Shipped
+    from workbench.adapters.latent_residual import LatentResidual
+
+    assert (LatentResidual.at_init, LatentResidual.zero_init_output, LatentResidual.inside) == ("zero_output", True,
+                                                                                               False)
+    assert issubclass(Shipped, InsideAdapter) and (Shipped.at_init, Shipped.inside, Shipped.reuses_base_output) == (
+        "identity", True, False)
+
+    class Older(Adapter):  # the earlier flag, said on the class
+        zero_init_output = True
+
+    assert Older.at_init == "zero_output" and issubclass(LatentResidual, SideAdapter)
+    with pytest.raises(TypeError, match="at_init = 'zeros'; allowed: zero_output, identity, any"):
+        type("Wrong", (SideAdapter,), {"at_init": "zeros"})
+
+
 def test_a_closed_gate_on_a_zero_adapter_is_refused_with_the_fix():
     from conftest import tiny_base
 

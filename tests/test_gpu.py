@@ -28,11 +28,9 @@ requires_cuda = pytest.mark.skipif(
     reason="no CUDA device is visible: the GPU path runs with `pytest -m gpu` on a machine with one")
 
 
-def tiny_raw(t: int = 4, size: int = 16) -> dict:
-    g = torch.Generator().manual_seed(0)
-    return {"video": torch.rand(2, 3, t, size, size, generator=g) * 2 - 1,
-            **{k: torch.rand(2, t, d, generator=g) * 2 - 1 for k, d in (("action", 4), ("proprio", 3), ("ee_pos", 3))},
-            "control": torch.rand(2, 1, t, size, size, generator=g) * 2 - 1}
+def tiny_raw() -> dict:
+    """Every input tiny_video takes: its own example batch."""
+    return make_tiny().example_batch()
 
 
 def make_tiny(objective: str = "flow_matching"):

@@ -97,6 +97,17 @@ def test_steps_hold_every_intermediate(model, batch):
         assert torch.equal(step.noise_level, obj.noise_level(step.t))
         assert traj[k + 1].x_t is not None and not torch.equal(traj[k + 1].x_t, step.x_t)
     assert all(s.x_t.device.type == "cpu" for s in traj)
+    assert step.diagnostics.gate is step.diagnostics["gate"] and step.diagnostics.mask is None  # typed fields
+
+
+def test_one_x0_per_step_what_recompose_gives(model, batch):
+    """x0 is the composed prediction's estimate: x0_of(recompose(k)) reproduces it bit for bit; without guidance
+    the sampler's own (guided) estimate handed to on_step equals it."""
+    live = {}
+    traj = record(model, batch, steps=STEPS, seed=1, on_step=lambda s: live.setdefault(s.index, s))
+    for k in range(STEPS):
+        assert torch.equal(traj.x0_of(traj.recompose(k)), traj[k].x0)
+        assert torch.equal(live[k].guided_x0, live[k].x0) and torch.equal(live[k].x0, traj[k].x0)
 
 
 # -- forks -----------------------------------------------------------------------------------

@@ -363,17 +363,8 @@ def test_wan_image_to_video_takes_one_clip_per_call(cache_root):
 
 # -- identity, parity, recording -----------------------------------------------------------
 def full_raw(plugin: Plugin, base) -> dict:
-    """A training batch holding every input the plugin takes: video, each signal, a control video, a prompt,
-    negative embeddings."""
-    g = torch.Generator().manual_seed(5)
-    raw = {**clips(), "proprio": torch.rand(2, 9, 3, generator=g), "ee_pos": torch.rand(2, 9, 3, generator=g),
-           "control": torch.rand(2, 1, 9, 64, 64, generator=g), "prompt": PROMPT}
-    negative = base.encode_text(["", ""])
-    if isinstance(negative, tuple):  # EasyAnimate: embeddings and their attention mask
-        raw["negative_prompt_embeds"], raw["negative_prompt_attention_mask"] = negative
-    else:
-        raw["negative_prompt_embeds"] = negative
-    return raw
+    """A training batch holding every input the plugin takes: the backbone's own example batch."""
+    return base.example_batch()
 
 
 @pytest.mark.parametrize("plugin", PLUGINS)
@@ -631,3 +622,30 @@ def test_the_tiny_fixture_cli_writes_a_loadable_pipeline(tmp_path):
     assert out.startswith(f"wrote a tiny Wan2.2 TI2V pipeline to {tmp_path / 'w'} (")
     assert (tmp_path / "w" / "model_index.json").is_file()
     assert (tmp_path / "w" / "transformer" / "diffusion_pytorch_model.safetensors").is_file()
+
+
+# -- one x0 per step ------------------------------------------------------------------------
+@pytest.mark.parametrize("plugin", PLUGINS)
+def test_one_x0_per_step_under_guidance_and_an_unedited_ablation_changes_nothing(plugin, cache_root):
+    """A step's x0 is its composed (conditional) prediction's estimate: what x0_of(recompose) gives, bit for bit,
+    so an unedited ablation shows no change at all. The guided estimate (the sampler's update, which mixes in the
+    unconditional branch) is the live step's guided_x0, a different tensor."""
+    from workbench.inspect import Ablation, record
+
+    # Wan2.2 as text-to-video: in image-to-video mode its pipeline hands the transformer the first frame's latent
+    # and a per-token timestep that a recomposition from the stored x_t does not reproduce (recompose is not exact
+    # there, whatever x0 means)
+    base = load(plugin, cache_root, **({"first_frame": False} if plugin is WAN else {}))
+    model = ComposedModel(base, adapter(plugin, nonzero=True), GatedResidual(gate_init=0.5), base.default_objective())
+    raw = {k: v for k, v in generation_input(plugin).items() if k != "image"}
+    batch = base.prepare_batch({**raw, "frames": 9})
+    live = {}
+    traj = record(model, batch, steps=3, seed=0, guidance_scale=5.0, on_step=lambda s: live.setdefault(s.index, s))
+    assert base.predictions_per_step(batch, guidance_scale=5.0) == 2
+    for i in range(3):
+        assert torch.equal(traj.x0_of(traj.recompose(i)).cpu(), traj[i].x0)
+        assert torch.equal(live[i].x0.cpu(), traj[i].x0) and not torch.equal(live[i].guided_x0, live[i].x0)
+    ablation = Ablation(traj, step=1, condition="action")
+    assert torch.equal(ablation.original_x0(), ablation.ablated_x0()) and ablation.change() == 0.0
+    ablation.set(0, 0.9)
+    assert ablation.change() > 0

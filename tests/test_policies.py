@@ -256,3 +256,13 @@ def test_eval_policies_end_to_end_on_the_shipped_adapter(tmp_path, capsys):
     assert len(report["variants"]["adapter"]["distance_m"]) == 6
     assert report["simulated_distance_m"] == pytest.approx(
         load_policies().select(starts=1, tasks=["reach-v3"]).sim_distance.tolist(), abs=1e-5)
+
+
+def test_evaluate_policies_names_the_variants_it_can_replay(tiny):
+    from workbench.worldmodel.policies import evaluate_policies
+
+    with pytest.raises(ConfigError, match=r"--variants: 'scratch' cannot be replayed here; choose of 'adapter', "
+                                          r"'base' \(scratch needs --scratch RUN_DIR\)"):
+        evaluate_policies({"adapter": tiny}, tiny_episodes(), variants=["scratch"], progress=False)
+    with pytest.raises(ConfigError, match=r"runs must hold 'adapter'.*got 'scratch'"):
+        evaluate_policies({"scratch": tiny}, tiny_episodes(), progress=False)

@@ -134,11 +134,20 @@ def test_demo_quick_writes_every_output(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "(b) beats (c) on moving PSNR" in printed and "(a) frozen base alone" in printed
     assert "tasks never seen in pretraining or training: 4 clips" in printed and "action err cm" in printed
+    # it ends with the first table: the clips, then the rollouts and the policy ranking at the quick size
+    last = printed[printed.index("What the adapter buys: 4 held-out clips"):].splitlines()
+    assert last[1].split() == ["frozen", "base", "base", "+", "adapter", "adapter,", "swapped", "from", "scratch",
+                               "measured", "path"]
+    assert last[6].startswith("rollout, hand error cm, chunk 1 -> 2") and len(last[6].split("->")) == 5
+    assert last[7].startswith("policy ranking, Spearman rho [95%]")
+    assert "NOT met" not in "\n".join(last)
     for name in ("side_by_side.mp4", "side_by_side.gif", "loss.png", "metrics.json", "unseen/side_by_side.gif"):
         assert (out / name).stat().st_size > 1000, name
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["training"]["steps"] == 10 and len(metrics["training"]["loss_history"]) == 10
     assert metrics["evaluation"]["clips"] == 4 and metrics["unseen"]["evaluation"]["clips"] == 4
+    assert metrics["world"]["rollout"]["episodes"] == 2 and metrics["world"]["policies"]["episodes"] == 6
+    assert metrics["first_table"] == "\n".join(last[:len(metrics["first_table"].splitlines())])
     for per_clip in (metrics["per_clip"], metrics["unseen"]["per_clip"]):
         for variant in ("base", "adapter", "swapped"):
             for metric in ("psnr", "ssim", "moving_psnr", "action_error"):
@@ -227,23 +236,3 @@ def test_the_demo_table_carries_the_stored_from_scratch_rows_at_its_own_budget()
     assert "(d) beats (e) on 89% of clips" in rows
     assert scratch_reference_rows(DemoConfig.quick()) == ""  # other clips: nothing to compare with
     assert scratch_reference_rows(DemoConfig(from_scratch=True)) == ""
-
-
-def test_the_targets_table_sets_this_run_beside_the_actions_only_adapter():
-    from workbench.worldmodel.demo import ACTIONS_ONLY_REFERENCE, TRAINED_ADAPTER, targets_table
-
-    before = json.loads(ACTIONS_ONLY_REFERENCE.read_text())
-    assert before["adapter"]["config"] == {"width": 32, "depth": 2, "cumulative": True, "coords": True, "warps": 2}
-    shipped = json.loads((TRAINED_ADAPTER / "demo_metrics.json").read_text())
-    table = targets_table(shipped, before).splitlines()
-    s, u = shipped["summary"], shipped["unseen"]["summary"]
-    gain = f"{s['adapter_minus_base_moving_psnr_db']:+.2f} dB"
-    assert table[1].startswith("moving-pixel PSNR gain over the base") and gain in table[1]
-    assert "+1.55 dB" in table[1] and ">= +2.5 dB" in table[1]
-    assert table[1].endswith("NOT met" if s["adapter_minus_base_moving_psnr_db"] < 2.5 else "met")
-    assert "97%" in table[2] and ">= 95%" in table[2]
-    assert "5.8 cm (0.59x)" in table[3] and "<= 3.5 cm (<= 0.36x)" in table[3]
-    assert f"{u['adapter_minus_base_moving_psnr_db']:+.2f} dB / " in table[4] and "+1.71 dB / 100%" in table[4]
-    assert table[5] == ("actions only: the adapter without the action path, 900 steps, stored, not rerun "
-                        "(actions_only_metrics.json)")
-    assert "actions only" not in targets_table(shipped).splitlines()[-1]

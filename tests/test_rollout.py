@@ -80,6 +80,8 @@ def test_chunks_chain_through_the_frames_the_model_produced(model):
     first = record(model, ro.chunks[0].conditions, steps=STEPS, seed=0)
     assert torch.equal(first.final, ro.chunks[0].trajectory.final)
     assert [ro.chunk_of(f) for f in (0, 1, 3, 4, 9, -1)] == [0, 0, 0, 1, 2, 2]
+    assert (ro.steps, ro.seed, ro.state_mode, ro.model, ro.window, ro.stride, ro.context_frames) == (
+        STEPS, 0, "none", model, W, W - 1, 1)
 
 
 def mean_colour(frames: np.ndarray) -> np.ndarray:
@@ -252,3 +254,17 @@ def test_chunk_seeds_are_pure_and_distinct():
     assert len(seeds) == 4 * 49 and all(0 <= x < 2**63 for x in seeds)
     with pytest.raises(ValueError, match="chunk must be an int >= 0"):
         chunk_seed(0, -1)
+
+
+def test_the_hand_probe_is_found_by_name_through_its_entry_point():
+    """state='probe' needs no import of the world-model package: the installed entry point names it (read from every
+    distribution's metadata, so a stale egg-info in a development checkout does not hide it)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys; from workbench.inspect.rollouts import state_reader; read = state_reader('probe'); "
+            "print(read.__name__, 'workbench.worldmodel.rollouts' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert out.stdout.split() == ["hand_probe", "True"]

@@ -36,7 +36,7 @@ def test_it_opens_on_a_first_chunk_and_says_how_it_samples(view):
     assert view.state.chunks == 1 and view.state.frames == 4
     status = view.status.value
     assert "<b>1</b> chunk · 4 frames · <b>2 sampling steps</b> per chunk · frames: full decode" in status
-    assert "last chunk: " in status and "s CPU); press → picture <b>" in status
+    assert "last chunk: " in status and "s CPU); step to picture <b>" in status
     assert view.last_latency_s is not None and view.last_latency_s > 0
     assert picture(view).shape[0] > 100
     assert repr(view).startswith("Drive: 1 chunk, 4 frames; next action dx=+0.00")
@@ -47,7 +47,7 @@ def test_a_key_message_sets_the_action_steps_a_chunk_and_redraws(view):
     view.keypad._handle_custom_msg({"key": "ArrowLeft"}, [])  # what the front end sends on a key press
     assert view.state.chunks == 2 and view.state.action.tolist() == [-1.0, 0.0, 0.0, 0.0]
     assert [s.value for s in view.sliders] == [-1.0, 0.0, 0.0, 0.0]  # the sliders show the key's action
-    assert view.image.value != before
+    assert view.image.value != before and "s CPU); key ArrowLeft to picture <b>" in view.status.value
     assert np.array_equal(view.state.actions()[4:], np.tile([-1.0, 0, 0, 0], (3, 1)))
     view.keypad._handle_custom_msg({"key": "q"}, [])  # not a driving key: nothing happens
     assert view.state.chunks == 2

@@ -89,7 +89,7 @@ def drive_with_keys(page, where: str) -> dict:
         browser_ms.append(page.evaluate("() => window.__drive.t1 - window.__drive.t0"))
         status = page.locator(".workbench-drive-status").inner_text()
         wall, cpu, kernel = map(float, re.search(
-            r"last chunk: ([0-9.]+) s \(([0-9.]+) s CPU\); press → picture ([0-9.]+) s", status).groups())
+            rf"last chunk: ([0-9.]+) s \(([0-9.]+) s CPU\); key {key} to picture ([0-9.]+) s", status).groups())
         wall_s.append(wall)
         cpu_s.append(cpu)
         kernel_s.append(kernel)

@@ -7,7 +7,7 @@ on the synthetic data, ``workbench doctor``. Each extra adds the packages of a u
 * ``data`` — h5py, metaworld, imageio, imageio-ffmpeg, pillow, pyarrow, av (and packaging, which
   Meta-World's renderer imports without declaring it): the Meta-World HDF5 and LeRobot datasets,
   ``workbench data``, ``eval``, ``demo``, ``pretrain``, ``probe``, writing videos;
-* ``widgets`` — ipywidgets, matplotlib, ipykernel: the notebook views, ``workbench demo``'s loss chart;
+* ``widgets`` — ipywidgets, anywidget, matplotlib, ipykernel: the notebook views, ``workbench demo``'s loss chart;
 * ``peft`` — peft: ``lora`` adapters (and ``lora:`` blocks);
 * ``diffusers`` — diffusers, transformers, accelerate, sentencepiece, ftfy: the diffusers backbone plugins;
 * ``logging`` — tensorboard: the ``tensorboard`` callback.
@@ -29,7 +29,8 @@ DISTRIBUTION = "grafted-workbench"
 EXTRAS: dict[str, dict[str, str]] = {
     "data": {"h5py": "h5py", "metaworld": "metaworld", "imageio": "imageio", "imageio-ffmpeg": "imageio_ffmpeg",
              "pillow": "PIL", "pyarrow": "pyarrow", "av": "av", "packaging": "packaging"},
-    "widgets": {"ipywidgets": "ipywidgets", "matplotlib": "matplotlib", "ipykernel": "ipykernel"},
+    "widgets": {"ipywidgets": "ipywidgets", "anywidget": "anywidget", "matplotlib": "matplotlib",
+                "ipykernel": "ipykernel"},
     "peft": {"peft": "peft"},
     "diffusers": {"diffusers": "diffusers", "transformers": "transformers", "accelerate": "accelerate",
                   "sentencepiece": "sentencepiece", "ftfy": "ftfy"},

@@ -51,9 +51,9 @@ def register(kind: str, name: str) -> Callable[[T], T]:
     """Class decorator: make ``obj`` buildable as ``{type: name}`` in a ``kind`` block.
 
     Examples:
-        >>> from workbench import Adapter, build
+        >>> from workbench import SideAdapter, build
         >>> @register("adapter", "my_adapter")
-        ... class MyAdapter(Adapter): ...
+        ... class MyAdapter(SideAdapter): ...
         >>> type(build("adapter", "my_adapter")).__name__
         'MyAdapter'
     """

@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from workbench.core.adapter import Adapter
+from workbench.core.adapter import InsideAdapter as InsideAdapterKind
 from workbench.core.conditions import Conditioning
 from workbench.core.inside import InsideSpec
 from workbench.errors import CompositionError, ConfigError, listing
@@ -83,15 +83,14 @@ def check_indices(indices: Sequence[int] | None, count: int, field: str, what: s
 OWNER = "_workbench_inside_adapter"  # set on the backbone an inside adapter is attached to
 
 
-class InsideAdapter(Adapter):
-    """Base class of adapters that change the frozen base's own forward (see the module docstring).
+class InsideAdapter(InsideAdapterKind):
+    """Base class of the shipped adapters that change the frozen base's own forward (see the module
+    docstring): the contract's :class:`workbench.core.adapter.InsideAdapter` with where to reach,
+    hooks and LoRA.
 
     Subclasses implement :meth:`attach` (install hooks on the :class:`InsideSpec`) and may use
     ``self.state`` (the engaged conditioning, set by :meth:`engaged`) in their hooks.
     """
-
-    reuses_base_output = False
-    inside = True
 
     def __init__(self) -> None:
         super().__init__()
@@ -123,12 +122,6 @@ class InsideAdapter(Adapter):
     def attach(self, spec: InsideSpec) -> None:
         raise NotImplementedError
 
-    def forward(self, x_t, t, cond, base_output=None):
-        raise CompositionError(
-            f"{type(self).__name__} changes the base's own forward, so it has no output of its own: evaluate it "
-            f"through its ComposedModel (model.predict(x_t, t, batch)), which runs the base with it engaged."
-        )
-
     # -- the two switches --------------------------------------------------------------------
     def prepare_state(self, cond: Conditioning, x_t: torch.Tensor, t: torch.Tensor) -> object:
         """What the hooks need for one adapted forward (computed before the base runs)."""
@@ -153,10 +146,11 @@ class InsideAdapter(Adapter):
             yield self
 
     def _changed(self) -> None:
-        """The base's forward now computes something else for the same input (see ``forward_version``)."""
+        """The base's forward now computes something else for the same input: a base that caches its own
+        calls (a diffusers backbone's ``forward_version``) must not reuse one made before."""
         base = self._bound_to
         if base is not None:
-            vars(base)["forward_version"] = base.forward_version + 1
+            vars(base)["forward_version"] = getattr(base, "forward_version", 0) + 1
 
     @contextmanager
     def _switch(self, off: bool):
@@ -320,7 +314,7 @@ class LoraModules(nn.Module):
         state = {k: v.detach().cpu().contiguous().clone() for k, v in self.peft_state_dict().items()}
         config = self.peft_config.to_dict()
         config = {k: sorted(v) if isinstance(v, set) else v for k, v in config.items()}
-        pipelines = base.pipelines
+        pipelines = getattr(base, "pipelines", None)  # a diffusers backbone's: its pipeline's own LoRA format
         if pipelines:
             pipeline_class = type(next(iter(pipelines.values())))
             pipeline_class.save_lora_weights(str(staging), transformer_lora_layers=state,

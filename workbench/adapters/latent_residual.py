@@ -15,7 +15,7 @@ from torch import nn
 
 from workbench.adapters.path import PATH_CHANNELS, PATH_SIGNAL, ActionPath, PathConfig, sample_border, translated
 from workbench.config import check, config_from
-from workbench.core.adapter import Adapter
+from workbench.core.adapter import SideAdapter
 from workbench.core.conditions import Condition
 from workbench.errors import DataError
 from workbench.layers import ResBlock, group_count, timestep_embedding, with_running_sum
@@ -94,11 +94,11 @@ class LatentResidualConfig:
 
 
 @register("adapter", "latent_residual")
-class LatentResidual(Adapter):
+class LatentResidual(SideAdapter):
     """Zero-initialised latent correction conditioned on a per-frame signal."""
 
     config_class = LatentResidualConfig
-    zero_init_output = True
+    at_init = "zero_output"
 
     def __init__(self, config: LatentResidualConfig | None = None, **overrides):
         super().__init__()

@@ -48,7 +48,7 @@ from workbench.backbones.diffusers_loading import (
 )
 from workbench.config import check, check_compile
 from workbench.core import BaseVideoModel, Batch, ComponentSpec, FlowMatching, ModelCard, SamplingDefaults
-from workbench.core.backbone import as_video, freeze
+from workbench.core.backbone import as_video, example_inputs, freeze
 from workbench.core.platform import placement
 from workbench.errors import CheckpointError, DataError
 
@@ -139,6 +139,15 @@ class DiffusersBackbone(BaseVideoModel):
     causal_latents = True  # the video VAEs diffusers ships are causal in time: frame 0 → latent 0, then r per frame
     float32_components: tuple[str, ...] = ()  # components loaded and kept in float32 whatever the dtype (a VAE)
     _pending: _PipelineCall | None = None
+
+    forward_version: int = 0
+    """Bumped by whatever changes what :meth:`denoise` computes for the same input without touching
+    the weights (an inside adapter's switches): the pipeline's own transformer call, cached during
+    one sampler call, is reused only at the version it was made."""
+
+    pipelines: Mapping[str, Any] | None = None
+    """The diffusers pipelines this backbone drives, by mode. ``exp.export_lora`` writes a LoRA in
+    that pipeline class's own format (so ``pipe.load_lora_weights`` reads it)."""
 
     def __init__(self, config: DiffusersConfig | None = None, **overrides):
         super().__init__()
@@ -478,10 +487,24 @@ class DiffusersBackbone(BaseVideoModel):
     def _frames_from(self, raw: Mapping[str, Any]) -> int:
         return requested_frames(raw, self.card.sampling.num_frames)
 
+    def example_batch(self, batch_size: int = 2, *, generator: torch.Generator | None = None) -> dict[str, Any]:
+        """Video, the per-frame signals, a control video and a prompt at the clip's size, plus the guidance
+        prompt's embeddings where the backbone provides them as a condition."""
+        raw: dict[str, Any] = example_inputs(self.clip(), batch_size, generator=generator,
+                                             per_frame={"action": 4, "proprio": 3, "ee_pos": 3})
+        raw["prompt"] = self.config.prompt or "a robot arm pushes a puck"
+        if "negative_prompt_embeds" in self.provides():
+            negative = self.encode_text([self.config.negative_prompt] * batch_size)
+            if isinstance(negative, tuple):  # embeddings and their attention mask
+                raw["negative_prompt_embeds"], raw["negative_prompt_attention_mask"] = negative
+            else:
+                raw["negative_prompt_embeds"] = negative
+        return raw
+
 
 __all__ = [
     "CONTROL_KEY", "SIGNAL_CONDITIONS", "SIGNAL_KEYS", "DiffusersBackbone", "DiffusersConfig", "Injection",
-    "TinyFixture", "add_signals", "as_video", "batch_size_of", "check_video_size", "fixture_directory",
-    "pipeline_directory", "load_pipeline", "placement", "pool_to_latent_frames", "prompts_from", "requested_frames",
-    "resolve_dtype", "transformer_output", "uncond_batch",
+    "TinyFixture", "add_signals", "as_video", "batch_size_of", "check_video_size", "example_inputs",
+    "fixture_directory", "pipeline_directory", "load_pipeline", "placement", "pool_to_latent_frames", "prompts_from",
+    "requested_frames", "resolve_dtype", "transformer_output", "uncond_batch",
 ]

@@ -120,7 +120,8 @@ class Injection:
         """Compose each half of one transformer call with its own batch; re-join them in call order.
 
         ``halves``: ``(rows, batch)`` in the order the composition sees them (the conditional half
-        first, so a recording keeps the conditional prediction of each step).
+        first, so a recording keeps the conditional prediction of each step: the step's ``composed``
+        and ``x0``; the guided prediction the scheduler steps with gives the live step's ``guided_x0``).
         """
         x = hidden.to(self.batch.latents.dtype)
         whole = len(halves) == 1 and halves[0][0] == slice(0, x.shape[0])

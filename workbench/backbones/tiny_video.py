@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from workbench.config import check, check_compile
-from workbench.core.backbone import CONTROL_KEY, BaseVideoModel, StepRecord, as_video, control_video
+from workbench.core.backbone import CONTROL_KEY, BaseVideoModel, StepRecord, as_video, control_video, example_inputs
 from workbench.core.card import ComponentSpec, ModelCard, RecipeSpec, SamplingDefaults
 from workbench.core.conditions import Batch
 from workbench.core.inside import InsideSpec
@@ -40,6 +40,8 @@ WEIGHTS_DIR = Path(__file__).parent / "weights"
 PER_FRAME_KEYS = ("action", "proprio", "ee_pos")
 #: Per-clip vectors passed through as conditions: the camera's calibration (see workbench.data.camera).
 PER_CLIP_KEYS = ("camera",)
+#: The widths the example batch gives each signal (any width passes through).
+EXAMPLE_WIDTHS = {"action": 4, "proprio": 3, "ee_pos": 3, "camera": 12}
 PRECISION = {"cpu": "float32", "cuda": "float32", "mps": "float32"}
 PLACEMENT_FIELDS = ("weights", "device", "dtype", "compile")  # how this model is loaded and run, not what it is
 
@@ -243,6 +245,18 @@ class TinyVideo(BaseVideoModel):
 
     def provides(self) -> tuple[str, ...]:
         return ("first_frame", *PER_FRAME_KEYS, *PER_CLIP_KEYS, CONTROL_KEY)
+
+    def example_batch(self, batch_size: int = 2, *, generator: torch.Generator | None = None) -> dict[str, Any]:
+        """Video, the per-frame signals, the camera vector and a one-channel control video, at the clip's size.
+
+        Examples:
+            >>> raw = TinyVideo(image_size=16, frames=4, width=16, ae_width=8, depth=1).example_batch()
+            >>> sorted(raw), tuple(raw["video"].shape)
+            (['action', 'camera', 'control', 'ee_pos', 'proprio', 'video'], (2, 3, 4, 16, 16))
+        """
+        return example_inputs(self.clip(), batch_size, generator=generator,
+                              per_frame={k: EXAMPLE_WIDTHS[k] for k in PER_FRAME_KEYS},
+                              per_clip={k: EXAMPLE_WIDTHS[k] for k in PER_CLIP_KEYS})
 
     # -- autoencoder -------------------------------------------------------------------------
     def _norm(self, z: torch.Tensor) -> torch.Tensor:

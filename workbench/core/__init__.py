@@ -1,6 +1,6 @@
 """The contract: backbones, adapters, conditions, composers, objectives, and their composition."""
 
-from workbench.core.adapter import Adapter
+from workbench.core.adapter import Adapter, InsideAdapter, SideAdapter
 from workbench.core.backbone import BaseVideoModel, ClipSpec, StepRecord
 from workbench.core.callbacks import Callback
 from workbench.core.card import ComponentSpec, ModelCard, RecipeSpec, SamplingDefaults
@@ -9,6 +9,8 @@ from workbench.core.composers import (
     Add,
     ComposeContext,
     Composer,
+    Composition,
+    Diagnostics,
     GatedResidual,
     MaskMix,
     NoiseGated,
@@ -21,7 +23,7 @@ from workbench.core.objectives import Diffusion, FlowMatching, Objective
 
 __all__ = [
     "Adapter", "Add", "BaseVideoModel", "Batch", "Callback", "ClipSpec", "ComponentSpec", "ComposeContext",
-    "ComposedModel", "Composer", "Condition", "Conditioning", "Diffusion", "FlowMatching", "GatedResidual",
-    "InsideSpec", "MaskMix", "ModelCard", "NoiseGated", "Objective", "Prediction", "PretrainWarmup", "RecipeSpec",
-    "Replace", "SamplingDefaults", "StepRecord",
+    "ComposedModel", "Composer", "Composition", "Condition", "Conditioning", "Diagnostics", "Diffusion",
+    "FlowMatching", "GatedResidual", "InsideAdapter", "InsideSpec", "MaskMix", "ModelCard", "NoiseGated", "Objective",
+    "Prediction", "PretrainWarmup", "RecipeSpec", "Replace", "SamplingDefaults", "SideAdapter", "StepRecord",
 ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -17,17 +17,24 @@ from workbench.core.conditions import (
     prepare_conditioning,
     resolve_conditions,
 )
-from workbench.errors import ConditionError
+from workbench.errors import CompositionError, ConditionError
+
+AT_INIT = ("zero_output", "identity", "any")
+"""What an adapter promises at init (:attr:`Adapter.at_init`)."""
 
 
 class Adapter(nn.Module):
-    """Base class for adapters.
+    """Base class for adapters; derive from one of its two kinds.
 
-    Declare ``consumes = (Condition(...), ...)`` and implement
-    ``forward(x_t, t, cond, base_output=None) -> correction`` with ``x_t`` ``(B, C, T, H, W)``,
-    ``t`` ``(B,)`` and ``cond`` a :class:`Conditioning`. Adapters that reach into the base's
-    modules (LoRA, ControlNet) override :meth:`attach_base_model` and set
-    ``reuses_base_output = False`` (the base's own forward then depends on the adapter).
+    * :class:`SideAdapter` sits **beside** the frozen base: declare ``consumes = (Condition(...),
+      ...)`` and implement ``forward(x_t, t, cond, base_output=None) -> correction`` with ``x_t``
+      ``(B, C, T, H, W)``, ``t`` ``(B,)`` and ``cond`` a :class:`Conditioning`; a composer folds the
+      correction onto the base's prediction.
+    * :class:`InsideAdapter` works **inside** the base (LoRA, hooks, a ControlNet branch): it
+      implements :meth:`engaged` / :meth:`switched_off`, and the adapted base's prediction is the
+      prediction (composed with ``Replace``).
+
+    Each declares one init behaviour, :attr:`at_init`, which the test suite proves bit-exactly.
 
     Construction (the convention every component follows): an adapter with settings has a
     ``config_class`` dataclass that validates itself, takes ``__init__(config=None, **overrides)``
@@ -36,7 +43,7 @@ class Adapter(nn.Module):
 
     Examples:
         >>> from torch import nn
-        >>> class ActionBias(Adapter):
+        >>> class ActionBias(SideAdapter):
         ...     consumes = (Condition("action", dim=4, per_frame="mean"),)
         ...     def __init__(self):
         ...         super().__init__()
@@ -48,10 +55,26 @@ class Adapter(nn.Module):
     """
 
     consumes: tuple[Condition, ...] = ()
+    """The conditions it reads, matched against the backbone's ``provides()`` when bound."""
+    at_init: Literal["zero_output", "identity", "any"] = "any"
+    """``zero_output``: :meth:`forward` returns exactly 0 at init (a side adapter); ``identity``: the
+    adapted base is exactly the base at init (an inside adapter); ``any``: no promise."""
     reuses_base_output: bool = True
-    inside: bool = False  # True: changes the base's own forward (see engaged / switched_off)
-    zero_init_output: bool = False  # True when forward() returns exactly 0 at init
+    """The base's prediction does not depend on the adapter, so a cached one may be reused."""
+    inside: bool = False
+    """Set by the kind: ``True`` for an :class:`InsideAdapter` (changes the base's own forward)."""
+    zero_init_output: bool = False
+    """``at_init == "zero_output"`` (the earlier name of that promise; set from :attr:`at_init`)."""
     config_class: type | None = None
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        own = vars(cls)
+        if "zero_init_output" in own and "at_init" not in own:  # the earlier flag, said on the class
+            cls.at_init = "zero_output" if own["zero_init_output"] else "any"
+        if cls.at_init not in AT_INIT:
+            raise TypeError(f"{cls.__qualname__}.at_init = {cls.at_init!r}; allowed: {', '.join(AT_INIT)}.")
+        cls.zero_init_output = cls.at_init == "zero_output"
 
     def __init__(self) -> None:
         super().__init__()
@@ -131,3 +154,35 @@ class Adapter(nn.Module):
     def callbacks(self) -> tuple:
         """Callbacks this adapter brings to any training run it is part of."""
         return ()
+
+
+class SideAdapter(Adapter):
+    """An adapter beside the frozen base: ``forward(x_t, t, cond, base_output=None) -> correction``.
+
+    The base runs once per prediction (its output handed to ``forward`` as ``base_output``) and a
+    composer folds the correction onto it. ``at_init = "zero_output"`` when ``forward`` returns
+    exactly 0 at init: the usual composers are then the identity at init.
+    """
+
+    inside = False
+
+
+class InsideAdapter(Adapter):
+    """An adapter inside the frozen base: it changes the base's own forward, so the adapted base's
+    prediction is the prediction (composed with ``Replace``).
+
+    Implements :meth:`engaged` (the base's forward is the adapted one inside the block) and
+    :meth:`switched_off` (the base is exactly the frozen base inside the block), and is exactly the
+    base at init (``at_init = "identity"``). :class:`workbench.adapters.inside.InsideAdapter` adds
+    what the shipped ones share: where to reach (the backbone's ``inside_spec()``), hooks and LoRA.
+    """
+
+    inside = True
+    reuses_base_output = False
+    at_init = "identity"
+
+    def forward(self, x_t, t, cond, base_output=None):
+        raise CompositionError(
+            f"{type(self).__name__} changes the base's own forward, so it has no output of its own: evaluate it "
+            f"through its ComposedModel (model.predict(x_t, t, batch)), which runs the base with it engaged."
+        )

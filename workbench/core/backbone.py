@@ -102,12 +102,34 @@ def control_video(raw: Mapping[str, Any], *, batch_size: int, frames: int, devic
     return video.to(device=device, dtype=torch.float32)
 
 
+def example_inputs(clip: ClipSpec, batch_size: int = 2, *, generator: torch.Generator | None = None,
+                   per_frame: Mapping[str, int] | None = None, per_clip: Mapping[str, int] | None = None,
+                   control_channels: int | None = 1) -> dict[str, torch.Tensor]:
+    """Random raw inputs of one ``clip``'s size, on the CPU, drawn from ``generator`` only.
+
+    ``"video"`` ``(B, 3, T, H, W)`` in [-1, 1]; each ``per_frame`` signal ``name: D`` as ``(B, T, D)``;
+    each ``per_clip`` vector ``name: D`` as ``(B, D)``; a control video ``"control"``
+    ``(B, control_channels, T, H, W)`` unless ``control_channels`` is ``None``. The building block of
+    :meth:`BaseVideoModel.example_batch`.
+    """
+    g = generator if generator is not None else torch.Generator().manual_seed(0)
+    b, t, h, w = batch_size, clip.frames, clip.height, clip.width
+    raw = {"video": torch.rand(b, 3, t, h, w, generator=g) * 2 - 1}
+    raw.update({name: torch.rand(b, t, d, generator=g) for name, d in (per_frame or {}).items()})
+    raw.update({name: torch.rand(b, d, generator=g) for name, d in (per_clip or {}).items()})
+    if control_channels is not None:
+        raw[CONTROL_KEY] = torch.rand(b, control_channels, t, h, w, generator=g) * 2 - 1
+    return raw
+
+
 class BaseVideoModel(nn.Module):
     """A frozen video diffusion / flow model: the whole backbone contract, declared here.
 
     A backbone **must** set :attr:`card` and implement :meth:`provides`, :meth:`prepare_batch`,
     :meth:`encode`, :meth:`decode`, :meth:`denoise`, :meth:`default_objective` and
-    :meth:`run_sampler` (its native sampler). It **may** override :meth:`constrain`,
+    :meth:`run_sampler` (its native sampler), and declare :meth:`example_batch` (a raw batch holding
+    every input it takes, which the conformance kit, the benchmarks, the tests and the docs use).
+    It **may** override :meth:`constrain`,
     :meth:`encode_item`, :meth:`callbacks` and set the attributes below; each default here is
     the only one (nothing else in workbench guesses another). Callers use :meth:`generate`,
     which fills the request from the card, checks it and calls :meth:`run_sampler`.
@@ -153,16 +175,6 @@ class BaseVideoModel(nn.Module):
     """The most clips one :meth:`generate` call takes (e.g. 1 for a pipeline that conditions every
     sample on one image); ``None``: any number. Callers that predict many clips split them so."""
 
-    forward_version: int = 0
-    """Bumped by whatever changes what :meth:`denoise` computes for the same input without
-    touching the weights (an inside adapter's switches): a base call cached during one sampler
-    call (a diffusers pipeline's own transformer call) is reused only at the version it was made."""
-
-    pipelines: Mapping[str, Any] | None = None
-    """The diffusers pipelines a diffusers-native backbone drives, by mode. When set,
-    ``exp.export_lora`` writes the LoRA in that pipeline class's own format (so
-    ``pipe.load_lora_weights`` reads it); ``None``: a plain safetensors file of the peft weights."""
-
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
         if "_generate" in vars(cls) and "run_sampler" not in vars(cls):
@@ -188,6 +200,21 @@ class BaseVideoModel(nn.Module):
         every ``cond`` key is either here or in :attr:`sampler_inputs`.
         """
         raise NotImplementedError
+
+    def example_batch(self, batch_size: int = 2, *, generator: torch.Generator | None = None) -> dict[str, Any]:
+        """A raw batch of random data holding **every** input this backbone takes, at its clip's size.
+
+        :meth:`prepare_batch` of it supplies every name in :meth:`provides`; the conformance kit
+        (``check_backbone(make)`` without ``raw``), ``benchmarks/gpu_check.py``, the tests and the
+        docs use it, so no caller writes a batch by hand that goes stale when an input is added.
+        Tensors are on the CPU, drawn from ``generator`` only (default: seeded 0). The default
+        raises; a backbone declares its own, usually with :func:`example_inputs`.
+        """
+        raise NotImplementedError(
+            f"{type(self).__name__} does not declare an example batch. Define example_batch(batch_size=2, *, "
+            f"generator=None) returning a raw batch with every input it takes (see "
+            f"workbench.core.backbone.example_inputs), or pass raw=... where one is asked for."
+        )
 
     def prepare_batch(self, raw: Mapping[str, Any] | Batch) -> Batch:
         """Raw data (video, actions, prompts, ...) → :class:`Batch` of clean latents and conditions.

@@ -19,7 +19,7 @@ from torch import nn
 from workbench.core.adapter import Adapter
 from workbench.core.backbone import BaseVideoModel, OnStep, freeze
 from workbench.core.card import ModelCard
-from workbench.core.composers import ComposeContext, Composer, Replace
+from workbench.core.composers import ComposeContext, Composer, Composition, Diagnostics, Replace
 from workbench.core.conditions import Batch, Conditioning
 from workbench.core.objectives import Objective
 from workbench.errors import CompositionError
@@ -35,7 +35,11 @@ class Prediction:
     adapter: torch.Tensor | None
     composed: torch.Tensor
     cond: Conditioning | None
-    diagnostics: dict[str, torch.Tensor] = field(default_factory=dict)
+    diagnostics: Diagnostics = field(default_factory=Diagnostics)  # what the composer applied: gate, mask, ...
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.diagnostics, Diagnostics):  # a plain mapping, as diagnostics were before
+            self.diagnostics = Diagnostics.of(self.diagnostics)
 
 
 _UNREAD = object()
@@ -87,7 +91,7 @@ def _check_parts(base, adapter, composer, objective) -> None:
             f"base's prediction is the prediction; it is composed with Replace, got {composer.describe()}. Use "
             f"composer: {{type: replace}} (gates and residual mixes are for adapters beside the base)."
         )
-    if adapter.zero_init_output and composer.starves_zero_adapter:
+    if adapter.at_init == "zero_output" and composer.starves_zero_adapter:
         raise CompositionError(
             f"{composer.describe()} starts with a closed gate (0) and {type(adapter).__name__} starts with a zero "
             f"output, so neither would ever get a gradient (each one's gradient is the other's value). Open the "
@@ -200,9 +204,9 @@ class ComposedModel(nn.Module):
         else:
             correction = adapter_module(x_t, t, cond, base_output)
         ctx = _Context(x_t, t, step, self.objective)
-        composed, diagnostics = self.composer.compose(base_output, correction, ctx)
-        composed = base.constrain(composed, x_t, t, batch.cond)
-        return Prediction(x_t, t, base_output, correction, composed, cond, diagnostics)
+        composition = Composition.of(self.composer.compose(base_output, correction, ctx))
+        composed = base.constrain(composition.prediction, x_t, t, batch.cond)
+        return Prediction(x_t, t, base_output, correction, composed, cond, composition.diagnostics)
 
     def _predict_inside(self, x_t, t, batch, step, adapter, base_output, cond, reference) -> Prediction:
         use_adapter = self.adapter_enabled if adapter is None else adapter
@@ -216,9 +220,9 @@ class ComposedModel(nn.Module):
         with self.adapter.engaged(cond, x_t, t):
             adapted = self.base.denoise(x_t, t, batch.cond)
         ctx = _Context(x_t, t, step, self.objective)
-        composed, diagnostics = self.composer.compose(base_output, adapted, ctx)
-        composed = self.base.constrain(composed, x_t, t, batch.cond)
-        return Prediction(x_t, t, base_output, adapted, composed, cond, diagnostics)
+        composition = Composition.of(self.composer.compose(base_output, adapted, ctx))
+        composed = self.base.constrain(composition.prediction, x_t, t, batch.cond)
+        return Prediction(x_t, t, base_output, adapted, composed, cond, composition.diagnostics)
 
     def evaluation_note(self) -> str:
         """How one prediction of a recording is made (the number of base calls per sampler call)."""

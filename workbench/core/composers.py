@@ -6,16 +6,17 @@ Composers are modules and stack::
 
 Each says whether it is the identity at init (``identity_at_init``) and whether that needs a
 zero-output adapter (``needs_zero_adapter``); the test suite proves every claim bit-exactly.
-``compose`` returns the prediction and diagnostics (gate maps) for the inspection layer.
+``compose`` returns a :class:`Composition`: the prediction, and the gate, mask and noise weight it
+applied as named fields, which the inspection layer reads.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -40,6 +41,88 @@ class ComposeContext:
     step: int | None = None
 
 
+DIAGNOSTIC_FIELDS = ("gate", "mask", "noise_weight")
+
+
+@dataclass
+class Diagnostics(Mapping):
+    """What a composer applied besides its prediction, as named fields (``None``: not applied).
+
+    ``gate``: the effective gate, a scalar or ``(1, C, 1, 1, 1)``; ``mask``: a spatial mix weight
+    ``(B, 1, T, h, w)`` in [0, 1]; ``noise_weight``: ``(B,)``, the weight of the inner composition
+    at each sample's noise level; ``extra``: anything else, by name (e.g. ``warmup``). It also
+    reads as a mapping of the tensors that are set (``diag["gate"]``, ``diag.items()``), the
+    shape diagnostics had before they were typed.
+    """
+
+    gate: torch.Tensor | None = None
+    mask: torch.Tensor | None = None
+    noise_weight: torch.Tensor | None = None
+    extra: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, value: Diagnostics | Mapping[str, torch.Tensor] | None) -> Diagnostics:
+        """``value`` as :class:`Diagnostics` (a plain mapping's known keys become the fields)."""
+        if isinstance(value, Diagnostics):
+            return value
+        value = dict(value or {})
+        named = {k: value.pop(k) for k in DIAGNOSTIC_FIELDS if k in value}
+        return cls(**named, extra=value)
+
+    def as_dict(self) -> dict[str, torch.Tensor]:
+        out = {k: getattr(self, k) for k in DIAGNOSTIC_FIELDS if getattr(self, k) is not None}
+        return {**out, **self.extra}
+
+    def map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> Diagnostics:
+        """Every tensor through ``fn`` (e.g. moved to storage)."""
+        return Diagnostics(*(None if getattr(self, k) is None else fn(getattr(self, k)) for k in DIAGNOSTIC_FIELDS),
+                           extra={k: fn(v) for k, v in self.extra.items()})
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        return self.as_dict()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.as_dict())
+
+    def __len__(self) -> int:
+        return len(self.as_dict())
+
+
+@dataclass
+class Composition:
+    """What :meth:`Composer.compose` returns: the composed ``prediction`` and what it applied.
+
+    ``gate`` / ``mask`` / ``noise_weight`` / ``extra`` as in :class:`Diagnostics` (detached: they
+    are read, never trained through). ``pred, diag = composer.compose(...)`` still unpacks, as
+    the ``(prediction, dict)`` pair composers returned before.
+    """
+
+    prediction: torch.Tensor
+    gate: torch.Tensor | None = None
+    mask: torch.Tensor | None = None
+    noise_weight: torch.Tensor | None = None
+    extra: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, value: Composition | tuple) -> Composition:
+        """``value`` as a :class:`Composition`; a ``(prediction, dict)`` pair (the older return) is converted."""
+        if isinstance(value, Composition):
+            return value
+        prediction, diagnostics = value
+        d = Diagnostics.of(diagnostics)
+        return cls(prediction, d.gate, d.mask, d.noise_weight, d.extra)
+
+    @property
+    def diagnostics(self) -> Diagnostics:
+        return Diagnostics(self.gate, self.mask, self.noise_weight, dict(self.extra))
+
+    def replace(self, **changes) -> Composition:
+        return dataclasses.replace(self, **changes)
+
+    def __iter__(self) -> Iterator:
+        return iter((self.prediction, self.diagnostics))
+
+
 class Composer(nn.Module):
     """Base class. Subclasses implement :meth:`compose`.
 
@@ -49,23 +132,28 @@ class Composer(nn.Module):
     ``build("composer", name, to_dict(self.config))`` rebuilds it (see :func:`workbench.config.config_from`).
     """
 
+    # The claims, proved bit-exactly by the test suite: the class says them, or __init__ when settings decide.
     identity_at_init: bool = False
+    """The composition is exactly the base's prediction at init (see :attr:`needs_zero_adapter`)."""
     needs_zero_adapter: bool = False
+    """:attr:`identity_at_init` holds only through an adapter whose output starts at zero."""
     starves_zero_adapter: bool = False
+    """A zero-output adapter would never get a gradient through this composer (a gate starting at 0)."""
     config_class: type | None = None
 
-    def compose(self, base: torch.Tensor, adapter: torch.Tensor,
-                ctx: ComposeContext) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def compose(self, base: torch.Tensor, adapter: torch.Tensor, ctx: ComposeContext) -> Composition:
         raise NotImplementedError
 
     def forward(self, base: torch.Tensor, adapter: torch.Tensor, ctx: ComposeContext | None = None) -> torch.Tensor:
-        return self.compose(base, adapter, ctx or ComposeContext())[0]
+        return Composition.of(self.compose(base, adapter, ctx or ComposeContext())).prediction
 
     def gate_values(self) -> dict[str, float]:
         """Scalar summaries of the learned gates (read off the logging cadence, not per step)."""
         return {}
 
-    _gate_override: torch.Tensor | None = None
+    gate_override: torch.Tensor | None = None
+    """The value the gate reads instead of its learned one, set only inside :meth:`override_gate`
+    (``None`` otherwise). A composer with a gate reads it where it computes its gate."""
 
     @contextmanager
     def override_gate(self, value: float | torch.Tensor) -> Iterator[Composer]:
@@ -76,6 +164,8 @@ class Composer(nn.Module):
         is the effective gate ``g`` (a scalar, or one per channel; not capped by ``max_gate``);
         ``MaskMix``: a constant mask in [0, 1]; wrappers pass it to their inner composer (a
         ``NoiseGated`` band still applies; a ``PretrainWarmup`` in warmup bypasses the gate).
+        A composer of your own with a gate implements :meth:`check_gate_override` and reads
+        :attr:`gate_override`.
 
         Examples:
             >>> with model.composer.override_gate(0.0):          # the adapter switched off
@@ -83,20 +173,31 @@ class Composer(nn.Module):
             >>> torch.equal(pred.composed, pred.base)
             True
         """
-        previous = self._gate_override
-        self._gate_override = self._gate_override_value(value)
+        previous = self.gate_override
+        self.gate_override = self.check_gate_override(value)
         try:
             yield self
         finally:
-            self._gate_override = previous
+            self.gate_override = previous
 
-    def _gate_override_value(self, value: float | torch.Tensor) -> torch.Tensor:
-        """``value`` checked and converted for :meth:`override_gate`; composers with a gate override it."""
+    def check_gate_override(self, value: float | torch.Tensor) -> torch.Tensor:
+        """``value`` checked and converted to what the gate reads (:attr:`gate_override`); the hook a
+        composer with a gate implements. By default there is no gate, and this raises saying so."""
         raise CompositionError(
             f"{self.describe()} has no gate to override (gate_override={value!r}). Gates live in "
             f"GatedResidual and MaskMix (alone or inside NoiseGated / PretrainWarmup); leave "
             f"gate_override unset for this composer."
         )
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if "_gate_override_value" in vars(cls) and "check_gate_override" not in vars(cls):
+            cls.check_gate_override = vars(cls)["_gate_override_value"]  # the hook's earlier, private name
+
+    @property
+    def _gate_override(self) -> torch.Tensor | None:
+        """The earlier, private name of :attr:`gate_override`."""
+        return self.gate_override
 
     def callbacks(self) -> tuple:
         """Callbacks this composer brings to any training run it is part of."""
@@ -114,7 +215,7 @@ class Add(Composer):
     needs_zero_adapter = True
 
     def compose(self, base, adapter, ctx):
-        return base + adapter, {}
+        return Composition(base + adapter)
 
 
 @register("composer", "replace")
@@ -124,7 +225,7 @@ class Replace(Composer):
     identity_at_init = False
 
     def compose(self, base, adapter, ctx):
-        return adapter, {}
+        return Composition(adapter)
 
 
 @dataclass
@@ -174,27 +275,19 @@ class GatedResidual(Composer):
             p0 = max_gate * math.atanh(gate_init / max_gate)
         self.gate = nn.Parameter(torch.full(shape, float(p0)))
         self.max_gate = max_gate
-
-    @property
-    def identity_at_init(self) -> bool:  # type: ignore[override]
-        return True  # exactly so for any adapter when gate_init == 0, else via a zero adapter
-
-    @property
-    def needs_zero_adapter(self) -> bool:  # type: ignore[override]
-        return self.config.gate_init != 0.0
-
-    @property
-    def starves_zero_adapter(self) -> bool:  # type: ignore[override]
-        return self.config.gate_init == 0.0
+        # the identity for any adapter when the gate starts closed, else through a zero adapter
+        self.identity_at_init = True
+        self.needs_zero_adapter = c.gate_init != 0.0
+        self.starves_zero_adapter = c.gate_init == 0.0
 
     def effective_gate(self) -> torch.Tensor:
-        if self._gate_override is not None:
-            return self._gate_override
+        if self.gate_override is not None:
+            return self.gate_override
         if self.max_gate is None:
             return self.gate
         return self.max_gate * torch.tanh(self.gate / self.max_gate)
 
-    def _gate_override_value(self, value):
+    def check_gate_override(self, value):
         g = torch.as_tensor(value, dtype=self.gate.dtype, device=self.gate.device)
         if g.shape not in (torch.Size(()), self.gate.shape):
             raise CompositionError(
@@ -209,7 +302,7 @@ class GatedResidual(Composer):
             g = g.view(1, -1, *([1] * (adapter.ndim - 2)))  # (1, C, 1, 1, 1)
         if g.dtype != adapter.dtype:  # (a cast to its own dtype is a no-op that still costs a call)
             g = g.to(adapter.dtype)
-        return base + g * adapter, {"gate": g.detach()}
+        return Composition(base + g * adapter, gate=g.detach())
 
     def gate_values(self):
         g = self.effective_gate().detach()
@@ -270,12 +363,9 @@ class MaskMix(Composer):
         ratio = c.gate_init / c.max_gate
         nn.init.constant_(self.mask_net.bias, math.log(ratio / (1 - ratio)))
         self.scale = nn.Parameter(torch.zeros(())) if c.identity_init else None
+        self.identity_at_init = c.identity_init
 
-    @property
-    def identity_at_init(self) -> bool:  # type: ignore[override]
-        return self.config.identity_init
-
-    def _gate_override_value(self, value):
+    def check_gate_override(self, value):
         m = torch.as_tensor(value, dtype=self.mask_net.weight.dtype, device=self.mask_net.weight.device)
         if m.ndim != 0 or not 0.0 <= float(m) <= 1.0:
             raise CompositionError(
@@ -284,8 +374,8 @@ class MaskMix(Composer):
         return m
 
     def mask(self, base: torch.Tensor, adapter: torch.Tensor) -> torch.Tensor:
-        if self._gate_override is not None:
-            return self._gate_override.to(base.dtype).expand(base.shape[0], 1, *base.shape[2:])
+        if self.gate_override is not None:
+            return self.gate_override.to(base.dtype).expand(base.shape[0], 1, *base.shape[2:])
         logits = self.mask_net(torch.cat([base, adapter], dim=1).to(self.mask_net.weight.dtype))
         m = self.config.max_gate * torch.sigmoid(logits)  # (B, 1, T, H, W)
         if self.scale is not None:
@@ -294,7 +384,7 @@ class MaskMix(Composer):
 
     def compose(self, base, adapter, ctx):
         m = self.mask(base, adapter)
-        return base + m * (adapter - base), {"mask": m.detach()}
+        return Composition(base + m * (adapter - base), mask=m.detach())
 
     def gate_values(self):
         out = {"mask_bias_gate": float(self.config.max_gate * torch.sigmoid(self.mask_net.bias.detach()).mean())}
@@ -323,22 +413,13 @@ class Wrapper(Composer):
             raise CompositionError(f"{type(self).__name__} wraps a Composer, got {type(inner).__name__}.")
         self.inner = inner
         self.config = dataclasses.replace(config, inner=block_of(inner, "composer"))
+        self.identity_at_init = inner.identity_at_init
+        self.needs_zero_adapter = inner.needs_zero_adapter
+        self.starves_zero_adapter = inner.starves_zero_adapter
 
     @classmethod
     def from_config(cls, config):
         return cls(config=config)
-
-    @property
-    def identity_at_init(self) -> bool:  # type: ignore[override]
-        return self.inner.identity_at_init
-
-    @property
-    def needs_zero_adapter(self) -> bool:  # type: ignore[override]
-        return self.inner.needs_zero_adapter
-
-    @property
-    def starves_zero_adapter(self) -> bool:  # type: ignore[override]
-        return self.inner.starves_zero_adapter
 
     def gate_values(self):
         return self.inner.gate_values()
@@ -400,13 +481,14 @@ class NoiseGated(Wrapper):
                 "ComposedModel (which derives it from t with the objective), or pass "
                 "ComposeContext(noise_level=...) with values in [0, 1]."
             )
-        inner, diag = self.inner.compose(base, adapter, ctx)
+        composition = Composition.of(self.inner.compose(base, adapter, ctx))
+        inner = composition.prediction
         w = self.weight(ctx.noise_level).to(base.device)
         view = (-1, *([1] * (base.ndim - 1)))
         full, none = (w == 1).view(view), (w == 0).view(view)
         blended = base + w.view(view).to(base.dtype) * (inner - base)
         out = torch.where(full, inner, torch.where(none, base, blended))
-        return out, {**diag, "noise_weight": w.detach()}
+        return composition.replace(prediction=out, noise_weight=w.detach())
 
     def describe(self) -> str:
         return f"NoiseGated({self.inner.describe()}, lo={self.lo:g}, hi={self.hi:g})"
@@ -440,19 +522,8 @@ class PretrainWarmup(Wrapper):
         super().__init__(inner, config, **overrides)
         self.steps = int(self.config.steps)
         self.register_buffer("seen_step", torch.zeros((), dtype=torch.long))
-
-    @property
-    def identity_at_init(self) -> bool:  # type: ignore[override]
-        # base + adapter during warmup: identity only through a zero-output adapter.
-        return self.inner.identity_at_init if self.steps == 0 else True
-
-    @property
-    def needs_zero_adapter(self) -> bool:  # type: ignore[override]
-        return self.inner.needs_zero_adapter if self.steps == 0 else True
-
-    @property
-    def starves_zero_adapter(self) -> bool:  # type: ignore[override]
-        return self.inner.starves_zero_adapter and self.steps == 0
+        if self.steps > 0:  # base + adapter during warmup: the identity only through a zero-output adapter
+            self.identity_at_init, self.needs_zero_adapter, self.starves_zero_adapter = True, True, False
 
     def in_warmup(self, step: int | None) -> bool:
         current = int(self.seen_step) if step is None else step
@@ -462,8 +533,8 @@ class PretrainWarmup(Wrapper):
         if ctx.step is not None and self.training:
             self.seen_step.fill_(ctx.step)
         if self.in_warmup(ctx.step):
-            return base + adapter, {"warmup": torch.ones(())}
-        return self.inner.compose(base, adapter, ctx)
+            return Composition(base + adapter, extra={"warmup": torch.ones(())})
+        return Composition.of(self.inner.compose(base, adapter, ctx))
 
     def describe(self) -> str:
         return f"PretrainWarmup({self.inner.describe()}, steps={self.steps})"

@@ -296,21 +296,21 @@ class Ablation:
         return self._cache.get(self._key(), evaluate)
 
     def original_x0(self) -> torch.Tensor:
-        """The recorded x0 estimate at the current step ``(B, C, T, h, w)``, made as the edited one is.
+        """The recorded x0 estimate at the current step ``(B, C, T, h, w)``: the step's ``x0``.
 
-        From the step's recorded composed prediction and ``x_t`` (what :meth:`ablated_x0` recomposes
-        with the edit), so an unedited condition shows no change. Under classifier-free guidance the
-        sampler's own x0 mixes the conditional and the unconditional branch, while an edit recomposes
-        the branch the adapter saw: the sampler's x0 would show a change where there is none. Without
-        a stored composed prediction, the recorded x0.
+        A step's ``x0`` is made from its composed prediction (see :class:`~workbench.inspect.step.TrajectoryStep`),
+        as :meth:`ablated_x0` is from the edited one, so an unedited condition shows no change, guided
+        sampling included (the guided estimate mixes in a branch an edit does not recompose).
         """
-        rec = self.trajectory[self.step]
-        if not {"composed", "x_t"} <= set(rec.stored) or rec.composed is None:
-            return rec.get("x0")
-        latents = self.trajectory.batch.latents
-        composed = rec.composed.to(device=latents.device, dtype=latents.dtype)
-        x_t = rec.x_t.to(device=latents.device, dtype=latents.dtype)
-        return self.trajectory.model.objective.x0_from_prediction(composed, x_t, rec.t.to(latents.device))
+        rec, latents = self.trajectory[self.step], self.trajectory.batch.latents
+        remake = {"composed", "x_t"} <= set(rec.stored) and rec.composed is not None
+        if remake and (rec.x0 is None or rec.x0.dtype != latents.dtype):
+            # not stored, or stored at another precision: made again from the stored composed prediction, as
+            # the edit's is
+            composed = rec.composed.to(device=latents.device, dtype=latents.dtype)
+            x_t = rec.x_t.to(device=latents.device, dtype=latents.dtype)
+            return self.trajectory.model.objective.x0_from_prediction(composed, x_t, rec.t.to(latents.device))
+        return rec.get("x0").to(device=latents.device)
 
     def ablated_x0(self) -> torch.Tensor:
         """The x0 estimate with the edited condition ``(B, C, T, h, w)``, on the model's device.

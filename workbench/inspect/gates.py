@@ -20,7 +20,7 @@ import torch
 
 from workbench.core.callbacks import GateStatistics
 from workbench.core.composed import ComposedModel
-from workbench.core.composers import ComposeContext, Composer, NoiseGated, composer_tree
+from workbench.core.composers import ComposeContext, Composer, Composition, NoiseGated, composer_tree
 from workbench.core.conditions import Batch
 from workbench.inspect.common import (
     DEFAULT_LEVELS,
@@ -124,9 +124,10 @@ def _gate_rows(composer: Composer, model: ComposedModel | None, lv: np.ndarray, 
                 zeros, ones = torch.zeros(1, c, 1, 1, 1, device=device), torch.ones(1, c, 1, 1, 1, device=device)
                 for level in lv:
                     s = torch.full((1,), float(level), device=device)
-                    out, diag = composer.compose(zeros, ones, ComposeContext(x_t=zeros, t=s, noise_level=s))
-                    row = {"level": float(level), **_summarise("weight", out)}
-                    for key, value in diag.items():
+                    composition = Composition.of(composer.compose(zeros, ones, ComposeContext(x_t=zeros, t=s,
+                                                                                          noise_level=s)))
+                    row = {"level": float(level), **_summarise("weight", composition.prediction)}
+                    for key, value in composition.diagnostics.items():
                         row.update(_summarise(key, value))
                     rows.append(row)
     finally:

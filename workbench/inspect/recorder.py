@@ -92,9 +92,16 @@ class Recorder:
         noise_level = model.objective.noise_level(rec.t)
         keep_fields = self.keep and storage.keeps(rec.index, rec.steps, self.live_from)
         want_x0 = (keep_fields and "x0" in storage.fields) or self.user_on_step is not None
-        x0 = model.objective.x0_from_prediction(rec.prediction, rec.x_t, rec.t) if want_x0 else None
+        # x0 is the composed prediction's estimate at the step's x_t, in the dtype the composition saw: what
+        # x0_of(recompose) gives for this step. Under guidance the sampler's update mixes in the unconditional
+        # branch; its estimate is the live step's guided_x0 (equal to x0 where nothing is mixed in).
+        x0 = (model.objective.x0_from_prediction(pred.composed, rec.x_t.to(pred.x_t.dtype), rec.t)
+              if want_x0 else None)
         live = TrajectoryStep(rec.index, rec.steps, rec.t, noise_level, rec.x_t, x0, pred.base, pred.adapter,
                               pred.composed, pred.diagnostics)
+        if self.user_on_step is not None:
+            live.guided_x0 = (x0 if rec.prediction is pred.composed
+                              else model.objective.x0_from_prediction(rec.prediction, rec.x_t, rec.t))
         if self.keep:
             device, dtype = storage.device, storage.dtype
             t = store(rec.t, device)
@@ -107,11 +114,11 @@ class Recorder:
                     value = getattr(live, name)
                     if value is None:
                         values[name] = None
-                    elif value is x0 and self.user_on_step is None and _fresh(x0, rec):
+                    elif value is x0 and self.user_on_step is None and _fresh(x0, (pred.composed, rec.x_t, rec.t)):
                         values[name] = store(x0, device, dtype, private=True)  # nobody else holds it: no copy
                     else:
                         values[name] = store(value, device, dtype)
-                diagnostics = {k: store(v, device, dtype) for k, v in pred.diagnostics.items()}
+                diagnostics = pred.diagnostics.map(lambda v: store(v, device, dtype))
                 self.records[rec.index] = TrajectoryStep(rec.index, rec.steps, self.t[-1], self.noise[-1],
                                                          diagnostics=diagnostics, stored=storage.fields, **values)
             if storage.replay:
@@ -122,11 +129,11 @@ class Recorder:
         return live
 
 
-def _fresh(x0: torch.Tensor, rec: StepRecord) -> bool:
-    """Whether the x0 estimate is a tensor of its own: the objective computed it from the step's
-    prediction and ``x_t`` (rather than returning one of them, or a view of one)."""
+def _fresh(x0: torch.Tensor, sources: tuple[torch.Tensor, ...]) -> bool:
+    """Whether the x0 estimate is a tensor of its own: the objective computed it from ``sources`` (the
+    composed prediction, ``x_t``, ``t``) rather than returning one of them, or a view of one."""
     own = x0.untyped_storage().data_ptr()
-    return all(own != other.untyped_storage().data_ptr() for other in (rec.prediction, rec.x_t, rec.t))
+    return all(own != other.untyped_storage().data_ptr() for other in sources)
 
 
 def generator_state(generator: torch.Generator | None, seed: int, device: torch.device) -> torch.Tensor:

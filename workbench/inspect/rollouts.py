@@ -57,14 +57,22 @@ def register_state_reader(name: str, factory: Callable[[], Callable]) -> None:
     _STATE_READERS[name] = factory
 
 
+def _reader_entry_points() -> list:
+    """Every distribution's ``workbench.state_readers`` entry points. Each distribution's are read, not only the
+    first of a name (a stale ``*.egg-info`` of a development checkout, found first from its root, would hide
+    the installed metadata's)."""
+    return [ep for dist in metadata.distributions() for ep in dist.entry_points if ep.group == STATE_READER_GROUP]
+
+
 def state_reader(name: str) -> Callable:
     """The state reader registered as ``name`` (in process, or through the ``workbench.state_readers`` entry points)."""
     if name not in _STATE_READERS:
-        for ep in metadata.entry_points(group=STATE_READER_GROUP):
+        for ep in _reader_entry_points():
             if ep.name == name:
                 _STATE_READERS[name] = ep.load()
+                break
     if name not in _STATE_READERS:
-        known = sorted({*_STATE_READERS, *(ep.name for ep in metadata.entry_points(group=STATE_READER_GROUP))})
+        known = sorted({*_STATE_READERS, *(ep.name for ep in _reader_entry_points())})
         raise InspectError(
             f"state={name!r} names no state reader (registered: {', '.join(known) or 'none'}). Pass "
             f"state='recorded' (the recorded state: a ceiling), a callable frames_uint8 [B, T, H, W, 3] -> [B, D], "
@@ -163,6 +171,25 @@ class Rollout:
     @property
     def context_frames(self) -> int:
         return self._plan.context
+
+    @property
+    def model(self) -> ComposedModel:
+        return self._plan.model
+
+    @property
+    def steps(self) -> int:
+        """Sampling steps of every chunk."""
+        return self._plan.steps
+
+    @property
+    def seed(self) -> int:
+        """The rollout's seed (chunk ``k`` samples with ``chunk_seed(seed, k)``)."""
+        return self._plan.seed
+
+    @property
+    def state_mode(self) -> str:
+        """``probe``, ``recorded``, ``callable`` or ``none``: where chunks after the first get their state."""
+        return self._plan.state_mode
 
     @property
     def stride(self) -> int:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from workbench.core.composers import Diagnostics
 from workbench.inspect.common import InspectError, check_choice
 from workbench.inspect.storage import FIELDS
 
@@ -17,8 +18,14 @@ class TrajectoryStep:
     ``t`` ``(B,)`` is in the objective's units; ``noise_level`` (alias ``sigma``) ``(B,)`` in
     [0, 1]. ``x_t`` entered the step; ``base`` / ``adapter`` / ``composed`` are the predictions
     at ``x_t`` (``adapter`` is ``None`` when the adapter was off), ``composed`` being what the
-    composer returned to the sampler; ``x0`` is the objective's clean-sample estimate from the
-    prediction the sampler used. ``diagnostics``: the composer's (gates, masks, noise weight).
+    composer returned to the sampler (under guidance: for the conditional batch). ``x0`` is the
+    objective's clean-sample estimate **from** ``composed``, the one :meth:`Trajectory.x0_of
+    <workbench.inspect.Trajectory.x0_of>` gives for a recomposed prediction, so an unedited
+    recomposition reproduces it exactly. ``guided_x0`` (live steps handed to ``on_step`` only,
+    never stored): the estimate from the prediction the sampler's update used, which under
+    classifier-free guidance mixes in the unconditional branch; without guidance it is ``x0``.
+    ``diagnostics``: what the composer applied (:class:`~workbench.core.composers.Diagnostics`:
+    ``gate``, ``mask``, ``noise_weight``, ``extra``).
     """
 
     index: int
@@ -30,8 +37,13 @@ class TrajectoryStep:
     base: torch.Tensor | None = None
     adapter: torch.Tensor | None = None
     composed: torch.Tensor | None = None
-    diagnostics: dict[str, torch.Tensor] = field(default_factory=dict)
+    diagnostics: Diagnostics = field(default_factory=Diagnostics)
     stored: tuple[str, ...] = FIELDS
+    guided_x0: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.diagnostics, Diagnostics):  # a plain mapping, as diagnostics were before
+            self.diagnostics = Diagnostics.of(self.diagnostics)
 
     @property
     def sigma(self) -> torch.Tensor:

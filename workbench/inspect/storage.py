@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from workbench.core.composed import ComposedModel
-from workbench.core.composers import ComposeContext
+from workbench.core.composers import ComposeContext, Composition
 from workbench.core.conditions import Batch
 from workbench.inspect.common import InspectError, StorageWarning, check_choice, check_model, prepare
 from workbench.inspect.settings import Settings, applied
@@ -130,7 +130,7 @@ def estimate(model: ComposedModel, batch: Batch, steps: int, storage: StoragePol
         ones = torch.ones(shape[0], device=zeros.device)
         ctx = ComposeContext(x_t=zeros, t=ones, noise_level=ones, step=None)
         with applied(model, settings) as m, torch.no_grad():
-            _, diag = m.composer.compose(zeros, zeros, ctx)
+            diag = Composition.of(m.composer.compose(zeros, zeros, ctx)).diagnostics
         diagnostics = sum(latent_bytes(v.shape, store_dtype if v.is_floating_point() else v.dtype)
                           for v in diag.values())
     scalars = 2 * shape[0] * 8 * (steps - live_from)  # t and noise level per step (at most 8 bytes each)

@@ -270,7 +270,8 @@ class Trajectory:
 
     # -- rendering -------------------------------------------------------------------------
     def x0_of(self, prediction: Prediction) -> torch.Tensor:
-        """The objective's x0 estimate from a :class:`Prediction` (e.g. one from :meth:`recompose`)."""
+        """The objective's x0 estimate from a :class:`Prediction` (e.g. one from :meth:`recompose`): from its
+        composed prediction, as a recorded step's ``x0`` is, so ``x0_of(recompose(i))`` is ``traj[i].x0``."""
         return self.model.objective.x0_from_prediction(prediction.composed, prediction.x_t, prediction.t)
 
     def render(self, latents: torch.Tensor, decode: str = "preview", index: int = 0,

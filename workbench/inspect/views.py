@@ -88,14 +88,14 @@ def effective_gate_map(step: TrajectoryStep, index: int = 0) -> np.ndarray:
     if "adapter" in step.stored and step.adapter is None:
         return np.zeros_like(out)
     d = step.diagnostics
-    if "mask" in d:
-        mask = d["mask"].float()
+    if d.mask is not None:
+        mask = d.mask.float()
         mask = mask[index if mask.shape[0] > 1 else 0].mean(dim=0) if mask.ndim == 5 else mask.mean()
         out = out * np.broadcast_to(mask.cpu().numpy(), out.shape)
-    if "gate" in d:
-        out = out * float(d["gate"].float().mean())
-    if "noise_weight" in d:
-        weight = d["noise_weight"].float().reshape(-1)
+    if d.gate is not None:
+        out = out * float(d.gate.float().mean())
+    if d.noise_weight is not None:
+        weight = d.noise_weight.float().reshape(-1)
         out = out * float(weight[index if weight.numel() > 1 else 0])
     return out
 
@@ -111,7 +111,7 @@ def adapter_note(traj: Trajectory, step: TrajectoryStep, index: int = 0) -> str:
         if traj.settings.adapter is False:
             return "adapter off here (this branch runs the base alone)"
         return "adapter off here (the model's adapter is disabled)"
-    weight = step.diagnostics.get("noise_weight")
+    weight = step.diagnostics.noise_weight
     if weight is not None:
         w = weight.float().reshape(-1)
         if float(w[index if w.numel() > 1 else 0]) == 0:

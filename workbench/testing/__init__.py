@@ -8,16 +8,12 @@ Adapters that work inside the base (``lora``, ``action_modulation``, ``controlne
 check, :func:`check_inside_adapter`.
 
 Examples:
-    >>> import torch
     >>> from workbench.adapters.latent_residual import LatentResidual
     >>> from workbench.backbones.tiny_video import TinyVideo
     >>> from workbench.testing import check_backbone
-    >>> def test_my_backbone_keeps_the_contract():
-    ...     clips = {"video": torch.rand(2, 3, 4, 16, 16) * 2 - 1, "action": torch.rand(2, 4, 4),
-    ...              "proprio": torch.rand(2, 4, 3), "ee_pos": torch.rand(2, 4, 3), "camera": torch.rand(2, 12),
-    ...              "control": torch.rand(2, 1, 4, 16, 16)}       # every input the backbone takes
+    >>> def test_my_backbone_keeps_the_contract():          # raw: the backbone's example_batch()
     ...     check_backbone(lambda: TinyVideo(image_size=16, frames=4, width=16, ae_width=8, depth=1),
-    ...                    raw=clips, adapter_factory=lambda: LatentResidual(width=16, depth=1), steps=4)
+    ...                    adapter_factory=lambda: LatentResidual(width=16, depth=1), steps=4)
     >>> test_my_backbone_keeps_the_contract()         # raises ConformanceError naming each broken promise
 """
 

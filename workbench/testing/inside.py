@@ -8,8 +8,9 @@ untouched one::
     from workbench.testing import check_inside_adapter
 
     def test_my_lora_keeps_its_promises():
-        check_inside_adapter(lambda: MyBackbone(tiny_config), lambda: LoRA(rank=2),
-                             raw={"video": clips, "action": actions}, steps=3)
+        check_inside_adapter(lambda: MyBackbone(tiny_config), lambda: LoRA(rank=2), steps=3)
+
+(``raw=`` overrides the backbone's own :meth:`~workbench.BaseVideoModel.example_batch`.)
 """
 
 from __future__ import annotations
@@ -41,6 +42,10 @@ class _Run:
         self.make_backbone, self.adapter_factory, self.raw, self.steps, self.seed = (
             make_backbone, adapter_factory, raw, steps, seed)
         self.reference = self.base()
+        if raw is None:
+            from workbench.testing.promises import example_batch_of
+
+            self.raw = raw = example_batch_of(self.reference)
         self.batch = self.reference.prepare_batch(raw)
         self.trained = None
 
@@ -180,11 +185,12 @@ CHECKS = {"identity": _identity, "switched_off": _switched_off, "base_untouched"
 
 
 def check_inside_adapter(make_backbone: Callable[[], BaseVideoModel], adapter_factory: Callable[[], Adapter], *,
-                         raw: Mapping[str, Any], steps: int = 3, seed: int = 0,
+                         raw: Mapping[str, Any] | None = None, steps: int = 3, seed: int = 0,
                          raise_on_broken: bool = True) -> ConformanceReport:
     """Check every promise of an inside adapter (:data:`INSIDE_PROMISES`) on fresh bases from ``make_backbone``.
 
-    ``raw``: a raw training batch for ``prepare_batch`` holding what the adapter reads. Raises one
+    ``raw``: a raw training batch for ``prepare_batch`` holding what the adapter reads (default: the
+    backbone's :meth:`~workbench.BaseVideoModel.example_batch`). Raises one
     :class:`ConformanceError` listing the broken promises (``raise_on_broken=False`` returns the
     report instead); runs on the CPU in the backbone's own dtype.
     """

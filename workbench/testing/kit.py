@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from workbench.core.adapter import Adapter
+from workbench.core.adapter import Adapter, SideAdapter
 from workbench.core.backbone import BaseVideoModel
 from workbench.core.conditions import Batch
 
@@ -30,14 +30,14 @@ class Blocked(Exception):  # noqa: N818
     """A check needs something an earlier step failed to make (``prepare_batch(raw)``, the recording)."""
 
 
-class ProbeAdapter(Adapter):
+class ProbeAdapter(SideAdapter):
     """The kit's default adapter: ``scale * x_t`` with a scalar ``scale`` that starts at 0.
 
     It consumes no condition, so it binds to any backbone; it is exactly zero at init and
     trains (its gradient is the loss's correlation with ``x_t``).
     """
 
-    zero_init_output = True
+    at_init = "zero_output"
 
     def __init__(self) -> None:
         super().__init__()

@@ -502,7 +502,8 @@ PROMISES: dict[str, tuple[str, Callable[[Subject], str | None]]] = {
 """Promise name → (what it promises, its check), in checking order."""
 
 
-def check_backbone(make_backbone: Callable[[], BaseVideoModel] | BaseVideoModel, *, raw: Mapping[str, Any],
+def check_backbone(make_backbone: Callable[[], BaseVideoModel] | BaseVideoModel, *,
+                   raw: Mapping[str, Any] | None = None,
                    adapter_factory: Callable[[], Adapter] | None = None,
                    generate_raw: Mapping[str, Any] | None = None, steps: int | None = None,
                    fork_at: int | None = None, sampler_kwargs: Mapping[str, Any] | None = None,
@@ -515,6 +516,7 @@ def check_backbone(make_backbone: Callable[[], BaseVideoModel] | BaseVideoModel,
             to ``device`` (and ``dtype``) and frozen by the checks.
         raw: a raw *training* batch for ``prepare_batch``, holding every input the backbone
             takes (video, each signal, prompts ...), so that every name in ``provides()`` is made.
+            Default: the backbone's own :meth:`~workbench.BaseVideoModel.example_batch`.
         adapter_factory: a callable returning a fresh adapter that is zero at init and binds to
             this backbone (default :class:`ProbeAdapter`, which consumes nothing).
         generate_raw: what to sample from (default: the first clip of ``prepare_batch(raw)``).
@@ -535,7 +537,6 @@ def check_backbone(make_backbone: Callable[[], BaseVideoModel] | BaseVideoModel,
     Examples:
         >>> from workbench.backbones.tiny_video import TinyVideo
         >>> report = check_backbone(lambda: TinyVideo(image_size=16, frames=4, width=16, ae_width=8, depth=1),
-        ...                         raw={"video": torch.rand(2, 3, 4, 16, 16) * 2 - 1, "action": torch.rand(2, 4, 4)},
         ...                         steps=4, promises=["card", "identity", "recording"])
         >>> report.ok
         True
@@ -549,6 +550,8 @@ def check_backbone(make_backbone: Callable[[], BaseVideoModel] | BaseVideoModel,
             "backbone", "make_backbone() returns a workbench BaseVideoModel", "broken",
             f"got {type(base).__name__}; subclass workbench.BaseVideoModel.")])
         raise ConformanceError(report)
+    if raw is None:
+        raw = example_batch_of(base)
     if not isinstance(raw, Mapping):
         raise TypeError(f"raw must be a mapping (a raw training batch), got {type(raw).__name__}.")
     name = getattr(base.card, "model_id", None) or "?"
@@ -578,6 +581,14 @@ def check_backbone(make_backbone: Callable[[], BaseVideoModel] | BaseVideoModel,
     if report.broken and raise_on_broken:
         raise ConformanceError(report)
     return report
+
+
+def example_batch_of(base: BaseVideoModel) -> Mapping[str, Any]:
+    """``base.example_batch()``, or a TypeError saying to declare one or pass ``raw``."""
+    try:
+        return base.example_batch()
+    except NotImplementedError as err:
+        raise TypeError(f"No raw batch to check with: raw was not given and {err}") from None
 
 
 def _checked_names(names: Iterable[str], known: Mapping[str, Any]) -> list[str]:

@@ -205,8 +205,9 @@ class BaseAhead:
         return {name: np.concatenate([parts[(name, lo)] for lo in range(0, len(clips), chunk)])
                 for name, (clips, _) in requests.items()}
 
-    def close(self, timeout: float = 10.0) -> None:
-        """End the second process (asked first; ended if it does not stop within ``timeout`` seconds)."""
+    def close(self, timeout: float = 2.0) -> None:
+        """End the second process: asked to stop, which it does at once once its steps are handed over;
+        ended if it has not stopped within ``timeout`` seconds (e.g. steps ahead of an interrupted fit)."""
         if self._closed:
             return
         self._closed = True

@@ -71,8 +71,10 @@ def _overrides(callbacks: list[Callback], hook: str) -> list[Callback]:
 
 
 def _on_device(batch: Batch, device: torch.device) -> bool:
-    tensors = (batch.latents, batch.loss_mask, *batch.cond.values())
-    return all(v.device == device for v in tensors if isinstance(v, torch.Tensor))
+    for v in (batch.latents, batch.loss_mask, *batch.cond.values()):  # (a plain loop: this runs every step)
+        if isinstance(v, torch.Tensor) and v.device != device:
+            return False
+    return True
 
 
 class AdapterExperiment:

@@ -338,11 +338,11 @@ def memory_plan(config: Any, device: str = "cuda", memory: str | int | None = No
 
 def _recording(base, shape: tuple[int, ...], steps: int) -> tuple[int, int]:
     """A recording's bytes under the default StoragePolicy and the predictions each step keeps for forks."""
-    from workbench import Adapter, Batch, ComposedModel, GatedResidual
+    from workbench import Batch, ComposedModel, GatedResidual, SideAdapter
     from workbench.inspect import StoragePolicy, estimate_memory
 
-    class Zero(Adapter):
-        zero_init_output = True
+    class Zero(SideAdapter):
+        at_init = "zero_output"
 
         def forward(self, x_t, t, cond, base_output=None):
             return torch.zeros_like(x_t)

@@ -98,6 +98,7 @@ class Drive(View):
         self.add_class("workbench-drive")
         self.image.add_class("workbench-drive-image")
         self.last_latency_s: float | None = None  # key press (or button) to picture, in the kernel
+        self.last_action = ""  # what that was: "key ArrowRight", "step", "undo", "branch", "switch"
         try:
             self.keypad: widgets.Widget | None = _keypad_class()()
             self.keypad.on_msg(lambda _, content, __: self.key(content.get("key", "")))
@@ -194,12 +195,12 @@ class Drive(View):
             self.tool_status.value = f"<span style='color:#b2182b'>{what} failed: {type(err).__name__}: " \
                                      f"{html.escape(str(err))}</span>"
             raise
-        self._redraw(started)
+        self._redraw(started, what)
 
     def undo(self) -> None:
         started = time.perf_counter()
         self.state.undo()
-        self._redraw(started)
+        self._redraw(started, "undo")
 
     def branch(self, chunk: int | None = None) -> None:
         """Fork at ``chunk`` (default: the chunk chosen) with the current action."""
@@ -208,7 +209,7 @@ class Drive(View):
         self.state.branch(chunk)
         self.tool_status.value = (f"branched at chunk {chunk} with {self._action_text()}; "
                                   f"{len(self.state.branches)} other line(s) kept")
-        self._redraw(started)
+        self._redraw(started, "branch")
 
     def switch(self, line: int | None = None) -> None:
         line = self.switch_select.value if line is None else line
@@ -217,7 +218,7 @@ class Drive(View):
         started = time.perf_counter()
         self.state.switch(line)
         self.tool_status.value = f"switched to line {line}"
-        self._redraw(started)
+        self._redraw(started, "switch")
 
     def open_stepper(self, chunk: int | None = None):
         """Show the Stepper on chunk ``chunk``'s recorded sampling run (default: the chunk chosen) below the view."""
@@ -235,11 +236,12 @@ class Drive(View):
         return written
 
     # -- the picture --------------------------------------------------------------------------------
-    def _redraw(self, started: float) -> None:
+    def _redraw(self, started: float, what: str) -> None:
         def draw():
             self._update_controls()
             self._draw()
             self.last_latency_s = time.perf_counter() - started
+            self.last_action = what
             self._status()
 
         self.request(draw)
@@ -276,8 +278,8 @@ class Drive(View):
                  f"<b>{s.steps} sampling steps</b> per chunk · frames: full decode · next: {self._action_text()}"]
         if s.timings and self.last_latency_s is not None:
             t = s.timings[-1]
-            lines.append(f"last chunk: {t.wall_s:.2f} s ({t.cpu_s:.2f} s CPU); press → picture "
-                         f"<b>{self.last_latency_s:.2f} s</b> in the kernel")
+            lines.append(f"last chunk: {t.wall_s:.2f} s ({t.cpu_s:.2f} s CPU); {html.escape(self.last_action)} to "
+                         f"picture <b>{self.last_latency_s:.2f} s</b> in the kernel")
         if s.readout is None:
             lines.append(f"<i>{html.escape(s.readout_note)}</i>")
         self.status.value = status_lines(*lines)

@@ -11,9 +11,12 @@ measures whether the predictions follow the actions:
   (``workbench probe``);
 * :mod:`~workbench.worldmodel.evaluate`: predicting held-out clips three ways and scoring them
   (``workbench eval``);
+* :mod:`~workbench.worldmodel.rollout_eval`: whole held-out episodes rolled out chunk by chunk and scored
+  per chunk (``workbench eval RUN --rollout``);
 * :mod:`~workbench.worldmodel.policies`: policies recorded in the simulator, replayed as rollouts and
   ranked against it (``workbench eval RUN --policies``);
-* :mod:`~workbench.worldmodel.demo`: the whole study in one command (``workbench demo``).
+* :mod:`~workbench.worldmodel.demo`: the whole study in one command (``workbench demo``), which ends with
+  :func:`~workbench.worldmodel.summary.first_table`.
 
 The library (core, train, inspect, widgets, adapters, backbones, data, testing, the ``workbench``
 command) never imports this package; its commands register through the ``workbench.commands``
@@ -39,6 +42,9 @@ _LAZY = {
     "evaluate_run": "workbench.worldmodel.evaluate",
     "evaluate_world_model": "workbench.worldmodel.evaluate",
     "load_run": "workbench.worldmodel.evaluate",
+    "LONG_PATH": "workbench.worldmodel.rollout_eval",
+    "long_episodes": "workbench.worldmodel.rollout_eval",
+    "evaluate_rollouts": "workbench.worldmodel.rollout_eval",
     "load_policies": "workbench.worldmodel.policies",
     "imagine": "workbench.worldmodel.policies",
     "evaluate_policies": "workbench.worldmodel.policies",
@@ -46,6 +52,8 @@ _LAZY = {
     "DemoConfig": "workbench.worldmodel.demo",
     "TRAINED_ADAPTER": "workbench.worldmodel.demo",
     "run_demo": "workbench.worldmodel.demo",
+    "SCRATCH_MODEL": "workbench.worldmodel.demo",
+    "first_table": "workbench.worldmodel.summary",
 }
 
 __all__, __getattr__, __dir__ = lazy_exports("workbench.worldmodel", _LAZY, "names")

@@ -104,47 +104,6 @@ def scratch_reference_rows(cfg: DemoConfig) -> str:
     return "\n".join(rows)
 
 
-def _target_cells(metrics: dict[str, Any] | None) -> list[str]:
-    """The four cells of the targets' table for one run's metrics (``None``: blanks)."""
-    if metrics is None:
-        return ["", "", "", ""]
-    s = metrics["summary"]
-    cells = [f"{s['adapter_minus_base_moving_psnr_db']:+.2f} dB", f"{100 * s['adapter_beats_swapped_fraction']:.0f}%",
-             f"{s['mean']['adapter']['action_error']:.1f} cm ({s['action_error_adapter_over_base']:.2f}x)"]
-    unseen = metrics.get("unseen", {}).get("summary")
-    cells.append(f"{unseen['adapter_minus_base_moving_psnr_db']:+.2f} dB / "
-                 f"{100 * unseen['adapter_beats_swapped_fraction']:.0f}%" if unseen else "not run")
-    return cells
-
-
-def targets_table(metrics: dict[str, Any], reference: dict[str, Any] | None = None) -> str:
-    """This run against the targets, beside the stored numbers of the actions-only adapter (``reference``)."""
-    from workbench.worldmodel.evaluate import TARGETS
-
-    seen, unseen = TARGETS["seen"], TARGETS["unseen"]
-    s, u = metrics["summary"], metrics.get("unseen", {}).get("summary")
-    met = [s["adapter_minus_base_moving_psnr_db"] >= seen["gain_db"],
-           s["adapter_beats_swapped_fraction"] >= seen["wins"],
-           s["mean"]["adapter"]["action_error"] <= seen["action_cm"]
-           and s["action_error_adapter_over_base"] <= seen["action_ratio"],
-           bool(u) and u["adapter_minus_base_moving_psnr_db"] >= unseen["gain_db"]
-           and u["adapter_beats_swapped_fraction"] >= unseen["wins"]]
-    target = [f">= +{seen['gain_db']:g} dB", f">= {100 * seen['wins']:.0f}%",
-              f"<= {seen['action_cm']:g} cm (<= {seen['action_ratio']:g}x)",
-              f">= +{unseen['gain_db']:g} dB / >= {100 * unseen['wins']:.0f}%"]
-    names = ["moving-pixel PSNR gain over the base", "beats swapped actions", "action error (probe)",
-             "unseen tasks: gain / wins"]
-    this, before = _target_cells(metrics), _target_cells(reference)
-    head = (f"{'held-out episodes of the training tasks':40}{'this run':>18}{'actions only':>18}{'target':>24}"
-            f"{'':>9}")
-    rows = [head] + [f"{n:40}{a:>18}{b:>18}{t:>24}{'met' if ok else 'NOT met':>9}"
-                     for n, a, b, t, ok in zip(names, this, before, target, met)]
-    if reference is not None:
-        rows.append(f"actions only: the adapter without the action path, {reference['training']['steps']} steps, "
-                    f"stored, not rerun ({ACTIONS_ONLY_REFERENCE.name})")
-    return "\n".join(rows)
-
-
 @dataclasses.dataclass
 class DemoConfig:
     """Budget and evaluation of the demo (``--quick`` shrinks every number).
@@ -156,6 +115,11 @@ class DemoConfig:
     ``processes``: 2 trains and evaluates on two processes of one thread each (``workbench demo``'s
     default), with the same results as 1: the second runs the frozen base's half of every training
     step ahead and predicts half the evaluation's chunks (:mod:`workbench.train.ahead`).
+    ``world``: then roll the trained world model out over a few whole held-out episodes and rank the
+    recorded policies in it (:func:`workbench.worldmodel.imagination.world_summary`; on the shipped
+    sample only), and end with the first table (:func:`workbench.worldmodel.summary.first_table`);
+    ``world_quick``: at the reduced size of :meth:`WorldSummaryConfig.quick
+    <workbench.worldmodel.imagination.WorldSummaryConfig.quick>`.
     """
 
     output: str = "outputs/demo"
@@ -180,11 +144,13 @@ class DemoConfig:
     objective: dict | None = dataclasses.field(default_factory=lambda: copy.deepcopy(OBJECTIVE))
     control: str | None = None
     processes: int = 1
+    world: bool = True
+    world_quick: bool = False
 
     @classmethod
     def quick(cls, **overrides: Any) -> DemoConfig:
         return cls(**{"steps": 10, "batch_size": 2, "eval_clips": 4, "unseen_clips": 4, "sampling_steps": 4,
-                      "video_clips": 2, **overrides})
+                      "video_clips": 2, "world_quick": True, **overrides})
 
     def __post_init__(self):
         if self.processes not in (1, 2):
@@ -293,10 +259,51 @@ def run_demo(cfg: DemoConfig, progress: bool = True) -> dict[str, Any]:
 
         ahead = BaseAhead(exp.resolved_config(), steps=max(0, exp.training.steps - exp.step), start=exp.step)
     try:
-        return _train_and_evaluate(cfg, exp, ahead, out, started, progress)
+        metrics = _train_and_evaluate(cfg, exp, ahead, out, started, progress)
     finally:
         if ahead is not None:
             ahead.close()
+    if cfg.world and cfg.data == "sample" and not cfg.from_scratch and not exp.interrupted:
+        _look_past_one_window(cfg, metrics, out, started, progress)
+    return metrics
+
+
+def _look_past_one_window(cfg: DemoConfig, metrics: dict[str, Any], out: Path, started: float,
+                          progress: bool) -> None:
+    """Rollouts and the policy ranking with the trained run, then the first table (in ``metrics``)."""
+    from workbench.worldmodel.evaluate import json_safe
+    from workbench.worldmodel.imagination import WorldSummaryConfig, world_summary
+    from workbench.worldmodel.summary import first_table
+
+    settings = WorldSummaryConfig.quick() if cfg.world_quick else WorldSummaryConfig()
+    if progress:
+        print(f"rolling out {settings.rollout_episodes} held-out episodes of {settings.rollout_frames} frames and "
+              f"ranking the recorded policies in the world model ({cfg.processes} process"
+              f"{'es' if cfg.processes > 1 else ''})", flush=True)
+    world = world_summary(metrics["training"]["checkpoint"], scratch_dir=SCRATCH_MODEL if SCRATCH_MODEL.is_dir()
+                          else None, cfg=settings, processes=cfg.processes)
+    scratch = json.loads(SCRATCH_REFERENCE.read_text()) if SCRATCH_REFERENCE.is_file() else None
+    if scratch is not None and scratch["evaluation"]["clips"] != cfg.eval_clips:
+        scratch = None  # scored on other clips: nothing to compare with
+    ceiling = TRAINED_ADAPTER / "measured_path_metrics.json"
+    ceiling = json.loads(ceiling.read_text()) if ceiling.is_file() and scratch is not None else None
+    r, p = world["rollout"], world["policies"]
+    notes = [f"rollout: {r['episodes']} held-out episodes of {r['frames']} frames, {settings.sampling_steps} sampling "
+             f"steps, each chunk from the last frame the model made; the whole study: workbench eval "
+             f"{out / 'run'} --rollout",
+             f"policy ranking: {len(p['policies'])} policies x {p['starts']} start states x {len(p['tasks'])} tasks, "
+             f"imagined vs simulated outcome; with the from-scratch run: workbench eval {out / 'run'} --policies "
+             f"--scratch {SCRATCH_MODEL}"]
+    if scratch is not None:
+        notes.append(f"from scratch and measured path: stored runs, not rerun ({SCRATCH_MODEL.name}, "
+                     f"{ceiling and 'measured_path_metrics.json'}); the rollout's from-scratch column is rerun")
+    metrics["world"] = world
+    metrics["seconds"] = round(time.perf_counter() - started, 1)
+    table = first_table(metrics, scratch=scratch, ceiling=ceiling, rollout=r, policies=p, notes=notes)
+    metrics["first_table"] = table
+    metrics["table"] = metrics["table"] + "\n\n" + table
+    (out / "metrics.json").write_text(json.dumps(json_safe({k: v for k, v in metrics.items() if k != "table"}),
+                                                indent=1))
 
 
 def _train_and_evaluate(cfg: DemoConfig, exp, ahead, out: Path, started: float, progress: bool) -> dict[str, Any]:
@@ -358,13 +365,8 @@ def _train_and_evaluate(cfg: DemoConfig, exp, ahead, out: Path, started: float, 
             f"trained {exp.step} steps in {train_seconds / 60:.1f} min; total {metrics['seconds'] / 60:.1f} min"
             + (f"; (b) and (c) sampled with the learned gate x{cfg.gate_scale:g}" if cfg.gate_scale else ""))
     reference = scratch_reference_rows(cfg)
-    before = None
-    if shipped and not cfg.from_scratch and ACTIONS_ONLY_REFERENCE.is_file():
-        before = json.loads(ACTIONS_ONLY_REFERENCE.read_text())
-        before = before if before["evaluation"]["clips"] == cfg.eval_clips else None
     metrics["table"] = "\n\n".join([head, seen["table"] + ("\n" + reference if reference else ""),
-                                     *([unseen["table"]] if unseen else []),
-                                     *([targets_table(metrics, before)] if shipped and not cfg.from_scratch else [])])
+                                     *([unseen["table"]] if unseen else [])])
     return metrics
 
 

@@ -576,7 +576,8 @@ def add_arguments(parser) -> None:
                              "%(default)s)")
     parser.add_argument("--scratch", help="--rollout, --policies: a from-scratch run directory to evaluate as well")
     parser.add_argument("--variants", help="--rollout: comma-separated, of base, adapter, swapped, scratch (default: "
-                                           "base,adapter,swapped, and scratch with --scratch)")
+                                           "base,adapter,swapped, and scratch with --scratch); --policies: of base, "
+                                           "adapter, scratch")
     parser.add_argument("--out", help="output directory (metrics.json, side_by_side.mp4/.gif; with --rollout: "
                                       "rollout_metrics.json, drift.png; with --policies: policy_ranking.json, "
                                       "optional)")

@@ -451,11 +451,13 @@ def agreement(distance: np.ndarray, episodes: PolicyEpisodes, *, resamples: int 
 
 def evaluate_policies(runs: dict[str, Any], episodes: PolicyEpisodes | None = None, *, steps: int = DEFAULT_STEPS,
                       seed: int = 0, gate_scale: float | None = DEFAULT_GATE_SCALE, batch: int = 24,
-                      resamples: int = 2000, progress: bool = True) -> dict[str, Any]:
+                      resamples: int = 2000, variants: Sequence[str] | None = None,
+                      progress: bool = True) -> dict[str, Any]:
     """Replay the recorded policies in each world model of ``runs`` and rank them against the simulator.
 
     ``runs``: ``{"adapter": exp}`` (its frozen base alone is evaluated too, as ``base``) and optionally
-    ``"scratch"``: a from-scratch run. Returns a JSON-ready report: per variant the rank agreement
+    ``"scratch"``: a from-scratch run. ``variants``: which of ``base``, ``adapter``, ``scratch`` to replay
+    (default: all that ``runs`` allows). Returns a JSON-ready report: per variant the rank agreement
     (:func:`agreement`), the imagined distances and the CPU seconds; ``probe_on_truth`` scores the
     simulator's own last frames with the probes (the ceiling of the scoring).
     """
@@ -466,6 +468,13 @@ def evaluate_policies(runs: dict[str, Any], episodes: PolicyEpisodes | None = No
     plan = [("base", runs["adapter"], False), ("adapter", runs["adapter"], True)]
     if runs.get("scratch") is not None:
         plan.append(("scratch", runs["scratch"], True))
+    if variants is not None:
+        known = [name for name, _, _ in plan]
+        unknown = [v for v in variants if v not in known]
+        if unknown:
+            raise ConfigError(f"--variants: {listing(unknown)} cannot be replayed here; choose of {listing(known)} "
+                              f"(scratch needs --scratch RUN_DIR).")
+        plan = [p for p in plan if p[0] in variants]
     report: dict[str, Any] = {"episodes": len(episodes), "tasks": episodes.tasks, "policies": episodes.policies,
                               "starts": int(episodes.meta["starts"]), "frames": int(episodes.actions.shape[1]),
                               "sampling_steps": int(steps), "seed": int(seed), "gate_scale": gate_scale,
@@ -477,8 +486,8 @@ def evaluate_policies(runs: dict[str, Any], episodes: PolicyEpisodes | None = No
         if progress:
             print(f"{VARIANT_LABELS[name]}: {len(episodes)} episodes of {episodes.actions.shape[1]} frames, "
                   f"{steps} steps", flush=True)
-        got = imagine(exp, episodes, steps=steps, seed=seed, adapter=on, gate_scale=gate_scale if on else None,
-                      batch=batch, progress=progress)
+        got = imagine(exp, episodes, steps=steps, seed=seed, adapter=on,  # (the scratch run's model has no gate)
+                      gate_scale=gate_scale if name == "adapter" else None, batch=batch, progress=progress)
         report["variants"][name] = {"agreement": agreement(got["distance"], episodes, resamples=resamples, seed=seed),
                                     "distance_m": got["distance"].round(5).tolist(),
                                     "cpu_seconds": round(got["cpu_seconds"], 1)}
@@ -535,9 +544,10 @@ def run_eval(args: Any, exp: Any) -> int:
 
         scratch = load_run(args.scratch)
     gate = args.gate_scale if getattr(args, "gate_scale", None) is not None else DEFAULT_GATE_SCALE
+    variants = [v for v in args.variants.split(",") if v] if getattr(args, "variants", None) else None
     report = evaluate_policies({"adapter": exp, "scratch": scratch}, episodes,
                                steps=args.sampling_steps or DEFAULT_STEPS, seed=args.seed, gate_scale=gate,
-                               progress=not args.no_progress)
+                               variants=variants, progress=not args.no_progress)
     report["run"] = str(args.run_dir)
     report["torch_threads"] = int(os.environ.get("OMP_NUM_THREADS", "1"))
     print(format_report(report))

@@ -237,10 +237,11 @@ def drift_plot(path: str | Path, summary: dict[str, Any], variants: list[str], t
         left.axhline(rows[0]["base_hand_error_cm"], color="grey", linewidth=0.6, linestyle="--")
     left.set(xlabel="chunk", ylabel="hand error (cm)", title="hand error per chunk")
     right.set(xlabel="chunk", ylabel="moving-pixel PSNR (dB)", title="moving-pixel PSNR per chunk")
-    left.legend(fontsize=7)
     if title:
         fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    fig.legend(*left.get_legend_handles_labels(), loc="lower center", ncol=len(variants) + 1, fontsize=7,
+               frameon=False)
     path = Path(path)
     fig.savefig(path)
     return path

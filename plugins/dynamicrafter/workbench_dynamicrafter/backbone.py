@@ -34,6 +34,7 @@ from workbench.backbones.diffusers_bridge import (
     SIGNAL_KEYS,
     add_signals,
     as_video,
+    example_inputs,
     placement,
     prompts_from,
     requested_frames,
@@ -233,6 +234,14 @@ class DynamiCrafter(BaseVideoModel):
         for key in SIGNAL_KEYS:
             keys += [key, f"{key}_frames"]
         return (*keys, CONTROL_KEY)
+
+    def example_batch(self, batch_size: int = 2, *, generator: torch.Generator | None = None) -> dict[str, Any]:
+        """Video (its first frame the image), the per-frame signals, a control video and a prompt, at the clip's
+        size."""
+        raw: dict[str, Any] = example_inputs(self.clip(), batch_size, generator=generator,
+                                             per_frame={"action": 4, "proprio": 3, "ee_pos": 3})
+        raw[self.config.prompt_key] = self.config.prompt or "a robot arm pushes a puck"
+        return raw
 
     # -- autoencoder -------------------------------------------------------------------------
     @property

@@ -1,0 +1,139 @@
+"""The demo's look past one window: rollouts over whole episodes and the policy ranking, on both cores.
+
+After the demo has trained and scored its adapter on 16-frame clips, :func:`world_summary` asks the
+two questions a world model is built for, at a size the demo's budget affords:
+
+* **rollouts** — a few held-out 144-frame episodes (:data:`~workbench.worldmodel.rollout_eval.LONG_PATH`)
+  rolled out chunk by chunk from their first frame (:func:`~workbench.worldmodel.rollout_eval.evaluate_rollouts`):
+  the hand error per chunk of the frozen base, the adapter, the adapter with swapped actions and the
+  from-scratch model;
+* **policies** — the shipped recording of six policies on reach and push
+  (:func:`~workbench.worldmodel.policies.load_policies`) replayed in the base and in the adapter
+  (:func:`~workbench.worldmodel.policies.imagine`), ranked against the simulator (Spearman ρ).
+
+Each (question, model) pair is one job that loads the run from its checkpoint and depends on nothing
+else, so the jobs run on two processes of one thread each with exactly the numbers one process
+computes (each job draws its own seeded noise; which process runs it changes nothing). The full
+measurements are ``workbench eval RUN --rollout`` and ``--policies``
+(``docs/results/rollouts.md``, ``docs/results/policy-ranking.md``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+@dataclasses.dataclass
+class WorldSummaryConfig:
+    """What :func:`world_summary` measures: ``rollout_episodes`` episodes of ``rollout_frames`` frames, and
+    the first ``policy_starts`` start states of the recorded policies (``None``: all four) of ``policy_tasks``."""
+
+    rollout_episodes: int = 6
+    rollout_frames: int = 91
+    policy_starts: int | None = None
+    policy_tasks: tuple[str, ...] | None = None
+    sampling_steps: int = 8
+    gate_scale: float | None = 2.0
+    seed: int = 0
+
+    @classmethod
+    def quick(cls, **overrides: Any) -> WorldSummaryConfig:
+        return cls(**{"rollout_episodes": 2, "rollout_frames": 31, "policy_starts": 1,
+                      "policy_tasks": ("reach-v3",), "sampling_steps": 2, **overrides})
+
+
+def jobs(scratch: bool) -> list[tuple[str, str]]:
+    """The (question, model) pairs, the costliest first (so two processes finish together)."""
+    out = [("policies", "adapter"), ("policies", "base"), ("rollout", "adapter"), ("rollout", "swapped"),
+           ("rollout", "base")]
+    return out + ([("rollout", "scratch")] if scratch else [])
+
+
+def _policies(cfg: WorldSummaryConfig):
+    from workbench.worldmodel.policies import load_policies
+
+    return load_policies().select(starts=cfg.policy_starts, tasks=cfg.policy_tasks)
+
+
+def run_job(job: tuple[str, str], run_dir: str, scratch_dir: str | None, cfg: WorldSummaryConfig) -> dict[str, Any]:
+    """One (question, model) pair, in whichever process: its numbers and its CPU seconds."""
+    import torch
+
+    from workbench.worldmodel.evaluate import load_run
+
+    torch.set_num_threads(1)
+    kind, variant = job
+    started = time.process_time()
+    exp = load_run(run_dir)
+    if kind == "policies":
+        from workbench.worldmodel.policies import imagine
+
+        on = variant == "adapter"
+        got = imagine(exp, _policies(cfg), steps=cfg.sampling_steps, seed=cfg.seed, adapter=on,
+                      gate_scale=cfg.gate_scale if on else None)
+        return {"job": job, "distance": got["distance"], "cpu_seconds": time.process_time() - started}
+    from workbench.worldmodel.rollout_eval import evaluate_rollouts, long_episodes
+
+    items = long_episodes("long", frames=cfg.rollout_frames, episodes=cfg.rollout_episodes,
+                          size=exp.model.base.clip().size)
+    scratch = load_run(scratch_dir) if variant == "scratch" else None
+    result = evaluate_rollouts(exp, items, steps=cfg.sampling_steps, seed=cfg.seed, gate_scale=cfg.gate_scale,
+                               scratch=scratch, variants=(variant,), progress=False)
+    return {"job": job, "per_chunk": result["per_chunk"], "chunks": result["chunks"], "items": result["items"],
+            "frames": int(result["truth"].shape[1]), "cpu_seconds": time.process_time() - started}
+
+
+def _run_all(todo: list[tuple[str, str]], run_dir: str, scratch_dir: str | None, cfg: WorldSummaryConfig,
+             processes: int) -> list[dict[str, Any]]:
+    if processes == 1:
+        return [run_job(job, run_dir, scratch_dir, cfg) for job in todo]
+    import multiprocessing
+
+    # spawn: a fresh interpreter (no fork of a process holding torch's threads), one thread each
+    with multiprocessing.get_context("spawn").Pool(processes) as pool:
+        return pool.starmap(run_job, [(job, run_dir, scratch_dir, cfg) for job in todo], chunksize=1)
+
+
+def world_summary(run_dir: str | Path, *, scratch_dir: str | Path | None = None, cfg: WorldSummaryConfig | None = None,
+                  processes: int = 1) -> dict[str, Any]:
+    """Roll out and rank policies with the run of ``run_dir`` (and the from-scratch run of ``scratch_dir``).
+
+    Returns ``rollout`` (:func:`~workbench.worldmodel.rollout_eval.summarise_rollouts`' summary),
+    ``policies`` (a report as :func:`~workbench.worldmodel.policies.evaluate_policies` writes, ``variants``
+    ``base`` and ``adapter``), ``settings`` and ``seconds`` (wall) / ``cpu_seconds`` (per job).
+    """
+    from workbench.worldmodel.policies import agreement
+    from workbench.worldmodel.rollout_eval import summarise_rollouts
+
+    cfg = cfg or WorldSummaryConfig()
+    started = time.perf_counter()
+    done = _run_all(jobs(scratch_dir is not None), str(run_dir), None if scratch_dir is None else str(scratch_dir),
+                    cfg, processes)
+    rolled = [d for d in done if d["job"][0] == "rollout"]
+    order = {v: i for i, v in enumerate(("base", "adapter", "swapped", "scratch"))}
+    rolled.sort(key=lambda d: order[d["job"][1]])
+    per_chunk = {"truth": rolled[0]["per_chunk"]["truth"]}
+    per_chunk.update({d["job"][1]: d["per_chunk"][d["job"][1]] for d in rolled})
+    frames = rolled[0]["frames"]
+    result = {"chunks": rolled[0]["chunks"], "per_chunk": per_chunk, "items": rolled[0]["items"],
+              "variants": [d["job"][1] for d in rolled], "truth": np.zeros((len(rolled[0]["items"]), frames))}
+    episodes = _policies(cfg)
+    report: dict[str, Any] = {"episodes": len(episodes), "tasks": episodes.tasks, "policies": episodes.policies,
+                              "starts": int(episodes.meta["starts"]), "frames": int(episodes.actions.shape[1]),
+                              "sampling_steps": cfg.sampling_steps, "variants": {}}
+    for name in ("base", "adapter"):
+        d = next(d for d in done if d["job"] == ("policies", name))
+        report["variants"][name] = {"agreement": agreement(d["distance"], episodes, seed=cfg.seed),
+                                    "distance_m": np.round(d["distance"], 5).tolist(),
+                                    "cpu_seconds": round(d["cpu_seconds"], 1)}
+    return {"rollout": summarise_rollouts(result), "policies": report, "settings": dataclasses.asdict(cfg),
+            "processes": processes, "seconds": round(time.perf_counter() - started, 1),
+            "cpu_seconds": {f"{k}/{v}": round(d["cpu_seconds"], 1) for d in done for k, v in [d["job"]]}}
+
+
+__all__ = ["WorldSummaryConfig", "jobs", "run_job", "world_summary"]
