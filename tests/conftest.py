@@ -486,3 +486,28 @@ def small_metaworld_file(path: Path, episodes=(0, 1, 10, 11), frames: int = 20) 
 
 # CPU seconds per test, into the JUnit report (the per-file budget: tests/cpu_budget.py)
 from cpu_budget import pytest_runtest_protocol, pytest_runtest_teardown  # noqa: E402, F401 - hooks
+
+
+@pytest.fixture(autouse=True)
+def _ctrl_c_left_as_found(request):
+    """Ctrl-C reaches every test as a fresh process would see it: the default handler, not blocked. A test
+    (or a process it drove) that leaves SIGINT ignored or blocked would make the Ctrl-C tests after it in the
+    same worker wait forever; it is put back and the test is named in a warning."""
+    import signal
+    import warnings
+
+    yield
+    if threading_is_main():
+        handler = signal.getsignal(signal.SIGINT)
+        blocked = signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+        if handler is not signal.default_int_handler or blocked:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
+            warnings.warn(f"{request.node.nodeid} left SIGINT {'blocked' if blocked else handler!r}; restored",
+                          stacklevel=1)
+
+
+def threading_is_main() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
