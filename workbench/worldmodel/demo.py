@@ -268,6 +268,14 @@ def run_demo(cfg: DemoConfig, progress: bool = True) -> dict[str, Any]:
     return metrics
 
 
+def _shown(path: Path) -> str:
+    """``path`` relative to the working directory when it lies inside it (a clone's), else as it is."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
 def _look_past_one_window(cfg: DemoConfig, metrics: dict[str, Any], out: Path, started: float,
                           progress: bool) -> None:
     """Rollouts and the policy ranking with the trained run, then the first table (in ``metrics``)."""
@@ -293,7 +301,7 @@ def _look_past_one_window(cfg: DemoConfig, metrics: dict[str, Any], out: Path, s
              f"{out / 'run'} --rollout",
              f"policy ranking: {len(p['policies'])} policies x {p['starts']} start states x {len(p['tasks'])} tasks, "
              f"imagined vs simulated outcome; with the from-scratch run: workbench eval {out / 'run'} --policies "
-             f"--scratch {SCRATCH_MODEL}"]
+             f"--scratch {_shown(SCRATCH_MODEL)}"]
     if scratch is not None:
         notes.append(f"from scratch and measured path: stored runs, not rerun ({SCRATCH_MODEL.name}, "
                      f"{ceiling and 'measured_path_metrics.json'}); the rollout's from-scratch column is rerun")

@@ -21,6 +21,7 @@ measurements are ``workbench eval RUN --rollout`` and ``--policies``
 from __future__ import annotations
 
 import dataclasses
+import gc
 import time
 from pathlib import Path
 from typing import Any
@@ -95,8 +96,14 @@ def _run_all(todo: list[tuple[str, str]], run_dir: str, scratch_dir: str | None,
     import multiprocessing
 
     # spawn: a fresh interpreter (no fork of a process holding torch's threads), one thread each
-    with multiprocessing.get_context("spawn").Pool(processes) as pool:
+    pool = multiprocessing.get_context("spawn").Pool(processes)
+    try:
         return pool.starmap(run_job, [(job, run_dir, scratch_dir, cfg) for job in todo], chunksize=1)
+    finally:
+        pool.close()
+        pool.join()
+        del pool
+        gc.collect()  # its queues' semaphores are released now, not reported as leaked at exit
 
 
 def world_summary(run_dir: str | Path, *, scratch_dir: str | Path | None = None, cfg: WorldSummaryConfig | None = None,
