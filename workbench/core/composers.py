@@ -547,3 +547,18 @@ def composer_tree(composer: Composer) -> list[Composer]:
     while isinstance(out[-1], Wrapper):
         out.append(out[-1].inner)
     return out
+
+
+def scaled_gate(composer: Composer, scale: float) -> torch.Tensor:
+    """The learned gate of ``composer`` (a ``GatedResidual``, possibly wrapped) times ``scale``.
+
+    Sampling with ``composer.override_gate(scaled_gate(composer, 2.0))`` doubles the adapter's
+    correction at every step where it acts, a guidance-like knob that trains nothing.
+    """
+    inner = composer
+    while hasattr(inner, "inner"):
+        inner = inner.inner
+    if not hasattr(inner, "effective_gate"):
+        raise CompositionError(f"gate_scale={scale} needs a learned gate (gated_residual, alone or inside "
+                               f"noise_gated), but the composer is {composer.describe()}. Leave gate_scale unset.")
+    return inner.effective_gate().detach() * float(scale)

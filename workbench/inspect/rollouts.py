@@ -37,6 +37,7 @@ import torch
 
 from workbench.core.card import IMAGE_MODES, TEXT_MODES
 from workbench.core.composed import ComposedModel
+from workbench.core.composers import scaled_gate
 from workbench.core.seeds import chunk_seed
 from workbench.inspect.common import InspectError, prepare
 from workbench.inspect.recorder import generator_state
@@ -426,16 +427,6 @@ def _check_actions(model: ComposedModel, actions: Any, batched: bool, batch: int
     return a.detach().cpu().float()
 
 
-def _gate(model: ComposedModel, scale: float) -> torch.Tensor:
-    inner = model.composer
-    while hasattr(inner, "inner"):
-        inner = inner.inner
-    if not hasattr(inner, "effective_gate"):
-        raise InspectError(f"gate_scale={scale} needs a learned gate (gated_residual, alone or inside noise_gated), "
-                           f"but the composer is {model.composer.describe()}. Leave gate_scale unset.")
-    return inner.effective_gate().detach() * float(scale)
-
-
 def _start(base, start: Mapping[str, Any], context: int) -> tuple[torch.Tensor, bool]:
     if not isinstance(start, Mapping) or "video" not in start:
         got = sorted(start) if isinstance(start, Mapping) else type(start).__name__
@@ -519,7 +510,7 @@ def rollout(exp_or_model: Any, start: Mapping[str, Any], actions: Any, *, steps:
     flag = {"on": True, "off": False, True: True, False: False}.get(adapter)
     if flag is None:
         raise InspectError(f"rollout: adapter={adapter!r}; use 'on' (base + adapter) or 'off' (the frozen base alone).")
-    gate = None if gate_scale is None or not flag else _gate(model, gate_scale)
+    gate = None if gate_scale is None or not flag else scaled_gate(model.composer, gate_scale)
     settings = Settings(adapter=flag, gate_override=gate)
     if store is False:
         storage, keep = StoragePolicy(), False

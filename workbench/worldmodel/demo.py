@@ -109,7 +109,7 @@ class DemoConfig:
     """Budget and evaluation of the demo (``--quick`` shrinks every number).
 
     ``gate_scale``: (b) and (c) are sampled with the adapter's learned gate times this (``None``:
-    as learned); it trains nothing (:func:`workbench.worldmodel.evaluate.scaled_gate`). ``control``: every clip
+    as learned); it trains nothing (:func:`workbench.core.composers.scaled_gate`). ``control``: every clip
     also carries a control video derived from its frames (``edges``), and (c) swaps it instead of
     the actions — for an adapter that reads it (a ``controlnet`` with ``video: true``).
     ``processes``: 2 trains and evaluates on two processes of one thread each (``workbench demo``'s

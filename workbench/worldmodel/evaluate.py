@@ -42,7 +42,8 @@ from typing import Any
 
 import numpy as np
 
-from workbench.errors import CheckpointError, CompositionError, DataError
+from workbench.core.composers import scaled_gate
+from workbench.errors import CheckpointError, DataError
 
 #: Six Meta-World tasks outside pretraining and the demo's training set, generated with their own seed
 #: (see docs/guides/world-model.md, "Unseen tasks").
@@ -216,21 +217,6 @@ def check_signals(exp, source, data: str) -> None:
                 f"{width}-D ones. Nothing was evaluated. Evaluate it on data with {c.dim}-D {c.name} vectors (or "
                 f"choose such a feature with {flags.get(c.name, '--actions')} FEATURE), or train an adapter for this "
                 f"data: `workbench train CONFIG --action-dim {width}` with a data: block that reads {data}.")
-
-
-def scaled_gate(composer, scale: float):
-    """The learned gate of ``composer`` (a ``GatedResidual``, possibly wrapped) times ``scale``.
-
-    Sampling with ``composer.override_gate(scaled_gate(composer, 2.0))`` doubles the adapter's
-    correction at every step where it acts, a guidance-like knob that trains nothing.
-    """
-    inner = composer
-    while hasattr(inner, "inner"):
-        inner = inner.inner
-    if not hasattr(inner, "effective_gate"):
-        raise CompositionError(f"gate_scale={scale} needs a learned gate (gated_residual, alone or inside "
-                               f"noise_gated), but the composer is {composer.describe()}. Leave gate_scale unset.")
-    return inner.effective_gate().detach() * float(scale)
 
 
 def check_clip_size(base, shape: tuple[int, ...]) -> None:
