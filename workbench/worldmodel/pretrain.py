@@ -104,16 +104,18 @@ def _is_lerobot(path: str) -> bool:
     return data_kind(path) == "lerobot"
 
 
-def _lerobot(path: str, size: int | None, split: str = "all", window: int = 2, stride: int = 4,
+def _lerobot(path: str, size: int | tuple[int, int] | None, split: str = "all", window: int = 2, stride: int = 4,
              camera: str | None = None):
-    """The LeRobot dataset at ``path`` as clips of frames alone (no actions or state are read)."""
+    """The LeRobot dataset at ``path`` as clips of frames alone (no actions or state are read), resized to
+    ``size`` (N for N x N, or the backbone's ``(height, width)``)."""
     from workbench.data.lerobot import LeRobotClips
 
-    return LeRobotClips(root=path, camera=camera, window=window, stride=stride, split=split,
-                        size=[size, size] if size else None, actions=None, state=None)
+    size = [size, size] if isinstance(size, int) else (list(size) if size else None)
+    return LeRobotClips(root=path, camera=camera, window=window, stride=stride, split=split, size=size,
+                        actions=None, state=None)
 
 
-def _load_frames(path: str, size: int | None = None, split: str = "all",
+def _load_frames(path: str, size: int | tuple[int, int] | None = None, split: str = "all",
                  camera: str | None = None) -> tuple[Any, dict[str, Any]]:
     """Every frame of ``split``'s episodes, validated by the dataset reader: uint8 ``[N, T, H, W, 3]`` for a
     Meta-World file, a list of uint8 ``(T_e, H, W, 3)`` (one per episode, lengths may differ) for a LeRobot
@@ -299,8 +301,7 @@ def validation_loss(base: TinyVideo, data: str = "sample", split: str = "val", w
     """
     from workbench.data.metaworld import MetaWorldClips
 
-    size = base.config.image_size
-    clips = _lerobot(data, size, split, window, stride, camera) if _is_lerobot(data) else \
+    clips = _lerobot(data, base.clip().size, split, window, stride, camera) if _is_lerobot(data) else \
         MetaWorldClips(path=data, window=window, stride=stride, split=split)
     was = base.training
     base.train(False)
@@ -326,7 +327,7 @@ def reconstruction_psnr(base: TinyVideo, data: str = "sample", split: str = "val
     """PSNR (dB, uint8 range) of autoencoder reconstructions of every frame of ``split``."""
     from workbench.metrics import psnr
 
-    frames, _ = _load_frames(data, base.config.image_size if _is_lerobot(data) else None, split, camera)
+    frames, _ = _load_frames(data, base.clip().size if _is_lerobot(data) else None, split, camera)
     x = _to_float(_flat(frames)[0])
     y = torch.cat([base.decode_frames(base.encode_frames(chunk)) for chunk in x.split(64)])
     to_u8 = lambda v: ((v.clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).movedim(-3, -1).numpy()  # noqa: E731
