@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import nonzero_model, tiny_base
+from conftest import BaseCalls, nonzero_model, tiny_base
 
 from workbench import ComposedModel, GatedResidual
 from workbench.adapters.latent_residual import LatentResidual
@@ -30,18 +30,6 @@ def episode(frames: int = 10, b: int | None = None, seed: int = 0) -> tuple[dict
         clip = {k: v[0] for k, v in clip.items()}
         actions = actions[0]
     return clip, actions
-
-
-class Calls:
-    def __init__(self, model: ComposedModel):
-        self.count = 0
-        denoise = model.base.denoise
-
-        def counted(*args, **kwargs):
-            self.count += 1
-            return denoise(*args, **kwargs)
-
-        model.base.denoise = counted
 
 
 @pytest.fixture(scope="module")
@@ -146,7 +134,7 @@ def test_fork_keeps_earlier_chunks_and_replays_the_prefix(model):
     assert len(ro.chunks) == 4
     k, at = 2, 2
     other = torch.rand(W, 4, generator=torch.Generator().manual_seed(9)) * 2 - 1
-    calls = Calls(model)
+    calls = BaseCalls(model)
     try:
         alt = ro.fork(chunk=k, at=at, cond={"action": other})
         assert calls.count == (STEPS - at) + STEPS  # chunk 2's live steps, then chunk 3 sampled again
