@@ -58,6 +58,14 @@ NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.
 # The suite runs on both cores, file by file: a file's tests (a notebook's cells) run on one worker in
 # order, and the browser tests never overlap (tests/conftest.py).
 WORKERS ?= 2
+# A test that hangs ends its worker after TEST_TIMEOUT seconds, with every thread's stack printed (pytest's
+# faulthandler); a worker that crashes ends the run at once, naming its test (pytest-xdist 3.8 can wait for
+# ever on a replaced worker under --dist loadfile). The whole run stops after RUN_TIMEOUT seconds (SIGINT:
+# pytest still prints its summary).
+TEST_TIMEOUT ?= 600
+RUN_TIMEOUT ?= 2700
+XDIST := -n $(WORKERS) --dist loadfile --max-worker-restart=0 -o faulthandler_timeout=$(TEST_TIMEOUT) \
+	-o faulthandler_exit_on_timeout=true
 
 # Every test's CPU seconds go into the JUnit report; tests/cpu_budget.py then prints them per file beside the
 # checked-in budget (the files with the largest budgets start first) and fails only on a big overshoot.
@@ -66,7 +74,8 @@ JUNIT ?= outputs/junit.xml
 test: sysdeps browser $(STAMP) $(LAB_STAMP)
 	$(VENV)/bin/ruff check .
 	@mkdir -p $(dir $(JUNIT))
-	$(PY) -m pytest -q -n $(WORKERS) --dist loadfile --durations=15 --junitxml=$(JUNIT) tests notebooks $(NBVAL); \
+	timeout -s INT -k 60 $(RUN_TIMEOUT) $(PY) -m pytest -q $(XDIST) --durations=15 --junitxml=$(JUNIT) tests notebooks \
+		$(NBVAL); \
 		status=$$?; $(PY) tests/cpu_budget.py $(JUNIT) || status=1; exit $$status
 
 # The inner loop: ruff and the cheapest test files of the budget table, about 2 minutes on 2 cores
@@ -74,7 +83,7 @@ test: sysdeps browser $(STAMP) $(LAB_STAMP)
 CHECK_CPU ?= 200
 check: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -q -n $(WORKERS) --dist loadfile $$($(PY) tests/cpu_budget.py --fast $(CHECK_CPU))
+	$(PY) -m pytest -q $(XDIST) $$($(PY) tests/cpu_budget.py --fast $(CHECK_CPU))
 
 # The documentation site (mkdocs.yml) into site/: guides, concepts, the API reference from the docstrings and
 # the notebooks with their stored outputs. `make test` builds it with --strict (tests/test_docs_site.py).

@@ -6,6 +6,17 @@ import os
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MUJOCO_GL", "egl")
+# torch.compile's inductor: kernels compile in this process (no pool of compile subprocesses, whose death
+# would leave the test waiting on it for ever), into a cache of this worker's own (two workers compiling the
+# same kernel on a fresh machine never meet in one directory). Both are read when inductor first loads.
+os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+    import getpass
+    import tempfile
+
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(
+        tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}",
+        f"workbench-tests-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}")
 
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402

@@ -1,6 +1,7 @@
 """The demo's rollouts and policy ranking: the same numbers on one process or two."""
 
 import numpy as np
+import pytest
 
 from workbench.worldmodel.demo import SCRATCH_MODEL, TRAINED_ADAPTER
 from workbench.worldmodel.imagination import WorldSummaryConfig, jobs, world_summary
@@ -30,3 +31,22 @@ def test_two_processes_give_the_one_process_numbers_bit_for_bit():
     distances = [report["variants"][v]["distance_m"] for v in ("base", "adapter")]
     assert distances[0] != distances[1]  # the adapter changes where the imagined hand ends
     assert -1.0 <= report["variants"]["adapter"]["agreement"]["all"]["rho"] <= 1.0
+
+
+def _job_that_dies(job):
+    """A job whose process ends without a word (as one killed for memory would)."""
+    import os
+
+    if job == "dies":
+        os._exit(3)
+    return {"job": job}
+
+
+def test_a_pool_process_that_dies_is_reported_not_waited_on():
+    from workbench.worldmodel.imagination import _run_all
+
+    assert _run_all(["a", "b"], _job_that_dies, 2) == [{"job": "a"}, {"job": "b"}]
+    with pytest.raises(RuntimeError, match=r"A process of the world summary's pool ended abruptly \(.*\); nothing "
+                                           r"of its jobs \(a, dies\) was kept\. Run it on one process to see the "
+                                           r"failure there: workbench demo --processes 1\."):
+        _run_all(["a", "dies"], _job_that_dies, 2)

@@ -21,6 +21,7 @@ measurements are ``workbench eval RUN --rollout`` and ``--policies``
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gc
 import time
 from pathlib import Path
@@ -89,19 +90,26 @@ def run_job(job: tuple[str, str], run_dir: str, scratch_dir: str | None, cfg: Wo
             "frames": int(result["truth"].shape[1]), "cpu_seconds": time.process_time() - started}
 
 
-def _run_all(todo: list[tuple[str, str]], run_dir: str, scratch_dir: str | None, cfg: WorldSummaryConfig,
-             processes: int) -> list[dict[str, Any]]:
+def _run_all(todo: list, run: Any, processes: int) -> list[dict[str, Any]]:
+    """``run(job)`` for every job of ``todo``, in order, on ``processes`` processes."""
     if processes == 1:
-        return [run_job(job, run_dir, scratch_dir, cfg) for job in todo]
+        return [run(job) for job in todo]
     import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
 
-    # spawn: a fresh interpreter (no fork of a process holding torch's threads), one thread each
-    pool = multiprocessing.get_context("spawn").Pool(processes)
+    # spawn: a fresh interpreter (no fork of a process holding torch's threads), one thread each. A process
+    # that dies (killed, out of memory) breaks the pool and is reported, never waited on for ever.
+    pool = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"))
     try:
-        return pool.starmap(run_job, [(job, run_dir, scratch_dir, cfg) for job in todo], chunksize=1)
+        return list(pool.map(run, todo))
+    except BrokenProcessPool as err:
+        raise RuntimeError(
+            f"A process of the world summary's pool ended abruptly ({err}); nothing of its jobs "
+            f"({', '.join(map(str, todo))}) was kept. Run it on one process to see the failure "
+            f"there: workbench demo --processes 1.") from err
     finally:
-        pool.close()
-        pool.join()
+        pool.shutdown(wait=True, cancel_futures=True)
         del pool
         gc.collect()  # its queues' semaphores are released now, not reported as leaked at exit
 
@@ -119,8 +127,9 @@ def world_summary(run_dir: str | Path, *, scratch_dir: str | Path | None = None,
 
     cfg = cfg or WorldSummaryConfig()
     started = time.perf_counter()
-    done = _run_all(jobs(scratch_dir is not None), str(run_dir), None if scratch_dir is None else str(scratch_dir),
-                    cfg, processes)
+    scratch = None if scratch_dir is None else str(scratch_dir)
+    run = functools.partial(run_job, run_dir=str(run_dir), scratch_dir=scratch, cfg=cfg)
+    done = _run_all(jobs(scratch_dir is not None), run, processes)
     rolled = [d for d in done if d["job"][0] == "rollout"]
     order = {v: i for i, v in enumerate(("base", "adapter", "swapped", "scratch"))}
     rolled.sort(key=lambda d: order[d["job"][1]])
