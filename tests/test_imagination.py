@@ -13,7 +13,7 @@ def test_the_jobs_put_the_costliest_first_and_add_the_scratch_rollout_only_when_
 
 
 def test_two_processes_give_the_one_process_numbers_bit_for_bit():
-    cfg = WorldSummaryConfig.quick()
+    cfg = WorldSummaryConfig.quick(sampling_steps=1)  # (the demo's quick test: the quick size)
     one = world_summary(TRAINED_ADAPTER, scratch_dir=SCRATCH_MODEL, cfg=cfg, processes=1)
     two = world_summary(TRAINED_ADAPTER, scratch_dir=SCRATCH_MODEL, cfg=cfg, processes=2)
     for report in (one["policies"], two["policies"]):  # (CPU seconds are timings, not results)
