@@ -60,8 +60,8 @@ NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.
 WORKERS ?= 2
 # A test that hangs ends its worker after TEST_TIMEOUT seconds, with every thread's stack printed (pytest's
 # faulthandler); a worker that crashes ends the run at once, naming its test (pytest-xdist 3.8 can wait for
-# ever on a replaced worker under --dist loadfile). The whole run stops after RUN_TIMEOUT seconds (SIGINT:
-# pytest still prints its summary).
+# ever on a replaced worker under --dist loadfile). The whole run stops after RUN_TIMEOUT seconds (SIGINT,
+# as Ctrl-C: pytest still prints its summary).
 TEST_TIMEOUT ?= 600
 RUN_TIMEOUT ?= 2700
 XDIST := -n $(WORKERS) --dist loadfile --max-worker-restart=0 -o faulthandler_timeout=$(TEST_TIMEOUT) \
@@ -74,7 +74,7 @@ JUNIT ?= outputs/junit.xml
 test: sysdeps browser $(STAMP) $(LAB_STAMP)
 	$(VENV)/bin/ruff check .
 	@mkdir -p $(dir $(JUNIT))
-	timeout -s INT -k 60 $(RUN_TIMEOUT) $(PY) -m pytest -q $(XDIST) --durations=15 --junitxml=$(JUNIT) tests notebooks \
+	timeout --foreground -s INT -k 60 $(RUN_TIMEOUT) $(PY) -m pytest -q $(XDIST) --durations=15 --junitxml=$(JUNIT) tests notebooks \
 		$(NBVAL); \
 		status=$$?; $(PY) tests/cpu_budget.py $(JUNIT) || status=1; exit $$status
 
