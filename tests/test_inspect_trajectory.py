@@ -128,6 +128,23 @@ def test_fork_replays_the_prefix_without_model_calls(model, batch, at):
     assert fork.label == f"fork@{at}: cond"
 
 
+def test_a_fork_is_its_parents_prefix_plus_its_live_steps(model, batch):
+    """One log entry per step: a fork shares its parent's first ``at`` entries (the same objects, no copy) and
+    adds its own; a fork that keeps no replay cache can still be forked inside the prefix it shares."""
+    traj = record(model, batch, steps=STEPS, seed=2)
+    fork = traj.fork(at=2, cond=pushed(batch), storage=StoragePolicy(replay=False))
+    assert len(fork._log) == STEPS and fork._log[:2] == traj._log[:2]
+    assert all(a is b for a, b in zip(fork._log[:2], traj._log[:2]))
+    assert all(entry.calls is None for entry in fork._log[2:]) and all(e.calls for e in traj._log)
+    assert torch.equal(fork.times, traj.times) and torch.equal(fork.noise_levels, traj.noise_levels)
+    assert fork.nbytes() < fork.nbytes(own=False)  # the shared prefix is the parent's
+    again = fork.fork(at=1)  # inside the shared prefix: replayable, with the fork's conditions live from step 1
+    assert torch.equal(again.final, traj.fork(at=1, cond=pushed(batch)).final)
+    assert torch.equal(again[0].x_t, traj[0].x_t) and again._log[0] is traj._log[0]
+    with pytest.raises(StepError, match=r"fork\(at=3\): this trajectory kept no replay cache"):
+        fork.fork(at=3)
+
+
 def test_fork_at_zero_equals_a_fresh_run_with_those_settings(model, batch):
     traj = record(model, batch, steps=STEPS, seed=4)
     fresh = record(model, {**raw_batch(), **pushed(batch)}, steps=STEPS, seed=4)

@@ -19,7 +19,7 @@ from workbench.core.conditions import Batch
 from workbench.errors import CallbackError
 from workbench.inspect.common import InspectError
 from workbench.inspect.settings import Settings
-from workbench.inspect.step import TrajectoryStep
+from workbench.inspect.step import StepLog, TrajectoryStep
 from workbench.inspect.storage import StoragePolicy, store
 
 OnTrajectoryStep = Callable[[TrajectoryStep], None]
@@ -38,22 +38,19 @@ class Recorder:
     """Serves replayed steps from a cache and records the live ones."""
 
     def __init__(self, model: ComposedModel, settings: Settings, storage: StoragePolicy, *, keep: bool,
-                 replay_prefix: Sequence[Sequence[torch.Tensor]], live_from: int,
+                 prefix: Sequence[StepLog], live_from: int,
                  on_step: OnTrajectoryStep | None):
         self.model, self.settings, self.storage, self.keep = model, settings, storage, keep
-        self.prefix, self.live_from, self.user_on_step = replay_prefix, live_from, on_step
+        self.prefix, self.live_from, self.user_on_step = prefix, live_from, on_step
         self.step = 0  # the index of the step the sampler is in
         self.calls: list[torch.Tensor] = []  # compose_fn outputs of the current step
         self.pending: Prediction | None = None
-        self.records: dict[int, TrajectoryStep] = {}
-        self.replay: list[list[torch.Tensor]] = []
-        self.t: list[torch.Tensor] = []
-        self.noise: list[torch.Tensor] = []
+        self.log: list[StepLog] = []  # the live steps, when kept
         self.native: torch.dtype | None = None
 
     def compose(self, x_t: torch.Tensor, t: torch.Tensor, batch: Batch) -> torch.Tensor:
         if self.step < self.live_from:
-            cached = self.prefix[self.step][len(self.calls)]
+            cached = self.prefix[self.step].calls[len(self.calls)]
             self.calls.append(cached)
             # a copy: the sampler may modify its prediction in place, the parent's cache must not change
             return cached.to(device=x_t.device, copy=True, non_blocking=True)
@@ -105,9 +102,9 @@ class Recorder:
         if self.keep:
             device, dtype = storage.device, storage.dtype
             t = store(rec.t, device)
-            self.t.append(t)
-            # (an objective whose noise level is t itself: one private copy serves both lists)
-            self.noise.append(t if noise_level is rec.t else store(noise_level, device))
+            # (an objective whose noise level is t itself: one private copy serves both)
+            noise = t if noise_level is rec.t else store(noise_level, device)
+            fields = None
             if keep_fields:
                 values = {}
                 for name in storage.fields:
@@ -119,13 +116,13 @@ class Recorder:
                     else:
                         values[name] = store(value, device, dtype)
                 diagnostics = pred.diagnostics.map(lambda v: store(v, device, dtype))
-                self.records[rec.index] = TrajectoryStep(rec.index, rec.steps, self.t[-1], self.noise[-1],
-                                                         diagnostics=diagnostics, stored=storage.fields, **values)
+                fields = TrajectoryStep(rec.index, rec.steps, t, noise, diagnostics=diagnostics, stored=storage.fields,
+                                        **values)
+            calls = None
             if storage.replay:
-                shared = self.records.get(rec.index)
-                cached = [shared.composed if i == 0 and shared is not None and storage.shares_replay(c.dtype)
-                          else store(c, device) for i, c in enumerate(self.calls)]
-                self.replay.append(cached)
+                calls = tuple(fields.composed if i == 0 and fields is not None and storage.shares_replay(c.dtype)
+                              else store(c, device) for i, c in enumerate(self.calls))
+            self.log.append(StepLog(t, noise, fields, calls))
         return live
 
 

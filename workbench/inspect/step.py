@@ -61,4 +61,17 @@ class TrajectoryStep:
         return value
 
 
-__all__ = ["TrajectoryStep"]
+@dataclass(frozen=True)
+class StepLog:
+    """One step as a recorded trajectory keeps it: ``t`` and ``noise_level`` (always), ``fields`` (the
+    stored :class:`TrajectoryStep`; ``None`` where the storage policy skipped the step) and ``calls``
+    (every prediction the sampler received in the step, what a fork replays; ``None`` when not kept).
+    A fork's log is its parent's first ``at`` entries, shared, followed by its own live steps."""
+
+    t: torch.Tensor
+    noise_level: torch.Tensor
+    fields: TrajectoryStep | None = None
+    calls: tuple[torch.Tensor, ...] | None = None
+
+
+__all__ = ["StepLog", "TrajectoryStep"]

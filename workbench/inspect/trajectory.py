@@ -36,7 +36,7 @@ from workbench.inspect.latent_space import DEFAULT_CHUNK_FRAMES
 from workbench.inspect.preview import DECODES
 from workbench.inspect.recorder import OnTrajectoryStep, Recorder, StopSampling, generator_state
 from workbench.inspect.settings import Settings, applied, check_gate_override
-from workbench.inspect.step import TrajectoryStep
+from workbench.inspect.step import StepLog, TrajectoryStep
 from workbench.inspect.storage import FIELDS, StoragePolicy, check_budget, estimate, estimate_memory, store, synchronize
 
 
@@ -48,18 +48,20 @@ class Trajectory:
     ``traj.noise_levels`` per step, ``traj.final`` the final latents, ``traj.seek(k)`` /
     ``traj.position`` / ``traj.current`` a cursor for views. Forks keep ``parent`` and
     ``fork_step``. Tensors live where the :class:`StoragePolicy` put them.
+
+    Each step is one :class:`~workbench.inspect.step.StepLog` entry (``t``, noise level, stored fields,
+    the predictions a fork replays); a fork's log starts with its parent's entries, shared.
     """
 
     def __init__(self, *, model: ComposedModel, batch: Batch, steps: int, sampler: str,
                  sampler_kwargs: dict[str, Any], generator_state: torch.Tensor, seed: int | None,
-                 storage: StoragePolicy, settings: Settings, recorded: bool, records: dict[int, TrajectoryStep],
-                 replay: list[list[torch.Tensor]] | None, t: list[torch.Tensor], noise: list[torch.Tensor],
-                 done: int, final: torch.Tensor | None, native: torch.dtype, parent: Trajectory | None = None,
+                 storage: StoragePolicy, settings: Settings, recorded: bool, log: list[StepLog], done: int,
+                 final: torch.Tensor | None, native: torch.dtype, parent: Trajectory | None = None,
                  fork_step: int | None = None, label: str | None = None):
         self.model, self.batch, self.steps, self.sampler = model, batch, steps, sampler
         self.sampler_kwargs, self.generator_state, self.seed = sampler_kwargs, generator_state, seed
         self.storage, self.settings, self.recorded = storage, settings, recorded
-        self._records, self._replay, self._t, self._noise = records, replay, t, noise
+        self._log = log  # one entry per step run when recorded; empty when only the final latents were kept
         self._done, self._final, self.native_dtype = done, final, native
         self.parent, self.fork_step = parent, fork_step
         self.label = label or self._default_label()
@@ -76,7 +78,7 @@ class Trajectory:
         state = "complete" if self.complete else f"stopped after {self._done}"
         shape = tuple(self.batch.latents.shape)
         return (f"Trajectory({self.label!r}, {self._done}/{self.steps} steps {state}, latents {shape}, "
-                f"stored {len(self._records)} steps, {self.nbytes() / 2**20:.2f} MiB)")
+                f"stored {len(self.stored)} steps, {self.nbytes() / 2**20:.2f} MiB)")
 
     @property
     def description(self) -> str:
@@ -105,7 +107,7 @@ class Trajectory:
 
     def __getitem__(self, k: int) -> TrajectoryStep:
         index = self._index(k)
-        record = self._records.get(index)
+        record = self._log[index].fields if index < len(self._log) else None
         if record is None:
             if not self.recorded:
                 raise StepError(f"Step {index} was not stored: this run was sampled with record=False, which keeps "
@@ -116,22 +118,22 @@ class Trajectory:
         return record
 
     def __iter__(self) -> Iterator[TrajectoryStep]:
-        return (self._records[k] for k in self.stored)
+        return (entry.fields for entry in self._log if entry.fields is not None)
 
     @property
     def stored(self) -> tuple[int, ...]:
         """Indices of the steps whose fields were kept."""
-        return tuple(sorted(self._records))
+        return tuple(k for k, entry in enumerate(self._log) if entry.fields is not None)
 
     @property
     def times(self) -> torch.Tensor:
         """``t`` of batch element 0 at each recorded step ``(len(traj),)`` (objective units)."""
-        return torch.stack([t[0] for t in self._t]) if self._t else torch.empty(0)
+        return torch.stack([entry.t[0] for entry in self._log]) if self._log else torch.empty(0)
 
     @property
     def noise_levels(self) -> torch.Tensor:
         """Noise level in [0, 1] of batch element 0 at each recorded step ``(len(traj),)``."""
-        return torch.stack([s[0] for s in self._noise]) if self._noise else torch.empty(0)
+        return torch.stack([entry.noise_level[0] for entry in self._log]) if self._log else torch.empty(0)
 
     @property
     def final(self) -> torch.Tensor:
@@ -159,12 +161,12 @@ class Trajectory:
         """Bytes held by the stored tensors (each storage once); ``own``: without a fork's shared prefix."""
         start = (self.fork_step or 0) if own else 0
         tensors: list[torch.Tensor] = []
-        for k, rec in self._records.items():
-            if k >= start:
+        for entry in self._log[start:]:
+            tensors += [entry.t, entry.noise_level, *(entry.calls or ())]
+            rec = entry.fields
+            if rec is not None:
                 tensors += [v for v in (rec.x_t, rec.x0, rec.base, rec.adapter, rec.composed) if v is not None]
                 tensors += list(rec.diagnostics.values())
-        tensors += self._t[start:] + self._noise[start:]
-        tensors += [c for calls in (self._replay or [])[start:] for c in calls]
         if self._final is not None:
             tensors.append(self._final)
         seen = {}
@@ -210,7 +212,7 @@ class Trajectory:
                 f"at={self._done} replays every recorded step and continues live."
             )
         at = int(at)
-        if at > 0 and self._replay is None:
+        if at > 0 and (len(self._log) < at or any(entry.calls is None for entry in self._log[:at])):
             raise StepError(
                 f"fork(at={at}): this trajectory kept no replay cache (sampled with record=False, or "
                 f"StoragePolicy(replay=False)), so only at=0 is possible. Sample with record=True and "
@@ -224,11 +226,9 @@ class Trajectory:
                 f"Fork at 0 for a batch of another shape."
             )
         settings = self.settings.merged(adapter, composer, gate_override)
-        prefix = {k: r for k, r in self._records.items() if k < at}
         return run(self.model, batch, steps=self.steps, sampler=self.sampler, sampler_kwargs=self.sampler_kwargs,
                     generator_state=self.generator_state, seed=self.seed, storage=storage or self.storage,
-                    settings=settings, keep=True, on_step=on_step, parent=self, at=at, prefix_records=prefix,
-                    prefix_replay=(self._replay or [])[:at], prefix_t=self._t[:at], prefix_noise=self._noise[:at],
+                    settings=settings, keep=True, on_step=on_step, parent=self, at=at, prefix=self._log[:at],
                     label=label)
 
     def resume(self, on_step: OnTrajectoryStep | None = None) -> Trajectory:
@@ -321,9 +321,7 @@ class Trajectory:
 def run(model: ComposedModel, batch: Batch, *, steps: int, sampler: str, sampler_kwargs: dict[str, Any],
          generator_state: torch.Tensor, seed: int | None, storage: StoragePolicy, settings: Settings, keep: bool,
          on_step: OnTrajectoryStep | None, parent: Trajectory | None = None, at: int = 0,
-         prefix_records: dict[int, TrajectoryStep] | None = None, prefix_replay: Sequence[Sequence[torch.Tensor]] = (),
-         prefix_t: Sequence[torch.Tensor] = (), prefix_noise: Sequence[torch.Tensor] = (),
-         label: str | None = None) -> Trajectory:
+         prefix: Sequence[StepLog] = (), label: str | None = None) -> Trajectory:
     if not isinstance(storage, StoragePolicy):
         raise InspectError(f"storage must be a StoragePolicy, got {type(storage).__name__}.")
     check_gate_override(model, settings)
@@ -332,8 +330,7 @@ def run(model: ComposedModel, batch: Batch, *, steps: int, sampler: str, sampler
                      batch.latents.shape)
     generator = torch.Generator(device=batch.latents.device)
     generator.set_state(generator_state)
-    recorder = Recorder(model, settings, storage, keep=keep, replay_prefix=prefix_replay, live_from=at,
-                         on_step=on_step)
+    recorder = Recorder(model, settings, storage, keep=keep, prefix=prefix, live_from=at, on_step=on_step)
     final = None
     with applied(model, settings), suppress(StopSampling):  # a stop request: keep what was recorded
         final = model.base.generate(batch, steps=steps, sampler=sampler, generator=generator,
@@ -343,12 +340,9 @@ def run(model: ComposedModel, batch: Batch, *, steps: int, sampler: str, sampler
                            f"on_step called once per step.")
     stored_final = None if final is None else store(final, storage.device)
     synchronize(batch.latents.device)
-    records = {**(prefix_records or {}), **recorder.records}
-    replay = [*map(list, prefix_replay), *recorder.replay] if keep and storage.replay else None
     return Trajectory(model=model, batch=batch, steps=steps, sampler=sampler, sampler_kwargs=sampler_kwargs,
                       generator_state=generator_state, seed=seed, storage=storage, settings=settings, recorded=keep,
-                      records=records, replay=replay, t=[*prefix_t, *recorder.t],
-                      noise=[*prefix_noise, *recorder.noise], done=recorder.step, final=stored_final,
+                      log=[*prefix, *recorder.log] if keep else [], done=recorder.step, final=stored_final,
                       native=recorder.native or batch.latents.dtype, parent=parent,
                       fork_step=at if parent is not None else None, label=label)
 

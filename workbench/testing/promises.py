@@ -277,7 +277,7 @@ def check_recording(s: Subject) -> str:
     if not torch.equal(traj.final, plain.to(traj.final.device)):
         raise Broken(f"the recorded run's final latents differ from the unrecorded run's "
                      f"({max_diff(traj.final, plain)}).")
-    made, said = len(traj._replay[0]), s.base.predictions_per_step(batch, **kwargs)
+    made, said = len(traj._log[0].calls), s.base.predictions_per_step(batch, **kwargs)
     if made != said:
         raise Broken(f"the sampler called compose_fn {made} time(s) in a step, but predictions_per_step(batch, "
                      f"**sampler_kwargs) says {said}: a recording keeps every call's prediction, so "
