@@ -131,9 +131,9 @@ def test_a_video_controlnet_learns_to_read_its_control_video():
 
 
 def test_forks_swap_the_control_video_and_sliders_say_they_edit_vectors_only():
-    from workbench.inspect.ablation import ConditionEdit, swap_conditions
     from workbench.inspect.common import InspectError
-    from workbench.inspect.trajectory import record
+    from workbench.inspect.probes.ablation import ConditionEdit, swap_conditions
+    from workbench.inspect.recording.trajectory import record
 
     base = tiny_base()
     model = ComposedModel(base, video_controlnet(), Replace(), base.default_objective()).train(False)

@@ -17,7 +17,7 @@ from workbench.adapters.lora import LoRA
 from workbench.config import build
 from workbench.data.synthetic import SyntheticMoves
 from workbench.errors import CheckpointError, CompositionError, ConfigError, ConformanceError
-from workbench.inspect.trajectory import record
+from workbench.inspect.recording.trajectory import record
 from workbench.testing import INSIDE_PROMISES, check_inside_adapter
 
 DATA = SyntheticMoves(items=16, frames=4, size=16)
@@ -353,7 +353,7 @@ def test_each_example_config_builds_and_trains_a_few_steps(name, tmp_path, monke
 
 # -- evaluation and probes -------------------------------------------------------------------
 def test_evaluate_and_the_probes_compare_against_the_base_switched_off():
-    from workbench.inspect.probes import action_sensitivity, sigma_sensitivity
+    from workbench.inspect.probes.sensitivity import action_sensitivity, sigma_sensitivity
 
     exp = make("action_modulation")
     first = exp.evaluate(DATA, batches=1)

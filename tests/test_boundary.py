@@ -168,7 +168,7 @@ def test_the_wing_check_catches_an_import():
     ("from workbench import Batch", "train"),  # the top-level package loads the training layer
     ("import workbench", "train"),
     ("from workbench.train import AdapterExperiment", "train"),
-    ("from workbench.inspect.trajectory import record", "inspect"),
+    ("from workbench.inspect.recording.trajectory import record", "inspect"),
     ("from workbench import inspect", "inspect"),
     ("from .. import train", "train"),
     ("from ..widgets.fit import Fit", "widgets"),

@@ -12,7 +12,7 @@ from conftest import nonzero_model
 from workbench.data.camera import CameraCalibration
 from workbench.inspect import InspectError, Readout, Trajectory
 from workbench.inspect.drive import KEYS, DriveState, calibration_from_vector
-from workbench.inspect.rollouts import rollout
+from workbench.inspect.recording.rollouts import rollout
 
 pytest.importorskip("h5py")
 
@@ -200,4 +200,4 @@ def test_describe_says_where_the_drive_is(model):
                             "2 sampling steps per chunk")
     d.step([1.0, 0, 0, 0])
     assert d.describe().startswith("1 chunk, 4 frames; next action dx=+1.00")
-    assert Readout  # the readout type a study passes (see workbench.inspect.readout)
+    assert Readout  # the readout type a study passes (see workbench.inspect.probes.readout)

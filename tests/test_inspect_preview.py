@@ -16,8 +16,8 @@ from torch import nn
 from workbench import BaseVideoModel, ComponentSpec, ComposedModel, GatedResidual, ModelCard
 from workbench.adapters.latent_residual import LatentResidual
 from workbench.inspect import InspectError, StepError, clear_preview_cache, decode_chunked, fit_preview, record, render
-from workbench.inspect.linear_preview import identity_preview
-from workbench.inspect.preview_cache import backbone_identity
+from workbench.inspect.previews.linear_preview import identity_preview
+from workbench.inspect.previews.preview_cache import backbone_identity
 from workbench.metrics import to_uint8_video
 
 
@@ -107,7 +107,7 @@ def test_the_ridge_keeps_an_underdetermined_fit_finite():
     """One latent pixel seen twice cannot pin down C + 1 weights per output pixel: plain least
     squares fits the noise with huge weights; the ridge keeps them of the order of the data, and
     still reproduces a well-posed linear map."""
-    from workbench.inspect.linear_preview import solve_linear
+    from workbench.inspect.previews.linear_preview import solve_linear
 
     gen = torch.Generator().manual_seed(3)
     z = torch.randn(1, 4, 1, 1, 1, generator=gen).repeat(2, 1, 1, 1, 1)
@@ -122,7 +122,7 @@ def test_the_ridge_keeps_an_underdetermined_fit_finite():
     with torch.no_grad():
         out = base.decode(wide)
     weight, _ = solve_linear(wide, out, 2, 1)
-    from workbench.inspect.linear_preview import _blocks, _design
+    from workbench.inspect.previews.linear_preview import _blocks, _design
     assert torch.allclose(_design(wide).float() @ weight, _blocks(out, 2, 1).float(), atol=1e-3)
 
 

@@ -114,7 +114,7 @@ def test_action_sensitivity_reads_how_far_a_readout_moves_per_unit_of_action(tmp
     from conftest import nonzero_model
 
     from workbench.inspect import Readout, render_float
-    from workbench.inspect.decoding import as_uint8
+    from workbench.inspect.previews.decoding import as_uint8
 
     monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path))
     model = nonzero_model()

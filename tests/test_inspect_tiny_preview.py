@@ -10,8 +10,8 @@ import torch
 from conftest import count_decodes, requires_plugins, tiny_base
 
 from workbench.inspect import InspectError, clear_preview_cache, fit_preview, render
-from workbench.inspect.preview_cache import backbone_identity
-from workbench.inspect.tiny_preview import MAX_PARAMETERS, TinyPreview
+from workbench.inspect.previews.preview_cache import backbone_identity
+from workbench.inspect.previews.tiny_preview import MAX_PARAMETERS, TinyPreview
 from workbench.metrics import psnr
 
 torch.set_num_threads(1)

@@ -237,8 +237,8 @@ def test_resume_with_a_path_adapter_is_bit_exact(kind, tmp_path):
 
 @pytest.mark.parametrize("kind", list(ADAPTERS))
 def test_sliders_and_forks_on_action_move_the_path_and_the_prediction(kind):
-    from workbench.inspect.ablation import Ablation, swap_conditions
-    from workbench.inspect.trajectory import record
+    from workbench.inspect.probes.ablation import Ablation, swap_conditions
+    from workbench.inspect.recording.trajectory import record
 
     model = model_of(kind)
     perturb(model)

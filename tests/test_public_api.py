@@ -126,3 +126,23 @@ def test_the_rollout_api_is_frozen():
     assert {"video", "frame_count", "actions", "states", "extend", "head", "chunk_of"} <= set(dir(Rollout))
     assert {f.name for f in dataclasses.fields(RolloutChunk)} >= {"trajectory", "start", "frames", "conditions",
                                                                   "state"}
+
+
+def test_inspect_is_cut_by_concept_and_the_old_module_paths_still_import():
+    """recording/, previews/, probes/ beside the views' state (common, views, stepper, drive, cache); a module
+    path from before the cut names the same module object in its new home."""
+    import importlib
+    import pkgutil
+
+    import workbench.inspect as inspect
+
+    top = {m.name for m in pkgutil.iter_modules(inspect.__path__)}
+    assert top == {"recording", "previews", "probes", "common", "views", "stepper", "drive", "cache"}
+    for old, package in inspect._MOVED.items():
+        assert importlib.import_module(f"workbench.inspect.{old}") is importlib.import_module(
+            f"workbench.inspect.{package}.{old}"), old
+    from workbench.inspect.probes import action_sensitivity  # the sensitivity probes, where they were
+    from workbench.inspect.trajectory import record  # noqa: F401 - the 0.3 path
+
+    assert action_sensitivity is importlib.import_module("workbench.inspect.probes.sensitivity").action_sensitivity
+    assert record is inspect.record

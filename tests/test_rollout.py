@@ -251,7 +251,7 @@ def test_the_hand_probe_is_found_by_name_through_its_entry_point():
     import sys
     from pathlib import Path
 
-    code = ("import sys; from workbench.inspect.rollouts import state_reader; read = state_reader('probe'); "
+    code = ("import sys; from workbench.inspect.recording.rollouts import state_reader; read = state_reader('probe'); "
             "print(read.__name__, 'workbench.worldmodel.rollouts' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parents[1])

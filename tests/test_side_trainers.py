@@ -10,7 +10,7 @@ import torch
 from conftest import tiny_base
 
 from workbench.backbones.tiny_video import TinyVideo, TinyVideoConfig
-from workbench.inspect.tiny_preview import distil_tiny_preview
+from workbench.inspect.previews.tiny_preview import distil_tiny_preview
 from workbench.loop import Interrupted
 from workbench.worldmodel import pretrain
 from workbench.worldmodel.probe import ProbeTrainConfig, train_probe

@@ -31,8 +31,8 @@ from workbench.inspect import (
     view_image,
 )
 from workbench.inspect.cache import LRUCache
-from workbench.inspect.colors import colorize, lut
-from workbench.inspect.probes import condition_plots
+from workbench.inspect.previews.colors import colorize, lut
+from workbench.inspect.probes.sensitivity import condition_plots
 from workbench.inspect.views import given_frames as _given
 from workbench.train import FitSession
 
@@ -96,7 +96,7 @@ def test_picture_views_are_the_trajectory_frames(traj, view):
 
 
 def test_the_composed_prediction_is_a_signed_map_with_a_colour_bar_that_names_it(traj, model):
-    from workbench.inspect.linear_preview import preview_for
+    from workbench.inspect.previews.linear_preview import preview_for
 
     image = view_image(traj, 1, "composed")
     z = traj[1].composed[:1]

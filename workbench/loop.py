@@ -2,7 +2,7 @@
 
 :class:`AdapterExperiment <workbench.train.experiment.AdapterExperiment>` trains adapters with
 callbacks, checkpoints and distributed data; the library also trains a few small models of its
-own — the tiny preview decoder (:mod:`workbench.inspect.tiny_preview`), and in the world-model
+own — the tiny preview decoder (:mod:`workbench.inspect.previews.tiny_preview`), and in the world-model
 wing the embedded backbone (:mod:`workbench.worldmodel.pretrain`) and the hand probe
 (:mod:`workbench.worldmodel.probe`). Those run on :class:`TrainingLoop`: a loss per step from
 your function, the update, a progress bar, and a Ctrl-C that never leaves a half-made step (see

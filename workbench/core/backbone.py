@@ -262,7 +262,7 @@ class BaseVideoModel(nn.Module):
         By default, for a card serving an image-to-video mode (``i2v`` / ``ti2v``), the first frames
         ``{"image": (B, 3, H, W)}``; otherwise the clip's size ``{"frames": T, "height": H, "width": W}``.
         A backbone given more frames overrides it (e.g. an interpolation model's ``"last_image"``).
-        Evaluations build their requests with it (:func:`workbench.inspect.clips.generation_request`).
+        Evaluations build their requests with it (:func:`workbench.inspect.recording.clips.generation_request`).
         """
         if self.card is not None and self.card.serving in IMAGE_MODES:
             return {"image": video[:, :, 0]}

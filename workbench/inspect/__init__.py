@@ -11,18 +11,18 @@ Examples:
     (16, 64, 64, 3)
 """
 
-from workbench.inspect.ablation import Ablation, ConditionEdit, Propagation, swap_conditions
-from workbench.inspect.clips import generation_request, predict_clips
 from workbench.inspect.common import InspectError, StepError, StorageWarning, t_for_noise_level
-from workbench.inspect.decoding import render, render_float
 from workbench.inspect.drive import DriveState
-from workbench.inspect.gates import GatesState, find_gate_history, gate_history, gate_statistics
-from workbench.inspect.latent_space import decode_chunked
-from workbench.inspect.linear_preview import LatentPreview
-from workbench.inspect.pictures import Panel, ViewImage
-from workbench.inspect.preview import clear_preview_cache, fit_preview
-from workbench.inspect.preview_cache import backbone_identity, cache_dir
-from workbench.inspect.probes import (
+from workbench.inspect.previews.decoding import render, render_float
+from workbench.inspect.previews.latent_space import decode_chunked
+from workbench.inspect.previews.linear_preview import LatentPreview
+from workbench.inspect.previews.pictures import Panel, ViewImage
+from workbench.inspect.previews.preview import clear_preview_cache, fit_preview
+from workbench.inspect.previews.preview_cache import backbone_identity, cache_dir
+from workbench.inspect.probes.ablation import Ablation, ConditionEdit, Propagation, swap_conditions
+from workbench.inspect.probes.gates import GatesState, find_gate_history, gate_history, gate_statistics
+from workbench.inspect.probes.readout import FrameReadout, PathComparison, Readout, compare_paths
+from workbench.inspect.probes.sensitivity import (
     ActionSensitivityResult,
     BandRecommendation,
     SigmaSensitivity,
@@ -31,16 +31,35 @@ from workbench.inspect.probes import (
     condition_table,
     sigma_sensitivity,
 )
-from workbench.inspect.readout import FrameReadout, PathComparison, Readout, compare_paths
-from workbench.inspect.recorder import StopSampling
-from workbench.inspect.rollouts import Rollout, RolloutChunk, rollout
-from workbench.inspect.settings import Settings
-from workbench.inspect.step import TrajectoryStep
+from workbench.inspect.recording.clips import generation_request, predict_clips
+from workbench.inspect.recording.recorder import StopSampling
+from workbench.inspect.recording.rollouts import Rollout, RolloutChunk, rollout
+from workbench.inspect.recording.settings import Settings
+from workbench.inspect.recording.step import TrajectoryStep
+from workbench.inspect.recording.storage import StoragePolicy, estimate_memory
+from workbench.inspect.recording.trajectory import Trajectory, record
 from workbench.inspect.stepper import StepperState
-from workbench.inspect.storage import StoragePolicy, estimate_memory
-from workbench.inspect.trajectory import Trajectory, record
 from workbench.inspect.views import VIEWS, effective_gate_map, view_image
 from workbench.metrics import moving_psnr, per_clip, psnr, ssim
+
+# The module paths before the subpackages (workbench.inspect.trajectory, ...) keep importing: each names its
+# module's new home (recording/, previews/, probes/).
+_MOVED = {"trajectory": "recording", "recorder": "recording", "step": "recording", "storage": "recording",
+          "settings": "recording", "rollouts": "recording", "clips": "recording", "export": "recording",
+          "preview": "previews", "linear_preview": "previews", "tiny_preview": "previews", "preview_cache": "previews",
+          "decoding": "previews", "pictures": "previews", "latent_space": "previews", "colors": "previews",
+          "readout": "probes", "gates": "probes", "ablation": "probes"}
+
+
+def _alias_moved_modules() -> None:
+    import importlib
+    import sys
+
+    for name, package in _MOVED.items():
+        sys.modules.setdefault(f"{__name__}.{name}", importlib.import_module(f"{__name__}.{package}.{name}"))
+
+
+_alias_moved_modules()
 
 __all__ = [
     "VIEWS", "Ablation", "ActionSensitivityResult", "BandRecommendation", "ConditionEdit", "DriveState", "FrameReadout",

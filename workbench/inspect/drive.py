@@ -1,6 +1,6 @@
 """Driving a world model by hand: the logic of the Drive view, without widgets.
 
-:class:`DriveState` holds a :class:`~workbench.inspect.rollouts.Rollout` that grows one chunk per
+:class:`DriveState` holds a :class:`~workbench.inspect.recording.rollouts.Rollout` that grows one chunk per
 step: set the next chunk's action (from slider values, :meth:`DriveState.set_action`, or a key,
 :meth:`DriveState.press`), :meth:`~DriveState.step` predicts the chunk from the last frame(s) the
 model itself produced, :meth:`~DriveState.undo` drops the last chunk, :meth:`~DriveState.branch`
@@ -175,8 +175,8 @@ class DriveState:
 
     def step(self, action: Sequence[float] | None = None):
         """Predict one more chunk with ``action`` (default: the one set) held on each of its frames; returns
-        the new :class:`~workbench.inspect.rollouts.RolloutChunk`."""
-        from workbench.inspect.rollouts import rollout
+        the new :class:`~workbench.inspect.recording.rollouts.RolloutChunk`."""
+        from workbench.inspect.recording.rollouts import rollout
 
         if action is not None:
             self.set_action(action)
@@ -412,8 +412,8 @@ def _readout(readout: Any, start_frame: np.ndarray) -> tuple[Any, str]:
             raise InspectError(f"readout={readout!r}: pass 'probe' (the state reader registered as 'probe', the "
                                f"world-model package's hand probe), a Readout, or None.")
         from workbench.errors import DataError
-        from workbench.inspect.readout import Readout
-        from workbench.inspect.rollouts import state_reader
+        from workbench.inspect.probes.readout import Readout
+        from workbench.inspect.recording.rollouts import state_reader
 
         reader = state_reader("probe")  # frames [B, T, H, W, 3] -> the position on each one's last frame, metres
         hand = Readout(lambda frames: reader(np.asarray(frames)[:, None]), name="hand", unit="cm", scale=100.0,
@@ -423,7 +423,7 @@ def _readout(readout: Any, start_frame: np.ndarray) -> tuple[Any, str]:
         except (DataError, InspectError, ValueError) as err:
             return None, f"no path: the probe cannot read these frames ({err})"
         return hand, ""
-    from workbench.inspect.readout import check_readout
+    from workbench.inspect.probes.readout import check_readout
 
     return check_readout(readout), ""
 

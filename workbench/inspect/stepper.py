@@ -33,11 +33,11 @@ from workbench.core.composers import Composer
 from workbench.core.conditions import Batch
 from workbench.inspect.cache import LRUCache
 from workbench.inspect.common import InspectError, check_choice, check_frame
-from workbench.inspect.decoding import DECODE_HINT
-from workbench.inspect.export import default_steps, write_grid
-from workbench.inspect.pictures import Panel, ViewImage, shared_limit
-from workbench.inspect.preview import DECODES
-from workbench.inspect.trajectory import Trajectory
+from workbench.inspect.previews.decoding import DECODE_HINT
+from workbench.inspect.previews.pictures import Panel, ViewImage, shared_limit
+from workbench.inspect.previews.preview import DECODES
+from workbench.inspect.recording.export import default_steps, write_grid
+from workbench.inspect.recording.trajectory import Trajectory
 from workbench.inspect.views import VIEW_LABELS, VIEW_NEEDS, available_views, normalise_view, view_image
 
 
@@ -121,9 +121,9 @@ class StepperState:
     def fidelity(self) -> dict[str, float | None]:
         """Held-out PSNR (dB against the full decode) of each decode: the linear preview's, the tiny
         preview's (``None`` until one is distilled or cached) and ``inf`` for the full decode."""
-        from workbench.inspect.latent_space import is_pixel_space
-        from workbench.inspect.linear_preview import preview_for
-        from workbench.inspect.tiny_preview import cached_tiny_preview
+        from workbench.inspect.previews.latent_space import is_pixel_space
+        from workbench.inspect.previews.linear_preview import preview_for
+        from workbench.inspect.previews.tiny_preview import cached_tiny_preview
 
         base = self.trajectory.model.base
         rec = self.trajectory[self.step]

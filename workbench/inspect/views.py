@@ -5,7 +5,7 @@
 
 The step-through state that scrubs and forks over these is
 :class:`~workbench.inspect.stepper.StepperState`; pictures are defined in
-:mod:`workbench.inspect.pictures`.
+:mod:`workbench.inspect.previews.pictures`.
 
 Views (``VIEWS``):
 
@@ -33,12 +33,12 @@ import numpy as np
 from workbench.core.composers import NoiseGated, composer_tree
 from workbench.core.conditions import Batch
 from workbench.inspect.common import InspectError, check_choice
-from workbench.inspect.decoding import as_uint8, render_float, render_float_frame
-from workbench.inspect.latent_space import time_layout
-from workbench.inspect.linear_preview import preview_for
-from workbench.inspect.pictures import ViewImage, signed_limit
-from workbench.inspect.step import TrajectoryStep
-from workbench.inspect.trajectory import Trajectory
+from workbench.inspect.previews.decoding import as_uint8, render_float, render_float_frame
+from workbench.inspect.previews.latent_space import time_layout
+from workbench.inspect.previews.linear_preview import preview_for
+from workbench.inspect.previews.pictures import ViewImage, signed_limit
+from workbench.inspect.recording.step import TrajectoryStep
+from workbench.inspect.recording.trajectory import Trajectory
 
 VIEWS = ("x_t", "x0", "base", "adapter", "composed", "adapter-base", "gate")
 """The names of the step-through views, in the order the Stepper offers them (see the module docstring)."""

@@ -340,7 +340,7 @@ def _clips_like(s: Subject, clip) -> list[dict]:
 
 def check_clip(s: Subject) -> str:
     from workbench.core.backbone import ClipSpec
-    from workbench.inspect.clips import generation_request, predict_clips
+    from workbench.inspect.recording.clips import generation_request, predict_clips
     from workbench.metrics import to_uint8_video
 
     base = s.base

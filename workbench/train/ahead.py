@@ -68,7 +68,7 @@ def _serve(config: dict, steps: int, start: int, data_state: dict | None, thread
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the training process's to handle
     torch.set_num_threads(threads)
     try:
-        from workbench.inspect.clips import predict_clips
+        from workbench.inspect.recording.clips import predict_clips
         from workbench.train.config import parse_experiment
         from workbench.train.experiment import AdapterExperiment
 
@@ -165,7 +165,7 @@ class BaseAhead:
 
     def predict(self, model, requests: Mapping[str, tuple[list, bool]], *, chunk: int = 12,
                 on_chunk: Callable[[int], None] | None = None, **kwargs: Any) -> dict:
-        """:func:`~workbench.inspect.clips.predict_clips` for each of ``requests`` (name -> ``(clips,
+        """:func:`~workbench.inspect.recording.clips.predict_clips` for each of ``requests`` (name -> ``(clips,
         adapter)``), the chunks shared between this process (``model``) and the second one.
 
         Each chunk is seeded by its place in its list (the ``offset`` of ``predict_clips``), so the
@@ -175,7 +175,7 @@ class BaseAhead:
         """
         import numpy as np
 
-        from workbench.inspect.clips import predict_clips
+        from workbench.inspect.recording.clips import predict_clips
 
         limit = model.base.max_generate_batch
         chunk = max(1, min(chunk, limit) if limit else chunk)

@@ -479,7 +479,7 @@ class AdapterExperiment:
     def sample(self, batch_or_cond: Any, steps: int | None = None, seed: int = 0, record: bool = True,
                on_step=None, **kwargs):
         """Run the backbone's own sampler with the adapter injected; returns a Trajectory."""
-        from workbench.inspect.trajectory import record as record_trajectory
+        from workbench.inspect.recording.trajectory import record as record_trajectory
 
         batch = batch_or_cond if isinstance(batch_or_cond, Batch) else self.prepare(batch_or_cond)
         return record_trajectory(self.model, batch, steps=steps, seed=seed, record=record, on_step=on_step, **kwargs)

@@ -12,9 +12,9 @@ from typing import Any
 import ipywidgets as widgets
 import numpy as np
 
-from workbench.inspect.ablation import DIFFERENCE_RANGE, Ablation, Propagation
 from workbench.inspect.common import model_lock
-from workbench.inspect.trajectory import Trajectory
+from workbench.inspect.probes.ablation import DIFFERENCE_RANGE, Ablation, Propagation
+from workbench.inspect.recording.trajectory import Trajectory
 from workbench.widgets import render
 from workbench.widgets.base import View, status_line, status_lines
 from workbench.widgets.controls import ConditionSliders

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import ipywidgets as widgets
 
-from workbench.inspect.ablation import ConditionEdit
+from workbench.inspect.probes.ablation import ConditionEdit
 from workbench.widgets.base import button
 
 ALL_FRAMES = -1

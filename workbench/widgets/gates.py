@@ -9,8 +9,8 @@ import ipywidgets as widgets
 import numpy as np
 
 from workbench.inspect.common import DEFAULT_LEVELS
-from workbench.inspect.gates import GatesState
-from workbench.inspect.trajectory import Trajectory
+from workbench.inspect.probes.gates import GatesState
+from workbench.inspect.recording.trajectory import Trajectory
 from workbench.widgets import render
 from workbench.widgets.base import View, button
 

@@ -14,7 +14,7 @@ from functools import cache
 
 import numpy as np
 
-from workbench.inspect.pictures import Panel
+from workbench.inspect.previews.pictures import Panel
 
 PICTURE_WIDTH = 1000  # the width a row of panels is laid out for: a notebook's output area at ~1400 px
 MAX_PANEL = 384  # the largest a frame is drawn (a single panel would otherwise fill the row)
@@ -256,7 +256,7 @@ def _drawable(text: str) -> str:
 
 
 def _colorize(values: np.ndarray, cmap: str, lo: float, hi: float) -> np.ndarray:
-    from workbench.inspect.colors import colorize
+    from workbench.inspect.previews.colors import colorize
 
     return colorize(values, cmap, lo, hi)
 

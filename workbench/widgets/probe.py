@@ -8,7 +8,7 @@ from typing import Any
 import ipywidgets as widgets
 
 from workbench.core.composed import ComposedModel
-from workbench.inspect.probes import condition_plots, condition_table
+from workbench.inspect.probes.sensitivity import condition_plots, condition_table
 from workbench.widgets import render
 from workbench.widgets.base import View
 

@@ -3,7 +3,7 @@
 Nothing here holds state or touches a widget; the views call these and put the PNG into an
 ``Image``. Figures are built with ``matplotlib.figure.Figure`` directly (never pyplot), so
 rendering does not depend on the notebook backend and does not display anything by itself.
-Signed maps use the diverging colour map of :mod:`workbench.inspect.colors` (blue below zero,
+Signed maps use the diverging colour map of :mod:`workbench.inspect.previews.colors` (blue below zero,
 red above, white at zero), gates its sequential map; each float map carries a labelled colour bar.
 The pictures redrawn on every slider move are Pillow's, in :mod:`workbench.widgets.panels`, and are
 served here too, so a view imports its drawing from one place.
@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from workbench.inspect.colors import lut
-from workbench.inspect.pictures import Panel
+from workbench.inspect.previews.colors import lut
+from workbench.inspect.previews.pictures import Panel
 from workbench.widgets.panels import (  # noqa: F401 - the fast pictures, served here too
     MIN_PANEL,
     NOTE_RGB,
@@ -49,7 +49,7 @@ def _figure(width: float, height: float):
 
 @cache
 def colormap(name: str):
-    """The matplotlib colour map of :func:`workbench.inspect.colors.lut` ``name``."""
+    """The matplotlib colour map of :func:`workbench.inspect.previews.colors.lut` ``name``."""
     from matplotlib.colors import ListedColormap
 
     return ListedColormap(lut(name), name=f"workbench-{name}")
@@ -420,7 +420,7 @@ def sensitivity_figure(levels: Sequence[float], values: np.ndarray, swap_gap: Ma
 
 
 def condition_figure(series: Mapping[str, Mapping[str, Any]], dim_names: Mapping[str, Sequence[str]] | None = None):
-    """One small plot per condition, as :func:`workbench.inspect.probes.condition_plots` describes it.
+    """One small plot per condition, as :func:`workbench.inspect.probes.sensitivity.condition_plots` describes it.
 
     Per-frame values: one line per dimension over frames; per-clip vectors: bars; images
     (e.g. the first frame): the picture; a missing optional condition: a note.

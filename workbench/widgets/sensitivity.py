@@ -10,7 +10,7 @@ import ipywidgets as widgets
 import numpy as np
 
 from workbench.core.composed import ComposedModel
-from workbench.inspect.probes import DEFAULT_LEVELS, ActionSensitivityResult, action_sensitivity
+from workbench.inspect.probes.sensitivity import DEFAULT_LEVELS, ActionSensitivityResult, action_sensitivity
 from workbench.widgets import render
 from workbench.widgets.base import View, button
 

@@ -11,10 +11,10 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from workbench.inspect.ablation import ConditionEdit
 from workbench.inspect.common import condition_keys
+from workbench.inspect.probes.ablation import ConditionEdit
+from workbench.inspect.recording.trajectory import Trajectory
 from workbench.inspect.stepper import StepperState
-from workbench.inspect.trajectory import Trajectory
 from workbench.inspect.views import VIEW_LABELS
 from workbench.widgets import render
 from workbench.widgets.base import View, button, status_line

@@ -262,7 +262,7 @@ def evaluate_world_model(exp, clips, *, sampling_steps: int, seed: int = 0, chun
     ``condition``: the clip key swapped in (c) (``action``, or ``control`` for a control video);
     every key of :data:`CONDITION_KEYS` the clips carry is given to all three, true except that one
     (the state keys as measured at the first frame, see :data:`STATE_KEYS`). ``predict``: what
-    predicts the three variants' clips instead of one :func:`~workbench.inspect.clips.predict_clips`
+    predicts the three variants' clips instead of one :func:`~workbench.inspect.recording.clips.predict_clips`
     call each, given ``(model, {name: (clips, adapter)}, steps=, seed=, chunk=, gate=, on_chunk=)``
     (:meth:`workbench.train.ahead.BaseAhead.predict`: the chunks shared by two processes, the same videos).
 
@@ -274,7 +274,7 @@ def evaluate_world_model(exp, clips, *, sampling_steps: int, seed: int = 0, chun
     import torch
     from tqdm.auto import tqdm
 
-    from workbench.inspect.clips import predict_clips
+    from workbench.inspect.recording.clips import predict_clips
     from workbench.metrics import moving_mask, per_clip, to_uint8_video
     from workbench.worldmodel.probe import hand_error_cm
 

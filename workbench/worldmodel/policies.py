@@ -407,7 +407,7 @@ def imagine(exp_or_model: Any, episodes: PolicyEpisodes, *, steps: int = DEFAULT
     ``final_frames`` (uint8 ``(B, H, W, 3)``) and ``cpu_seconds`` (process time of the rollouts)."""
     import torch
 
-    from workbench.inspect.rollouts import rollout
+    from workbench.inspect.recording.rollouts import rollout
 
     clips = start_clips(episodes)
     actions = torch.from_numpy(np.clip(episodes.actions, -1.0, 1.0).astype(np.float32))

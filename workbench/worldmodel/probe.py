@@ -117,7 +117,7 @@ class HandProbe(nn.Module):
             >>> hand(traj.frames("final", decode="full")).shape       # (T, 3): x, y, z in cm per frame
             (16, 3)
         """
-        from workbench.inspect.readout import Readout
+        from workbench.inspect.probes.readout import Readout
 
         return Readout(self.positions, name="hand", unit="cm", scale=100.0, axes=("x", "y", "z"))
 

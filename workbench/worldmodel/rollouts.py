@@ -52,7 +52,7 @@ def recorded_reader(ee_pos: Any, starts: list[int] | None = None) -> Callable[[n
 
 def register() -> None:
     """Register :func:`probe_reader` as ``state="probe"`` in this process."""
-    from workbench.inspect.rollouts import register_state_reader
+    from workbench.inspect.recording.rollouts import register_state_reader
 
     register_state_reader("probe", probe_reader)
 

@@ -1,12 +1,12 @@
 """Latent previews: fitting the picture of latents that every view shows.
 
 Three ways turn latents into pictures (:data:`DECODES`): the **linear preview**
-(:mod:`~workbench.inspect.linear_preview`: a least-squares latent → RGB map, free and about
-20 dB from the full decode), the **tiny preview** (:mod:`~workbench.inspect.tiny_preview`: a
+(:mod:`~workbench.inspect.previews.linear_preview`: a least-squares latent → RGB map, free and about
+20 dB from the full decode), the **tiny preview** (:mod:`~workbench.inspect.previews.tiny_preview`: a
 small convolutional decoder distilled from the backbone's own, the faithful preview) and the
-backbone's **full** decoder (:func:`~workbench.inspect.latent_space.decode_chunked`).
+backbone's **full** decoder (:func:`~workbench.inspect.previews.latent_space.decode_chunked`).
 :func:`fit_preview` fits (or loads) either preview; both are cached per backbone identity
-(:mod:`~workbench.inspect.preview_cache`), and :func:`clear_preview_cache` forgets them.
+(:mod:`~workbench.inspect.previews.preview_cache`), and :func:`clear_preview_cache` forgets them.
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ from typing import Any
 
 from workbench.core.backbone import BaseVideoModel
 from workbench.inspect.common import InspectError
-from workbench.inspect.latent_space import DEFAULT_CHUNK_FRAMES
-from workbench.inspect.linear_preview import LatentPreview, clear_linear_cache, fit_linear_preview
-from workbench.inspect.preview_cache import cache_dir, clear_identities
-from workbench.inspect.tiny_preview import TinyPreview, clear_tiny_cache, fit_tiny_preview
+from workbench.inspect.previews.latent_space import DEFAULT_CHUNK_FRAMES
+from workbench.inspect.previews.linear_preview import LatentPreview, clear_linear_cache, fit_linear_preview
+from workbench.inspect.previews.preview_cache import cache_dir, clear_identities
+from workbench.inspect.previews.tiny_preview import TinyPreview, clear_tiny_cache, fit_tiny_preview
 
 DECODES = ("preview", "tiny", "full")
 """How latents become pictures: the linear preview, the distilled tiny preview
-(:mod:`workbench.inspect.tiny_preview`), or the backbone's full decoder."""
+(:mod:`workbench.inspect.previews.tiny_preview`), or the backbone's full decoder."""
 PREVIEW_KINDS = ("linear", "tiny")
 
 
@@ -44,7 +44,7 @@ def fit_preview(base: BaseVideoModel, samples: Any = None, *, kind: str = "linea
     """Fit (or load) the linear preview of ``base``, or with ``kind="tiny"`` distil (or load) its tiny preview.
 
     ``kind="tiny"``: a small convolutional decoder distilled from ``base.decode``
-    (:class:`~workbench.inspect.tiny_preview.TinyPreview`, see that module); ``n_fit`` defaults to
+    (:class:`~workbench.inspect.previews.tiny_preview.TinyPreview`, see that module); ``n_fit`` defaults to
     24 clips there, and ``distil`` takes its training settings (``steps``, ``width``, ``batch``, ``lr``).
 
     ``samples``: real frames to encode — video ``(N, 3, T, H, W)`` in [-1, 1], uint8

@@ -40,10 +40,10 @@ from workbench.core.composed import ComposedModel
 from workbench.core.composers import scaled_gate
 from workbench.core.seeds import chunk_seed
 from workbench.inspect.common import InspectError, prepare
-from workbench.inspect.recorder import generator_state
-from workbench.inspect.settings import Settings
-from workbench.inspect.storage import StoragePolicy
-from workbench.inspect.trajectory import Trajectory, run
+from workbench.inspect.recording.recorder import generator_state
+from workbench.inspect.recording.settings import Settings
+from workbench.inspect.recording.storage import StoragePolicy
+from workbench.inspect.recording.trajectory import Trajectory, run
 
 #: The state conditions a rollout gives a chunk as read at its first frame (every frame holding that value).
 STATE_KEYS = ("ee_pos", "proprio")
@@ -77,7 +77,8 @@ def state_reader(name: str) -> Callable:
         raise InspectError(
             f"state={name!r} names no state reader (registered: {', '.join(known) or 'none'}). Pass "
             f"state='recorded' (the recorded state: a ceiling), a callable frames_uint8 [B, T, H, W, 3] -> [B, D], "
-            f"or register one with workbench.inspect.rollouts.register_state_reader({name!r}, factory). The hand "
+            f"or register one with workbench.inspect.recording.rollouts.register_state_reader({name!r}, factory). "
+            f"The hand "
             f"probe ('probe') is registered by workbench.worldmodel.rollouts (reinstall the package with `make "
             f"install` if its entry point is missing).")
     return _STATE_READERS[name]()

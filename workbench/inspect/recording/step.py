@@ -8,7 +8,7 @@ import torch
 
 from workbench.core.composers import Diagnostics
 from workbench.inspect.common import InspectError, check_choice
-from workbench.inspect.storage import FIELDS
+from workbench.inspect.recording.storage import FIELDS
 
 
 @dataclass

@@ -18,7 +18,7 @@ from workbench.core.composed import ComposedModel
 from workbench.core.composers import ComposeContext, Composition
 from workbench.core.conditions import Batch
 from workbench.inspect.common import InspectError, StorageWarning, check_choice, check_model, prepare
-from workbench.inspect.settings import Settings, applied
+from workbench.inspect.recording.settings import Settings, applied
 
 FIELDS = ("x_t", "x0", "base", "adapter", "composed")
 

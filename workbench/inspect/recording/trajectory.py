@@ -30,14 +30,22 @@ from workbench.core.composed import ComposedModel, Prediction
 from workbench.core.composers import Composer
 from workbench.core.conditions import Batch
 from workbench.inspect.common import InspectError, StepError, check_choice, check_model, prepare, with_conditions
-from workbench.inspect.decoding import render
-from workbench.inspect.export import default_steps, write_grid
-from workbench.inspect.latent_space import DEFAULT_CHUNK_FRAMES
-from workbench.inspect.preview import DECODES
-from workbench.inspect.recorder import OnTrajectoryStep, Recorder, StopSampling, generator_state
-from workbench.inspect.settings import Settings, applied, check_gate_override
-from workbench.inspect.step import StepLog, TrajectoryStep
-from workbench.inspect.storage import FIELDS, StoragePolicy, check_budget, estimate, estimate_memory, store, synchronize
+from workbench.inspect.previews.decoding import render
+from workbench.inspect.previews.latent_space import DEFAULT_CHUNK_FRAMES
+from workbench.inspect.previews.preview import DECODES
+from workbench.inspect.recording.export import default_steps, write_grid
+from workbench.inspect.recording.recorder import OnTrajectoryStep, Recorder, StopSampling, generator_state
+from workbench.inspect.recording.settings import Settings, applied, check_gate_override
+from workbench.inspect.recording.step import StepLog, TrajectoryStep
+from workbench.inspect.recording.storage import (
+    FIELDS,
+    StoragePolicy,
+    check_budget,
+    estimate,
+    estimate_memory,
+    store,
+    synchronize,
+)
 
 
 class Trajectory:
@@ -49,7 +57,7 @@ class Trajectory:
     ``traj.position`` / ``traj.current`` a cursor for views. Forks keep ``parent`` and
     ``fork_step``. Tensors live where the :class:`StoragePolicy` put them.
 
-    Each step is one :class:`~workbench.inspect.step.StepLog` entry (``t``, noise level, stored fields,
+    Each step is one :class:`~workbench.inspect.recording.step.StepLog` entry (``t``, noise level, stored fields,
     the predictions a fork replays); a fork's log starts with its parent's entries, shared.
     """
 
@@ -276,7 +284,9 @@ class Trajectory:
 
     def render(self, latents: torch.Tensor, decode: str = "preview", index: int = 0,
                chunk_frames: int | None = DEFAULT_CHUNK_FRAMES) -> np.ndarray:
-        """Latents ``(B, C, T, h, w)`` → uint8 ``[T, H, W, 3]`` (see :func:`workbench.inspect.decoding.render`)."""
+        """Latents ``(B, C, T, h, w)`` → uint8 ``[T, H, W, 3]``.
+
+        See :func:`workbench.inspect.previews.decoding.render`."""
         return render(self.model.base, latents, decode=decode, index=index, chunk_frames=chunk_frames)
 
     def frames(self, step: int | Literal["final"], kind: str = "x0", decode: str = "preview", index: int = 0,

@@ -11,8 +11,8 @@ from typing import Literal
 
 import numpy as np
 
-from workbench.inspect.colors import colorize
 from workbench.inspect.common import StepError
+from workbench.inspect.previews.colors import colorize
 
 Kind = Literal["rgb", "signed", "gate"]
 

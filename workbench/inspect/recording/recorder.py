@@ -3,7 +3,7 @@
 The sampler calls ``compose_fn`` for every prediction and ``on_step`` once per step after that
 step's calls. :class:`Recorder` answers the calls of a fork's replayed prefix from the parent's
 cache (no model call) and evaluates the live ones through the composed model, keeping what the
-:class:`~workbench.inspect.storage.StoragePolicy` asks for.
+:class:`~workbench.inspect.recording.storage.StoragePolicy` asks for.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from workbench.core.composed import ComposedModel, Prediction
 from workbench.core.conditions import Batch
 from workbench.errors import CallbackError
 from workbench.inspect.common import InspectError
-from workbench.inspect.settings import Settings
-from workbench.inspect.step import StepLog, TrajectoryStep
-from workbench.inspect.storage import StoragePolicy, store
+from workbench.inspect.recording.settings import Settings
+from workbench.inspect.recording.step import StepLog, TrajectoryStep
+from workbench.inspect.recording.storage import StoragePolicy, store
 
 OnTrajectoryStep = Callable[[TrajectoryStep], None]
 

@@ -4,7 +4,8 @@ A preview depends only on what the backbone's decoder computes, so it is cached 
 :func:`backbone_identity` (a hash of the decoder's weights and the config) in
 :func:`cache_dir` as safetensors + JSON, written atomically (:func:`write_files`) and read back
 with a clear error when damaged (:func:`read_files`). The linear and the tiny preview each keep
-their own files there (:mod:`~workbench.inspect.linear_preview`, :mod:`~workbench.inspect.tiny_preview`).
+their own files there (:mod:`~workbench.inspect.previews.linear_preview`,
+:mod:`~workbench.inspect.previews.tiny_preview`).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ them and a widget can plot them without knowing about models:
   noise draw, and :meth:`SigmaSensitivity.recommend_band` for a ``NoiseGated`` band.
 * :func:`condition_plots` — what to plot for each declared condition, as the adapter sees it.
 
-Gate statistics live in :mod:`workbench.inspect.gates`.
+Gate statistics live in :mod:`workbench.inspect.probes.gates`.
 
 Every model evaluation runs in eval mode under ``no_grad`` on the model's device; losses use
 the objective's own masked loss. Image metrics live in :mod:`workbench.metrics`.
@@ -44,9 +44,9 @@ from workbench.inspect.common import (
     t_for_noise_level,
     t_tensor,
 )
-from workbench.inspect.decoding import as_uint8, render_float
-from workbench.inspect.gates import open_noise_gates
-from workbench.inspect.settings import Settings, applied
+from workbench.inspect.previews.decoding import as_uint8, render_float
+from workbench.inspect.probes.gates import open_noise_gates
+from workbench.inspect.recording.settings import Settings, applied
 
 
 # -- condition table -------------------------------------------------------------------------
@@ -153,7 +153,7 @@ class _ReadoutProbe:
         self.frames: list[list[int]] | None = None
 
     def positions(self, x0: torch.Tensor) -> list[np.ndarray]:
-        from workbench.inspect.readout import read_positions
+        from workbench.inspect.probes.readout import read_positions
         from workbench.inspect.views import given_frames
 
         videos = _frames_of(self.model, x0, self.decode)
@@ -181,7 +181,7 @@ def action_sensitivity(model: ComposedModel, batch: Mapping[str, Any] | Batch,
     level (its output is reused when the adapter allows). ``swap_gap`` needs a batch of at
     least two clips. ``NoiseGated`` bands are opened for the probe (see :func:`open_noise_gates`).
 
-    ``readout`` (a :class:`~workbench.inspect.readout.Readout`, e.g. the world-model wing's hand
+    ``readout`` (a :class:`~workbench.inspect.probes.readout.Readout`, e.g. the world-model wing's hand
     probe): also decode each x0 estimate (``decode``) and read positions off its frames, to say
     how far the readout moves per unit of each action dimension, with the adapter and for the
     frozen base alone (the base runs with the moved actions too; where its prediction does not
@@ -196,7 +196,7 @@ def action_sensitivity(model: ComposedModel, batch: Mapping[str, Any] | Batch,
         >>> sens.readout["adapter"].shape     # cm per unit of each action dimension, per level
         (1, 4)
     """
-    from workbench.inspect.readout import check_readout
+    from workbench.inspect.probes.readout import check_readout
 
     model = check_model(model, "action_sensitivity")
     if not (isinstance(eps, (int, float)) and eps > 0):

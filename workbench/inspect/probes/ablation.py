@@ -16,7 +16,7 @@ One step shows where the model's guess moves, not where the sampled video ends u
 after it would carry the edit further. :meth:`Ablation.propagate` samples them — a
 :meth:`Trajectory.fork` at the step with the edited condition, so its prefix is the recording's
 own, bit for bit — and returns the final prediction beside the recorded one, read by a
-``readout`` (:mod:`workbench.inspect.readout`) when one is given.
+``readout`` (:mod:`workbench.inspect.probes.readout`) when one is given.
 """
 
 from __future__ import annotations
@@ -40,13 +40,13 @@ from workbench.inspect.common import (
     masked_rms,
     rolled_conditions,
 )
-from workbench.inspect.decoding import as_uint8, render_float
-from workbench.inspect.pictures import Panel, ViewImage, signed_limit
-from workbench.inspect.preview import DECODES
-from workbench.inspect.readout import FrameReadout, PathComparison, check_readout, compare_paths
-from workbench.inspect.recorder import StopSampling
-from workbench.inspect.storage import StoragePolicy
-from workbench.inspect.trajectory import Trajectory
+from workbench.inspect.previews.decoding import as_uint8, render_float
+from workbench.inspect.previews.pictures import Panel, ViewImage, signed_limit
+from workbench.inspect.previews.preview import DECODES
+from workbench.inspect.probes.readout import FrameReadout, PathComparison, check_readout, compare_paths
+from workbench.inspect.recording.recorder import StopSampling
+from workbench.inspect.recording.storage import StoragePolicy
+from workbench.inspect.recording.trajectory import Trajectory
 from workbench.inspect.views import given_frames
 
 DIFFERENCE_RANGE = 1.0
@@ -229,7 +229,7 @@ class Ablation:
     """The prediction at one step of ``trajectory`` under an edited condition (see the module docstring).
 
     ``readout``: turns the final frames of :meth:`propagate` into positions (a
-    :class:`~workbench.inspect.readout.Readout`, e.g. the world-model wing's hand probe), so that
+    :class:`~workbench.inspect.probes.readout.Readout`, e.g. the world-model wing's hand probe), so that
     the propagated edit comes with a number; ``final_decode``: how :meth:`propagate` decodes the
     final frames (default: ``decode``). ``colour_range``: the differences are coloured over
     ±``colour_range`` for every edit (default ±1, ``[-1, 1]`` units of mean RGB), so that colour
@@ -298,9 +298,10 @@ class Ablation:
     def original_x0(self) -> torch.Tensor:
         """The recorded x0 estimate at the current step ``(B, C, T, h, w)``: the step's ``x0``.
 
-        A step's ``x0`` is made from its composed prediction (see :class:`~workbench.inspect.step.TrajectoryStep`),
-        as :meth:`ablated_x0` is from the edited one, so an unedited condition shows no change, guided
-        sampling included (the guided estimate mixes in a branch an edit does not recompose).
+        A step's ``x0`` is made from its composed prediction (see
+        :class:`~workbench.inspect.recording.step.TrajectoryStep`), as :meth:`ablated_x0` is from the edited
+        one, so an unedited condition shows no change, guided sampling included (the guided estimate mixes
+        in a branch an edit does not recompose).
         """
         rec, latents = self.trajectory[self.step], self.trajectory.batch.latents
         remake = {"composed", "x_t"} <= set(rec.stored) and rec.composed is not None

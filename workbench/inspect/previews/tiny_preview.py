@@ -1,6 +1,6 @@
 """The tiny preview: a small convolutional latent → RGB decoder distilled from the backbone's own.
 
-The linear preview (:mod:`workbench.inspect.linear_preview`) maps each latent pixel to its block of
+The linear preview (:mod:`workbench.inspect.previews.linear_preview`) maps each latent pixel to its block of
 output pixels on its own, so its pictures are blocky and miss what a decoder does across
 neighbouring latents. The tiny preview keeps that linear map as a skip path and adds a small
 convolutional body that reads a 7×7 latent neighbourhood (three 3×3 convolutions), then lays
@@ -19,7 +19,7 @@ spatially smooth, as for the linear fit), the same clips sent once and twice thr
 ``decode`` → ``encode`` (latents the VAE itself produces, i.e. clean-looking frames) and those
 mixed with fresh noise (what ``x_t`` looks like mid-run). A backbone without ``encode`` trains on
 the random clips alone. Data-free previews are cached per backbone identity like the linear one
-(``tiny-<identity>`` in :func:`~workbench.inspect.preview_cache.cache_dir`, safetensors + JSON); the
+(``tiny-<identity>`` in :func:`~workbench.inspect.previews.preview_cache.cache_dir`, safetensors + JSON); the
 embedded ``tiny_video`` model ships its distilled preview next to its weights.
 """
 
@@ -37,7 +37,7 @@ from torch import nn
 
 from workbench.core.backbone import BaseVideoModel
 from workbench.inspect.common import InspectError
-from workbench.inspect.latent_space import (
+from workbench.inspect.previews.latent_space import (
     DEFAULT_CHUNK_FRAMES,
     data_free_latents,
     decode_chunked,
@@ -46,13 +46,13 @@ from workbench.inspect.latent_space import (
     latent_layout,
     latent_shape_from_card,
 )
-from workbench.inspect.linear_preview import solve_linear
-from workbench.inspect.preview_cache import backbone_identity, cache_dir, read_files, write_files
+from workbench.inspect.previews.linear_preview import solve_linear
+from workbench.inspect.previews.preview_cache import backbone_identity, cache_dir, read_files, write_files
 from workbench.loop import LRSchedule, TrainingLoop, then
 from workbench.metrics import psnr
 
 TINY_VERSION = 1
-SHIPPED_DIR = Path(__file__).resolve().parent.parent / "backbones" / "weights"
+SHIPPED_DIR = Path(__file__).resolve().parents[2] / "backbones" / "weights"
 MAX_PARAMETERS = 1_000_000
 
 _MEMORY: dict[str, TinyPreview] = {}

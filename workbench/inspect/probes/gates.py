@@ -33,9 +33,9 @@ from workbench.inspect.common import (
     seeded_noise,
     t_tensor,
 )
-from workbench.inspect.pictures import Panel
-from workbench.inspect.settings import Settings, applied
-from workbench.inspect.trajectory import Trajectory
+from workbench.inspect.previews.pictures import Panel
+from workbench.inspect.recording.settings import Settings, applied
+from workbench.inspect.recording.trajectory import Trajectory
 from workbench.inspect.views import view_image
 
 

@@ -1,9 +1,9 @@
 """Latents to pictures: the one path every view, export and widget decodes through.
 
 ``decode="preview"`` uses the backbone's linear preview (fitted on first use, see
-:mod:`workbench.inspect.linear_preview`), ``"tiny"`` its distilled tiny preview (shipped for the
+:mod:`workbench.inspect.previews.linear_preview`), ``"tiny"`` its distilled tiny preview (shipped for the
 embedded model, cached per backbone, distilled on first use otherwise; see
-:mod:`workbench.inspect.tiny_preview`), ``"full"`` its decoder chunked along time. The work runs on
+:mod:`workbench.inspect.previews.tiny_preview`), ``"full"`` its decoder chunked along time. The work runs on
 the base's device; only the frames leave it.
 """
 
@@ -16,9 +16,9 @@ import torch
 
 from workbench.core.backbone import BaseVideoModel
 from workbench.inspect.common import InspectError, check_choice
-from workbench.inspect.latent_space import DEFAULT_CHUNK_FRAMES, decode_chunked
-from workbench.inspect.linear_preview import LatentPreview, preview_for
-from workbench.inspect.preview import DECODES
+from workbench.inspect.previews.latent_space import DEFAULT_CHUNK_FRAMES, decode_chunked
+from workbench.inspect.previews.linear_preview import LatentPreview, preview_for
+from workbench.inspect.previews.preview import DECODES
 from workbench.metrics import to_uint8_video
 
 DECODE_HINT = ("Use 'preview' (fast, linear), 'tiny' (a small distilled decoder, close to the full one) or 'full' "
@@ -40,7 +40,7 @@ def decode_video(base: BaseVideoModel, latents: torch.Tensor, decode: str = "pre
     if decode == "full":
         return decode_chunked(base, z, chunk_frames)[0]
     if decode == "tiny":
-        from workbench.inspect.tiny_preview import tiny_preview_for
+        from workbench.inspect.previews.tiny_preview import tiny_preview_for
 
         return tiny_preview_for(base, tuple(z.shape[1:]))(z)[0]
     return (preview or preview_for(base, tuple(z.shape[1:])))(z)[0]

@@ -4,7 +4,7 @@ Decoding every step of a trajectory through a video VAE is slow and memory-hungr
 backbone gets a **linear preview**: every latent pixel's ``C`` channels (plus a bias) map to the
 ``r × d × d × 3`` block of output pixels it covers (``d``: spatial downsample, ``r``: frames per
 latent frame; a causal video VAE's first latent frame maps to one frame with its own weights, see
-:mod:`~workbench.inspect.latent_space`). The weights are the least-squares optimum (with a small
+:mod:`~workbench.inspect.previews.latent_space`). The weights are the least-squares optimum (with a small
 ridge, :data:`RIDGE`) against ``base.decode`` on a handful of samples, and their quality is
 measured on held-out samples: ``preview.psnr`` (dB against the full decode) next to
 ``preview.baseline_psnr`` (a constant predictor: the mean decoded block), which any useful
@@ -15,7 +15,7 @@ them); otherwise data-free latents: standard normal, half white and half spatial
 scale of the sampler's own noise (and of clean latents under a normalised VAE). Data-free fits
 cover noisy ``x_t`` well; pass real frames for the sharpest clean-frame previews.
 
-Data-free fits are cached per backbone identity (:mod:`~workbench.inspect.preview_cache`), so
+Data-free fits are cached per backbone identity (:mod:`~workbench.inspect.previews.preview_cache`), so
 the second fit of the same backbone does not decode anything. A fit on your own frames is used by
 this process's views but never written there, so what a preview shows never depends on which
 frames some earlier process happened to fit. Pixel-space backbones (3-channel "latents" and no
@@ -33,7 +33,7 @@ import torch
 
 from workbench.core.backbone import BaseVideoModel
 from workbench.inspect.common import InspectError
-from workbench.inspect.latent_space import (
+from workbench.inspect.previews.latent_space import (
     DEFAULT_CHUNK_FRAMES,
     data_free_latents,
     decode_chunked,
@@ -42,7 +42,7 @@ from workbench.inspect.latent_space import (
     latent_layout,
     latent_shape_from_card,
 )
-from workbench.inspect.preview_cache import backbone_identity, cache_dir, read_files, write_files
+from workbench.inspect.previews.preview_cache import backbone_identity, cache_dir, read_files, write_files
 from workbench.metrics import psnr, unit_to_uint8
 
 PREVIEW_VERSION = 1
