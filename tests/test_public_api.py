@@ -141,8 +141,9 @@ def test_inspect_is_cut_by_concept_and_the_old_module_paths_still_import():
     for old, package in inspect._MOVED.items():
         assert importlib.import_module(f"workbench.inspect.{old}") is importlib.import_module(
             f"workbench.inspect.{package}.{old}"), old
-    from workbench.inspect.probes import action_sensitivity  # the sensitivity probes, where they were
     from workbench.inspect.trajectory import record  # noqa: F401 - the 0.3 path
+
+    from workbench.inspect.probes import action_sensitivity  # the sensitivity probes, where they were
 
     assert action_sensitivity is importlib.import_module("workbench.inspect.probes.sensitivity").action_sensitivity
     assert record is inspect.record
