@@ -40,7 +40,6 @@ from workbench.inspect.recording.storage import StoragePolicy, estimate_memory
 from workbench.inspect.recording.trajectory import Trajectory, record
 from workbench.inspect.stepper import StepperState
 from workbench.inspect.views import VIEWS, effective_gate_map, view_image
-from workbench.metrics import moving_psnr, per_clip, psnr, ssim
 
 # The module paths before the subpackages (workbench.inspect.trajectory, ...) keep importing: each names its
 # module's new home (recording/, previews/, probes/).
@@ -69,7 +68,7 @@ __all__ = [
     "TrajectoryStep", "ViewImage",
     "action_sensitivity", "backbone_identity", "cache_dir", "clear_preview_cache", "compare_paths", "condition_plots",
     "condition_table", "decode_chunked", "effective_gate_map", "estimate_memory", "find_gate_history", "fit_preview",
-    "gate_history", "gate_statistics", "generation_request", "moving_psnr", "per_clip", "predict_clips", "psnr",
+    "gate_history", "gate_statistics", "generation_request", "predict_clips",
     "record", "render", "render_float", "rollout",
-    "sigma_sensitivity", "ssim", "swap_conditions", "t_for_noise_level", "view_image",
+    "sigma_sensitivity", "swap_conditions", "t_for_noise_level", "view_image",
 ]
