@@ -24,6 +24,7 @@ import dataclasses
 import functools
 import gc
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -90,7 +91,7 @@ def run_job(job: tuple[str, str], run_dir: str, scratch_dir: str | None, cfg: Wo
             "frames": int(result["truth"].shape[1]), "cpu_seconds": time.process_time() - started}
 
 
-def _run_all(todo: list, run: Any, processes: int) -> list[dict[str, Any]]:
+def _run_all(todo: list, run: Callable[[Any], dict[str, Any]], processes: int) -> list[dict[str, Any]]:
     """``run(job)`` for every job of ``todo``, in order, on ``processes`` processes."""
     if processes == 1:
         return [run(job) for job in todo]
