@@ -402,3 +402,20 @@ def test_what_a_backbone_keeps_in_float32_stays_so_and_the_kit_checks_it():
     report = check_backbone(Kept(), raw={"latents": torch.randn(2, 4, 3, 4, 4), "action": torch.randn(2, 3, 2)},
                             dtype=torch.bfloat16, promises=["to"])
     assert report["to"].detail == "9 tensors on cpu; 5 kept in float32, round trip bit-exact"
+
+
+def test_a_backbone_that_leaves_required_methods_unimplemented_is_told_which_before_any_promise():
+    class Half(Toy):
+        denoise = BaseVideoModel.denoise
+        run_sampler = BaseVideoModel.run_sampler
+
+    from workbench.core.backbone import REQUIRED_METHODS, unimplemented
+
+    assert unimplemented(Half) == ("denoise", "run_sampler") and unimplemented(Toy()) == ()
+    assert unimplemented(TinyVideo) == () and unimplemented(BaseVideoModel) == REQUIRED_METHODS
+    with pytest.raises(ConformanceError) as err:
+        check_backbone(Half, raw=toy_raw())
+    assert ("FAIL backbone: implements every required method of the backbone contract\n         Half leaves 2 of the "
+            "7 required methods as BaseVideoModel's stubs: denoise, run_sampler. Implement each: its docstring on "
+            "workbench.BaseVideoModel says what it promises, and docs/guides/writing-a-backbone.md lists them under "
+            "'The required part'.") in str(err.value)

@@ -551,3 +551,22 @@ def freeze(base: nn.Module) -> None:
     for m in base.modules():
         m.train = _eval_only.__get__(m)  # type: ignore[method-assign]
     nn.Module.train(base, False)
+
+
+#: The methods every backbone implements; the rest of :class:`BaseVideoModel` has a default (the table in
+#: docs/guides/writing-a-backbone.md, "The required part", with the card). ``example_batch`` is required too,
+#: except by code that is handed a raw batch instead (``check_backbone(make, raw=...)``), and says so itself.
+REQUIRED_METHODS = ("provides", "prepare_batch", "encode", "decode", "denoise", "default_objective", "run_sampler")
+
+
+def unimplemented(backbone: type[BaseVideoModel] | BaseVideoModel) -> tuple[str, ...]:
+    """The :data:`REQUIRED_METHODS` that ``backbone`` (a class or an instance) leaves as
+    :class:`BaseVideoModel`'s own stubs, in that order; ``()`` when it implements them all.
+
+    Examples:
+        >>> from workbench.backbones.tiny_video import TinyVideo
+        >>> unimplemented(TinyVideo)
+        ()
+    """
+    cls = backbone if isinstance(backbone, type) else type(backbone)
+    return tuple(name for name in REQUIRED_METHODS if getattr(cls, name) is getattr(BaseVideoModel, name))

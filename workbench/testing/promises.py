@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from workbench.core.adapter import Adapter
-from workbench.core.backbone import BaseVideoModel, as_video
+from workbench.core.backbone import REQUIRED_METHODS, BaseVideoModel, as_video, unimplemented
 from workbench.core.card import ModelCard
 from workbench.core.conditions import Batch
 from workbench.errors import ConformanceError, did_you_mean, listing
@@ -549,6 +549,15 @@ def check_backbone(make_backbone: Callable[[], BaseVideoModel] | BaseVideoModel,
         report = ConformanceReport(type(base).__name__, setting, [Finding(
             "backbone", "make_backbone() returns a workbench BaseVideoModel", "broken",
             f"got {type(base).__name__}; subclass workbench.BaseVideoModel.")])
+        raise ConformanceError(report)
+    missing = unimplemented(base)
+    if missing:
+        report = ConformanceReport(type(base).__name__, setting, [Finding(
+            "backbone", "implements every required method of the backbone contract", "broken",
+            f"{type(base).__name__} leaves {len(missing)} of the {len(REQUIRED_METHODS)} required methods as "
+            f"BaseVideoModel's stubs: {', '.join(missing)}. Implement each: its docstring on "
+            f"workbench.BaseVideoModel says what it promises, and docs/guides/writing-a-backbone.md lists them "
+            f"under 'The required part'.")])
         raise ConformanceError(report)
     if raw is None:
         raw = example_batch_of(base)
