@@ -75,6 +75,17 @@ def installed(module: str) -> bool:
         return False
 
 
+def distribution_version(dist: str) -> str:
+    """The installed version of distribution ``dist``, or ``"unknown"`` (recorded in the files the
+    simulator makes, beside the data)."""
+    import importlib.metadata as metadata
+
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def missing(extra: str, modules: Iterable[str] | None = None) -> list[str]:
     """The modules of ``extra`` (or just ``modules`` of it) that cannot be imported here."""
     wanted = list(modules) if modules is not None else list(EXTRAS[extra].values())

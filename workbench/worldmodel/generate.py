@@ -58,6 +58,7 @@ import numpy as np
 from workbench.data.camera import CameraCalibration, missing_calibration, quat_to_mat
 from workbench.data.lerobot_write import LeRobotWriter
 from workbench.errors import ConfigError
+from workbench.extras import distribution_version
 from workbench.worldmodel.sim import (
     CAMERAS,
     DEFAULT_CAMERA,
@@ -166,7 +167,7 @@ def generate(
                 "schema_version": SCHEMA_VERSION,
                 "generator": "workbench.worldmodel.generate",
                 "generator_version": GENERATOR_VERSION,
-                "metaworld_version": _version("metaworld"),
+                "metaworld_version": distribution_version("metaworld"),
                 "mujoco_version": mujoco.__version__,
                 "tasks": json.dumps(list(tasks)),
                 "episodes": n,
@@ -352,15 +353,6 @@ def _summary(out: Path, elapsed: float | None = None) -> str:
     timing = f", {elapsed / max(n, 1):.2f} s/episode" if elapsed is not None else ""
     return (f"wrote {out}: {n} episodes × {t} frames, {out.stat().st_size / 1e6:.1f} MB, "
             f"success rate {success:.0%}{timing}")
-
-
-def _version(dist: str) -> str:
-    import importlib.metadata as metadata
-
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return "unknown"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

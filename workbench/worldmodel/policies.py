@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from workbench.errors import ConfigError, DataError, listing
+from workbench.extras import distribution_version
 
 SAMPLE_PATH = Path(__file__).resolve().parents[1] / "data" / "samples" / "metaworld_policies.npz"
 TASKS = ("reach-v3", "push-v3")
@@ -173,7 +174,7 @@ def record_policies(out: str | Path, *, tasks: Sequence[str] = TASKS, starts: in
             "noise_levels": [float(s) for s in noise_levels], "action_repeat": int(action_repeat),
             "camera": DEFAULT_CAMERA, "size": 64, "outcome": {t: OUTCOME[t] for t in tasks},
             "success_radius_m": {t: SUCCESS_RADIUS[t] for t in tasks}, "frame_stride": FRAME_STRIDE,
-            "metaworld_version": _version("metaworld"), "mujoco_version": mujoco.__version__,
+            "metaworld_version": distribution_version("metaworld"), "mujoco_version": mujoco.__version__,
             "command": f"python -m workbench.worldmodel.policies --tasks {','.join(tasks)} --starts {starts} "
                        f"--frames {frames} --seed {seed} --out {Path(out).name}"}
     out = Path(out)
@@ -186,15 +187,6 @@ def record_policies(out: str | Path, *, tasks: Sequence[str] = TASKS, starts: in
         print(f"wrote {out}: {len(arrays['task'])} episodes, {out.stat().st_size / 1e6:.2f} MB, "
               f"{time.perf_counter() - started:.0f} s")
     return out
-
-
-def _version(dist: str) -> str:
-    import importlib.metadata as metadata
-
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return "unknown"
 
 
 # ---------------------------------------------------------------------------------------------------- the recording
