@@ -28,7 +28,10 @@ CONFIG = {
     "adapter": {"type": "latent_residual", "config": {"width": 16, "depth": 1, "dim": 4, "per_frame": "keep"}},
     "training": {"steps": 4, "learning_rate": 1.0e-3, "batch_size": 2, "grad_accum": 2, "sync_every": 2,
                  "checkpoint_every": 2, "keep_last": 4, "progress": False},
-    "callbacks": [{"type": "jsonl", "config": {"every_n_steps": 1}}],
+    # every 2 steps: each rank scores its own share of 3 evaluation batches, rank 0 logs the sum
+    "callbacks": [{"type": "periodic_eval", "config": {"every_n_steps": 2, "batches": 3}},
+                  {"type": "jsonl", "config": {"every_n_steps": 1}}],
+    "evaluation": {"data": {"type": "synthetic_moves", "config": {"items": 6, "frames": 8, "size": 16, "seed": 7}}},
     "data": {"type": "synthetic_moves", "config": {"items": 10, "frames": 8, "size": 16}},
 }
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
@@ -87,14 +90,25 @@ def reference(tmp_path_factory):
     return config, tmp / "run"
 
 
+def evals(out: Path) -> list[dict]:
+    import json
+
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return [row for row in rows if "eval" in row]
+
+
 def test_two_ranks_train_bit_exactly_what_one_process_trains(tmp_path, reference):
     config, single = reference
     out = tmp_path / "ddp"
     stdout = run_torchrun(config, out)
     assert stdout.count("Finished dist at step 4 on 2 ranks") == 1  # rank 0 alone reports
     assert_same_run(single, out)
-    rows = (out / "metrics.jsonl").read_text().splitlines()
+    rows = [row for row in (out / "metrics.jsonl").read_text().splitlines() if '"eval"' not in row]
     assert len(rows) == 4  # rank 0 alone logs
+    # ``evaluation:`` + ``periodic_eval``: the logged scores are the single-process run's, bit for bit
+    assert [row["step"] for row in evals(single)] == [2, 4]  # every 2 steps, logged once (rank 0)
+    assert evals(out) == evals(single)
+    assert all(row["eval"]["batches"] == 3 and row["eval"]["loss"] > 0 for row in evals(single))
 
 
 def test_two_nodes_rendezvous_on_localhost_and_train_the_same(tmp_path, reference):
@@ -130,17 +144,9 @@ def test_fsdp_sharding_the_base_is_bit_exact_with_the_unsharded_run(tmp_path, re
     out = tmp_path / "fsdp"
     run_torchrun(sharded, out)
     assert_same_run(single, out)
-
-
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
-def test_mixed_precision_and_gradient_checkpointing_work_under_both_strategies(tmp_path, strategy):
-    settings = {"amp_dtype": "bf16", "gradient_checkpointing": True, "steps": 2}
-    single = tmp_path / "single"
-    run_single(write_config(tmp_path, **settings), single)
-    distributed = {"strategy": strategy, "shard_base": strategy == "fsdp"}
-    out = tmp_path / strategy
-    run_torchrun(write_config(tmp_path, **settings, distributed=distributed), out)
-    assert_same_run(single, out, step=2)
+    # 3 evaluation batches on 2 ranks: the rank with one batch joins the other's second sharded forward
+    # (each gathers the base's parameters from both), so the periodic evaluation ends, with the same scores
+    assert evals(out) == evals(single) and len(evals(out)) == 2
 
 
 EXIT_PROBE = """
@@ -167,19 +173,43 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="lists threads through /proc (Linux)")
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
-def test_the_process_group_is_gone_before_the_interpreter_shuts_down(tmp_path, strategy):
-    # gloo threads that outlive destroy_process_group are torn down during interpreter shutdown,
-    # where a rank aborted (SIGABRT) now and then after a finished run; none may be left at exit.
-    probe = tmp_path / "probe.py"
+AMP = {"amp_dtype": "bf16", "gradient_checkpointing": True, "steps": 2}
+
+
+@pytest.fixture(scope="module")
+def amp_single(tmp_path_factory):
+    """The single-process run with bf16 autocast and gradient checkpointing, 2 steps."""
+    tmp = tmp_path_factory.mktemp("amp")
+    run_single(write_config(tmp, **AMP), tmp / "single")
+    return tmp / "single"
+
+
+@pytest.fixture(scope="module", params=["ddp", "fsdp"])
+def amp_ranks(request, tmp_path_factory):
+    """The same run on 2 ranks under ``strategy`` (FSDP sharding the base too), each rank in the exit probe:
+    (strategy, output, stderr)."""
+    strategy, tmp = request.param, tmp_path_factory.mktemp(f"amp-{request.param}")
+    probe = tmp / "probe.py"
     probe.write_text(EXIT_PROBE)
-    config = write_config(tmp_path, steps=2, distributed={"strategy": strategy, "shard_base": strategy == "fsdp"})
+    config = write_config(tmp, **AMP, distributed={"strategy": strategy, "shard_base": strategy == "fsdp"})
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(probe),
-           *train(config, tmp_path / "run")[2:]]
+           *train(config, tmp / "run")[2:]]
     done = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stderr.count("threads at exit: []") == 2, done.stderr[-3000:]
+    return strategy, tmp / "run", done.stderr
+
+
+def test_mixed_precision_and_gradient_checkpointing_work_under_both_strategies(amp_single, amp_ranks):
+    _, out, _ = amp_ranks
+    assert_same_run(amp_single, out, step=2)
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="lists threads through /proc (Linux)")
+def test_the_process_group_is_gone_before_the_interpreter_shuts_down(amp_ranks):
+    # gloo threads that outlive destroy_process_group are torn down during interpreter shutdown,
+    # where a rank aborted (SIGABRT) now and then after a finished run; none may be left at exit.
+    _, _, stderr = amp_ranks
+    assert stderr.count("threads at exit: []") == 2, stderr[-3000:]
 
 
 def test_gradient_checkpointing_recomputes_the_same_gradients():
@@ -311,28 +341,3 @@ def test_mismatched_configs_across_ranks_are_named(tmp_path):
     assert ("Rank 1 was started with a different config from rank 0 (training.learning_rate: rank 0 has 0.001, this "
             "rank has 0.002). Every rank must run the same config") in done.stderr
     assert not (tmp_path / "out").exists() or not list((tmp_path / "out").glob("step-*"))
-
-
-def test_periodic_eval_from_the_evaluation_block_scores_what_one_process_scores(tmp_path):
-    """``evaluation:`` + ``periodic_eval`` under torchrun: each rank scores its own batches, rank 0 logs the
-    sum, and the logged numbers are the single-process run's, bit for bit (the weights are)."""
-    import json
-
-    config = {**CONFIG,
-              "callbacks": [{"type": "periodic_eval", "config": {"every_n_steps": 2, "batches": 3}},
-                            {"type": "jsonl", "config": {"every_n_steps": 1}}],
-              "evaluation": {"data": {"type": "synthetic_moves",
-                                      "config": {"items": 6, "frames": 8, "size": 16, "seed": 7}}}}
-    path = tmp_path / "eval.yaml"
-    path.write_text(yaml.safe_dump(config))
-    run_single(path, tmp_path / "single")
-    run_torchrun(path, tmp_path / "ddp")
-
-    def evals(out: Path) -> list[dict]:
-        rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-        return [row for row in rows if "eval" in row]
-
-    single, ddp = evals(tmp_path / "single"), evals(tmp_path / "ddp")
-    assert [row["step"] for row in single] == [2, 4]  # every 2 steps, logged once (rank 0)
-    assert ddp == single
-    assert all(row["eval"]["batches"] == 3 and row["eval"]["loss"] > 0 for row in single)

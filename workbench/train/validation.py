@@ -32,28 +32,38 @@ def validation_loss(model: ComposedModel, source: Any, *, prepare: Callable[[Any
     ``prepare_batch``); ``dist`` is the run's :class:`~workbench.train.distributed.Distributed`
     (``None`` on one process).
     """
-    mine = range(batches) if dist is None else range(dist.rank, batches, dist.world_size)
+    mine = list(range(batches)) if dist is None else list(range(dist.rank, batches, dist.world_size))
+    # Under FSDP every forward gathers the sharded parameters from all ranks, so every rank runs as many
+    # forwards as the busiest one: a rank short of a batch runs one it read again, its score discarded.
+    rounds = -(-batches // dist.world_size) if dist is not None and dist.config.strategy == "fsdp" else len(mine)
     if dist is not None and is_map_dataset(source):  # each rank loads only its own batches
         n = len(source) // batch_size
-        source = torch.utils.data.Subset(source, [(i % n) * batch_size + j for i in mine for j in range(batch_size)])
-        reads = list(mine)
+        reads = mine or [0]  # (a rank with no batch of its own still loads one for those forwards)
+        source = torch.utils.data.Subset(source, [(i % n) * batch_size + j for i in reads for j in range(batch_size)])
     else:
-        reads = list(range(batches)) if dist is not None else list(mine)
+        reads = list(range(batches)) if dist is not None else mine
     stream = DataStream(source, batch_size=batch_size, seed=seed, shuffle=False, num_workers=num_workers)
     was = model.training
     model.train(False)
     losses = torch.zeros(2, batches, device=device)  # adapted, base
+    objective = model.objective
+
+    def score(raw: Any, i: int) -> torch.Tensor:
+        batch = prepare(raw)
+        x_t, t, target = model.noised(batch, noise_generator(device, seed, i))
+        pred = model.predict(x_t, t, batch)
+        return torch.stack([objective.loss(pred.composed, target, batch.loss_mask),
+                            objective.loss(pred.base, target, batch.loss_mask)])
+
     try:
-        objective = model.objective
+        spare = None
         for i in reads:
             raw = stream.next()
-            if i not in mine:
-                continue
-            batch = prepare(raw)
-            x_t, t, target = model.noised(batch, noise_generator(device, seed, i))
-            pred = model.predict(x_t, t, batch)
-            losses[0, i] = objective.loss(pred.composed, target, batch.loss_mask)
-            losses[1, i] = objective.loss(pred.base, target, batch.loss_mask)
+            spare = (raw, i) if spare is None else spare
+            if i in mine:
+                losses[:, i] = score(raw, i)
+        for _ in range(rounds - len(mine)):
+            score(*spare)
     finally:
         model.train(was)
     if dist is not None:  # each batch was evaluated by one rank; the others hold zeros there
