@@ -8,6 +8,13 @@ export OMP_NUM_THREADS ?= 1
 export MUJOCO_GL ?= egl
 # Material for MkDocs prints a banner about MkDocs 2.0 on every build unless this is set.
 export NO_MKDOCS_2_WARNING ?= 1
+# pip installs without compiling every module of every package to bytecode (torch alone has thousands; that
+# took 40 of the full install's 95 s), and Python writes the bytecode of what is imported on first import
+# instead, once, for every later process: the suite starts hundreds of interpreters (notebook kernels,
+# torchrun ranks, the CLI), and an environment that sets PYTHONDONTWRITEBYTECODE would recompile the same
+# modules in each of them.
+unexport PYTHONDONTWRITEBYTECODE
+PIP_INSTALL := $(VENV)/bin/python -m pip install --quiet --no-compile -c constraints.txt
 
 .PHONY: demo test check lint bench bench-real install clean sysdeps browser lab notebooks docs
 
@@ -19,7 +26,7 @@ $(PY):
 PLUGINS := plugins/wan22 plugins/easyanimate plugins/dynamicrafter
 
 $(STAMP): $(PY) pyproject.toml constraints.txt $(addsuffix /pyproject.toml,$(PLUGINS))
-	$(PY) -m pip install --quiet -c constraints.txt -e ".[data,widgets,dev,peft,diffusers,logging,docs]" $(addprefix -e ,$(PLUGINS))
+	$(PIP_INSTALL) -e ".[data,widgets,dev,peft,diffusers,logging,docs]" $(addprefix -e ,$(PLUGINS))
 	@touch $(STAMP)
 
 install: $(STAMP)
@@ -37,7 +44,7 @@ browser:
 # The JupyterLab browser test drives JupyterLab itself (the lab extra).
 LAB_STAMP := $(VENV)/.lab-installed
 $(LAB_STAMP): $(STAMP)
-	$(PY) -m pip install --quiet -c constraints.txt -e ".[lab]"
+	$(PIP_INSTALL) -e ".[lab]"
 	@touch $(LAB_STAMP)
 
 # `make demo` installs only what the demo imports: the core and, pinned alike, the five packages of the data and
@@ -47,7 +54,7 @@ $(LAB_STAMP): $(STAMP)
 DEMO_STAMP := $(VENV)/.demo-installed
 DEMO_PACKAGES := h5py imageio imageio-ffmpeg pillow matplotlib
 $(DEMO_STAMP): $(PY) pyproject.toml constraints.txt
-	$(PY) -m pip install --quiet -c constraints.txt -e . $(DEMO_PACKAGES)
+	$(PIP_INSTALL) -e . $(DEMO_PACKAGES)
 	@touch $(DEMO_STAMP)
 
 demo: $(if $(wildcard $(STAMP)),$(STAMP),$(DEMO_STAMP))
@@ -102,7 +109,7 @@ notebooks: $(STAMP)
 # saved with the notebook, so a notebook saved here reopens without a kernel showing each view's last picture.
 LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings
 lab: $(STAMP)
-	$(PY) -m pip install --quiet -c constraints.txt -e ".[lab]"
+	$(PIP_INSTALL) -e ".[lab]"
 	@mkdir -p $(LAB_SETTINGS)
 	@echo '{"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": false}, \
 		"@jupyter-widgets/jupyterlab-manager:plugin": {"saveState": true}}' > $(LAB_SETTINGS)/overrides.json
