@@ -5,7 +5,7 @@ For each model the real configuration shipped with its plugin is built with rand
 size the model accepts, in a process of its own (so that its peak resident memory is its own),
 and the instruments a researcher would use are run on it (``--quick``, which judges nothing, runs
 the three tiny configurations one after the other in one process: one interpreter start and one
-import of diffusers instead of three):
+import of diffusers instead of three; one fit step each and one distillation step):
 
 * record 3 sampler steps; the same run unrecorded; a fork at step 1; one ablation-slider move
   (``action``); a tiny preview distilled from the real VAE and one decode through it;
@@ -114,14 +114,14 @@ def setup(name: str, quick: bool, tmp: Path) -> dict:
                   "height": size, "width": size, "num_frames": frames}
         kind, residual, text = "dynamicrafter", "dynamicrafter_latent_residual", {"prompt": "a robot arm"}
     elif name == "wan22":
-        size, frames = (64, 9) if quick else (32, 5)  # 32 px: the VAE's 16x and the 2x2 patches; 2 latent frames
+        size, frames = 32, 5  # 32 px: the VAE's 16x and the 2x2 patches; 2 latent frames (the tiny one's as well)
         config = {**common, "path": "tiny" if quick else "real", "height": size, "width": size, "num_frames": frames}
         kind, residual = "wan22_ti2v", "wan22_latent_residual"
         width, length = (16, 8) if quick else (4096, 512)
         text = {"prompt_embeds": torch.randn(1, length, width, generator=g) * 0.1,
                 "negative_prompt_embeds": torch.randn(1, length, width, generator=g) * 0.1}
     else:
-        size, frames = (64, 9) if quick else (32, 5)  # 32 px: the VAE's 8x and the 2x2 patches; 2 latent frames
+        size, frames = 32, 5  # 32 px: the VAE's 8x and the 2x2 patches; 2 latent frames (the tiny one's as well)
         path = "tiny" if quick else str(easyanimate_config(tmp / "easyanimate", EASYANIMATE_LAYERS))
         config = {**common, "path": path, "height": size, "width": size, "num_frames": frames}
         kind, residual = "easyanimate", "easyanimate_latent_residual"
@@ -260,9 +260,10 @@ def child(name: str, quick: bool, out: Path) -> int:
     result["ablation"] = {"rms_change": change, "seconds": round(time.time() - start, 2),
                           "recompose_calls": ablation.evaluations}
     lap("ablation slider move")
-    preview = fit_preview(base, kind="tiny", latent_shape=tuple(batch.latents.shape[1:]), n_fit=2, n_heldout=1,
-                          steps=3 if quick else 20, cache=False)
-    lap("distil a tiny preview (2 clips, real VAE)")
+    n_fit = 1 if quick else 2
+    preview = fit_preview(base, kind="tiny", latent_shape=tuple(batch.latents.shape[1:]), n_fit=n_fit, n_heldout=1,
+                          steps=1 if quick else 20, cache=False)
+    lap(f"distil a tiny preview ({n_fit} clip{'s' * (n_fit > 1)}, real VAE)")
     start = time.time()
     frames = traj.frames(len(traj) - 1, decode="tiny")
     result["tiny_preview"] = {"decode_seconds": round(time.time() - start, 3), "frames": list(frames.shape),
@@ -288,6 +289,7 @@ def child(name: str, quick: bool, out: Path) -> int:
     targets = sorted(n for n, _ in lora_targets(base))
     result["fits"] = {}
     has_checkpointing = hasattr(base.inside_spec().root, "enable_gradient_checkpointing")
+    fit_steps = 1 if quick else 2  # (quick: one step proves the path; the second is the peak's steady state)
     for which in ADAPTERS:
         adapter_name, adapter_config = adapter_block(which, spec["residual"], channels)
         if which != "latent_residual":  # an inside adapter takes a base of its own
@@ -299,7 +301,8 @@ def child(name: str, quick: bool, out: Path) -> int:
         if has_checkpointing:
             base.inside_spec().root.enable_gradient_checkpointing()
         exp = AdapterExperiment(base=base, adapter=build("adapter", adapter_name, adapter_config),
-                                training=TrainingConfig(steps=2, batch_size=1, learning_rate=1e-4, progress=False,
+                                training=TrainingConfig(steps=fit_steps, batch_size=1, learning_rate=1e-4,
+                                                        progress=False,
                                                         gradient_checkpointing=True, sync_every=1, device="cpu"))
         trainable = exp.model.trainable_parameters()
         state = sum(p.numel() * p.element_size() * 4 for p in trainable)  # weights, gradients, two moments
@@ -315,7 +318,7 @@ def child(name: str, quick: bool, out: Path) -> int:
             activations = 0  # the base runs without gradients; the adapter's own are small
         reset_peak()
         before = status("VmRSS")
-        exp.fit(spec["train"], steps=2)
+        exp.fit(spec["train"], steps=fit_steps)
         peak = status("VmHWM") - baseline
         estimate = weights + state + activations
         entry = {"peak": peak, "rss_before": before - baseline, "estimate": estimate, "activations": activations,
@@ -334,7 +337,7 @@ def child(name: str, quick: bool, out: Path) -> int:
         result["fits"][which] = entry
         del exp, fit_batch, trainable
         release()
-        lap(f"fit 2 steps: {which}")
+        lap(f"fit {fit_steps} step{'s' * (fit_steps > 1)}: {which}")
     result["gradient_checkpointing"] = ("the denoiser's own and the adapter's" if has_checkpointing else
                                         "the adapter's only (this denoiser has none of its own)")
     result["total_s"] = round(sum(times.values()), 1)

@@ -1,17 +1,27 @@
-"""Two processes train and evaluate exactly what one does (workbench.train.ahead, `workbench demo --processes 2`)."""
+"""`workbench demo --quick` on two processes and on one: every output written, and the same numbers bit for bit.
+
+The second process runs the frozen base a step ahead and predicts half the clips (workbench.train.ahead);
+the world summary's rollouts and policy ranking share its jobs between the two processes
+(workbench.worldmodel.imagination). One quick demo per process count serves every test here.
+"""
 
 from __future__ import annotations
+
+import contextlib
+import io
+import json
 
 import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
 
+from workbench.cli import main
 from workbench.errors import ConfigError
 from workbench.train.ahead import Ahead, AheadError, BaseAhead
-from workbench.worldmodel.demo import DemoConfig, build_experiment, run_demo
+from workbench.worldmodel.demo import DemoConfig, run_demo
 
-STEPS = 4
+STEPS = DemoConfig.quick().steps
 
 
 def weights(out, step: int = STEPS) -> dict[str, torch.Tensor]:
@@ -20,17 +30,55 @@ def weights(out, step: int = STEPS) -> dict[str, torch.Tensor]:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """The quick demo (batch 2, 4 clips seen and 4 unseen, 4 sampling steps; no rollouts) on one process and two."""
-    out = {}
-    for processes in (1, 2):
-        path = tmp_path_factory.mktemp(f"p{processes}")
-        cfg = DemoConfig.quick(output=str(path), steps=STEPS, processes=processes, world=False)
-        out[processes] = path, run_demo(cfg, progress=False)
-    return out
+    """The quick demo (10 steps of batch 2, 4 clips seen and 4 unseen, 4 sampling steps, the world summary at
+    its quick size): from the command line on two processes (with what it printed), and on one process."""
+    two = tmp_path_factory.mktemp("p2") / "demo"
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert main(["demo", "--quick", "--processes", "2", "--output", str(two)]) == 0
+    one = tmp_path_factory.mktemp("p1") / "demo"
+    return {2: (two, json.loads((two / "metrics.json").read_text()), printed.getvalue()),
+            1: (one, run_demo(DemoConfig.quick(output=str(one), processes=1), progress=False), "")}
+
+
+def test_demo_quick_writes_every_output(runs):
+    out, metrics, printed = runs[2]
+    assert "(b) beats (c) on moving PSNR" in printed and "(a) frozen base alone" in printed
+    assert "tasks never seen in pretraining or training: 4 clips" in printed and "action err cm" in printed
+    # it ends with the first table: the clips, then the rollouts and the policy ranking at the quick size
+    last = printed[printed.index("What the adapter buys: 4 held-out clips"):].splitlines()
+    assert last[1].split() == ["frozen", "base", "base", "+", "adapter", "adapter,", "swapped", "from", "scratch",
+                               "measured", "path"]
+    assert last[6].startswith("rollout, hand error cm, chunk 1 -> 2") and last[6].count("->") == 5  # name + 4 cells
+    assert last[7].startswith("policy ranking, Spearman rho [95%]")
+    assert "NOT met" not in "\n".join(last)
+    for name in ("side_by_side.mp4", "side_by_side.gif", "loss.png", "metrics.json", "unseen/side_by_side.gif"):
+        assert (out / name).stat().st_size > 1000, name
+    assert metrics["training"]["steps"] == 10 and len(metrics["training"]["loss_history"]) == 10
+    assert metrics["evaluation"]["clips"] == 4 and metrics["unseen"]["evaluation"]["clips"] == 4
+    assert metrics["world"]["rollout"]["episodes"] == 2 and metrics["world"]["policies"]["episodes"] == 6
+    assert metrics["first_table"] == "\n".join(last[:len(metrics["first_table"].splitlines())])
+    for per_clip in (metrics["per_clip"], metrics["unseen"]["per_clip"]):
+        for variant in ("base", "adapter", "swapped"):
+            for metric in ("psnr", "ssim", "moving_psnr", "action_error"):
+                values = per_clip[f"{variant}_{metric}"]
+                assert len(values) == 4 and all(np.isfinite(values)), (variant, metric)
+    assert set(metrics["unseen"]["summary"]["per_task"]) <= {
+        "button-press-v3", "drawer-open-v3", "door-close-v3", "window-open-v3", "plate-slide-v3", "sweep-into-v3"}
+    assert metrics["base"]["model_id"] == "tiny_video-metaworld-i2v"
+    # the adapter checkpoint is loadable and holds the trained adapter
+    from workbench import AdapterExperiment
+
+    exp = AdapterExperiment.load(metrics["training"]["checkpoint"])
+    assert exp.step == 10
+    import imageio.v3 as iio
+
+    video = iio.imread(out / "side_by_side.mp4")
+    assert video.ndim == 4 and video.shape[0] == 16
 
 
 def test_two_processes_train_bit_exactly_what_one_trains(runs):
-    (one, m1), (two, m2) = runs[1], runs[2]
+    (one, m1, _), (two, m2, _) = runs[1], runs[2]
     w1, w2 = weights(one), weights(two)
     assert w1.keys() == w2.keys() and len(w1) > 10
     for key in w1:
@@ -45,36 +93,55 @@ def test_two_processes_train_bit_exactly_what_one_trains(runs):
 
 
 def test_two_processes_score_every_clip_exactly_as_one(runs):
-    (_, m1), (_, m2) = runs[1], runs[2]
+    (_, m1, _), (_, m2, _) = runs[1], runs[2]
     assert m1["per_clip"] == m2["per_clip"]
     assert m1["unseen"]["per_clip"] == m2["unseen"]["per_clip"]
     assert m1["summary"] == m2["summary"]
     assert len(m1["per_clip"]["items"]) == 4
 
 
+def test_two_processes_give_the_one_process_rollouts_and_policy_ranking_bit_for_bit(runs):
+    one, two = runs[1][1]["world"], runs[2][1]["world"]
+    for report in (one["policies"], two["policies"]):  # (CPU seconds are timings, not results)
+        for variant in report["variants"].values():
+            variant.pop("cpu_seconds")
+    assert one["rollout"] == two["rollout"] and one["policies"] == two["policies"]
+    rollout = one["rollout"]
+    assert (rollout["episodes"], rollout["frames"], len(rollout["chunks"])) == (2, 31, 2)
+    row = rollout["chunks"][0]
+    for variant in ("base", "adapter", "swapped", "scratch"):
+        assert np.isfinite(row[f"{variant}_hand_error_cm"]) and np.isfinite(row[f"{variant}_moving_psnr"])
+    report = one["policies"]
+    assert report["episodes"] == 6 and report["tasks"] == ["reach-v3"] and set(report["variants"]) == {
+        "base", "adapter"}
+    distances = [report["variants"][v]["distance_m"] for v in ("base", "adapter")]
+    assert distances[0] != distances[1]  # the adapter changes where the imagined hand ends
+    assert -1.0 <= report["variants"]["adapter"]["agreement"]["all"]["rho"] <= 1.0
+
+
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    cfg = DemoConfig.quick(output=str(tmp_path_factory.mktemp("trained")), steps=2)
-    exp = build_experiment(cfg, tmp_path_factory.mktemp("run"))
-    exp.fit(progress=False)
-    return exp
+def trained(runs):
+    """The one-process run's adapter, loaded from its checkpoint."""
+    from workbench import AdapterExperiment
+
+    return AdapterExperiment.load(runs[1][1]["training"]["checkpoint"])
 
 
 def test_split_chunks_keep_each_chunks_seeded_noise(trained):
-    """Chunks of 2 over 5 clips: three chunks per variant, nine in all, shared by the two processes."""
+    """Chunks of 1 over 3 clips: three chunks per variant, nine in all, shared by the two processes."""
     from workbench.worldmodel.evaluate import clip_source, evaluate_world_model
 
     exp = trained
     clip = exp.model.base.clip()
     source = clip_source("sample", window=clip.frames, split="val", size=clip.size)
-    subset = torch.utils.data.Subset(source, [0, 3, 6, 9, 12])
-    kwargs = dict(sampling_steps=2, seed=3, chunk=2, progress=False, gate_scale=2.0)
+    subset = torch.utils.data.Subset(source, [0, 6, 12])
+    kwargs = dict(sampling_steps=2, seed=3, chunk=1, progress=False, gate_scale=2.0)
     alone = evaluate_world_model(exp, subset, **kwargs)
     with BaseAhead(exp.resolved_config(), steps=0) as ahead:
         ahead.load_weights(exp.model.trainable_state_dict())
         shared = evaluate_world_model(exp, subset, predict=ahead.predict, **kwargs)
     for name in ("base", "adapter", "swapped"):
-        assert shared[name].shape == (5, clip.frames, *clip.size, 3)
+        assert shared[name].shape == (3, clip.frames, *clip.size, 3)
         assert np.array_equal(alone[name], shared[name]), name
     assert not np.array_equal(alone["adapter"], alone["swapped"])  # (a trained adapter: the variants differ)
 

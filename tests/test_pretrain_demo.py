@@ -128,45 +128,6 @@ def test_swap_partner_always_borrows_from_another_episode():
         swap_partner([1, 1])
 
 
-def test_demo_quick_writes_every_output(tmp_path, capsys):
-    out = tmp_path / "demo"
-    assert main(["demo", "--quick", "--output", str(out)]) == 0
-    printed = capsys.readouterr().out
-    assert "(b) beats (c) on moving PSNR" in printed and "(a) frozen base alone" in printed
-    assert "tasks never seen in pretraining or training: 4 clips" in printed and "action err cm" in printed
-    # it ends with the first table: the clips, then the rollouts and the policy ranking at the quick size
-    last = printed[printed.index("What the adapter buys: 4 held-out clips"):].splitlines()
-    assert last[1].split() == ["frozen", "base", "base", "+", "adapter", "adapter,", "swapped", "from", "scratch",
-                               "measured", "path"]
-    assert last[6].startswith("rollout, hand error cm, chunk 1 -> 2") and last[6].count("->") == 5  # name + 4 cells
-    assert last[7].startswith("policy ranking, Spearman rho [95%]")
-    assert "NOT met" not in "\n".join(last)
-    for name in ("side_by_side.mp4", "side_by_side.gif", "loss.png", "metrics.json", "unseen/side_by_side.gif"):
-        assert (out / name).stat().st_size > 1000, name
-    metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["training"]["steps"] == 10 and len(metrics["training"]["loss_history"]) == 10
-    assert metrics["evaluation"]["clips"] == 4 and metrics["unseen"]["evaluation"]["clips"] == 4
-    assert metrics["world"]["rollout"]["episodes"] == 2 and metrics["world"]["policies"]["episodes"] == 6
-    assert metrics["first_table"] == "\n".join(last[:len(metrics["first_table"].splitlines())])
-    for per_clip in (metrics["per_clip"], metrics["unseen"]["per_clip"]):
-        for variant in ("base", "adapter", "swapped"):
-            for metric in ("psnr", "ssim", "moving_psnr", "action_error"):
-                values = per_clip[f"{variant}_{metric}"]
-                assert len(values) == 4 and all(np.isfinite(values)), (variant, metric)
-    assert set(metrics["unseen"]["summary"]["per_task"]) <= {
-        "button-press-v3", "drawer-open-v3", "door-close-v3", "window-open-v3", "plate-slide-v3", "sweep-into-v3"}
-    assert metrics["base"]["model_id"] == "tiny_video-metaworld-i2v"
-    # the adapter checkpoint is loadable and holds the trained adapter
-    from workbench import AdapterExperiment
-
-    exp = AdapterExperiment.load(metrics["training"]["checkpoint"])
-    assert exp.step == 10
-    import imageio.v3 as iio
-
-    video = iio.imread(out / "side_by_side.mp4")
-    assert video.ndim == 4 and video.shape[0] == 16
-
-
 def test_video_rows_show_one_clip_per_task_first():
     from workbench.worldmodel.evaluate import _one_per_task
 
