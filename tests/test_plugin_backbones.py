@@ -632,12 +632,11 @@ def test_one_x0_per_step_under_guidance_and_an_unedited_ablation_changes_nothing
     unconditional branch) is the live step's guided_x0, a different tensor."""
     from workbench.inspect import Ablation, record
 
-    # Wan2.2 as text-to-video: in image-to-video mode its pipeline hands the transformer the first frame's latent
-    # and a per-token timestep that a recomposition from the stored x_t does not reproduce (recompose is not exact
-    # there, whatever x0 means)
-    base = load(plugin, cache_root, **({"first_frame": False} if plugin is WAN else {}))
+    # Wan2.2 in its image-to-video mode: the pipeline hands the transformer the image's latent as frame 0 (its
+    # tokens at timestep 0) while the scheduler's latents hold noise there; the record keeps what was composed
+    base = load(plugin, cache_root)
     model = ComposedModel(base, adapter(plugin, nonzero=True), GatedResidual(gate_init=0.5), base.default_objective())
-    raw = {k: v for k, v in generation_input(plugin).items() if k != "image"}
+    raw = dict(generation_input(plugin))
     batch = base.prepare_batch({**raw, "frames": 9})
     live = {}
     traj = record(model, batch, steps=3, seed=0, guidance_scale=5.0, on_step=lambda s: live.setdefault(s.index, s))

@@ -71,12 +71,21 @@ class Wan22Config(DiffusersConfig):
 
 
 class _WanInjection(Injection):
-    """Wan calls the transformer once for the prompt and, under guidance, once for the negative prompt."""
+    """Wan calls the transformer once for the prompt and, under guidance, once for the negative prompt.
+
+    In image-to-video mode the pipeline hands the transformer its latents with the first frame's replaced by
+    the image's (that frame's tokens at timestep 0), while the scheduler steps latents whose first frame is
+    still noise. A step's record keeps what the composition saw: the first frame the transformer was given.
+    """
+
+    first_frame: torch.Tensor | None = None  # the latent frame 0 of this step's conditional call (image-to-video)
 
     def forward(self, hidden_states, timestep, encoder_hidden_states, encoder_hidden_states_image=None,
                 return_dict=True, attention_kwargs=None):
         branch = self.calls_in_step  # 0: the prompt, 1: the negative prompt (the pipeline's order)
         self.calls_in_step += 1
+        if branch == 0 and self.backbone.config.first_frame:
+            self.first_frame = hidden_states[:, :, 0]
         if branch > 1 or (branch == 1 and self.uncond is None):
             raise CompositionError(
                 f"wan22_ti2v: the pipeline called the transformer {branch + 1} times in step {self.step}; Wan2.2 TI2V "
@@ -93,6 +102,14 @@ class _WanInjection(Injection):
 
         out = self.compose(call, hidden_states, [(slice(0, hidden_states.shape[0]), batch)])
         return (out,) if not return_dict else transformer_output(out)
+
+    def on_step_end(self, pipe, index: int, timestep, callback_kwargs: dict) -> dict:
+        if self.first_frame is not None and self.observed is not None:
+            step, sample, prediction = self.observed
+            sample = sample.clone()
+            sample[:, :, 0] = self.first_frame.to(sample.dtype)
+            self.observed, self.first_frame = (step, sample, prediction), None
+        return super().on_step_end(pipe, index, timestep, callback_kwargs)
 
 
 class Wan22TI2V(DiffusersBackbone):
