@@ -106,9 +106,16 @@ def metaworld_config(path: Path) -> Path:
     return path
 
 
+# The demo's code on a budget of seconds. Its rollouts and policy ranking (the world summary, seconds of sampling
+# in two processes) run in the full environment (tests/test_ahead.py); here their modules import and the shipped
+# policy recording loads, which is what an extra's missing requirement would break.
 DEMO = ("from workbench.worldmodel.demo import DemoConfig, run_demo; "
         "m = run_demo(DemoConfig.quick(output='demo', steps=2, eval_clips=2, unseen_clips=0, video_clips=1, "
-        "sampling_steps=2, batch_size=2), progress=False); print('demo steps', m['training']['steps'])")
+        "sampling_steps=2, batch_size=2, world=False), progress=False); print('demo steps', m['training']['steps']); "
+        "import workbench.worldmodel.imagination, workbench.inspect.recording.rollouts; "
+        "from workbench.worldmodel.rollout_eval import long_episodes; "
+        "from workbench.worldmodel.policies import load_policies; "
+        "print('policy episodes', len(load_policies()), 'long episodes', len(long_episodes('long', episodes=2)))")
 
 
 def test_the_wheel_installs_and_each_extra_serves_its_commands(tmp_path):
@@ -173,6 +180,7 @@ def test_the_wheel_installs_and_each_extra_serves_its_commands(tmp_path):
     doctor = ok(run([*workbench, "doctor"], work, env))
     assert re.search(r"^  widgets    installed - the notebook views .*; commands: workbench demo$", doctor,
                      re.M), doctor
-    assert "demo steps 2" in ok(run([python, "-c", DEMO], work, env))  # the demo's code, on a budget of seconds
+    printed = ok(run([python, "-c", DEMO], work, env))
+    assert "demo steps 2" in printed and "policy episodes 48 long episodes 2" in printed
     assert (work / "demo" / "loss.png").is_file() and (work / "demo" / "side_by_side.mp4").is_file()
     ok(run([*pip, "--python", python, "check"], work, env))  # every installed distribution's requirements met
