@@ -166,7 +166,9 @@ def report():
     deadline = time.monotonic() + 5  # a thread still finishing its exit is given a moment; a held group never ends
     while gloo_threads() and time.monotonic() < deadline:
         time.sleep(0.05)
-    print("threads at exit:", gloo_threads(), file=sys.stderr)
+    # one write per rank: both ranks share the pipe, and print() writes its pieces one by one
+    sys.stderr.write(f"threads at exit: {gloo_threads()}\\n")
+    sys.stderr.flush()
 
 atexit.register(report)
 sys.exit(main(sys.argv[1:]))
