@@ -14,7 +14,7 @@ export NO_MKDOCS_2_WARNING ?= 1
 # torchrun ranks, the CLI), and an environment that sets PYTHONDONTWRITEBYTECODE would recompile the same
 # modules in each of them.
 unexport PYTHONDONTWRITEBYTECODE
-PIP_INSTALL := $(VENV)/bin/python -m pip install --quiet --no-compile -c constraints.txt
+PIP_INSTALL = $(PY) -m pip install --quiet --no-compile -c constraints.txt
 
 .PHONY: demo test check lint bench bench-real install clean sysdeps browser lab notebooks docs
 

@@ -1043,7 +1043,7 @@ def test_ctrl_c_during_cache_latents_says_how_to_continue(cache, tmp_path, capsy
 def test_the_reliability_guide_counts_these_cases(request):
     """docs/guides/reliability.md states how many cases this file holds, in total and row by row."""
     options = request.config.option
-    if any(getattr(options, name, None) for name in ("keyword", "markexpr", "deselect", "lf", "last_failed")):
+    if any(getattr(options, name, None) for name in ("keyword", "markexpr", "deselect", "lf")):
         # a run that selects part of the suite: collect this file on its own
         listed = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", __file__],
                                 capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=120).stdout

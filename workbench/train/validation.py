@@ -56,14 +56,14 @@ def validation_loss(model: ComposedModel, source: Any, *, prepare: Callable[[Any
                             objective.loss(pred.base, target, batch.loss_mask)])
 
     try:
-        spare = None
+        first = None  # the first batch read: the one a rank short of batches runs again
         for i in reads:
             raw = stream.next()
-            spare = (raw, i) if spare is None else spare
+            first = first or (raw, i)
             if i in mine:
                 losses[:, i] = score(raw, i)
         for _ in range(rounds - len(mine)):
-            score(*spare)
+            score(*first)
     finally:
         model.train(was)
     if dist is not None:  # each batch was evaluated by one rank; the others hold zeros there
