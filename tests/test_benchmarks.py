@@ -17,6 +17,8 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 # benchmark -> lines its output must hold (the quantities it reports)
 CASES = {
     "ablation_cache": ["speed-up from the base cache = "],
+    "autoencoder_speed": ["sliced == one call, bit for bit: True", "ratio decode, slices / decode, one call = ",
+                          "ratio encode, slices / encode, one call = "],
     "compose_overhead": ["ratio ComposedModel.predict / hand-written = ", "(target <= 1.05)"],
     "fork_speed": ["fork at  5 / full = ", "fork at 15 / full = "],
     "preview_overhead": ["preview every step / no preview = "],
