@@ -1,5 +1,5 @@
-"""The ``workbench`` command: ``train``, ``cache-latents``, ``doctor``, ``plan`` and ``init``, plus every registered
-command.
+"""The ``workbench`` command: ``train``, ``cache-latents``, ``doctor``, ``plan`` and ``init``, plus every
+registered command.
 
 Other packages add commands through the ``workbench.commands`` entry-point group: each entry point
 names a :class:`Command`. The world-model wing registers ``data``, ``demo``, ``eval``, ``pretrain``
@@ -60,7 +60,8 @@ def registered_commands() -> list[Command]:
         if ep.name in BUILT_IN or ep.name in found:
             other = "workbench itself" if ep.name in BUILT_IN else found[ep.name][1]
             raise WorkbenchError(f"Two packages register the command {ep.name!r}: {ep.value} and {other}. "
-                                 f"Uninstall one of them, or rename the command in one package's entry point.")
+                                 f"Uninstall one of them, "
+                                 f"or rename the command in one package's entry point.")
         found[ep.name] = (command, ep.value)
     return [command for command, _ in found.values()]
 
@@ -87,7 +88,8 @@ def _train(args: argparse.Namespace) -> int:
     existing = latest_checkpoint(output)
     if args.resume:
         if existing is None:
-            raise WorkbenchError(f"--resume: no checkpoint in {output}. Run without --resume to start the run.")
+            raise WorkbenchError(f"--resume: no checkpoint in {output}. "
+                                 f"Run without --resume to start the run.")
         start = _pick_checkpoint(output, args.start) if args.start else existing
         override = override_names(args.override or [])
         if args.steps is not None:  # --steps N says, on its own, that the run's length changes
@@ -102,18 +104,20 @@ def _train(args: argparse.Namespace) -> int:
         say(f"Resuming {config.name} from {start} (step {exp.step}) up to step {config.training.steps}.")
         for change in exp.config_changes:
             if change["step"] == exp.step:
-                exact = "the continuation stays bit-exact" if change["bit_exact"] else "not bit-exact from here"
+                exact = ("the continuation stays bit-exact" if change["bit_exact"]
+                         else "not bit-exact from here")
                 say(f"  changed {change['field']}: {change['from']} -> {change['to']} from step {exp.step} "
                     f"({exact}; recorded in the run's meta.json)")
     else:
         if args.start or args.override:
             flag = "--from" if args.start else "--override"
-            raise WorkbenchError(f"{flag} goes with --resume (it says how to continue a run); add --resume, or "
-                                 f"leave {flag} out to start a new run.")
+            raise WorkbenchError(f"{flag} goes with --resume (it says how to continue a run); "
+                                 f"add --resume, or leave {flag} out to start a new run.")
         if existing is not None:
             raise WorkbenchError(
-                f"{output} already holds checkpoints (latest {existing.name}). Pass --resume to continue that "
-                f"run, or --output DIR to start a new one; nothing was overwritten."
+                f"{output} already holds checkpoints (latest {existing.name}). "
+                f"Pass --resume to continue that run, or --output DIR to start a new one; "
+                f"nothing was overwritten."
             )
         exp = AdapterExperiment.from_config(config)
         say = print if exp.is_main else _quiet
@@ -190,8 +194,8 @@ def _pick_checkpoint(output: Path, start: str) -> Path:
     if path.resolve() not in found:
         have = ", ".join(p.name for p in found.values()) or "(none)"
         example = list(found.values())[-1].name if found else "step-N"
-        raise WorkbenchError(f"--from {start}: not a checkpoint of the run in {output}. Its checkpoints: {have}. "
-                             f"Pass one of them, e.g. --from {example}.")
+        raise WorkbenchError(f"--from {start}: not a checkpoint of the run in {output}. "
+                             f"Its checkpoints: {have}. Pass one of them, e.g. --from {example}.")
     return found[path.resolve()]
 
 
@@ -224,8 +228,8 @@ def _doctor(args: argparse.Namespace) -> int:
 
     print(f"workbench {workbench.__version__}  python {platform.python_version()}  torch {torch.__version__}")
     print(_platform_report())
-    for name in ("numpy", "safetensors", "PyYAML", "h5py", "pyarrow", "av", "metaworld", "mujoco", "diffusers",
-                 "ipywidgets"):
+    for name in ("numpy", "safetensors", "PyYAML", "h5py", "pyarrow", "av", "metaworld", "mujoco",
+                 "diffusers", "ipywidgets"):
         try:
             print(f"  {name:<12} {md.version(name)}")
         except md.PackageNotFoundError:
@@ -262,8 +266,10 @@ def _platform_report() -> str:
     table = ", ".join(f"{name} -> {auto({device: name})}" for name in platform.DTYPE_NAMES)
     return "\n".join([
         "platform:", platform.report(found),
-        f"dtype: auto on {device} takes the card's precision for {device} where the device supports it: {table}",
-        f"  tiny_video -> {auto(TINY)}; diffusers backbones (card precision {DIFFUSERS}) -> {auto(DIFFUSERS)}",
+        f"dtype: auto on {device} takes the card's precision for {device} "
+        f"where the device supports it: {table}",
+        f"  tiny_video -> {auto(TINY)}; "
+        f"diffusers backbones (card precision {DIFFUSERS}) -> {auto(DIFFUSERS)}",
     ])
 
 
@@ -284,7 +290,8 @@ def _init(args: argparse.Namespace) -> int:
     for path in written:
         print(f"wrote {path}")
     if kept:
-        print(f"kept {len(kept)} that were there already (never overwritten): {', '.join(p.name for p in kept)}")
+        print(f"kept {len(kept)} that were there already (never overwritten): "
+              f"{', '.join(p.name for p in kept)}")
     first = (written or kept)[0]
     print(f"Train one with: workbench train {first}")
     return 0
@@ -306,50 +313,56 @@ def build_parser() -> argparse.ArgumentParser:
     train = sub.add_parser("train", help="train an adapter from a YAML config")
     train.add_argument("config", help="YAML experiment config")
     train.add_argument("--steps", type=int, help="the run's total number of optimizer steps")
-    train.add_argument("--grad-accum", type=int, help="micro-batches per step over all ranks (training.grad_accum; "
-                                                      "under torchrun a multiple of the number of ranks)")
+    train.add_argument("--grad-accum", type=int,
+                       help="micro-batches per step over all ranks (training.grad_accum; "
+                            "under torchrun a multiple of the number of ranks)")
     train.add_argument("--resume", action="store_true",
-                       help="continue the run in --output from its latest checkpoint; the config must be the run's "
-                            "own (see --override)")
+                       help="continue the run in --output from its latest checkpoint; "
+                            "the config must be the run's own (see --override)")
     train.add_argument("--from", dest="start", metavar="step-N",
-                       help="with --resume: continue from this checkpoint of the run instead of the latest (later "
-                            "ones are moved to superseded/)")
+                       help="with --resume: continue from this checkpoint of the run instead of the latest "
+                            "(later ones are moved to superseded/)")
     train.add_argument("--override", nargs="+", metavar="FIELD",
-                       help="with --resume: fields of the config that may differ from the run's and are taken from "
-                            "the config (steps, learning_rate, warmup_steps, schedule, min_lr_ratio, sync_every, "
-                            "checkpoint_every, keep_last, num_workers, cache_latents, gradient_checkpointing, device, "
-                            "distributed, callbacks, evaluation, name); recorded in the run")
+                       help="with --resume: fields of the config that may differ from the run's "
+                            "and are taken from the config (steps, learning_rate, warmup_steps, schedule, "
+                            "min_lr_ratio, sync_every, checkpoint_every, keep_last, num_workers, "
+                            "cache_latents, gradient_checkpointing, device, distributed, callbacks, "
+                            "evaluation, name); recorded in the run")
     train.add_argument("--output", help="run directory (default outputs/<name>)")
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     add_data_arguments(train)
     train.set_defaults(func=_train)
 
-    cache = sub.add_parser("cache-latents", help="encode a config's data once through its frozen backbone, to disk")
+    cache = sub.add_parser("cache-latents",
+                           help="encode a config's data once through its frozen backbone, to disk")
     cache.add_argument("config", help="YAML experiment config (its base: and data: blocks are used)")
-    cache.add_argument("--out", required=True, help="cache directory (a rerun verifies the shards there, keeps "
-                                                    "the intact ones and rewrites the rest)")
+    cache.add_argument("--out", required=True, help="cache directory (a rerun verifies the shards there, "
+                                                    "keeps the intact ones and rewrites the rest)")
     cache.add_argument("--shard-size", type=int, default=SHARD_SIZE, help="items per safetensors shard")
     cache.add_argument("--quiet", action="store_true", help="no progress bar")
     add_data_arguments(cache, dim=False)
     cache.set_defaults(func=_cache_latents)
 
-    init = sub.add_parser("init", help="write the example configs into this folder (examples/configs/), so the "
-                                       "documented commands run here",
-                          description="Write the example configs that ship with workbench into examples/configs/ "
-                                      "(or --dir), so commands such as `workbench train examples/configs/tiny.yaml` "
+    init = sub.add_parser("init", help="write the example configs into this folder (examples/configs/), "
+                                       "so the documented commands run here",
+                          description="Write the example configs that ship with workbench into "
+                                      "examples/configs/ (or --dir), so commands such as "
+                                      "`workbench train examples/configs/tiny.yaml` "
                                       "run outside a clone. Files already there are kept.")
-    init.add_argument("names", nargs="*", metavar="NAME", help="the examples to write (default: all), e.g. tiny")
+    init.add_argument("names", nargs="*", metavar="NAME",
+                      help="the examples to write (default: all), e.g. tiny")
     init.add_argument("--dir", default="examples/configs", help="where to write them (default: %(default)s)")
     init.set_defaults(func=_init)
 
-    doctor = sub.add_parser("doctor", help="versions, devices and what auto resolves to, plugins and entry points")
+    doctor = sub.add_parser("doctor",
+                            help="versions, devices and what auto resolves to, plugins and entry points")
     doctor.set_defaults(func=_doctor)
 
-    plan = sub.add_parser("plan", help="a config's memory plan on a device: weights, training state, activations "
-                                       "with and without gradient checkpointing, a recording")
+    plan = sub.add_parser("plan", help="a config's memory plan on a device: weights, training state, "
+                                       "activations with and without gradient checkpointing, a recording")
     plan.add_argument("config", help="YAML experiment config (its base: block is planned)")
-    plan.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="the device to plan for (its "
-                                                                                "dtype: the card's precision there)")
+    plan.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
+                      help="the device to plan for (its dtype: the card's precision there)")
     plan.add_argument("--memory", help="the device's memory, e.g. 80GiB or 24GB: says whether a step fits")
     plan.add_argument("--steps", type=int, help="sampling steps of the recording (default: the card's)")
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
@@ -389,10 +402,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # (a run interrupted inside its training loop returns 130 from _train itself)
         print(f"\nInterrupted (workbench {command}).", file=sys.stderr)
         if command == "train":
-            print(f"Every checkpoint written is complete (saves are atomic). Continue with: {continue_train(args)}",
+            print(f"Every checkpoint written is complete (saves are atomic). "
+                  f"Continue with: {continue_train(args)}",
                   file=sys.stderr)
         elif command == "cache-latents":
-            print(f"The shards written are complete (each is written whole). Continue with: {continue_cache(args)}",
+            print(f"The shards written are complete (each is written whole). "
+                  f"Continue with: {continue_cache(args)}",
                   file=sys.stderr)
         return _interrupted_status()
     finally:

@@ -48,9 +48,11 @@ def check(ok: bool, field: str, message: str) -> None:
 
 
 def check_compile(value: Any) -> None:
-    """A backbone config's ``compile`` field: a bool (``true`` runs the denoiser through ``torch.compile``)."""
+    """A backbone config's ``compile`` field: a bool (``true`` runs the denoiser through
+    ``torch.compile``)."""
     check(isinstance(value, bool), "compile",
-          f"must be true or false (true runs the backbone's denoiser through torch.compile), got {_describe(value)}.")
+          f"must be true or false (true runs the backbone's denoiser through torch.compile), "
+          f"got {_describe(value)}.")
 
 
 def component_field(kind: str, default: Any = dataclasses.MISSING) -> Any:
@@ -199,7 +201,8 @@ def validate_component_block(kind: str, block: Any, path: str, problems: Problem
     except UnknownComponentError as err:
         names = registered(kind)
         problems.add(f"{path}.type", f"unknown {kind} {name!r}. Registered: {listing(names)}."
-                     f"{did_you_mean(name, names)} " + " ".join(line.strip() for line in str(err).split("\n")[1:]))
+                     f"{did_you_mean(name, names)} "
+                     + " ".join(line.strip() for line in str(err).split("\n")[1:]))
         return None
     config = block.get("config") or {}
     config_class = getattr(cls, "config_class", None)
@@ -277,7 +280,8 @@ def config_from(owner: type, config: Any = None, overrides: Mapping[str, Any] | 
     unknown = [k for k in overrides if k not in fields]
     if unknown:
         raise_problems([(k, f"unknown field of {config_class.__name__}. Allowed: {listing(fields)}."
-                            f"{did_you_mean(k, fields)}") for k in unknown], header=f"Invalid {owner.__name__}")
+                            f"{did_you_mean(k, fields)}") for k in unknown],
+                       header=f"Invalid {owner.__name__}")
     return config_class(**overrides)
 
 

@@ -27,13 +27,15 @@ def example_configs() -> dict[str, str]:
             if entry.name.endswith(".yaml")}
 
 
-def write_examples(names: list[str] | None = None, into: str | Path = DEFAULT_DIR) -> tuple[list[Path], list[Path]]:
+def write_examples(names: list[str] | None = None,
+                   into: str | Path = DEFAULT_DIR) -> tuple[list[Path], list[Path]]:
     """Write the example configs ``names`` (all by default) into ``into``; returns (written, kept): a file
     already there is kept as it is, never overwritten."""
     shipped = example_configs()
     unknown = [n for n in names or [] if n.removesuffix(".yaml") not in shipped]
     if unknown:
-        raise ConfigError(f"No example config called {unknown[0]!r}. The examples: {listing(sorted(shipped))}."
+        raise ConfigError(f"No example config called {unknown[0]!r}. "
+                          f"The examples: {listing(sorted(shipped))}."
                           f"{did_you_mean(unknown[0], sorted(shipped))}")
     folder = Path(into)
     folder.mkdir(parents=True, exist_ok=True)

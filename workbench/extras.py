@@ -7,7 +7,8 @@ on the synthetic data, ``workbench doctor``. Each extra adds the packages of a u
 * ``data`` — h5py, metaworld, imageio, imageio-ffmpeg, pillow, pyarrow, av (and packaging, which
   Meta-World's renderer imports without declaring it): the Meta-World HDF5 and LeRobot datasets,
   ``workbench data``, ``eval``, ``demo``, ``pretrain``, ``probe``, writing videos;
-* ``widgets`` — ipywidgets, anywidget, matplotlib, ipykernel: the notebook views, ``workbench demo``'s loss chart;
+* ``widgets`` — ipywidgets, anywidget, matplotlib, ipykernel: the notebook views, ``workbench demo``'s loss
+  chart;
 * ``peft`` — peft: ``lora`` adapters (and ``lora:`` blocks);
 * ``diffusers`` — diffusers, transformers, accelerate, sentencepiece, ftfy: the diffusers backbone plugins;
 * ``logging`` — tensorboard: the ``tensorboard`` callback.
@@ -27,8 +28,9 @@ DISTRIBUTION = "grafted-workbench"
 
 #: extra → {distribution name: module it provides}; tests check it against pyproject.toml.
 EXTRAS: dict[str, dict[str, str]] = {
-    "data": {"h5py": "h5py", "metaworld": "metaworld", "imageio": "imageio", "imageio-ffmpeg": "imageio_ffmpeg",
-             "pillow": "PIL", "pyarrow": "pyarrow", "av": "av", "packaging": "packaging"},
+    "data": {"h5py": "h5py", "metaworld": "metaworld", "imageio": "imageio",
+             "imageio-ffmpeg": "imageio_ffmpeg", "pillow": "PIL", "pyarrow": "pyarrow", "av": "av",
+             "packaging": "packaging"},
     "widgets": {"ipywidgets": "ipywidgets", "anywidget": "anywidget", "matplotlib": "matplotlib",
                 "ipykernel": "ipykernel"},
     "peft": {"peft": "peft"},
@@ -39,8 +41,8 @@ EXTRAS: dict[str, dict[str, str]] = {
 
 #: extra → what it serves, in words (``workbench doctor`` prints it beside the commands that need it).
 SERVES: dict[str, str] = {
-    "data": "datasets and video files: the metaworld and lerobot datasets, importing your own videos, MP4 / GIF "
-            "output",
+    "data": "datasets and video files: the metaworld and lerobot datasets, importing your own videos, "
+            "MP4 / GIF output",
     "widgets": "the notebook views (workbench.widgets: Stepper, Fit, ...) and the demo's loss chart",
     "peft": "lora adapters and lora: blocks inside action_modulation",
     "diffusers": "the diffusers backbone plugins (wan22_ti2v, easyanimate, dynamicrafter)",
@@ -125,5 +127,6 @@ def missing_module_error(err: ImportError, what: str) -> MissingExtraError | Non
     extra = extra_of(name) if name else None
     if extra is None:
         return None
-    return MissingExtraError(f"{what} needs the module {name.split('.')[0]!r} from the '{extra}' extra, which is "
-                             f"not installed in this environment. Install it with: {install_hint([extra])}.")
+    return MissingExtraError(f"{what} needs the module {name.split('.')[0]!r} from the '{extra}' extra, "
+                             f"which is not installed in this environment. "
+                             f"Install it with: {install_hint([extra])}.")

@@ -138,7 +138,8 @@ def mismatch(name: str, expected: Entry, data: bytes | memoryview | None) -> str
     """Why ``data`` (the bytes read from file ``name``; ``None``: missing) is not the manifest's
     ``expected`` file, in words; ``None`` when it is."""
     if data is None:
-        return f"{name} is missing (the manifest lists {expected.bytes} bytes, sha256 {expected.sha256[:16]}…)"
+        return (f"{name} is missing (the manifest lists {expected.bytes} bytes, "
+                f"sha256 {expected.sha256[:16]}…)")
     if len(data) != expected.bytes:
         cut = " (truncated)" if len(data) < expected.bytes else ""
         return f"{name} is {len(data)} bytes, the manifest expects {expected.bytes}{cut}"

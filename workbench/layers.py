@@ -14,7 +14,8 @@ def group_count(channels: int) -> int:
 
 
 def with_running_sum(signal: torch.Tensor) -> torch.Tensor:
-    """A per-frame signal ``(B, T, D)`` with its running sum over the *previous* frames appended: ``(B, T, 2D)``.
+    """A per-frame signal ``(B, T, D)`` with its running sum over the *previous* frames appended:
+    ``(B, T, 2D)``.
 
     Frame ``t`` gets ``sum(signal[:t])``; for delta actions that is the displacement since the
     first frame — where the arm should be now.
@@ -25,7 +26,8 @@ def with_running_sum(signal: torch.Tensor) -> torch.Tensor:
 def timestep_embedding(level: torch.Tensor, dim: int) -> torch.Tensor:
     """Sinusoidal embedding of a noise level in [0, 1] (scaled to [0, 1000]), ``(B, dim)``."""
     half = dim // 2
-    freqs = torch.exp(-math.log(10_000.0) * torch.arange(half, device=level.device, dtype=torch.float32) / half)
+    freqs = torch.exp(-math.log(10_000.0) * torch.arange(half, device=level.device,
+                                                         dtype=torch.float32) / half)
     args = level.float()[:, None] * 1000.0 * freqs[None]
     return torch.cat([torch.cos(args), torch.sin(args)], dim=-1)
 

@@ -98,14 +98,14 @@ class LRSchedule:
             problems.append(f"div and final_div must be > 0, got {self.div} and {self.final_div}")
         if self.momentum is not None and (self.shape != "one_cycle" or len(self.momentum) != 2
                                           or not all(0 <= m < 1 for m in self.momentum)):
-            problems.append(f"momentum must be (low, high) in [0, 1) with shape 'one_cycle', got {self.momentum!r} "
-                            f"with shape {self.shape!r}")
+            problems.append(f"momentum must be (low, high) in [0, 1) with shape 'one_cycle', "
+                            f"got {self.momentum!r} with shape {self.shape!r}")
         if problems:
             raise ConfigError(f"LRSchedule: {'; '.join(problems)}.")
 
     @classmethod
-    def one_cycle(cls, peak: float, steps: int, pct_start: float = 0.1, div: float = 25.0, final_div: float = 1e4,
-                  momentum: tuple[float, float] | None = (0.85, 0.95)) -> LRSchedule:
+    def one_cycle(cls, peak: float, steps: int, pct_start: float = 0.1, div: float = 25.0,
+                  final_div: float = 1e4, momentum: tuple[float, float] | None = (0.85, 0.95)) -> LRSchedule:
         """The 1cycle policy: the peak at ``pct_start`` of the run (what ``OneCycleLR`` takes)."""
         if not 0 <= pct_start <= 1:
             raise ConfigError(f"LRSchedule.one_cycle: pct_start must be in [0, 1], got {pct_start}.")
@@ -125,7 +125,8 @@ class LRSchedule:
         if self.shape == "one_cycle":
             start = self.peak / self.div
             rising, pct = self._one_cycle_phase(step)
-            return _anneal(start, self.peak, pct) if rising else _anneal(self.peak, start / self.final_div, pct)
+            return (_anneal(start, self.peak, pct) if rising
+                    else _anneal(self.peak, start / self.final_div, pct))
         if step < self.warmup:
             return self.peak * (step + 1) / self.warmup
         if self.shape == "constant":
@@ -205,15 +206,17 @@ class Interrupted(KeyboardInterrupt):
 
     def __init__(self, name: str, step: int, steps: int, resume: Callable[[], Any]):
         super().__init__(
-            f"Interrupted: {name} stopped cleanly after step {step} of {steps} (a partial step was discarded, so the "
-            f"model holds step {step}'s weights). Continue with resume() on this exception (`except Interrupted as "
-            f"stop: stop.resume()`; in a notebook, `sys.last_value.resume()`)."
+            f"Interrupted: {name} stopped cleanly after step {step} of {steps} "
+            f"(a partial step was discarded, so the model holds step {step}'s weights). "
+            f"Continue with resume() on this exception (`except Interrupted as stop: stop.resume()`; "
+            f"in a notebook, `sys.last_value.resume()`)."
         )
         self.name, self.step, self.steps = name, step, steps
         self._resume = resume
 
     def resume(self) -> Any:
-        """Continue the interrupted work; returns its result (an interruption raises a new :class:`Interrupted`)."""
+        """Continue the interrupted work; returns its result (an interruption raises a new
+        :class:`Interrupted`)."""
         return self._resume()
 
     def then(self, rest: Callable[[Any], Any]) -> Interrupted:

@@ -133,7 +133,8 @@ def write_video(path: str | Path, frames: Any, fps: float = 10) -> Path:
 
 def _check_factor(factor: Any, name: str, who: str) -> int:
     if isinstance(factor, bool) or not isinstance(factor, (int, np.integer)) or factor < 1:
-        raise DataError(f"{who}: {name} must be a whole number >= 1, got {factor!r}. Use e.g. 4 for 64 -> 256.")
+        raise DataError(f"{who}: {name} must be a whole number >= 1, got {factor!r}. "
+                        f"Use e.g. 4 for 64 -> 256.")
     return int(factor)
 
 
@@ -270,7 +271,8 @@ def label_grid(
     for name, labels in (("row_labels", row_labels), ("col_labels", col_labels)):
         if isinstance(labels, (str, bytes)):
             raise DataError(
-                f"label_grid: {name} must be a list with one label per {name[:3]}, got the string {labels!r}. "
+                f"label_grid: {name} must be a list with one label per {name[:3]}, "
+                f"got the string {labels!r}. "
                 f"Wrap it in a list: {name}=[{labels!r}]."
             )
     if row_labels is not None and len(row_labels) != n_rows:
@@ -383,5 +385,6 @@ def _image_uint8(image: Any) -> np.ndarray:
 
 def _gray(a: np.ndarray) -> np.ndarray:
     if a.size and (a.min() < 0 or a.max() > 255):
-        raise DataError(f"save_image: integer pixel values must lie in 0..255, got {int(a.min())}..{int(a.max())}.")
+        raise DataError(f"save_image: integer pixel values must lie in 0..255, "
+                        f"got {int(a.min())}..{int(a.max())}.")
     return a.astype(np.uint8)

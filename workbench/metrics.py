@@ -388,7 +388,8 @@ def _as_reference_frame(frame: Any, name: str) -> np.ndarray:
     return np.clip((a + 1.0) * 127.5, 0.0, 255.0)
 
 
-def moving_mask(target: Any, first_frame: Any = None, threshold: float = DEFAULT_MOVING_THRESHOLD) -> np.ndarray:
+def moving_mask(target: Any, first_frame: Any = None,
+                threshold: float = DEFAULT_MOVING_THRESHOLD) -> np.ndarray:
     """Boolean mask ``[..., T, H, W]`` of the pixels where ``target`` moves.
 
     A pixel of frame ``t`` is moving when it differs from the reference frame by more than

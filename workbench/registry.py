@@ -95,7 +95,8 @@ def resolve(kind: str, name: str, *, where: str | None = None) -> Any:
         f"Unknown {kind} {name!r}{at}. Registered: {listing(names)}.{did_you_mean(name, names)}\n"
         f"Components from plugins resolve through the installed distribution metadata of *this* "
         f"Python environment (not PYTHONPATH): install the plugin here, e.g. "
-        f"`pip install -e plugins/<name>`, then list what this environment sees with `workbench doctor`, or:\n"
+        f"`pip install -e plugins/<name>`, then list what this environment sees with "
+        f"`workbench doctor`, or:\n"
         f"  {LIST_ENTRY_POINTS}"
     )
 

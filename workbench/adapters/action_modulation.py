@@ -69,7 +69,8 @@ class ActionModulation(InsideAdapter):
         self.config = config = config_from(type(self), config, overrides)
         self.consumes = (Condition(config.condition, aliases=config.aliases, dim=config.dim, per_frame="keep",
                                    dropout=config.dropout),)
-        self.trunk = nn.Sequential(nn.Linear(config.dim * (1 + int(config.cumulative)), config.hidden), nn.SiLU())
+        self.trunk = nn.Sequential(nn.Linear(config.dim * (1 + int(config.cumulative)), config.hidden),
+                                   nn.SiLU())
         self.heads = nn.ModuleDict()
 
     @classmethod

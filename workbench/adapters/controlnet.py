@@ -67,15 +67,18 @@ class ControlNetConfig:
     path: dict | None = None
 
     def __post_init__(self):
-        check(self.blocks >= 1, "blocks", f"must be >= 1 (how many leading blocks to copy), got {self.blocks}.")
+        check(self.blocks >= 1, "blocks",
+              f"must be >= 1 (how many leading blocks to copy), got {self.blocks}.")
         check(self.condition.isidentifier(), "condition", f"must be an identifier, got {self.condition!r}.")
-        check(self.dim >= 1, "dim", f"must be >= 1 (the condition's width, or a video's channels), got {self.dim}.")
+        check(self.dim >= 1, "dim",
+              f"must be >= 1 (the condition's width, or a video's channels), got {self.dim}.")
         check(0.0 <= self.dropout < 1.0, "dropout", f"must be in [0, 1), got {self.dropout}.")
         check(not (self.cumulative and self.video), "cumulative",
-              "sums a per-frame vector over frames; a control video (video: true) has none. Drop one of the two.")
+              "sums a per-frame vector over frames; a control video (video: true) has none. "
+              "Drop one of the two.")
         if self.path is not None:
-            check(not self.video, "path", "draws the path of per-frame actions; a control video (video: true) has "
-                                          "none. Drop one of the two.")
+            check(not self.video, "path", "draws the path of per-frame actions; a control video "
+                                          "(video: true) has none. Drop one of the two.")
             self.path = PathConfig.checked(self.path, self.dim)
         check(self.encoder_width >= 1, "encoder_width", f"must be >= 1, got {self.encoder_width}.")
         check(0 <= self.encoder_downsample <= 6, "encoder_downsample",
@@ -107,7 +110,8 @@ class ControlVideoEncoder(nn.Module):
 
 
 def block_grid(hidden: torch.Tensor, layout: str, latent_shape: tuple[int, ...]) -> tuple[int, int, int]:
-    """``(T', h, w)`` of a block's hidden state, given the latents' ``(B, C, T', H, W)`` it was computed from."""
+    """``(T', h, w)`` of a block's hidden state, given the latents' ``(B, C, T', H, W)`` it was computed
+    from."""
     frames, height, width = latent_shape[2:]
     if layout == "channels":
         return tuple(hidden.shape[2:5])
@@ -117,9 +121,9 @@ def block_grid(hidden: torch.Tensor, layout: str, latent_shape: tuple[int, ...])
     patch = math.isqrt(height * width // per_frame) if per_frame else 0
     if not patch or hidden.shape[1] != frames * (height // patch) * (width // patch):
         raise CompositionError(
-            f"controlnet: a block's {hidden.shape[1]} tokens are not a {frames}-frame grid of the {height}x{width} "
-            f"latents patched by a square patch size; a control video needs the tokens laid out frame-major on a "
-            f"patch grid."
+            f"controlnet: a block's {hidden.shape[1]} tokens are not a {frames}-frame grid of the "
+            f"{height}x{width} latents patched by a square patch size; a control video needs the tokens "
+            f"laid out frame-major on a patch grid."
         )
     return frames, height // patch, width // patch
 
@@ -193,7 +197,8 @@ class ControlNet(InsideAdapter):
         if self.config.video:  # embedded on the first block's grid when it runs
             return {"video": signal, "latent_shape": tuple(x_t.shape), "residuals": None}
         maps = None
-        if self.path is not None:  # drawn from the actions as given (an edit moves it) and the first frame's state
+        # drawn from the actions as given (an edit moves it) and the first frame's state
+        if self.path is not None:
             maps, along = self.path.render(cond, signal, x_t.shape[-2], x_t.shape[-1])
         if self.config.cumulative:
             signal = with_running_sum(signal)  # (B, T, 2D)
@@ -225,7 +230,8 @@ class ControlNet(InsideAdapter):
         residuals = []
         for twin, proj in zip(self.copies, self.projections):
             h = twin(h, *rest, **kwargs)
-            if isinstance(h, tuple):  # (hidden, *carried): the carried outputs are the next block's next inputs
+            # (hidden, *carried): the carried outputs are the next block's next inputs
+            if isinstance(h, tuple):
                 h, carried = h[0], h[1:]
                 rest = (*carried, *rest[len(carried):])
             z = (h if layout == "tokens" else h.movedim(1, -1)).to(proj.weight.dtype)  # a bf16 copy's output

@@ -34,14 +34,17 @@ from workbench.errors import CompositionError, ConfigError, listing
 
 
 def reach_in(base) -> InsideSpec:
-    """The :class:`InsideSpec` of ``base`` (its own ``inside_spec()``), or a CompositionError saying how to get one."""
+    """The :class:`InsideSpec` of ``base`` (its own ``inside_spec()``), or a CompositionError saying how to
+    get one."""
     spec = base.inside_spec() if callable(getattr(base, "inside_spec", None)) else None
     if spec is None:
         raise CompositionError(
-            f"{type(base).__name__} does not say where adapters may reach into it: its inside_spec() returns None. "
-            f"Inside adapters (lora, action_modulation, controlnet) reach where a backbone's inside_spec() says; "
-            f"define `inside_spec()` on it returning a workbench.InsideSpec (the network, its blocks, their widths "
-            f"and layout), or use latent_residual, which sits beside the base."
+            f"{type(base).__name__} does not say where adapters may reach into it: "
+            f"its inside_spec() returns None. Inside adapters (lora, action_modulation, controlnet) "
+            f"reach where a backbone's inside_spec() says; "
+            f"define `inside_spec()` on it returning a workbench.InsideSpec "
+            f"(the network, its blocks, their widths and layout), "
+            f"or use latent_residual, which sits beside the base."
         )
     if not isinstance(spec, InsideSpec):
         raise CompositionError(f"{type(base).__name__}.inside_spec() returned {type(spec).__name__}, not a "
@@ -64,8 +67,9 @@ def per_frame(values: torch.Tensor, hidden: torch.Tensor, layout: str) -> torch.
     b, frames, width = values.shape
     tokens = hidden.shape[1]
     if tokens % frames:
-        raise CompositionError(f"A block's hidden state has {tokens} tokens, not a multiple of the condition's "
-                               f"{frames} frames; the condition must be per latent frame (e.g. Wan's pooled 'action').")
+        raise CompositionError(f"A block's hidden state has {tokens} tokens, "
+                               f"not a multiple of the condition's {frames} frames; "
+                               f"the condition must be per latent frame (e.g. Wan's pooled 'action').")
     return values[:, :, None].expand(b, frames, tokens // frames, width).reshape(b, tokens, width)
 
 
@@ -75,8 +79,9 @@ def check_indices(indices: Sequence[int] | None, count: int, field: str, what: s
         return tuple(range(count))
     bad = [i for i in indices if not 0 <= i < count]
     if bad or len(set(indices)) != len(indices):
-        raise ConfigError(f"{field}: {list(indices)} is not a list of distinct block indices; {what} has {count} "
-                          f"blocks (0..{count - 1}). Pick from those, or leave {field} unset for all of them.")
+        raise ConfigError(f"{field}: {list(indices)} is not a list of distinct block indices; "
+                          f"{what} has {count} blocks (0..{count - 1}). "
+                          f"Pick from those, or leave {field} unset for all of them.")
     return tuple(sorted(indices))
 
 
@@ -104,13 +109,13 @@ class InsideAdapter(InsideAdapterKind):
 
     def attach_base_model(self, base) -> None:
         if self.spec is not None:
-            raise CompositionError(f"{type(self).__name__} is already attached to a base; build a new adapter for "
-                                   f"each ComposedModel.")
+            raise CompositionError(f"{type(self).__name__} is already attached to a base; "
+                                   f"build a new adapter for each ComposedModel.")
         owner = getattr(base, OWNER, None)
         if owner is not None:
             raise CompositionError(
-                f"This {type(base).__name__} already carries a {type(owner).__name__} adapter inside it (hooks or "
-                f"LoRA layers); a base takes one inside adapter. Build a fresh backbone for this "
+                f"This {type(base).__name__} already carries a {type(owner).__name__} adapter inside it "
+                f"(hooks or LoRA layers); a base takes one inside adapter. Build a fresh backbone for this "
                 f"{type(self).__name__} (e.g. TinyVideo.from_pretrained() again).")
         spec = reach_in(base)
         object.__setattr__(base, OWNER, self)
@@ -177,8 +182,8 @@ class InsideAdapter(InsideAdapterKind):
         lora = getattr(self, "lora", None)
         if lora is None:
             raise CompositionError(
-                f"{type(self).__name__} has no LoRA to export. Use adapter type lora, or action_modulation with a "
-                f"lora: {{rank: ...}} block."
+                f"{type(self).__name__} has no LoRA to export. "
+                f"Use adapter type lora, or action_modulation with a lora: {{rank: ...}} block."
             )
         return lora.export(path, self._bound_to)
 
@@ -210,8 +215,10 @@ class LoraSettings:
         from workbench.config import check
 
         check(isinstance(self.rank, int) and self.rank >= 1, "rank",
-              f"must be an int >= 1 (the width of LoRA's low-rank update), got {self.rank!r}. Use e.g. rank: 4.")
-        check(self.alpha is None or self.alpha > 0, "alpha", f"must be > 0 or null (= rank), got {self.alpha}.")
+              f"must be an int >= 1 (the width of LoRA's low-rank update), got {self.rank!r}. "
+              f"Use e.g. rank: 4.")
+        check(self.alpha is None or self.alpha > 0, "alpha",
+              f"must be > 0 or null (= rank), got {self.alpha}.")
         check(0.0 <= self.dropout < 1.0, "dropout", f"must be in [0, 1), got {self.dropout}.")
         if self.targets is not None:
             if isinstance(self.targets, str):
@@ -241,8 +248,9 @@ def check_targets(root: nn.Module, targets: Sequence[str], backbone: str) -> Non
     # the short names peft matches: the last part of each path, with its parent when it is an index (to_out.0)
     suffixes = sorted({".".join(n.split(".")[-2:]) if n.split(".")[-1].isdigit() else n.split(".")[-1]
                        for n in names})
-    hints = [f"'{m}' (did you mean {', '.join(repr(c) for c in close)}?)" if (close := difflib.get_close_matches(
-        m, suffixes, n=3, cutoff=0.6)) else f"'{m}'" for m in missing]
+    hints = [f"'{m}' (did you mean {', '.join(repr(c) for c in close)}?)"
+             if (close := difflib.get_close_matches(m, suffixes, n=3, cutoff=0.6)) else f"'{m}'"
+             for m in missing]
     raise ConfigError(
         f"lora targets: {', '.join(hints)} match no layer of {backbone}. Layers LoRA can target there (name "
         f"suffixes): {listing(suffixes)}. Fix targets, or leave it unset for the backbone's defaults."
@@ -338,14 +346,16 @@ class LoraModules(nn.Module):
             found = sorted(file.glob("*.safetensors"))
             file = found[0] if len(found) == 1 else file / "pytorch_lora_weights.safetensors"
         if not file.is_file():
-            raise CheckpointError(f"lora init_from: no LoRA file at {path!r}. Give a .safetensors file written by "
-                                  f"exp.export_lora, diffusers' save_lora_weights or peft's save_pretrained.")
+            raise CheckpointError(f"lora init_from: no LoRA file at {path!r}. "
+                                  f"Give a .safetensors file written by exp.export_lora, "
+                                  f"diffusers' save_lora_weights or peft's save_pretrained.")
         from workbench.integrity import listed_problem
 
         _, problem = listed_problem(file)
         if problem is not None:
-            raise CheckpointError(f"lora init_from {str(file)!r} is damaged: {problem}. Nothing was loaded; export the "
-                                  f"LoRA again (exp.export_lora) or copy it again from where it was exported.")
+            raise CheckpointError(f"lora init_from {str(file)!r} is damaged: {problem}. Nothing was loaded; "
+                                  f"export the LoRA again (exp.export_lora) "
+                                  f"or copy it again from where it was exported.")
         try:
             weights = load_file(str(file))
         except Exception as err:  # safetensors' own error type: a damaged file without a manifest to tell
@@ -359,8 +369,8 @@ class LoraModules(nn.Module):
         if missing or unexpected or shapes:
             raise CheckpointError(
                 f"lora init_from {str(file)!r} does not fit this LoRA: missing {missing[:4]}, unexpected "
-                f"{unexpected[:4]}, shape mismatches (file vs built) {shapes[:3]}. Build the LoRA with the file's "
-                f"targets and rank."
+                f"{unexpected[:4]}, shape mismatches (file vs built) {shapes[:3]}. "
+                f"Build the LoRA with the file's targets and rank."
             )
         with torch.no_grad():
             for k, v in ours.items():

@@ -13,7 +13,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workbench.adapters.path import PATH_CHANNELS, PATH_SIGNAL, ActionPath, PathConfig, sample_border, translated
+from workbench.adapters.path import (
+    PATH_CHANNELS,
+    PATH_SIGNAL,
+    ActionPath,
+    PathConfig,
+    sample_border,
+    translated,
+)
 from workbench.config import check, config_from
 from workbench.core.adapter import SideAdapter
 from workbench.core.conditions import Condition
@@ -74,7 +81,8 @@ class LatentResidualConfig:
 
     def __post_init__(self):
         check(self.channels >= 1, "channels", f"must be >= 1, got {self.channels}.")
-        check(self.width >= 8 and self.width % 8 == 0, "width", f"must be a multiple of 8 (>= 8), got {self.width}.")
+        check(self.width >= 8 and self.width % 8 == 0, "width",
+              f"must be a multiple of 8 (>= 8), got {self.width}.")
         check(self.depth >= 1, "depth", f"must be >= 1, got {self.depth}.")
         check(self.dim >= 1, "dim", f"must be >= 1, got {self.dim}.")
         check(0.0 <= self.dropout < 1.0, "dropout", f"must be in [0, 1), got {self.dropout}.")
@@ -89,8 +97,8 @@ class LatentResidualConfig:
         check(self.state_dim >= 1, "state_dim", f"must be >= 1, got {self.state_dim}.")
         if self.path is not None:
             self.path = PathConfig.checked(self.path, self.dim)
-            check(self.per_frame == "keep", "path", f"draws one point per frame, so it needs per_frame: keep, got "
-                                                    f"per_frame: {self.per_frame}.")
+            check(self.per_frame == "keep", "path", f"draws one point per frame, so it needs "
+                                                    f"per_frame: keep, got per_frame: {self.per_frame}.")
 
 
 @register("adapter", "latent_residual")
@@ -103,7 +111,8 @@ class LatentResidual(SideAdapter):
     def __init__(self, config: LatentResidualConfig | None = None, **overrides):
         super().__init__()
         self.config = config = config_from(type(self), config, overrides)
-        self.path = ActionPath(PathConfig(**config.path), "latent_residual") if config.path is not None else None
+        self.path = (ActionPath(PathConfig(**config.path), "latent_residual") if config.path is not None
+                     else None)
         self._translates = bool(self.path and self.path.config.translate and config.use_first_frame)
         self.consumes = (
             Condition(config.condition, aliases=config.aliases, dim=config.dim, per_frame=config.per_frame,
@@ -120,8 +129,10 @@ class LatentResidual(SideAdapter):
         signal_dim += PATH_SIGNAL if self.path else 0
         self.emb_dim = 2 * w
         self.stem = nn.Conv3d(inputs, w, (1, 3, 3), padding=(0, 1, 1))
-        self.time = nn.Sequential(nn.Linear(w, self.emb_dim), nn.SiLU(), nn.Linear(self.emb_dim, self.emb_dim))
-        self.cond_mlp = nn.Sequential(nn.Linear(signal_dim, self.emb_dim), nn.SiLU(), nn.Linear(self.emb_dim, 2 * w))
+        self.time = nn.Sequential(nn.Linear(w, self.emb_dim), nn.SiLU(),
+                                  nn.Linear(self.emb_dim, self.emb_dim))
+        self.cond_mlp = nn.Sequential(nn.Linear(signal_dim, self.emb_dim), nn.SiLU(),
+                                      nn.Linear(self.emb_dim, 2 * w))
         if config.warps:
             self.warp = nn.Linear(signal_dim, 2 * config.warps)  # (dx, dy) per warp, latent pixels
             nn.init.zeros_(self.warp.weight)
@@ -149,7 +160,8 @@ class LatentResidual(SideAdapter):
         b, c, frames, h, w = x_t.shape
         signal = getattr(cond, self.config.condition)  # (B, T, D) or (B, D)
         maps = None
-        if self.path is not None:  # drawn from the actions as given (an edit moves it) and the first frame's state
+        # drawn from the actions as given (an edit moves it) and the first frame's state
+        if self.path is not None:
             maps, along = self.path.render(cond, signal, h, w)
         if self.config.cumulative:
             signal = with_running_sum(signal)  # (B, T, 2D)
@@ -164,7 +176,8 @@ class LatentResidual(SideAdapter):
             parts.append(base_output if base_output is not None else torch.zeros_like(x_t))
         if self.config.use_first_frame:
             first = cond.first_frame
-            parts.append(first[:, :, None].expand(b, c, frames, h, w) if first is not None else torch.zeros_like(x_t))
+            parts.append(first[:, :, None].expand(b, c, frames, h, w) if first is not None
+                         else torch.zeros_like(x_t))
             if self.config.warps:
                 parts += self._translated(first, signal, frames) if first is not None else \
                     [torch.zeros_like(x_t)] * self.config.warps
@@ -177,7 +190,8 @@ class LatentResidual(SideAdapter):
             parts.append(maps.to(x_t.dtype))
         if self._translates:
             first = cond.first_frame
-            parts.append(translated(first, along).to(x_t.dtype) if first is not None else torch.zeros_like(x_t))
+            parts.append(translated(first, along).to(x_t.dtype) if first is not None
+                         else torch.zeros_like(x_t))
         hidden = self.stem(torch.cat(parts, dim=1))  # (B, W, T, h, w)
         level = self.noise_level(t)
         emb = self.time(timestep_embedding(level, self.stem.out_channels).to(x_t.dtype))
@@ -198,7 +212,8 @@ class LatentResidual(SideAdapter):
         return self.out(F.silu(self.out_norm(hidden)))  # (B, C, T, h, w)
 
     def _translated(self, first: torch.Tensor, signal: torch.Tensor, frames: int) -> list[torch.Tensor]:
-        """``warps`` copies of ``first`` ``(B, C, h, w)``, each shifted per frame: ``(B, C, T, h, w)`` each."""
+        """``warps`` copies of ``first`` ``(B, C, h, w)``, each shifted per frame: ``(B, C, T, h, w)``
+        each."""
         b, c, h, w = first.shape
         k = self.config.warps
         shift = self.warp(signal)  # (B, T, 2K) or (B, 2K)
@@ -206,7 +221,8 @@ class LatentResidual(SideAdapter):
             shift = shift[:, None].expand(b, frames, -1)
         shift = shift.reshape(b, frames, k, 2) * shift.new_tensor([2.0 / max(w - 1, 1), 2.0 / max(h - 1, 1)])
         ys, xs = torch.meshgrid(torch.linspace(-1, 1, h, device=first.device, dtype=first.dtype),
-                                torch.linspace(-1, 1, w, device=first.device, dtype=first.dtype), indexing="ij")
+                                torch.linspace(-1, 1, w, device=first.device, dtype=first.dtype),
+                                indexing="ij")
         grid = torch.stack([xs, ys], dim=-1)  # (h, w, 2), x first as grid_sample expects
         grid = grid - shift[:, :, :, None, None, :]  # (B, T, K, h, w, 2): read from where it came from
         source = first[:, None, None].expand(b, frames, k, c, h, w).reshape(-1, c, h, w)

@@ -66,7 +66,8 @@ class PathConfig:
         self.xyz = tuple(int(i) for i in self.xyz)
         check(len(self.xyz) == 3 and min(self.xyz) >= 0, "path.xyz",
               f"must be three action dimensions (dx, dy, dz), got {list(self.xyz)}.")
-        check(self.scale > 0, "path.scale", f"must be > 0 (metres per unit action per frame), got {self.scale}.")
+        check(self.scale > 0, "path.scale",
+              f"must be > 0 (metres per unit action per frame), got {self.scale}.")
         check(0 < self.response <= 1, "path.response", f"must be in (0, 1], got {self.response}.")
         check(self.sigma > 0, "path.sigma", f"must be > 0 latent pixels, got {self.sigma}.")
         check(self.state.isidentifier() and self.camera.isidentifier(), "path",
@@ -78,7 +79,8 @@ class PathConfig:
         if value is None or isinstance(value, PathConfig):
             return value
         if not isinstance(value, dict):
-            raise ConfigError(f"path: must be a mapping of {listing([f.name for f in dataclasses.fields(cls)])} "
+            raise ConfigError(f"path: must be a mapping of "
+                              f"{listing([f.name for f in dataclasses.fields(cls)])} "
                               f"(or {{}} for the defaults), or null; got {type(value).__name__}.")
         names = [f.name for f in dataclasses.fields(cls)]
         unknown = [k for k in value if k not in names]
@@ -127,8 +129,10 @@ def project_points(points: torch.Tensor, camera: torch.Tensor) -> tuple[torch.Te
     return hom[..., :2] / torch.where(front, depth, torch.ones_like(depth))[..., None], front
 
 
-def path_heatmap(uv: torch.Tensor, front: torch.Tensor, height: int, width: int, sigma: float) -> torch.Tensor:
-    """Gaussians at ``uv`` ``(B, T, 2)`` (normalised) on a ``height`` x ``width`` grid: ``(B, T, height, width)``."""
+def path_heatmap(uv: torch.Tensor, front: torch.Tensor, height: int, width: int,
+                 sigma: float) -> torch.Tensor:
+    """Gaussians at ``uv`` ``(B, T, 2)`` (normalised) on a
+    ``height`` x ``width`` grid: ``(B, T, height, width)``."""
     ys = (torch.arange(height, device=uv.device, dtype=uv.dtype) + 0.5) / height
     xs = (torch.arange(width, device=uv.device, dtype=uv.dtype) + 0.5) / width
     dx = (xs.view(1, 1, 1, width) - uv[..., 0, None, None]) * width  # latent pixels
@@ -144,7 +148,8 @@ class ActionPath:
         self.config, self.owner = config, owner
 
     def conditions(self, existing: tuple[str, ...] = ()) -> tuple:
-        """The conditions it reads beyond the actions: the start state (unless already read) and the camera."""
+        """The conditions it reads beyond the actions: the start state (unless already read) and the
+        camera."""
         from workbench.core.conditions import Condition
 
         c = self.config
@@ -159,29 +164,35 @@ class ActionPath:
         if camera not in provided:
             name = type(base).__name__
             raise CompositionError(
-                f"{self.owner} with path: draws the hand's path through the camera's calibration (the '{camera}' "
-                f"condition), but {name} does not pass it on to adapters: its provides() lists {listing(provided)}. "
-                f"The path runs on a backbone that supplies '{camera}' (tiny_video does; the diffusers plugins do "
-                f"not yet). With {name}, leave path: out (the adapter then reads the actions alone).")
+                f"{self.owner} with path: draws the hand's path through the camera's calibration "
+                f"(the '{camera}' condition), but {name} does not pass it on to adapters: "
+                f"its provides() lists {listing(provided)}. "
+                f"The path runs on a backbone that supplies '{camera}' "
+                f"(tiny_video does; the diffusers plugins do not yet). "
+                f"With {name}, leave path: out (the adapter then reads the actions alone).")
 
     def points(self, cond: Any, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(u, v)`` ``(B, T, 2)`` of the hand on the path and whether it is in front of the camera ``(B, T)``."""
+        """``(u, v)`` ``(B, T, 2)`` of the hand on the path and whether it is in front of the camera
+        ``(B, T)``."""
         c = self.config
         camera = getattr(cond, c.camera, None)
         if camera is None:
             received = [k for k in ("action", c.state) if getattr(cond, k, None) is not None]
             raise DataError(
-                f"{self.owner} draws the action path into the picture and needs the camera's calibration, but the "
-                f"batch has no '{c.camera}'. Received: {', '.join(received)}; allowed: '{c.camera}', a "
-                f"({CAMERA_DIM},) vector per clip (the 3x4 projection to normalised image coordinates, "
-                f"CameraCalibration.vector()). Fix: read data whose files record the calibration (the metaworld "
-                f"and lerobot datasets then serve '{c.camera}'); `workbench data calibrate FILE` adds it to files "
-                f"made before it was recorded.")
+                f"{self.owner} draws the action path into the picture and needs the camera's calibration, "
+                f"but the batch has no '{c.camera}'. Received: {', '.join(received)}; "
+                f"allowed: '{c.camera}', a ({CAMERA_DIM},) vector per clip "
+                f"(the 3x4 projection to normalised image coordinates, CameraCalibration.vector()). "
+                f"Fix: read data whose files record the calibration "
+                f"(the metaworld and lerobot datasets then serve '{c.camera}'); "
+                f"`workbench data calibrate FILE` adds it to files made before it was recorded.")
         state = getattr(cond, c.state).to(action.dtype)
-        points = state if c.measured else hand_path(action, state[:, 0], c)  # (measured: every frame, the future)
+        # (measured: every frame, the future)
+        points = state if c.measured else hand_path(action, state[:, 0], c)
         return project_points(points, camera.to(action.dtype))
 
-    def render(self, cond: Any, action: torch.Tensor, height: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def render(self, cond: Any, action: torch.Tensor, height: int,
+               width: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The maps ``(B, 2, T, height, width)`` (the point now, the start point) and the per-frame signal
         ``(B, T, 4)`` (``u - 0.5, v - 0.5`` and their change since frame 0, as fractions of the picture)."""
         uv, front = self.points(cond, action)
@@ -195,8 +206,9 @@ class ActionPath:
 
 
 def translated(first: torch.Tensor, along: torch.Tensor) -> torch.Tensor:
-    """``first`` ``(B, C, h, w)`` moved in each frame by the path's displacement since frame 0 (``along[..., 2:]``,
-    fractions of the picture, from :meth:`ActionPath.render`): ``(B, C, T, h, w)``, the border repeated."""
+    """``first`` ``(B, C, h, w)`` moved in each frame by the path's displacement since frame 0
+    (``along[..., 2:]``, fractions of the picture, from :meth:`ActionPath.render`): ``(B, C, T, h, w)``,
+    the border repeated."""
     b, c, h, w = first.shape
     frames = along.shape[1]
     def centres(n: int) -> torch.Tensor:  # pixel centres in grid_sample's [-1, 1] (align_corners=False)
@@ -226,5 +238,5 @@ def sample_border(source: torch.Tensor, grid: torch.Tensor, *, align_corners: bo
                                            align_corners=align_corners)
 
 
-__all__ = ["sample_border", "translated", "PATH_CHANNELS", "PATH_SIGNAL", "ActionPath", "PathConfig", "hand_path",
-           "path_heatmap", "project_points"]
+__all__ = ["sample_border", "translated", "PATH_CHANNELS", "PATH_SIGNAL", "ActionPath", "PathConfig",
+           "hand_path", "path_heatmap", "project_points"]

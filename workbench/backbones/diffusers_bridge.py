@@ -94,7 +94,8 @@ class DiffusersConfig:
         check_compile(self.compile)
         check("{}" in self.prompt_template, "prompt_template",
               f"must contain '{{}}' where the batch's prompt goes, got {self.prompt_template!r}.")
-        check(bool(self.path), "path", "is empty; give a diffusers-format directory (with model_index.json) or 'tiny'.")
+        check(bool(self.path), "path",
+              "is empty; give a diffusers-format directory (with model_index.json) or 'tiny'.")
         check(self.steps is None or self.steps >= 1, "steps", f"must be >= 1 or null, got {self.steps}.")
         check(self.guidance_scale is None or self.guidance_scale >= 0, "guidance_scale",
               f"must be >= 0 or null, got {self.guidance_scale}.")
@@ -136,8 +137,10 @@ class DiffusersBackbone(BaseVideoModel):
     convert: str = ""
     real_defaults: Mapping[str, Any] = {}
     mode_fix: str = ""  # how to get a backbone of another mode, said when a request is refused
-    causal_latents = True  # the video VAEs diffusers ships are causal in time: frame 0 → latent 0, then r per frame
-    float32_components: tuple[str, ...] = ()  # components loaded and kept in float32 whatever the dtype (a VAE)
+    # the video VAEs diffusers ships are causal in time: frame 0 → latent 0, then r per frame
+    causal_latents = True
+    # components loaded and kept in float32 whatever the dtype (a VAE)
+    float32_components: tuple[str, ...] = ()
     _pending: _PipelineCall | None = None
 
     forward_version: int = 0
@@ -157,8 +160,9 @@ class DiffusersBackbone(BaseVideoModel):
         elif config.path == "real":
             if not config.random_weights:
                 raise CheckpointError(
-                    f"{self.name}: path 'real' is the real {self.model_name} configuration shipped with the plugin, "
-                    f"without weights. Set random_weights: true to build it with random weights (a rehearsal or a "
+                    f"{self.name}: path 'real' is the real {self.model_name} configuration "
+                    f"shipped with the plugin, without weights. "
+                    f"Set random_weights: true to build it with random weights (a rehearsal or a "
                     f"memory plan), or point path at a downloaded release ({self.release}).")
             self.folder = self.real_config()
         else:
@@ -185,7 +189,8 @@ class DiffusersBackbone(BaseVideoModel):
 
     def real_config(self) -> Path:
         """The directory of the real model's configuration files shipped with the plugin (``path: real``)."""
-        raise CheckpointError(f"{self.name}: this plugin ships no real configuration; point path at a release.")
+        raise CheckpointError(f"{self.name}: this plugin ships no real configuration; "
+                              f"point path at a release.")
 
     def load(self) -> torch.dtype:
         """Load the pipeline from ``self.folder`` onto the config's device in its dtype (see
@@ -237,7 +242,8 @@ class DiffusersBackbone(BaseVideoModel):
             pipe.register_modules(text_encoder=module)
 
     def borrowers(self) -> list:
-        """The pipelines built over this backbone's modules (:attr:`pipelines`, and a ``pipeline`` attribute)."""
+        """The pipelines built over this backbone's modules
+        (:attr:`pipelines`, and a ``pipeline`` attribute)."""
         found = list((self.pipelines or {}).values())
         single = self.__dict__.get("pipeline")
         return found + ([single] if single is not None and single not in found else [])
@@ -260,9 +266,11 @@ class DiffusersBackbone(BaseVideoModel):
             keep = getattr(type(module), "_keep_in_fp32_modules", None) or ()
             if module is None or not keep or name in self.float32_components:
                 continue
-            if not type(module).__module__.startswith("diffusers."):  # transformers keeps them for float16 only
+            # transformers keeps them for float16 only
+            if not type(module).__module__.startswith("diffusers."):
                 continue
-            paths += [f"{name}.{p}" for p, _ in module.named_parameters() if any(k in p.split(".") for k in keep)]
+            paths += [f"{name}.{p}" for p, _ in module.named_parameters()
+                      if any(k in p.split(".") for k in keep)]
         return tuple(paths)
 
     # -- card --------------------------------------------------------------------------------
@@ -277,7 +285,8 @@ class DiffusersBackbone(BaseVideoModel):
         weights = str(dtype).replace("torch.", "")
 
         def spec(kind: str, module, sub: str, dtype_name: str | None = weights) -> ComponentSpec:
-            count = sum(p.numel() for p in module.parameters()) if isinstance(module, torch.nn.Module) else None
+            count = (sum(p.numel() for p in module.parameters()) if isinstance(module, torch.nn.Module)
+                     else None)
             return ComponentSpec(kind, f"{source}/{sub}", dtype_name if count is not None else None, count)
 
         components = {"transformer": spec("denoiser", self.transformer, "transformer"),
@@ -285,10 +294,12 @@ class DiffusersBackbone(BaseVideoModel):
                       "scheduler": spec("scheduler", None, "scheduler")}
         if self.has_text_encoder:  # counted from its files: it loads when first needed
             count = parameter_count(self.folder, "text_encoder")
-            components["text_encoder"] = ComponentSpec("text_encoder", f"{source}/text_encoder", weights, count)
+            components["text_encoder"] = ComponentSpec("text_encoder", f"{source}/text_encoder", weights,
+                                                       count)
         if self.tokenizer is not None:
             components["tokenizer"] = spec("tokenizer", None, "tokenizer")
-        defaults = {k: getattr(c, k) if getattr(c, k) is not None else v for k, v in self.real_defaults.items()}
+        defaults = {k: getattr(c, k) if getattr(c, k) is not None else v
+                    for k, v in self.real_defaults.items()}
         shift, sampler = fields.pop("shift"), fields.pop("sampler")
         return ModelCard(
             model_id=f"{fields.pop('model_id')}:{Path(self.folder).name}",
@@ -333,8 +344,8 @@ class DiffusersBackbone(BaseVideoModel):
         if self.has_text_encoder:
             return ()
         known = f" ({self.text_encoder_note})" if self.text_encoder_note else ""
-        return (f"the text encoder is not in this configuration and not counted{known}; a run fed precomputed "
-                f"prompt_embeds (a latent cache) never loads it",)
+        return (f"the text encoder is not in this configuration and not counted{known}; "
+                f"a run fed precomputed prompt_embeds (a latent cache) never loads it",)
 
     def provides(self) -> tuple[str, ...]:
         return (*self.text_conditions(), *SIGNAL_CONDITIONS)
@@ -356,14 +367,15 @@ class DiffusersBackbone(BaseVideoModel):
 
     def encode_clips(self, video: torch.Tensor) -> torch.Tensor:
         """:meth:`encode` of each clip of ``video`` on its own, joined: a clip's latents never depend on the
-        batch it came in (the VAE's kernels need not be batch-invariant), as :meth:`encode_item` makes them."""
+        batch it came in (the VAE's kernels need not be batch-invariant), as :meth:`encode_item`
+        makes them."""
         return torch.cat([self.encode(video[i:i + 1]) for i in range(video.shape[0])])
 
     def latents_from(self, raw: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor | None, bool]:
         """``(latents, video, has_target)`` of a raw batch: its ``"video"`` encoded clip by clip, its
         ``"latents"`` as given (a latent cache's, see :meth:`encode_item`), or else zero latents of the size a
-        text-to-video request asks for (``"frames"`` or the signals' length, ``"height"`` / ``"width"``, default
-        the card's; ``video`` is then ``None``)."""
+        text-to-video request asks for (``"frames"`` or the signals' length, ``"height"`` / ``"width"``,
+        default the card's; ``video`` is then ``None``)."""
         if "latents" in raw:
             return self.given_latents(raw["latents"]), None, True
         if "video" in raw:
@@ -376,21 +388,23 @@ class DiffusersBackbone(BaseVideoModel):
         return self.blank_latents(batch_size, frames, height, width, "generation size"), None, False
 
     def given_latents(self, value: Any) -> torch.Tensor:
-        """A raw batch's ``"latents"`` (as :meth:`encode` returns them) checked and on the backbone's device."""
+        """A raw batch's ``"latents"`` (as :meth:`encode` returns them)
+        checked and on the backbone's device."""
         latents = torch.as_tensor(value)
         want = (self.latent_channels, None, None, None)
         if latents.ndim != 5 or latents.shape[1] != want[0] or not latents.is_floating_point():
-            raise DataError(f"{self.name}: 'latents' must be float (B, {self.latent_channels}, T', h, w) as encode() "
-                            f"returns them (a latent cache's), got {tuple(latents.shape)} {latents.dtype}. Pass "
-                            f"'video' instead to have them encoded.")
+            raise DataError(f"{self.name}: 'latents' must be float (B, {self.latent_channels}, T', h, w) "
+                            f"as encode() returns them (a latent cache's), "
+                            f"got {tuple(latents.shape)} {latents.dtype}. "
+                            f"Pass 'video' instead to have them encoded.")
         return latents.to(self.device)
 
     def encode_item(self, item: Mapping[str, Any]) -> dict[str, Any] | None:
-        """One dataset item with the frozen encoders' work done: ``"video"`` → ``"latents"`` ``(C, T', h, w)``,
-        its text → the text conditions (``prompt_embeds`` ...), and what :meth:`condition_on` derives from the
-        clip (e.g. the first frame's latent); everything else kept. ``prepare_batch`` of collated items is then
-        ``prepare_batch`` of the collated raw items, bit for bit, without the VAE encoder or the text encoder.
-        ``None`` for an item without ``"video"``."""
+        """One dataset item with the frozen encoders' work done: ``"video"`` → ``"latents"``
+        ``(C, T', h, w)``, its text → the text conditions (``prompt_embeds`` ...), and what
+        :meth:`condition_on` derives from the clip (e.g. the first frame's latent); everything else kept.
+        ``prepare_batch`` of collated items is then ``prepare_batch`` of the collated raw items, bit for bit,
+        without the VAE encoder or the text encoder. ``None`` for an item without ``"video"``."""
         if "video" not in item:
             return None
         raw = {k: v for k, v in item.items() if k != "video"}
@@ -398,7 +412,8 @@ class DiffusersBackbone(BaseVideoModel):
         self.check_frames(video.shape[2:], "video")
         with torch.no_grad():
             latents = self.encode_clips(video)
-            cond: dict[str, Any] = self._text({k: ([v] if isinstance(v, str) else v) for k, v in raw.items()}, 1)
+            cond: dict[str, Any] = self._text({k: ([v] if isinstance(v, str) else v)
+                                               for k, v in raw.items()}, 1)
             self.condition_on(cond, latents, video, True)
             extra = self.cached_conditions(video)
         out = {**raw, "latents": latents[0].cpu()}
@@ -406,7 +421,8 @@ class DiffusersBackbone(BaseVideoModel):
         return out
 
     def cached_conditions(self, video: torch.Tensor) -> dict[str, torch.Tensor]:
-        """What a cached item keeps of its clip besides the conditions (e.g. a sampler's first-frame pixels)."""
+        """What a cached item keeps of its clip besides the conditions
+        (e.g. a sampler's first-frame pixels)."""
         return {}
 
     def prepare_batch(self, raw: Mapping[str, Any] | Batch) -> Batch:
@@ -419,7 +435,8 @@ class DiffusersBackbone(BaseVideoModel):
         if isinstance(raw, Batch):
             return raw
         if not isinstance(raw, Mapping):
-            raise DataError(f"{self.name}.prepare_batch expects a mapping of tensors, got {type(raw).__name__}.")
+            raise DataError(f"{self.name}.prepare_batch expects a mapping of tensors, "
+                            f"got {type(raw).__name__}.")
         text_keys = ("prompt", "prompt_embeds", self.config.prompt_key)
         self.card.check_request(raw, backbone=self.name, text_keys=text_keys, fix=self.mode_fix)
         with torch.no_grad():
@@ -437,21 +454,24 @@ class DiffusersBackbone(BaseVideoModel):
         or, for cached items (``video`` ``None``), from ``raw``; nothing by default."""
 
     def batch_from(self, latents: torch.Tensor, cond: dict[str, Any], per_frame: frozenset[str],
-                   video: torch.Tensor | None, has_target: bool, raw: Mapping[str, Any] | None = None) -> Batch:
+                   video: torch.Tensor | None, has_target: bool,
+                   raw: Mapping[str, Any] | None = None) -> Batch:
         """The prepared :class:`Batch` (every latent frame predicted unless a backbone says otherwise)."""
         return Batch(latents=latents, cond=cond, per_frame=per_frame, meta={"has_target": has_target})
 
     def _text(self, raw: Mapping[str, Any], batch_size: int) -> dict[str, torch.Tensor]:
         raise NotImplementedError
 
-    def cached_text(self, prompts: Sequence[str], encode: Callable[[list[str]], Sequence[Any]], fix: str) -> list[Any]:
+    def cached_text(self, prompts: Sequence[str], encode: Callable[[list[str]], Sequence[Any]],
+                    fix: str) -> list[Any]:
         """Each prompt's encoding: a prompt not seen before is encoded on its own, once per backbone
         (``encode([prompt])`` gives one entry), and kept — the text encoder dwarfs any adapter.
         ``fix``: what to pass instead when the pipeline has no text encoder."""
         missing = [p for p in dict.fromkeys(prompts) if p not in self._text_cache]
         if missing:
             if not self.has_text_encoder or self.tokenizer is None:
-                raise DataError(f"{self.name}: prompts were given but {self.folder} has no text_encoder / tokenizer. "
+                raise DataError(f"{self.name}: prompts were given but "
+                                f"{self.folder} has no text_encoder / tokenizer. "
                                 f"{fix}")
             self.text_encoder  # noqa: B018 (loads it on first need, into the pipelines too)
             with torch.no_grad():
@@ -464,30 +484,35 @@ class DiffusersBackbone(BaseVideoModel):
         """The classifier-free guidance scale a ``generate`` call uses: the card's unless given."""
         return self.card.sampling.guidance_scale if guidance_scale is None else guidance_scale
 
-    def predictions_per_step(self, batch: Batch, guidance_scale: float | None = None, **sampler_kwargs: Any) -> int:
+    def predictions_per_step(self, batch: Batch, guidance_scale: float | None = None,
+                             **sampler_kwargs: Any) -> int:
         """Two under classifier-free guidance (a diffusers pipeline guides when the scale is over 1:
         the conditional and the unconditional half each go through ``compose_fn``), else one."""
         return 2 if self._guidance(guidance_scale) > 1 else 1
 
     def run_pipeline(self, pipe: Any, injection: Injection, batch: Batch, *, steps: int, guidance: float,
                      generator: torch.Generator | None, **kwargs: Any) -> torch.Tensor:
-        """Run ``pipe`` for ``batch``'s size with ``injection`` installed; its final latents in the batch's dtype."""
+        """Run ``pipe`` for ``batch``'s size with ``injection`` installed;
+        its final latents in the batch's dtype."""
         _, _, frames, h, w = batch.latents.shape
         with injection.installed(pipe):
-            out = pipe(height=h * self.spatial, width=w * self.spatial, num_frames=1 + (frames - 1) * self.temporal,
-                       num_inference_steps=steps, guidance_scale=guidance, generator=generator, output_type="latent",
+            out = pipe(height=h * self.spatial, width=w * self.spatial,
+                       num_frames=1 + (frames - 1) * self.temporal, num_inference_steps=steps,
+                       guidance_scale=guidance, generator=generator, output_type="latent",
                        **injection.callback, **kwargs)
         return out.frames.to(batch.latents.dtype)
 
     def native_prediction(self, x_t: torch.Tensor) -> torch.Tensor | None:
-        """The pipeline's own transformer output for ``x_t`` when ``x_t`` is what the injected call handed out."""
+        """The pipeline's own transformer output for ``x_t``
+        when ``x_t`` is what the injected call handed out."""
         pending = self._pending
         return None if pending is None else pending.output_for(x_t)
 
     def _frames_from(self, raw: Mapping[str, Any]) -> int:
         return requested_frames(raw, self.card.sampling.num_frames)
 
-    def example_batch(self, batch_size: int = 2, *, generator: torch.Generator | None = None) -> dict[str, Any]:
+    def example_batch(self, batch_size: int = 2, *,
+                      generator: torch.Generator | None = None) -> dict[str, Any]:
         """Video, the per-frame signals, a control video and a prompt at the clip's size, plus the guidance
         prompt's embeddings where the backbone provides them as a condition."""
         raw: dict[str, Any] = example_inputs(self.clip(), batch_size, generator=generator,
@@ -505,6 +530,6 @@ class DiffusersBackbone(BaseVideoModel):
 __all__ = [
     "CONTROL_KEY", "SIGNAL_CONDITIONS", "SIGNAL_KEYS", "DiffusersBackbone", "DiffusersConfig", "Injection",
     "TinyFixture", "add_signals", "as_video", "batch_size_of", "check_video_size", "example_inputs",
-    "fixture_directory", "pipeline_directory", "load_pipeline", "placement", "pool_to_latent_frames", "prompts_from",
-    "requested_frames", "resolve_dtype", "transformer_output", "uncond_batch",
+    "fixture_directory", "pipeline_directory", "load_pipeline", "placement", "pool_to_latent_frames",
+    "prompts_from", "requested_frames", "resolve_dtype", "transformer_output", "uncond_batch",
 ]

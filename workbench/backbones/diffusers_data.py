@@ -1,4 +1,5 @@
-"""The data side of a diffusers-native backbone: per-frame signals, prompts, video sizes, the unconditional batch.
+"""The data side of a diffusers-native backbone: per-frame signals, prompts, video sizes, the unconditional
+batch.
 
 No diffusers import here; :mod:`workbench.backbones.diffusers_bridge` builds on it.
 """
@@ -36,7 +37,8 @@ def pool_to_latent_frames(signal: torch.Tensor, ratio: int) -> torch.Tensor:
 
 def check_video_size(shape: Sequence[int], key: str, *, plugin: str, model: str, temporal: int, spatial: int,
                      patch: int, max_frames: int, example: str) -> None:
-    """``(T, H, W)`` of ``key`` fits a causal video VAE (``1 + temporal k`` frames) and the patching, or a DataError.
+    """``(T, H, W)`` of ``key`` fits a causal video VAE (``1 + temporal k`` frames) and the patching, or a
+    DataError.
 
     ``model``: the model's name in the message; ``example``: a size that works for the real model.
     """
@@ -51,9 +53,9 @@ def check_video_size(shape: Sequence[int], key: str, *, plugin: str, model: str,
     if problems:
         raise DataError(
             f"{plugin}: '{key}' has {' and '.join(problems)}; received shape (T, H, W) = {tuple(shape)}. "
-            f"{model}'s VAE compresses {temporal}x in time after the first frame and {spatial}x in space, with "
-            f"{patch}x{patch} transformer patches. Crop or resize the clips, e.g. a Meta-World window of 9 frames "
-            f"at 64x64, or {example} for the real model."
+            f"{model}'s VAE compresses {temporal}x in time after the first frame and {spatial}x in space, "
+            f"with {patch}x{patch} transformer patches. Crop or resize the clips, e.g. a Meta-World window "
+            f"of 9 frames at 64x64, or {example} for the real model."
         )
 
 
@@ -96,20 +98,23 @@ def add_signals(cond: dict[str, Any], raw: Mapping[str, Any], *, batch_size: int
 
 def prompts_from(raw: Mapping[str, Any], key: str, default: str | None, template: str, batch_size: int,
                  plugin: str) -> list[str]:
-    """One prompt per clip: ``raw[key]`` (a str, or one str per clip) put into ``template``, else ``default``."""
+    """One prompt per clip: ``raw[key]`` (a str, or one str per clip) put into ``template``, else
+    ``default``."""
     value = raw.get(key)
     if value is None:
         if default is None:
             raise DataError(
-                f"{plugin}.prepare_batch needs the text condition: a '{key}' entry (a str, or a list of {batch_size} "
-                f"str), precomputed 'prompt_embeds' (B, L, D), or a default prompt in the backbone config "
+                f"{plugin}.prepare_batch needs the text condition: a '{key}' entry "
+                f"(a str, or a list of {batch_size} str), precomputed 'prompt_embeds' (B, L, D), "
+                f"or a default prompt in the backbone config "
                 f"(prompt: '...'). The batch has keys {sorted(raw)}. Add one of these (for Meta-World clips, "
                 f"prompt_key: task reads the task name)."
             )
         return [default] * batch_size
     if isinstance(value, str):
         return [template.format(value)] * batch_size
-    if not (isinstance(value, Sequence) and all(isinstance(v, str) for v in value)) or len(value) != batch_size:
+    if (not (isinstance(value, Sequence) and all(isinstance(v, str) for v in value))
+            or len(value) != batch_size):
         raise DataError(f"{plugin}: '{key}' must be a str or a list of {batch_size} str (one per clip), got "
                         f"{type(value).__name__} {value!r:.80}.")
     return [template.format(v) for v in value]

@@ -37,12 +37,14 @@ class _PipelineCall:
 
     def __init__(self, run: Callable[[], torch.Tensor], pieces: Sequence[tuple[torch.Tensor, slice | None]],
                  backbone: BaseVideoModel):
-        self.run, self.pieces, self.output, self.backbone, self.version = run, list(pieces), None, backbone, None
+        self.run, self.pieces, self.output, self.backbone, self.version = (
+            run, list(pieces), None, backbone, None)
 
     def output_for(self, x: torch.Tensor) -> torch.Tensor | None:
         for piece, rows in self.pieces:
             if piece is x:
-                version = self.backbone.forward_version  # an inside adapter switched: the cached call is stale
+                # an inside adapter switched: the cached call is stale
+                version = self.backbone.forward_version
                 if self.output is None or version != self.version:
                     self.output, self.version = self.run(), version
                 out = self.output if rows is None else self.output[rows]
@@ -99,7 +101,8 @@ class Injection:
                     setattr(obj, name, value)
 
     def sigma(self, like: torch.Tensor, rows: int, step: int | None = None) -> torch.Tensor:
-        """Step ``step``'s (default: the current one's) noise level σ as ``(rows,)`` float32 (objective units)."""
+        """Step ``step``'s (default: the current one's) noise level σ as ``(rows,)`` float32 (objective
+        units)."""
         key = (self.step if step is None else step, rows, like.device)
         sigma = self.sigma_rows.get(key)
         if sigma is None:
@@ -144,17 +147,19 @@ class Injection:
         raise NotImplementedError
 
     def on_step_end(self, pipe, index: int, timestep, callback_kwargs: dict) -> dict:
-        """diffusers' ``callback_on_step_end``: report step ``index`` to ``on_step`` as a :class:`StepRecord`."""
+        """diffusers' ``callback_on_step_end``: report step ``index`` to ``on_step`` as a
+        :class:`StepRecord`."""
         if self.observed is None or self.observed[0] != index:
             raise CompositionError(
-                f"{type(self.backbone).__name__}: the pipeline reported step {index} without a scheduler step for it "
-                f"(expected step {self.step - 1}); this diffusers version calls the scheduler or the step callback "
-                f"differently from the one the plugin was written for. Pin the diffusers version in constraints.txt."
+                f"{type(self.backbone).__name__}: the pipeline reported step {index} without a scheduler "
+                f"step for it (expected step {self.step - 1}); this diffusers version calls the scheduler "
+                f"or the step callback differently from the one the plugin was written for. "
+                f"Pin the diffusers version in constraints.txt."
             )
         _, sample, prediction = self.observed
         self.observed = None
-        self.on_step(StepRecord(index, self.steps, self.sigma(sample, sample.shape[0], index), sample, prediction,
-                                callback_kwargs["latents"]))
+        self.on_step(StepRecord(index, self.steps, self.sigma(sample, sample.shape[0], index), sample,
+                                prediction, callback_kwargs["latents"]))
         return {}
 
 

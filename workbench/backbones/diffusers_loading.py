@@ -33,14 +33,15 @@ def pipeline_directory(path: str | Path, plugin: str, release: str, convert: str
         raise CheckpointError(
             f"{plugin}: {str(folder)!r} has no model_index.json, so it is not a diffusers-format pipeline "
             f"(found: {', '.join(found) or 'nothing'}). Expected the diffusers layout: model_index.json plus "
-            f"transformer/, vae/, text_encoder/, tokenizer/ and scheduler/ subfolders. A raw upstream release must be "
-            f"converted first: {convert}"
+            f"transformer/, vae/, text_encoder/, tokenizer/ and scheduler/ subfolders. "
+            f"A raw upstream release must be converted first: {convert}"
         )
     return folder
 
 
 def fixture_directory(name: str, write: Callable[[Path], Any]) -> Path:
-    """``$WORKBENCH_CACHE/fixtures/NAME`` (default cache ``~/.cache/workbench``), written once by ``write(dir)``.
+    """``$WORKBENCH_CACHE/fixtures/NAME`` (default cache ``~/.cache/workbench``), written once by
+    ``write(dir)``.
 
     The directory is written under a temporary name and renamed into place, so concurrent
     processes (test workers, notebooks) never see a half-written fixture.
@@ -102,7 +103,8 @@ def load_pipeline(folder: str | Path, *, plugin: str, device: str = "auto", dtyp
 
     target, weights = platform.placement(device, dtype, precision, where=f"{plugin} config")
     if random_weights:
-        return random_pipeline(folder, device=target, dtype=weights, float32=float32, skip=skip, seed=seed), weights
+        return (random_pipeline(folder, device=target, dtype=weights, float32=float32, skip=skip, seed=seed),
+                weights)
     dtypes = {"default": weights, **{name: torch.float32 for name in float32}} if float32 else weights
     loaded = DiffusionPipeline.from_pretrained(str(folder), dtype=dtypes, **{name: None for name in skip})
     for module in loaded.components.values():
@@ -136,9 +138,11 @@ def random_model(cls: type, config: Mapping[str, Any], *, device: torch.device |
     return model.eval()
 
 
-def random_pipeline(folder: str | Path, *, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
-                    float32: Sequence[str] = (), skip: Sequence[str] = (), seed: int = 0):
-    """The pipeline of a diffusers-format directory built from its configuration files alone, with random weights.
+def random_pipeline(folder: str | Path, *, device: torch.device | str = "cpu",
+                    dtype: torch.dtype = torch.float32, float32: Sequence[str] = (), skip: Sequence[str] = (),
+                    seed: int = 0):
+    """The pipeline of a diffusers-format directory built from its configuration files alone, with random
+    weights.
 
     Every component of ``model_index.json`` whose subfolder is there: diffusers models through
     :func:`random_model` (the components in ``float32`` kept in float32), schedulers and tokenizers
@@ -234,7 +238,8 @@ class TinyFixture:
     prog: str
 
     def save(self, out_dir: str | Path, seed: int = 0) -> Path:
-        """Write the pipeline built from ``seed`` to ``out_dir`` (diffusers layout, safetensors); return the path."""
+        """Write the pipeline built from ``seed`` to ``out_dir`` (diffusers layout, safetensors); return the
+        path."""
         out = Path(out_dir)
         self.build(seed).save_pretrained(str(out), safe_serialization=True)
         return out
@@ -244,10 +249,11 @@ class TinyFixture:
         return fixture_directory(self.name, self.save)
 
     def main(self, argv: list[str] | None = None) -> None:
-        tiny_fixture_cli(argv, prog=self.prog, description=f"Write {self.what} (random weights, diffusers layout).",
+        tiny_fixture_cli(argv, prog=self.prog,
+                         description=f"Write {self.what} (random weights, diffusers layout).",
                          what=self.what, save=self.save)
 
 
-__all__ = ["DTYPES", "TinyFixture", "component_class", "fixture_directory", "keep_in_float32", "load_component",
-           "parameter_count", "pipeline_directory", "random_model", "random_pipeline", "resolve_dtype",
-           "tiny_fixture_cli"]
+__all__ = ["DTYPES", "TinyFixture", "component_class", "fixture_directory", "keep_in_float32",
+           "load_component", "parameter_count", "pipeline_directory", "random_model", "random_pipeline",
+           "resolve_dtype", "tiny_fixture_cli"]

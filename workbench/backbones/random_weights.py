@@ -49,7 +49,8 @@ def weights_on_meta() -> Iterator[None]:
 
 
 def keeping_meta() -> bool:
-    """Whether random-weight builds should leave their parameters on the meta device (see :func:`weights_on_meta`)."""
+    """Whether random-weight builds should leave their parameters on the meta device (see
+    :func:`weights_on_meta`)."""
     return _KEEP_META.get()
 
 
@@ -66,7 +67,8 @@ def empty_parameters() -> Iterator[None]:
     def register(module: nn.Module, name: str, param: nn.Parameter | None) -> None:
         original(module, name, param)
         if param is not None and param.device.type != "meta":
-            module._parameters[name] = nn.Parameter(param.detach().to("meta"), requires_grad=param.requires_grad)
+            module._parameters[name] = nn.Parameter(param.detach().to("meta"),
+                                                    requires_grad=param.requires_grad)
 
     nn.Module.register_parameter = register
     try:
@@ -98,7 +100,8 @@ def fill(tensor: torch.Tensor, name: str, owner: nn.Module, seed: int = 0) -> to
 
 def materialise(module: nn.Module, *, dtype: torch.dtype, device: str | torch.device = "cpu", seed: int = 0,
                 float32: Callable[[str], bool] | Iterable[str] = ()) -> nn.Module:
-    """Give every meta parameter of ``module`` its storage once, in ``dtype`` on ``device``, filled by :func:`fill`.
+    """Give every meta parameter of ``module`` its storage once, in ``dtype`` on ``device``, filled by
+    :func:`fill`.
 
     ``float32``: parameter names (or a predicate on them) kept in float32 whatever ``dtype``. Each
     tensor is filled on the CPU and moved on its own, so the peak is the weights plus one tensor.
@@ -130,8 +133,9 @@ def materialise(module: nn.Module, *, dtype: torch.dtype, device: str | torch.de
             made[id(param)] = owner._parameters[leaf] = nn.Parameter(data, requires_grad=param.requires_grad)
     stale = [name for name, b in module.named_buffers() if b.device.type == "meta"]
     if stale and device.type != "meta":
-        raise RuntimeError(f"materialise: buffers {stale[:5]} are on the meta device; build the module inside "
-                           f"empty_parameters() (parameters on meta, buffers real), not under torch.device('meta').")
+        raise RuntimeError(f"materialise: buffers {stale[:5]} are on the meta device; build the module "
+                           f"inside empty_parameters() (parameters on meta, buffers real), "
+                           f"not under torch.device('meta').")
     return module
 
 

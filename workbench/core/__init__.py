@@ -24,6 +24,7 @@ from workbench.core.objectives import Diffusion, FlowMatching, Objective
 __all__ = [
     "Adapter", "Add", "BaseVideoModel", "Batch", "Callback", "ClipSpec", "ComponentSpec", "ComposeContext",
     "ComposedModel", "Composer", "Composition", "Condition", "Conditioning", "Diagnostics", "Diffusion",
-    "FlowMatching", "GatedResidual", "InsideAdapter", "InsideSpec", "MaskMix", "ModelCard", "NoiseGated", "Objective",
-    "Prediction", "PretrainWarmup", "RecipeSpec", "Replace", "SamplingDefaults", "SideAdapter", "StepRecord",
+    "FlowMatching", "GatedResidual", "InsideAdapter", "InsideSpec", "MaskMix", "ModelCard", "NoiseGated",
+    "Objective", "Prediction", "PretrainWarmup", "RecipeSpec", "Replace", "SamplingDefaults", "SideAdapter",
+    "StepRecord",
 ]

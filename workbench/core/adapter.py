@@ -110,7 +110,8 @@ class Adapter(nn.Module):
     def noise_level(self, t: torch.Tensor) -> torch.Tensor:
         """``t`` (objective units) as a noise level in [0, 1], ``(B,)``."""
         if self._noise_level_fn is None:
-            raise ConditionError(f"{type(self).__name__} has no objective yet; build it into a ComposedModel.")
+            raise ConditionError(f"{type(self).__name__} has no objective yet; "
+                                 f"build it into a ComposedModel.")
         return self._noise_level_fn(t)
 
     def attach_base_model(self, base) -> None:
@@ -183,6 +184,7 @@ class InsideAdapter(Adapter):
 
     def forward(self, x_t, t, cond, base_output=None):
         raise CompositionError(
-            f"{type(self).__name__} changes the base's own forward, so it has no output of its own: evaluate it "
-            f"through its ComposedModel (model.predict(x_t, t, batch)), which runs the base with it engaged."
+            f"{type(self).__name__} changes the base's own forward, so it has no output of its own: "
+            f"evaluate it through its ComposedModel (model.predict(x_t, t, batch)), which runs the base "
+            f"with it engaged."
         )

@@ -77,7 +77,8 @@ CONTROL_KEY = "control"
 
 def control_video(raw: Mapping[str, Any], *, batch_size: int, frames: int, device: torch.device | str,
                   backbone: str) -> torch.Tensor | None:
-    """The raw batch's control video ``"control"`` as float ``(B, C, T, H, W)`` on ``device``; ``None`` when absent.
+    """The raw batch's control video ``"control"`` as float ``(B, C, T, H, W)`` on ``device``;
+    ``None`` when absent.
 
     A control video is a per-pixel condition (an edge map, a depth map, a segmentation, ...) with
     any channel count ``C`` and any frame size (an adapter resizes it to its own grid); it must
@@ -90,9 +91,10 @@ def control_video(raw: Mapping[str, Any], *, batch_size: int, frames: int, devic
     video = torch.as_tensor(value)
     if video.ndim != 5 or not video.is_floating_point():
         raise DataError(
-            f"{backbone}: '{CONTROL_KEY}' must be a float control video (B, C, T, H, W) (e.g. edges or depth in "
-            f"[-1, 1], C channels), got {tuple(video.shape)} {video.dtype}. Convert it to that layout (a single "
-            f"(B, T, H, W) map: add the channel axis with control[:, None])."
+            f"{backbone}: '{CONTROL_KEY}' must be a float control video (B, C, T, H, W) "
+            f"(e.g. edges or depth in [-1, 1], C channels), got {tuple(video.shape)} {video.dtype}. "
+            f"Convert it to that layout "
+            f"(a single (B, T, H, W) map: add the channel axis with control[:, None])."
         )
     if video.shape[0] != batch_size or video.shape[2] != frames:
         raise DataError(
@@ -178,7 +180,8 @@ class BaseVideoModel(nn.Module):
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
         if "_generate" in vars(cls) and "run_sampler" not in vars(cls):
-            raise TypeError(f"{cls.__qualname__} defines _generate: the sampler hook is called run_sampler now "
+            raise TypeError(f"{cls.__qualname__} defines _generate: "
+                            f"the sampler hook is called run_sampler now "
                             f"(same arguments). Rename the method.")
 
     @classmethod
@@ -201,7 +204,8 @@ class BaseVideoModel(nn.Module):
         """
         raise NotImplementedError
 
-    def example_batch(self, batch_size: int = 2, *, generator: torch.Generator | None = None) -> dict[str, Any]:
+    def example_batch(self, batch_size: int = 2, *,
+                      generator: torch.Generator | None = None) -> dict[str, Any]:
         """A raw batch of random data holding **every** input this backbone takes, at its clip's size.
 
         :meth:`prepare_batch` of it supplies every name in :meth:`provides`; the conformance kit
@@ -245,13 +249,15 @@ class BaseVideoModel(nn.Module):
         """
         card = self.card
         s = card.sampling if card is not None else None
-        missing = [name for name in ("num_frames", "height", "width") if s is None or getattr(s, name) is None]
+        missing = [name for name in ("num_frames", "height", "width")
+                   if s is None or getattr(s, name) is None]
         if missing:
             name = getattr(card, "model_id", None) or type(self).__name__
             raise CardError(
-                f"{name!r} does not say the clip it predicts: its card's sampling.{', sampling.'.join(missing)} "
-                f"{'is' if len(missing) == 1 else 'are'} None. Set them in the card (SamplingDefaults(num_frames=..., "
-                f"height=..., width=...)), or override {type(self).__name__}.clip()."
+                f"{name!r} does not say the clip it predicts: its card's "
+                f"sampling.{', sampling.'.join(missing)} {'is' if len(missing) == 1 else 'are'} None. "
+                f"Set them in the card (SamplingDefaults(num_frames=..., height=..., width=...)), "
+                f"or override {type(self).__name__}.clip()."
             )
         return ClipSpec(frames=s.num_frames, height=s.height, width=s.width, fps=s.fps,
                         latent_frames=self.latent_frames(s.num_frames))
@@ -262,7 +268,8 @@ class BaseVideoModel(nn.Module):
         By default, for a card serving an image-to-video mode (``i2v`` / ``ti2v``), the first frames
         ``{"image": (B, 3, H, W)}``; otherwise the clip's size ``{"frames": T, "height": H, "width": W}``.
         A backbone given more frames overrides it (e.g. an interpolation model's ``"last_image"``).
-        Evaluations build their requests with it (:func:`workbench.inspect.recording.clips.generation_request`).
+        Evaluations build their requests with it
+        (:func:`workbench.inspect.recording.clips.generation_request`).
         """
         if self.card is not None and self.card.serving in IMAGE_MODES:
             return {"image": video[:, :, 0]}
@@ -275,7 +282,8 @@ class BaseVideoModel(nn.Module):
 
     # -- autoencoder -------------------------------------------------------------------------
     def encode(self, video: torch.Tensor) -> torch.Tensor:
-        """Video ``(B, 3, T, H, W)`` in [-1, 1] → floating latents ``(B, C, T', H', W')`` on :attr:`device`."""
+        """Video ``(B, 3, T, H, W)`` in [-1, 1] → floating latents ``(B, C, T', H', W')`` on
+        :attr:`device`."""
         raise NotImplementedError
 
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
@@ -283,7 +291,8 @@ class BaseVideoModel(nn.Module):
         raise NotImplementedError
 
     def preview_decoder(self) -> nn.Module | None:
-        """The module :meth:`decode` runs: the first of :attr:`decoder_modules` that is a module, else ``None``."""
+        """The module :meth:`decode` runs: the first of :attr:`decoder_modules` that is a module, else
+        ``None``."""
         for name in self.decoder_modules:
             module = getattr(self, name, None)  # names a subclass may or may not have
             if isinstance(module, nn.Module):
@@ -339,8 +348,8 @@ class BaseVideoModel(nn.Module):
         usually on the meta device): ``(t, cond)``, zeros of the right shapes and dtypes. ``workbench plan``
         traces that call to size a step's activations; the default raises, saying to define this method."""
         raise NotImplementedError(
-            f"{type(self).__name__} does not say what its denoiser is called with (planning_inputs), so no memory "
-            f"plan can be traced for it. Define planning_inputs(latents) -> (t, cond)."
+            f"{type(self).__name__} does not say what its denoiser is called with (planning_inputs), "
+            f"so no memory plan can be traced for it. Define planning_inputs(latents) -> (t, cond)."
         )
 
     def latent_shape(self, clip: ClipSpec) -> tuple[int, ...]:
@@ -362,7 +371,8 @@ class BaseVideoModel(nn.Module):
     def predictions_per_step(self, batch: Batch, **sampler_kwargs: Any) -> int:
         """How many times one step of :meth:`generate` calls ``compose_fn`` for ``batch`` with these
         sampler keyword arguments: 1, plus one per guidance branch (classifier-free guidance makes
-        two). A recording keeps each call's prediction for forks, so :func:`~workbench.inspect.estimate_memory`
+        two).
+        A recording keeps each call's prediction for forks, so :func:`~workbench.inspect.estimate_memory`
         and a ``StoragePolicy(max_bytes=...)`` budget size the replay cache with it. Default 1."""
         return 1
 
@@ -374,8 +384,9 @@ class BaseVideoModel(nn.Module):
         spec = self.inside_spec()
         if spec is None:
             raise CompositionError(
-                f"{type(self).__name__} does not say which network to compile: compile() compiles the root of its "
-                f"inside_spec() (the network every prediction runs through), and its inside_spec() returns None. "
+                f"{type(self).__name__} does not say which network to compile: "
+                f"compile() compiles the root of its inside_spec() "
+                f"(the network every prediction runs through), and its inside_spec() returns None. "
                 f"Define inside_spec(), or override compile_target() to return that network."
             )
         return spec.root
@@ -404,7 +415,8 @@ class BaseVideoModel(nn.Module):
         if self.__dict__.get("_compiled_network") is None:
             net = self.compile_target()
             compile_network(net, backend=backend, mode=mode, fullgraph=fullgraph, options=options)
-            self.__dict__["_compiled_network"] = net  # (not a submodule: it already is one, under its own name)
+            # (not a submodule: it already is one, under its own name)
+            self.__dict__["_compiled_network"] = net
         return self
 
     @property
@@ -510,7 +522,8 @@ class BaseVideoModel(nn.Module):
         def keeping(t: torch.Tensor) -> torch.Tensor:
             if id(t) not in ids or not t.is_floating_point():
                 return fn(t)
-            target = fn(torch.empty(0, dtype=t.dtype, device=t.device))  # where fn sends it: that device, in float32
+            # where fn sends it: that device, in float32
+            target = fn(torch.empty(0, dtype=t.dtype, device=t.device))
             return t.to(device=target.device, dtype=torch.float32)
 
         return super()._apply(keeping, recurse)
@@ -546,7 +559,8 @@ def freeze(base: nn.Module) -> None:
     base's dropout or batch norm back to training behaviour.
     """
     if not isinstance(base, nn.Module):
-        raise CompositionError(f"The base must be an nn.Module (a BaseVideoModel), got {type(base).__name__}.")
+        raise CompositionError(f"The base must be an nn.Module (a BaseVideoModel), "
+                               f"got {type(base).__name__}.")
     base.requires_grad_(False)
     for m in base.modules():
         m.train = _eval_only.__get__(m)  # type: ignore[method-assign]
@@ -556,7 +570,8 @@ def freeze(base: nn.Module) -> None:
 #: The methods every backbone implements; the rest of :class:`BaseVideoModel` has a default (the table in
 #: docs/guides/writing-a-backbone.md, "The required part", with the card). ``example_batch`` is required too,
 #: except by code that is handed a raw batch instead (``check_backbone(make, raw=...)``), and says so itself.
-REQUIRED_METHODS = ("provides", "prepare_batch", "encode", "decode", "denoise", "default_objective", "run_sampler")
+REQUIRED_METHODS = ("provides", "prepare_batch", "encode", "decode", "denoise", "default_objective",
+                    "run_sampler")
 
 
 def unimplemented(backbone: type[BaseVideoModel] | BaseVideoModel) -> tuple[str, ...]:

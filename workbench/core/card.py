@@ -96,7 +96,8 @@ class ModelCard:
     prediction_type: str
     components: dict[str, ComponentSpec] = field(default_factory=dict)
     sampling: SamplingDefaults = field(default_factory=SamplingDefaults)
-    precision: dict[str, str | tuple[str, ...]] = field(default_factory=lambda: {"cpu": "float32", "cuda": "float32"})
+    precision: dict[str, str | tuple[str, ...]] = field(
+        default_factory=lambda: {"cpu": "float32", "cuda": "float32"})
     capabilities: tuple[str, ...] = ()
     mode: str | None = None
     recipe: RecipeSpec = field(default_factory=RecipeSpec)
@@ -138,14 +139,17 @@ class ModelCard:
                 errs.append(f"capability {cap!r} is unknown; allowed: {listing(CAPABILITIES)}."
                             f"{did_you_mean(cap, CAPABILITIES)}")
         if self.mode is not None and self.mode not in self.capabilities:
-            errs.append(f"mode={self.mode!r} is not one of the card's capabilities {listing(self.capabilities)}.")
+            errs.append(f"mode={self.mode!r} is not one of the card's capabilities "
+                        f"{listing(self.capabilities)}.")
         for device, choice in self.precision.items():
             if device not in DEVICE_TYPES:
-                errs.append(f"precision has a key {device!r}, not a device type; allowed: {listing(DEVICE_TYPES)}."
-                             f"{did_you_mean(device, DEVICE_TYPES)}")
+                errs.append(f"precision has a key {device!r}, not a device type; "
+                            f"allowed: {listing(DEVICE_TYPES)}."
+                            f"{did_you_mean(device, DEVICE_TYPES)}")
             names = (choice,) if isinstance(choice, str) else choice
             if not isinstance(names, (tuple, list)) or not names:
-                errs.append(f"precision[{device!r}]={choice!r}; give a dtype or a non-empty list of them, best first.")
+                errs.append(f"precision[{device!r}]={choice!r}; "
+                            f"give a dtype or a non-empty list of them, best first.")
                 continue
             for dtype in names:
                 if dtype not in DTYPES:
@@ -156,7 +160,8 @@ class ModelCard:
         if not self.samplers:
             errs.append("samplers is empty; name the native sampler(s) generate() runs.")
         elif s.sampler not in self.samplers:
-            errs.append(f"sampling.sampler={s.sampler!r} is not one of the card's samplers {listing(self.samplers)}.")
+            errs.append(f"sampling.sampler={s.sampler!r} is not one of the card's samplers "
+                        f"{listing(self.samplers)}.")
         for name in ("height", "width", "num_frames", "fps"):
             value = getattr(s, name)
             if value is not None and (not isinstance(value, int) or value < 1):
@@ -165,9 +170,11 @@ class ModelCard:
             errs.append(f"sampling.shift={s.shift!r}; must be > 0 or None.")
         if s.guidance_scale is not None and s.guidance_scale < 0:
             errs.append(f"sampling.guidance_scale={s.guidance_scale!r}; must be >= 0 or None.")
-        if isinstance(self.context_frames, bool) or not isinstance(self.context_frames, int) or self.context_frames < 0:
-            errs.append(f"context_frames={self.context_frames!r}; must be an int >= 0 (1: a rollout continues "
-                        f"from the last frame; 0: this mode cannot continue from a frame).")
+        if (isinstance(self.context_frames, bool) or not isinstance(self.context_frames, int)
+                or self.context_frames < 0):
+            errs.append(f"context_frames={self.context_frames!r}; must be an int >= 0 "
+                        f"(1: a rollout continues from the last frame; "
+                        f"0: this mode cannot continue from a frame).")
         elif s.num_frames is not None and self.context_frames >= s.num_frames:
             errs.append(f"context_frames={self.context_frames} leaves no new frame in a clip of "
                         f"sampling.num_frames={s.num_frames}; it must be smaller.")
@@ -209,7 +216,8 @@ class ModelCard:
         return steps, sampler
 
     def dtype_for(self, device_type: str) -> str:
-        """The dtype the card prefers on ``device_type`` (``cpu`` / ``cuda`` / ``mps``); float32 if it names none.
+        """The dtype the card prefers on ``device_type`` (``cpu`` / ``cuda`` / ``mps``); float32 if it
+        names none.
 
         :func:`workbench.core.platform.resolve_dtype` picks the first of the preferences the
         device supports; this is the first preference.
@@ -239,20 +247,23 @@ class ModelCard:
             return
         present = {k for k, v in raw.items() if v is not None}
         text = [k for k in text_keys if k in present]
-        what = f"{backbone} serves {MODE_NAMES[mode]} ('{mode}'; card capabilities: {listing(self.capabilities)})"
+        what = (f"{backbone} serves {MODE_NAMES[mode]} "
+                f"('{mode}'; card capabilities: {listing(self.capabilities)})")
         tail = f" {fix}" if fix else ""
         clips = bool(present & {"video", "latents"})
         if text and mode not in TEXT_MODES and not clips:
-            raise CapabilityError(f"{what}, which reads no text, but the request holds {listing(text)}: it would be "
-                                  f"ignored. Remove it, or use a backbone or mode that reads text.{tail}")
+            raise CapabilityError(f"{what}, which reads no text, but the request holds {listing(text)}: "
+                                  f"it would be ignored. "
+                                  f"Remove it, or use a backbone or mode that reads text.{tail}")
         if "image" in present and mode not in IMAGE_MODES:
-            raise CapabilityError(f"{what}, which generates without a given first frame, but the request holds "
-                                  f"'image': it would be ignored. Remove 'image', or use an image-to-video mode."
+            raise CapabilityError(f"{what}, which generates without a given first frame, "
+                                  f"but the request holds 'image': it would be ignored. "
+                                  f"Remove 'image', or use an image-to-video mode."
                                   f"{tail}")
         if mode in IMAGE_MODES and text and not clips and "image" not in present:
-            raise CapabilityError(f"{what}, which generates from a given first frame, but the request is text only "
-                                  f"(keys {sorted(map(str, raw))}). Add 'image' (B, 3, H, W) in [-1, 1], or use a "
-                                  f"text-to-video mode.{tail}")
+            raise CapabilityError(f"{what}, which generates from a given first frame, "
+                                  f"but the request is text only (keys {sorted(map(str, raw))}). "
+                                  f"Add 'image' (B, 3, H, W) in [-1, 1], or use a text-to-video mode.{tail}")
 
     def replace(self, **changes) -> ModelCard:
         return dataclasses.replace(self, **changes)

@@ -48,8 +48,8 @@ def compiled_options(net: nn.Module) -> dict[str, Any] | None:
     return getattr(getattr(forward, "__func__", None), MARK, None)
 
 
-def compile_network(net: nn.Module, *, backend: str = "inductor", mode: str | None = None, fullgraph: bool = False,
-                    options: Mapping[str, Any] | None = None) -> bool:
+def compile_network(net: nn.Module, *, backend: str = "inductor", mode: str | None = None,
+                    fullgraph: bool = False, options: Mapping[str, Any] | None = None) -> bool:
     """Give ``net`` a ``torch.compile``-d forward (static shapes, hooks guarded; see the module docstring).
 
     Returns ``False`` when it already has one (nothing changes), ``True`` otherwise.
@@ -78,7 +78,8 @@ def compile_network(net: nn.Module, *, backend: str = "inductor", mode: str | No
     setattr(forward, MARK, {"backend": backend, "mode": mode, "fullgraph": fullgraph, "dynamic": False,
                             "options": dict(options or {})})
     forward.__doc__ = function.__doc__
-    net.forward = types.MethodType(forward, net)  # an instance attribute: the class and its state dict unchanged
+    # an instance attribute: the class and its state dict unchanged
+    net.forward = types.MethodType(forward, net)
     return True
 
 

@@ -35,7 +35,8 @@ class Prediction:
     adapter: torch.Tensor | None
     composed: torch.Tensor
     cond: Conditioning | None
-    diagnostics: Diagnostics = field(default_factory=Diagnostics)  # what the composer applied: gate, mask, ...
+    # what the composer applied: gate, mask, ...
+    diagnostics: Diagnostics = field(default_factory=Diagnostics)
 
     def __post_init__(self) -> None:
         if not isinstance(self.diagnostics, Diagnostics):  # a plain mapping, as diagnostics were before
@@ -87,16 +88,17 @@ def _check_parts(base, adapter, composer, objective) -> None:
         )
     if adapter.inside and not isinstance(composer, Replace):
         raise CompositionError(
-            f"{type(adapter).__name__} works inside the base (it changes the base's own forward), so the adapted "
-            f"base's prediction is the prediction; it is composed with Replace, got {composer.describe()}. Use "
-            f"composer: {{type: replace}} (gates and residual mixes are for adapters beside the base)."
+            f"{type(adapter).__name__} works inside the base (it changes the base's own forward), "
+            f"so the adapted base's prediction is the prediction; it is composed with Replace, "
+            f"got {composer.describe()}. Use composer: {{type: replace}} "
+            f"(gates and residual mixes are for adapters beside the base)."
         )
     if adapter.at_init == "zero_output" and composer.starves_zero_adapter:
         raise CompositionError(
-            f"{composer.describe()} starts with a closed gate (0) and {type(adapter).__name__} starts with a zero "
-            f"output, so neither would ever get a gradient (each one's gradient is the other's value). Open the "
-            f"gate a little (e.g. GatedResidual(gate_init=0.1), still the identity at init through the zero "
-            f"adapter), or wrap it in PretrainWarmup so the adapter trains first."
+            f"{composer.describe()} starts with a closed gate (0) and {type(adapter).__name__} starts with "
+            f"a zero output, so neither would ever get a gradient (each one's gradient is the other's "
+            f"value). Open the gate a little (e.g. GatedResidual(gate_init=0.1), still the identity at init "
+            f"through the zero adapter), or wrap it in PretrainWarmup so the adapter trains first."
         )
 
 
@@ -227,8 +229,8 @@ class ComposedModel(nn.Module):
     def evaluation_note(self) -> str:
         """How one prediction of a recording is made (the number of base calls per sampler call)."""
         if self.adapter.inside:
-            return (f"{type(self.adapter).__name__} works inside the base: 2 base calls per step (the base with the "
-                    f"adapter switched off, and the adapted base, at the same x_t)")
+            return (f"{type(self.adapter).__name__} works inside the base: 2 base calls per step "
+                    f"(the base with the adapter switched off, and the adapted base, at the same x_t)")
         return "1 base call per step (the adapter reads the base's output)"
 
     def noised(self, batch: Batch, generator: torch.Generator | None = None):

@@ -75,7 +75,8 @@ class Diagnostics(Mapping):
 
     def map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> Diagnostics:
         """Every tensor through ``fn`` (e.g. moved to storage)."""
-        return Diagnostics(*(None if getattr(self, k) is None else fn(getattr(self, k)) for k in DIAGNOSTIC_FIELDS),
+        return Diagnostics(*(None if getattr(self, k) is None else fn(getattr(self, k))
+                             for k in DIAGNOSTIC_FIELDS),
                            extra={k: fn(v) for k, v in self.extra.items()})
 
     def __getitem__(self, key: str) -> torch.Tensor:
@@ -105,7 +106,8 @@ class Composition:
 
     @classmethod
     def of(cls, value: Composition | tuple) -> Composition:
-        """``value`` as a :class:`Composition`; a ``(prediction, dict)`` pair (the older return) is converted."""
+        """``value`` as a :class:`Composition`; a ``(prediction, dict)`` pair (the older return) is
+        converted."""
         if isinstance(value, Composition):
             return value
         prediction, diagnostics = value
@@ -144,7 +146,8 @@ class Composer(nn.Module):
     def compose(self, base: torch.Tensor, adapter: torch.Tensor, ctx: ComposeContext) -> Composition:
         raise NotImplementedError
 
-    def forward(self, base: torch.Tensor, adapter: torch.Tensor, ctx: ComposeContext | None = None) -> torch.Tensor:
+    def forward(self, base: torch.Tensor, adapter: torch.Tensor,
+                ctx: ComposeContext | None = None) -> torch.Tensor:
         return Composition.of(self.compose(base, adapter, ctx or ComposeContext())).prediction
 
     def gate_values(self) -> dict[str, float]:
@@ -387,7 +390,8 @@ class MaskMix(Composer):
         return Composition(base + m * (adapter - base), mask=m.detach())
 
     def gate_values(self):
-        out = {"mask_bias_gate": float(self.config.max_gate * torch.sigmoid(self.mask_net.bias.detach()).mean())}
+        out = {"mask_bias_gate": float(self.config.max_gate
+                                       * torch.sigmoid(self.mask_net.bias.detach()).mean())}
         if self.scale is not None:
             out["mask_scale"] = float(self.scale.detach())
         return out
@@ -408,7 +412,8 @@ class Wrapper(Composer):
         super().__init__()
         config = config_from(type(self), config, overrides)
         if inner is None:
-            inner = build("composer", config.inner["type"], config.inner.get("config"), where="composer.inner")
+            inner = build("composer", config.inner["type"], config.inner.get("config"),
+                          where="composer.inner")
         if not isinstance(inner, Composer):
             raise CompositionError(f"{type(self).__name__} wraps a Composer, got {type(inner).__name__}.")
         self.inner = inner
@@ -518,7 +523,8 @@ class PretrainWarmup(Wrapper):
 
     config_class = PretrainWarmupConfig
 
-    def __init__(self, inner: Composer | None = None, config: PretrainWarmupConfig | None = None, **overrides):
+    def __init__(self, inner: Composer | None = None, config: PretrainWarmupConfig | None = None,
+                 **overrides):
         super().__init__(inner, config, **overrides)
         self.steps = int(self.config.steps)
         self.register_buffer("seen_step", torch.zeros((), dtype=torch.long))
@@ -560,5 +566,6 @@ def scaled_gate(composer: Composer, scale: float) -> torch.Tensor:
         inner = inner.inner
     if not hasattr(inner, "effective_gate"):
         raise CompositionError(f"gate_scale={scale} needs a learned gate (gated_residual, alone or inside "
-                               f"noise_gated), but the composer is {composer.describe()}. Leave gate_scale unset.")
+                               f"noise_gated), but the composer is {composer.describe()}. "
+                               f"Leave gate_scale unset.")
     return inner.effective_gate().detach() * float(scale)

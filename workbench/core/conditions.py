@@ -57,10 +57,12 @@ class Condition:
         object.__setattr__(self, "aliases", tuple(self.aliases))
         if self.per_frame not in PER_FRAME_CHOICES:
             raise ConditionError(
-                f"Condition {self.name!r}: per_frame={self.per_frame!r}; allowed: None, 'mean', 'sum', 'keep'."
+                f"Condition {self.name!r}: per_frame={self.per_frame!r}; "
+                f"allowed: None, 'mean', 'sum', 'keep'."
             )
         if self.dim is not None and (not isinstance(self.dim, int) or self.dim < 1):
-            raise ConditionError(f"Condition {self.name!r}: dim={self.dim!r}; must be a positive int or None.")
+            raise ConditionError(f"Condition {self.name!r}: dim={self.dim!r}; "
+                                 f"must be a positive int or None.")
         if self.video and self.per_frame is not None:
             raise ConditionError(
                 f"Condition {self.name!r}: video=True with per_frame={self.per_frame!r}; a video condition "
@@ -320,9 +322,10 @@ def prepare_conditioning(
             if value.ndim != 5 or (c.dim is not None and value.shape[1] != c.dim):
                 channels = f"C={c.dim}" if c.dim is not None else "C"
                 raise ConditionError(
-                    f"{owner}: condition {c.name!r} (key {rc.key!r}) is declared a video ({batch_size}, {channels}, "
-                    f"T, H, W), got shape {tuple(value.shape)}. Pass a control video with that layout in the raw "
-                    f"batch's {rc.key!r}, or declare dim={value.shape[1] if value.ndim == 5 else '<channels>'}."
+                    f"{owner}: condition {c.name!r} (key {rc.key!r}) is declared a video "
+                    f"({batch_size}, {channels}, T, H, W), got shape {tuple(value.shape)}. "
+                    f"Pass a control video with that layout in the raw batch's {rc.key!r}, "
+                    f"or declare dim={value.shape[1] if value.ndim == 5 else '<channels>'}."
                 )
         elif value.ndim == 5 and not is_frames:
             reads = "a per-frame vector" if c.per_frame else "a per-sample value"
@@ -330,8 +333,8 @@ def prepare_conditioning(
             raise ConditionError(
                 f"{owner}: condition {c.name!r} (key {rc.key!r}) is a video, shape {tuple(value.shape)} "
                 f"(B, C, T, H, W), but the Condition reads {reads}{width}. Declare "
-                f"Condition({c.name!r}, video=True, dim={value.shape[1]}) to read it as a video (for controlnet: "
-                f"video: true, dim: {value.shape[1]})."
+                f"Condition({c.name!r}, video=True, dim={value.shape[1]}) to read it as a video "
+                f"(for controlnet: video: true, dim: {value.shape[1]})."
             )
         if is_frames and c.per_frame is None:
             raise ConditionError(
@@ -374,6 +377,7 @@ def prepare_conditioning(
             keep = (~mask).view(batch_size, *([1] * (value.ndim - 1)))
             value = torch.where(keep, value, torch.zeros((), dtype=value.dtype, device=value.device))
         prepared[c.name] = value
-        info[c.name] = ConditionInfo(c.name, rc.key, tuple(value.shape), str(value.dtype).replace("torch.", ""),
+        info[c.name] = ConditionInfo(c.name, rc.key, tuple(value.shape),
+                                     str(value.dtype).replace("torch.", ""),
                                      c.per_frame, c.dropout, applied, host_mask)
     return Conditioning(prepared, raw, info, dropped, owner)

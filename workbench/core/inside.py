@@ -53,9 +53,11 @@ class InsideSpec:
         if not isinstance(self.root, nn.Module):
             problems.append(f"root must be an nn.Module, got {type(self.root).__name__}")
         if not self.blocks or not all(isinstance(b, nn.Module) for b in self.blocks):
-            problems.append("blocks must be a non-empty tuple of nn.Modules (the blocks hooks sit on, in order)")
+            problems.append("blocks must be a non-empty tuple of nn.Modules "
+                            "(the blocks hooks sit on, in order)")
         if len(self.widths) != len(self.blocks):
-            problems.append(f"widths has {len(self.widths)} entries for {len(self.blocks)} blocks; give one per block")
+            problems.append(f"widths has {len(self.widths)} entries for {len(self.blocks)} blocks; "
+                            f"give one per block")
         if not 0 <= self.branch_blocks <= len(self.blocks):
             problems.append(f"branch_blocks={self.branch_blocks} is not in 0..{len(self.blocks)}")
         if self.layout not in LAYOUTS:

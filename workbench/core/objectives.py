@@ -38,7 +38,8 @@ def masked_mse(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor | No
     err = (pred - target).square()
     if mask is None:
         return err.mean()
-    m = mask if mask.dtype == err.dtype and mask.device == err.device else mask.to(device=err.device, dtype=err.dtype)
+    m = (mask if mask.dtype == err.dtype and mask.device == err.device
+         else mask.to(device=err.device, dtype=err.dtype))
     if m.ndim == 1:
         m = m.unsqueeze(0).expand(err.shape[0], -1)
     m = m.view(err.shape[0], 1, err.shape[2], *([1] * (err.ndim - 3)))  # (B, 1, T, 1, 1)
@@ -84,13 +85,15 @@ class Objective:
 
     def t_for_noise_level(self, level: float) -> float | int:
         """The ``t`` (this objective's units) whose noise level is ``level`` in [0, 1]."""
-        raise NotImplementedError(f"{self.describe()} does not map noise levels to t; define t_for_noise_level.")
+        raise NotImplementedError(f"{self.describe()} does not map noise levels to t; "
+                                  f"define t_for_noise_level.")
 
     def sampling_times(self, steps: int) -> torch.Tensor:
         """The ``steps + 1`` times a sampler visits from pure noise to clean (this objective's units)."""
         raise NotImplementedError(f"{self.describe()} has no sampling schedule; define sampling_times.")
 
-    def loss(self, pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    def loss(self, pred: torch.Tensor, target: torch.Tensor,
+             mask: torch.Tensor | None = None) -> torch.Tensor:
         return masked_mse(pred, target, mask)
 
     def sample_noise_and_t(self, x0: torch.Tensor, generator: torch.Generator | None = None):
@@ -151,7 +154,8 @@ class FlowMatching(Objective):
         return shift_t(t, c.shift)
 
     def noise_level(self, t):
-        return t if t.dtype == torch.float32 else t.float()  # (float() of a float32 tensor is the tensor itself)
+        # (float() of a float32 tensor is the tensor itself)
+        return t if t.dtype == torch.float32 else t.float()
 
     def add_noise(self, x0, noise, t):
         s = _bcast(t, x0)
@@ -275,7 +279,8 @@ class Diffusion(Objective):
         return int((sigma - float(level)).abs().argmin())
 
     def sampling_times(self, steps):
-        """``steps`` timesteps from ``num_train_timesteps - 1`` down to 0 (rounded, long), then ``-1``: clean."""
+        """``steps`` timesteps from ``num_train_timesteps - 1`` down to 0 (rounded, long), then ``-1``:
+        clean."""
         n = self.config.num_train_timesteps
         ts = torch.linspace(n - 1, 0, steps, dtype=torch.float64).round().long()
         return torch.cat([ts, torch.tensor([-1])])

@@ -93,7 +93,8 @@ def _probe_cuda() -> DeviceReport:
         type="cuda", name=torch.cuda.get_device_name(index), bf16=torch.cuda.is_bf16_supported(), fp16=True,
         tf32=major >= 8, tf32_enabled=bool(torch.backends.cuda.matmul.allow_tf32), capability=(major, minor),
         memory_total=int(total), memory_free=int(free),
-        flash_attention=major >= 8 and sdp.flash_sdp_enabled(), efficient_attention=sdp.mem_efficient_sdp_enabled(),
+        flash_attention=major >= 8 and sdp.flash_sdp_enabled(),
+        efficient_attention=sdp.mem_efficient_sdp_enabled(),
         count=torch.cuda.device_count(),
     )
 
@@ -155,7 +156,8 @@ def _machine() -> str:
 
 
 def cpu_bf16_is_emulated() -> bool:
-    """True on an x86 CPU whose kernels compute bfloat16 by emulation: torch's CPU capability is below AVX-512.
+    """True on an x86 CPU whose kernels compute bfloat16 by emulation: torch's CPU capability is below
+    AVX-512.
 
     The capability torch runs at, not the hardware's: ``ATEN_CPU_CAPABILITY=avx2`` on an AVX-512 CPU
     (with ``ONEDNN_MAX_CPU_ISA=AVX2``) runs the AVX2 kernels, and is as slow in bfloat16 as an AVX2 CPU.
@@ -171,9 +173,10 @@ def _warn_slow_dtype(dtype: torch.dtype, device_type: str) -> None:
     _slow_dtype_warned = True
     import warnings
 
-    warnings.warn(f"bfloat16 on this CPU ({_cpu_capability()}, no AVX-512 or AMX) is emulated: it runs tens of times "
-                  f"slower than float32 (a 1024x1024 matmul about 80 times). Use dtype: auto or float32 on the CPU "
-                  f"unless you are checking the bfloat16 path. (Warned once per process.)", SlowDtypeWarning,
+    warnings.warn(f"bfloat16 on this CPU ({_cpu_capability()}, no AVX-512 or AMX) is emulated: "
+                  f"it runs tens of times slower than float32 (a 1024x1024 matmul about 80 times). "
+                  f"Use dtype: auto or float32 on the CPU unless you are checking the bfloat16 path. "
+                  f"(Warned once per process.)", SlowDtypeWarning,
                   stacklevel=3)
 
 
@@ -201,8 +204,8 @@ def resolve_device(name: str | torch.device = "auto", *, where: str = "device") 
     if report is None:
         seen = ", ".join(d.type for d in detect().devices)
         raise ConfigError(f"{where}: {name!r} was requested but no {kind.upper()} device is visible to torch "
-                          f"(visible: {seen}). Use device: auto (the best visible) or cpu; `workbench doctor` "
-                          f"shows what this machine has.")
+                          f"(visible: {seen}). Use device: auto (the best visible) or cpu; "
+                          f"`workbench doctor` shows what this machine has.")
     if kind == "cuda" and ":" in name and int(name.split(":")[1]) >= report.count:
         raise ConfigError(f"{where}: {name!r} was requested but {report.count} CUDA device(s) are visible "
                           f"(cuda:0 ... cuda:{report.count - 1}). Pick one of those or use device: auto.")
@@ -216,7 +219,8 @@ def preferences(precision: Mapping[str, str | Sequence[str]] | None, device_type
 
 
 def resolve_dtype(name: str | torch.dtype = "auto", device: str | torch.device = "cpu", *,
-                  precision: Mapping[str, str | Sequence[str]] | None = None, where: str = "dtype") -> torch.dtype:
+                  precision: Mapping[str, str | Sequence[str]] | None = None,
+                  where: str = "dtype") -> torch.dtype:
     """``auto`` → the first dtype of the card's ``precision[device type]`` the device supports.
 
     An explicit dtype is honoured if the device can compute in it (bfloat16 on a CUDA device
@@ -236,8 +240,8 @@ def resolve_dtype(name: str | torch.dtype = "auto", device: str | torch.device =
         raise ConfigError(f"{where}: unknown dtype {name!r}; allowed: 'auto', {listing(DTYPE_NAMES)}."
                           f"{did_you_mean(name, DTYPE_NAMES)}")
     if not report.supports(name):
-        raise ConfigError(f"{where}: {name} was requested on {report.name}, which does not support it. Use dtype: "
-                          f"auto (the card's choice among what this device supports) or float32.")
+        raise ConfigError(f"{where}: {name} was requested on {report.name}, which does not support it. "
+                          f"Use dtype: auto (the card's choice among what this device supports) or float32.")
     _warn_slow_dtype(DTYPE_NAMES[name], device_type)
     return DTYPE_NAMES[name]
 
@@ -261,7 +265,8 @@ def report(platform: Platform | None = None) -> str:
              f"scaled_dot_product_attention {'yes' if p.sdpa else 'no'}"]
     for d in p.devices:
         dtypes = ", ".join(n for n in DTYPE_NAMES if d.supports(n))
-        line = f"  {d.type:<5} {d.name}: dtypes {dtypes}; memory {_gib(d.memory_free)} free of {_gib(d.memory_total)}"
+        line = (f"  {d.type:<5} {d.name}: dtypes {dtypes}; "
+                f"memory {_gib(d.memory_free)} free of {_gib(d.memory_total)}")
         if d.type == "cuda":
             line += (f"; compute capability {d.capability[0]}.{d.capability[1]}; x{d.count}; "
                      f"tf32 {'on' if d.tf32_enabled else 'off'}{'' if d.tf32 else ' (not supported)'}; "

@@ -60,7 +60,8 @@ def look_at_matrix(pos: Sequence[float], target: Sequence[float]) -> np.ndarray:
 
 @dataclasses.dataclass(frozen=True)
 class CameraCalibration:
-    """A pinhole camera: ``intrinsics`` (3x3), ``extrinsics`` (4x4 world → camera), image ``width`` x ``height``."""
+    """A pinhole camera: ``intrinsics`` (3x3), ``extrinsics`` (4x4 world → camera), image ``width`` x
+    ``height``."""
 
     intrinsics: tuple[tuple[float, ...], ...]
     extrinsics: tuple[tuple[float, ...], ...]
@@ -73,14 +74,16 @@ class CameraCalibration:
         problems = []
         for name, m, shape in (("intrinsics", k, (3, 3)), ("extrinsics", e, (4, 4))):
             if m.shape != shape:
-                problems.append(f"{name} must be a finite {shape[0]}x{shape[1]} matrix, got shape {list(m.shape)}")
+                problems.append(f"{name} must be a finite {shape[0]}x{shape[1]} matrix, "
+                                f"got shape {list(m.shape)}")
                 continue
             with np.errstate(invalid="ignore"):
                 bad = ~np.isfinite(m) | (np.abs(m) > MAX_ABS)
             if bad.any():
                 r, c = (int(v) for v in np.argwhere(bad)[0])
-                problems.append(f"{name}[{r}][{c}] is {float(m[r, c])!r} (a calibration holds finite values of at most "
-                                f"{MAX_ABS:g} in magnitude: pixels and metres)")
+                problems.append(f"{name}[{r}][{c}] is {float(m[r, c])!r} "
+                                f"(a calibration holds finite values of at most {MAX_ABS:g} in magnitude: "
+                                f"pixels and metres)")
         if int(self.width) < 1 or int(self.height) < 1:
             problems.append(f"the image size must be positive, got {self.width}x{self.height}")
         if problems:
@@ -110,8 +113,8 @@ class CameraCalibration:
         if image_transform == "rot180":
             world_to_cam = np.diag([-1.0, -1.0, 1.0]) @ world_to_cam
         elif image_transform != "none":
-            raise DataError(f"image_transform {image_transform!r} is not one this calibration knows; allowed: "
-                            f"'none', 'rot180'.")
+            raise DataError(f"image_transform {image_transform!r} is not one this calibration knows; "
+                            f"allowed: 'none', 'rot180'.")
         extrinsics = np.eye(4)
         extrinsics[:3, :3] = world_to_cam
         extrinsics[:3, 3] = -world_to_cam @ np.asarray(pos, np.float64)
@@ -140,7 +143,8 @@ class CameraCalibration:
     # ------------------------------------------------------------------ storage
     def to_attrs(self) -> dict[str, np.ndarray]:
         """The HDF5 file attributes that store it."""
-        return {"camera_intrinsics": np.asarray(self.intrinsics), "camera_extrinsics": np.asarray(self.extrinsics),
+        return {"camera_intrinsics": np.asarray(self.intrinsics),
+                "camera_extrinsics": np.asarray(self.extrinsics),
                 "camera_image_size": np.array([self.width, self.height], np.int64)}
 
     @classmethod
@@ -155,14 +159,16 @@ class CameraCalibration:
                             f"{present}). Rewrite it with `workbench data calibrate FILE`.")
         try:
             width, height = (int(v) for v in np.asarray(attrs["camera_image_size"]).reshape(-1)[:2])
-            return cls(np.asarray(attrs["camera_intrinsics"]), np.asarray(attrs["camera_extrinsics"]), width, height)
+            return cls(np.asarray(attrs["camera_intrinsics"]), np.asarray(attrs["camera_extrinsics"]),
+                       width, height)
         except (DataError, ValueError, TypeError, OverflowError) as err:
             raise DataError(f"{where}: the camera calibration in its attributes is unusable: {err} "
                             f"{RECALIBRATE}.") from None
 
     def to_json(self) -> dict[str, Any]:
         """The ``calibration`` entry of a LeRobot video feature in ``meta/info.json``."""
-        return {"intrinsics": [list(r) for r in self.intrinsics], "extrinsics": [list(r) for r in self.extrinsics],
+        return {"intrinsics": [list(r) for r in self.intrinsics],
+                "extrinsics": [list(r) for r in self.extrinsics],
                 "width": self.width, "height": self.height, "convention": CONVENTION}
 
     @classmethod
@@ -170,8 +176,8 @@ class CameraCalibration:
         if not isinstance(value, Mapping) or any(k not in value for k in ("intrinsics", "extrinsics", "width",
                                                                            "height")):
             raise DataError(f"{where}: a camera calibration needs 'intrinsics', 'extrinsics', 'width' and "
-                            f"'height', got {json.dumps(value)[:200]}. Rewrite it with `workbench data calibrate "
-                            f"DIR`.")
+                            f"'height', got {json.dumps(value)[:200]}. "
+                            f"Rewrite it with `workbench data calibrate DIR`.")
         try:
             return cls(value["intrinsics"], value["extrinsics"], int(value["width"]), int(value["height"]))
         except (DataError, ValueError, TypeError, OverflowError) as err:
@@ -187,7 +193,8 @@ def quat_to_mat(quat: Sequence[float]) -> np.ndarray:
 
 
 def project(matrix: Any, points: Any) -> tuple[np.ndarray, np.ndarray]:
-    """Points ``(..., 3)`` through a 3x4 projection ``matrix``: image coordinates ``(..., 2)`` and depth ``(...)``."""
+    """Points ``(..., 3)`` through a 3x4 projection ``matrix``: image coordinates ``(..., 2)`` and depth
+    ``(...)``."""
     p = np.asarray(points, np.float64)
     hom = np.concatenate([p, np.ones((*p.shape[:-1], 1))], axis=-1) @ np.asarray(matrix, np.float64).T
     depth = hom[..., 2]
@@ -198,8 +205,9 @@ def missing_calibration(where: str, received: Sequence[str], fix: str | None = N
     """The error for a reader of a dataset that has no camera calibration, when one is needed."""
     return DataError(
         f"{where} has no camera calibration: the action path is projected into the picture with the camera's "
-        f"intrinsics and extrinsics. Received: {', '.join(received) if received else 'nothing'}; allowed: HDF5 "
-        f"attributes {', '.join(ATTRS)}, or a LeRobot video feature's 'calibration' in meta/info.json. Fix: "
+        f"intrinsics and extrinsics. Received: {', '.join(received) if received else 'nothing'}; "
+        f"allowed: HDF5 attributes {', '.join(ATTRS)}, "
+        f"or a LeRobot video feature's 'calibration' in meta/info.json. Fix: "
         + (fix or "`workbench data calibrate FILE` adds it to files made by `workbench data metaworld` (it "
            "needs their camera_pos / camera_quat / camera_fovy attributes or a known camera preset).")
     )

@@ -33,10 +33,12 @@ def check_finite(values: np.ndarray, where: str, what: str, *, rows: str = "fram
     row, col = (int(v) for v in np.argwhere(bad)[0])
     value = float(flat[row, col])
     count = int(bad.sum())
-    kind = "NaN" if np.isnan(value) else ("infinite" if np.isinf(value) else f"{value:.3g}, beyond ±{limit:g}")
+    kind = "NaN" if np.isnan(value) else ("infinite" if np.isinf(value)
+                                          else f"{value:.3g}, beyond ±{limit:g}")
     column = f", column {col}" if flat.shape[1] > 1 else ""
     fix = fix or f"Fix or drop that {rows} (or the episode) in the source file, then run this again."
-    raise DataError(f"{where}: {what} at {rows} {first + row}{column} is {kind} ({count} such value(s) in all). "
+    raise DataError(f"{where}: {what} at {rows} {first + row}{column} is {kind} "
+                    f"({count} such value(s) in all). "
                     f"A NaN, an infinity or a value that large is a gap or damage in the recording, not a "
                     f"measurement, and would turn every loss it touches into NaN. {fix}")
 

@@ -26,7 +26,8 @@ def edges(video: torch.Tensor) -> torch.Tensor:
     1. Replicate padding: the frame's border is not an edge.
     """
     if video.ndim != 4 or video.shape[0] != 3 or not video.is_floating_point():
-        raise DataError(f"edges expects a float clip (3, T, H, W) in [-1, 1], got {tuple(video.shape)} {video.dtype}.")
+        raise DataError(f"edges expects a float clip (3, T, H, W) in [-1, 1], "
+                        f"got {tuple(video.shape)} {video.dtype}.")
     weights = torch.tensor(LUMA, dtype=video.dtype, device=video.device).view(3, 1, 1, 1)
     luma = (video * weights).sum(dim=0)[:, None]  # (T, 1, H, W)
     sobel = torch.tensor([[-1.0, 0.0, 1.0], [-2.0, 0.0, 2.0], [-1.0, 0.0, 1.0]], dtype=video.dtype,
@@ -48,7 +49,8 @@ def check_control(name: str | None) -> None:
 
 
 def with_control(item: dict, name: str | None) -> dict:
-    """``item`` with the control video ``name`` derived from its ``"video"`` (``(C, T, H, W)``); as is for ``None``."""
+    """``item`` with the control video ``name`` derived from its ``"video"`` (``(C, T, H, W)``); as is for
+    ``None``."""
     if name is not None:
         item["control"] = CONTROLS[name](item["video"])
     return item

@@ -7,8 +7,10 @@ read a folder where each episode's files share a name::
         pick_01.mp4           the episode's video: any file FFmpeg reads (.mp4, .mov, .avi, .mkv, .webm)
         pick_01.npy           its actions, one row per frame, (T, A) -- or pick_01.csv / pick_01.parquet
         pick_01.state.npy     optional: its state, (T, S) -- .csv / .parquet too (served as `proprio`)
-        pick_01.txt           optional: its task, one line of text (default: the task given, or the folder's name)
-        place_02/             an episode stored as pictures: 000.png, 001.png, ... (.png / .jpg, in name order)
+        pick_01.txt           optional: its task, one line of text (default: the task given, or the
+                              folder's name)
+        place_02/             an episode stored as pictures: 000.png, 001.png, ... (.png / .jpg, in name
+                              order)
         place_02.npy
 
 Row ``t`` of the actions is the action taken at frame ``t`` (its result shows in frame ``t + 1``), so an
@@ -54,7 +56,7 @@ def natural_key(name: str) -> list:
     return [int(part) if part.isdigit() else part.lower() for part in re.split(r"(\d+)", name)]
 
 
-# -- per-frame tables -------------------------------------------------------------------------------------------
+# -- per-frame tables ----------------------------------------------------------------------------------------
 def read_table(path: Path, what: str, max_abs: float = MAX_ABS) -> tuple[np.ndarray, list[str] | None]:
     """A per-frame table as float32 ``(T, D)`` and its column names (``None`` when the file has none); a value
     that is NaN, infinite or beyond ``max_abs`` is refused, naming the frame and column."""
@@ -67,26 +69,29 @@ def read_table(path: Path, what: str, max_abs: float = MAX_ABS) -> tuple[np.ndar
         elif suffix == ".parquet":
             values, names = _read_parquet(path)
         else:
-            raise DataError(f"{path}: {what} must be a .npy, .csv or .parquet file, got {suffix or 'no suffix'}.")
+            raise DataError(f"{path}: {what} must be a .npy, .csv or .parquet file, "
+                            f"got {suffix or 'no suffix'}.")
     except DataError:
         raise
-    except Exception as err:  # numpy's ValueError / OSError, pyarrow's ArrowInvalid: a file that does not parse
-        raise DataError(f"{path}: cannot read the {what} ({type(err).__name__}: {err}). Save them as a 2-D array of "
-                        f"numbers, one row per frame (np.save(path, array) or a .csv of numbers).") from None
+    except Exception as err:
+        # numpy's ValueError / OSError, pyarrow's ArrowInvalid: a file that does not parse
+        raise DataError(f"{path}: cannot read the {what} ({type(err).__name__}: {err}). "
+                        f"Save them as a 2-D array of numbers, one row per frame "
+                        f"(np.save(path, array) or a .csv of numbers).") from None
     values = np.asarray(values)
     if values.dtype.kind not in "biuf":
-        raise DataError(f"{path}: the {what} are {values.dtype} values, not numbers. Save them as a 2-D array of "
-                        f"numbers, one row per frame.")
+        raise DataError(f"{path}: the {what} are {values.dtype} values, not numbers. "
+                        f"Save them as a 2-D array of numbers, one row per frame.")
     if values.ndim == 1:
         values = values[:, None]
     if values.ndim != 2:
-        raise DataError(f"{path}: the {what} have shape {list(values.shape)}; expected (frames, width): one row per "
-                        f"frame. Reshape them to 2-D before saving.")
+        raise DataError(f"{path}: the {what} have shape {list(values.shape)}; "
+                        f"expected (frames, width): one row per frame. Reshape them to 2-D before saving.")
     if len(values) == 0:
         raise DataError(f"{path}: the {what} table is empty (0 rows); an episode needs one row per frame.")
     check_finite(values, str(path), what, limit=max_abs,
-                 fix="Fix or drop that frame (or the episode) in the source file, then run this again (a real "
-                     "measurement that large needs a larger --max-abs).")
+                 fix="Fix or drop that frame (or the episode) in the source file, then run this again "
+                     "(a real measurement that large needs a larger --max-abs).")
     return values.astype(np.float32), names
 
 
@@ -105,15 +110,16 @@ def _read_csv(path: Path) -> tuple[np.ndarray, list[str] | None]:
     for r, row in enumerate(rows):
         if len(row) != width:
             line = r + 1 + (names is not None)
-            raise DataError(f"{path}: line {line} has {len(row)} values, the table {width}. Every line holds one "
-                            f"frame's values, the same number on each line.")
+            raise DataError(f"{path}: line {line} has {len(row)} values, the table {width}. "
+                            f"Every line holds one frame's values, the same number on each line.")
         for c, cell in enumerate(row):
             try:
                 out[r, c] = float(cell)
             except ValueError:
                 line = r + 1 + (names is not None)
-                raise DataError(f"{path}: line {line}, column {c} is {cell!r}, not a number. A .csv of actions "
-                                f"holds numbers only (an optional first line of names aside).") from None
+                raise DataError(f"{path}: line {line}, column {c} is {cell!r}, not a number. "
+                                f"A .csv of actions holds numbers only "
+                                f"(an optional first line of names aside).") from None
     return out, names
 
 
@@ -132,12 +138,12 @@ def _read_parquet(path: Path) -> tuple[np.ndarray, list[str] | None]:
         parts.append(values.astype(np.float64))
         names += [name] if values.shape[1] == 1 else [f"{name}_{i}" for i in range(values.shape[1])]
     if not parts:
-        raise DataError(f"{path}: no numeric column (columns: {table.column_names}). Store one row per frame with "
-                        f"the values as numeric columns.")
+        raise DataError(f"{path}: no numeric column (columns: {table.column_names}). "
+                        f"Store one row per frame with the values as numeric columns.")
     return np.concatenate(parts, axis=1), names
 
 
-# -- finding the episodes ---------------------------------------------------------------------------------------
+# -- finding the episodes ------------------------------------------------------------------------------------
 @dataclasses.dataclass
 class Source:
     """One episode's files and what probing them found (nothing decoded yet)."""
@@ -167,7 +173,8 @@ def find_sources(folder: str | Path, task: str | None = None) -> list[Source]:
         raise DataError(f"{root}: no such folder. `workbench data import` reads a folder where {LAYOUT}.")
     entries = sorted(root.iterdir(), key=lambda p: natural_key(p.name))
     videos = [p for p in entries if p.is_file() and p.suffix.lower() in VIDEO_SUFFIXES]
-    folders = [p for p in entries if p.is_dir() and any(q.suffix.lower() in IMAGE_SUFFIXES for q in p.iterdir())]
+    folders = [p for p in entries
+               if p.is_dir() and any(q.suffix.lower() in IMAGE_SUFFIXES for q in p.iterdir())]
     if not videos and not folders:
         found = ", ".join(sorted({p.suffix or p.name for p in entries})[:8]) or "nothing"
         raise DataError(f"{root}: no videos found (it holds {found}). Expected {LAYOUT}.")
@@ -175,8 +182,9 @@ def find_sources(folder: str | Path, task: str | None = None) -> list[Source]:
     names = [p.stem if p.is_file() else p.name for p in [*videos, *folders]]
     duplicate = sorted({n for n in names if names.count(n) > 1})
     if duplicate:
-        raise DataError(f"{root}: two videos are called {duplicate[0]!r} (e.g. {duplicate[0]}.mp4 and a folder or "
-                        f"another format). Each episode's files share one name; rename one of them.")
+        raise DataError(f"{root}: two videos are called {duplicate[0]!r} "
+                        f"(e.g. {duplicate[0]}.mp4 and a folder or another format). "
+                        f"Each episode's files share one name; rename one of them.")
     for video in [*videos, *folders]:
         name = video.stem if video.is_file() else video.name
         tables = [p for p in _table_for(root, name)]
@@ -189,21 +197,24 @@ def find_sources(folder: str | Path, task: str | None = None) -> list[Source]:
             raise DataError(f"{root}: episode {name!r} has {len(both)} tables of the same values: "
                             f"{', '.join(p.name for p in both)}. Keep one of them.")
         text = root / f"{name}.txt"
-        episode_task = text.read_text().strip() if text.is_file() else (task if task is not None else root.name)
+        episode_task = (text.read_text().strip() if text.is_file()
+                        else (task if task is not None else root.name))
         sources.append(Source(name, video, tables[0], states[0] if states else None, episode_task))
     if missing:
         examples = ", ".join(f"{n}.npy" for n in missing[:3])
-        raise DataError(f"{root}: {len(missing)} of {len(missing) + len(sources)} videos have no actions beside them "
-                        f"(first: {missing[0]!r}; looked for {missing[0]}.npy, {missing[0]}.csv, "
-                        f"{missing[0]}.parquet). Add them ({examples}), or move those videos out of the folder.")
+        raise DataError(f"{root}: {len(missing)} of {len(missing) + len(sources)} videos "
+                        f"have no actions beside them (first: {missing[0]!r}; "
+                        f"looked for {missing[0]}.npy, {missing[0]}.csv, {missing[0]}.parquet). "
+                        f"Add them ({examples}), or move those videos out of the folder.")
     matched = {s.actions for s in sources} | {s.state for s in sources if s.state}
     video_names = {s.name for s in sources}
     orphans = sorted(p.name for p in entries if p.is_file() and p.suffix.lower() in TABLE_SUFFIXES
                      and p not in matched and p.name.split(".")[0] not in video_names)
     if orphans:
-        raise DataError(f"{root}: {orphans[0]} has no video of the same name ({len(orphans)} table(s) without one). "
-                        f"Each table goes with a video called like it ({Path(orphans[0]).name.split('.')[0]}.mp4 or a "
-                        f"folder of frames); add it, rename the table, or move it out of the folder.")
+        raise DataError(f"{root}: {orphans[0]} has no video of the same name "
+                        f"({len(orphans)} table(s) without one). Each table goes with a video called like it "
+                        f"({Path(orphans[0]).name.split('.')[0]}.mp4 or a folder of frames); "
+                        f"add it, rename the table, or move it out of the folder.")
     return sources
 
 
@@ -218,8 +229,8 @@ def probe_video(source: Source) -> None:
             with Image.open(pictures[0]) as first:
                 source.size = (first.height, first.width)
         except Exception as err:  # PIL's UnidentifiedImageError, OSError: a damaged picture
-            raise DataError(f"{pictures[0]}: not a readable picture ({type(err).__name__}: {err}). Replace or "
-                            f"remove it.") from None
+            raise DataError(f"{pictures[0]}: not a readable picture ({type(err).__name__}: {err}). "
+                            f"Replace or remove it.") from None
         source.frames, source.fps = len(pictures), None
         return
     import av
@@ -227,24 +238,25 @@ def probe_video(source: Source) -> None:
     try:
         with av.open(str(source.video)) as container:
             if not container.streams.video:
-                raise DataError(f"{source.video}: holds no video stream. Give each episode a video file, or a folder "
-                                f"of its frames.")
+                raise DataError(f"{source.video}: holds no video stream. "
+                                f"Give each episode a video file, or a folder of its frames.")
             stream = container.streams.video[0]
             rate = stream.average_rate or stream.guessed_rate or stream.base_rate
             source.fps = float(rate) if rate else None
             source.size = (int(stream.codec_context.height), int(stream.codec_context.width))
-            source.frames = sum(1 for packet in container.demux(stream) if packet.size)  # one picture a packet
+            # one picture a packet
+            source.frames = sum(1 for packet in container.demux(stream) if packet.size)
     except DataError:
         raise
     except Exception as err:  # PyAV's FFmpeg errors: a file that is not a readable video
-        raise DataError(f"{source.video}: not a readable video ({type(err).__name__}: {err}). Re-export it, or "
-                        f"store the episode as a folder of .png frames.") from None
+        raise DataError(f"{source.video}: not a readable video ({type(err).__name__}: {err}). "
+                        f"Re-export it, or store the episode as a folder of .png frames.") from None
     if not source.fps or not np.isfinite(source.fps) or source.fps <= 0:
-        raise DataError(f"{source.video}: the video records no frame rate. Pass --fps (the rate it was recorded "
-                        f"at).")
+        raise DataError(f"{source.video}: the video records no frame rate. "
+                        f"Pass --fps (the rate it was recorded at).")
 
 
-# -- the plan: every check before any picture is decoded --------------------------------------------------------
+# -- the plan: every check before any picture is decoded -----------------------------------------------------
 @dataclasses.dataclass
 class Plan:
     """What :func:`import_folder` will write: the episodes, the rate, the size and the widths, all checked."""
@@ -267,13 +279,15 @@ def _served(source: Source, fps: float) -> np.ndarray:
 
 
 def plan_import(folder: str | Path, *, fps: float | None = None, size: tuple[int, int] | None = None,
-                window: int = 2, trim: bool = False, task: str | None = None, max_abs: float = MAX_ABS) -> Plan:
-    """Find, read and check everything :func:`import_folder` needs; raise the first problem, naming the file."""
+                window: int = 2, trim: bool = False, task: str | None = None,
+                max_abs: float = MAX_ABS) -> Plan:
+    """Find, read and check everything :func:`import_folder` needs;
+    raise the first problem, naming the file."""
     if fps is not None and not (np.isfinite(fps) and fps > 0):
         raise DataError(f"--fps must be a positive number of frames per second, got {fps}.")
     if size is not None and (len(size) != 2 or any(int(s) < 8 or int(s) % 2 for s in size)):
-        raise DataError(f"--size must be an even height and width of at least 8 pixels (H.264 stores even sizes), "
-                        f"got {list(size)}; e.g. --size 64 64.")
+        raise DataError(f"--size must be an even height and width of at least 8 pixels "
+                        f"(H.264 stores even sizes), got {list(size)}; e.g. --size 64 64.")
     if window < 2:
         raise DataError(f"--window must be >= 2 (a clip needs a frame and its successor), got {window}.")
     sources = find_sources(folder, task)
@@ -285,9 +299,10 @@ def plan_import(folder: str | Path, *, fps: float | None = None, size: tuple[int
     with_state = [s for s in sources if s.state is not None]
     if with_state and len(with_state) != len(sources):
         lacking = next(s for s in sources if s.state is None)
-        raise DataError(f"{lacking.actions.parent}: {len(with_state)} of {len(sources)} episodes have a state table "
-                        f"but {lacking.name!r} has none (looked for {lacking.name}.state.npy / .csv / .parquet). Give "
-                        f"every episode one, or none.")
+        raise DataError(f"{lacking.actions.parent}: {len(with_state)} of {len(sources)} episodes "
+                        f"have a state table but {lacking.name!r} has none "
+                        f"(looked for {lacking.name}.state.npy / .csv / .parquet). "
+                        f"Give every episode one, or none.")
     for key, what in (("action_values", "actions"), ("state_values", "state")):
         widths = {s.name: getattr(s, key).shape[1] for s in sources if getattr(s, key) is not None}
         if len(set(widths.values())) > 1:
@@ -295,24 +310,25 @@ def plan_import(folder: str | Path, *, fps: float | None = None, size: tuple[int
             odd = next(s for s in sources if widths.get(s.name) not in (None, widths[first.name]))
             path = odd.actions if what == "actions" else odd.state
             raise DataError(f"{path}: the {what} have {widths[odd.name]} values a frame, but "
-                            f"{(first.actions if what == 'actions' else first.state).name} has {widths[first.name]}. "
+                            f"{(first.actions if what == 'actions' else first.state).name} "
+                            f"has {widths[first.name]}. "
                             f"Every episode's {what} have the same width (the adapter's dim); fix that file.")
     for s in sources:
         probe_video(s)
     rates = sorted({round(s.fps, 3) for s in sources if s.fps is not None})
     if fps is None:
         if not rates:
-            raise DataError(f"{sources[0].video}: an episode stored as frames has no frame rate. Pass --fps (the rate "
-                            f"its frames were recorded at).")
+            raise DataError(f"{sources[0].video}: an episode stored as frames has no frame rate. "
+                            f"Pass --fps (the rate its frames were recorded at).")
         if len(rates) > 1:
             odd = next(s for s in sources if s.fps is not None and round(s.fps, 3) != rates[0])
-            raise DataError(f"{odd.video} runs at {odd.fps:g} fps, but other videos run at {rates[0]:g} fps. Pass "
-                            f"--fps F: every episode is resampled to F frames per second (nearest frame, with its "
-                            f"action and state).")
+            raise DataError(f"{odd.video} runs at {odd.fps:g} fps, but other videos run at {rates[0]:g} fps. "
+                            f"Pass --fps F: every episode is resampled to F frames per second "
+                            f"(nearest frame, with its action and state).")
         if any(s.fps is None for s in sources):
             frames_only = next(s for s in sources if s.fps is None)
-            raise DataError(f"{frames_only.video}: an episode stored as frames has no frame rate. Pass --fps (the "
-                            f"rate its frames were recorded at).")
+            raise DataError(f"{frames_only.video}: an episode stored as frames has no frame rate. "
+                            f"Pass --fps (the rate its frames were recorded at).")
         fps = rates[0]
     else:
         for s in sources:
@@ -320,19 +336,21 @@ def plan_import(folder: str | Path, *, fps: float | None = None, size: tuple[int
                 s.fps = float(fps)  # frames folders are taken as recorded at --fps
         resampled = [s for s in sources if abs(s.fps - fps) > 1e-6]
         if resampled:
-            notes.append(f"{len(resampled)} episode(s) resampled from {resampled[0].fps:g} to {fps:g} fps (nearest "
-                         f"frame, with its action and state)")
+            notes.append(f"{len(resampled)} episode(s) resampled from {resampled[0].fps:g} to {fps:g} fps "
+                         f"(nearest frame, with its action and state)")
     sizes = sorted({s.size for s in sources})
     if size is None:
         if len(sizes) > 1:
             odd = next(s for s in sources if s.size != sources[0].size)
-            raise DataError(f"{odd.video} is {odd.size[1]}x{odd.size[0]} pixels, but {sources[0].video.name} is "
-                            f"{sources[0].size[1]}x{sources[0].size[0]}. Pass --size H W: every episode is resized "
-                            f"to it (e.g. --size 64 64 for the embedded tiny_video).")
+            raise DataError(f"{odd.video} is {odd.size[1]}x{odd.size[0]} pixels, "
+                            f"but {sources[0].video.name} is {sources[0].size[1]}x{sources[0].size[0]}. "
+                            f"Pass --size H W: every episode is resized to it "
+                            f"(e.g. --size 64 64 for the embedded tiny_video).")
         size = sources[0].size
         if size[0] % 2 or size[1] % 2:
-            raise DataError(f"{sources[0].video} is {size[1]}x{size[0]} pixels, an odd size H.264 cannot store. Pass "
-                            f"--size H W with even numbers (e.g. --size {size[0] + size[0] % 2} "
+            raise DataError(f"{sources[0].video} is {size[1]}x{size[0]} pixels, "
+                            f"an odd size H.264 cannot store. "
+                            f"Pass --size H W with even numbers (e.g. --size {size[0] + size[0] % 2} "
                             f"{size[1] + size[1] % 2}).")
     size = (int(size[0]), int(size[1]))
     lengths = []
@@ -346,10 +364,10 @@ def plan_import(folder: str | Path, *, fps: float | None = None, size: tuple[int
                 what, n = next(iter(differ.items()))
                 path = s.actions if what == "actions" else s.state
                 raise DataError(
-                    f"{path}: {n} rows of {what}, but {s.video.name} has {s.frames} frames. Row t holds the "
-                    f"{what} at frame t, so an episode has one row per frame. Fix the file (e.g. repeat the last row "
-                    f"for a final frame), or pass --trim to cut every episode to the shorter of its frames and "
-                    f"its rows.")
+                    f"{path}: {n} rows of {what}, but {s.video.name} has {s.frames} frames. "
+                    f"Row t holds the {what} at frame t, so an episode has one row per frame. "
+                    f"Fix the file (e.g. repeat the last row for a final frame), "
+                    f"or pass --trim to cut every episode to the shorter of its frames and its rows.")
             shortest = min(s.frames, *rows.values())
             notes.append(f"{s.name}: cut to {shortest} frames (--trim)")
             s.frames = shortest
@@ -360,17 +378,19 @@ def plan_import(folder: str | Path, *, fps: float | None = None, size: tuple[int
     short = [(s, n) for s, n in zip(sources, lengths) if n < window]
     if short:
         s, n = short[0]
-        raise DataError(f"{s.video}: {n} frames at {fps:g} fps, fewer than --window {window} ({len(short)} of "
-                        f"{len(sources)} episodes are). A training clip spans --window frames (tiny_video: 16); "
-                        f"use --window {min(lengths)} or less (the shortest episode), record longer episodes, or "
-                        f"move the short ones out of the folder.")
+        raise DataError(f"{s.video}: {n} frames at {fps:g} fps, fewer than --window {window} "
+                        f"({len(short)} of {len(sources)} episodes are). "
+                        f"A training clip spans --window frames (tiny_video: 16); "
+                        f"use --window {min(lengths)} or less (the shortest episode), "
+                        f"record longer episodes, or move the short ones out of the folder.")
     state_dim = sources[0].state_values.shape[1] if sources[0].state_values is not None else None
     return Plan(sources, float(fps), size, int(sources[0].action_values.shape[1]), state_dim, lengths, notes)
 
 
-# -- decoding and writing ---------------------------------------------------------------------------------------
+# -- decoding and writing ------------------------------------------------------------------------------------
 def decode(source: Source, size: tuple[int, int], indices: np.ndarray) -> np.ndarray:
-    """The pictures ``indices`` of ``source`` as uint8 ``(len(indices), H, W, 3)`` at ``size`` (area averaging)."""
+    """The pictures ``indices`` of ``source`` as uint8 ``(len(indices), H, W, 3)`` at ``size``
+    (area averaging)."""
     height, width = size
     if source.video.is_dir():
         from PIL import Image
@@ -386,8 +406,8 @@ def decode(source: Source, size: tuple[int, int], indices: np.ndarray) -> np.nda
                         image = image.resize((width, height), Image.Resampling.BOX)
                     out.append(np.asarray(image, dtype=np.uint8))
             except Exception as err:  # a damaged picture
-                raise DataError(f"{pictures[int(i)]}: not a readable picture ({type(err).__name__}: {err}). Replace "
-                                f"or remove it.") from None
+                raise DataError(f"{pictures[int(i)]}: not a readable picture ({type(err).__name__}: {err}). "
+                                f"Replace or remove it.") from None
         return np.stack(out)
     import av
 
@@ -399,15 +419,16 @@ def decode(source: Source, size: tuple[int, int], indices: np.ndarray) -> np.nda
             stream.codec_context.thread_count = 1
             for k, frame in enumerate(container.decode(stream)):
                 if k in wanted:
-                    found[k] = frame.to_ndarray(format="rgb24", height=height, width=width, interpolation="AREA")
+                    found[k] = frame.to_ndarray(format="rgb24", height=height, width=width,
+                                                interpolation="AREA")
                 if k >= max(wanted):
                     break
     except Exception as err:  # PyAV's FFmpeg errors: damaged data
-        raise DataError(f"{source.video}: decoding failed ({type(err).__name__}: {err}). The video is damaged; "
-                        f"re-export it.") from None
+        raise DataError(f"{source.video}: decoding failed ({type(err).__name__}: {err}). "
+                        f"The video is damaged; re-export it.") from None
     if len(found) < len(wanted):
-        raise DataError(f"{source.video}: {len(found)} of {source.frames} frames decoded (it ends early or is "
-                        f"damaged). Re-export the video.")
+        raise DataError(f"{source.video}: {len(found)} of {source.frames} frames decoded "
+                        f"(it ends early or is damaged). Re-export the video.")
     return np.stack([found[int(i)] for i in indices])
 
 
@@ -436,9 +457,9 @@ class ImportReport:
 
 
 def import_folder(folder: str | Path, out: str | Path, *, fps: float | None = None,
-                  size: tuple[int, int] | None = None, window: int = 2, trim: bool = False, task: str | None = None,
-                  camera: str = "main", crf: int = 18, progress: bool = False, max_abs: float = MAX_ABS,
-                  on_episode: Callable[[int], None] | None = None) -> ImportReport:
+                  size: tuple[int, int] | None = None, window: int = 2, trim: bool = False,
+                  task: str | None = None, camera: str = "main", crf: int = 18, progress: bool = False,
+                  max_abs: float = MAX_ABS, on_episode: Callable[[int], None] | None = None) -> ImportReport:
     """Write the episodes of ``folder`` (see the module's layout) as a LeRobot v3.0 dataset in ``out``.
 
     ``fps``: resample every episode to this rate (default: the videos' own, which must agree);
@@ -459,8 +480,8 @@ def import_folder(folder: str | Path, out: str | Path, *, fps: float | None = No
 
     out = Path(out).expanduser()
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise DataError(f"{out} exists and is not empty: the import writes a new dataset directory. Choose another "
-                        f"output, or delete {out} first (nothing was written).")
+        raise DataError(f"{out} exists and is not empty: the import writes a new dataset directory. "
+                        f"Choose another output, or delete {out} first (nothing was written).")
     plan = plan_import(folder, fps=fps, size=size, window=window, trim=trim, task=task, max_abs=max_abs)
     feature = f"observation.images.{camera}"
     features: dict[str, tuple[str, list[str] | None]] = {
@@ -494,9 +515,9 @@ def _names(names: list[str] | None, width: int, prefix: str) -> list[str]:
     return list(names) if names and len(names) == width else [f"{prefix}{i}" for i in range(width)]
 
 
-# -- a folder to try it on ---------------------------------------------------------------------------------------
-def write_example_folder(out: str | Path, *, episodes: int = 12, frames: int = 24, size: int = 32, fps: int = 10,
-                         seed: int = 0) -> Path:
+# -- a folder to try it on -----------------------------------------------------------------------------------
+def write_example_folder(out: str | Path, *, episodes: int = 12, frames: int = 24, size: int = 32,
+                         fps: int = 10, seed: int = 0) -> Path:
     """A folder in the layout :func:`import_folder` reads: ``episodes`` MP4 clips of a bright square that
     2-D actions move (``dx, dy`` in [-1, 1], up to 2 pixels a frame, its result in the next frame), each
     with its actions as ``.npy``. Deterministic given ``seed``."""
@@ -504,8 +525,8 @@ def write_example_folder(out: str | Path, *, episodes: int = 12, frames: int = 2
 
     out = Path(out).expanduser()
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise DataError(f"{out} exists and is not empty; the example is written into a new folder. Choose another "
-                        f"one (nothing was written).")
+        raise DataError(f"{out} exists and is not empty; the example is written into a new folder. "
+                        f"Choose another one (nothing was written).")
     out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
     square = max(2, size // 6)

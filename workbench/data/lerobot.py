@@ -89,14 +89,18 @@ class LeRobotConfig:
     def __post_init__(self) -> None:
         check(isinstance(self.root, str) and self.root != "", "root",
               "must be the directory of a LeRobot dataset (holding meta/info.json).")
-        check(self.window >= 2, "window", f"must be >= 2 (a clip needs a frame and its successor), got {self.window}.")
+        check(self.window >= 2, "window",
+              f"must be >= 2 (a clip needs a frame and its successor), got {self.window}.")
         check(self.stride >= 1, "stride", f"must be >= 1, got {self.stride}.")
-        check(self.split in ("train", "val", "all"), "split", f"must be 'train', 'val' or 'all', got {self.split!r}.")
+        check(self.split in ("train", "val", "all"), "split",
+              f"must be 'train', 'val' or 'all', got {self.split!r}.")
         check(0.0 <= self.val_fraction < 1.0, "val_fraction", f"must be in [0, 1), got {self.val_fraction}.")
-        check(self.fps is None or self.fps > 0, "fps", f"must be > 0 or null (the dataset's), got {self.fps}.")
+        check(self.fps is None or self.fps > 0, "fps",
+              f"must be > 0 or null (the dataset's), got {self.fps}.")
         check(self.size is None or (len(self.size) == 2 and all(int(s) >= 8 for s in self.size)), "size",
               f"must be [height, width] (each >= 8) or null, got {self.size}.")
-        check(self.tolerance_s is None or self.tolerance_s > 0, "tolerance_s", f"must be > 0, got {self.tolerance_s}.")
+        check(self.tolerance_s is None or self.tolerance_s > 0, "tolerance_s",
+              f"must be > 0, got {self.tolerance_s}.")
         check_control(self.control)
         check(self.max_abs > 0, "max_abs", f"must be > 0, got {self.max_abs}.")
 
@@ -119,14 +123,15 @@ class LeRobotClips(Dataset):
         self.meta = meta = LeRobotMeta(config.root)
         self.root = meta.root
         self.camera = self._camera()
-        #: The camera's calibration from ``meta/info.json`` (:class:`~workbench.data.camera.CameraCalibration`),
-        #: or None when the dataset records none.
+        #: The camera's calibration from ``meta/info.json``
+        #: (:class:`~workbench.data.camera.CameraCalibration`), or None when the dataset records none.
         found = meta.features[self.camera].get("calibration")
         where = f"{meta.info_path} (camera {self.camera})"
         self.calibration = CameraCalibration.from_json(found, where) if found is not None else None
         self._calibration_vector = torch.from_numpy(self.calibration.vector()) if self.calibration else None
         state = config.state
-        if state == "auto":  # the usual name, when the dataset has it: an adapter that reads no state needs none
+        # the usual name, when the dataset has it: an adapter that reads no state needs none
+        if state == "auto":
             numeric = meta.features.get(STATE, {}).get("dtype") in NUMERIC
             state = STATE if numeric else None
         self.signals = {"action": config.actions, "proprio": state, "ee_pos": config.ee_pos}
@@ -140,12 +145,14 @@ class LeRobotClips(Dataset):
         self._load_tables()
         # an episode's task (for the stratified split): that of its first frame, else its metadata's first
         self.task_names = [self._task(e, 0) for e in range(len(meta.episodes))]
-        self.train_episodes, self.val_episodes = split_episodes(self.task_names, config.val_fraction, config.seed)
+        self.train_episodes, self.val_episodes = split_episodes(self.task_names, config.val_fraction,
+                                                                config.seed)
         chosen = {"train": self.train_episodes, "val": self.val_episodes,
                   "all": list(range(len(meta.episodes)))}[config.split]
         self.episodes = self._long_enough(chosen)
         self.index: list[tuple[int, int]] = [
-            (e, s) for e in self.episodes for s in range(0, self.served_length(e) - config.window + 1, config.stride)]
+            (e, s) for e in self.episodes
+            for s in range(0, self.served_length(e) - config.window + 1, config.stride)]
         self._video = VideoReader()
 
     @classmethod
@@ -161,13 +168,14 @@ class LeRobotClips(Dataset):
             raise DataError(f"{meta.info_path}: the dataset has {len(meta.video_keys)} cameras "
                             f"({listing(meta.video_keys)}); choose one with `camera:` in the dataset config.")
         if wanted in meta.image_keys:
-            raise DataError(f"{meta.info_path}: camera {wanted!r} is stored as images inside the parquet tables, "
-                            f"which this reader does not decode; cameras stored as video: {listing(meta.video_keys)}. "
+            raise DataError(f"{meta.info_path}: camera {wanted!r} is stored as images "
+                            f"inside the parquet tables, which this reader does not decode; "
+                            f"cameras stored as video: {listing(meta.video_keys)}. "
                             f"Re-export the dataset with videos.")
         if wanted not in meta.video_keys:
-            raise DataError(f"{meta.info_path}: camera {wanted!r} is not a video feature of this dataset. Cameras: "
-                            f"{listing(meta.video_keys)}.{did_you_mean(wanted, meta.video_keys)} Fix `camera:` in "
-                            f"the dataset config.")
+            raise DataError(f"{meta.info_path}: camera {wanted!r} is not a video feature of this dataset. "
+                            f"Cameras: {listing(meta.video_keys)}.{did_you_mean(wanted, meta.video_keys)} "
+                            f"Fix `camera:` in the dataset config.")
         return wanted
 
     def _check_feature(self, name: str, key: str) -> None:
@@ -196,7 +204,8 @@ class LeRobotClips(Dataset):
                     same = sorted(k for k, f in self.meta.features.items()
                                   if f.get("dtype") in NUMERIC and self.meta.width(k) == c.dim)
                     raise DataError(
-                        f"{self.meta.info_path}: feature {feature!r} ({option}: {feature}) has width {widths[key]}, "
+                        f"{self.meta.info_path}: feature {feature!r} ({option}: {feature}) "
+                        f"has width {widths[key]}, "
                         f"but {owner} declares Condition {c.name!r} with dim={c.dim}. Set the adapter's dim: "
                         f"{widths[key]}, or choose a feature of width {c.dim} for `{option}:` "
                         f"(this dataset has: {listing(same)}).")
@@ -208,9 +217,10 @@ class LeRobotClips(Dataset):
         except DataError:
             raise
         except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError) as err:
-            raise DataError(f"{self.root}: a parquet table of the dataset does not hold what its metadata promises "
-                            f"({type(err).__name__}: {err}); the table or the metadata is damaged. Re-download or "
-                            f"re-export the dataset.") from None
+            raise DataError(f"{self.root}: a parquet table of the dataset "
+                            f"does not hold what its metadata promises ({type(err).__name__}: {err}); "
+                            f"the table or the metadata is damaged. "
+                            f"Re-download or re-export the dataset.") from None
 
     def _read_tables(self) -> None:
         meta = self.meta
@@ -224,7 +234,8 @@ class LeRobotClips(Dataset):
             names = parquet_columns(path)
             missing = [c for c in columns if c not in names]
             if missing:
-                raise DataError(f"{path}: missing column(s) {missing} (features in meta/info.json promise them); "
+                raise DataError(f"{path}: missing column(s) {missing} "
+                                f"(features in meta/info.json promise them); "
                                 f"the table has {names}. Re-export the dataset.")
             table = read_parquet(path, columns=list(dict.fromkeys(columns)))  # not the image columns, if any
             data = {c: column(table, c, path) for c in columns}
@@ -232,8 +243,9 @@ class LeRobotClips(Dataset):
                 rows = np.flatnonzero(data["episode_index"] == ep.index)
                 rows = rows[np.argsort(data["frame_index"][rows], kind="stable")]
                 if len(rows) != ep.length:
-                    raise DataError(f"{path}: episode {ep.index} has {len(rows)} rows but the episode metadata says "
-                                    f"length {ep.length}; the dataset is inconsistent. Re-export it.")
+                    raise DataError(f"{path}: episode {ep.index} has {len(rows)} rows "
+                                    f"but the episode metadata says length {ep.length}; "
+                                    f"the dataset is inconsistent. Re-export it.")
                 frames = {"timestamp": data["timestamp"][rows].astype(np.float64),
                           "task_index": data["task_index"][rows].astype(np.int64)}
                 for name, key in self.signals.items():
@@ -264,15 +276,17 @@ class LeRobotClips(Dataset):
             ep = self.meta.episodes[e]
             shortest = min(self.served_length(i) for i in range(len(self.meta.episodes)))
             raise DataError(
-                f"{ep.data_file}: episode {ep.index} has {self.served_length(e)} frames at {self.fps:g} fps, shorter "
-                f"than window={window} ({len(short)} of the {len(chosen)} episodes of split {self.config.split!r} "
-                f"are). Use window <= {shortest} (the shortest episode), or drop_short: true to leave them out.")
+                f"{ep.data_file}: episode {ep.index} has {self.served_length(e)} frames at {self.fps:g} fps, "
+                f"shorter than window={window} "
+                f"({len(short)} of the {len(chosen)} episodes of split {self.config.split!r} are). "
+                f"Use window <= {shortest} (the shortest episode), or drop_short: true to leave them out.")
         too_short = set(short)
         kept = [e for e in chosen if e not in too_short]
         if not kept:
-            raise DataError(f"{self.root}: split {self.config.split!r} has no episodes of at least {window} frames "
-                            f"({len(self.meta.episodes)} episode(s), val_fraction={self.config.val_fraction}). Use "
-                            f"split: all, a smaller window, or another val_fraction.")
+            raise DataError(f"{self.root}: split {self.config.split!r} has no episodes "
+                            f"of at least {window} frames ({len(self.meta.episodes)} episode(s), "
+                            f"val_fraction={self.config.val_fraction}). "
+                            f"Use split: all, a smaller window, or another val_fraction.")
         return kept
 
     # ------------------------------------------------------------------ access
@@ -314,7 +328,8 @@ class LeRobotClips(Dataset):
         served size and rate: what pretraining a backbone on the dataset's video reads."""
         rows = self.rows(e, 0, self.served_length(e))
         path, offset = self.meta.episodes[e].videos[self.camera]
-        return self._video.frames(path, offset + self.frames_of[e]["timestamp"][rows], self.size, self.tolerance,
+        return self._video.frames(path, offset + self.frames_of[e]["timestamp"][rows], self.size,
+                                  self.tolerance,
                                   what=f" (episode {self.meta.episodes[e].index}, camera {self.camera})")
 
     def close(self) -> None:
@@ -323,9 +338,9 @@ class LeRobotClips(Dataset):
 
     def __repr__(self) -> str:
         c = self.config
-        return (f"LeRobotClips({str(self.root)!r}, {self.meta.version}, camera={self.camera!r}, split={c.split!r}, "
-                f"episodes={len(self.episodes)}, clips={len(self)}, window={c.window}, stride={c.stride}, "
-                f"fps={self.fps:g})")
+        return (f"LeRobotClips({str(self.root)!r}, {self.meta.version}, camera={self.camera!r}, "
+                f"split={c.split!r}, episodes={len(self.episodes)}, clips={len(self)}, window={c.window}, "
+                f"stride={c.stride}, fps={self.fps:g})")
 
 
 def is_lerobot_dir(path: str | Path) -> bool:

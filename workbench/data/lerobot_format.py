@@ -78,7 +78,8 @@ def _jsonl(path: Path) -> list[dict]:
     try:
         return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     except ValueError as err:
-        raise DataError(f"{path}: a line is not valid JSON ({err}); re-download or re-export the dataset.") from err
+        raise DataError(f"{path}: a line is not valid JSON ({err}); "
+                        f"re-download or re-export the dataset.") from err
 
 
 def _parquet_exists(path: Path) -> None:
@@ -95,7 +96,8 @@ def read_parquet(path: Path, columns: list[str] | None = None) -> Any:
     try:
         return pq.read_table(path, columns=columns)
     except Exception as err:  # pyarrow raises ArrowInvalid / OSError / KeyError for bad files or columns
-        raise DataError(f"{path}: cannot read the parquet table{' columns ' + str(columns) if columns else ''} "
+        raise DataError(f"{path}: cannot read the parquet table"
+                        f"{' columns ' + str(columns) if columns else ''} "
                         f"({type(err).__name__}: {err}).") from err
 
 
@@ -118,7 +120,8 @@ def column(table: Any, name: str, where: Path) -> np.ndarray:
     if name not in table.column_names:
         raise DataError(f"{where}: no column {name!r}; the table has {table.column_names}.")
     col = table.column(name).combine_chunks()
-    if pa.types.is_list(col.type) or pa.types.is_large_list(col.type) or pa.types.is_fixed_size_list(col.type):
+    if (pa.types.is_list(col.type) or pa.types.is_large_list(col.type)
+            or pa.types.is_fixed_size_list(col.type)):
         flat = col.flatten().to_numpy(zero_copy_only=False)
         return flat.reshape(len(col), -1) if len(col) else flat.reshape(0, 0)
     return col.to_numpy(zero_copy_only=False)
@@ -131,16 +134,18 @@ class LeRobotMeta:
         self.root = Path(root).expanduser()
         info_path = self.root / "meta" / "info.json"
         if not self.root.is_dir():
-            raise DataError(f"LeRobot dataset directory not found: {self.root}. `root` must be a local directory "
-                            f"holding meta/info.json, data/ and videos/ (hub datasets must be downloaded first; "
+            raise DataError(f"LeRobot dataset directory not found: {self.root}. "
+                            f"`root` must be a local directory holding meta/info.json, data/ and videos/ "
+                            f"(hub datasets must be downloaded first; "
                             f"`workbench data metaworld --format lerobot --out DIR` writes one).")
         if not info_path.is_file():
-            raise DataError(f"{info_path} is missing: {self.root} is not a LeRobot dataset (expected meta/info.json "
-                            f"with codebase_version, fps and features). Point `root` at the dataset's top directory.")
+            raise DataError(f"{info_path} is missing: {self.root} is not a LeRobot dataset "
+                            f"(expected meta/info.json with codebase_version, fps and features). "
+                            f"Point `root` at the dataset's top directory.")
         info = _json(info_path)
         if not isinstance(info, dict):
-            raise DataError(f"{info_path}: expected a JSON object with codebase_version, fps and features, got "
-                            f"{type(info).__name__}. The dataset's metadata is damaged; {FIX}.")
+            raise DataError(f"{info_path}: expected a JSON object with codebase_version, fps and features, "
+                            f"got {type(info).__name__}. The dataset's metadata is damaged; {FIX}.")
         self.info_path = info_path
         self.info: dict[str, Any] = info
         try:
@@ -155,22 +160,24 @@ class LeRobotMeta:
         info_path = self.info_path
         version = info.get("codebase_version")
         if version not in VERSIONS:
-            raise DataError(f"{info_path}: codebase_version {version!r} is not a LeRobot layout this workbench "
-                            f"reads; supported: {', '.join(VERSIONS)}. Convert the dataset with LeRobot's own "
-                            f"converter (v2.1 → v3.0) or re-export it.")
+            raise DataError(f"{info_path}: codebase_version {version!r} is not a LeRobot layout "
+                            f"this workbench reads; supported: {', '.join(VERSIONS)}. "
+                            f"Convert the dataset with LeRobot's own converter (v2.1 → v3.0) "
+                            f"or re-export it.")
         self.version: str = version
         missing = [k for k in ("fps", "features") if k not in info]
         if missing:
-            raise DataError(f"{info_path}: missing field(s) {missing}; a LeRobot info.json has codebase_version, "
-                            f"fps, features, data_path, video_path. Re-export the dataset.")
+            raise DataError(f"{info_path}: missing field(s) {missing}; a LeRobot info.json has "
+                            f"codebase_version, fps, features, data_path, video_path. Re-export the dataset.")
         self.fps = float(info["fps"])
         if not (self.fps > 0 and np.isfinite(self.fps)):
-            raise DataError(f"{info_path}: fps is {info['fps']!r}; a LeRobot dataset records frames at a positive "
-                            f"rate. The metadata is damaged; {FIX}.")
+            raise DataError(f"{info_path}: fps is {info['fps']!r}; a LeRobot dataset records frames "
+                            f"at a positive rate. The metadata is damaged; {FIX}.")
         self.features: dict[str, dict] = info["features"]
-        if not isinstance(self.features, dict) or not all(isinstance(f, dict) for f in self.features.values()):
-            raise DataError(f"{info_path}: features must map names to {{dtype, shape, names}} objects. The metadata "
-                            f"is damaged; {FIX}.")
+        if (not isinstance(self.features, dict)
+                or not all(isinstance(f, dict) for f in self.features.values())):
+            raise DataError(f"{info_path}: features must map names to {{dtype, shape, names}} objects. "
+                            f"The metadata is damaged; {FIX}.")
         self.video_keys = [k for k, f in self.features.items() if f.get("dtype") == "video"]
         self.image_keys = [k for k, f in self.features.items() if f.get("dtype") == "image"]
         self.chunks_size = int(info.get("chunks_size", 1000))
@@ -182,7 +189,8 @@ class LeRobotMeta:
         total = info.get("total_episodes")
         if total is not None and int(total) != len(self.episodes):
             raise DataError(f"{info_path}: total_episodes is {total} but the episode metadata lists "
-                            f"{len(self.episodes)} episodes; the dataset is incomplete. Re-download or re-export it.")
+                            f"{len(self.episodes)} episodes; the dataset is incomplete. "
+                            f"Re-download or re-export it.")
 
     def width(self, key: str) -> int:
         shape = self.features[key].get("shape") or [1]
@@ -195,7 +203,8 @@ class LeRobotMeta:
             try:
                 return {int(r["task_index"]): str(r["task"]) for r in _jsonl(path)}
             except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as err:
-                raise DataError(f"{path}: a task's line is damaged or incomplete ({type(err).__name__}: {err}); "
+                raise DataError(f"{path}: a task's line is damaged or incomplete "
+                                f"({type(err).__name__}: {err}); "
                                 f"each line holds task_index and task. {FIX[0].upper() + FIX[1:]}.") from None
         path = self.root / "meta" / "tasks.parquet"
         table = read_parquet(path)
@@ -203,10 +212,11 @@ class LeRobotMeta:
         text = "task" if "task" in names else None
         if text is None:  # written from a pandas frame indexed by the task string
             pandas = json.loads((table.schema.metadata or {}).get(b"pandas", b"{}"))
-            text = next((c for c in pandas.get("index_columns", []) if isinstance(c, str) and c in names), None)
+            text = next((c for c in pandas.get("index_columns", [])
+                         if isinstance(c, str) and c in names), None)
         if text is None or "task_index" not in names:
-            raise DataError(f"{path}: expected a task_index column and the task strings (a 'task' column or the "
-                            f"pandas index); found columns {names}.")
+            raise DataError(f"{path}: expected a task_index column and the task strings "
+                            f"(a 'task' column or the pandas index); found columns {names}.")
         return dict(zip(column(table, "task_index", path).astype(int).tolist(),
                         [str(t) for t in column(table, text, path)]))
 
@@ -218,20 +228,23 @@ class LeRobotMeta:
             for row in sorted(_jsonl(path), key=lambda r: int(r["episode_index"])):
                 i = int(row["episode_index"])
                 fmt = {"episode_chunk": i // self.chunks_size, "episode_index": i}
-                videos = {k: (self.root / self.video_path.format(video_key=k, **fmt), 0.0) for k in self.video_keys}
+                videos = {k: (self.root / self.video_path.format(video_key=k, **fmt), 0.0)
+                          for k in self.video_keys}
                 out.append(Episode(i, int(row["length"]), [str(t) for t in row.get("tasks", [])],
                                    self.root / self.data_path.format(**fmt), videos))
         except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError) as err:
-            raise DataError(f"{path}: an episode's line is damaged or incomplete ({type(err).__name__}: {err}); "
-                            f"each line holds episode_index, length and tasks. {FIX[0].upper() + FIX[1:]}.") from None
+            raise DataError(f"{path}: an episode's line is damaged or incomplete "
+                            f"({type(err).__name__}: {err}); "
+                            f"each line holds episode_index, length and tasks. "
+                            f"{FIX[0].upper() + FIX[1:]}.") from None
         return out
 
     def _episodes_v3(self) -> list[Episode]:
         files = sorted((self.root / "meta" / "episodes").glob("*/*.parquet"))
         if not files:
             raise DataError(f"{self.root / 'meta' / 'episodes'}: no episode metadata (expected "
-                            f"{V3_EPISODES.format(chunk_index=0, file_index=0)}) in this v3.0 dataset; re-download "
-                            f"or re-export it.")
+                            f"{V3_EPISODES.format(chunk_index=0, file_index=0)}) in this v3.0 dataset; "
+                            f"re-download or re-export it.")
         out = []
         for path in files:
             table = read_parquet(path)
@@ -242,7 +255,8 @@ class LeRobotMeta:
                                                              file_index=int(row["data/file_index"]))
                     videos = {}
                     for k in self.video_keys:
-                        f = self.video_path.format(video_key=k, chunk_index=int(row[f"videos/{k}/chunk_index"]),
+                        f = self.video_path.format(video_key=k,
+                                                   chunk_index=int(row[f"videos/{k}/chunk_index"]),
                                                    file_index=int(row[f"videos/{k}/file_index"]))
                         videos[k] = (self.root / f, float(row[f"videos/{k}/from_timestamp"]))
                     out.append(Episode(int(row["episode_index"]), int(row["length"]),
@@ -251,6 +265,6 @@ class LeRobotMeta:
                     raise DataError(f"{path}: episode metadata lacks the column {err.args[0]!r} (columns: "
                                     f"{sorted(row)}); re-export the dataset.") from err
                 except (TypeError, ValueError, OverflowError) as err:
-                    raise DataError(f"{path}: an episode's metadata is damaged ({type(err).__name__}: {err}); "
-                                    f"{FIX}.") from None
+                    raise DataError(f"{path}: an episode's metadata is damaged "
+                                    f"({type(err).__name__}: {err}); {FIX}.") from None
         return sorted(out, key=lambda e: e.index)

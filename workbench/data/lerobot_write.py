@@ -64,8 +64,9 @@ class LeRobotWriter:
                  calibration: dict[str, Any] | None = None):
         self.root = Path(root).expanduser()
         if self.root.exists() and (not self.root.is_dir() or any(self.root.iterdir())):
-            raise DataError(f"{self.root} exists and is not empty; LeRobotWriter writes a new dataset there. Pass a "
-                            f"root that does not exist yet (or an empty directory); nothing was written.")
+            raise DataError(f"{self.root} exists and is not empty; LeRobotWriter writes a new dataset there. "
+                            f"Pass a root that does not exist yet (or an empty directory); "
+                            f"nothing was written.")
         problems = []
         if not (isinstance(fps, (int, float)) and np.isfinite(fps) and fps > 0):
             problems.append(f"fps must be a positive number, got {fps!r}")
@@ -73,8 +74,8 @@ class LeRobotWriter:
             problems.append(f"cameras must be a non-empty list of video feature names, got {cameras!r}")
         for name, spec in features.items():
             if not (isinstance(spec, tuple) and len(spec) == 2 and spec[0] in NUMERIC):
-                problems.append(f"feature {name!r} must be (dtype, names) with dtype one of {', '.join(NUMERIC)}, "
-                                f"got {spec!r}")
+                problems.append(f"feature {name!r} must be (dtype, names) "
+                                f"with dtype one of {', '.join(NUMERIC)}, got {spec!r}")
         unknown = sorted(set(calibration or {}) - set(cameras or ()))
         if unknown:
             problems.append(f"calibration names camera(s) {unknown} that are not in cameras {cameras}")
@@ -83,12 +84,14 @@ class LeRobotWriter:
         self.partial = self.root.with_name(self.root.name + ".partial")
         if self.partial.exists():
             if not (self.partial / PARTIAL_MARK).is_file():
-                raise DataError(f"{self.partial} exists and is not a LeRobotWriter's unfinished output; move it away "
+                raise DataError(f"{self.partial} exists and is not a LeRobotWriter's unfinished output; "
+                                f"move it away "
                                 f"(the dataset is written there before it is renamed to {self.root.name}).")
             shutil.rmtree(self.partial)  # what a writer that was killed, or not closed, left behind
         self.partial.mkdir(parents=True)
         (self.partial / PARTIAL_MARK).write_text("an unfinished LeRobotWriter output; safe to delete\n")
-        self.fps, self.features, self.cameras, self.robot_type, self.crf = fps, features, cameras, robot_type, crf
+        self.fps, self.features, self.cameras, self.robot_type, self.crf = (
+            fps, features, cameras, robot_type, crf)
         self.calibration = dict(calibration or {})
         self.columns: dict[str, list[np.ndarray]] = {k: [] for k in [*_DEFAULTS, *features]}
         self.images: dict[str, list[np.ndarray]] = {k: [] for k in cameras}
@@ -108,16 +111,19 @@ class LeRobotWriter:
         elif not self.closed:
             self.close()
 
-    def _check_episode(self, images: dict[str, Any], data: dict[str, Any], task: Any) -> tuple[int, dict, dict]:
-        """The episode's frame count, its frames and its features as arrays; every problem raised before a write."""
+    def _check_episode(self, images: dict[str, Any], data: dict[str, Any],
+                       task: Any) -> tuple[int, dict, dict]:
+        """The episode's frame count, its frames and its features as arrays;
+        every problem raised before a write."""
         from workbench.data.checks import check_finite
 
         where = f"{self.root}: episode {len(self.episodes)}"
         missing = [c for c in self.cameras if c not in images]
         extra = sorted(set(images) - set(self.cameras))
         if missing or extra:
-            raise DataError(f"{where}: images must hold exactly the cameras {self.cameras}; missing {missing}, not "
-                            f"declared {extra}. Nothing of this episode was written.")
+            raise DataError(f"{where}: images must hold exactly the cameras {self.cameras}; "
+                            f"missing {missing}, not declared {extra}. "
+                            f"Nothing of this episode was written.")
         frames: dict[str, np.ndarray] = {}
         count = None
         for camera in self.cameras:
@@ -127,30 +133,34 @@ class LeRobotWriter:
                 if value.dtype.kind in "fc":
                     check_finite(value, f"{where}, camera {camera!r}", "the picture", limit=np.inf)
                     hint = " (floats in [0, 1]: (x * 255).round().astype(np.uint8))"
-                raise DataError(f"{where}: camera {camera!r} has {value.dtype} pictures; they must be uint8 (T, H, W, "
-                                f"3) RGB in 0..255{hint}. Nothing of this episode was written.")
+                raise DataError(f"{where}: camera {camera!r} has {value.dtype} pictures; "
+                                f"they must be uint8 (T, H, W, 3) RGB in 0..255{hint}. "
+                                f"Nothing of this episode was written.")
             if value.ndim != 4 or value.shape[-1] != 3 or len(value) == 0:
-                raise DataError(f"{where}: camera {camera!r} pictures have shape {list(value.shape)}; expected "
-                                f"(T, H, W, 3) RGB with T >= 1. Nothing of this episode was written.")
+                raise DataError(f"{where}: camera {camera!r} pictures have shape {list(value.shape)}; "
+                                f"expected (T, H, W, 3) RGB with T >= 1. "
+                                f"Nothing of this episode was written.")
             height, width = value.shape[1:3]
             if height % 2 or width % 2:
-                raise DataError(f"{where}: camera {camera!r} pictures are {width}x{height} pixels; H.264 stores "
-                                f"even sizes only. Crop or resize them to an even height and width.")
+                raise DataError(f"{where}: camera {camera!r} pictures are {width}x{height} pixels; "
+                                f"H.264 stores even sizes only. "
+                                f"Crop or resize them to an even height and width.")
             if camera in self.videos and (height, width) != tuple(self.shape or ()):
-                raise DataError(f"{where}: camera {camera!r} pictures are {width}x{height} pixels, the earlier "
-                                f"episodes' {self.shape[1]}x{self.shape[0]}; one video holds one size. Resize them "
-                                f"to {self.shape[1]}x{self.shape[0]}.")
+                raise DataError(f"{where}: camera {camera!r} pictures are {width}x{height} pixels, "
+                                f"the earlier episodes' {self.shape[1]}x{self.shape[0]}; "
+                                f"one video holds one size. Resize them to {self.shape[1]}x{self.shape[0]}.")
             if count is not None and len(value) != count:
-                raise DataError(f"{where}: camera {camera!r} has {len(value)} frames, camera {self.cameras[0]!r} "
-                                f"{count}; every camera records every frame of an episode.")
+                raise DataError(f"{where}: camera {camera!r} has {len(value)} frames, "
+                                f"camera {self.cameras[0]!r} {count}; "
+                                f"every camera records every frame of an episode.")
             count = len(value)
             frames[camera] = value
         unknown = sorted(set(data) - set(self.features))
         absent = [name for name in self.features if name not in data]
         if unknown or absent:
-            raise DataError(f"{where}: data must hold exactly the features {list(self.features)}; missing "
-                            f"{absent}, not declared {unknown} (declare them in features=...). Nothing of this "
-                            f"episode was written.")
+            raise DataError(f"{where}: data must hold exactly the features {list(self.features)}; "
+                            f"missing {absent}, not declared {unknown} (declare them in features=...). "
+                            f"Nothing of this episode was written.")
         values: dict[str, np.ndarray] = {}
         for name, (_, names) in self.features.items():
             value = np.asarray(data[name])
@@ -159,14 +169,16 @@ class LeRobotWriter:
             width = len(names) if names else 1
             rows = len(value) if value.ndim else 0
             if rows != count:
-                raise DataError(f"{where}: feature {name!r} has {rows} rows but the episode has {count} frames "
-                                f"(camera {self.cameras[0]!r}). Row t is the value at frame t, so every feature has "
-                                f"one row per frame: drop the extra frames or rows, or repeat the last row. Nothing "
-                                f"of this episode was written.")
+                raise DataError(f"{where}: feature {name!r} has {rows} rows "
+                                f"but the episode has {count} frames (camera {self.cameras[0]!r}). "
+                                f"Row t is the value at frame t, so every feature has one row per frame: "
+                                f"drop the extra frames or rows, or repeat the last row. "
+                                f"Nothing of this episode was written.")
             value = value.reshape(count, -1)
             if value.shape[1] != width:
-                raise DataError(f"{where}: feature {name!r} has {value.shape[1]} values a frame, but it was declared "
-                                f"with {width} names ({names}). Declare its names to match, or fix the values.")
+                raise DataError(f"{where}: feature {name!r} has {value.shape[1]} values a frame, "
+                                f"but it was declared with {width} names ({names}). "
+                                f"Declare its names to match, or fix the values.")
             check_finite(value, where, f"feature {name!r}", limit=np.inf)
             values[name] = value
         if not isinstance(task, str):
@@ -181,20 +193,22 @@ class LeRobotWriter:
         episode (its position, from 0) and the fix.
         """
         if self.closed:
-            raise DataError(f"{self.root}: the writer is closed; start a new LeRobotWriter for another dataset.")
+            raise DataError(f"{self.root}: the writer is closed; "
+                            f"start a new LeRobotWriter for another dataset.")
         n, frames_of, values = self._check_episode(images, data, task)
         index = len(self.episodes)
         task_index = self.tasks.setdefault(task, len(self.tasks))
         start = self.frames
-        row = {"episode_index": index, "tasks": [task], "length": n, "data/chunk_index": 0, "data/file_index": 0,
-               "dataset_from_index": start, "dataset_to_index": start + n,
+        row = {"episode_index": index, "tasks": [task], "length": n, "data/chunk_index": 0,
+               "data/file_index": 0, "dataset_from_index": start, "dataset_to_index": start + n,
                "meta/episodes/chunk_index": 0, "meta/episodes/file_index": 0, **extra}
         for camera in self.cameras:
             frames = frames_of[camera]
             if camera not in self.videos:
                 self.shape = frames.shape[1:3]
                 path = self.partial / V3_VIDEO.format(video_key=camera, chunk_index=0, file_index=0)
-                self.videos[camera] = H264Writer(path, self.fps, frames.shape[1], frames.shape[2], crf=self.crf)
+                self.videos[camera] = H264Writer(path, self.fps, frames.shape[1], frames.shape[2],
+                                                 crf=self.crf)
             row.update({f"videos/{camera}/chunk_index": 0, f"videos/{camera}/file_index": 0,
                         f"videos/{camera}/from_timestamp": start / self.fps,
                         f"videos/{camera}/to_timestamp": (start + n) / self.fps})
@@ -258,8 +272,8 @@ class LeRobotWriter:
             stats[camera] = {k: [[[v]] for v in vs] if k != "count" else vs
                              for k, vs in _stats(pixels).items()}
             info = video_info(self.partial / V3_VIDEO.format(video_key=camera, chunk_index=0, file_index=0))
-            features[camera] = {"dtype": "video", "shape": [h, w, 3], "names": ["height", "width", "channels"],
-                                "info": info}
+            features[camera] = {"dtype": "video", "shape": [h, w, 3],
+                                "names": ["height", "width", "channels"], "info": info}
             if camera in self.calibration:
                 features[camera]["calibration"] = self.calibration[camera].to_json()
         for name, (dtype, names) in self.features.items():
@@ -268,7 +282,8 @@ class LeRobotWriter:
             features[name] = {"dtype": dtype, "shape": [1], "names": None}
         fps = int(self.fps) if float(self.fps).is_integer() else self.fps
         info = {"codebase_version": CODEBASE_VERSION, "robot_type": self.robot_type,
-                "total_episodes": len(self.episodes), "total_frames": self.frames, "total_tasks": len(self.tasks),
+                "total_episodes": len(self.episodes), "total_frames": self.frames,
+                "total_tasks": len(self.tasks),
                 "chunks_size": 1000, "data_files_size_in_mb": 100, "video_files_size_in_mb": 200, "fps": fps,
                 "splits": {"train": f"0:{len(self.episodes)}"}, "data_path": V3_DATA, "video_path": V3_VIDEO,
                 "features": features}
@@ -282,7 +297,8 @@ class LeRobotWriter:
         return self.root
 
     def _write_tasks(self) -> None:
-        """``meta/tasks.parquet`` as LeRobot writes it: ``task_index`` with the task string as the pandas index."""
+        """``meta/tasks.parquet`` as LeRobot writes it:
+        ``task_index`` with the task string as the pandas index."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 

@@ -247,8 +247,9 @@ class MetaWorldClips(Dataset):
         except DataError:
             raise
         except READ_ERRORS as err:
-            raise DataError(f"{self.path}: the file is damaged: its layout (dataset shapes, task names, attributes) "
-                            f"cannot be read ({type(err).__name__}: {err}). Copy it again from where it came from "
+            raise DataError(f"{self.path}: the file is damaged: its layout "
+                            f"(dataset shapes, task names, attributes) cannot be read "
+                            f"({type(err).__name__}: {err}). Copy it again from where it came from "
                             f"or {REGENERATE}.") from None
 
     def _damaged(self, err: Exception, what: str, episode: int | None) -> DataError:
@@ -258,8 +259,9 @@ class MetaWorldClips(Dataset):
             task = self.task_names[episode] if 0 <= episode < len(getattr(self, "task_names", ())) else "?"
             which = f" of episode {episode} (task {task})"
         return DataError(f"{self.path}: the file is damaged: dataset '{what}'{which} cannot be read "
-                         f"({type(err).__name__}: {err}). Its compressed data no longer decodes, so the episode's "
-                         f"values are lost; copy the file again from where it came from or {REGENERATE}.")
+                         f"({type(err).__name__}: {err}). Its compressed data no longer decodes, "
+                         f"so the episode's values are lost; "
+                         f"copy the file again from where it came from or {REGENERATE}.")
 
     def _read_layout(self) -> dict[str, Any]:
         with self._open() as f:
@@ -369,9 +371,11 @@ class MetaWorldClips(Dataset):
                 read[name] = np.asarray(data[name][episode, start:stop])
             except READ_ERRORS as err:
                 raise self._damaged(err, name, episode) from None
-        for name in ("actions", "ee_pos", "proprio"):  # NaN and inf never reach a kernel (nor hide in the clip)
+        # NaN and inf never reach a kernel (nor hide in the clip)
+        for name in ("actions", "ee_pos", "proprio"):
             check_finite(read[name], f"{self.path}: episode {episode} (task {self.task_names[episode]})",
-                         f"dataset '{name}'", first=start, fix=f"Fix those values in the file or {REGENERATE}.")
+                         f"dataset '{name}'", first=start,
+                         fix=f"Fix those values in the file or {REGENERATE}.")
         video = torch.from_numpy(read["frames"]).permute(3, 0, 1, 2).float().div_(127.5).sub_(1.0)
         action = np.clip(read["actions"].astype(np.float32), -1.0, 1.0)
         item = {

@@ -33,16 +33,19 @@ def data_kind(path: str | Path) -> str:
             q for q in entries if q.is_dir() and any(r.suffix.lower() in IMAGE_SUFFIXES for r in q.iterdir())]
         if videos:
             out = p.with_name(f"{p.name}_dataset")
-            raise DataError(f"{p} holds videos ({len(videos)}, e.g. {videos[0].name}) but is not a LeRobot dataset "
-                            f"(no meta/info.json). Convert it first: `workbench data import {p} --out {out}` (each "
-                            f"video with its actions beside it as NAME.npy, .csv or .parquet), then pass --data {out}.")
-        raise DataError(f"{p / 'meta' / 'info.json'} is missing: {p} is not a LeRobot dataset. --data takes a "
-                        f"LeRobot dataset directory, an .h5 file from `workbench data metaworld`, or 'sample' (a "
+            raise DataError(f"{p} holds videos ({len(videos)}, e.g. {videos[0].name}) "
+                            f"but is not a LeRobot dataset (no meta/info.json). "
+                            f"Convert it first: `workbench data import {p} --out {out}` "
+                            f"(each video with its actions beside it as NAME.npy, .csv or .parquet), "
+                            f"then pass --data {out}.")
+        raise DataError(f"{p / 'meta' / 'info.json'} is missing: {p} is not a LeRobot dataset. "
+                        f"--data takes a LeRobot dataset directory, "
+                        f"an .h5 file from `workbench data metaworld`, or 'sample' (a "
                         f"folder of your own videos and actions: convert it with `workbench data import`).")
     if p.is_file():
         return "metaworld"
-    raise DataError(f"--data {path}: no such file or directory. Give a LeRobot dataset directory, an .h5 file from "
-                    f"`workbench data metaworld`, or 'sample'.")
+    raise DataError(f"--data {path}: no such file or directory. Give a LeRobot dataset directory, "
+                    f"an .h5 file from `workbench data metaworld`, or 'sample'.")
 
 
 def data_block(path: str | Path, *, window: int, stride: int, split: str = "train",
@@ -52,8 +55,8 @@ def data_block(path: str | Path, *, window: int, stride: int, split: str = "trai
         config = {"root": str(path), "window": window, "stride": stride, "split": split,
                   "size": list(size) if size else None, **options}
         return {"type": "lerobot", "config": config}
-    return {"type": "metaworld", "config": {"path": str(path), "window": window, "stride": stride, "split": split,
-                                            **options}}
+    return {"type": "metaworld", "config": {"path": str(path), "window": window, "stride": stride,
+                                            "split": split, **options}}
 
 
 def open_clips(path: str | Path, *, window: int, stride: int, split: str = "val",
@@ -68,6 +71,6 @@ def open_clips(path: str | Path, *, window: int, stride: int, split: str = "val"
     clips = build("dataset", block["type"], block["config"], where="data")
     if block["type"] == "metaworld" and size is not None and tuple(clips.frame_size) != tuple(size):
         raise DataError(f"{clips.path} holds {clips.frame_size[0]}x{clips.frame_size[1]} frames, but "
-                        f"{size[0]}x{size[1]} are needed. Regenerate it with `workbench data metaworld --size "
-                        f"{size[0]}`.")
+                        f"{size[0]}x{size[1]} are needed. "
+                        f"Regenerate it with `workbench data metaworld --size {size[0]}`.")
     return clips

@@ -40,13 +40,14 @@ class VideoReader:
         container = self._open.get(path)
         if container is None:
             if not path.is_file():
-                raise DataError(f"{path} is missing (a camera's video file of the LeRobot layout{what}). The dataset "
-                                f"is incomplete; {FIX}.")
+                raise DataError(f"{path} is missing (a camera's video file of the LeRobot layout{what}). "
+                                f"The dataset is incomplete; {FIX}.")
             container = None
             try:
                 container = av.open(str(path))
                 if not container.streams.video:
-                    raise DataError(f"{path} holds no video stream{what}; expected an MP4 with one video stream.")
+                    raise DataError(f"{path} holds no video stream{what}; "
+                                    f"expected an MP4 with one video stream.")
                 # One decoding thread: parallelism comes from DataLoader workers, and a decoder with a
                 # thread pool that is torn down in a forked worker (the garbage collector freeing an
                 # inherited container) waits forever on its threads' condition variables.
@@ -60,8 +61,8 @@ class VideoReader:
                         container.close()
                 if isinstance(err, DataError):
                     raise
-                raise DataError(f"{path}: not a readable video{what} ({type(err).__name__}: {err}). The MP4 is "
-                                f"corrupt or truncated; {FIX}.") from None
+                raise DataError(f"{path}: not a readable video{what} ({type(err).__name__}: {err}). "
+                                f"The MP4 is corrupt or truncated; {FIX}.") from None
             if len(self._open) >= MAX_OPEN:  # per-episode layouts have thousands of files: close the oldest
                 self._forget(next(iter(self._open)))
             self._open[path] = container
@@ -94,8 +95,8 @@ class VideoReader:
                 if t > last + tolerance:
                     break
                 if frame.is_corrupt:
-                    raise DataError(f"{path}: the frame at t={t:.3f}s{what} is corrupt (the decoder had to conceal "
-                                    f"damaged data). The MP4 is damaged; {FIX}.")
+                    raise DataError(f"{path}: the frame at t={t:.3f}s{what} is corrupt "
+                                    f"(the decoder had to conceal damaged data). The MP4 is damaged; {FIX}.")
                 found_t.append(t)
                 found.append(frame.to_ndarray(**kwargs))
         except DataError:
@@ -103,24 +104,29 @@ class VideoReader:
             raise
         except Exception as err:  # PyAV's FFmpeg errors, EOFError, ValueError, OverflowError: damaged data
             self._forget(path)
-            raise DataError(f"{path}: decoding failed near t={first:.3f}s{what} ({type(err).__name__}: {err}). The "
-                            f"MP4 is corrupt or truncated; {FIX}.") from None
+            raise DataError(f"{path}: decoding failed near t={first:.3f}s{what} "
+                            f"({type(err).__name__}: {err}). "
+                            f"The MP4 is corrupt or truncated; {FIX}.") from None
         if not found:
-            raise DataError(f"{path}: no frame decoded between t={first:.3f}s and t={last:.3f}s{what} (the file ends "
-                            f"earlier: truncated, or the episode metadata does not match the video). Re-download "
-                            f"or re-export the dataset.")
+            raise DataError(f"{path}: no frame decoded between t={first:.3f}s and t={last:.3f}s{what} "
+                            f"(the file ends earlier: truncated, "
+                            f"or the episode metadata does not match the video). "
+                            f"Re-download or re-export the dataset.")
         have = np.asarray(found_t)
         nearest = np.abs(have[None, :] - times[:, None]).argmin(axis=1)
         miss = np.abs(have[nearest] - times) > tolerance
         if miss.any():
-            raise DataError(f"{path}: no frame within {tolerance:.4f}s of t={float(times[miss][0]):.4f}s{what} "
-                            f"(decoded {have.min():.4f}..{have.max():.4f}s). The video is truncated or its timestamps "
-                            f"do not match the parquet 'timestamp' column; re-download or re-export the dataset.")
+            raise DataError(f"{path}: no frame within {tolerance:.4f}s "
+                            f"of t={float(times[miss][0]):.4f}s{what} "
+                            f"(decoded {have.min():.4f}..{have.max():.4f}s). The video is truncated "
+                            f"or its timestamps do not match the parquet 'timestamp' column; "
+                            f"re-download or re-export the dataset.")
         return np.stack([found[i] for i in nearest])
 
     def _forget(self, path: Path) -> None:
         container = self._open.pop(path, None)
-        if container is not None:  # closing a container of damaged data may fail too; it is dropped either way
+        # closing a container of damaged data may fail too; it is dropped either way
+        if container is not None:
             with contextlib.suppress(Exception):
                 container.close()
 

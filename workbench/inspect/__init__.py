@@ -45,7 +45,8 @@ from workbench.inspect.views import VIEWS, effective_gate_map, view_image
 # module's new home (recording/, previews/, probes/).
 _MOVED = {"trajectory": "recording", "recorder": "recording", "step": "recording", "storage": "recording",
           "settings": "recording", "rollouts": "recording", "clips": "recording", "export": "recording",
-          "preview": "previews", "linear_preview": "previews", "tiny_preview": "previews", "preview_cache": "previews",
+          "preview": "previews", "linear_preview": "previews", "tiny_preview": "previews",
+          "preview_cache": "previews",
           "decoding": "previews", "pictures": "previews", "latent_space": "previews", "colors": "previews",
           "readout": "probes", "gates": "probes", "ablation": "probes"}
 
@@ -61,14 +62,15 @@ def _alias_moved_modules() -> None:
 _alias_moved_modules()
 
 __all__ = [
-    "VIEWS", "Ablation", "ActionSensitivityResult", "BandRecommendation", "ConditionEdit", "DriveState", "FrameReadout",
-    "GatesState", "InspectError", "LatentPreview", "Panel", "PathComparison", "Propagation", "Readout", "Rollout",
-    "RolloutChunk", "Settings",
-    "SigmaSensitivity", "StepError", "StepperState", "StopSampling", "StoragePolicy", "StorageWarning", "Trajectory",
-    "TrajectoryStep", "ViewImage",
-    "action_sensitivity", "backbone_identity", "cache_dir", "clear_preview_cache", "compare_paths", "condition_plots",
-    "condition_table", "decode_chunked", "effective_gate_map", "estimate_memory", "find_gate_history", "fit_preview",
-    "gate_history", "gate_statistics", "generation_request", "predict_clips",
+    "VIEWS", "Ablation", "ActionSensitivityResult", "BandRecommendation", "ConditionEdit", "DriveState",
+    "FrameReadout", "GatesState", "InspectError", "LatentPreview", "Panel", "PathComparison", "Propagation",
+    "Readout", "Rollout", "RolloutChunk", "Settings",
+    "SigmaSensitivity", "StepError", "StepperState", "StopSampling", "StoragePolicy", "StorageWarning",
+    "Trajectory", "TrajectoryStep", "ViewImage",
+    "action_sensitivity", "backbone_identity", "cache_dir", "clear_preview_cache", "compare_paths",
+    "condition_plots", "condition_table", "decode_chunked", "effective_gate_map", "estimate_memory",
+    "find_gate_history", "fit_preview", "gate_history", "gate_statistics", "generation_request",
+    "predict_clips",
     "record", "render", "render_float", "rollout",
     "sigma_sensitivity", "swap_conditions", "t_for_noise_level", "view_image",
 ]

@@ -21,8 +21,8 @@ from workbench.core.objectives import Objective
 from workbench.errors import DataError, InspectError, StepError, StorageWarning, did_you_mean, listing
 
 __all__ = ["DEFAULT_LEVELS", "InspectError", "StepError", "StorageWarning", "check_choice", "check_frame",
-           "check_levels", "check_model", "condition_key", "condition_keys", "masked_rms", "model_lock", "prepare",
-           "rolled_conditions", "seeded_noise", "t_for_noise_level", "t_tensor", "with_conditions"]
+           "check_levels", "check_model", "condition_key", "condition_keys", "masked_rms", "model_lock",
+           "prepare", "rolled_conditions", "seeded_noise", "t_for_noise_level", "t_tensor", "with_conditions"]
 
 DEFAULT_LEVELS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
@@ -51,7 +51,8 @@ def check_choice(value: Any, choices: Sequence[Any], what: str, fix: str = "") -
         return
     hint = did_you_mean(value, [str(c) for c in choices]) if isinstance(value, str) else ""
     allowed = ", ".join(repr(c) for c in choices)
-    raise InspectError(f"{what}={value!r} is not allowed; allowed: {allowed}.{hint}{' ' + fix if fix else ''}")
+    raise InspectError(f"{what}={value!r} is not allowed; "
+                       f"allowed: {allowed}.{hint}{' ' + fix if fix else ''}")
 
 
 def check_frame(frame: Any, frames: int, what: str = "the video") -> int:
@@ -65,13 +66,15 @@ def check_model(model: Any, who: str) -> ComposedModel:
     if not isinstance(model, ComposedModel):
         raise InspectError(
             f"{who} needs a workbench.ComposedModel (base + adapter + composer + objective), got "
-            f"{type(model).__name__}. Pass exp.model, or build ComposedModel(base, adapter, composer, objective)."
+            f"{type(model).__name__}. "
+            f"Pass exp.model, or build ComposedModel(base, adapter, composer, objective)."
         )
     return model
 
 
 def prepare(model: ComposedModel, batch_or_cond: Mapping[str, Any] | Batch) -> Batch:
-    """``batch_or_cond`` as a :class:`Batch` on the base's device (raw data goes through ``prepare_batch``)."""
+    """``batch_or_cond`` as a :class:`Batch` on the base's device (raw data goes through
+    ``prepare_batch``)."""
     batch = model.base.prepare_batch(batch_or_cond)
     device = model.base.device
     if batch.latents.device != device:
@@ -118,8 +121,10 @@ def with_conditions(model: ComposedModel, batch: Batch, cond: Mapping[str, Any] 
         except DataError as err:
             hints = "".join(did_you_mean(k, keys) for k in unknown)
             raise InspectError(
-                f"cond has keys {listing(unknown)} that name no condition (conditions: {listing(keys)}).{hints} "
-                f"It was read as a new raw batch, and {type(model.base).__name__}.prepare_batch refused it: {err}"
+                f"cond has keys {listing(unknown)} that name no condition "
+                f"(conditions: {listing(keys)}).{hints} "
+                f"It was read as a new raw batch, "
+                f"and {type(model.base).__name__}.prepare_batch refused it: {err}"
             ) from err
     merged = dict(batch.cond)
     for name, value in cond.items():
@@ -130,7 +135,8 @@ def with_conditions(model: ComposedModel, batch: Batch, cond: Mapping[str, Any] 
         current = batch.cond.get(key)
         if not isinstance(current, torch.Tensor):
             raise InspectError(
-                f"cond[{name!r}]: this batch has no {key!r} to override (its conditions: {listing(batch.cond)}). "
+                f"cond[{name!r}]: this batch has no {key!r} to override "
+                f"(its conditions: {listing(batch.cond)}). "
                 f"Pass a new raw batch that includes it instead."
             )
         value = torch.as_tensor(value).to(device=current.device, dtype=current.dtype)
@@ -138,7 +144,8 @@ def with_conditions(model: ComposedModel, batch: Batch, cond: Mapping[str, Any] 
             value = value.unsqueeze(0).expand_as(current)
         if value.shape != current.shape:
             raise InspectError(
-                f"cond[{name!r}] has shape {tuple(value.shape)}, but the batch's {key!r} is {tuple(current.shape)}. "
+                f"cond[{name!r}] has shape {tuple(value.shape)}, "
+                f"but the batch's {key!r} is {tuple(current.shape)}. "
                 f"Give the full shape, or {tuple(current.shape[1:])} for the same value on every sample."
             )
         merged[key] = value
@@ -146,11 +153,13 @@ def with_conditions(model: ComposedModel, batch: Batch, cond: Mapping[str, Any] 
 
 
 def rolled_conditions(model: ComposedModel, batch: Batch, condition: str, shift: int = 1) -> Batch:
-    """``batch`` with ``condition`` taken from another clip (rolled along the batch): a wrong-condition control."""
+    """``batch`` with ``condition`` taken from another clip (rolled along the batch): a wrong-condition
+    control."""
     key = condition_key(model, batch, condition)
     if batch.batch_size < 2:
         raise InspectError(
-            f"Swapping {condition!r} between clips needs a batch of at least 2 clips, got {batch.batch_size}. "
+            f"Swapping {condition!r} between clips needs a batch of at least 2 clips, "
+            f"got {batch.batch_size}. "
             f"Pass a batch with several clips."
         )
     return dataclasses.replace(batch, cond={**batch.cond, key: torch.roll(batch.cond[key], shift, dims=0)})
@@ -186,7 +195,8 @@ def t_for_noise_level(objective: Objective, level: float) -> float | int:
         return objective.t_for_noise_level(level)
     except NotImplementedError as err:
         raise InspectError(
-            f"Cannot map noise level {level} to t for {objective.describe()}: it defines no t_for_noise_level. "
+            f"Cannot map noise level {level} to t for {objective.describe()}: "
+            f"it defines no t_for_noise_level. "
             f"Give the objective that method, or use FlowMatching or Diffusion."
         ) from err
 
@@ -202,18 +212,21 @@ def check_levels(levels: Sequence[float]) -> np.ndarray:
     """``levels`` as a float64 array of noise levels, checked to lie in [0, 1]."""
     out = np.asarray(list(levels), dtype=np.float64)
     if out.ndim != 1 or not out.size or ((out < 0) | (out > 1)).any():
-        raise InspectError(f"levels must be noise levels in [0, 1] (0 = clean, 1 = pure noise), got {list(levels)!r}.")
+        raise InspectError(f"levels must be noise levels in [0, 1] (0 = clean, 1 = pure noise), "
+                           f"got {list(levels)!r}.")
     return out
 
 
 def seeded_noise(batch: Batch, seed: int) -> torch.Tensor:
     """One standard-normal draw shaped like ``batch.latents``, from ``seed`` on the batch's device."""
     g = torch.Generator(device=batch.latents.device).manual_seed(int(seed))
-    return torch.randn(batch.latents.shape, generator=g, device=batch.latents.device, dtype=batch.latents.dtype)
+    return torch.randn(batch.latents.shape, generator=g, device=batch.latents.device,
+                       dtype=batch.latents.dtype)
 
 
 def masked_rms(x: torch.Tensor, mask: torch.Tensor | None) -> float:
-    """Root mean square of ``(B, C, T, ...)`` over the frames ``mask`` ``(B, T)`` selects (all when ``None``)."""
+    """Root mean square of ``(B, C, T, ...)`` over the frames ``mask`` ``(B, T)`` selects (all when
+    ``None``)."""
     sq = x.float().square()
     if mask is None:
         return float(sq.mean().sqrt())

@@ -77,7 +77,8 @@ class DriveState:
         seed: chunk ``k`` samples with a seed mixed from ``(seed, k)``.
         readout: frames → positions (:class:`workbench.inspect.Readout`) for the path; ``"probe"`` (default):
             the state reader registered as ``"probe"`` (the world-model package's hand probe, metres, drawn in
-            cm), or no path where it cannot read the frames (:attr:`readout_note` says why); ``None``: no path.
+            cm), or no path where it cannot read the frames (:attr:`readout_note` says why);
+            ``None``: no path.
         speed: the magnitude a key sets (actions are in [-1, 1]).
         state: where a chunk's state comes from, as :func:`workbench.inspect.rollout` takes it.
         gate_scale: sample with the adapter's learned gate times this (as the demo samples: 2).
@@ -85,22 +86,23 @@ class DriveState:
     """
 
     def __init__(self, exp_or_model: Any, start: Mapping[str, Any], *, steps: int = 8, seed: int = 0,
-                 readout: Any = "probe", speed: float = 1.0, state: Any = "probe", gate_scale: float | None = None,
-                 dim_names: Sequence[str] | None = None):
+                 readout: Any = "probe", speed: float = 1.0, state: Any = "probe",
+                 gate_scale: float | None = None, dim_names: Sequence[str] | None = None):
         model = getattr(exp_or_model, "model", exp_or_model)
         from workbench.core.composed import ComposedModel
 
         if not isinstance(model, ComposedModel):
-            raise InspectError(f"DriveState needs an Experiment or a ComposedModel, got {type(exp_or_model).__name__}."
+            raise InspectError(f"DriveState needs an Experiment or a ComposedModel, "
+                               f"got {type(exp_or_model).__name__}."
                                f" Pass exp (AdapterExperiment.load(...)) or exp.model.")
         if not isinstance(start, Mapping) or "video" not in start or "action" not in start:
             got = sorted(start) if isinstance(start, Mapping) else type(start).__name__
-            raise InspectError(f"start must be one raw clip with 'video' (3, T, H, W) and 'action' (T, D), as a clip "
-                               f"source serves it (e.g. MetaWorldClips(...)[i]); got {got}.")
+            raise InspectError(f"start must be one raw clip with 'video' (3, T, H, W) and 'action' (T, D), "
+                               f"as a clip source serves it (e.g. MetaWorldClips(...)[i]); got {got}.")
         video = torch.as_tensor(start["video"])
         if video.ndim != 4 or video.shape[0] != 3:
-            raise InspectError(f"start['video'] must be one clip (3, T, H, W), got shape {tuple(video.shape)}; pass "
-                               f"clips[i], not a collated batch.")
+            raise InspectError(f"start['video'] must be one clip (3, T, H, W), "
+                               f"got shape {tuple(video.shape)}; pass clips[i], not a collated batch.")
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
             raise InspectError(f"steps must be a positive int (sampling steps per chunk), got {steps!r}.")
         if not (isinstance(speed, (int, float)) and 0 < speed <= 1):
@@ -165,7 +167,8 @@ class DriveState:
         return 0 if self.rollout is None else int(self.rollout.frame_count)
 
     def video(self) -> np.ndarray:
-        """uint8 ``[F, H, W, 3]``: every frame of the episode so far (the start frame alone before a chunk)."""
+        """uint8 ``[F, H, W, 3]``: every frame of the episode so far
+        (the start frame alone before a chunk)."""
         if self.rollout is None:
             return _uint8(self.start["video"][:, :1])
         return np.asarray(self.rollout.video)
@@ -183,8 +186,9 @@ class DriveState:
         wall, cpu = time.perf_counter(), time.process_time()
         if self.rollout is None:
             count = self.window
-            self.rollout = rollout(self.model, self.start, self._chunk_actions(self.action, count), steps=self.steps,
-                                   seed=self.seed, state=self.state_source, gate_scale=self.gate_scale)
+            self.rollout = rollout(self.model, self.start, self._chunk_actions(self.action, count),
+                                   steps=self.steps, seed=self.seed, state=self.state_source,
+                                   gate_scale=self.gate_scale)
         else:
             self.rollout = self.rollout.extend(self._chunk_actions(self.action, self.stride))
         chunk = self.rollout.chunks[-1]
@@ -237,13 +241,15 @@ class DriveState:
         return self.rollout
 
     def switch(self, branch: int) -> None:
-        """Drive on from a line kept by :meth:`branch` (the current one takes its place in :attr:`branches`)."""
+        """Drive on from a line kept by :meth:`branch`
+        (the current one takes its place in :attr:`branches`)."""
         if not 0 <= branch < len(self.branches):
             raise InspectError(f"branch={branch!r} is not a kept line; there are {len(self.branches)}.")
         self.branches[branch], self.rollout = self.rollout, self.branches[branch]
 
     def trajectory(self, chunk: int):
-        """Chunk ``chunk``'s recorded sampling run (a :class:`~workbench.inspect.Trajectory`), for the Stepper."""
+        """Chunk ``chunk``'s recorded sampling run (a :class:`~workbench.inspect.Trajectory`),
+        for the Stepper."""
         if self.rollout is None or not -len(self.rollout.chunks) <= chunk < len(self.rollout.chunks):
             raise InspectError(f"chunk={chunk!r} is not a chunk of this episode; it has {self.chunks} "
                                f"(0..{self.chunks - 1})." if self.chunks else "no chunk yet: step() first.")
@@ -261,7 +267,8 @@ class DriveState:
 
     # -- the hand's path ----------------------------------------------------------------------
     def path(self) -> np.ndarray | None:
-        """The readout of every frame so far, ``[F, D]`` in its unit (the hand in cm), or None without a readout.
+        """The readout of every frame so far, ``[F, D]`` in its unit (the hand in cm),
+        or None without a readout.
 
         Each chunk's frames are read once (chunks are immutable), so a step reads only the new frames."""
         if self.readout is None:
@@ -296,7 +303,8 @@ class DriveState:
 
     # -- saving -----------------------------------------------------------------------------------
     def save(self, path: str | Path, task: str | None = None) -> Path:
-        """Write the driven episode as a Meta-World HDF5 clip file (schema of :mod:`workbench.data.metaworld`).
+        """Write the driven episode as a Meta-World HDF5 clip file
+        (schema of :mod:`workbench.data.metaworld`).
 
         ``frames``: the predicted frames (the start frame first), ``actions``: the actions driven,
         ``ee_pos``: the hand position the readout found on each predicted frame (metres; it is no measurement:
@@ -314,16 +322,19 @@ class DriveState:
             raise InspectError("nothing to save yet: step() at least one chunk first.")
         out = Path(path).expanduser()
         if out.suffix not in (".h5", ".hdf5"):
-            raise InspectError(f"save writes an HDF5 clip file; the path must end in .h5 or .hdf5, got {str(out)!r}.")
+            raise InspectError(f"save writes an HDF5 clip file; the path must end in .h5 or .hdf5, "
+                               f"got {str(out)!r}.")
         frames = self.video()
         n = len(frames)
         actions = self.actions()
         path_cm = self.path()
         if path_cm is not None and getattr(self.readout, "unit", "") in ("cm", "m") and path_cm.shape[1] == 3:
             ee_pos = (path_cm / (100.0 if self.readout.unit == "cm" else 1.0)).astype(np.float32)
-            source = f"{getattr(self.readout, 'name', 'readout')} read off the predicted frames (not measured)"
+            source = (f"{getattr(self.readout, 'name', 'readout')} read off the predicted frames "
+                      f"(not measured)")
         else:
-            ee_pos = np.repeat(np.asarray(self.start.get("ee_pos", np.zeros((1, 3))), np.float32)[:1], n, axis=0)
+            ee_pos = np.repeat(np.asarray(self.start.get("ee_pos", np.zeros((1, 3))), np.float32)[:1],
+                               n, axis=0)
             source = "the start clip's measured position at frame 0, held (no readout in metres)"
         out.parent.mkdir(parents=True, exist_ok=True)
         partial = out.with_name(out.name + ".partial")
@@ -337,7 +348,8 @@ class DriveState:
             put("actions", actions.astype(np.float32))
             put("ee_pos", ee_pos)
             put("proprio", np.zeros((n, 0), np.float32))
-            f.create_dataset("task", data=np.array([task or str(self.start.get("task", "driven"))], dtype=object),
+            f.create_dataset("task",
+                             data=np.array([task or str(self.start.get("task", "driven"))], dtype=object),
                              dtype=h5py.string_dtype())
             f.attrs["schema_version"] = 1
             f.attrs["frames"] = n
@@ -355,7 +367,8 @@ class DriveState:
             camera = self.start.get("camera")
             if camera is not None:
                 height, width = self.frame_size
-                for key, value in calibration_from_vector(np.asarray(camera), width, height).to_attrs().items():
+                for key, value in calibration_from_vector(np.asarray(camera), width,
+                                                          height).to_attrs().items():
                     f.attrs[key] = value
         partial.replace(out)
         return out
@@ -373,9 +386,10 @@ class DriveState:
 
 
 def calibration_from_vector(vector: np.ndarray, width: int, height: int):
-    """The :class:`~workbench.data.camera.CameraCalibration` whose ``vector()`` is ``vector`` (a normalised 3x4
-    projection, as clips carry it as ``"camera"``), for frames ``width`` × ``height``: ``K`` and ``[R | t]`` by an
-    RQ decomposition of the projection (``K`` with a positive diagonal and ``K[2, 2] = 1``)."""
+    """The :class:`~workbench.data.camera.CameraCalibration` whose ``vector()`` is ``vector``
+    (a normalised 3x4 projection, as clips carry it as ``"camera"``), for frames ``width`` × ``height``:
+    ``K`` and ``[R | t]`` by an RQ decomposition of the projection (``K`` with a positive diagonal and
+    ``K[2, 2] = 1``)."""
     from workbench.data.camera import CameraCalibration
 
     p = np.asarray(vector, np.float64).reshape(3, 4) * np.array([[width], [height], [1.0]])
@@ -389,8 +403,9 @@ def calibration_from_vector(vector: np.ndarray, width: int, height: int):
     k, rot = k @ signs, signs @ rot
     t = np.linalg.solve(k, p[:, 3])
     if np.linalg.det(rot) < 0:
-        raise InspectError("the camera vector is not the projection of a camera in front of the scene (its 3x3 part "
-                           "has a negative determinant); pass the clip's own 'camera' as a clip source serves it.")
+        raise InspectError("the camera vector is not the projection of a camera in front of the scene "
+                           "(its 3x3 part has a negative determinant); "
+                           "pass the clip's own 'camera' as a clip source serves it.")
     extrinsics = np.eye(4)
     extrinsics[:3, :3], extrinsics[:3, 3] = rot, t  # K/k22 [R | t] = P/k22: the same projection
     scale = k[2, 2]
@@ -409,15 +424,16 @@ def _readout(readout: Any, start_frame: np.ndarray) -> tuple[Any, str]:
         return None, "no path: no readout given"
     if isinstance(readout, str):
         if readout != "probe":
-            raise InspectError(f"readout={readout!r}: pass 'probe' (the state reader registered as 'probe', the "
-                               f"world-model package's hand probe), a Readout, or None.")
+            raise InspectError(f"readout={readout!r}: pass 'probe' (the state reader registered as 'probe', "
+                               f"the world-model package's hand probe), a Readout, or None.")
         from workbench.errors import DataError
         from workbench.inspect.probes.readout import Readout
         from workbench.inspect.recording.rollouts import state_reader
 
-        reader = state_reader("probe")  # frames [B, T, H, W, 3] -> the position on each one's last frame, metres
-        hand = Readout(lambda frames: reader(np.asarray(frames)[:, None]), name="hand", unit="cm", scale=100.0,
-                       axes=("x", "y", "z"))
+        # frames [B, T, H, W, 3] -> the position on each one's last frame, metres
+        reader = state_reader("probe")
+        hand = Readout(lambda frames: reader(np.asarray(frames)[:, None]), name="hand", unit="cm",
+                       scale=100.0, axes=("x", "y", "z"))
         try:
             hand(start_frame)
         except (DataError, InspectError, ValueError) as err:

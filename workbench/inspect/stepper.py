@@ -58,8 +58,8 @@ class StepperState:
             raise InspectError(f"StepperState needs a Trajectory (exp.sample(...) returns one), got "
                                f"{type(trajectory).__name__}.")
         if not trajectory.stored:
-            raise InspectError("This trajectory stored no steps (record=False?); sample with record=True to step "
-                               "through it.")
+            raise InspectError("This trajectory stored no steps (record=False?); "
+                               "sample with record=True to step through it.")
         b = trajectory.batch.batch_size
         if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < b:
             raise InspectError(f"index={index!r} is not a batch element; this batch has {b} (0..{b - 1}).")
@@ -108,8 +108,8 @@ class StepperState:
         if view not in self.views:
             needs = ", ".join(VIEW_NEEDS[view])
             raise InspectError(f"view={view!r} needs the fields {needs}, which this trajectory did "
-                               f"not store (StoragePolicy fields={self.trajectory.storage.fields}); available views: "
-                               f"{', '.join(self.views)}.")
+                               f"not store (StoragePolicy fields={self.trajectory.storage.fields}); "
+                               f"available views: {', '.join(self.views)}.")
         self.view = view
         return self.view
 

@@ -51,8 +51,8 @@ VIEW_LABELS = {
     "adapter-base": "adapter − base (x0)",
     "gate": "gate",
 }
-VIEW_ALIASES = {"adapter - base": "adapter-base", "adapter − base": "adapter-base", "adapter_base": "adapter-base",
-                 "xt": "x_t"}
+VIEW_ALIASES = {"adapter - base": "adapter-base", "adapter − base": "adapter-base",
+                "adapter_base": "adapter-base", "xt": "x_t"}
 
 
 VIEW_NEEDS = {"x_t": ("x_t",), "x0": ("x0",), "base": ("x_t", "base"), "adapter": ("adapter",),
@@ -81,8 +81,8 @@ def effective_gate_map(step: TrajectoryStep, index: int = 0) -> np.ndarray:
     """
     shape = next((v.shape for v in (step.x_t, step.x0, step.base, step.composed) if v is not None), None)
     if shape is None:
-        raise InspectError(f"Step {step.index} stored no latent field, so its gate map has no shape; record with "
-                           f"at least one of x_t, x0, base, composed in StoragePolicy.fields.")
+        raise InspectError(f"Step {step.index} stored no latent field, so its gate map has no shape; "
+                           f"record with at least one of x_t, x0, base, composed in StoragePolicy.fields.")
     t, h, w = shape[2:]
     out = np.ones((t, h, w), dtype=np.float32)
     if "adapter" in step.stored and step.adapter is None:
@@ -148,8 +148,8 @@ def given_frames(batch: Batch, index: int, frames: int, causal: bool | None = Tr
 
 def view_image(traj: Trajectory, step: int, view: str, decode: str = "preview", index: int = 0,
                frame: int | None = None) -> ViewImage:
-    """One view (see :mod:`workbench.inspect.stepper` for what each shows) of ``traj``'s step ``step`` for batch
-    element ``index``.
+    """One view (see :mod:`workbench.inspect.stepper` for what each shows) of ``traj``'s step ``step`` for
+    batch element ``index``.
 
     ``frame``: render only that frame where the backbone's frames decode one latent frame at a time
     (``image.start == frame``, ``len(image)`` still the whole video's length); every frame otherwise.
@@ -159,7 +159,8 @@ def view_image(traj: Trajectory, step: int, view: str, decode: str = "preview", 
     rec = traj[step]
     base = traj.model.base
     title = traj.label
-    caption = f"{VIEW_LABELS[view]} · step {rec.index} of {rec.steps} · noise level {float(rec.noise_level[0]):.2f}"
+    caption = (f"{VIEW_LABELS[view]} · step {rec.index} of {rec.steps} · "
+               f"noise level {float(rec.noise_level[0]):.2f}")
     off = adapter_note(traj, rec, index)
 
     def given(frames: int) -> tuple[bool, ...]:
@@ -173,14 +174,16 @@ def view_image(traj: Trajectory, step: int, view: str, decode: str = "preview", 
         frames = effective_gate_map(rec, index)
         signed = bool((frames < 0).any())
         note = f"effective weight {float(frames.mean()):.2f}" + (f" · {off}" if off else "")
-        return ViewImage(view, title, "signed" if signed else "gate", frames, "effective gate (adapter weight)",
+        return ViewImage(view, title, "signed" if signed else "gate", frames,
+                         "effective gate (adapter weight)",
                          signed_limit(frames) if signed else max(1.0, float(frames.max())),
                          given(frames.shape[0]), caption, note=note)
     if view == "adapter":
         if rec.adapter is None and "adapter" in rec.stored:  # nothing ran: an empty map that says so
             like = next((v for v in (rec.x_t, rec.x0, rec.base, rec.composed) if v is not None), None)
             if like is None:
-                raise InspectError(f"Step {rec.index}: {off}, and no latent field was stored to size an empty map.")
+                raise InspectError(f"Step {rec.index}: {off}, "
+                                   f"and no latent field was stored to size an empty map.")
             frames = np.zeros_like(linear(like))
         else:
             frames = linear(rec.get("adapter"))
@@ -189,7 +192,8 @@ def view_image(traj: Trajectory, step: int, view: str, decode: str = "preview", 
     if view == "composed":
         frames = linear(rec.get("composed"))
         kind = traj.model.objective.prediction_type or "prediction"
-        return ViewImage(view, title, "signed", frames, f"composed prediction ({kind}; linear preview, mean RGB)",
+        return ViewImage(view, title, "signed", frames,
+                         f"composed prediction ({kind}; linear preview, mean RGB)",
                          signed_limit(frames), given(frames.shape[0]), caption, note=off)
     start, total = 0, None
 
@@ -215,8 +219,10 @@ def view_image(traj: Trajectory, step: int, view: str, decode: str = "preview", 
                              start=start, total=total)
         composed_x0 = obj.x0_from_prediction(rec.get("composed").to(x_t.dtype), x_t, rec.t.to(x_t.device))
         # every frame, so that the colour range is the clip's and scrubbing frames does not rescale it
-        diff = (render_float(base, composed_x0, decode, index) - render_float(base, base_x0, decode, index)).mean(-1)
-        return ViewImage(view, title, "signed", diff.astype(np.float32), "x0 difference (mean RGB, [-1, 1] units)",
+        diff = (render_float(base, composed_x0, decode, index)
+                - render_float(base, base_x0, decode, index)).mean(-1)
+        return ViewImage(view, title, "signed", diff.astype(np.float32),
+                         "x0 difference (mean RGB, [-1, 1] units)",
                          signed_limit(diff), given(diff.shape[0]), caption, note=off)
     frames = as_uint8(pictures(rec.get(view)))
     return ViewImage(view, title, "rgb", frames, given=given(length(frames)), caption=caption, start=start,

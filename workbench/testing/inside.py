@@ -31,10 +31,11 @@ INSIDE_PROMISES = {
     "base_untouched": "training changes the adapter's parameters only; the base's own stay bit-identical and "
                       "out of the optimizer",
     "state_dict": "the checkpointed state holds the adapter's tensors only, none of the base's",
-    "recording": "recorded == unrecorded sampling, bit-exact; recording makes two base calls (base and adapted) "
-                 "for each one sampling makes",
+    "recording": "recorded == unrecorded sampling, bit-exact; recording makes two base calls "
+                 "(base and adapted) for each one sampling makes",
 }
-"""Promise name → what it promises, for adapters inside the base, in checking order (see check_inside_adapter)."""
+"""Promise name → what it promises, for adapters inside the base, in checking order (see
+check_inside_adapter)."""
 
 
 class _Run:
@@ -58,8 +59,8 @@ class _Run:
     def adapter(self) -> Adapter:
         adapter = self.adapter_factory()
         if not getattr(adapter, "inside", False):
-            raise Broken(f"{type(adapter).__name__} is not an inside adapter (adapter.inside is False); check it "
-                         f"with check_backbone(..., adapter_factory=...) instead.")
+            raise Broken(f"{type(adapter).__name__} is not an inside adapter (adapter.inside is False); "
+                         f"check it with check_backbone(..., adapter_factory=...) instead.")
         return adapter
 
     def model(self):
@@ -73,7 +74,8 @@ class _Run:
         return model.noised(self.batch, torch.Generator().manual_seed(seed))
 
     def fit(self):
-        """A base and adapter trained two steps (kept for the later promises), with the base's own tensors before."""
+        """A base and adapter trained two steps (kept for the later promises), with the base's own tensors
+        before."""
         if self.trained is None:
             from workbench.core.composers import Replace
             from workbench.train import AdapterExperiment, TrainingConfig
@@ -104,7 +106,8 @@ def _identity(r: _Run) -> str:
         raise Broken(f"a fresh {type(model.adapter).__name__} changes the base's prediction "
                      f"({max_diff(pred.composed, frozen)}): its output paths must start at exactly zero.")
     if pred.base is None or not torch.equal(pred.base, frozen):
-        raise Broken("the base prediction beside the adapted one (adapter switched off) is not the untouched base's.")
+        raise Broken("the base prediction beside the adapted one (adapter switched off) "
+                     "is not the untouched base's.")
     return "composed and switched-off predictions equal the untouched base, bit-exact"
 
 
@@ -175,8 +178,9 @@ def _recording(r: _Run) -> str:
                      f"({max_diff(traj.final, plain)}).")
     per_step = plain_calls[0] // r.steps  # one per guidance branch
     if calls[0] != 2 * plain_calls[0]:
-        raise Broken(f"a {r.steps}-step recording made {calls[0]} base calls where sampling made {plain_calls[0]}; "
-                     f"expected twice as many (the base with the adapter switched off, and the adapted base).")
+        raise Broken(f"a {r.steps}-step recording made {calls[0]} base calls "
+                     f"where sampling made {plain_calls[0]}; expected twice as many "
+                     f"(the base with the adapter switched off, and the adapted base).")
     return f"{r.steps} steps, {2 * per_step} base calls per step recorded ({per_step} sampling), bit-exact"
 
 
@@ -184,10 +188,12 @@ CHECKS = {"identity": _identity, "switched_off": _switched_off, "base_untouched"
           "state_dict": _state_dict, "recording": _recording}
 
 
-def check_inside_adapter(make_backbone: Callable[[], BaseVideoModel], adapter_factory: Callable[[], Adapter], *,
+def check_inside_adapter(make_backbone: Callable[[], BaseVideoModel],
+                         adapter_factory: Callable[[], Adapter], *,
                          raw: Mapping[str, Any] | None = None, steps: int = 3, seed: int = 0,
                          raise_on_broken: bool = True) -> ConformanceReport:
-    """Check every promise of an inside adapter (:data:`INSIDE_PROMISES`) on fresh bases from ``make_backbone``.
+    """Check every promise of an inside adapter (:data:`INSIDE_PROMISES`) on fresh bases from
+    ``make_backbone``.
 
     ``raw``: a raw training batch for ``prepare_batch`` holding what the adapter reads (default: the
     backbone's :meth:`~workbench.BaseVideoModel.example_batch`). Raises one

@@ -23,7 +23,8 @@ class Broken(Exception):  # noqa: N818 - a finding, raised inside a promise's ch
 
 
 class Skipped(Exception):  # noqa: N818
-    """Raised by a promise's check: the promise cannot be checked with what was given (the message says why)."""
+    """Raised by a promise's check: the promise cannot be checked with what was given (the message says
+    why)."""
 
 
 class Blocked(Exception):  # noqa: N818
@@ -87,16 +88,19 @@ class ConformanceReport:
     def __str__(self) -> str:
         n = len(self.broken)
         head = (f"{self.backbone} on {self.setting}: " +
-                (f"{n} of {len(self.findings)} promises broken" if n else f"all {len(self.findings)} promises kept"))
+                (f"{n} of {len(self.findings)} promises broken" if n
+                 else f"all {len(self.findings)} promises kept"))
         return "\n".join([head, *(f.line() for f in self.findings)])
 
 
 class Subject:
     """The backbone under check and what the checks share (built lazily, each at most once)."""
 
-    def __init__(self, base: BaseVideoModel, *, raw: Mapping[str, Any], generate_raw: Mapping[str, Any] | None,
+    def __init__(self, base: BaseVideoModel, *, raw: Mapping[str, Any],
+                 generate_raw: Mapping[str, Any] | None,
                  adapter_factory: Callable[[], Adapter], steps: int | None, fork_at: int | None,
-                 sampler_kwargs: Mapping[str, Any], device: torch.device, dtype: torch.dtype | None, seed: int):
+                 sampler_kwargs: Mapping[str, Any], device: torch.device, dtype: torch.dtype | None,
+                 seed: int):
         self.base, self.raw, self.generate_raw = base, raw, generate_raw
         self.adapter_factory, self.sampler_kwargs = adapter_factory, dict(sampler_kwargs)
         self.requested_steps, self.fork_at = steps, fork_at
@@ -159,7 +163,8 @@ class Subject:
                     p.add_(torch.randn(p.shape, generator=g).to(p) * 0.1)
         composer = composer if composer is not None else GatedResidual(gate_init=0.5 if perturbed else 0.1)
         # the adapter and composer are placed, never the composed model: that would move the base as well
-        return ComposedModel(self.base, self.place(adapter), self.place(composer), self.base.default_objective())
+        return ComposedModel(self.base, self.place(adapter), self.place(composer),
+                             self.base.default_objective())
 
     @property
     def adapter_dtype(self) -> torch.dtype | None:
@@ -219,4 +224,5 @@ def few(names: Sequence[str], n: int = 4) -> str:
 def max_diff(a: torch.Tensor, b: torch.Tensor) -> str:
     if a.shape != b.shape:
         return f"shapes {tuple(a.shape)} vs {tuple(b.shape)}"
-    return f"max |difference| {float((a.detach().double().cpu() - b.detach().double().cpu()).abs().max()):.3g}"
+    return ("max |difference| "
+            f"{float((a.detach().double().cpu() - b.detach().double().cpu()).abs().max()):.3g}")

@@ -39,7 +39,8 @@ from workbench.testing.kit import (
 
 def _tolerance(dtype: torch.dtype) -> dict[str, float]:
     """For values computed two legitimate ways (the pipeline's own encode vs ours): dtype-sized."""
-    return {"rtol": 2e-2, "atol": 2e-2} if dtype in (torch.bfloat16, torch.float16) else {"rtol": 1e-4, "atol": 1e-4}
+    return ({"rtol": 2e-2, "atol": 2e-2} if dtype in (torch.bfloat16, torch.float16)
+            else {"rtol": 1e-4, "atol": 1e-4})
 
 
 # -- the card and placement ----------------------------------------------------------------
@@ -52,8 +53,8 @@ def check_card(s: Subject) -> str:
         raise Broken("; ".join(problems))
     objective = base.default_objective()
     if objective.prediction_type != base.card.prediction_type:
-        raise Broken(f"default_objective() trains a {objective.prediction_type!r} prediction but the card says "
-                     f"{base.card.prediction_type!r}; make them agree.")
+        raise Broken(f"default_objective() trains a {objective.prediction_type!r} prediction "
+                     f"but the card says {base.card.prediction_type!r}; make them agree.")
     return f"{base.card.model_id!r}, {s.steps} steps of {base.card.sampling.sampler!r}"
 
 
@@ -67,12 +68,14 @@ def check_to(s: Subject) -> str:
         return torch.float32 if kept and _under(name, kept) else dtype
 
     elsewhere = [k for k, v in moved.items() if v.device.type != device.type]
-    wrong = [k for k, v in moved.items() if dtype is not None and v.is_floating_point() and v.dtype != wanted(k)]
+    wrong = [k for k, v in moved.items()
+             if dtype is not None and v.is_floating_point() and v.dtype != wanted(k)]
     if elsewhere or wrong:
         raise Broken(f".to({device}{', ' + str(dtype) if dtype else ''}) left "
                      + "; ".join(filter(None, [elsewhere and f"{few(elsewhere)} off {device}",
                                                wrong and f"{few(wrong)} not {dtype}" + (
-                                                   " (keep_in_float32() names the float32 ones)" if kept else "")])))
+                                                   " (keep_in_float32() names the float32 ones)" if kept
+                                                   else "")])))
     computing = next((p for n, p in base.named_parameters() if not (kept and _under(n, kept))), None)
     if computing is not None and (base.device.type != device.type or base.dtype != computing.dtype):
         raise Broken(f"base.device / base.dtype report {base.device} / {base.dtype}, the weights are on "
@@ -131,17 +134,20 @@ def check_provides(s: Subject) -> str:
                         f"sampler_inputs if only the sampler reads them)")
     missing = [n for n in provided if n not in batch.cond]
     if missing:
-        problems.append(f"provides() names {missing} but prepare_batch(raw) did not supply them (raw has keys "
-                        f"{sorted(map(str, s.raw))}; give a raw batch holding every input, or fix the names)")
+        problems.append(f"provides() names {missing} but prepare_batch(raw) did not supply them "
+                        f"(raw has keys {sorted(map(str, s.raw))}; give a raw batch holding every input, "
+                        f"or fix the names)")
     if not set(batch.per_frame) <= set(batch.cond):
-        problems.append(f"per_frame names {sorted(set(batch.per_frame) - set(batch.cond))}, which are not in cond")
+        problems.append(f"per_frame names {sorted(set(batch.per_frame) - set(batch.cond))}, "
+                        f"which are not in cond")
     for key, value in batch.cond.items():
         if isinstance(value, torch.Tensor) and value.ndim and value.shape[0] != z.shape[0]:
             problems.append(f"cond[{key!r}] has {value.shape[0]} rows for a batch of {z.shape[0]}")
         elif isinstance(value, torch.Tensor) and value.device.type != base.device.type:
             problems.append(f"cond[{key!r}] is on {value.device}, the backbone on {base.device}")
     if batch.loss_mask is not None and tuple(batch.loss_mask.shape) != (z.shape[0], z.shape[2]):
-        problems.append(f"loss_mask is {tuple(batch.loss_mask.shape)}, expected (B, T') = {(z.shape[0], z.shape[2])}")
+        problems.append(f"loss_mask is {tuple(batch.loss_mask.shape)}, "
+                        f"expected (B, T') = {(z.shape[0], z.shape[2])}")
     if base.prepare_batch(batch) is not batch:
         problems.append("prepare_batch(batch) must return a Batch unchanged")
     if problems:
@@ -157,8 +163,8 @@ def check_encode_decode(s: Subject) -> str:
     with torch.no_grad():
         z = base.encode(video)
         if not isinstance(z, torch.Tensor) or z.ndim != 5 or not z.is_floating_point():
-            raise Broken(f"encode(video {tuple(video.shape)}) must return floating (B, C, T', h, w) latents, got "
-                         f"{tuple(getattr(z, 'shape', ()))} {getattr(z, 'dtype', '')}.")
+            raise Broken(f"encode(video {tuple(video.shape)}) must return floating (B, C, T', h, w) "
+                         f"latents, got {tuple(getattr(z, 'shape', ()))} {getattr(z, 'dtype', '')}.")
         if z.shape != batch.latents.shape:
             raise Broken(f"encode(video) is {tuple(z.shape)} but prepare_batch(raw).latents is "
                          f"{tuple(batch.latents.shape)}: the batch's latents must be the encoded video.")
@@ -166,8 +172,8 @@ def check_encode_decode(s: Subject) -> str:
             raise Broken(f"prepare_batch(raw).latents are not encode(video): {max_diff(z, batch.latents)}.")
         x = base.decode(z)
     if not isinstance(x, torch.Tensor) or not x.is_floating_point() or tuple(x.shape) != tuple(video.shape):
-        raise Broken(f"decode(encode(video)) must be floating video of the input's shape {tuple(video.shape)}, got "
-                     f"{tuple(getattr(x, 'shape', ()))} {getattr(x, 'dtype', '')}.")
+        raise Broken(f"decode(encode(video)) must be floating video of the input's shape "
+                     f"{tuple(video.shape)}, got {tuple(getattr(x, 'shape', ()))} {getattr(x, 'dtype', '')}.")
     if not torch.isfinite(x).all() or float(x.abs().max()) > 1.0 + 1e-3:
         raise Broken(f"decode must return finite values in [-1, 1], got a range of [{float(x.min()):.3g}, "
                      f"{float(x.max()):.3g}].")
@@ -191,14 +197,15 @@ def check_identity(s: Subject) -> str:
             frozen = base.denoise(x_t, t, batch.cond)
             again = base.denoise(x_t, t, batch.cond)
         if not torch.equal(frozen, again):
-            raise Broken(f"denoise gave two answers for the same input ({max_diff(frozen, again)}): the frozen base "
-                         f"must be deterministic (eval mode, no sampling inside).")
+            raise Broken(f"denoise gave two answers for the same input ({max_diff(frozen, again)}): "
+                         f"the frozen base must be deterministic (eval mode, no sampling inside).")
         if frozen.shape != x_t.shape or frozen.dtype != x_t.dtype:
             raise Broken(f"denoise returned {tuple(frozen.shape)} {frozen.dtype} for x_t {tuple(x_t.shape)} "
                          f"{x_t.dtype}; it must match x_t's shape and dtype.")
         if not torch.equal(pred.composed, frozen):
             raise Broken(f"{composer.describe()} with a zero adapter is not the frozen base bit for bit: "
-                         f"{max_diff(pred.composed, frozen)} (is constrain() changing denoise's own output?).")
+                         f"{max_diff(pred.composed, frozen)} "
+                         f"(is constrain() changing denoise's own output?).")
     return "Add and GatedResidual, bit-exact"
 
 
@@ -214,14 +221,15 @@ def check_constrain(s: Subject) -> str:
         fixed = base.constrain(any_pred.clone(), x_t, t, batch.cond)
         twice = base.constrain(fixed.clone(), x_t, t, batch.cond)
     if not torch.equal(kept, frozen):
-        raise Broken(f"constrain changes denoise's own prediction ({max_diff(kept, frozen)}); the base's output "
-                     f"must already satisfy it.")
+        raise Broken(f"constrain changes denoise's own prediction ({max_diff(kept, frozen)}); "
+                     f"the base's output must already satisfy it.")
     if not torch.equal(twice, fixed):
         raise Broken(f"constrain is not idempotent: applied twice it moves again ({max_diff(twice, fixed)}).")
     mask = batch.loss_mask
     free = torch.ones(x_t.shape[2], dtype=torch.bool) if mask is None else (mask != 0).all(dim=0).cpu()
     if not torch.equal(fixed[:, :, free.to(fixed.device)], any_pred[:, :, free.to(fixed.device)]):
-        raise Broken("constrain changed frames the model predicts (loss_mask 1); it may only fix given frames.")
+        raise Broken("constrain changed frames the model predicts (loss_mask 1); "
+                     "it may only fix given frames.")
     given = torch.zeros_like(free) if mask is None else (mask == 0).all(dim=0).cpu()
     if not given.any():
         return "the identity outside given frames (this batch has no given frames)"
@@ -254,20 +262,22 @@ def check_recording(s: Subject) -> str:
     with counting_base_calls(s.base) as calls:
         plain = model.generate(batch, steps=steps, generator=s.generator(), **kwargs)
     if any(not torch.equal(a, b) for a, b in zip(rng, _rng_states(s.device))):
-        raise Broken("generate() drew from torch's global random generator; the generator passed in must be the "
-                     "only randomness (pass generator= to every torch.randn / randn_tensor).")
+        raise Broken("generate() drew from torch's global random generator; "
+                     "the generator passed in must be the only randomness "
+                     "(pass generator= to every torch.randn / randn_tensor).")
     if plain.shape != batch.latents.shape or plain.dtype != batch.latents.dtype:
         raise Broken(f"run_sampler returned {tuple(plain.shape)} {plain.dtype}; expected the batch's latents "
                      f"{tuple(batch.latents.shape)} {batch.latents.dtype}.")
     if calls[0] == 0 or calls[0] % steps:
-        raise Broken(f"a {steps}-step run made {calls[0]} base predictions; every prediction must go through "
-                     f"compose_fn, the same number of calls in every step.")
+        raise Broken(f"a {steps}-step run made {calls[0]} base predictions; "
+                     f"every prediction must go through compose_fn, the same number of calls in every step.")
     again = model.generate(batch, steps=steps, generator=s.generator(), **kwargs)
     if not torch.equal(plain, again):
         raise Broken(f"two runs with the same generator differ ({max_diff(plain, again)}).")
     bare = s.base.generate(batch, steps=steps, generator=s.generator(), **kwargs)
     if torch.equal(plain, bare):
-        raise Broken("a nonzero adapter changed nothing: the sampler does not sample with compose_fn's predictions.")
+        raise Broken("a nonzero adapter changed nothing: "
+                     "the sampler does not sample with compose_fn's predictions.")
     other = model.generate(batch, steps=steps, generator=s.generator(s.seed + 1), **kwargs)
     if torch.equal(plain, other):
         raise Broken("runs with different seeds are identical: the sampler ignores the generator.")
@@ -279,9 +289,10 @@ def check_recording(s: Subject) -> str:
                      f"({max_diff(traj.final, plain)}).")
     made, said = len(traj._log[0].calls), s.base.predictions_per_step(batch, **kwargs)
     if made != said:
-        raise Broken(f"the sampler called compose_fn {made} time(s) in a step, but predictions_per_step(batch, "
-                     f"**sampler_kwargs) says {said}: a recording keeps every call's prediction, so "
-                     f"estimate_memory and StoragePolicy(max_bytes=...) would be off. Return the number of calls "
+        raise Broken(f"the sampler called compose_fn {made} time(s) in a step, "
+                     f"but predictions_per_step(batch, **sampler_kwargs) says {said}: "
+                     f"a recording keeps every call's prediction, so estimate_memory and "
+                     f"StoragePolicy(max_bytes=...) would be off. Return the number of calls "
                      f"(one, plus one per guidance branch) for these sampler arguments.")
     s.keep("recording", (model, traj, calls[0] // steps))
     return f"{steps} steps, {calls[0] // steps} base call(s) per step, bit-exact"
@@ -297,10 +308,12 @@ def check_fork(s: Subject) -> str:
         fork = traj.fork(at=at)
     if calls[0] != (steps - at) * per_step:
         raise Broken(f"a fork at step {at} of {steps} made {calls[0]} base calls, expected "
-                     f"{(steps - at) * per_step} ({per_step} per live step): the prefix must be replayed, not run.")
+                     f"{(steps - at) * per_step} ({per_step} per live step): "
+                     f"the prefix must be replayed, not run.")
     for j in range(at + 1):
         if not torch.equal(fork[j].x_t, traj[j].x_t):
-            raise Broken(f"the fork's x_t at step {j} differs from its parent's ({max_diff(fork[j].x_t, traj[j].x_t)})"
+            raise Broken(f"the fork's x_t at step {j} differs from its parent's "
+                         f"({max_diff(fork[j].x_t, traj[j].x_t)})"
                          f": the sampler's compose_fn calls are not in the same order every run.")
     if not torch.equal(fork.final, traj.final):
         raise Broken(f"an unchanged fork at step {at} does not end where its parent did "
@@ -310,8 +323,8 @@ def check_fork(s: Subject) -> str:
 
 # -- the clip ------------------------------------------------------------------------------
 def _clips_like(s: Subject, clip) -> list[dict]:
-    """Two clips of ``clip``'s size carrying what the raw batch carries: random frames, each per-frame signal and
-    control video made at the clip's length and size, other conditions and text as given."""
+    """Two clips of ``clip``'s size carrying what the raw batch carries: random frames, each per-frame signal
+    and control video made at the clip's length and size, other conditions and text as given."""
     g = torch.Generator().manual_seed(s.seed + 17)
     video = torch.rand(2, 3, clip.frames, clip.height, clip.width, generator=g) * 2 - 1
     clips: list[dict] = [{"video": video[i]} for i in range(2)]
@@ -328,7 +341,8 @@ def _clips_like(s: Subject, clip) -> list[dict]:
                 c[key] = value[i % len(value)]
         elif isinstance(value, torch.Tensor) and value.is_floating_point() and value.ndim >= 2:
             if value.ndim == 5:  # a control video (B, C, T, H, W)
-                made = torch.rand(2, value.shape[1], clip.frames, clip.height, clip.width, generator=g) * 2 - 1
+                made = torch.rand(2, value.shape[1], clip.frames, clip.height, clip.width,
+                                  generator=g) * 2 - 1
             elif value.ndim == 3 and value.shape[1] == frames:  # a per-frame signal (B, T, D)
                 made = torch.rand(2, clip.frames, value.shape[2], generator=g) * 2 - 1
             else:  # per clip (e.g. text embeddings)
@@ -347,7 +361,8 @@ def check_clip(s: Subject) -> str:
     clip = base.clip()
     if not isinstance(clip, ClipSpec):
         raise Broken(f"clip() returned {type(clip).__name__}, not a workbench ClipSpec.")
-    sizes = {"frames": clip.frames, "height": clip.height, "width": clip.width, "latent_frames": clip.latent_frames}
+    sizes = {"frames": clip.frames, "height": clip.height, "width": clip.width,
+             "latent_frames": clip.latent_frames}
     bad = {k: v for k, v in sizes.items() if not isinstance(v, int) or isinstance(v, bool) or v < 1}
     if bad:
         raise Broken(f"clip() states {bad}; frames, height, width and latent frames must be positive ints.")
@@ -355,20 +370,23 @@ def check_clip(s: Subject) -> str:
     with torch.no_grad():
         latents = base.encode(torch.stack([c["video"] for c in clips]).to(base.device))
     if latents.shape[2] != clip.latent_frames:
-        raise Broken(f"clip() says {clip.frames} frames make {clip.latent_frames} latent frames, encode() makes "
-                     f"{latents.shape[2]}: latent_frames() must follow the autoencoder.")
-    swapped = [{**c, **{k: v for k, v in clips[1 - i].items() if isinstance(v, torch.Tensor) and k != "video"}}
+        raise Broken(f"clip() says {clip.frames} frames make {clip.latent_frames} latent frames, "
+                     f"encode() makes {latents.shape[2]}: latent_frames() must follow the autoencoder.")
+    swapped = [{**c, **{k: v for k, v in clips[1 - i].items()
+                        if isinstance(v, torch.Tensor) and k != "video"}}
                for i, c in enumerate(clips)]
     model = s.model(perturbed=True)
     steps = s.steps
-    predicted = {"base": predict_clips(model, clips, steps=steps, seed=s.seed, adapter=False, **s.sampler_kwargs),
+    predicted = {"base": predict_clips(model, clips, steps=steps, seed=s.seed, adapter=False,
+                                       **s.sampler_kwargs),
                  "adapter": predict_clips(model, clips, steps=steps, seed=s.seed, **s.sampler_kwargs),
                  "swapped": predict_clips(model, swapped, steps=steps, seed=s.seed, **s.sampler_kwargs)}
     want = (2, clip.frames, clip.height, clip.width, 3)
-    wrong = {k: tuple(v.shape) for k, v in predicted.items() if tuple(v.shape) != want or v.dtype.name != "uint8"}
+    wrong = {k: tuple(v.shape) for k, v in predicted.items()
+             if tuple(v.shape) != want or v.dtype.name != "uint8"}
     if wrong:
-        raise Broken(f"predicting 2 clips from what the backbone generates from gave videos of {wrong}; expected "
-                     f"uint8 {want}, the clip clip() states.")
+        raise Broken(f"predicting 2 clips from what the backbone generates from gave videos of {wrong}; "
+                     f"expected uint8 {want}, the clip clip() states.")
     limit = base.max_generate_batch or 2
     alone = []
     for lo in range(0, 2, limit):  # the frozen base's own generate(), as predict_clips chunks and seeds it
@@ -378,11 +396,12 @@ def check_clip(s: Subject) -> str:
             alone.append(to_uint8_video(base.decode(base.generate(batch, steps=steps, generator=generator,
                                                                  **s.sampler_kwargs))))
     if not (predicted["base"] == np.concatenate(alone)).all():
-        raise Broken("the base's predictions with the adapter switched off are not the frozen base's own generate() "
-                     "with the same noise.")
+        raise Broken("the base's predictions with the adapter switched off are not the frozen base's own "
+                     "generate() with the same noise.")
     fps = f" at {clip.fps:g} fps" if clip.fps else ""
-    return (f"{clip.frames} frames of {clip.height}x{clip.width}{fps} -> {clip.latent_frames} latent frames; 2 clips "
-            f"predicted three ways (base, adapter, swapped conditions) at that size, the base's bit-exact")
+    return (f"{clip.frames} frames of {clip.height}x{clip.width}{fps} -> {clip.latent_frames} latent frames; "
+            f"2 clips predicted three ways (base, adapter, swapped conditions) at that size, "
+            f"the base's bit-exact")
 
 
 # -- rollouts ------------------------------------------------------------------------------
@@ -404,8 +423,10 @@ def check_rollout(s: Subject) -> str:
         try:
             rollout(model, start, actions, **options)
         except InspectError as err:
-            raise Skipped(f"card.context_frames=0: no frame to continue from, and rollout refuses so: {err}") from None
-        raise Broken("the card says context_frames=0 (no frame to continue from), but rollout() did not refuse.")
+            raise Skipped(f"card.context_frames=0: no frame to continue from, "
+                          f"and rollout refuses so: {err}") from None
+        raise Broken("the card says context_frames=0 (no frame to continue from), "
+                     "but rollout() did not refuse.")
     try:
         ro = rollout(model, start, actions, **options)
     except InspectError as err:
@@ -419,15 +440,17 @@ def check_rollout(s: Subject) -> str:
     first, second = ro.chunks
     produced = first.produced[:, second.start - first.start]  # the frame chunk 1 continues from
     given = second.conditions.get("image")
-    if given is None or not np.array_equal(to_uint8_video(torch.as_tensor(given)[:, :, None])[:, 0], produced):
-        raise Broken("chunk 1 was not generated from the last frame chunk 0 produced: its request's 'image' differs "
+    if given is None or not np.array_equal(to_uint8_video(torch.as_tensor(given)[:, :, None])[:, 0],
+                                           produced):
+        raise Broken("chunk 1 was not generated from the last frame chunk 0 produced: "
+                     "its request's 'image' differs "
                      "(generation_inputs must take the image condition from the video's first frame).")
     bare = rollout(model, start, actions, store=False, **options)
     if not np.array_equal(bare.video, ro.video):
         raise Broken(f"a recorded rollout and an unrecorded one differ "
                      f"(max {int(np.abs(bare.video.astype(int) - ro.video.astype(int)).max())} of 255).")
-    return (f"2 chunks of {clip.frames} frames ({frames} frames), chunk 1 from chunk 0's last produced frame; "
-            f"recorded == unrecorded, bit-exact")
+    return (f"2 chunks of {clip.frames} frames ({frames} frames), "
+            f"chunk 1 from chunk 0's last produced frame; recorded == unrecorded, bit-exact")
 
 
 # -- training and checkpoints --------------------------------------------------------------
@@ -452,7 +475,8 @@ def check_training(s: Subject) -> str:
         problems.append(f"training changed the frozen base: {few(changed)}")
     training = [n for n, m in base.named_modules() if m.training]
     if training:
-        problems.append(f"base modules in train mode after .train(): {few([n or '(root)' for n in training])}")
+        problems.append(f"base modules in train mode after .train(): "
+                        f"{few([n or '(root)' for n in training])}")
     graded = [n for n, p in base.named_parameters() if p.requires_grad or p.grad is not None]
     if graded:
         problems.append(f"base parameters take gradients: {few(graded)}")
@@ -482,7 +506,8 @@ def check_state_dict(s: Subject) -> str:
 
 PROMISES: dict[str, tuple[str, Callable[[Subject], str | None]]] = {
     "card": ("the card is a valid ModelCard and default_objective() predicts what it says", check_card),
-    "to": (".to(device, dtype) moves every weight, base.device/dtype follow, a round trip is bit-exact", check_to),
+    "to": (".to(device, dtype) moves every weight, base.device/dtype follow, a round trip is bit-exact",
+           check_to),
     "provides": ("provides() names exactly the conditions prepare_batch(raw) supplies", check_provides),
     "encode_decode": ("encode / decode shapes and dtypes; prepare_batch's latents are encode(video)",
                       check_encode_decode),
@@ -491,11 +516,12 @@ PROMISES: dict[str, tuple[str, Callable[[Subject], str | None]]] = {
     "recording": ("recorded == unrecorded sampling, bit-exact; the generator is the only randomness",
                   check_recording),
     "fork": ("a fork at k replays its prefix bit-exactly with N-k steps of model calls", check_fork),
-    "clip": ("clip() states the clip it predicts; clips of that size predicted from what it generates from (base, "
-             "adapter, swapped conditions) come out at that size", check_clip),
+    "clip": ("clip() states the clip it predicts; clips of that size predicted from what it generates from "
+             "(base, adapter, swapped conditions) come out at that size", check_clip),
     "rollout": ("a two-chunk rollout continues from the frame(s) chunk 0 produced; recorded == unrecorded, "
                 "bit-exact", check_rollout),
-    "training": ("a training step changes only trainable parameters; the base stays bit-identical, in eval mode",
+    "training": ("a training step changes only trainable parameters; "
+                 "the base stays bit-identical, in eval mode",
                  check_training),
     "state_dict": ("the trainable state dict holds no base weights", check_state_dict),
 }
@@ -509,7 +535,8 @@ def check_backbone(make_backbone: Callable[[], BaseVideoModel] | BaseVideoModel,
                    fork_at: int | None = None, sampler_kwargs: Mapping[str, Any] | None = None,
                    device: str | torch.device = "cpu", dtype: torch.dtype | None = None, seed: int = 0,
                    promises: Iterable[str] | None = None, raise_on_broken: bool = True) -> ConformanceReport:
-    """Check every promise of the backbone contract; raise one :class:`ConformanceError` listing the broken ones.
+    """Check every promise of the backbone contract;
+    raise one :class:`ConformanceError` listing the broken ones.
 
     Args:
         make_backbone: a callable returning the backbone (or the backbone itself). It is moved
@@ -542,7 +569,8 @@ def check_backbone(make_backbone: Callable[[], BaseVideoModel] | BaseVideoModel,
         True
     """
     wanted = list(PROMISES) if promises is None else _checked_names(promises, PROMISES)
-    base = make_backbone() if callable(make_backbone) and not isinstance(make_backbone, nn.Module) else make_backbone
+    base = (make_backbone() if callable(make_backbone) and not isinstance(make_backbone, nn.Module)
+            else make_backbone)
     device = torch.device(device)
     setting = f"{device}" + (f" {str(dtype).replace('torch.', '')}" if dtype is not None else "")
     if not isinstance(base, BaseVideoModel):
@@ -556,8 +584,8 @@ def check_backbone(make_backbone: Callable[[], BaseVideoModel] | BaseVideoModel,
             "backbone", "implements every required method of the backbone contract", "broken",
             f"{type(base).__name__} leaves {len(missing)} of the {len(REQUIRED_METHODS)} required methods as "
             f"BaseVideoModel's stubs: {', '.join(missing)}. Implement each: its docstring on "
-            f"workbench.BaseVideoModel says what it promises, and docs/guides/writing-a-backbone.md lists them "
-            f"under 'The required part'.")])
+            f"workbench.BaseVideoModel says what it promises, "
+            f"and docs/guides/writing-a-backbone.md lists them under 'The required part'.")])
         raise ConformanceError(report)
     if raw is None:
         raw = example_batch_of(base)
@@ -565,9 +593,9 @@ def check_backbone(make_backbone: Callable[[], BaseVideoModel] | BaseVideoModel,
         raise TypeError(f"raw must be a mapping (a raw training batch), got {type(raw).__name__}.")
     name = getattr(base.card, "model_id", None) or "?"
     report = ConformanceReport(f"{type(base).__name__} ({name})", setting)
-    subject = Subject(base, raw=raw, generate_raw=generate_raw, adapter_factory=adapter_factory or ProbeAdapter,
-                      steps=steps, fork_at=fork_at, sampler_kwargs=sampler_kwargs or {}, device=device, dtype=dtype,
-                      seed=seed)
+    subject = Subject(base, raw=raw, generate_raw=generate_raw,
+                      adapter_factory=adapter_factory or ProbeAdapter, steps=steps, fork_at=fork_at,
+                      sampler_kwargs=sampler_kwargs or {}, device=device, dtype=dtype, seed=seed)
     try:
         subject.keep("the state before moving", snapshot(base))
         base.to(device) if dtype is None else base.to(device, dtype)

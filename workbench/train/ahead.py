@@ -57,13 +57,15 @@ class Ahead:
     def values_for(self, step: int, micro: int) -> tuple[torch.Tensor, ...]:
         """``(x_t, t, target, base_output)``, checked to be this step's and micro-batch's."""
         if (self.step, self.micro) != (step, micro):
-            raise AheadError(f"The batch computed ahead is for step {self.step}, micro-batch {self.micro}, but the "
-                             f"training loop is at step {step}, micro-batch {micro}: the two processes disagree on "
-                             f"the position. Train on one process (workbench demo --processes 1).")
+            raise AheadError(f"The batch computed ahead is for step {self.step}, micro-batch {self.micro}, "
+                             f"but the training loop is at step {step}, micro-batch {micro}: "
+                             f"the two processes disagree on the position. "
+                             f"Train on one process (workbench demo --processes 1).")
         return self.x_t, self.t, self.target, self.base_output
 
 
-def _serve(config: dict, steps: int, start: int, data_state: dict | None, threads: int, requests, results) -> None:
+def _serve(config: dict, steps: int, start: int, data_state: dict | None, threads: int, requests,
+           results) -> None:
     """The second process: the base's half of ``steps`` steps from ``start``, then prediction requests."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the training process's to handle
     torch.set_num_threads(threads)
@@ -107,7 +109,8 @@ class BaseAhead:
     :meth:`stream` as the data of ``fit``; :meth:`close` (or the ``with`` block) ends it.
     """
 
-    def __init__(self, config: Mapping[str, Any], *, steps: int, start: int = 0, data_state: dict | None = None,
+    def __init__(self, config: Mapping[str, Any], *, steps: int, start: int = 0,
+                 data_state: dict | None = None,
                  threads: int | None = None, depth: int = 3, start_method: str = "spawn"):
         import multiprocessing
 
@@ -138,13 +141,14 @@ class BaseAhead:
                     code = self._process.exitcode
                     self.close()
                     raise AheadError(
-                        f"The second process (the frozen base's half of each step, and half the clips) exited with "
-                        f"code {code} without a word. Run on one process: workbench demo --processes 1.") from None
+                        f"The second process (the frozen base's half of each step, and half the clips) "
+                        f"exited with code {code} without a word. "
+                        f"Run on one process: workbench demo --processes 1.") from None
                 continue
             if message[0] == "error":
                 self.close()
-                raise AheadError(f"The second process failed: {message[1]}\n{message[2]}Run on one process to see "
-                                 f"it there: workbench demo --processes 1.")
+                raise AheadError(f"The second process failed: {message[1]}\n{message[2]}"
+                                 f"Run on one process to see it there: workbench demo --processes 1.")
             if message[0] != expect:
                 self.close()
                 raise AheadError(f"The second process sent {message[0]!r} where {expect!r} was due.")
@@ -165,8 +169,9 @@ class BaseAhead:
 
     def predict(self, model, requests: Mapping[str, tuple[list, bool]], *, chunk: int = 12,
                 on_chunk: Callable[[int], None] | None = None, **kwargs: Any) -> dict:
-        """:func:`~workbench.inspect.recording.clips.predict_clips` for each of ``requests`` (name -> ``(clips,
-        adapter)``), the chunks shared between this process (``model``) and the second one.
+        """:func:`~workbench.inspect.recording.clips.predict_clips` for each of ``requests``
+        (name -> ``(clips, adapter)``), the chunks shared between this process (``model``) and the
+        second one.
 
         Each chunk is seeded by its place in its list (the ``offset`` of ``predict_clips``), so the
         videos are those one process predicts. The second process takes about half the work
@@ -193,8 +198,8 @@ class BaseAhead:
         parts: dict[tuple[str, int], np.ndarray] = {}
         for name, lo, _ in mine:
             clips, adapter = requests[name]
-            parts[(name, lo)] = predict_clips(model, clips[lo:lo + chunk], offset=lo, chunk=chunk, adapter=adapter,
-                                              **kwargs)
+            parts[(name, lo)] = predict_clips(model, clips[lo:lo + chunk], offset=lo, chunk=chunk,
+                                              adapter=adapter, **kwargs)
             if on_chunk is not None:
                 on_chunk(len(clips[lo:lo + chunk]))
         for _ in theirs:
@@ -250,8 +255,8 @@ class AheadStream(DataStream):
         return item
 
     def load_state_dict(self, state: dict) -> None:
-        raise AheadError("A stream computed ahead starts where its BaseAhead was told to (data_state=...); it "
-                         "cannot be repositioned.")
+        raise AheadError("A stream computed ahead starts where its BaseAhead was told to (data_state=...); "
+                         "it cannot be repositioned.")
 
 
 __all__ = ["AHEAD_KEY", "Ahead", "AheadError", "AheadStream", "BaseAhead"]

@@ -153,9 +153,10 @@ class PeriodicEval(Configured):
     def on_fit_start(self, exp):
         if self.data is None and exp.eval_data is None:
             raise ConfigError(
-                "periodic_eval has no evaluation data, so it would never evaluate. In YAML add an evaluation block: "
-                "`evaluation: {split: val}` (the training data's validation split) or `evaluation: {data: {type: ..., "
-                "config: ...}}`; in Python pass AdapterExperiment(..., eval_data=...) or PeriodicEval(data=...)."
+                "periodic_eval has no evaluation data, so it would never evaluate. "
+                "In YAML add an evaluation block: `evaluation: {split: val}` "
+                "(the training data's validation split) or `evaluation: {data: {type: ..., config: ...}}`; "
+                "in Python pass AdapterExperiment(..., eval_data=...) or PeriodicEval(data=...)."
             )
 
     def on_step_end(self, exp, step, metrics):
@@ -175,7 +176,8 @@ class GradNorm(Configured):
 
     def on_after_backward(self, exp, step):
         if self.due(step + 1):
-            grads = [p.grad.detach().float().norm() for p in exp.model.trainable_parameters() if p.grad is not None]
+            grads = [p.grad.detach().float().norm() for p in exp.model.trainable_parameters()
+                     if p.grad is not None]
             self._pending = torch.stack(grads).norm() if grads else None
 
     def on_step_end(self, exp, step, metrics):

@@ -65,7 +65,8 @@ def list_checkpoints(run_dir: str | Path) -> list[Path]:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         return []
-    found = [p for p in run_dir.iterdir() if p.is_dir() and p.name.startswith(PREFIX) and (p / "meta.json").exists()]
+    found = [p for p in run_dir.iterdir()
+             if p.is_dir() and p.name.startswith(PREFIX) and (p / "meta.json").exists()]
     return sorted(found, key=lambda p: p.name)
 
 
@@ -89,15 +90,18 @@ def step_of(path: Path) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def save_checkpoint(run_dir: str | Path, step: int, *, trainable: dict[str, torch.Tensor], state: dict[str, Any],
+def save_checkpoint(run_dir: str | Path, step: int, *, trainable: dict[str, torch.Tensor],
+                    state: dict[str, Any],
                     config_yaml: str, meta: dict[str, Any], keep_last: int | None = None) -> Path:
-    """Write one checkpoint atomically, with its manifest; rotate to the newest ``keep_last``. Returns its path."""
+    """Write one checkpoint atomically, with its manifest; rotate to the newest ``keep_last``.
+    Returns its path."""
     from safetensors.torch import save as save_safetensors
 
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     recover(run_dir)
-    for stale in [*run_dir.glob(".tmp-*"), *run_dir.glob(".LATEST.tmp-*")]:  # left by a process killed mid-save
+    # left by a process killed mid-save
+    for stale in [*run_dir.glob(".tmp-*"), *run_dir.glob(".LATEST.tmp-*")]:
         shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() else stale.unlink(missing_ok=True)
     final = run_dir / checkpoint_name(step)
     tmp = run_dir / f".tmp-{final.name}-{os.getpid()}-{time.monotonic_ns()}"
@@ -109,7 +113,8 @@ def save_checkpoint(run_dir: str | Path, step: int, *, trainable: dict[str, torc
         full_meta = {**meta, "step": step, "versions": versions(), "saved_at": time.time(),
                      "integrity": {"manifest": MANIFEST, "algorithm": "sha256"}}
         contents = {"trainable.safetensors": save_safetensors(tensors), "state.pt": buffer.getbuffer(),
-                    "config.yaml": config_yaml.encode(), "meta.json": json.dumps(full_meta, indent=1).encode()}
+                    "config.yaml": config_yaml.encode(),
+                    "meta.json": json.dumps(full_meta, indent=1).encode()}
         for name, data in contents.items():
             write_bytes(tmp / name, data)
         write_bytes(tmp / MANIFEST, manifest_bytes({k: entry_of(v) for k, v in contents.items()}, step=step))
@@ -253,12 +258,13 @@ def fallback_hint(damaged: Path, use: str | None = None) -> str:
     good = newest_intact(damaged.parent, before=damaged)
     if good is None:
         if use is not None:
-            return ("No earlier checkpoint of this run verifies either, so none of it can be used; train the run "
-                    "again into a new directory (`workbench train CONFIG --output NEW_DIR`).")
+            return ("No earlier checkpoint of this run verifies either, so none of it can be used; "
+                    "train the run again into a new directory (`workbench train CONFIG --output NEW_DIR`).")
         return ("No earlier checkpoint of this run verifies either; start the run again into a new directory "
                 "(`workbench train CONFIG --output NEW_DIR`).")
     if use is not None:
-        return f"The newest checkpoint of this run that verifies is {good.name}: {use.format(checkpoint=good)}."
+        return (f"The newest checkpoint of this run that verifies is {good.name}: "
+                f"{use.format(checkpoint=good)}.")
     return (f"The newest checkpoint of this run that verifies is {good.name}: continue from it with "
             f"`workbench train CONFIG --output {damaged.parent} --resume --from {good.name}` (in Python: "
             f"AdapterExperiment.load({str(good)!r})).")
@@ -280,9 +286,10 @@ def load_checkpoint(path: str | Path, *, use: str | None = None) -> Checkpoint:
                               f"{fallback_hint(path, use)}")
     ckpt = _parse(path, data, verified=verified, use=use)
     if not verified:
-        ckpt.notes.append(f"note: checkpoint {path} has no {MANIFEST} (written by a workbench before checkpoints "
-                          f"carried digests): its files were read but cannot be verified. The next checkpoint "
-                          f"this run saves will carry them.")
+        ckpt.notes.append(f"note: checkpoint {path} has no {MANIFEST} "
+                          f"(written by a workbench before checkpoints carried digests): "
+                          f"its files were read but cannot be verified. "
+                          f"The next checkpoint this run saves will carry them.")
     return ckpt
 
 
@@ -291,8 +298,8 @@ def _parse(path: Path, data: dict[str, bytes | None], verified: bool, use: str |
 
     missing = [name for name in FILES if data[name] is None]
     if missing:
-        raise CheckpointError(f"Checkpoint {path} is incomplete: missing {', '.join(missing)}. Use an earlier "
-                              f"checkpoint of the same run.")
+        raise CheckpointError(f"Checkpoint {path} is incomplete: missing {', '.join(missing)}. "
+                              f"Use an earlier checkpoint of the same run.")
     damage = "its files match their digests, so it was written this way" if verified else \
         "it has no digests to tell damage from a bad save"
     try:
@@ -302,14 +309,15 @@ def _parse(path: Path, data: dict[str, bytes | None], verified: bool, use: str |
         trainable = load_safetensors(data["trainable.safetensors"])
         config_yaml = data["config.yaml"].decode()
     except Exception as err:  # safetensors, json and unicode errors alike: the file is not what was written
-        raise CheckpointError(f"Checkpoint {path} is unreadable ({type(err).__name__}: {err}); {damage}. It is "
-                              f"corrupt; use an earlier checkpoint of the same run.") from None
+        raise CheckpointError(f"Checkpoint {path} is unreadable ({type(err).__name__}: {err}); {damage}. "
+                              f"It is corrupt; use an earlier checkpoint of the same run.") from None
     state = _load_state(path / "state.pt", data["state.pt"])
-    bad = non_finite(trainable, "trainable.safetensors") + non_finite(state.get("optimizer"), "state.pt optimizer")
+    bad = (non_finite(trainable, "trainable.safetensors")
+           + non_finite(state.get("optimizer"), "state.pt optimizer"))
     if bad:
         raise CheckpointError(
-            f"Checkpoint {path} holds non-finite values (nan or inf) in {len(bad)} tensor(s): {'; '.join(bad[:3])}. "
-            f"Training cannot continue from it; {damage}"
+            f"Checkpoint {path} holds non-finite values (nan or inf) in {len(bad)} tensor(s): "
+            f"{'; '.join(bad[:3])}. Training cannot continue from it; {damage}"
             f"{' (the run had already diverged when it was saved)' if verified else ''}. "
             f"{fallback_hint(path, use)}")
     return Checkpoint(path=path, meta=meta, trainable=trainable, state=state, config_yaml=config_yaml,
@@ -324,7 +332,8 @@ def non_finite(tree: Any, where: str) -> list[str]:
         if isinstance(value, torch.Tensor):
             # A sum is finite only if every value is (nan and inf propagate): one pass, no mask. Only a
             # sum that is not (or one that overflowed) is looked at value by value.
-            if value.is_floating_point() and value.numel() and not torch.isfinite(value.sum(dtype=torch.float32)):
+            if (value.is_floating_point() and value.numel()
+                    and not torch.isfinite(value.sum(dtype=torch.float32))):
                 finite = torch.isfinite(value)
                 if not bool(finite.all()):
                     out.append(f"{where} {key}: {int((~finite).sum())} of {value.numel()} values")
@@ -376,22 +385,26 @@ def _load_state(file: Path, data: bytes) -> dict[str, Any]:
         state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:
         found = _pickled_globals(data)
-        what = f"references to {', '.join(found)}" if found else "Python objects other than tensors and plain data"
+        what = (f"references to {', '.join(found)}" if found
+                else "Python objects other than tensors and plain data")
         raise CheckpointError(
             f"Checkpoint {file.parent}: state.pt holds {what}. workbench writes only tensors and plain data "
-            f"(numbers, strings, lists, dicts) there, so this file was tampered with or not written by workbench, "
-            f"and it will not be unpickled (unpickling can run code from the file). Use another checkpoint of "
-            f"this run, or one saved by AdapterExperiment.save / training.checkpoint_every."
+            f"(numbers, strings, lists, dicts) there, so this file was tampered with "
+            f"or not written by workbench, and it will not be unpickled "
+            f"(unpickling can run code from the file). Use another checkpoint of this run, "
+            f"or one saved by AdapterExperiment.save / training.checkpoint_every."
         ) from None
     except Exception as err:  # a torch archive that does not open: zip, pickle or storage damage
         raise CheckpointError(f"Checkpoint {file.parent}: state.pt is unreadable ({type(err).__name__}: "
-                              f"{str(err)[:200]}). It is corrupt; use an earlier checkpoint of the same run.") from None
+                              f"{str(err)[:200]}). "
+                              f"It is corrupt; use an earlier checkpoint of the same run.") from None
     missing = [k for k in STATE_KEYS if not isinstance(state, dict) or k not in state]
     if missing:
-        got = f"a dict with keys {sorted(map(str, state))[:8]}" if isinstance(state, dict) else type(state).__name__
+        got = (f"a dict with keys {sorted(map(str, state))[:8]}" if isinstance(state, dict)
+               else type(state).__name__)
         raise CheckpointError(
-            f"Checkpoint {file.parent}: state.pt holds {got}, not the training state workbench writes (missing "
-            f"{', '.join(missing)}). It was not written by workbench; use a checkpoint saved by "
+            f"Checkpoint {file.parent}: state.pt holds {got}, not the training state workbench writes "
+            f"(missing {', '.join(missing)}). It was not written by workbench; use a checkpoint saved by "
             f"AdapterExperiment.save / training.checkpoint_every."
         )
     return state
@@ -422,7 +435,8 @@ def _pickled_globals(data: bytes) -> list[str]:
 
 
 def versions() -> dict[str, str]:
-    """The versions a checkpoint was written with (workbench's from its version module, not the package root)."""
+    """The versions a checkpoint was written with
+    (workbench's from its version module, not the package root)."""
     import numpy
 
     from workbench._version import __version__

@@ -25,7 +25,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from workbench.config import Problems, check, component_field, raise_problems, validate, validate_component_block
+from workbench.config import (
+    Problems,
+    check,
+    component_field,
+    raise_problems,
+    validate,
+    validate_component_block,
+)
 from workbench.errors import ConfigError, did_you_mean, listing
 from workbench.loop import LRSchedule
 from workbench.train.distributed import DistributedConfig
@@ -43,7 +50,8 @@ class TrainingConfig:
 
     ``sync_every``: how often the loop reads values back from the device (loss logging,
     NaN/inf checks); between those the hot path never synchronises. ``amp_dtype``: autocast
-    dtype (``bf16``/``fp16``) or ``null``. ``schedule``: LR after ``warmup_steps`` linear warmup (:meth:`lr_schedule`).
+    dtype (``bf16``/``fp16``) or ``null``. ``schedule``: LR after ``warmup_steps`` linear warmup
+    (:meth:`lr_schedule`).
     ``cache_latents``: encode each item of a map-style dataset through the frozen base once and
     reuse it (the base's ``encode_item``): the encoder is frozen, so this only saves time — often
     most of a small adapter's step. Needs ``num_workers: 0`` (the cache lives in this process).
@@ -94,9 +102,10 @@ class TrainingConfig:
         if self.num_workers < 0:
             problems.add("num_workers", f"must be >= 0, got {self.num_workers}.")
         if self.cache_latents is True and self.num_workers:
-            problems.add("cache_latents", f"needs num_workers: 0 (the cache lives in the training process), got "
-                                          f"num_workers: {self.num_workers}. Set one of them off, or write the cache "
-                                          f"to disk with `workbench cache-latents` and set cache_latents: DIR.")
+            problems.add("cache_latents", f"needs num_workers: 0 (the cache lives in the training process), "
+                                          f"got num_workers: {self.num_workers}. Set one of them off, "
+                                          f"or write the cache to disk with `workbench cache-latents` "
+                                          f"and set cache_latents: DIR.")
         if isinstance(self.cache_latents, str) and not self.cache_latents:
             problems.add("cache_latents", "must be true, false or a cache directory, got an empty string.")
         if self.checkpoint_every is not None and self.checkpoint_every < 1:
@@ -106,8 +115,10 @@ class TrainingConfig:
         raise_problems(problems)
 
     def lr_schedule(self) -> LRSchedule:
-        """The learning rate at each step, as :class:`~workbench.loop.LRSchedule` (the schedule every loop uses)."""
-        return _lr_schedule(self.learning_rate, self.steps, self.warmup_steps, self.schedule, self.min_lr_ratio)
+        """The learning rate at each step, as :class:`~workbench.loop.LRSchedule` (the schedule every loop
+        uses)."""
+        return _lr_schedule(self.learning_rate, self.steps, self.warmup_steps, self.schedule,
+                            self.min_lr_ratio)
 
     def lr_at(self, step: int) -> float:
         """Learning rate for optimizer step ``step`` (0-based)."""
@@ -136,14 +147,16 @@ class EvaluationConfig:
 
     def __post_init__(self):
         check((self.data is None) != (self.split is None), "data",
-              "give exactly one of data (a {type, config} dataset block) or split (the training data's split, "
+              "give exactly one of data (a {type, config} dataset block) "
+              "or split (the training data's split, "
               f"e.g. val); got data={self.data!r}, split={self.split!r}.")
 
     def block(self, training_data: dict | None) -> dict:
         """The dataset block to build: ``data``, or the training data's block at ``split``."""
         if self.data is not None:
             return self.data
-        return {"type": training_data["type"], "config": {**(training_data.get("config") or {}), "split": self.split}}
+        return {"type": training_data["type"],
+                "config": {**(training_data.get("config") or {}), "split": self.split}}
 
 
 @dataclass
@@ -168,8 +181,8 @@ class ExperimentConfig:
         if evaluation is not None and evaluation.split is not None:
             if self.data is None:
                 problems.add("evaluation.split", f"split: {evaluation.split} takes the training data at that "
-                                                 f"split, but the config has no data: block. Add one, or give "
-                                                 f"evaluation.data.")
+                                                 f"split, but the config has no data: block. "
+                                                 f"Add one, or give evaluation.data.")
             else:
                 from workbench.registry import resolve
 
@@ -177,18 +190,21 @@ class ExperimentConfig:
                 fields = [f.name for f in dataclasses.fields(dataset.config_class)] if getattr(
                     dataset, "config_class", None) else []
                 if "split" not in fields:
-                    problems.add("evaluation.split", f"dataset {self.data['type']!r} has no split setting (its config "
-                                                     f"fields: {listing(fields)}); give evaluation.data, a dataset "
-                                                     f"block of its own, instead.")
+                    problems.add("evaluation.split", f"dataset {self.data['type']!r} has no split setting "
+                                                     f"(its config fields: {listing(fields)}); "
+                                                     f"give evaluation.data, "
+                                                     f"a dataset block of its own, instead.")
         for i, block in enumerate(self.callbacks):
             if block.get("type") == "periodic_eval" and evaluation is None:
-                problems.add(f"callbacks[{i}]", "periodic_eval needs evaluation data, and the config names none: add "
-                                                "`evaluation: {split: val}` (the training data's validation split) or "
-                                                "`evaluation: {data: {type: ..., config: ...}}`.")
+                problems.add(f"callbacks[{i}]", "periodic_eval needs evaluation data, "
+                                                "and the config names none: add `evaluation: {split: val}` "
+                                                "(the training data's validation split) "
+                                                "or `evaluation: {data: {type: ..., config: ...}}`.")
         raise_problems(problems)
 
 
-OUTER_KEYS = ("name", "base", "adapter", "composer", "objective", "training", "callbacks", "data", "evaluation")
+OUTER_KEYS = ("name", "base", "adapter", "composer", "objective", "training", "callbacks", "data",
+              "evaluation")
 KINDS = {"base": "backbone", "adapter": "adapter", "composer": "composer", "objective": "objective",
          "data": "dataset"}
 
@@ -223,9 +239,11 @@ def parse_experiment(data: Any, source: str | None = None) -> ExperimentConfig:
         values["evaluation"] = validate(EvaluationConfig, data["evaluation"], "evaluation", problems)
     callbacks = data.get("callbacks") or []
     if not isinstance(callbacks, list):
-        problems.add("callbacks", f"expected a list of {{type, config}} blocks, got {type(callbacks).__name__}.")
+        problems.add("callbacks", f"expected a list of {{type, config}} blocks, "
+                                  f"got {type(callbacks).__name__}.")
         callbacks = []
-    blocks = [validate_component_block("callback", c, f"callbacks[{i}]", problems) for i, c in enumerate(callbacks)]
+    blocks = [validate_component_block("callback", c, f"callbacks[{i}]", problems)
+              for i, c in enumerate(callbacks)]
     raise_problems(problems, header=header)
     try:
         return ExperimentConfig(**values, training=training, callbacks=[b for b in blocks if b])

@@ -59,9 +59,10 @@ class LatentCache(Dataset):
             item = self.base.encode_item(self.dataset[i])
             if item is None:
                 raise DataError(
-                    f"training.cache_latents: {type(self.base).__name__}.encode_item has nothing to precompute for "
-                    f"items of {type(self.dataset).__name__} (it returned None). Set cache_latents: false, or give "
-                    f"the items the key the backbone encodes (e.g. 'video')."
+                    f"training.cache_latents: {type(self.base).__name__}.encode_item has nothing "
+                    f"to precompute for items of {type(self.dataset).__name__} (it returned None). "
+                    f"Set cache_latents: false, "
+                    f"or give the items the key the backbone encodes (e.g. 'video')."
                 )
             self._items[i] = item
         return item
@@ -79,8 +80,10 @@ class DataStream:
         if source is None:
             raise DataError("fit() needs data: a DataLoader / iterable of dicts, or a dataset (map-style). "
                             "Pass it as exp.fit(data, steps=N) or set a data: block in the config.")
-        if isinstance(source, (str, bytes, dict)) or not isinstance(source, Iterable) and not is_map_dataset(source):
-            raise DataError(f"fit() data must be an iterable of batch dicts or a dataset, got {type(source).__name__}.")
+        if (isinstance(source, (str, bytes, dict))
+                or not isinstance(source, Iterable) and not is_map_dataset(source)):
+            raise DataError(f"fit() data must be an iterable of batch dicts or a dataset, "
+                            f"got {type(source).__name__}.")
         self.source = source
         self.map_style = is_map_dataset(source)
         self.batch_size, self.seed, self.shuffle = batch_size, seed, shuffle
@@ -126,8 +129,9 @@ class DataStream:
             except StopIteration:
                 if not self.reiterable:
                     raise DataError(
-                        f"The data iterator ran out after {self.batches} batches. Pass a re-iterable (a list, "
-                        f"a DataLoader or a dataset) so epochs can repeat, or fewer steps."
+                        f"The data iterator ran out after {self.batches} batches. "
+                        f"Pass a re-iterable (a list, a DataLoader or a dataset) so epochs can repeat, "
+                        f"or fewer steps."
                     ) from None
                 if self.batches == 0:
                     raise DataError("The data yielded no batches at all.") from None
@@ -179,9 +183,9 @@ class ShardedStream(DataStream):
     def __init__(self, source: Any, *, rank: int, world: int, per_rank: int, **kwargs):
         super().__init__(source, **kwargs)
         if not self.map_style:
-            raise DataError(f"A distributed run reads a map-style dataset (__len__ and __getitem__), so each rank can "
-                            f"load only its own items; got {type(source).__name__}. Wrap the data in a Dataset, or "
-                            f"give the config a data: block.")
+            raise DataError(f"A distributed run reads a map-style dataset (__len__ and __getitem__), "
+                            f"so each rank can load only its own items; got {type(source).__name__}. "
+                            f"Wrap the data in a Dataset, or give the config a data: block.")
         self.rank, self.world, self.per_rank = rank, world, per_rank
         self._served = 0  # own micro-batches served in the current step
         self._step_start = (self.epoch, self.batches)

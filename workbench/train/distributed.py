@@ -55,8 +55,8 @@ class DistributedConfig:
 
     def __post_init__(self):
         check(not (self.shard_base and self.strategy != "fsdp"), "shard_base",
-              f"sharding the base needs strategy: fsdp, got strategy: {self.strategy}. Set strategy: fsdp, or "
-              f"shard_base: false.")
+              f"sharding the base needs strategy: fsdp, got strategy: {self.strategy}. "
+              f"Set strategy: fsdp, or shard_base: false.")
         check(self.timeout_s > 0, "timeout_s", f"must be > 0, got {self.timeout_s}.")
 
 
@@ -97,12 +97,13 @@ def _backend(config: DistributedConfig, device: torch.device) -> str:
     if backend == "auto":
         return "nccl" if device.type == "cuda" else "gloo"
     if backend == "nccl" and device.type != "cuda":
-        raise DistributedError(f"training.distributed.backend: 'nccl' cannot run on device {device.type!r}: NCCL only "
-                               f"moves CUDA tensors. Use backend: gloo (or auto) for a {device.type} run, or "
-                               f"training.device: cuda.")
+        raise DistributedError(f"training.distributed.backend: 'nccl' cannot run on device {device.type!r}: "
+                               f"NCCL only moves CUDA tensors. "
+                               f"Use backend: gloo (or auto) for a {device.type} run, "
+                               f"or training.device: cuda.")
     if backend == "nccl" and not torch.distributed.is_nccl_available():
-        raise DistributedError("training.distributed.backend: 'nccl' is not available in this PyTorch build. Use "
-                               "backend: gloo (or auto).")
+        raise DistributedError("training.distributed.backend: 'nccl' is not available in this PyTorch build. "
+                               "Use backend: gloo (or auto).")
     return backend
 
 
@@ -139,8 +140,9 @@ class Distributed:
             if missing:
                 raise DistributedError(
                     f"WORLD_SIZE={world} asks for a distributed run, but {', '.join(missing)} "
-                    f"{'is' if len(missing) == 1 else 'are'} not set. Launch with `torchrun --nproc_per_node={world} "
-                    f"-m workbench train CONFIG` (it sets them all), or set MASTER_ADDR (the host of rank 0), "
+                    f"{'is' if len(missing) == 1 else 'are'} not set. "
+                    f"Launch with `torchrun --nproc_per_node={world} -m workbench train CONFIG` "
+                    f"(it sets them all), or set MASTER_ADDR (the host of rank 0), "
                     f"MASTER_PORT (a free port there) and RANK (0..{world - 1}) for every process.")
             try:
                 init_process_group(_backend(config, device), timedelta(seconds=config.timeout_s))
@@ -148,9 +150,11 @@ class Distributed:
                 raise
             except Exception as err:
                 raise DistributedError(
-                    f"Could not join the process group at {os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']} "
-                    f"as rank {os.environ['RANK']} of {world}: {type(err).__name__}: {err}. Check that every rank "
-                    f"uses the same MASTER_ADDR / MASTER_PORT and that the port is reachable.") from err
+                    f"Could not join the process group at "
+                    f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']} "
+                    f"as rank {os.environ['RANK']} of {world}: {type(err).__name__}: {err}. "
+                    f"Check that every rank uses the same MASTER_ADDR / MASTER_PORT "
+                    f"and that the port is reachable.") from err
             owns = True
         return cls(dist.get_rank(), dist.get_world_size(), device, config, owns)
 
@@ -162,8 +166,9 @@ class Distributed:
             fits = [k * self.world_size for k in range(1, 4)]
             raise ConfigError(
                 f"training.grad_accum: {grad_accum} micro-batches per step cannot be split evenly over "
-                f"{self.world_size} ranks. grad_accum counts a step's micro-batches over all ranks (so a config "
-                f"means the same run at any world size); use a multiple of {self.world_size}, e.g. "
+                f"{self.world_size} ranks. grad_accum counts a step's micro-batches over all ranks "
+                f"(so a config means the same run at any world size); "
+                f"use a multiple of {self.world_size}, e.g. "
                 f"{', '.join(map(str, fits))} (on the command line: workbench train CONFIG --grad-accum "
                 f"{fits[0]}), or launch {', '.join(str(d) for d in _divisors(grad_accum))} ranks.")
         return grad_accum // self.world_size
@@ -174,10 +179,12 @@ class Distributed:
             return fn(*args, **kwargs)
         except Exception as err:
             raise DistributedError(
-                f"Rank {self.rank} of {self.world_size}: the collective '{what}' failed ({type(err).__name__}: "
-                f"{err}). Another rank has probably died or timed out (its own log says why). Checkpoints are "
-                f"written whole by rank 0 only, so the last one in the run directory is intact: resume from it with "
-                f"`workbench train CONFIG --resume`.") from err
+                f"Rank {self.rank} of {self.world_size}: the collective '{what}' failed "
+                f"({type(err).__name__}: {err}). "
+                f"Another rank has probably died or timed out (its own log says why). "
+                f"Checkpoints are written whole by rank 0 only, "
+                f"so the last one in the run directory is intact: "
+                f"resume from it with `workbench train CONFIG --resume`.") from err
 
     def agree_on_config(self, config: dict[str, Any]) -> None:
         """Refuse to start when the ranks were given different configs, naming the first difference."""
@@ -189,8 +196,9 @@ class Distributed:
             if text != gathered[0]:
                 where = _first_difference(reference, json.loads(text))
                 raise DistributedError(
-                    f"Rank {rank} was started with a different config from rank 0 ({where}). Every rank must run "
-                    f"the same config: launch them all from the same file with the same command-line options.")
+                    f"Rank {rank} was started with a different config from rank 0 ({where}). "
+                    f"Every rank must run the same config: "
+                    f"launch them all from the same file with the same command-line options.")
 
     def broadcast_(self, tensors: list[torch.Tensor]) -> None:
         """Rank 0's values into every rank's ``tensors`` (in place)."""

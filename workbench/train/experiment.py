@@ -60,7 +60,8 @@ HOOKS = ("on_fit_start", "on_step_start", "on_after_backward", "on_step_end", "o
 
 
 def resolve_device(name: str) -> torch.device:
-    """``training.device`` as a torch device (``auto``: the best visible, see :mod:`workbench.core.platform`)."""
+    """``training.device`` as a torch device (``auto``: the best visible, see
+    :mod:`workbench.core.platform`)."""
     return platform.resolve_device(name, where="training.device")
 
 
@@ -112,19 +113,22 @@ class AdapterExperiment:
                 shard_base(self.model.base, self.dist)
         self._params = params
         if not params:
-            raise CompositionError("The adapter and composer have no trainable parameters; nothing would train.")
+            raise CompositionError("The adapter and composer have no trainable parameters; "
+                                   "nothing would train.")
         t = self.training
         self.optimizer = torch.optim.AdamW(params, lr=t.learning_rate, betas=tuple(t.betas),
                                            weight_decay=t.weight_decay)
         if t.amp_dtype is not None:  # refuse autocast to a dtype this device cannot compute in
             platform.resolve_dtype({"bf16": "bfloat16", "fp16": "float16"}[t.amp_dtype], self.device,
                                    where="training.amp_dtype")
-        self.scaler = torch.amp.GradScaler("cuda") if t.amp_dtype == "fp16" and self.device.type == "cuda" else None
+        self.scaler = (torch.amp.GradScaler("cuda") if t.amp_dtype == "fp16" and self.device.type == "cuda"
+                       else None)
         self._noise = torch.Generator(device=self.device)  # re-seeded for every micro-batch (see _generator)
         self.step = 0
         self.loss_history: list[float] = []
         self._pending: list[tuple[int, torch.Tensor]] = []
-        self._clips: dict[int, list] = {}  # step -> what its micro-batches say of their clips (for a NaN's message)
+        # step -> what its micro-batches say of their clips (for a NaN's message)
+        self._clips: dict[int, list] = {}
         self.eval_data = eval_data
         self.output_dir = Path(t.output_dir or Path("outputs") / name)
         self.last_checkpoint: Path | None = None
@@ -159,16 +163,18 @@ class AdapterExperiment:
             torch.manual_seed(config.training.seed)
             base = build("backbone", config.base["type"], base_config_on(config.base, device), where="base")
             adapter = build("adapter", config.adapter["type"], config.adapter.get("config"), where="adapter")
-            composer = build("composer", config.composer["type"], config.composer.get("config"), where="composer")
+            composer = build("composer", config.composer["type"], config.composer.get("config"),
+                             where="composer")
             objective = (build("objective", config.objective["type"], config.objective.get("config"),
                                where="objective") if config.objective else None)
         callbacks = [build("callback", c["type"], c.get("config"), where=f"callbacks[{i}]")
                      for i, c in enumerate(config.callbacks)]
         if config.evaluation is not None and "eval_data" not in overrides:
             block = config.evaluation.block(config.data)
-            overrides["eval_data"] = build("dataset", block["type"], block.get("config"), where="evaluation.data")
-        exp = cls(base=base, adapter=adapter, composer=composer, objective=objective, training=config.training,
-                  callbacks=callbacks, name=config.name, config=config, **overrides)
+            overrides["eval_data"] = build("dataset", block["type"], block.get("config"),
+                                           where="evaluation.data")
+        exp = cls(base=base, adapter=adapter, composer=composer, objective=objective,
+                  training=config.training, callbacks=callbacks, name=config.name, config=config, **overrides)
         return exp
 
     @classmethod
@@ -182,10 +188,11 @@ class AdapterExperiment:
             out = experiment_to_dict(dataclasses.replace(self._config, training=self.training))
         else:
             m = self.model
-            out = {"name": self.name, "base": block_of(m.base, "backbone"), "adapter": block_of(m.adapter, "adapter"),
-                   "composer": block_of(m.composer, "composer"), "objective": block_of(m.objective, "objective"),
-                   "training": experiment_to_dict(ExperimentConfig(base={}, adapter={}, training=self.training))[
-                       "training"]}
+            out = {"name": self.name, "base": block_of(m.base, "backbone"),
+                   "adapter": block_of(m.adapter, "adapter"), "composer": block_of(m.composer, "composer"),
+                   "objective": block_of(m.objective, "objective"),
+                   "training": experiment_to_dict(ExperimentConfig(base={}, adapter={},
+                                                                   training=self.training))["training"]}
         return out
 
     # -- data --------------------------------------------------------------------------------
@@ -209,21 +216,25 @@ class AdapterExperiment:
         return cache
 
     def _disk_cache(self, data: Any) -> Any:
-        """The training data read from the ``training.cache_latents: DIR`` cache (checked against this run)."""
+        """The training data read from the ``training.cache_latents: DIR`` cache
+        (checked against this run)."""
         from workbench.train.latent_store import DiskLatentCache, cache_identity
 
         root = self.training.cache_latents
         if self._disk is None:
             cache = DiskLatentCache(root)
-            cache.require(cache_identity(self.model.base, self._config.data if self._config else None, len(cache)))
+            cache.require(cache_identity(self.model.base, self._config.data if self._config else None,
+                                         len(cache)))
             self._disk = cache
         if data is not None and is_map_dataset(data) and len(data) != len(self._disk):
-            raise DataError(f"training.cache_latents: {root} caches {len(self._disk)} items but the data passed to "
-                            f"fit() has {len(data)}. Fit without data to train from the cache, or rebuild it.")
+            raise DataError(f"training.cache_latents: {root} caches {len(self._disk)} items "
+                            f"but the data passed to fit() has {len(data)}. "
+                            f"Fit without data to train from the cache, or rebuild it.")
         return self._disk
 
     def _stream_for(self, data: Any) -> DataStream:
-        if isinstance(data, DataStream):  # a stream made for this run (e.g. workbench.train.ahead's): used as it is
+        # a stream made for this run (e.g. workbench.train.ahead's): used as it is
+        if isinstance(data, DataStream):
             self._stream = data
             return data
         if data is None:
@@ -242,8 +253,8 @@ class AdapterExperiment:
         if self.dist is None:
             stream = DataStream(data, **options)
         else:
-            stream = ShardedStream(data, rank=self.dist.rank, world=self.dist.world_size, per_rank=self._micro,
-                                   **options)
+            stream = ShardedStream(data, rank=self.dist.rank, world=self.dist.world_size,
+                                   per_rank=self._micro, **options)
         if self._data_state is not None:
             stream.load_state_dict(self._data_state)
             self._data_state = None
@@ -259,7 +270,8 @@ class AdapterExperiment:
         seen, out = set(), []
         for cb in [*self.component_callbacks, *self.callbacks, *extra]:
             if not isinstance(cb, Callback):
-                raise CompositionError(f"Callbacks must subclass workbench.Callback, got {type(cb).__name__}.")
+                raise CompositionError(f"Callbacks must subclass workbench.Callback, "
+                                       f"got {type(cb).__name__}.")
             if cb.key() in seen:
                 continue
             seen.add(cb.key())
@@ -328,7 +340,8 @@ class AdapterExperiment:
 
             run_dir = last.parent
             last = latest_checkpoint(run_dir)
-        return non_finite_message(value, step, last_checkpoint=last, resumed=self._resumed[:3] if right_after else None,
+        return non_finite_message(value, step, last_checkpoint=last,
+                                  resumed=self._resumed[:3] if right_after else None,
                                   clips=describe_clips(clips), run_dir=run_dir, command=self.resume_command)
 
     def _run_step(self, stream: DataStream, hooks: dict[str, list[Callback]], guard: SigintGuard) -> None:
@@ -355,7 +368,8 @@ class AdapterExperiment:
                 raw = stream.next()
                 clips.append(clip_ids(raw))
                 batch = self.prepare(raw)
-                ahead = batch.meta.get(AHEAD_KEY)  # the base's part, computed a step ahead (workbench.train.ahead)
+                # the base's part, computed a step ahead (workbench.train.ahead)
+                ahead = batch.meta.get(AHEAD_KEY)
                 generator = None if ahead is not None else self._generator(step, first + micro)
                 values = None if ahead is None else ahead.values_for(step, first + micro)
                 if t.amp_dtype is None:  # (no autocast context to enter and leave)
@@ -363,7 +377,8 @@ class AdapterExperiment:
                 else:
                     with self._autocast():
                         loss, _ = training_loss(batch, generator=generator, step=step, ahead=values)
-                scaled = loss / accum if accum > 1 else loss  # (a division by 1 would be one more op, same values)
+                # (a division by 1 would be one more op, same values)
+                scaled = loss / accum if accum > 1 else loss
                 (scaler.scale(scaled) if scaler else scaled).backward()
                 total = loss.detach() if total is None else total + loss.detach()
             step_loss = total / accum if accum > 1 else total
@@ -403,7 +418,8 @@ class AdapterExperiment:
         if hooks["on_step_end"]:
             due = [cb for cb in hooks["on_step_end"] if cb.due(done)]
             if due:
-                if self.dist is not None:  # what the callbacks see is the run's loss (every rank has the same list)
+                # what the callbacks see is the run's loss (every rank has the same list)
+                if self.dist is not None:
                     step_loss = self.dist.mean_(step_loss.clone())
                 self._call(due, "on_step_end", done, {"loss": step_loss, "lr": lr, "step": done})
 
@@ -452,7 +468,8 @@ class AdapterExperiment:
                 bar = None
             self._sync()
             hint = f" {self.resume_hint}" if self.resume_hint else ""
-            print(f"Interrupted: stopped cleanly after step {self.step} (a partial step was discarded).{hint}",
+            print(f"Interrupted: stopped cleanly after step {self.step} "
+                  f"(a partial step was discarded).{hint}",
                   flush=True)
         finally:
             if bar is not None:
@@ -469,9 +486,9 @@ class AdapterExperiment:
         from workbench.train.validation import validation_loss
 
         t = self.training
-        metrics = validation_loss(self.model, self._cached(data), prepare=self.prepare, batch_size=t.batch_size,
-                                  device=self.device, batches=batches, seed=seed, num_workers=t.num_workers,
-                                  dist=self.dist)
+        metrics = validation_loss(self.model, self._cached(data), prepare=self.prepare,
+                                  batch_size=t.batch_size, device=self.device, batches=batches, seed=seed,
+                                  num_workers=t.num_workers, dist=self.dist)
         self._call(self._collect(()), "on_eval", self.step, metrics)
         return metrics
 
@@ -482,14 +499,16 @@ class AdapterExperiment:
         from workbench.inspect.recording.trajectory import record as record_trajectory
 
         batch = batch_or_cond if isinstance(batch_or_cond, Batch) else self.prepare(batch_or_cond)
-        return record_trajectory(self.model, batch, steps=steps, seed=seed, record=record, on_step=on_step, **kwargs)
+        return record_trajectory(self.model, batch, steps=steps, seed=seed, record=record, on_step=on_step,
+                                 **kwargs)
 
     def export_lora(self, path: str | Path) -> Path:
         """Write the adapter's LoRA where diffusers' pipelines load it (``pipe.load_lora_weights(path)``)."""
         export = getattr(self.model.adapter, "export_lora", None)
         if export is None:
-            raise CompositionError(f"{type(self.model.adapter).__name__} has no LoRA to export; exporting a LoRA "
-                                   f"needs adapter type lora, or action_modulation with a lora: block.")
+            raise CompositionError(f"{type(self.model.adapter).__name__} has no LoRA to export; "
+                                   f"exporting a LoRA needs adapter type lora, "
+                                   f"or action_modulation with a lora: block.")
         return export(path)
 
     # -- checkpoints -------------------------------------------------------------------------
@@ -565,7 +584,8 @@ class AdapterExperiment:
 
     @classmethod
     def resume(cls, path: str | Path, config: ExperimentConfig, *, override: Iterable[str] = (),
-               source: str = "the config", flags: dict[str, str] | None = None, **overrides) -> AdapterExperiment:
+               source: str = "the config", flags: dict[str, str] | None = None,
+               **overrides) -> AdapterExperiment:
         """Continue the run of the checkpoint ``path`` (a run directory: its latest) with ``config``.
 
         ``config`` is compared with the config the checkpoint was saved with. Identical: the run
@@ -588,12 +608,14 @@ class AdapterExperiment:
         ckpt = load_checkpoint(path)
         saved = config_of(ckpt)
         changes = config_changes(saved, config)
-        refuse_unless_allowed(changes, override_names(override), run=str(ckpt.path), source=source, flags=flags)
+        refuse_unless_allowed(changes, override_names(override), run=str(ckpt.path), source=source,
+                              flags=flags)
         exp = cls.from_config(config, **overrides)._restore(ckpt)
         exp._record(changes, saved=ckpt, saved_config=saved)
         return exp
 
-    def _record(self, changes: list[Change], saved: Checkpoint, saved_config: ExperimentConfig | None = None) -> None:
+    def _record(self, changes: list[Change], saved: Checkpoint,
+                saved_config: ExperimentConfig | None = None) -> None:
         if not changes:
             return
         if saved_config is None:

@@ -29,14 +29,21 @@ import torch
 from torch.utils.data import Dataset
 
 from workbench.errors import DataError
-from workbench.integrity import ManifestDamaged, entry_of, manifest_bytes, mismatch, parse_manifest, write_atomic
+from workbench.integrity import (
+    ManifestDamaged,
+    entry_of,
+    manifest_bytes,
+    mismatch,
+    parse_manifest,
+    write_atomic,
+)
 
 FORMAT = 1
 SHARD = "shard-{:05d}.safetensors"
 SHARD_MANIFEST = "shard-{:05d}.manifest.json"
 IDENTITY = "cache.json"
-FIX = "Rerun `workbench cache-latents CONFIG --out {root}`: it verifies every shard, keeps the intact ones and " \
-      "rewrites the others."
+FIX = "Rerun `workbench cache-latents CONFIG --out {root}`: it verifies every shard, " \
+      "keeps the intact ones and rewrites the others."
 
 
 def own_weights(base: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -92,13 +99,14 @@ def _differences(found: Any, expected: Any, path: str = "") -> list[str]:
         for key in sorted(set(found) | set(expected), key=str):
             out += _differences(found.get(key), expected.get(key), f"{path}.{key}" if path else str(key))
         return out
-    return [] if found == expected else [f"{path or 'value'} is {found!r} in the cache, {expected!r} in this run"]
+    return [] if found == expected else [f"{path or 'value'} is {found!r} in the cache, "
+                                         f"{expected!r} in this run"]
 
 
 def identity_mismatch(found: Mapping, expected: Mapping) -> str | None:
     """Where two identities differ, said in words (the first field that does); ``None`` when they agree."""
-    words = {"format": "cache format", "backbone": "backbone (type and config)", "weights": "backbone weights",
-             "data": "data config", "items": "number of items"}
+    words = {"format": "cache format", "backbone": "backbone (type and config)",
+             "weights": "backbone weights", "data": "data config", "items": "number of items"}
     for field, what in words.items():
         if field == "data" and expected.get("data") is None:
             continue  # a run built in Python without a data block checks everything else
@@ -116,8 +124,9 @@ def _split(item: Mapping[str, Any], i: int) -> tuple[dict[str, torch.Tensor], di
         elif value is None or isinstance(value, (bool, int, float, str)):
             plain[key] = value
         else:
-            raise DataError(f"cache-latents: item {i} field '{key}' is a {type(value).__name__}; a cache holds "
-                            f"tensors and plain values (bool, int, float, str, None). Convert it in the dataset.")
+            raise DataError(f"cache-latents: item {i} field '{key}' is a {type(value).__name__}; "
+                            f"a cache holds tensors and plain values (bool, int, float, str, None). "
+                            f"Convert it in the dataset.")
     return tensors, plain
 
 
@@ -131,8 +140,8 @@ def read_identity(root: Path, what: str) -> dict:
         return identity
     except (OSError, UnicodeDecodeError, ValueError) as err:
         raise DataError(f"{what}: {path} is damaged ({type(err).__name__}: {err}); it says what the cache in "
-                        f"{root} was made from. Delete {root} and rebuild it with `workbench cache-latents CONFIG "
-                        f"--out {root}`.") from None
+                        f"{root} was made from. Delete {root} and rebuild it with "
+                        f"`workbench cache-latents CONFIG --out {root}`.") from None
 
 
 def shard_problem(root: Path, s: int, *, verified: bool = True) -> str | None:
@@ -202,15 +211,18 @@ def write_cache(base: Any, dataset: Dataset, out: str | Path, *, identity: Mappi
         verified = bool(found.get("shard_manifests"))
         stored = found.get("shard_size")
         if stored is not None and int(stored) != shard_size:
-            raise DataError(f"{out} holds a latent cache of {stored} items per shard; --shard-size {shard_size} would "
-                            f"split it differently. Pass --shard-size {stored} to finish it, or use another --out.")
+            raise DataError(f"{out} holds a latent cache of {stored} items per shard; "
+                            f"--shard-size {shard_size} would split it differently. "
+                            f"Pass --shard-size {stored} to finish it, or use another --out.")
     if rank == 0 and not (ident_path.exists() and verified):  # (an older cache gains manifests on this run)
-        write_atomic(ident_path, json.dumps({**dict(identity), "shard_manifests": True, "shard_size": shard_size},
+        write_atomic(ident_path, json.dumps({**dict(identity), "shard_manifests": True,
+                                             "shard_size": shard_size},
                                             indent=1, sort_keys=True).encode())
     n = len(dataset)
     shards = (n + shard_size - 1) // shard_size
     mine = list(range(rank, shards, world_size))
-    for s in mine:  # what a process killed while writing one of this rank's shards left (no other rank writes them)
+    # what a process killed while writing one of this rank's shards left (no other rank writes them)
+    for s in mine:
         for name in (SHARD.format(s), SHARD_MANIFEST.format(s)):
             for stale in out.glob(f".{name}.tmp-*"):
                 stale.unlink(missing_ok=True)
@@ -239,23 +251,25 @@ def write_cache(base: Any, dataset: Dataset, out: str | Path, *, identity: Mappi
             for i in range(s * shard_size, min(n, (s + 1) * shard_size)):
                 item = base.encode_item(dataset[i])
                 if item is None:
-                    raise DataError(f"cache-latents: {type(base).__name__}.encode_item has nothing to precompute "
-                                    f"for items of {type(dataset).__name__} (it returned None); there is nothing to "
-                                    f"cache.")
+                    raise DataError(f"cache-latents: {type(base).__name__}.encode_item "
+                                    f"has nothing to precompute for items of {type(dataset).__name__} "
+                                    f"(it returned None); there is nothing to cache.")
                 t, plain = _split(item, i)
                 tensors.update(t)
                 meta[str(i)] = json.dumps(plain)
                 if bar is not None:
                     bar.update(1)
-            data = _canonical(save_safetensors(tensors, metadata={**meta, "shard": str(s), "size": str(shard_size)}))
-            (out / SHARD_MANIFEST.format(s)).unlink(missing_ok=True)  # the shard counts again once it is listed
+            data = _canonical(save_safetensors(tensors, metadata={**meta, "shard": str(s),
+                                                                  "size": str(shard_size)}))
+            # the shard counts again once it is listed
+            (out / SHARD_MANIFEST.format(s)).unlink(missing_ok=True)
             write_atomic(out / SHARD.format(s), data)
             _write_manifest(out, s, data)
     finally:
         if bar is not None:
             bar.close()
-    log(f"cache-latents: rank {rank}: {len(todo)} shard(s) written ({len(rewritten)} of them damaged before), "
-        f"{kept} already there and verified, into {out}")
+    log(f"cache-latents: rank {rank}: {len(todo)} shard(s) written "
+        f"({len(rewritten)} of them damaged before), {kept} already there and verified, into {out}")
     return out
 
 
@@ -285,8 +299,8 @@ class DiskLatentCache(Dataset):
         self.root = Path(root)
         ident_path = self.root / IDENTITY
         if not ident_path.exists():
-            raise DataError(f"training.cache_latents: {self.root} is not a latent cache (no {IDENTITY}). Write one "
-                            f"with `workbench cache-latents CONFIG --out {self.root}`.")
+            raise DataError(f"training.cache_latents: {self.root} is not a latent cache (no {IDENTITY}). "
+                            f"Write one with `workbench cache-latents CONFIG --out {self.root}`.")
         self.identity = read_identity(self.root, "training.cache_latents")
         self._n = int(self.identity["items"])
         self.verified = bool(self.identity.get("shard_manifests"))
@@ -296,18 +310,20 @@ class DiskLatentCache(Dataset):
                             f"`workbench cache-latents CONFIG --out {self.root}` (it resumes).")
         self.shard_size = int(self.identity.get("shard_size") or self._stored_shard_size(shards[0]))
         expected_shards = (self._n + self.shard_size - 1) // self.shard_size
-        missing = [SHARD.format(s) for s in range(expected_shards) if not (self.root / SHARD.format(s)).exists()
+        missing = [SHARD.format(s) for s in range(expected_shards)
+                   if not (self.root / SHARD.format(s)).exists()
                    or self.verified and not (self.root / SHARD_MANIFEST.format(s)).exists()]
         if missing:
-            raise DataError(f"training.cache_latents: {self.root} is incomplete: {len(missing)} of {expected_shards} "
-                            f"shards missing or unfinished (first: {missing[0]}). Rerun `workbench cache-latents` "
-                            f"to finish it.")
+            raise DataError(f"training.cache_latents: {self.root} is incomplete: "
+                            f"{len(missing)} of {expected_shards} shards missing or unfinished "
+                            f"(first: {missing[0]}). Rerun `workbench cache-latents` to finish it.")
         if not self.verified:
             import sys
 
-            print(f"note: the latent cache {self.root} has no shard manifests (written by a workbench before caches "
-                  f"carried digests): its shards are read but cannot be verified. Rerun `workbench cache-latents "
-                  f"CONFIG --out {self.root}` to verify them and add the manifests.", file=sys.stderr)
+            print(f"note: the latent cache {self.root} has no shard manifests "
+                  f"(written by a workbench before caches carried digests): its shards are read "
+                  f"but cannot be verified. Rerun `workbench cache-latents CONFIG --out {self.root}` "
+                  f"to verify them and add the manifests.", file=sys.stderr)
         self._open: dict[int, tuple[Any, dict[int, list[str]]]] = {}
 
     def _stored_shard_size(self, first: Path) -> int:
@@ -326,18 +342,19 @@ class DiskLatentCache(Dataset):
         if s is not None and getattr(self, "shard_size", None):
             first = s * self.shard_size
             items = f" (items {first}–{min(self._n, first + self.shard_size) - 1})"
-        return DataError(f"training.cache_latents: shard {path.name}{items} of the latent cache {self.root} is "
-                         f"damaged: {problem}. " + FIX.format(root=self.root))
+        return DataError(f"training.cache_latents: shard {path.name}{items} of the latent cache {self.root} "
+                         f"is damaged: {problem}. " + FIX.format(root=self.root))
 
     def __len__(self) -> int:
         return self._n
 
     def require(self, expected: Mapping) -> None:
-        """Refuse this cache unless it was made from what ``expected`` describes (see :func:`cache_identity`)."""
+        """Refuse this cache unless it was made from what ``expected`` describes
+        (see :func:`cache_identity`)."""
         problem = identity_mismatch(self.identity, expected)
         if problem:
-            raise DataError(f"training.cache_latents: {self.root} was made for another run ({problem}). Rebuild it "
-                            f"for this config with `workbench cache-latents CONFIG --out DIR`.")
+            raise DataError(f"training.cache_latents: {self.root} was made for another run ({problem}). "
+                            f"Rebuild it for this config with `workbench cache-latents CONFIG --out DIR`.")
 
     def _shard(self, s: int) -> tuple[Any, dict[int, list[str]]]:
         """The open shard ``s`` and, per item, the keys of its tensors."""
@@ -388,8 +405,8 @@ def run(args) -> int:
 
     config = apply_data_options(load_yaml(args.config), DataOptions.from_args(args), what=args.config)
     if config.data is None:
-        raise DataError(f"cache-latents: {args.config} has no data: block, so there is nothing to encode. Add one "
-                        f"(e.g. data: {{type: metaworld, config: {{path: sample}}}}).")
+        raise DataError(f"cache-latents: {args.config} has no data: block, so there is nothing to encode. "
+                        f"Add one (e.g. data: {{type: metaworld, config: {{path: sample}}}}).")
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     with torch.random.fork_rng(devices=[]):  # the base is built exactly as a training run builds it
         torch.manual_seed(config.training.seed)
@@ -410,6 +427,6 @@ def run(args) -> int:
         if distributed:
             torch.distributed.destroy_process_group()
     if rank == 0:
-        print(f"cache-latents: {len(dataset)} items of {config.data['type']} cached in {args.out}. Train from it "
-              f"with training: {{cache_latents: {args.out}}}.")
+        print(f"cache-latents: {len(dataset)} items of {config.data['type']} cached in {args.out}. "
+              f"Train from it with training: {{cache_latents: {args.out}}}.")
     return 0

@@ -132,8 +132,8 @@ class FitSession:
         if steps is not None:
             self.target = self.exp.step + self._check_steps(steps)
         if self.remaining == 0:
-            raise InspectError(f"Nothing left to train: the experiment is at step {self.exp.step}, the target of this "
-                               f"run. Pass steps=N to train N more.")
+            raise InspectError(f"Nothing left to train: the experiment is at step {self.exp.step}, "
+                               f"the target of this run. Pass steps=N to train N more.")
         with self._lock:
             self.error = None
             self._stop.clear()
@@ -179,7 +179,8 @@ class FitSession:
                 self.state = "stopping"
 
     def wait(self, timeout: float | None = None) -> FitSession:
-        """Block until a background run ends (or ``timeout`` seconds pass); re-raise its error if it failed."""
+        """Block until a background run ends (or ``timeout`` seconds pass); re-raise its error if it
+        failed."""
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)

@@ -24,16 +24,16 @@ def _scalars(metrics: dict, prefix: str = "") -> dict[str, float]:
     for key, value in metrics.items():
         if key == "step":
             continue
-        if isinstance(value, torch.Tensor) and value.numel() == 1 or isinstance(value, (int, float)) and not isinstance(
-                value, bool):
+        if (isinstance(value, torch.Tensor) and value.numel() == 1
+                or isinstance(value, (int, float)) and not isinstance(value, bool)):
             out[f"{prefix}{key}"] = float(value)
     return out
 
 
 def _missing(package: str, callback: str) -> CallbackError:
-    return CallbackError(f"The {callback} callback needs the '{package}' package, which is not installed. Install it "
-                         f"with `pip install grafted-workbench[logging]` (or `pip install {package}`), or remove the "
-                         f"callback from the config.")
+    return CallbackError(f"The {callback} callback needs the '{package}' package, which is not installed. "
+                         f"Install it with `pip install grafted-workbench[logging]` "
+                         f"(or `pip install {package}`), or remove the callback from the config.")
 
 
 @dataclass
@@ -110,7 +110,8 @@ class WandbConfig:
 
 @register("callback", "wandb")
 class Wandb(Configured):
-    """Logs loss, learning rate and evaluation metrics to a Weights & Biases run (offline unless configured)."""
+    """Logs loss, learning rate and evaluation metrics to a Weights & Biases run (offline unless
+    configured)."""
 
     config_class = WandbConfig
     main_process_only = True

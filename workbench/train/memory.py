@@ -73,7 +73,8 @@ def size(n: int | float) -> str:
 
 # -- tracing what a backward keeps ---------------------------------------------------------------
 class _FusedAttention(torch.autograd.Function):
-    """Scaled dot-product attention as a fused kernel saves it: q, k, v, the output and the row log-sum-exp."""
+    """Scaled dot-product attention as a fused kernel saves it: q, k, v, the output and the row
+    log-sum-exp."""
 
     @staticmethod
     def forward(ctx, q, k, v, *args):
@@ -152,7 +153,8 @@ def trace_saved(fn: Callable[[], Any], *, blocks: Iterable[nn.Module] = (),
     handles = []
     for i, block in enumerate(blocks):
         def pre(module, args, kwargs, i=i):
-            first = args[0] if args else next((v for v in kwargs.values() if isinstance(v, torch.Tensor)), None)
+            first = args[0] if args else next((v for v in kwargs.values()
+                                               if isinstance(v, torch.Tensor)), None)
             if isinstance(first, torch.Tensor):
                 inputs[i] += first.numel() * first.element_size()
             inside[0] = i
@@ -180,7 +182,8 @@ def lora_targets(base) -> list[tuple[str, nn.Linear]]:
             if isinstance(m, nn.Linear) and any(name == s or name.endswith("." + s) for s in suffixes)]
 
 
-def trace_training_step(base, latents: torch.Tensor, t: torch.Tensor, cond: Mapping[str, Any]) -> ActivationTrace:
+def trace_training_step(base, latents: torch.Tensor, t: torch.Tensor,
+                        cond: Mapping[str, Any]) -> ActivationTrace:
     """What one training step of an inside LoRA keeps through ``base``'s denoiser on ``latents``: the trace of
     ``base.denoise(latents, t, cond)`` with ``latents`` and the LoRA targets' weights requiring gradients (a
     LoRA saves each target's input); split by the blocks of :meth:`inside_spec`."""
@@ -218,7 +221,8 @@ class MemoryPlan:
     recording: int
     recording_steps: int
     memory: int | None = None
-    recording_calls: int = 1  # compose_fn calls a sampling step makes (guidance branches), each kept for forks
+    # compose_fn calls a sampling step makes (guidance branches), each kept for forks
+    recording_calls: int = 1
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -235,13 +239,16 @@ class MemoryPlan:
         return [
             ("weights (denoiser + VAE)", self.weights, f"{self.dtype} on {self.device}"),
             ("frozen encoders (loaded on first use)", self.encoders, "not needed with a latent cache"),
-            ("LoRA rank 16 + gradients + AdamW", self.trainable, f"{self.trainable_parameters / 1e6:.1f} M params"),
+            ("LoRA rank 16 + gradients + AdamW", self.trainable,
+             f"{self.trainable_parameters / 1e6:.1f} M params"),
             ("activations per step", self.activations, "traced at the native resolution"),
-            ("activations, gradient checkpointing", self.activations_checkpointed, "block inputs + one block"),
+            ("activations, gradient checkpointing", self.activations_checkpointed,
+             "block inputs + one block"),
             ("training step (weights+state+act.)", self.step, "inside adapter"),
             ("training step, checkpointing", self.step_checkpointed, "inside adapter"),
             ("recording (default StoragePolicy)", self.recording, f"{self.recording_steps} steps, on the host"
-             + (f"; {self.recording_calls} predictions a step (guidance)" if self.recording_calls > 1 else "")),
+             + (f"; {self.recording_calls} predictions a step (guidance)"
+                if self.recording_calls > 1 else "")),
         ]
 
     def table(self) -> str:
@@ -257,10 +264,10 @@ class MemoryPlan:
         return "\n".join(lines)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "device": self.device, "dtype": self.dtype, "resolution": self.resolution,
-                "latent_shape": list(self.latent_shape), "memory": self.memory,
-                **{name: n for name, n, _ in self.rows()}, "recording_predictions_per_step": self.recording_calls,
-                "notes": self.notes}
+        return {"model": self.model, "device": self.device, "dtype": self.dtype,
+                "resolution": self.resolution, "latent_shape": list(self.latent_shape), "memory": self.memory,
+                **{name: n for name, n, _ in self.rows()},
+                "recording_predictions_per_step": self.recording_calls, "notes": self.notes}
 
 
 def _base_block(config: Any) -> tuple[str, dict]:
@@ -323,15 +330,17 @@ def memory_plan(config: Any, device: str = "cuda", memory: str | int | None = No
     trace = trace_training_step(base, latents, t, cond)
     lora_params = sum(rank * (m.in_features + m.out_features) for _, m in lora_targets(base))
     if not hasattr(base.inside_spec().root, "enable_gradient_checkpointing"):
-        notes.append(f"{kind}'s denoiser has no gradient checkpointing of its own: the checkpointed figure is what "
-                     f"checkpointing its blocks would keep, not what it keeps today")
+        notes.append(f"{kind}'s denoiser has no gradient checkpointing of its own: "
+                     f"the checkpointed figure is what checkpointing its blocks would keep, "
+                     f"not what it keeps today")
     recording_steps = steps or base.card.sampling.steps or 50
     recording, calls = _recording(base, shape, recording_steps)
-    return MemoryPlan(model=f"{kind} ({base.card.model_id})", device=device, dtype=str(dtype).replace("torch.", ""),
-                      resolution=f"{width}x{height}, {frames} frames", latent_shape=shape[1:], weights=weights,
-                      encoders=encoders, trainable_parameters=lora_params, trainable=16 * lora_params,
-                      activations=trace.total, activations_checkpointed=trace.checkpointed, recording=recording,
-                      recording_steps=recording_steps, recording_calls=calls,
+    return MemoryPlan(model=f"{kind} ({base.card.model_id})", device=device,
+                      dtype=str(dtype).replace("torch.", ""), resolution=f"{width}x{height}, {frames} frames",
+                      latent_shape=shape[1:], weights=weights, encoders=encoders,
+                      trainable_parameters=lora_params, trainable=16 * lora_params,
+                      activations=trace.total, activations_checkpointed=trace.checkpointed,
+                      recording=recording, recording_steps=recording_steps, recording_calls=calls,
                       memory=None if memory is None else parse_bytes(memory),
                       notes=notes)
 
@@ -349,7 +358,8 @@ def _recording(base, shape: tuple[int, ...], steps: int) -> tuple[int, int]:
 
     model = ComposedModel(base, Zero(), GatedResidual(), base.default_objective())
     batch = Batch(latents=torch.zeros(shape), cond={}, loss_mask=None)
-    return estimate_memory(model, batch, steps=steps, storage=StoragePolicy()), base.predictions_per_step(batch)
+    return (estimate_memory(model, batch, steps=steps, storage=StoragePolicy()),
+            base.predictions_per_step(batch))
 
 
 __all__ = ["ActivationTrace", "MemoryPlan", "fused_attention", "lora_targets", "memory_plan", "meta_backbone",

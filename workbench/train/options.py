@@ -60,11 +60,13 @@ class DataOptions:
 def add_data_arguments(parser: argparse.ArgumentParser, *, dim: bool = True) -> None:
     """``--camera``, ``--actions``, ``--state`` (and ``--action-dim`` with ``dim``) on ``parser``."""
     group = parser.add_argument_group("data options (default: the config's; they set its data: block)")
-    group.add_argument("--camera", help="the video feature to read, e.g. observation.images.front (data.config.camera)")
-    group.add_argument("--actions", metavar="FEATURE", help="the feature served as the actions (data.config.actions)")
+    group.add_argument("--camera",
+                       help="the video feature to read, e.g. observation.images.front (data.config.camera)")
+    group.add_argument("--actions", metavar="FEATURE",
+                       help="the feature served as the actions (data.config.actions)")
     group.add_argument("--state", metavar="FEATURE|auto|none",
-                       help="the feature served as the state (data.config.state): none reads no state, auto reads "
-                            "observation.state where the dataset has it")
+                       help="the feature served as the state (data.config.state): none reads no state, "
+                            "auto reads observation.state where the dataset has it")
     if dim:
         group.add_argument("--action-dim", type=int, metavar="N",
                            help="the width of the action vector the adapter reads (adapter.config.dim)")
@@ -83,8 +85,8 @@ def apply_data_options(config: Any, options: DataOptions, *, what: str = "the co
     if fields:
         if config.data is None:
             raise ConfigError(f"{', '.join(_flag(k) for k in fields)}: {what} has no data: block to set "
-                              f"{'it' if len(fields) == 1 else 'them'} in. Add one (e.g. data: {{type: lerobot, "
-                              f"config: {{root: DIR}}}}).")
+                              f"{'it' if len(fields) == 1 else 'them'} in. "
+                              f"Add one (e.g. data: {{type: lerobot, config: {{root: DIR}}}}).")
         data["data"] = {**data["data"], "config": {**(data["data"].get("config") or {}), **fields}}
         _check_fields("dataset", data["data"]["type"], fields, what, resolve)
     if options.action_dim is not None:
@@ -105,9 +107,9 @@ def _check_fields(kind: str, name: str, values: dict[str, Any], what: str, resol
     for key in values:
         if key not in have:
             example = "the lerobot dataset" if kind == "dataset" else "latent_residual"
-            raise ConfigError(f"{_flag(key)}: the {kind} of {what} is {name!r}, which has no {key!r} setting (its "
-                              f"settings: {listing(have)}). Leave {_flag(key)} out, or use a {kind} that has it "
-                              f"(e.g. {example}).")
+            raise ConfigError(f"{_flag(key)}: the {kind} of {what} is {name!r}, which has no {key!r} setting "
+                              f"(its settings: {listing(have)}). Leave {_flag(key)} out, "
+                              f"or use a {kind} that has it (e.g. {example}).")
 
 
 __all__ = ["DataOptions", "add_data_arguments", "apply_data_options"]

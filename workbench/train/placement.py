@@ -22,7 +22,8 @@ def base_config_on(block: dict, device: torch.device) -> dict:
     (and in the dtype the card wants there) instead of on the best device of the machine."""
     config = dict(block.get("config") or {})
     config_class = getattr(resolve("backbone", block["type"], where="base.type"), "config_class", None)
-    fields = {f.name for f in dataclasses.fields(config_class)} if dataclasses.is_dataclass(config_class) else ()
+    fields = ({f.name for f in dataclasses.fields(config_class)} if dataclasses.is_dataclass(config_class)
+              else ())
     if "device" in fields and config.get("device", "auto") == "auto":
         config["device"] = str(device)
     return config
@@ -40,8 +41,10 @@ def check_base_dtype(base: BaseVideoModel, device: torch.device) -> None:
             return str(dtype).removeprefix("torch.")
 
         raise ConfigError(
-            f"training.device is {device.type}, but the backbone was loaded on {base.device.type} in {name(have)} "
-            f"(its dtype: auto, resolved for {base.device.type}); on {device.type} its card runs {name(want)}. Moving "
-            f"it would train in {name(have)} on {device.type}. Build the backbone with device: {device.type} (in a "
-            f"YAML config, leave its device on auto: it follows training.device), or give its dtype explicitly."
+            f"training.device is {device.type}, but the backbone was loaded on {base.device.type} "
+            f"in {name(have)} (its dtype: auto, resolved for {base.device.type}); "
+            f"on {device.type} its card runs {name(want)}. "
+            f"Moving it would train in {name(have)} on {device.type}. "
+            f"Build the backbone with device: {device.type} (in a YAML config, leave its device on auto: "
+            f"it follows training.device), or give its dtype explicitly."
         )

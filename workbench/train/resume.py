@@ -33,7 +33,8 @@ from workbench.train.checkpoint import Checkpoint, checkpoint_problem, fallback_
 def capture_state(optimizer: torch.optim.Optimizer, step: int, *, scaler: Any = None,
                   data: Mapping[str, int] | None = None) -> dict[str, Any]:
     """``state.pt``: the optimizer, the random generators, the step, the loss scaler, the data position."""
-    state: dict[str, Any] = {"optimizer": optimizer.state_dict(), "rng_cpu": torch.get_rng_state(), "step": step}
+    state: dict[str, Any] = {"optimizer": optimizer.state_dict(), "rng_cpu": torch.get_rng_state(),
+                             "step": step}
     if torch.cuda.is_available():
         state["rng_cuda"] = torch.cuda.get_rng_state_all()
     if scaler is not None:
@@ -69,10 +70,12 @@ def restore_state(ckpt: Checkpoint, model: Any, optimizer: torch.optim.Optimizer
               if k in theirs and theirs[k].shape != v.shape]
     if set(ours) != set(theirs) or shapes:
         raise CheckpointError(
-            f"Checkpoint {ckpt.path} does not fit this experiment: {_what_differs(ckpt, model, theirs)}. Build the "
-            f"experiment the checkpoint was saved with instead: AdapterExperiment.load({str(ckpt.path)!r}) reads "
-            f"its config.yaml. (Weights missing from the checkpoint: {sorted(set(ours) - set(theirs))[:5]}; not in "
-            f"this experiment: {sorted(set(theirs) - set(ours))[:5]}; shapes (saved vs built): {shapes[:3]}.)"
+            f"Checkpoint {ckpt.path} does not fit this experiment: {_what_differs(ckpt, model, theirs)}. "
+            f"Build the experiment the checkpoint was saved with instead: "
+            f"AdapterExperiment.load({str(ckpt.path)!r}) reads its config.yaml. "
+            f"(Weights missing from the checkpoint: {sorted(set(ours) - set(theirs))[:5]}; "
+            f"not in this experiment: {sorted(set(theirs) - set(ours))[:5]}; "
+            f"shapes (saved vs built): {shapes[:3]}.)"
         )
     state = ckpt.state
     try:
@@ -105,7 +108,8 @@ def _what_differs(ckpt: Checkpoint, model: Any, weights: Mapping[str, Any]) -> s
         saved = {}
     parts = []
     ours_weights = model.trainable_state_dict()
-    for key, kind, module in (("adapter", "adapter", model.adapter), ("composer", "composer", model.composer)):
+    for key, kind, module in (("adapter", "adapter", model.adapter),
+                              ("composer", "composer", model.composer)):
         mine = {k: tuple(v.shape) for k, v in ours_weights.items() if k.startswith(f"{key}.")}
         saved_weights = {k: tuple(v.shape) for k, v in weights.items() if k.startswith(f"{key}.")}
         if mine == saved_weights:
@@ -120,12 +124,14 @@ def _what_differs(ckpt: Checkpoint, model: Any, weights: Mapping[str, Any]) -> s
         changed = [f"{k}: {a.get(k)!r} saved, {b.get(k)!r} here" for k in sorted(set(a) | set(b))
                    if a.get(k) != b.get(k)]
         if changed:
-            parts.append(f"its {kind} {ours.get('type')!r} was configured otherwise ({'; '.join(changed[:4])})")
+            parts.append(f"its {kind} {ours.get('type')!r} was configured otherwise "
+                         f"({'; '.join(changed[:4])})")
     return "; ".join(parts) or "its weights were saved for another adapter or composer configuration"
 
 
 def _filled(kind: str, block: Mapping[str, Any]) -> dict:
-    """A saved ``{type, config}`` block's config with its defaults filled in (as the built component has it)."""
+    """A saved ``{type, config}`` block's config with its defaults filled in
+    (as the built component has it)."""
     from workbench.config import to_dict
     from workbench.registry import resolve
 
@@ -168,14 +174,17 @@ RESUMABLE: dict[str, str] = {
     "name": "the run's label only",
     "training.steps": "the run's length; bit-exact unless the learning-rate schedule depends on it (cosine)",
     "training.learning_rate": "the learning rate from this step on (not bit-exact)",
-    "training.warmup_steps": "the learning-rate warmup (bit-exact only when no remaining step's rate changes)",
+    "training.warmup_steps": ("the learning-rate warmup "
+                              "(bit-exact only when no remaining step's rate changes)"),
     "training.schedule": "the learning-rate schedule (bit-exact only when no remaining step's rate changes)",
-    "training.min_lr_ratio": "the cosine schedule's floor (bit-exact only when no remaining step's rate changes)",
+    "training.min_lr_ratio": ("the cosine schedule's floor "
+                              "(bit-exact only when no remaining step's rate changes)"),
     "training.sync_every": "how often losses are read back: bit-exact",
     "training.checkpoint_every": "checkpoint cadence: bit-exact",
     "training.keep_last": "how many checkpoints are kept: bit-exact",
     "training.num_workers": "data-loading processes: bit-exact (the order is the sampler's)",
-    "training.cache_latents": "where encoded items come from: bit-exact (the cache holds the encoder's output)",
+    "training.cache_latents": ("where encoded items come from: "
+                               "bit-exact (the cache holds the encoder's output)"),
     "training.gradient_checkpointing": "memory for recomputation: bit-exact",
     "training.device": "the device (not bit-exact: another device rounds differently)",
     "training.distributed": "how ranks share the work (not bit-exact across strategies and world sizes)",
@@ -301,7 +310,8 @@ def override_names(names: Iterable[str]) -> set[str]:
             part = part.strip()
             if not part:
                 continue
-            full = part if part in RESUMABLE else f"training.{part}" if f"training.{part}" in RESUMABLE else None
+            full = (part if part in RESUMABLE
+                    else f"training.{part}" if f"training.{part}" in RESUMABLE else None)
             if full is None:
                 unknown.append(part)
             else:
@@ -311,9 +321,9 @@ def override_names(names: Iterable[str]) -> set[str]:
 
         names = sorted(RESUMABLE) + sorted(k.removeprefix("training.") for k in RESUMABLE if "." in k)
         hint = did_you_mean(unknown[0], names)
-        raise ConfigError(f"--override {', '.join(unknown)}: not a field a resume may change.{hint} Fields that "
-                          f"may change: {', '.join(sorted(RESUMABLE))} (training.* also by their short name, e.g. "
-                          f"learning_rate).")
+        raise ConfigError(f"--override {', '.join(unknown)}: not a field a resume may change.{hint} "
+                          f"Fields that may change: {', '.join(sorted(RESUMABLE))} "
+                          f"(training.* also by their short name, e.g. learning_rate).")
     return out
 
 
@@ -352,8 +362,8 @@ def refuse_unless_allowed(changes: list[Change], allowed: Iterable[str], *, run:
     if may:
         advice.append(f"to change {', '.join(may)}, pass --override {' '.join(may)}")
     if fixed:
-        advice.append(f"to change {', '.join(c.field for c in fixed)}, start a new run (--output NEW_DIR) or put "
-                      f"{source} back as the run has it (the run's config: {run}/config.yaml)")
+        advice.append(f"to change {', '.join(c.field for c in fixed)}, start a new run (--output NEW_DIR) "
+                      f"or put {source} back as the run has it (the run's config: {run}/config.yaml)")
     count = len(changes)
     raise ConfigError(
         f"--resume: {source} differs from the config the run was saved with ({run}) in {count} "
@@ -393,7 +403,8 @@ def record_changes(changes: list[Change], step: int, old_training: Any, new_trai
 def clip_ids(raw: Any) -> tuple[Any, Any] | None:
     """What a raw batch says about its clips, kept per step for a non-finite loss's message: its
     ``episode`` and ``start`` entries as they are (read only when a loss turns out non-finite)."""
-    if not (type(raw) is dict or isinstance(raw, Mapping)) or raw.get("episode") is None:  # (dict: no ABC check)
+    if (not (type(raw) is dict or isinstance(raw, Mapping))  # (dict: no ABC check)
+            or raw.get("episode") is None):
         return None
     return raw.get("episode"), raw.get("start")
 
@@ -405,8 +416,10 @@ def describe_clips(clips: list | None) -> str | None:
     parts = []
     for episodes, starts in clips:
         episodes = torch.as_tensor(episodes).reshape(-1).tolist()
-        starts = torch.as_tensor(starts).reshape(-1).tolist() if starts is not None else [None] * len(episodes)
-        parts += [f"episode {e}" + (f" (from frame {s})" if s is not None else "") for e, s in zip(episodes, starts)]
+        starts = (torch.as_tensor(starts).reshape(-1).tolist() if starts is not None
+                  else [None] * len(episodes))
+        parts += [f"episode {e}" + (f" (from frame {s})" if s is not None else "")
+                  for e, s in zip(episodes, starts)]
     return ", ".join(dict.fromkeys(parts))
 
 
@@ -421,24 +434,25 @@ def non_finite_message(value: float, step: int, *, last_checkpoint: Path | None,
     called good. ``clips`` names the clips of the step's batch (see :func:`describe_clips`);
     ``command`` continues the run from its latest checkpoint (``workbench train ... --resume``).
     """
-    head = f"Loss became {value} at step {step}; training stopped. The weights in memory are no longer trustworthy"
-    batch = (f"The batch of step {step} held {clips}: look there first for values that are NaN, infinite or far "
-             f"out of range (the dataset readers refuse those in the files they read)." if clips else
+    head = (f"Loss became {value} at step {step}; training stopped. "
+            f"The weights in memory are no longer trustworthy")
+    batch = (f"The batch of step {step} held {clips}: look there first for values that are NaN, infinite "
+             f"or far out of range (the dataset readers refuse those in the files they read)." if clips else
              f"The batch of step {step} does not say which clips it held (no 'episode' in it).")
     cures = f"{batch} If the data is sound, lower training.learning_rate or set clip_grad_norm."
 
     def go_on(path: Path) -> str:
         if command:
             return f"then continue from it with `{command}` (add --override learning_rate after lowering it)"
-        return (f"then continue from it with AdapterExperiment.load({str(path)!r}) (pass training=... with the "
-                f"lower rate) and fit() again")
+        return (f"then continue from it with AdapterExperiment.load({str(path)!r}) "
+                f"(pass training=... with the lower rate) and fit() again")
 
     if resumed is not None:
         path, at, verified = resumed
         problem = checkpoint_problem(path)
         if problem is not None:
-            return (f"{head}, and so is the checkpoint this run resumed from: {path} ({problem}). The cause is "
-                    f"that file, not the learning rate. {fallback_hint(path)}")
+            return (f"{head}, and so is the checkpoint this run resumed from: {path} ({problem}). "
+                    f"The cause is that file, not the learning rate. {fallback_hint(path)}")
         if verified:
             return (f"{head}. It diverged right after resuming from {path} (step {at}), whose files verify "
                     f"against their digests and whose weights are finite: the checkpoint was loaded intact, "
@@ -449,11 +463,11 @@ def non_finite_message(value: float, step: int, *, last_checkpoint: Path | None,
                 f"apart, or: {cures}")
     if last_checkpoint is None:
         where = f" (none in {run_dir})" if run_dir is not None else ""
-        return (f"{head}. No checkpoint of this run exists yet{where}, so there is nothing to go back to: find the "
-                f"cause, then start the run again. {cures}")
+        return (f"{head}. No checkpoint of this run exists yet{where}, so there is nothing to go back to: "
+                f"find the cause, then start the run again. {cures}")
     problem = checkpoint_problem(last_checkpoint)
     if problem is None:
-        return (f"{head}; the last checkpoint is {last_checkpoint} (it verifies; left intact). {cures} Fix that, "
-                f"{go_on(last_checkpoint)}.")
+        return (f"{head}; the last checkpoint is {last_checkpoint} (it verifies; left intact). {cures} "
+                f"Fix that, {go_on(last_checkpoint)}.")
     return (f"{head}, and the last checkpoint {last_checkpoint} does not verify ({problem}). "
             f"{fallback_hint(last_checkpoint)} {cures}")

@@ -35,11 +35,13 @@ def validation_loss(model: ComposedModel, source: Any, *, prepare: Callable[[Any
     mine = list(range(batches)) if dist is None else list(range(dist.rank, batches, dist.world_size))
     # Under FSDP every forward gathers the sharded parameters from all ranks, so every rank runs as many
     # forwards as the busiest one: a rank short of a batch runs one it read again, its score discarded.
-    rounds = -(-batches // dist.world_size) if dist is not None and dist.config.strategy == "fsdp" else len(mine)
+    rounds = (-(-batches // dist.world_size) if dist is not None and dist.config.strategy == "fsdp"
+              else len(mine))
     if dist is not None and is_map_dataset(source):  # each rank loads only its own batches
         n = len(source) // batch_size
         reads = mine or [0]  # (a rank with no batch of its own still loads one for those forwards)
-        source = torch.utils.data.Subset(source, [(i % n) * batch_size + j for i in reads for j in range(batch_size)])
+        source = torch.utils.data.Subset(source, [(i % n) * batch_size + j for i in reads
+                                                  for j in range(batch_size)])
     else:
         reads = list(range(batches)) if dist is not None else mine
     stream = DataStream(source, batch_size=batch_size, seed=seed, shuffle=False, num_workers=num_workers)

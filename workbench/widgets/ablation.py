@@ -46,10 +46,10 @@ class AblationSliders(View):
         >>> view = AblationSliders(traj, step=10, dim_names=["dx", "dy", "dz", "grip"], readout=hand)
     """
 
-    def __init__(self, trajectory: Trajectory, step: int | None = None, condition: str = "action", index: int = 0,
-                 dim_names: Sequence[str] | None = None, decode: str = "preview", frame: int | None = None,
-                 readout: Any = None, propagate: bool = True, final_decode: str | None = None,
-                 colour_range: float | None = DIFFERENCE_RANGE):
+    def __init__(self, trajectory: Trajectory, step: int | None = None, condition: str = "action",
+                 index: int = 0, dim_names: Sequence[str] | None = None, decode: str = "preview",
+                 frame: int | None = None, readout: Any = None, propagate: bool = True,
+                 final_decode: str | None = None, colour_range: float | None = DIFFERENCE_RANGE):
         super().__init__()
         self.state = Ablation(trajectory, step=step, condition=condition, index=index, decode=decode,
                               dim_names=dim_names, readout=readout, final_decode=final_decode,
@@ -58,10 +58,12 @@ class AblationSliders(View):
         steps = trajectory.stored
         self.add_class("workbench-ablation")
         self.image.add_class("workbench-ablation-image")
-        self.final_image = widgets.Image(format="png", layout=widgets.Layout(align_self="flex-start", max_width="100%"))
+        self.final_image = widgets.Image(format="png",
+                                         layout=widgets.Layout(align_self="flex-start", max_width="100%"))
         self.final_image.add_class("workbench-ablation-final")
         self.step_slider = widgets.SelectionSlider(options=steps, value=self.state.step, description="step",
-                                                   continuous_update=False, layout=widgets.Layout(width="340px"))
+                                                   continuous_update=False,
+                                                   layout=widgets.Layout(width="340px"))
         frames = len(self.state.images()[0])
         first = frame if frame is not None else frames - 1  # the last frame: where actions have acted longest
         self.frame_slider = widgets.IntSlider(value=first, min=0, max=frames - 1, description="frame",
@@ -75,7 +77,8 @@ class AblationSliders(View):
                     "each edit's largest difference, or the range shown now, kept",
             layout=widgets.Layout(width="260px"))
         self.scale_menu.add_class("workbench-ablation-scale")
-        self.propagate_box = widgets.Checkbox(value=bool(propagate), description="carry the edit to the last step",
+        self.propagate_box = widgets.Checkbox(value=bool(propagate),
+                                              description="carry the edit to the last step",
                                               indent=False, layout=widgets.Layout(width="auto"))
         self.status = status_line()
         self.status.add_class("workbench-ablation-status")
@@ -194,7 +197,8 @@ class AblationSliders(View):
         self._cancel = threading.Event()
         edits = ", ".join(self.state.describe_edits())
         self.final_status.value = status_lines(
-            f"re-sampling steps {self.state.step}–{self.state.trajectory.steps - 1} with {html.escape(edits)} …"
+            f"re-sampling steps {self.state.step}–{self.state.trajectory.steps - 1} "
+            f"with {html.escape(edits)} …"
             if edits else "the recorded run's final prediction …")
         self.final_image.add_class("workbench-stale")
         loop = _running_loop()
@@ -244,7 +248,8 @@ class AblationSliders(View):
             return  # a newer edit replaced this one
         self.final_error = error
         if error is not None:
-            self.final_status.value = (f"<span style='color:#b2182b'>carrying the edit to the last step failed: "
+            self.final_status.value = (f"<span style='color:#b2182b'>"
+                                       f"carrying the edit to the last step failed: "
                                        f"{type(error).__name__}: {html.escape(str(error))}</span>")
             return
         if result is None:  # cancelled
@@ -262,7 +267,9 @@ class AblationSliders(View):
         scale = {"held": "held", "fixed": "fixed"}.get(self.scale_menu.value, "this edit's own")
         scale = f"±{limit:.2g} {scale}" if self.scale_menu.value != "edit" else f"±{limit:.2g}, {scale}"
         pictures = [render.panels_image(result.panels(frame, limit, scale), title=result.caption(frame))]
-        lines = [f"<b>{html.escape(result.describe().split(': ', 1)[0] if result.path else result.describe())}</b>"]
+        lines = ["<b>"
+                 f"{html.escape(result.describe().split(': ', 1)[0] if result.path else result.describe())}"
+                 "</b>"]
         if result.path is not None:
             p = result.path
             pictures.append(render.path_image(p.recorded, p.edited, p.axes, p.unit, p.name, frame,
@@ -285,7 +292,8 @@ class AblationSliders(View):
         one's status lines and the final picture below, as the live view lays them out."""
         if self._instant_array is None:
             return self.image.value
-        parts = [render.text_image(self.status_texts(self.status), self._instant_array.shape[1]), self._instant_array]
+        parts = [render.text_image(self.status_texts(self.status), self._instant_array.shape[1]),
+                 self._instant_array]
         final = self.status_texts(self.final_status)
         if final:
             parts.append(render.text_image(final, self._instant_array.shape[1]))
@@ -318,7 +326,8 @@ def _yield_to_the_kernel() -> None:
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError):  # not allowed here: the thread keeps the process's priority
             tid = threading.get_native_id()
-            os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + BACKGROUND_NICENESS))
+            os.setpriority(os.PRIO_PROCESS, tid,
+                           min(19, os.getpriority(os.PRIO_PROCESS, tid) + BACKGROUND_NICENESS))
 
 
 def _running_loop():

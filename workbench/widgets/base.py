@@ -25,7 +25,8 @@ class View(widgets.VBox):
     def __init__(self, children: tuple = (), **kwargs: Any):
         super().__init__(children=children, **kwargs)
         # natural size (not stretched to the container's width), shrunk only if it would not fit
-        self.image = widgets.Image(format="png", layout=widgets.Layout(align_self="flex-start", max_width="100%"))
+        self.image = widgets.Image(format="png",
+                                   layout=widgets.Layout(align_self="flex-start", max_width="100%"))
         self.last_render_seconds: float | None = None  # logic + drawing of the last picture
         self._handles: list[Any] = []
         self._pending: Any = None  # the latest draw requested and not yet run

@@ -46,8 +46,9 @@ class ConditionSliders(widgets.VBox):
         varying = edit.varying(index)
         if varying:  # "all frames" shows the mean: say that a move replaces the sequence
             ranges = ", ".join(f"{name} {lo:+.2f}…{hi:+.2f}" for name, (lo, hi) in varying.items())
-            self.note.value = (f"<small>recorded values vary over frames ({ranges}); on all frames the sliders show "
-                               f"the mean, and moving one sets every frame to its value</small>")
+            self.note.value = (f"<small>recorded values vary over frames ({ranges}); "
+                               f"on all frames the sliders show the mean, "
+                               f"and moving one sets every frame to its value</small>")
         self.reset_button = button("reset", "back to the recorded values", icon="undo")
         self.reset_button.on_click(lambda _: self.reset())
         self.frame_select.observe(lambda _: self._sync(), names="value")

@@ -26,7 +26,8 @@ function render({ model, el }) {
   const pad = document.createElement("div");
   pad.tabIndex = 0;
   pad.className = "workbench-drive-keys";
-  pad.setAttribute("data-lm-suppress-shortcuts", "true");  // JupyterLab: the arrow keys drive, not the notebook
+  // JupyterLab: the arrow keys drive, not the notebook
+  pad.setAttribute("data-lm-suppress-shortcuts", "true");
   const label = () => { pad.textContent = model.get("label"); };
   label();
   model.on("change:label", label);
@@ -88,10 +89,10 @@ class Drive(View):
         (2, 31)
     """
 
-    def __init__(self, exp: Any, start: Mapping[str, Any], steps: int = 8, seed: int = 0, readout: Any = "probe",
-                 speed: float = 1.0, gate_scale: float | None = None, state: Any = "probe",
-                 dim_names: Sequence[str] | None = None, save_path: str | Path = "outputs/driven.h5",
-                 first_chunk: bool = True):
+    def __init__(self, exp: Any, start: Mapping[str, Any], steps: int = 8, seed: int = 0,
+                 readout: Any = "probe", speed: float = 1.0, gate_scale: float | None = None,
+                 state: Any = "probe", dim_names: Sequence[str] | None = None,
+                 save_path: str | Path = "outputs/driven.h5", first_chunk: bool = True):
         super().__init__()
         self.state = DriveState(exp, start, steps=steps, seed=seed, readout=readout, speed=speed, state=state,
                                 gate_scale=gate_scale, dim_names=dim_names)
@@ -117,15 +118,17 @@ class Drive(View):
         self.undo_button = button("undo", "drop the last chunk", icon="undo")
         self.chunk_select = widgets.Dropdown(options=[("chunk 0", 0)], value=0, description="chunk",
                                              layout=widgets.Layout(width="170px"))
-        self.branch_button = button("branch", "fork the episode at this chunk with the current action (the old "
-                                              "line is kept)", icon="code-fork")
+        self.branch_button = button("branch", "fork the episode at this chunk with the current action "
+                                              "(the old line is kept)", icon="code-fork")
         self.switch_select = widgets.Dropdown(options=[("(no other line)", -1)], value=-1,
                                               layout=widgets.Layout(width="200px"))
         self.switch_button = button("switch", "drive on from the line chosen", icon="exchange")
-        self.stepper_button = button("open in the Stepper", "step through this chunk's sampling run", icon="search")
-        self.save_path = widgets.Text(value=str(save_path), description="file", layout=widgets.Layout(width="320px"))
-        self.save_button = button("save", "write the driven episode as a clip file (HDF5, MetaWorldClips reads it)",
-                                  icon="download")
+        self.stepper_button = button("open in the Stepper", "step through this chunk's sampling run",
+                                     icon="search")
+        self.save_path = widgets.Text(value=str(save_path), description="file",
+                                      layout=widgets.Layout(width="320px"))
+        self.save_button = button("save", "write the driven episode as a clip file "
+                                          "(HDF5, MetaWorldClips reads it)", icon="download")
         self.status = status_line()
         self.status.add_class("workbench-drive-status")
         self.tool_status = status_line()
@@ -137,7 +140,8 @@ class Drive(View):
         self.stepper_button.on_click(lambda _: self.open_stepper())
         self.save_button.on_click(lambda _: self.save())
         keys = [self.keypad] if self.keypad is not None else [
-            widgets.HTML("<i>keyboard: install anywidget (the widgets extra); the sliders and step drive</i>")]
+            widgets.HTML("<i>keyboard: install anywidget (the widgets extra); "
+                         "the sliders and step drive</i>")]
         help_line = widgets.HTML(f"<small>{html.escape(KEY_HELP)}</small>")
         self.children = (
             widgets.HBox([*keys, self.step_button, self.undo_button, self.status]),
@@ -221,7 +225,8 @@ class Drive(View):
         self._redraw(started, "switch")
 
     def open_stepper(self, chunk: int | None = None):
-        """Show the Stepper on chunk ``chunk``'s recorded sampling run (default: the chunk chosen) below the view."""
+        """Show the Stepper on chunk ``chunk``'s recorded sampling run (default: the chunk chosen) below
+        the view."""
         from workbench.widgets.stepper import Stepper
 
         chunk = self.chunk_select.value if chunk is None else chunk
@@ -231,8 +236,9 @@ class Drive(View):
 
     def save(self, path: str | Path | None = None) -> Path:
         written = self.state.save(path or self.save_path.value)
-        self.tool_status.value = (f"wrote {html.escape(str(written))} ({written.stat().st_size / 1024:.0f} KiB, "
-                                  f"{self.state.frames} frames): MetaWorldClips(path=..., split='all') reads it")
+        self.tool_status.value = (f"wrote {html.escape(str(written))} "
+                                  f"({written.stat().st_size / 1024:.0f} KiB, {self.state.frames} frames): "
+                                  f"MetaWorldClips(path=..., split='all') reads it")
         return written
 
     # -- the picture --------------------------------------------------------------------------------
@@ -275,11 +281,13 @@ class Drive(View):
     def _status(self) -> None:
         s = self.state
         lines = [f"<b>{s.chunks}</b> chunk{'s' if s.chunks != 1 else ''} · {s.frames} frames · "
-                 f"<b>{s.steps} sampling steps</b> per chunk · frames: full decode · next: {self._action_text()}"]
+                 f"<b>{s.steps} sampling steps</b> per chunk · frames: full decode · "
+                 f"next: {self._action_text()}"]
         if s.timings and self.last_latency_s is not None:
             t = s.timings[-1]
-            lines.append(f"last chunk: {t.wall_s:.2f} s ({t.cpu_s:.2f} s CPU); {html.escape(self.last_action)} to "
-                         f"picture <b>{self.last_latency_s:.2f} s</b> in the kernel")
+            lines.append(f"last chunk: {t.wall_s:.2f} s ({t.cpu_s:.2f} s CPU); "
+                         f"{html.escape(self.last_action)} to picture <b>{self.last_latency_s:.2f} s</b> "
+                         f"in the kernel")
         if s.readout is None:
             lines.append(f"<i>{html.escape(s.readout_note)}</i>")
         self.status.value = status_lines(*lines)
@@ -360,7 +368,8 @@ def path_chart(path: np.ndarray, state: DriveState, width: int, height: int = 17
         lo, hi = float(path[:, d].min()), float(path[:, d].max())
         pad = max(0.05 * (hi - lo), 0.5 if unit == "cm" else 1e-6)
         lo, hi = lo - pad, hi + pad
-        draw.text((x0, 4), f"{name} {axes[d] if d < len(axes) else d} ({unit})".strip(), fill=TEXT_RGB, font=font)
+        draw.text((x0, 4), f"{name} {axes[d] if d < len(axes) else d} ({unit})".strip(), fill=TEXT_RGB,
+                  font=font)
         draw.rectangle([x0, top, x1, bottom], outline=(200, 200, 200))
 
         def px(i: float, v: float, x0=x0, x1=x1, lo=lo, hi=hi) -> tuple[float, float]:

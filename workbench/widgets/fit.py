@@ -43,7 +43,8 @@ class Fit(View):
         self.image.add_class("workbench-fit-image")
         self.progress = widgets.IntProgress(value=exp.step, min=exp.step, max=self.session.target,
                                             description="training", layout=widgets.Layout(width="360px"))
-        self.train_button = button("train", "start, resume, or (when done) train the steps in the box", icon="play")
+        self.train_button = button("train", "start, resume, or (when done) train the steps in the box",
+                                   icon="play")
         self.stop_button = button("stop", "end the run after the step in progress", icon="stop")
         self.steps_box = widgets.BoundedIntText(value=steps, min=1, max=10**9, description="steps",
                                                 layout=widgets.Layout(width="180px"))
@@ -123,8 +124,8 @@ class Fit(View):
         title = f"training loss · {self.exp.name}" if getattr(self.exp, "name", None) else "training loss"
         # while it runs (or before) the axis spans the planned run; once stopped, the steps it trained
         target = self.session.target if self.session.running or not steps else None
-        self.timed(lambda: self.show(render.loss_figure(steps, losses, target, self.start_step, self.smoothing,
-                                                        title)))
+        self.timed(lambda: self.show(render.loss_figure(steps, losses, target, self.start_step,
+                                                        self.smoothing, title)))
         self._last_plot = time.perf_counter()
 
     def _update_controls(self) -> None:
@@ -140,12 +141,14 @@ class Fit(View):
             elapsed, done = time.perf_counter() - self._started[0], self.exp.step - self._started[1]
             if done > 0 and elapsed > 0:
                 per_second = done / elapsed
-                rate = f" · {per_second:.1f} steps/s · ETA {_duration((s.target - self.exp.step) / per_second)}"
+                rate = (f" · {per_second:.1f} steps/s · "
+                        f"ETA {_duration((s.target - self.exp.step) / per_second)}")
         elif s.seconds > 0 and s.history:
             rate = f" · {len(s.history) / s.seconds:.1f} steps/s"
         lr = _learning_rate(self.exp)
         rate += f" · lr {lr:.2g}" if lr is not None else ""
-        error = f" · <span style='color:#b2182b'>{type(s.error).__name__}: {s.error}</span>" if s.error else ""
+        error = (f" · <span style='color:#b2182b'>{type(s.error).__name__}: {s.error}</span>" if s.error
+                 else "")
         self.status.value = status_lines(f"step {self.exp.step}/{s.target}{loss} · {s.state}{rate}{error}")
 
     def summary(self) -> str:

@@ -34,10 +34,11 @@ class Gates(View):
                  levels: Sequence[float] = DEFAULT_LEVELS, index: int = 0, step: int | None = None,
                  history: Any = None):
         super().__init__()
-        self.state = GatesState(source, batch=batch, trajectory=trajectory, levels=levels, index=index, step=step,
-                                history=history)
+        self.state = GatesState(source, batch=batch, trajectory=trajectory, levels=levels, index=index,
+                                step=step, history=history)
         self.add_class("workbench-gates")
-        self.recompute_button = button("recompute", "probe the composer again (after more training)", icon="refresh")
+        self.recompute_button = button("recompute", "probe the composer again (after more training)",
+                                       icon="refresh")
         self.recompute_button.on_click(lambda _: self.recompute())
         rows: list[widgets.Widget] = [self.recompute_button]
         self.step_slider = self.frame_slider = None

@@ -83,7 +83,8 @@ def panels_image(panels: Sequence[Panel], title: str | None = None, panel_pixels
         if p.kind != "rgb":
             bars.setdefault((p.kind, p.vrange), p)
     frame = max((max(p.image.shape[0], p.image.shape[1]) for p in panels), default=64)
-    scale = max(1, panel_pixels // frame) if panel_pixels else panel_scale(frame, len(panels), len(bars), width)
+    scale = (max(1, panel_pixels // frame) if panel_pixels
+             else panel_scale(frame, len(panels), len(bars), width))
     pictures = [np.repeat(np.repeat(p.colored(), scale, axis=0), scale, axis=1) for p in panels]
     size = max((im.shape[1] for im in pictures), default=frame * scale)
     small_px = min(22, max(14, round(size * 0.06)))
@@ -112,7 +113,8 @@ def panels_image(panels: Sequence[Panel], title: str | None = None, panel_pixels
     top = title_h + head
     for im, (title_lines, note_lines) in zip(pictures, heads):
         canvas.paste(Image.fromarray(np.ascontiguousarray(im)), (x, top))
-        for i, (line, colour) in enumerate([(t, TEXT_RGB) for t in title_lines] + [(n, NOTE_RGB) for n in note_lines]):
+        for i, (line, colour) in enumerate([(t, TEXT_RGB) for t in title_lines]
+                                           + [(n, NOTE_RGB) for n in note_lines]):
             tx = x + max(0, (im.shape[1] - _text_width(draw, line, small)) // 2)
             draw.text((tx, title_h + 2 + line_h * i), line, fill=colour, font=small)
         x += im.shape[1] + gap
@@ -122,12 +124,12 @@ def panels_image(panels: Sequence[Panel], title: str | None = None, panel_pixels
         canvas.paste(Image.fromarray(_colorize(ramp, p.cmap, lo, hi)), (x, top))
         middle = top + height_img // 2 - small_px // 2
         for value, y in ((hi, top), (0.5 * (lo + hi), middle), (lo, top + height_img - small_px - 2)):
-            draw.text((x + strip + 3, y), f"{value:+.2g}" if p.kind == "signed" else f"{value:.2g}", fill=TEXT_RGB,
-                      font=small)
+            draw.text((x + strip + 3, y), f"{value:+.2g}" if p.kind == "signed" else f"{value:.2g}",
+                      fill=TEXT_RGB, font=small)
         x += strip + 5 * small_px
     for i, label in enumerate(labels):
-        draw.text((gap, top + height_img + gap // 2 + line_h * i), _drawable(f"colours: {label}"), fill=TEXT_RGB,
-                  font=small)
+        draw.text((gap, top + height_img + gap // 2 + line_h * i), _drawable(f"colours: {label}"),
+                  fill=TEXT_RGB, font=small)
     return np.asarray(canvas)
 
 
@@ -203,7 +205,8 @@ def axis_ticks(lo: float, hi: float, count: int = 3) -> list[float]:
     if not hi > lo:
         return [lo]
     span = hi - lo
-    for step in sorted(m * 10.0 ** e for e in range(math.floor(math.log10(span)) - 2, math.floor(math.log10(span)) + 1)
+    for step in sorted(m * 10.0 ** e
+                       for e in range(math.floor(math.log10(span)) - 2, math.floor(math.log10(span)) + 1)
                        for m in (1, 2, 2.5, 5)):
         first = math.ceil(lo / step - 1e-9)
         ticks = [round((first + i) * step, 10) for i in range(int((hi - first * step) // step + 1e-9) + 1)]
@@ -278,5 +281,6 @@ def png_array(png: bytes) -> np.ndarray:
         return np.asarray(im.convert("RGBA"))
 
 
-__all__ = ["BACKGROUND", "GRID_RGB", "MAX_PANEL", "MIN_PANEL", "NOTE_RGB", "PICTURE_WIDTH", "array_png", "axis_ticks",
-           "panel_scale", "panels_image", "path_image", "png_array", "stack_images", "text_image"]
+__all__ = ["BACKGROUND", "GRID_RGB", "MAX_PANEL", "MIN_PANEL", "NOTE_RGB", "PICTURE_WIDTH", "array_png",
+           "axis_ticks", "panel_scale", "panels_image", "path_image", "png_array", "stack_images",
+           "text_image"]

@@ -29,14 +29,17 @@ class ConditionProbe(View):
                  dim_names: Mapping[str, Sequence[str]] | None = None):
         super().__init__()
         self.model, self.raw, self.dim_names = model_or_adapter, raw, dict(dim_names or {})
-        adapter = model_or_adapter.adapter if isinstance(model_or_adapter, ComposedModel) else model_or_adapter
+        adapter = (model_or_adapter.adapter if isinstance(model_or_adapter, ComposedModel)
+                   else model_or_adapter)
         batch_size = _batch_size_of(adapter.view(raw))
         self.index_select = widgets.Dropdown(options=list(range(batch_size)), value=0, description="clip",
                                              layout=widgets.Layout(width="160px"))
-        self.when_select = widgets.ToggleButtons(options=[("as sampled", "sampling"), ("as in training", "training")],
+        self.when_select = widgets.ToggleButtons(options=[("as sampled", "sampling"),
+                                                          ("as in training", "training")],
                                                  value="sampling" if step is None else "training",
                                                  tooltips=["what sampling passes: no condition dropout",
-                                                           "what training step k passed, its dropout included"],
+                                                           "what training step k passed, "
+                                                           "its dropout included"],
                                                  style={"button_width": "110px"})
         self.step_box = widgets.BoundedIntText(value=0 if step is None else int(step), min=0, max=10**9,
                                                description="step", layout=widgets.Layout(width="150px"))
@@ -45,8 +48,8 @@ class ConditionProbe(View):
         self.index_select.observe(lambda _: self.refresh(), names="value")
         self.when_select.observe(lambda _: self.refresh(), names="value")
         self.step_box.observe(lambda _: self._step_typed(), names="value")
-        self.children = (widgets.HBox([self.index_select, self.when_select, self.step_box]), self.note, self.table,
-                         self.image)
+        self.children = (widgets.HBox([self.index_select, self.when_select, self.step_box]), self.note,
+                         self.table, self.image)
         self.refresh()
 
     @property

@@ -97,13 +97,15 @@ def _colorbar(fig, mappable, axes, label: str):
     """A labelled colour bar whose ticks carry their own magnitude (no separate "1e-5" offset)."""
     from matplotlib.ticker import FuncFormatter
 
-    bar = fig.colorbar(mappable, ax=axes, shrink=0.85, pad=0.02, format=FuncFormatter(lambda v, _: f"{v:.2g}"))
+    bar = fig.colorbar(mappable, ax=axes, shrink=0.85, pad=0.02,
+                       format=FuncFormatter(lambda v, _: f"{v:.2g}"))
     bar.set_label(label, fontsize=LABEL_SIZE - 1)
     bar.ax.tick_params(labelsize=LABEL_SIZE - 2)
     return bar
 
 
-def panels_figure(panels: Sequence[Panel], title: str | None = None, panel_inches: float | str = PANEL_INCHES):
+def panels_figure(panels: Sequence[Panel], title: str | None = None,
+                  panel_inches: float | str = PANEL_INCHES):
     """A row of pictures (e.g. the branches of a step, or recorded | edited | difference).
 
     Float maps get a colour bar labelled with what they measure; maps of the same kind and
@@ -172,7 +174,8 @@ def _fit_texts(fig, texts, rounds: int = 4) -> None:
 
 
 def _wrap_measured(text: str, room: float, prop, renderer) -> str:
-    """``text`` broken at spaces into lines no wider than ``room`` pixels as drawn (a longer word stays whole)."""
+    """``text`` broken at spaces into lines no wider than ``room`` pixels as drawn (a longer word stays
+    whole)."""
     def width(line: str) -> float:
         return renderer.get_text_width_height_descent(line, prop, ismath=False)[0]
 
@@ -270,7 +273,8 @@ def loss_figure(steps: Sequence[int], losses: Sequence[float], target: int | Non
     ax.grid(alpha=0.3)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     last = steps[-1] if len(steps) else start
-    right = max(target or 0, last + max(1, 0.03 * (last - start)), start + 1)  # the last point inside the axes
+    # the last point inside the axes
+    right = max(target or 0, last + max(1, 0.03 * (last - start)), start + 1)
     ax.set_xlim(start, right)
     if len(steps):
         marker = {"marker": "o", "ms": 4} if len(steps) <= 30 else {}
@@ -329,8 +333,8 @@ def gates_figure(levels: Sequence[float], weight: Sequence[float], history: Mapp
             ax.plot(history["step"], values, styles[i % len(styles)], ms=4, lw=1.5, label=label)
         ax.legend(fontsize=LABEL_SIZE - 2, loc="best")
     else:
-        ax.text(0.5, 0.5, "no training history\n(gated composers record it every 10 steps)", transform=ax.transAxes,
-                ha="center", va="center", color="0.4", fontsize=LABEL_SIZE - 1)
+        ax.text(0.5, 0.5, "no training history\n(gated composers record it every 10 steps)",
+                transform=ax.transAxes, ha="center", va="center", color="0.4", fontsize=LABEL_SIZE - 1)
     if gate_map is not None:
         import textwrap
 
@@ -354,7 +358,8 @@ def _heatmap(fig, ax, values: np.ndarray, levels: Sequence[float], names: Sequen
     size = LABEL_SIZE if rows <= 7 and second is None else LABEL_SIZE - 1
     for (i, d), v in np.ndenumerate(values):
         text = fmt.format(v) if second is None else f"{fmt.format(v)}\nbase {fmt.format(second[i, d])}"
-        ax.text(d, i, text, ha="center", va="center", fontsize=size, color="black" if v > 0.6 * top else "white")
+        ax.text(d, i, text, ha="center", va="center", fontsize=size,
+                color="black" if v > 0.6 * top else "white")
     _colorbar(fig, im, ax, bar)
 
 
@@ -419,8 +424,10 @@ def sensitivity_figure(levels: Sequence[float], values: np.ndarray, swap_gap: Ma
     return fig
 
 
-def condition_figure(series: Mapping[str, Mapping[str, Any]], dim_names: Mapping[str, Sequence[str]] | None = None):
-    """One small plot per condition, as :func:`workbench.inspect.probes.sensitivity.condition_plots` describes it.
+def condition_figure(series: Mapping[str, Mapping[str, Any]],
+                     dim_names: Mapping[str, Sequence[str]] | None = None):
+    """One small plot per condition, as :func:`workbench.inspect.probes.sensitivity.condition_plots`
+    describes it.
 
     Per-frame values: one line per dimension over frames; per-clip vectors: bars; images
     (e.g. the first frame): the picture; a missing optional condition: a note.
@@ -492,7 +499,7 @@ def condition_table_text(rows: Sequence[Mapping[str, Any]], columns: Sequence[st
     return "\n".join("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in cells)
 
 
-__all__ = ["array_png", "colormap", "condition_figure", "condition_table_html", "condition_table_text", "curves_figure",
-           "figure_array", "figure_png", "filmstrip", "gates_figure", "loss_figure", "message_figure", "panel_scale",
-           "panels_figure", "panels_image", "path_image", "png_array", "sensitivity_figure", "stack_images",
-           "text_image"]
+__all__ = ["array_png", "colormap", "condition_figure", "condition_table_html", "condition_table_text",
+           "curves_figure", "figure_array", "figure_png", "filmstrip", "gates_figure", "loss_figure",
+           "message_figure", "panel_scale", "panels_figure", "panels_image", "path_image", "png_array",
+           "sensitivity_figure", "stack_images", "text_image"]

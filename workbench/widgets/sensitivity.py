@@ -39,9 +39,11 @@ class ActionSensitivity(View):
         self.condition, self.dim_names, self.eps, self.seed = condition, dim_names, eps, seed
         self.readout, self.readout_eps, self.decode = readout, readout_eps, decode
         self.add_class("workbench-sensitivity")
-        self.quantity_select = widgets.ToggleButtons(options=[("x0 estimate", "x0"), ("adapter output", "adapter")],
+        self.quantity_select = widgets.ToggleButtons(options=[("x0 estimate", "x0"),
+                                                              ("adapter output", "adapter")],
                                                      value=quantity, style={"button_width": "120px"})
-        self.recompute_button = button("recompute", "probe the model again (after more training)", icon="refresh")
+        self.recompute_button = button("recompute", "probe the model again (after more training)",
+                                       icon="refresh")
         self.quantity_select.observe(lambda _: self.refresh(), names="value")
         self.recompute_button.on_click(lambda _: self.recompute())
         self.children = (widgets.HBox([self.quantity_select, self.recompute_button]), self.image)
@@ -63,15 +65,17 @@ class ActionSensitivity(View):
 
     def summary(self) -> str:
         r = self.result
-        names = list(self.dim_names) if self.dim_names is not None else [f"d{d}" for d in range(r.x0.shape[1])]
+        names = (list(self.dim_names) if self.dim_names is not None
+                 else [f"d{d}" for d in range(r.x0.shape[1])])
         top = int(np.argmax(r.x0.max(axis=0)))
         peak = int(np.argmax(r.swap_gap["x0"]))
-        text = (f"x0 sensitivity per unit action, max {float(r.x0.max()):.4f} ({names[top]}); swap gap (x0) largest "
-                f"at noise {float(r.levels[peak]):.2f}: {float(r.swap_gap['x0'][peak]):.4f}")
+        text = (f"x0 sensitivity per unit action, max {float(r.x0.max()):.4f} ({names[top]}); "
+                f"swap gap (x0) largest at noise {float(r.levels[peak]):.2f}: "
+                f"{float(r.swap_gap['x0'][peak]):.4f}")
         if r.readout is not None:
             moved, base = r.readout["adapter"], r.readout["base"]
             i, d = np.unravel_index(int(np.argmax(moved)), moved.shape)
             unit = f" {r.readout_unit}" if r.readout_unit else ""
-            text += (f"; {r.readout_name} moves up to {float(moved[i, d]):.1f}{unit} per unit of {names[d]} (noise "
-                     f"{float(r.levels[i]):.2f}), the base alone up to {float(base.max()):.1f}{unit}")
+            text += (f"; {r.readout_name} moves up to {float(moved[i, d]):.1f}{unit} per unit of {names[d]} "
+                     f"(noise {float(r.levels[i]):.2f}), the base alone up to {float(base.max()):.1f}{unit}")
         return text

@@ -56,7 +56,8 @@ def keep_static(notebook: Any) -> int:
 
 
 STATE = "application/vnd.jupyter.widget-state+json"
-STATUS_CLASS = "workbench-status"  # the class of a view's status lines (``workbench.widgets.base.status_line``)
+# the class of a view's status lines (``workbench.widgets.base.status_line``)
+STATUS_CLASS = "workbench-status"
 
 
 def plain_lines(markup: str) -> list[str]:
@@ -123,4 +124,5 @@ def keep_static_on_save(model: dict, **_: Any) -> None:
         keep_static(model["content"])
 
 
-__all__ = ["HOOK", "STATE", "STATUS_CLASS", "WIDGET_VIEW", "keep_static", "keep_static_on_save", "plain_lines"]
+__all__ = ["HOOK", "STATE", "STATUS_CLASS", "WIDGET_VIEW", "keep_static", "keep_static_on_save",
+           "plain_lines"]

@@ -20,7 +20,8 @@ from workbench.widgets import render
 from workbench.widgets.base import View, button, status_line
 from workbench.widgets.controls import ConditionSliders
 
-ADAPTER_CHOICES = (("adapter as recorded", "recorded"), ("adapter on", "on"), ("adapter off (base alone)", "off"))
+ADAPTER_CHOICES = (("adapter as recorded", "recorded"), ("adapter on", "on"),
+                   ("adapter off (base alone)", "off"))
 
 
 class Stepper(View):
@@ -35,11 +36,13 @@ class Stepper(View):
     is :class:`workbench.inspect.StepperState` (``self.state``).
 
     Examples:
-        >>> view = Stepper(traj, dim_names=["dx", "dy", "dz", "grip"])     # traj = exp.sample(raw, steps=20, seed=0)
+        >>> # traj = exp.sample(raw, steps=20, seed=0)
+        >>> view = Stepper(traj, dim_names=["dx", "dy", "dz", "grip"])
     """
 
     def __init__(self, trajectory: Trajectory, view: str = "x0", decode: str = "preview", index: int = 0,
-                 frame: int | None = None, condition: str | None = "action", dim_names: Sequence[str] | None = None,
+                 frame: int | None = None, condition: str | None = "action",
+                 dim_names: Sequence[str] | None = None,
                  interval: int = 500,
                  export_path: str | Path = "outputs/stepper.mp4"):
         super().__init__()
@@ -51,8 +54,9 @@ class Stepper(View):
         # played by the kernel, not by the page: one timer however many times the view is displayed
         self.interval = interval
         self.play = widgets.ToggleButton(value=False, description="play", icon="play",
-                                         tooltip="play / pause: one stored step every interval (from the start "
-                                                 "when at the end)", layout=widgets.Layout(width="auto"))
+                                         tooltip="play / pause: one stored step every interval "
+                                                 "(from the start when at the end)",
+                                         layout=widgets.Layout(width="auto"))
         self._player: Any = None
         self.step_slider = widgets.IntSlider(value=position, min=0, max=len(steps) - 1, description="step",
                                              continuous_update=False, readout=False,
@@ -69,8 +73,9 @@ class Stepper(View):
                                             description="view", layout=widgets.Layout(width="260px"))
         self.decode_select = widgets.ToggleButtons(options=self._decode_options(), value=self.state.decode,
                                                    tooltips=["linear preview: least squares per latent pixel",
-                                                             "tiny preview: a small decoder distilled from the "
-                                                             "backbone's (distilled on first use if none is cached)",
+                                                             "tiny preview: a small decoder "
+                                                             "distilled from the backbone's "
+                                                             "(distilled on first use if none is cached)",
                                                              "the backbone's own decoder"],
                                                    style={"button_width": "112px"})
         self.where = status_line()
@@ -86,17 +91,20 @@ class Stepper(View):
         self.editor: ConditionSliders | None = None
         fork_children: list[widgets.Widget] = []
         if condition is not None and (condition != "action" or _has_condition(trajectory, condition)):
-            edit = ConditionEdit(trajectory.model, trajectory.batch, condition, dim_names)  # raises naming what exists
+            # raises naming what exists
+            edit = ConditionEdit(trajectory.model, trajectory.batch, condition, dim_names)
             self.editor = ConditionSliders(edit, index=index)
             fork_children.append(self.editor)
-        self.adapter_select = widgets.Dropdown(options=ADAPTER_CHOICES, value="recorded", description="fork with",
-                                               layout=widgets.Layout(width="300px"))
-        self.fork_button = button("fork here", "rerun from this step with the edited condition", icon="code-fork")
+        self.adapter_select = widgets.Dropdown(options=ADAPTER_CHOICES, value="recorded",
+                                               description="fork with", layout=widgets.Layout(width="300px"))
+        self.fork_button = button("fork here", "rerun from this step with the edited condition",
+                                  icon="code-fork")
         self.clear_button = button("remove forks", icon="trash")
         self.fork_status = status_line()
         self.fork_button.on_click(lambda _: self.fork_here())
         self.clear_button.on_click(lambda _: self.remove_forks())
-        fork_children.append(widgets.HBox([self.adapter_select, self.fork_button, self.clear_button, self.fork_status]))
+        fork_children.append(widgets.HBox([self.adapter_select, self.fork_button, self.clear_button,
+                                           self.fork_status]))
 
         # export
         self.export_path = widgets.Text(value=str(export_path), description="file",
@@ -111,7 +119,8 @@ class Stepper(View):
         self.export_button.on_click(lambda _: self.export())
 
         fork_box = widgets.VBox(fork_children)
-        export_box = widgets.HBox([self.export_path, self.export_format, self.export_button, self.export_status])
+        export_box = widgets.HBox([self.export_path, self.export_format, self.export_button,
+                                   self.export_status])
         tools = widgets.Accordion(children=[fork_box, export_box], titles=("fork here", "export"))
         nav = widgets.HBox([self.play, self.back_button, self.forward_button, self.step_slider, self.where])
         options = widgets.HBox([self.view_select, self.decode_select, self.frame_slider])
@@ -169,7 +178,8 @@ class Stepper(View):
 
     def _set(self, setter, value: Any) -> None:
         setter(value)
-        if setter != self.state.set_frame:  # an export holds every frame: only another view or decode outdates it
+        # an export holds every frame: only another view or decode outdates it
+        if setter != self.state.set_frame:
             self.export_status.value = ""
         self.refresh()
 
@@ -180,7 +190,8 @@ class Stepper(View):
         def label(name: str, value: float | None) -> str:
             return name if value is None or value == float("inf") else f"{name} {value:.1f} dB"
 
-        return [(label("linear", db["preview"]), "preview"), (label("tiny", db["tiny"]), "tiny"), ("full", "full")]
+        return [(label("linear", db["preview"]), "preview"), (label("tiny", db["tiny"]), "tiny"),
+                ("full", "full")]
 
     def _set_decode(self, decode: str) -> None:
         self._set(self.state.set_decode, decode)
@@ -201,7 +212,8 @@ class Stepper(View):
             self.show_array(render.panels_image(self.state.panels(), title=self.state.caption()))
             step = self.state.step
             noise = float(self.state.trajectory.noise_levels[step])
-            self.where.value = f"step <b>{step}</b> of {self.state.trajectory.steps} · noise level {noise:.2f}"
+            self.where.value = (f"step <b>{step}</b> of {self.state.trajectory.steps} · "
+                                f"noise level {noise:.2f}")
 
         self.request(draw)
 
@@ -239,10 +251,12 @@ class Stepper(View):
         try:
             written = self.state.export(path or self.export_path.value, **kwargs)
         except Exception as err:
-            self.export_status.value = f"<span style='color:#b2182b'>not written: {type(err).__name__}: {err}</span>"
+            self.export_status.value = (f"<span style='color:#b2182b'>not written: "
+                                        f"{type(err).__name__}: {err}</span>")
             raise
-        self.export_status.value = (f"wrote {written} ({written.stat().st_size / 1024:.0f} KiB): {self.state.view}, "
-                                    f"{len(self.state.branches)} branch{'es' if len(self.state.branches) > 1 else ''}")
+        self.export_status.value = (f"wrote {written} ({written.stat().st_size / 1024:.0f} KiB): "
+                                    f"{self.state.view}, {len(self.state.branches)} "
+                                    f"branch{'es' if len(self.state.branches) > 1 else ''}")
         return written
 
 

@@ -18,42 +18,50 @@ def _data_arguments(parser: argparse.ArgumentParser) -> None:
     datasets = parser.add_subparsers(dest="dataset", required=True)
     from workbench.worldmodel import generate
 
-    generate.add_arguments(datasets.add_parser("metaworld", help="Meta-World rollouts rendered with MuJoCo, as HDF5 "
-                                                                 "or a LeRobot dataset"))
+    generate.add_arguments(datasets.add_parser("metaworld", help="Meta-World rollouts rendered with MuJoCo, "
+                                                                 "as HDF5 or a LeRobot dataset"))
     own = datasets.add_parser(
-        "import", help="your own videos with per-episode actions (.npy / .csv / .parquet) as a LeRobot dataset",
-        description="Write a folder of episodes as a LeRobot v3.0 dataset. Each episode is a video (NAME.mp4, or a "
-                    "folder NAME/ of .png / .jpg frames) with its actions beside it as NAME.npy, NAME.csv or "
-                    "NAME.parquet (one row per frame), optionally NAME.state.npy (or .csv / .parquet) and its task "
-                    "in NAME.txt. Everything is checked before a frame is decoded.")
+        "import",
+        help="your own videos with per-episode actions (.npy / .csv / .parquet) as a LeRobot dataset",
+        description="Write a folder of episodes as a LeRobot v3.0 dataset. "
+                    "Each episode is a video (NAME.mp4, or a folder NAME/ of .png / .jpg frames) "
+                    "with its actions beside it as NAME.npy, NAME.csv or NAME.parquet (one row per frame), "
+                    "optionally NAME.state.npy (or .csv / .parquet) and its task in NAME.txt. "
+                    "Everything is checked before a frame is decoded.")
     own.add_argument("source", help="the folder of videos and action files")
     own.add_argument("--out", required=True, help="the dataset directory to write (new)")
-    own.add_argument("--fps", type=float, help="resample every episode to this frame rate (default: the videos' own; "
-                                               "needed for folders of frames)")
+    own.add_argument("--fps", type=float, help="resample every episode to this frame rate "
+                                               "(default: the videos' own; needed for folders of frames)")
     own.add_argument("--size", type=int, nargs="+", metavar="PIXELS",
-                     help="resize the frames: H W, or one number for square frames (default: as recorded; the "
-                          "embedded tiny_video reads 64 64)")
-    own.add_argument("--window", type=int, default=2, help="the shortest episode allowed, in frames: the clip "
-                                                           "length you will train on (tiny_video: 16; default: 2)")
-    own.add_argument("--trim", action="store_true", help="cut each episode to the shorter of its frames and its "
-                                                         "action rows instead of refusing a mismatch")
+                     help="resize the frames: H W, or one number for square frames "
+                          "(default: as recorded; the embedded tiny_video reads 64 64)")
+    own.add_argument("--window", type=int, default=2,
+                     help="the shortest episode allowed, in frames: the clip length you will train on "
+                          "(tiny_video: 16; default: 2)")
+    own.add_argument("--trim", action="store_true",
+                     help="cut each episode to the shorter of its frames and its action rows "
+                          "instead of refusing a mismatch")
     own.add_argument("--task", help="the task of episodes without a NAME.txt (default: the folder's name)")
     own.add_argument("--camera", default="main", help="the camera's name: the video feature is "
                                                       "observation.images.CAMERA (default: %(default)s)")
-    own.add_argument("--max-abs", type=float, default=1e6, help="refuse action and state values beyond this "
-                                                                "magnitude, as NaN and infinities are (default: "
-                                                                "%(default)g)")
+    own.add_argument("--max-abs", type=float, default=1e6,
+                     help="refuse action and state values beyond this magnitude, as NaN and infinities are "
+                          "(default: %(default)g)")
     own.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    example = datasets.add_parser("example", help="a folder of MP4 clips with .npy actions (a square the actions "
-                                                  "move) to try `workbench data import` on")
+    example = datasets.add_parser("example", help="a folder of MP4 clips with .npy actions "
+                                                  "(a square the actions move) "
+                                                  "to try `workbench data import` on")
     example.add_argument("out", help="the folder to write (new)")
     example.add_argument("--episodes", type=int, default=12, help="clips to write (default: %(default)s)")
     example.add_argument("--frames", type=int, default=24, help="frames per clip (default: %(default)s)")
     example.add_argument("--size", type=int, default=32, help="pixels per side (default: %(default)s)")
-    calibrate = datasets.add_parser("calibrate", help="add the camera calibration to a data set made before it "
-                                                      "was recorded (an .h5 file or a LeRobot dataset)")
-    calibrate.add_argument("path", help="an .h5 file of `workbench data metaworld` or a LeRobot dataset directory")
-    calibrate.add_argument("--like", help="for a LeRobot dataset: the .h5 file it was converted from (its camera)")
+    calibrate = datasets.add_parser("calibrate", help="add the camera calibration to a data set "
+                                                      "made before it was recorded "
+                                                      "(an .h5 file or a LeRobot dataset)")
+    calibrate.add_argument("path", help="an .h5 file of `workbench data metaworld` "
+                                        "or a LeRobot dataset directory")
+    calibrate.add_argument("--like", help="for a LeRobot dataset: "
+                                          "the .h5 file it was converted from (its camera)")
 
 
 def _data(args: argparse.Namespace) -> int:
@@ -65,20 +73,22 @@ def _data(args: argparse.Namespace) -> int:
 
         size = args.size
         if size is not None and len(size) not in (1, 2):
-            raise DataError(f"--size takes a height and a width, or one number for square frames; got {size}.")
+            raise DataError(f"--size takes a height and a width, or one number for square frames; "
+                            f"got {size}.")
         report = import_folder(args.source, args.out, fps=args.fps, size=(size * 2)[:2] if size else None,
                                window=args.window, trim=args.trim, task=args.task, camera=args.camera,
                                max_abs=args.max_abs, progress=not args.no_progress)
         print(report.summary())
-        print(f"train on it with a data: block {{type: lerobot, config: {{root: {report.root}}}}} (the adapter's dim: "
-              f"{report.action_dim}), or --data {report.root}")
+        print(f"train on it with a data: block {{type: lerobot, config: {{root: {report.root}}}}} "
+              f"(the adapter's dim: {report.action_dim}), or --data {report.root}")
         return 0
     if args.dataset == "example":
         from workbench.data.importer import write_example_folder
 
         out = write_example_folder(args.out, episodes=args.episodes, frames=args.frames, size=args.size)
-        print(f"wrote {out}: {args.episodes} MP4 clips of {args.frames} frames ({args.size}x{args.size}, 10 fps), each "
-              f"with its 2-D actions as .npy. Next: workbench data import {out} --out DATASET_DIR")
+        print(f"wrote {out}: {args.episodes} MP4 clips of {args.frames} frames "
+              f"({args.size}x{args.size}, 10 fps), each with its 2-D actions as .npy. "
+              f"Next: workbench data import {out} --out DATASET_DIR")
         return 0
     from workbench.worldmodel import generate
 
@@ -87,8 +97,8 @@ def _data(args: argparse.Namespace) -> int:
     if args.dataset == "calibrate":
         calibration = generate.calibrate(args.path, like=args.like)
         fx = calibration.intrinsics[0][0]
-        print(f"calibrated {args.path}: {calibration.width}x{calibration.height} pixels, focal length {fx:.2f} px; "
-              f"the readers now serve it as 'camera'")
+        print(f"calibrated {args.path}: {calibration.width}x{calibration.height} pixels, "
+              f"focal length {fx:.2f} px; the readers now serve it as 'camera'")
         return 0
     return generate.run(args)
 
@@ -98,16 +108,20 @@ def _demo_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", default="outputs/demo")
     parser.add_argument("--steps", type=int)
     parser.add_argument("--data", default="sample",
-                        help="rollouts to train and evaluate on: 'sample' (default), an .h5 file from `workbench data "
-                             "metaworld`, or a LeRobot dataset directory (v2.1 / v3.0)")
+                        help="rollouts to train and evaluate on: 'sample' (default), "
+                             "an .h5 file from `workbench data metaworld`, "
+                             "or a LeRobot dataset directory (v2.1 / v3.0)")
     from workbench.train.options import add_data_arguments
 
     add_data_arguments(parser)
     parser.add_argument("--from-scratch", action="store_true",
-                        help="train the from-scratch baseline (same parameters, clips, steps; no pretrained denoiser)")
-    parser.add_argument("--processes", type=int, choices=(1, 2), default=2 if (os.cpu_count() or 1) >= 2 else 1,
-                        help="2 (the default on two cores or more): a second process runs the frozen base's half of "
-                             "each training step ahead and predicts half the clips, with the same results as 1")
+                        help="train the from-scratch baseline "
+                             "(same parameters, clips, steps; no pretrained denoiser)")
+    parser.add_argument("--processes", type=int, choices=(1, 2),
+                        default=2 if (os.cpu_count() or 1) >= 2 else 1,
+                        help="2 (the default on two cores or more): "
+                             "a second process runs the frozen base's half of each training step ahead "
+                             "and predicts half the clips, with the same results as 1")
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -154,15 +168,16 @@ def _probe(args: argparse.Namespace) -> int:
 
 # What each command needs beyond the core (checked before it starts; `workbench doctor` lists them).
 READS = ("h5py",)  # the Meta-World HDF5 files
-SIMULATION = ("h5py", "metaworld", "mujoco", "packaging", "pyarrow", "av")  # `data metaworld` renders and writes
+# `data metaworld` renders and writes
+SIMULATION = ("h5py", "metaworld", "mujoco", "packaging", "pyarrow", "av")
 VIDEOS = ("imageio", "imageio_ffmpeg", "PIL")  # the side-by-side MP4 / GIF
 
 data = Command("data", "make data sets: import your videos and actions, or render Meta-World rollouts",
                _data_arguments, _data, extras={"data": ("pyarrow", "av", "PIL")})
 demo = Command("demo", "the world-model demo on the embedded model", _demo_arguments, _demo,
                extras={"data": (*READS, *VIDEOS), "widgets": ("matplotlib",)})
-evaluate = Command("eval", "evaluate an adapter checkpoint as a world model on held-out clips", _eval_arguments,
-                   _eval, extras={"data": (*READS, *VIDEOS)})
+evaluate = Command("eval", "evaluate an adapter checkpoint as a world model on held-out clips",
+                   _eval_arguments, _eval, extras={"data": (*READS, *VIDEOS)})
 pretrain = Command("pretrain", "pretrain the tiny_video backbone on Meta-World clips (no actions)",
                    _pretrain_arguments, _pretrain, extras={"data": READS})
 probe = Command("probe", "the hand-position probe that scores action error", _probe_arguments, _probe,

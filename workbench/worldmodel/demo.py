@@ -73,11 +73,12 @@ UNSEEN_NAME = "metaworld_unseen.h5"
 #: demo_metrics.json), shipped so notebooks can show the result without the fit:
 #: ``AdapterExperiment.load(TRAINED_ADAPTER)``.
 TRAINED_ADAPTER = Path(__file__).resolve().parent / "weights" / "metaworld_action"
-#: The from-scratch baseline ``workbench demo --from-scratch`` trained at the shipped adapter's budget (600 steps,
-#: learning rate 4e-3, the same clips and seed), shipped so rollouts and the policy ranking can compare with it;
-#: its metrics.json is demo_metrics.json there.
+#: The from-scratch baseline ``workbench demo --from-scratch`` trained at the shipped adapter's budget
+#: (600 steps, learning rate 4e-3, the same clips and seed), shipped so rollouts and the policy ranking
+#: can compare with it; its metrics.json is demo_metrics.json there.
 SCRATCH_MODEL = TRAINED_ADAPTER.parent / "metaworld_scratch"
-#: What that run measured: the demo prints its rows for reference instead of spending another training run on it.
+#: What that run measured: the demo prints its rows for reference instead of spending another training
+#: run on it.
 SCRATCH_REFERENCE = SCRATCH_MODEL / "demo_metrics.json"
 #: What the demo measured with the adapter it trained before the action path (``ACTIONS_ONLY_ADAPTER``,
 #: 900 steps at learning rate 2e-3): the metrics.json of that run, kept for the comparison.
@@ -92,12 +93,14 @@ def scratch_reference_rows(cfg: DemoConfig) -> str:
     if ref["evaluation"]["clips"] != cfg.eval_clips:
         return ""
     s = ref["summary"]
-    rows = [f"from scratch, {ref['training']['steps']} steps (the parameter count of the actions-only adapter; "
-            f"no pretrained denoiser), stored, not rerun: `{ref['command']}`"]
-    for key, label in (("adapter", "(d) from scratch, true actions"), ("swapped", "(e) from scratch, swapped")):
+    rows = [f"from scratch, {ref['training']['steps']} steps "
+            f"(the parameter count of the actions-only adapter; no pretrained denoiser), "
+            f"stored, not rerun: `{ref['command']}`"]
+    for key, label in (("adapter", "(d) from scratch, true actions"),
+                       ("swapped", "(e) from scratch, swapped")):
         m = s["mean"][key]
-        rows.append(f"{label:34}{m['psnr']:7.2f}{m['ssim']:7.3f}{m['moving_psnr']:13.2f}{m['action_error']:15.2f}"
-                    f"{s['action_error_ratio_to_probe'][key]:9.2f}")
+        rows.append(f"{label:34}{m['psnr']:7.2f}{m['ssim']:7.3f}{m['moving_psnr']:13.2f}"
+                    f"{m['action_error']:15.2f}{s['action_error_ratio_to_probe'][key]:9.2f}")
     rows.append(f"(d) - (a): {s['adapter_minus_base_moving_psnr_db']:+.2f} dB moving PSNR; (d) beats (e) on "
                 f"{100 * s['adapter_beats_swapped_fraction']:.0f}% of clips; action error (d)/(a) = "
                 f"{s['action_error_adapter_over_base']:.2f}")
@@ -156,9 +159,9 @@ class DemoConfig:
         if self.processes not in (1, 2):
             from workbench.errors import ConfigError
 
-            raise ConfigError(f"processes must be 1 or 2 (one trains the adapter; a second runs the frozen base a "
-                              f"step ahead and predicts half the clips), got {self.processes!r}. Use --processes 2 "
-                              f"on a machine with two cores or more, 1 otherwise.")
+            raise ConfigError(f"processes must be 1 or 2 (one trains the adapter; a second runs the frozen "
+                              f"base a step ahead and predicts half the clips), got {self.processes!r}. "
+                              f"Use --processes 2 on a machine with two cores or more, 1 otherwise.")
         if self.from_scratch:  # the same-size model alone, at every noise level, no pretrained denoiser
             self.adapter = copy.deepcopy(SCRATCH_ADAPTER)
             self.composer = copy.deepcopy(SCRATCH_COMPOSER)
@@ -203,7 +206,8 @@ def build_experiment(cfg: DemoConfig, run_dir: Path):
 
     base = {"type": "tiny_video", "config": {"weights": cfg.base_weights}}
     with torch.random.fork_rng(devices=[]):  # (its random init draws nothing from the run's generator)
-        clip = build("backbone", base["type"], {**base["config"], "device": "cpu"}).clip()  # the clip it predicts
+        # the clip it predicts
+        clip = build("backbone", base["type"], {**base["config"], "device": "cpu"}).clip()
     adapter = copy.deepcopy(cfg.adapter)
     options = {}
     if cfg.action_dim is not None:
@@ -211,9 +215,9 @@ def build_experiment(cfg: DemoConfig, run_dir: Path):
     if _camera(cfg) and data_kind(cfg.data) != "lerobot":
         from workbench.errors import DataError
 
-        raise DataError(f"{', '.join('--' + k for k in _camera(cfg))}: {cfg.data} is a Meta-World file, whose actions "
-                        f"and state its schema fixes; these options choose the features of a LeRobot dataset. Leave "
-                        f"them out.")
+        raise DataError(f"{', '.join('--' + k for k in _camera(cfg))}: {cfg.data} is a Meta-World file, "
+                        f"whose actions and state its schema fixes; "
+                        f"these options choose the features of a LeRobot dataset. Leave them out.")
     if data_kind(cfg.data) == "lerobot":  # the adapter reads the dataset's action vector, whatever its width
         from workbench.data.lerobot import LeRobotClips
 
@@ -225,8 +229,10 @@ def build_experiment(cfg: DemoConfig, run_dir: Path):
             options["ee_pos"] = "observation.ee_pos"
         config = adapter.setdefault("config", {})
         if config.get("path") is not None and (clips.calibration is None or "ee_pos" not in options):
-            missing = "camera calibration" if clips.calibration is None else "hand position (observation.ee_pos)"
-            print(f"{cfg.data} records no {missing}, so the adapter reads the actions without the action path")
+            missing = ("camera calibration" if clips.calibration is None
+                       else "hand position (observation.ee_pos)")
+            print(f"{cfg.data} records no {missing}, "
+                  f"so the adapter reads the actions without the action path")
             config.pop("path")
     config = parse_experiment({
         "name": "demo",
@@ -234,10 +240,11 @@ def build_experiment(cfg: DemoConfig, run_dir: Path):
         "adapter": adapter,
         "composer": cfg.composer,
         "training": {"steps": cfg.steps, "learning_rate": cfg.learning_rate, "batch_size": cfg.batch_size,
-                     "warmup_steps": min(50, max(1, cfg.steps // 10)), "schedule": "cosine", "min_lr_ratio": 0.1,
-                     "cache_latents": True, "sync_every": 10, "seed": cfg.seed, "output_dir": str(run_dir)},
-        "data": data_block(cfg.data, window=clip.frames, stride=4, split="train", size=clip.size, **_camera(cfg),
-                           **options,
+                     "warmup_steps": min(50, max(1, cfg.steps // 10)), "schedule": "cosine",
+                     "min_lr_ratio": 0.1, "cache_latents": True, "sync_every": 10, "seed": cfg.seed,
+                     "output_dir": str(run_dir)},
+        "data": data_block(cfg.data, window=clip.frames, stride=4, split="train", size=clip.size,
+                           **_camera(cfg), **options,
                            **({"control": cfg.control} if cfg.control else {})),
         **({"objective": cfg.objective} if cfg.objective else {}),
     })
@@ -285,42 +292,49 @@ def _look_past_one_window(cfg: DemoConfig, metrics: dict[str, Any], out: Path, s
 
     settings = WorldSummaryConfig.quick() if cfg.world_quick else WorldSummaryConfig()
     if progress:
-        print(f"rolling out {settings.rollout_episodes} held-out episodes of {settings.rollout_frames} frames and "
-              f"ranking the recorded policies in the world model ({cfg.processes} process"
+        print(f"rolling out {settings.rollout_episodes} held-out episodes "
+              f"of {settings.rollout_frames} frames and ranking the recorded policies "
+              f"in the world model ({cfg.processes} process"
               f"{'es' if cfg.processes > 1 else ''})", flush=True)
-    world = world_summary(metrics["training"]["checkpoint"], scratch_dir=SCRATCH_MODEL if SCRATCH_MODEL.is_dir()
-                          else None, cfg=settings, processes=cfg.processes)
+    world = world_summary(metrics["training"]["checkpoint"],
+                          scratch_dir=SCRATCH_MODEL if SCRATCH_MODEL.is_dir() else None, cfg=settings,
+                          processes=cfg.processes)
     scratch = json.loads(SCRATCH_REFERENCE.read_text()) if SCRATCH_REFERENCE.is_file() else None
     if scratch is not None and scratch["evaluation"]["clips"] != cfg.eval_clips:
         scratch = None  # scored on other clips: nothing to compare with
     ceiling = TRAINED_ADAPTER / "measured_path_metrics.json"
     ceiling = json.loads(ceiling.read_text()) if ceiling.is_file() and scratch is not None else None
     r, p = world["rollout"], world["policies"]
-    notes = [f"rollout: {r['episodes']} held-out episodes of {r['frames']} frames, {settings.sampling_steps} sampling "
-             f"steps, each chunk from the last frame the model made; the whole study: workbench eval "
-             f"{out / 'run'} --rollout",
-             f"policy ranking: {len(p['policies'])} policies x {p['starts']} start states x {len(p['tasks'])} tasks, "
-             f"imagined vs simulated outcome; with the from-scratch run: workbench eval {out / 'run'} --policies "
+    notes = [f"rollout: {r['episodes']} held-out episodes of {r['frames']} frames, "
+             f"{settings.sampling_steps} sampling steps, each chunk from the last frame the model made; "
+             f"the whole study: workbench eval {out / 'run'} --rollout",
+             f"policy ranking: {len(p['policies'])} policies x {p['starts']} start states "
+             f"x {len(p['tasks'])} tasks, imagined vs simulated outcome; "
+             f"with the from-scratch run: workbench eval {out / 'run'} --policies "
              f"--scratch {_shown(SCRATCH_MODEL)}"]
     if scratch is not None:
         notes.append(f"from scratch and measured path: stored runs, not rerun ({SCRATCH_MODEL.name}, "
-                     f"{ceiling and 'measured_path_metrics.json'}); the rollout's from-scratch column is rerun")
+                     f"{ceiling and 'measured_path_metrics.json'}); "
+                     f"the rollout's from-scratch column is rerun")
     metrics["world"] = world
     metrics["seconds"] = round(time.perf_counter() - started, 1)
     table = first_table(metrics, scratch=scratch, ceiling=ceiling, rollout=r, policies=p, notes=notes)
     metrics["first_table"] = table
     metrics["table"] = metrics["table"] + "\n\n" + table
-    (out / "metrics.json").write_text(json.dumps(json_safe({k: v for k, v in metrics.items() if k != "table"}),
+    (out / "metrics.json").write_text(json.dumps(json_safe({k: v for k, v in metrics.items()
+                                                            if k != "table"}),
                                                 indent=1))
 
 
-def _train_and_evaluate(cfg: DemoConfig, exp, ahead, out: Path, started: float, progress: bool) -> dict[str, Any]:
+def _train_and_evaluate(cfg: DemoConfig, exp, ahead, out: Path, started: float,
+                        progress: bool) -> dict[str, Any]:
     from workbench.data.sources import data_kind
     from workbench.worldmodel.evaluate import TARGETS, clip_source, evaluate_run
 
     base = exp.model.base
     t = exp.training
-    exp.fit(ahead.stream(batch_size=t.batch_size, seed=t.seed) if ahead is not None else None, progress=progress)
+    exp.fit(ahead.stream(batch_size=t.batch_size, seed=t.seed) if ahead is not None else None,
+            progress=progress)
     train_seconds = time.perf_counter() - started
     checkpoint = exp.save_checkpoint()
     predict = None
@@ -332,20 +346,22 @@ def _train_and_evaluate(cfg: DemoConfig, exp, ahead, out: Path, started: float, 
     clip = base.clip()  # the clip the backbone predicts: its frames and size
     window = clip.frames
     labels = SCRATCH_LABELS if cfg.from_scratch else None
-    common = dict(sampling_steps=cfg.sampling_steps, seed=cfg.seed, video_clips=cfg.video_clips, progress=progress,
-                  labels=labels, gate_scale=cfg.gate_scale, condition="control" if cfg.control else "action",
-                  predict=predict)
-    held_out = clip_source(cfg.data, window=window, split="val", size=clip.size, control=cfg.control, **_camera(cfg))
+    common = dict(sampling_steps=cfg.sampling_steps, seed=cfg.seed, video_clips=cfg.video_clips,
+                  progress=progress, labels=labels, gate_scale=cfg.gate_scale,
+                  condition="control" if cfg.control else "action", predict=predict)
+    held_out = clip_source(cfg.data, window=window, split="val", size=clip.size, control=cfg.control,
+                           **_camera(cfg))
     shipped = cfg.data == "sample"  # the targets are set for the shipped sample
     seen = evaluate_run(exp, held_out, out=out, clips=cfg.eval_clips,
-                        title="held-out episodes, training tasks", targets=TARGETS["seen"] if shipped else None,
+                        title="held-out episodes, training tasks",
+                        targets=TARGETS["seen"] if shipped else None,
                         describe={"data": cfg.data, "split": "val", "window": window}, **common)
     unseen = None
     if cfg.unseen_clips and data_kind(cfg.data) == "metaworld":  # Meta-World's action space
         # the first window of each of its 12 episodes (two per task)
         source = clip_source("unseen", window=window, split="all", stride=10**6, control=cfg.control)
-        unseen = evaluate_run(exp, source, out=out / "unseen", clips=cfg.unseen_clips, targets=TARGETS["unseen"],
-                              title="tasks never seen in pretraining or training",
+        unseen = evaluate_run(exp, source, out=out / "unseen", clips=cfg.unseen_clips,
+                              targets=TARGETS["unseen"], title="tasks never seen in pretraining or training",
                               describe={"data": UNSEEN_NAME, "split": "all", "window": window,
                                         "clips_per_episode": 1}, **common)
     loss_plot(out / "loss.png", exp.loss_history, f"action adapter on frozen tiny_video ({exp.step} steps)")
@@ -355,7 +371,8 @@ def _train_and_evaluate(cfg: DemoConfig, exp, ahead, out: Path, started: float, 
         "per_clip": seen["per_clip"],
         **({"unseen": {k: unseen[k] for k in ("summary", "per_clip", "evaluation")}} if unseen else {}),
         "training": {"steps": exp.step, "seconds": round(train_seconds, 1), "batch_size": cfg.batch_size,
-                     "learning_rate": cfg.learning_rate, "loss_history": [round(v, 6) for v in exp.loss_history],
+                     "learning_rate": cfg.learning_rate,
+                     "loss_history": [round(v, 6) for v in exp.loss_history],
                      "checkpoint": str(checkpoint), "gates": exp.model.composer.gate_values(),
                      "trainable_parameters": trainable, "from_scratch": cfg.from_scratch,
                      "gate_scale_at_sampling": cfg.gate_scale, "processes": cfg.processes},
@@ -369,8 +386,9 @@ def _train_and_evaluate(cfg: DemoConfig, exp, ahead, out: Path, started: float, 
         "seconds": round(time.perf_counter() - started, 1),
     }
     (out / "metrics.json").write_text(json.dumps(json_safe(metrics), indent=1))
-    head = (f"{'from-scratch model' if cfg.from_scratch else 'action adapter'} ({trainable} trainable parameters) "
-            f"trained {exp.step} steps in {train_seconds / 60:.1f} min; total {metrics['seconds'] / 60:.1f} min"
+    head = (f"{'from-scratch model' if cfg.from_scratch else 'action adapter'} "
+            f"({trainable} trainable parameters) trained {exp.step} steps in {train_seconds / 60:.1f} min; "
+            f"total {metrics['seconds'] / 60:.1f} min"
             + (f"; (b) and (c) sampled with the learned gate x{cfg.gate_scale:g}" if cfg.gate_scale else ""))
     reference = scratch_reference_rows(cfg)
     metrics["table"] = "\n\n".join([head, seen["table"] + ("\n" + reference if reference else ""),

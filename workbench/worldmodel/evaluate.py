@@ -98,15 +98,16 @@ def swap_partner(episodes: list[int]) -> list[int]:
     for i in range(n):
         j = next((k % n for k in range(i + 1, i + n) if episodes[k % n] != episodes[i]), None)
         if j is None:
-            raise DataError(f"Swapping actions needs clips from at least two episodes; all {n} clips come from "
-                            f"episode {episodes[i]}. Evaluate on more episodes (e.g. the whole val split).")
+            raise DataError(f"Swapping actions needs clips from at least two episodes; "
+                            f"all {n} clips come from episode {episodes[i]}. "
+                            f"Evaluate on more episodes (e.g. the whole val split).")
         out.append(j)
     return out
 
 
 def clip_source(path: str, *, window: int, split: str = "val", stride: int | None = None,
-                size: tuple[int, int] | None = None, tasks: list[str] | None = None, camera: str | None = None,
-                control: str | None = None, **options: Any):
+                size: tuple[int, int] | None = None, tasks: list[str] | None = None,
+                camera: str | None = None, control: str | None = None, **options: Any):
     """``window``-frame clips of a Meta-World file or a LeRobot dataset, one every ``stride`` frames
     (default: ``window``), through :func:`workbench.data.sources.open_clips`.
 
@@ -123,13 +124,14 @@ def clip_source(path: str, *, window: int, split: str = "val", stride: int | Non
 
     path = str(UNSEEN_PATH) if path == "unseen" else path
     if options and data_kind(path) != "lerobot":
-        raise DataError(f"{', '.join(f'--{k}' for k in options)}: {path} is a Meta-World file, whose actions and "
-                        f"state its schema fixes; these options choose the features of a LeRobot dataset. Leave "
-                        f"them out.")
+        raise DataError(f"{', '.join(f'--{k}' for k in options)}: {path} is a Meta-World file, "
+                        f"whose actions and state its schema fixes; "
+                        f"these options choose the features of a LeRobot dataset. Leave them out.")
     if tasks:
         if data_kind(path) == "lerobot":
-            raise DataError(f"--tasks {','.join(tasks)} picks tasks of a Meta-World file, but {path} is a LeRobot "
-                            f"dataset. Leave --tasks out (every episode of the split is evaluated).")
+            raise DataError(f"--tasks {','.join(tasks)} picks tasks of a Meta-World file, "
+                            f"but {path} is a LeRobot dataset. "
+                            f"Leave --tasks out (every episode of the split is evaluated).")
         options["tasks"] = tasks
     if camera:
         options["camera"] = camera
@@ -154,19 +156,22 @@ def load_run(run_dir: str | Path, *, again: str | None = None):
     path = Path(run_dir)
     if path.is_file():
         data = " (a data file)" if path.suffix in (".h5", ".hdf5") else ""
-        raise CheckpointError(f"{path} is a file{data}, not a run directory. `workbench eval` takes the adapter's run "
-                              f"directory first and the data with --data: workbench eval RUN_DIR --data {path} "
+        raise CheckpointError(f"{path} is a file{data}, not a run directory. "
+                              f"`workbench eval` takes the adapter's run directory first "
+                              f"and the data with --data: workbench eval RUN_DIR --data {path} "
                               f"(e.g. RUN_DIR = outputs/demo/run).")
     if not path.is_dir():
-        raise CheckpointError(f"Run directory not found: {path}. Pass the directory `workbench train` / `workbench "
-                              f"demo` wrote (e.g. outputs/demo/run) or one of its step-* checkpoints.")
+        raise CheckpointError(f"Run directory not found: {path}. "
+                              f"Pass the directory `workbench train` / `workbench demo` wrote "
+                              f"(e.g. outputs/demo/run) or one of its step-* checkpoints.")
     if (path / "meta" / "info.json").is_file():
-        raise CheckpointError(f"{path} is a LeRobot dataset, not a run directory. `workbench eval` takes the adapter's "
-                              f"run directory first and the data with --data: workbench eval RUN_DIR --data {path}.")
+        raise CheckpointError(f"{path} is a LeRobot dataset, not a run directory. "
+                              f"`workbench eval` takes the adapter's run directory first "
+                              f"and the data with --data: workbench eval RUN_DIR --data {path}.")
     if not (path / "meta.json").exists() and latest_checkpoint(path) is None:
-        raise CheckpointError(f"{path} holds no adapter checkpoint (no step-*/ directory, no LATEST). Pass the "
-                              f"run directory of a finished `workbench train` or `workbench demo` (e.g. "
-                              f"outputs/demo/run), or save one with exp.save_checkpoint().")
+        raise CheckpointError(f"{path} holds no adapter checkpoint (no step-*/ directory, no LATEST). "
+                              f"Pass the run directory of a finished `workbench train` or `workbench demo` "
+                              f"(e.g. outputs/demo/run), or save one with exp.save_checkpoint().")
     use = f"evaluate it instead with `workbench eval {{checkpoint}}{(' ' + again) if again else ''}`"
     return AdapterExperiment.load(path, use=use)
 
@@ -206,27 +211,32 @@ def check_signals(exp, source, data: str) -> None:
         found = [key for key in c.keys if key in widths]
         if not found:
             if c.name in flags:
-                raise DataError(f"The run's adapter reads {c.name!r}, which the clips of {data} do not serve (they "
-                                f"serve {', '.join(sorted(widths))}). Nothing was evaluated. Evaluate on data that "
-                                f"records it, or name its feature with {flags[c.name]} FEATURE.")
+                raise DataError(f"The run's adapter reads {c.name!r}, which the clips of {data} do not serve "
+                                f"(they serve {', '.join(sorted(widths))}). Nothing was evaluated. "
+                                f"Evaluate on data that records it, "
+                                f"or name its feature with {flags[c.name]} FEATURE.")
             continue
         width = widths[found[0]]
         if c.dim is not None and width != c.dim:
             raise DataError(
-                f"The run's adapter was trained on {c.dim}-D {c.name!r} vectors, but the clips of {data} serve "
-                f"{width}-D ones. Nothing was evaluated. Evaluate it on data with {c.dim}-D {c.name} vectors (or "
-                f"choose such a feature with {flags.get(c.name, '--actions')} FEATURE), or train an adapter for this "
-                f"data: `workbench train CONFIG --action-dim {width}` with a data: block that reads {data}.")
+                f"The run's adapter was trained on {c.dim}-D {c.name!r} vectors, "
+                f"but the clips of {data} serve {width}-D ones. Nothing was evaluated. "
+                f"Evaluate it on data with {c.dim}-D {c.name} vectors "
+                f"(or choose such a feature with {flags.get(c.name, '--actions')} FEATURE), "
+                f"or train an adapter for this data: "
+                f"`workbench train CONFIG --action-dim {width}` with a data: block that reads {data}.")
 
 
 def check_clip_size(base, shape: tuple[int, ...]) -> None:
-    """Clips of ``shape`` ``(T, H, W)`` are the clip the backbone predicts (its ``clip()``), or a DataError."""
+    """Clips of ``shape`` ``(T, H, W)`` are the clip the backbone predicts (its ``clip()``),
+    or a DataError."""
     clip = base.clip()
     want = (clip.frames, clip.height, clip.width)
     if tuple(shape) != want:
-        raise DataError(f"Clips have {shape[0]} frames of {shape[1]}x{shape[2]}, but {type(base).__name__} predicts "
-                        f"clips of {clip.frames} frames of {clip.height}x{clip.width} (its clip(), from its card's "
-                        f"sampling defaults); build the clip source with window={clip.frames} and size=({clip.height}, "
+        raise DataError(f"Clips have {shape[0]} frames of {shape[1]}x{shape[2]}, "
+                        f"but {type(base).__name__} predicts clips of {clip.frames} frames "
+                        f"of {clip.height}x{clip.width} (its clip(), from its card's sampling defaults); "
+                        f"build the clip source with window={clip.frames} and size=({clip.height}, "
                         f"{clip.width}), or build the backbone for clips of that size.")
 
 
@@ -280,20 +290,21 @@ def evaluate_world_model(exp, clips, *, sampling_steps: int, seed: int = 0, chun
 
     items = [clips[i] for i in range(len(clips))]
     if not items:
-        raise DataError("No clips to evaluate: the clip source is empty. Choose another split, more tasks, or "
-                        "--clips >= 1.")
+        raise DataError("No clips to evaluate: the clip source is empty. "
+                        "Choose another split, more tasks, or --clips >= 1.")
     check_clip_size(exp.model.base, tuple(items[0]["video"].shape[1:]))
     if condition not in items[0]:
-        raise DataError(f"The clips carry no {condition!r} to swap in (c); they hold {sorted(items[0])}. Evaluate "
-                        f"an adapter that reads {condition!r} on clips that carry it (a control video: --control "
-                        f"edges), or swap the actions.")
+        raise DataError(f"The clips carry no {condition!r} to swap in (c); they hold {sorted(items[0])}. "
+                        f"Evaluate an adapter that reads {condition!r} on clips that carry it "
+                        f"(a control video: --control edges), or swap the actions.")
     given = [k for k in CONDITION_KEYS if k in items[0]]
     partner = swap_partner([it["episode"] for it in items])
     model = exp.model
     gate = None if gate_scale is None else scaled_gate(model.composer, gate_scale)
 
     def clip(it: dict, conditions_from: dict) -> dict:
-        """What clip ``it`` is predicted from: its video, the conditions (state keys at the first frame), its text."""
+        """What clip ``it`` is predicted from: its video, the conditions (state keys at the first frame),
+        its text."""
         out = {"video": it["video"], **{k: v for k, v in it.items() if isinstance(v, str)}}
         for key in given:
             value = torch.as_tensor(conditions_from[key])
@@ -312,8 +323,8 @@ def evaluate_world_model(exp, clips, *, sampling_steps: int, seed: int = 0, chun
                            on_chunk=bar.update))
     for name, (clips_of, adapter) in requests.items():
         if name not in out:
-            out[name] = predict_clips(model, clips_of, steps=sampling_steps, seed=seed, chunk=chunk, adapter=adapter,
-                                      gate=gate, on_chunk=bar.update)
+            out[name] = predict_clips(model, clips_of, steps=sampling_steps, seed=seed, chunk=chunk,
+                                      adapter=adapter, gate=gate, on_chunk=bar.update)
     bar.close()
     truth = out["truth"]
     mask = moving_mask(truth)  # (N, T, H, W); frame 0 excluded
@@ -366,11 +377,13 @@ def _aggregate(scores: dict[str, dict[str, np.ndarray]], probe_error: np.ndarray
     if targets is not None:
         out["targets"] = {
             f"adapter_beats_base_by_{targets['gain_db']:g}db_moving": bool(gain >= targets["gain_db"]),
-            f"adapter_beats_swapped_on_{100 * targets['wins']:.0f}pct_of_clips": bool(wins >= targets["wins"]),
+            f"adapter_beats_swapped_on_{100 * targets['wins']:.0f}pct_of_clips":
+                bool(wins >= targets["wins"]),
             **({f"action_error_at_most_{targets['action_ratio']:g}x_base":
                 bool(out["action_error_adapter_over_base"] <= targets["action_ratio"])}
                if targets.get("action_ratio") is not None else {}),
-            **({f"action_error_at_most_{targets['action_cm']:g}cm": bool(errs["adapter"] <= targets["action_cm"])}
+            **({f"action_error_at_most_{targets['action_cm']:g}cm":
+                bool(errs["adapter"] <= targets["action_cm"])}
                if targets.get("action_cm") is not None else {}),
         }
     return out
@@ -398,27 +411,30 @@ def format_table(summary: dict[str, Any], title: str, labels: dict[str, str] | N
     labels = labels or LABELS
     m = summary["mean"]
     ratio = summary["action_error_ratio_to_probe"]
-    lines = [f"{title}: {summary['clips']} clips (moving pixels: {100 * summary['mean_moving_fraction']:.1f}% "
-             f"of predicted frames)",
+    lines = [f"{title}: {summary['clips']} clips "
+             f"(moving pixels: {100 * summary['mean_moving_fraction']:.1f}% of predicted frames)",
              f"{'':34}{'PSNR':>7}{'SSIM':>7}{'moving PSNR':>13}{'action err cm':>15}{'/ probe':>9}"]
     for key in VARIANTS:
-        lines.append(f"{labels[key]:34}{m[key]['psnr']:7.2f}{m[key]['ssim']:7.3f}{m[key]['moving_psnr']:13.2f}"
-                     f"{m[key]['action_error']:15.2f}{ratio[key]:9.2f}")
-    lines.append(f"{'    probe on the true frames':34}{'':27}{summary['probe_error_on_truth_cm']:15.2f}{1:9.2f}")
+        lines.append(f"{labels[key]:34}{m[key]['psnr']:7.2f}{m[key]['ssim']:7.3f}"
+                     f"{m[key]['moving_psnr']:13.2f}{m[key]['action_error']:15.2f}{ratio[key]:9.2f}")
+    lines.append(f"{'    probe on the true frames':34}{'':27}"
+                 f"{summary['probe_error_on_truth_cm']:15.2f}{1:9.2f}")
     if summary.get("action_error_note"):
         lines.append(f"action error {summary['action_error_note']} (the columns above show nan)")
-    lines.append(f"(b) beats (c) on moving PSNR on {100 * summary['adapter_beats_swapped_fraction']:.0f}% of clips; "
-                 f"(b) - (a): {summary['adapter_minus_base_moving_psnr_db']:+.2f} dB moving PSNR; action error "
-                 f"(b)/(a) = {summary['action_error_adapter_over_base']:.2f}")
+    lines.append(f"(b) beats (c) on moving PSNR on "
+                 f"{100 * summary['adapter_beats_swapped_fraction']:.0f}% of clips; "
+                 f"(b) - (a): {summary['adapter_minus_base_moving_psnr_db']:+.2f} dB moving PSNR; "
+                 f"action error (b)/(a) = {summary['action_error_adapter_over_base']:.2f}")
     for name, ok in summary.get("targets", {}).items():
         lines.append(f"  target {name}: {'met' if ok else 'NOT met'}")
     if len(summary["per_task"]) > 1:
-        lines.append(f"{'per task':26}{'clips':>6}{'moving PSNR a / b / c':>24}{'action err cm a / b / c':>26}"
-                     f"{'(b)>(c)':>9}")
+        lines.append(f"{'per task':26}{'clips':>6}{'moving PSNR a / b / c':>24}"
+                     f"{'action err cm a / b / c':>26}{'(b)>(c)':>9}")
         for task, t in summary["per_task"].items():
             mp = " / ".join(f"{t['mean'][v]['moving_psnr']:.1f}" for v in VARIANTS)
             ae = " / ".join(f"{t['mean'][v]['action_error']:.1f}" for v in VARIANTS)
-            lines.append(f"  {task:24}{t['clips']:6}{mp:>24}{ae:>26}{100 * t['adapter_beats_swapped_fraction']:8.0f}%")
+            lines.append(f"  {task:24}{t['clips']:6}{mp:>24}{ae:>26}"
+                         f"{100 * t['adapter_beats_swapped_fraction']:8.0f}%")
     return "\n".join(lines)
 
 
@@ -433,7 +449,8 @@ def _one_per_task(items: list[dict], count: int) -> list[int]:
 
 def write_videos(out: Path, result: dict[str, Any], clips: int, fps: float, name: str = "side_by_side",
                  condition: str = "action") -> list[Path]:
-    """The side-by-side grid (rows: clips, one per task; columns: truth | base | adapter | swapped) as MP4 and GIF."""
+    """The side-by-side grid (rows: clips, one per task; columns: truth | base | adapter | swapped)
+    as MP4 and GIF."""
     from workbench.media import label_grid, write_video
 
     s = result["scores"]
@@ -442,11 +459,13 @@ def write_videos(out: Path, result: dict[str, Any], clips: int, fps: float, name
         rows.append([result[k][i] for k in ("truth", *VARIANTS)])
         it = result["items"][i]
         labels.append(f"{it['task'].removesuffix('-v3')}\nep {it['episode']} t{it['start']}\n"
-                      f"moving PSNR\nb {s['base']['moving_psnr'][i]:.1f}\na {s['adapter']['moving_psnr'][i]:.1f}\n"
+                      f"moving PSNR\nb {s['base']['moving_psnr'][i]:.1f}\n"
+                      f"a {s['adapter']['moving_psnr'][i]:.1f}\n"
                       f"s {s['swapped']['moving_psnr'][i]:.1f}")
     true = "actions" if condition == "action" else condition
     grid = label_grid(rows, row_labels=labels,
-                      col_labels=["truth", "(a) base alone", f"(b) adapter,\ntrue {true}", "(c) adapter,\nswapped"],
+                      col_labels=["truth", "(a) base alone", f"(b) adapter,\ntrue {true}",
+                                  "(c) adapter,\nswapped"],
                       scale=2)
     return [write_video(out / f"{name}.mp4", grid, fps=fps), write_video(out / f"{name}.gif", grid, fps=fps)]
 
@@ -496,12 +515,13 @@ def evaluate_run(exp, source, *, out: str | Path, clips: int | None = None, samp
     fps = float(base.clip().fps or 10)
     videos = write_videos(out, result, video_clips, fps=fps / 4, condition=condition)
     metrics = {"summary": summary, "per_clip": per_clip_record(result),
-               "evaluation": {"clips": n, "sampling_steps": steps, "seed": seed, "moving_threshold_uint8": 10.0,
-                              "gate_scale": gate_scale, "swapped": condition,
+               "evaluation": {"clips": n, "sampling_steps": steps, "seed": seed,
+                              "moving_threshold_uint8": 10.0, "gate_scale": gate_scale, "swapped": condition,
                               "probe": "workbench.worldmodel.probe (shipped)", **(describe or {})},
                "files": [p.name for p in videos], "seconds": round(time.perf_counter() - started, 1)}
     (out / "metrics.json").write_text(json.dumps(json_safe(metrics), indent=1))
-    return {**metrics, "result": result, "table": format_table(summary, title, labels or labels_for(condition))}
+    return {**metrics, "result": result,
+            "table": format_table(summary, title, labels or labels_for(condition))}
 
 
 def spread_over_tasks(source, n: int) -> list[int]:
@@ -529,52 +549,59 @@ def spread_over_tasks(source, n: int) -> list[int]:
 
 def add_arguments(parser) -> None:
     parser.add_argument("run_dir", help="a run directory with adapter checkpoints (or one step-* checkpoint)")
-    parser.add_argument("--data", help="a LeRobot dataset directory (v2.1 / v3.0), a Meta-World .h5 file, 'sample' "
-                                       "(the shipped sample) or 'unseen' (the shipped unseen-task file); default: the "
-                                       "data the run was trained on")
+    parser.add_argument("--data",
+                        help="a LeRobot dataset directory (v2.1 / v3.0), a Meta-World .h5 file, 'sample' "
+                             "(the shipped sample) or 'unseen' (the shipped unseen-task file); "
+                             "default: the data the run was trained on")
     parser.add_argument("--split", choices=("val", "train", "all"),
-                        help="episodes to evaluate (default: val; with --rollout on the long sample: all, every "
-                             "episode of it is held out)")
+                        help="episodes to evaluate (default: val; with --rollout on the long sample: all, "
+                             "every episode of it is held out)")
     parser.add_argument("--tasks", help="comma-separated task names (default: every task in the file)")
-    parser.add_argument("--clips", type=int, help="evaluate N clips, taken in turn from each task (default: all)")
+    parser.add_argument("--clips", type=int,
+                        help="evaluate N clips, taken in turn from each task (default: all)")
     parser.add_argument("--stride", type=int, help="frames between clip starts in an episode (default: the "
                                                    "model's window: non-overlapping clips)")
-    parser.add_argument("--sampling-steps", "--steps", type=int, help="sampler steps (default: the base's card; 8 "
-                                                                      "with --policies)")
+    parser.add_argument("--sampling-steps", "--steps", type=int,
+                        help="sampler steps (default: the base's card; 8 with --policies)")
     parser.add_argument("--seed", type=int, default=0, help="noise seed (default: %(default)s)")
     parser.add_argument("--gate-scale", type=float, help="sample with the adapter's learned gate times this "
                                                          "(default: the learned gate)")
-    parser.add_argument("--control", help="give each clip a control video derived from its frames (edges) and swap "
-                                           "it, not the actions, in (c): for an adapter that reads one")
+    parser.add_argument("--control",
+                        help="give each clip a control video derived from its frames (edges) and swap "
+                             "it, not the actions, in (c): for an adapter that reads one")
     parser.add_argument("--rollout", action="store_true",
-                        help="roll whole episodes out chunk by chunk (each chunk from the last frame the model "
-                             "produced) and report per chunk: moving PSNR and hand error for the base, the adapter, "
-                             "swapped actions (and --scratch); writes rollout_metrics.json and drift.png. --data "
-                             "defaults to the shipped long episodes ('long')")
-    parser.add_argument("--frames", type=int, help="--rollout: frames of each episode to roll out (default: all of "
-                                                   "them)")
-    parser.add_argument("--episodes", type=int, help="--rollout: episodes to roll out, taken in turn from each task "
-                                                     "(default: all); --policies: start states per task (default: "
-                                                     "all recorded)")
+                        help="roll whole episodes out chunk by chunk "
+                             "(each chunk from the last frame the model produced) "
+                             "and report per chunk: moving PSNR and hand error for the base, the adapter, "
+                             "swapped actions (and --scratch); writes rollout_metrics.json and drift.png. "
+                             "--data defaults to the shipped long episodes ('long')")
+    parser.add_argument("--frames", type=int,
+                        help="--rollout: frames of each episode to roll out (default: all of them)")
+    parser.add_argument("--episodes", type=int,
+                        help="--rollout: episodes to roll out, taken in turn from each task (default: all); "
+                             "--policies: start states per task (default: all recorded)")
     parser.add_argument("--rollout-state", default="probe", choices=("probe", "recorded"),
-                        help="--rollout: where each chunk's hand position comes from: the hand probe on the last "
-                             "produced frame, or the recorded one (a ceiling, not a world model) (default: "
-                             "%(default)s)")
-    parser.add_argument("--scratch", help="--rollout, --policies: a from-scratch run directory to evaluate as well")
-    parser.add_argument("--variants", help="--rollout: comma-separated, of base, adapter, swapped, scratch (default: "
-                                           "base,adapter,swapped, and scratch with --scratch); --policies: of base, "
-                                           "adapter, scratch")
-    parser.add_argument("--out", help="output directory (metrics.json, side_by_side.mp4/.gif; with --rollout: "
-                                      "rollout_metrics.json, drift.png; with --policies: policy_ranking.json, "
-                                      "optional)")
+                        help="--rollout: where each chunk's hand position comes from: "
+                             "the hand probe on the last produced frame, or the recorded one "
+                             "(a ceiling, not a world model) (default: %(default)s)")
+    parser.add_argument("--scratch",
+                        help="--rollout, --policies: a from-scratch run directory to evaluate as well")
+    parser.add_argument("--variants",
+                        help="--rollout: comma-separated, of base, adapter, swapped, scratch "
+                             "(default: base,adapter,swapped, and scratch with --scratch); "
+                             "--policies: of base, adapter, scratch")
+    parser.add_argument("--out", help="output directory (metrics.json, side_by_side.mp4/.gif; "
+                                      "with --rollout: rollout_metrics.json, drift.png; "
+                                      "with --policies: policy_ranking.json, optional)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     from workbench.train.options import add_data_arguments
 
     add_data_arguments(parser, dim=False)
     policies = parser.add_argument_group("policy ranking (--policies, see workbench.worldmodel.policies)")
     policies.add_argument("--policies", action="store_true",
-                          help="replay recorded Meta-World policies as rollouts and report the Spearman rank "
-                               "correlation of imagined and simulated outcomes (base alone and base + adapter)")
+                          help="replay recorded Meta-World policies as rollouts "
+                               "and report the Spearman rank correlation of imagined and simulated outcomes "
+                               "(base alone and base + adapter)")
     policies.add_argument("--policy-data", help="a recording of `python -m workbench.worldmodel.policies` "
                                                 "(default: the shipped one)")
 
@@ -593,10 +620,12 @@ def _again(args) -> str:
 
     from workbench.train.options import DataOptions
 
-    parts = [*(["--data", str(args.data)] if args.data else []), *(["--out", str(args.out)] if args.out else [])]
+    parts = [*(["--data", str(args.data)] if args.data else []),
+             *(["--out", str(args.out)] if args.out else [])]
     for flag in ("split", "tasks", "clips", "stride", "sampling_steps", "seed", "gate_scale", "control"):
         value = getattr(args, flag, None)
-        if value is not None and not (flag == "split" and value == "val") and not (flag == "seed" and value == 0):
+        if (value is not None and not (flag == "split" and value == "val")
+                and not (flag == "seed" and value == 0)):
             parts += [f"--{flag.replace('_', '-')}", str(value)]
     parts += DataOptions.from_args(args).flags()
     return " ".join(shlex.quote(p) for p in parts)
@@ -614,7 +643,8 @@ def run(args) -> int:
         return run_eval(args, load_run(args.run_dir))
     if not args.out:
         raise DataError("workbench eval needs --out DIR (where metrics.json and the videos go), e.g. "
-                        f"`workbench eval {args.run_dir} --out outputs/eval`; only --policies runs without it.")
+                        f"`workbench eval {args.run_dir} --out outputs/eval`; "
+                        f"only --policies runs without it.")
     exp = load_run(args.run_dir, again=_again(args))
     if getattr(args, "rollout", False):
         from workbench.worldmodel.rollout_eval import run_rollout_eval
@@ -631,7 +661,8 @@ def run(args) -> int:
     window = clip.frames
     tasks = [t for t in args.tasks.split(",") if t] if args.tasks else None
     source = clip_source(data, window=window, split=args.split, tasks=tasks, stride=args.stride,
-                         size=clip.size, control=getattr(args, "control", None), **data_options(exp, data, args))
+                         size=clip.size, control=getattr(args, "control", None),
+                         **data_options(exp, data, args))
     check_signals(exp, source, data)
     name = Path(str(getattr(source, "path", None) or source.root)).name
     report = evaluate_run(exp, source, out=args.out, clips=args.clips, sampling_steps=args.sampling_steps,
@@ -639,8 +670,8 @@ def run(args) -> int:
                           condition="control" if getattr(args, "control", None) else "action",
                           title=f"{name} ({args.split})",
                           describe={"data": name, "split": args.split, "tasks": tasks,
-                                    "window": window, "stride": source.config.stride, "run": str(args.run_dir),
-                                    "step": exp.step})
+                                    "window": window, "stride": source.config.stride,
+                                    "run": str(args.run_dir), "step": exp.step})
     print(report["table"])
     print(f"wrote {args.out}/: metrics.json, side_by_side.mp4, side_by_side.gif")
     return 0

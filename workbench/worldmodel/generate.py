@@ -235,8 +235,8 @@ def metaworld_to_lerobot(h5_path: str | Path, out: str | Path, episodes: list[in
                     "next.reward": ("float32", None), "next.success": ("bool", None)}
         calibration = CameraCalibration.from_attrs(attrs, where=str(path))
         calibration = {camera: calibration} if calibration else None
-        with LeRobotWriter(out, float(attrs.get("fps", 80.0)), features, [camera], robot_type="sawyer", crf=crf,
-                           calibration=calibration) as writer:
+        with LeRobotWriter(out, float(attrs.get("fps", 80.0)), features, [camera], robot_type="sawyer",
+                           crf=crf, calibration=calibration) as writer:
             n, t = f["frames"].shape[:2]
             success = f["success"][()] if "success" in f else np.zeros(n, bool)
             reward = f.get("reward")
@@ -265,13 +265,15 @@ def generate_lerobot(out: str | Path, **generate_args: Any) -> Path:
                           f"dataset directory. Choose another --out.")
     tmp = out.with_name(out.name + ".rollouts.h5")
     try:
-        generate(tmp, **generate_args, summary=False)  # (a temporary file: the line below says what is written)
+        generate(tmp, **generate_args,
+                 summary=False)  # (a temporary file: the line below says what is written)
         metaworld_to_lerobot(tmp, out)
     finally:
         if tmp.exists():
             tmp.unlink()
     if generate_args.get("progress", True):
-        print(f"wrote {out}: LeRobot v3.0 dataset (H.264 video, {len(list(out.rglob('*.mp4')))} video file(s))")
+        print(f"wrote {out}: LeRobot v3.0 dataset "
+              f"(H.264 video, {len(list(out.rglob('*.mp4')))} video file(s))")
     return out
 
 
@@ -288,13 +290,15 @@ def calibration_from_attrs(attrs: Any, where: str) -> CameraCalibration:
     needed = ("camera_pos", "camera_quat", "camera_fovy", "size")
     missing = [k for k in needed if k not in attrs]
     if missing:
-        raise missing_calibration(where, sorted(attrs), fix=f"it lacks {missing}, so the camera cannot be "
-                                  f"reconstructed; regenerate it with `workbench data metaworld --out FILE.h5`.")
+        raise missing_calibration(where, sorted(attrs),
+                                  fix=f"it lacks {missing}, so the camera cannot be reconstructed; "
+                                      f"regenerate it with `workbench data metaworld --out FILE.h5`.")
     model_name = str(attrs.get("camera_model_name", attrs.get("camera", "")))
     if model_name in MOVING_CAMERAS:
-        raise missing_calibration(where, sorted(attrs), fix=f"its camera {model_name!r} rides on the gripper, so it "
-                                  f"has no fixed calibration; regenerate it with a fixed camera (--camera "
-                                  f"{DEFAULT_CAMERA}).")
+        raise missing_calibration(where, sorted(attrs),
+                                  fix=f"its camera {model_name!r} rides on the gripper, "
+                                      f"so it has no fixed calibration; "
+                                      f"regenerate it with a fixed camera (--camera {DEFAULT_CAMERA}).")
     size = int(attrs["size"])
     return CameraCalibration.from_mujoco(np.asarray(attrs["camera_pos"]), quat_to_mat(attrs["camera_quat"]),
                                          float(attrs["camera_fovy"]), size, size,
@@ -327,16 +331,18 @@ def calibrate(path: str | Path, like: str | Path | None = None) -> CameraCalibra
                 p = CAMERAS[preset]
                 found = CameraCalibration.look_at(p.pos, p.lookat, p.fovy, int(w), int(h))
             if found is None:
-                raise missing_calibration(str(meta.info_path), [key], fix=f"its camera {key!r} is not a preset "
-                                          f"({', '.join(CAMERAS)}); give the HDF5 file it was converted from: "
-                                          f"`workbench data calibrate {path} --like FILE.h5`.")
+                raise missing_calibration(str(meta.info_path), [key],
+                                          fix=f"its camera {key!r} is not a preset ({', '.join(CAMERAS)}); "
+                                              f"give the HDF5 file it was converted from: "
+                                              f"`workbench data calibrate {path} --like FILE.h5`.")
             info["features"][key]["calibration"] = found.to_json()
             calibration = calibration or found
         meta.info_path.write_text(json.dumps(info, indent=4))
         return calibration
     if not path.is_file():
-        raise ConfigError(f"{path}: no such file or LeRobot dataset directory; give an .h5 file of `workbench data "
-                          f"metaworld` or a LeRobot dataset of `--format lerobot`.")
+        raise ConfigError(f"{path}: no such file or LeRobot dataset directory; "
+                          f"give an .h5 file of `workbench data metaworld` "
+                          f"or a LeRobot dataset of `--format lerobot`.")
     with h5py.File(path, "r+") as f:
         calibration = calibration or calibration_from_attrs(dict(f.attrs), str(path))
         for key, value in calibration.to_attrs().items():
@@ -379,7 +385,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=("hdf5", "lerobot"), default="hdf5",
                         help="hdf5: one .h5 file (the metaworld dataset); lerobot: a LeRobot v3.0 dataset "
                              "directory (the lerobot dataset) (default: %(default)s)")
-    parser.add_argument("--out", required=True, help="output .h5 file (--format hdf5) or new directory (lerobot)")
+    parser.add_argument("--out", required=True,
+                        help="output .h5 file (--format hdf5) or new directory (lerobot)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
@@ -388,9 +395,9 @@ def run(args: argparse.Namespace) -> int:
     noise = {"noise_std": args.noise, "segment_fraction": args.segment_fraction}
     start = time.perf_counter()
     if getattr(args, "format", "hdf5") == "lerobot":
-        generate_lerobot(args.out, tasks=args.tasks, episodes=args.episodes, frames=args.frames, size=args.size,
-                         seed=args.seed, camera=args.camera, noise=noise, progress=not args.no_progress,
-                         action_repeat=args.action_repeat)
+        generate_lerobot(args.out, tasks=args.tasks, episodes=args.episodes, frames=args.frames,
+                         size=args.size, seed=args.seed, camera=args.camera, noise=noise,
+                         progress=not args.no_progress, action_repeat=args.action_repeat)
         return 0
     out = generate(args.out, tasks=args.tasks, episodes=args.episodes, frames=args.frames, size=args.size,
                    seed=args.seed, camera=args.camera, noise=noise, progress=not args.no_progress,

@@ -4,9 +4,9 @@ After the demo has trained and scored its adapter on 16-frame clips, :func:`worl
 two questions a world model is built for, at a size the demo's budget affords:
 
 * **rollouts** — a few held-out 144-frame episodes (:data:`~workbench.worldmodel.rollout_eval.LONG_PATH`)
-  rolled out chunk by chunk from their first frame (:func:`~workbench.worldmodel.rollout_eval.evaluate_rollouts`):
-  the hand error per chunk of the frozen base, the adapter, the adapter with swapped actions and the
-  from-scratch model;
+  rolled out chunk by chunk from their first frame
+  (:func:`~workbench.worldmodel.rollout_eval.evaluate_rollouts`): the hand error per chunk of the frozen
+  base, the adapter, the adapter with swapped actions and the from-scratch model;
 * **policies** — the shipped recording of six policies on reach and push
   (:func:`~workbench.worldmodel.policies.load_policies`) replayed in the base and in the adapter
   (:func:`~workbench.worldmodel.policies.imagine`), ranked against the simulator (Spearman ρ).
@@ -34,7 +34,8 @@ import numpy as np
 @dataclasses.dataclass
 class WorldSummaryConfig:
     """What :func:`world_summary` measures: ``rollout_episodes`` episodes of ``rollout_frames`` frames, and
-    the first ``policy_starts`` start states of the recorded policies (``None``: all four) of ``policy_tasks``."""
+    the first ``policy_starts`` start states of the recorded policies (``None``: all four) of
+    ``policy_tasks``."""
 
     rollout_episodes: int = 6
     rollout_frames: int = 91
@@ -63,7 +64,8 @@ def _policies(cfg: WorldSummaryConfig):
     return load_policies().select(starts=cfg.policy_starts, tasks=cfg.policy_tasks)
 
 
-def run_job(job: tuple[str, str], run_dir: str, scratch_dir: str | None, cfg: WorldSummaryConfig) -> dict[str, Any]:
+def run_job(job: tuple[str, str], run_dir: str, scratch_dir: str | None,
+            cfg: WorldSummaryConfig) -> dict[str, Any]:
     """One (question, model) pair, in whichever process: its numbers and its CPU seconds."""
     import torch
 
@@ -87,8 +89,9 @@ def run_job(job: tuple[str, str], run_dir: str, scratch_dir: str | None, cfg: Wo
     scratch = load_run(scratch_dir) if variant == "scratch" else None
     result = evaluate_rollouts(exp, items, steps=cfg.sampling_steps, seed=cfg.seed, gate_scale=cfg.gate_scale,
                                scratch=scratch, variants=(variant,), progress=False)
-    return {"job": job, "per_chunk": result["per_chunk"], "chunks": result["chunks"], "items": result["items"],
-            "frames": int(result["truth"].shape[1]), "cpu_seconds": time.process_time() - started}
+    return {"job": job, "per_chunk": result["per_chunk"], "chunks": result["chunks"],
+            "items": result["items"], "frames": int(result["truth"].shape[1]),
+            "cpu_seconds": time.process_time() - started}
 
 
 def _run_all(todo: list, run: Callable[[Any], dict[str, Any]], processes: int) -> list[dict[str, Any]]:
@@ -115,8 +118,8 @@ def _run_all(todo: list, run: Callable[[Any], dict[str, Any]], processes: int) -
         gc.collect()  # its queues' semaphores are released now, not reported as leaked at exit
 
 
-def world_summary(run_dir: str | Path, *, scratch_dir: str | Path | None = None, cfg: WorldSummaryConfig | None = None,
-                  processes: int = 1) -> dict[str, Any]:
+def world_summary(run_dir: str | Path, *, scratch_dir: str | Path | None = None,
+                  cfg: WorldSummaryConfig | None = None, processes: int = 1) -> dict[str, Any]:
     """Roll out and rank policies with the run of ``run_dir`` (and the from-scratch run of ``scratch_dir``).
 
     Returns ``rollout`` (:func:`~workbench.worldmodel.rollout_eval.summarise_rollouts`' summary),
@@ -140,8 +143,9 @@ def world_summary(run_dir: str | Path, *, scratch_dir: str | Path | None = None,
     result = {"chunks": rolled[0]["chunks"], "per_chunk": per_chunk, "items": rolled[0]["items"],
               "variants": [d["job"][1] for d in rolled], "truth": np.zeros((len(rolled[0]["items"]), frames))}
     episodes = _policies(cfg)
-    report: dict[str, Any] = {"episodes": len(episodes), "tasks": episodes.tasks, "policies": episodes.policies,
-                              "starts": int(episodes.meta["starts"]), "frames": int(episodes.actions.shape[1]),
+    report: dict[str, Any] = {"episodes": len(episodes), "tasks": episodes.tasks,
+                              "policies": episodes.policies, "starts": int(episodes.meta["starts"]),
+                              "frames": int(episodes.actions.shape[1]),
                               "sampling_steps": cfg.sampling_steps, "variants": {}}
     for name in ("base", "adapter"):
         d = next(d for d in done if d["job"] == ("policies", name))

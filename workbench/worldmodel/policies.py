@@ -65,13 +65,13 @@ def _noise_of(name: str) -> float | None:
     return None
 
 
-# ---------------------------------------------------------------------------------------------------- simulator
+# ------------------------------------------------------------------------------------------ simulator
 
 
 def _reset(task_env: Any, seed: int, task_index: int, start: int) -> tuple[np.ndarray, np.ndarray]:
-    """Reset to start state ``start`` of the task: the env's own object/goal placement and a warm-up that moves the
-    hand to a random point (as the demo data's episodes begin), both seeded. Returns the observation and the rng the
-    policy noise continues from."""
+    """Reset to start state ``start`` of the task: the env's own object/goal placement and a warm-up that
+    moves the hand to a random point (as the demo data's episodes begin), both seeded. Returns the
+    observation and the rng the policy noise continues from."""
     env = task_env.env
     rng = np.random.default_rng([int(seed), task_index, start])
     env._freeze_rand_vec = False
@@ -142,9 +142,9 @@ def record_policies(out: str | Path, *, tasks: Sequence[str] = TASKS, starts: in
                           f"{listing(list(OUTCOME))}.")
     names = policy_names(noise_levels)
     frame_index = np.unique(np.r_[np.arange(0, frames, FRAME_STRIDE), frames - 1])
-    columns: dict[str, list[Any]] = {k: [] for k in ("actions", "ee_pos", "object_pos", "proprio", "frames", "goal",
-                                                     "sim_distance", "sim_success", "sim_success_any", "task",
-                                                     "start", "policy")}
+    columns: dict[str, list[Any]] = {k: [] for k in ("actions", "ee_pos", "object_pos", "proprio", "frames",
+                                                     "goal", "sim_distance", "sim_success", "sim_success_any",
+                                                     "task", "start", "policy")}
     started = time.perf_counter()
     for ti, task in enumerate(tasks):
         task_env = TaskEnv(task, 64, DEFAULT_CAMERA, max_steps=(frames + 20) * action_repeat)
@@ -182,14 +182,15 @@ def record_policies(out: str | Path, *, tasks: Sequence[str] = TASKS, starts: in
     arrays = {k: np.asarray(v) for k, v in columns.items()}
     arrays["task"] = arrays["task"].astype("U16")
     arrays["policy"] = arrays["policy"].astype("U32")
-    np.savez_compressed(out, frame_index=frame_index, meta=np.array(json.dumps(meta, sort_keys=True)), **arrays)
+    np.savez_compressed(out, frame_index=frame_index, meta=np.array(json.dumps(meta, sort_keys=True)),
+                        **arrays)
     if progress:
         print(f"wrote {out}: {len(arrays['task'])} episodes, {out.stat().st_size / 1e6:.2f} MB, "
               f"{time.perf_counter() - started:.0f} s")
     return out
 
 
-# ---------------------------------------------------------------------------------------------------- the recording
+# ------------------------------------------------------------------------------------------ the recording
 
 ARRAYS = ("actions", "ee_pos", "object_pos", "proprio", "frames", "frame_index", "goal", "sim_distance",
           "sim_success", "sim_success_any", "task", "start", "policy", "meta")
@@ -225,7 +226,8 @@ class PolicyEpisodes:
         keep = np.ones(len(self), bool)
         if starts is not None:
             if starts < 1:
-                raise ConfigError(f"--episodes: the number of start states per task must be >= 1, got {starts}.")
+                raise ConfigError(f"--episodes: the number of start states per task must be >= 1, "
+                                  f"got {starts}.")
             keep &= self.start < starts
         if tasks is not None:
             unknown = [t for t in tasks if t not in self.tasks]
@@ -244,13 +246,15 @@ def load_policies(path: str | Path | None = None) -> PolicyEpisodes:
     """The recorded policy episodes of ``path`` (default: the shipped :data:`SAMPLE_PATH`), checked."""
     path = Path(path) if path is not None else SAMPLE_PATH
     if not path.is_file():
-        raise DataError(f"Policy recording not found: {path}. Record one with `python -m workbench.worldmodel."
-                        f"policies --out {path}` (needs Meta-World), or leave the path out for the shipped one.")
+        raise DataError(f"Policy recording not found: {path}. Record one with "
+                        f"`python -m workbench.worldmodel.policies --out {path}` (needs Meta-World), "
+                        f"or leave the path out for the shipped one.")
     try:
         with np.load(path, allow_pickle=False) as f:
             arrays = {k: f[k] for k in f.files}
     except Exception as err:
-        raise DataError(f"{path} is not a policy recording (an .npz of `python -m workbench.worldmodel.policies`): "
+        raise DataError(f"{path} is not a policy recording "
+                        f"(an .npz of `python -m workbench.worldmodel.policies`): "
                         f"{type(err).__name__}: {err}. Record it again.") from err
     missing = [k for k in ARRAYS if k not in arrays]
     if missing:
@@ -265,7 +269,7 @@ def load_policies(path: str | Path | None = None) -> PolicyEpisodes:
     return PolicyEpisodes(arrays, meta, path)
 
 
-# ---------------------------------------------------------------------------------------------------- statistics
+# ------------------------------------------------------------------------------------------ statistics
 
 
 def rankdata(x: Sequence[float]) -> np.ndarray:
@@ -284,14 +288,15 @@ def spearman(a: Sequence[float], b: Sequence[float]) -> float:
     """Spearman's rank correlation of ``a`` and ``b`` (NaN when either is constant)."""
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     if a.shape != b.shape or a.ndim != 1 or len(a) < 2:
-        raise DataError(f"spearman: needs two 1-D sequences of the same length >= 2, got shapes {a.shape} and "
-                        f"{b.shape}.")
+        raise DataError(f"spearman: needs two 1-D sequences of the same length >= 2, "
+                        f"got shapes {a.shape} and {b.shape}.")
     ra, rb = rankdata(a) - (len(a) + 1) / 2, rankdata(b) - (len(b) + 1) / 2
     denom = np.sqrt((ra * ra).sum() * (rb * rb).sum())
     return float((ra * rb).sum() / denom) if denom > 0 else float("nan")
 
 
-def policy_means(values: np.ndarray, groups: np.ndarray, starts: np.ndarray, pick: np.ndarray | None = None) -> dict:
+def policy_means(values: np.ndarray, groups: np.ndarray, starts: np.ndarray,
+                 pick: np.ndarray | None = None) -> dict:
     """Mean of ``values`` per group (a policy of a task) over the start states ``pick`` (default all)."""
     out = {}
     for g in dict.fromkeys(groups.tolist()):
@@ -304,7 +309,8 @@ def policy_means(values: np.ndarray, groups: np.ndarray, starts: np.ndarray, pic
 
 
 def rank_agreement(imagined: np.ndarray, simulated: np.ndarray, groups: Sequence[str], starts: Sequence[int],
-                   strata: Sequence[str] | None = None, *, resamples: int = 2000, seed: int = 0) -> dict[str, Any]:
+                   strata: Sequence[str] | None = None, *, resamples: int = 2000,
+                   seed: int = 0) -> dict[str, Any]:
     """Spearman ρ between the mean imagined and mean simulated outcome of each group (a policy on a task),
     with a bootstrap 95% interval: start states are resampled with replacement (within each stratum, a
     task) and both means recomputed from the same resample.
@@ -317,11 +323,12 @@ def rank_agreement(imagined: np.ndarray, simulated: np.ndarray, groups: Sequence
     strata = np.asarray(strata) if strata is not None else np.zeros(len(groups), int)
     if not (len(imagined) == len(simulated) == len(groups) == len(starts) == len(strata)):
         raise DataError(f"rank_agreement: imagined ({len(imagined)}), simulated ({len(simulated)}), groups "
-                        f"({len(groups)}), starts ({len(starts)}) and strata ({len(strata)}) must have one entry per "
-                        f"episode.")
+                        f"({len(groups)}), starts ({len(starts)}) and strata ({len(strata)}) "
+                        f"must have one entry per episode.")
     keys = list(dict.fromkeys(groups.tolist()))
     if len(keys) < 3:
-        raise DataError(f"rank_agreement: needs at least 3 policies to rank, got {len(keys)} ({listing(keys)}).")
+        raise DataError(f"rank_agreement: needs at least 3 policies to rank, "
+                        f"got {len(keys)} ({listing(keys)}).")
     sim_m, ima_m = policy_means(simulated, groups, starts), policy_means(imagined, groups, starts)
     rho = spearman([ima_m[k] for k in keys], [sim_m[k] for k in keys])
     rng = np.random.default_rng(seed)
@@ -345,7 +352,7 @@ def rank_agreement(imagined: np.ndarray, simulated: np.ndarray, groups: Sequence
             "imagined_mean": [ima_m[k] for k in keys], "simulated_mean": [sim_m[k] for k in keys]}
 
 
-# ---------------------------------------------------------------------------------------------------- imagination
+# ------------------------------------------------------------------------------------------ imagination
 
 #: The variants :func:`evaluate_policies` replays the recording in, with their labels.
 VARIANT_LABELS = {"base": "frozen base alone", "adapter": "base + adapter", "scratch": "from scratch",
@@ -365,15 +372,17 @@ def start_clips(episodes: PolicyEpisodes) -> dict[str, Any]:
 
     camera = episodes.meta.get("camera", "corner2_close")
     if camera not in CAMERAS:
-        raise DataError(f"The recording's camera {camera!r} is not a preset ({listing(list(CAMERAS))}); the world "
-                        f"model was trained on {listing(list(CAMERAS))} frames. Record it with the default camera.")
+        raise DataError(f"The recording's camera {camera!r} is not a preset ({listing(list(CAMERAS))}); "
+                        f"the world model was trained on {listing(list(CAMERAS))} frames. "
+                        f"Record it with the default camera.")
     preset, size = CAMERAS[camera], int(episodes.meta.get("size", 64))
     vector = CameraCalibration.look_at(preset.pos, preset.lookat, preset.fovy, size, size).vector()
     first = torch.from_numpy(np.ascontiguousarray(episodes.frames[:, :1]))  # (B, 1, H, W, 3)
     return {"video": first.permute(0, 4, 1, 2, 3).float().div(127.5).sub(1.0),
             "ee_pos": torch.from_numpy(episodes.ee_pos[:, :1].astype(np.float32)),
             "proprio": torch.from_numpy(episodes.proprio[:, :1].astype(np.float32)),
-            "camera": torch.from_numpy(np.asarray(vector, np.float32))[None].expand(len(episodes), -1).clone()}
+            "camera": torch.from_numpy(np.asarray(vector, np.float32))[None].expand(len(episodes),
+                                                                                     -1).clone()}
 
 
 def outcome_distance(frames: np.ndarray, episodes: PolicyEpisodes, *, hand_probe: Any = None,
@@ -386,7 +395,8 @@ def outcome_distance(frames: np.ndarray, episodes: PolicyEpisodes, *, hand_probe
     for task in dict.fromkeys(episodes.task.tolist()):
         rows = np.flatnonzero(episodes.task == task)
         body = OUTCOME[task]
-        probe = (hand_probe or shipped_probe()) if body == "hand" else (object_probe or shipped_object_probe())
+        probe = ((hand_probe or shipped_probe()) if body == "hand"
+                 else (object_probe or shipped_object_probe()))
         out[rows] = np.linalg.norm(probe.positions(frames[rows]) - episodes.goal[rows], axis=-1)
     return out
 
@@ -408,7 +418,8 @@ def imagine(exp_or_model: Any, episodes: PolicyEpisodes, *, steps: int = DEFAULT
     for lo in range(0, len(episodes), batch):
         part = {k: v[lo:lo + batch] for k, v in clips.items()}
         ro = rollout(exp_or_model, part, actions[lo:lo + batch], steps=steps, seed=seed, state=state,
-                     gate_scale=gate_scale if adapter else None, store=False, adapter="on" if adapter else "off")
+                     gate_scale=gate_scale if adapter else None, store=False,
+                     adapter="on" if adapter else "off")
         finals.append(ro.video[:, -1])
         if progress:
             print(f"  rolled out {min(lo + batch, len(episodes))}/{len(episodes)} episodes", flush=True)
@@ -433,16 +444,17 @@ def agreement(distance: np.ndarray, episodes: PolicyEpisodes, *, resamples: int 
                                  resamples=resamples, seed=seed)}
     for task in episodes.tasks:
         rows = episodes.task == task
-        out[task] = rank_agreement(distance[rows], episodes.sim_distance[rows], groups[rows], episodes.start[rows],
-                                   resamples=resamples, seed=seed)
+        out[task] = rank_agreement(distance[rows], episodes.sim_distance[rows], groups[rows],
+                                   episodes.start[rows], resamples=resamples, seed=seed)
     success = success_of(distance, episodes.task)
     out["success_rate"] = {g: float(success[groups == g].mean()) for g in out["all"]["groups"]}
     out["episode_rho"] = spearman(distance, episodes.sim_distance)
     return out
 
 
-def evaluate_policies(runs: dict[str, Any], episodes: PolicyEpisodes | None = None, *, steps: int = DEFAULT_STEPS,
-                      seed: int = 0, gate_scale: float | None = DEFAULT_GATE_SCALE, batch: int = 24,
+def evaluate_policies(runs: dict[str, Any], episodes: PolicyEpisodes | None = None, *,
+                      steps: int = DEFAULT_STEPS, seed: int = 0,
+                      gate_scale: float | None = DEFAULT_GATE_SCALE, batch: int = 24,
                       resamples: int = 2000, variants: Sequence[str] | None = None,
                       progress: bool = True) -> dict[str, Any]:
     """Replay the recorded policies in each world model of ``runs`` and rank them against the simulator.
@@ -464,23 +476,27 @@ def evaluate_policies(runs: dict[str, Any], episodes: PolicyEpisodes | None = No
         known = [name for name, _, _ in plan]
         unknown = [v for v in variants if v not in known]
         if unknown:
-            raise ConfigError(f"--variants: {listing(unknown)} cannot be replayed here; choose of {listing(known)} "
-                              f"(scratch needs --scratch RUN_DIR).")
+            raise ConfigError(f"--variants: {listing(unknown)} cannot be replayed here; "
+                              f"choose of {listing(known)} (scratch needs --scratch RUN_DIR).")
         plan = [p for p in plan if p[0] in variants]
-    report: dict[str, Any] = {"episodes": len(episodes), "tasks": episodes.tasks, "policies": episodes.policies,
-                              "starts": int(episodes.meta["starts"]), "frames": int(episodes.actions.shape[1]),
+    report: dict[str, Any] = {"episodes": len(episodes), "tasks": episodes.tasks,
+                              "policies": episodes.policies, "starts": int(episodes.meta["starts"]),
+                              "frames": int(episodes.actions.shape[1]),
                               "sampling_steps": int(steps), "seed": int(seed), "gate_scale": gate_scale,
                               "recording": episodes.meta.get("command"), "variants": {}}
     truth = outcome_distance(episodes.frames[:, -1], episodes)
-    report["variants"]["probe_on_truth"] = {"agreement": agreement(truth, episodes, resamples=resamples, seed=seed),
+    report["variants"]["probe_on_truth"] = {"agreement": agreement(truth, episodes, resamples=resamples,
+                                                                   seed=seed),
                                             "distance_m": truth.round(5).tolist(), "cpu_seconds": 0.0}
     for name, exp, on in plan:
         if progress:
             print(f"{VARIANT_LABELS[name]}: {len(episodes)} episodes of {episodes.actions.shape[1]} frames, "
                   f"{steps} steps", flush=True)
-        got = imagine(exp, episodes, steps=steps, seed=seed, adapter=on,  # (the scratch run's model has no gate)
+        got = imagine(exp, episodes, steps=steps, seed=seed, adapter=on,
+                      # (the scratch run's model has no gate)
                       gate_scale=gate_scale if name == "adapter" else None, batch=batch, progress=progress)
-        report["variants"][name] = {"agreement": agreement(got["distance"], episodes, resamples=resamples, seed=seed),
+        report["variants"][name] = {"agreement": agreement(got["distance"], episodes, resamples=resamples,
+                                                           seed=seed),
                                     "distance_m": got["distance"].round(5).tolist(),
                                     "cpu_seconds": round(got["cpu_seconds"], 1)}
     report["simulated_distance_m"] = episodes.sim_distance.round(5).tolist()
@@ -492,8 +508,9 @@ def evaluate_policies(runs: dict[str, Any], episodes: PolicyEpisodes | None = No
 def format_report(report: dict[str, Any]) -> str:
     """The ranking table: ρ with its interval per variant (all pairs and per task), and the policy means."""
     tasks = report["tasks"]
-    lines = [f"policy ranking in imagination: {len(report['policies'])} policies x {report['starts']} start states "
-             f"x {len(tasks)} tasks ({report['episodes']} episodes of {report['frames']} frames), "
+    lines = [f"policy ranking in imagination: {len(report['policies'])} policies "
+             f"x {report['starts']} start states x {len(tasks)} tasks "
+             f"({report['episodes']} episodes of {report['frames']} frames), "
              f"{report['sampling_steps']} sampling steps",
              f"{'Spearman rho [95% bootstrap]':44}{'all (task, policy)':>24}"
              + "".join(f"{t:>22}" for t in tasks) + f"{'CPU s':>8}"]
@@ -559,7 +576,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--starts", type=int, default=4, help="start states per task (default: %(default)s)")
     parser.add_argument("--frames", type=int, default=61, help="frames per episode (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="(default: %(default)s)")
-    parser.add_argument("--out", default=str(SAMPLE_PATH), help="the .npz to write (default: the shipped sample)")
+    parser.add_argument("--out", default=str(SAMPLE_PATH),
+                        help="the .npz to write (default: the shipped sample)")
     args = parser.parse_args(argv)
     record_policies(args.out, tasks=[t for t in args.tasks.split(",") if t], starts=args.starts,
                     frames=args.frames, seed=args.seed)

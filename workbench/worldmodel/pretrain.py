@@ -104,8 +104,8 @@ def _is_lerobot(path: str) -> bool:
     return data_kind(path) == "lerobot"
 
 
-def _lerobot(path: str, size: int | tuple[int, int] | None, split: str = "all", window: int = 2, stride: int = 4,
-             camera: str | None = None):
+def _lerobot(path: str, size: int | tuple[int, int] | None, split: str = "all", window: int = 2,
+             stride: int = 4, camera: str | None = None):
     """The LeRobot dataset at ``path`` as clips of frames alone (no actions or state are read), resized to
     ``size`` (N for N x N, or the backbone's ``(height, width)``)."""
     from workbench.data.lerobot import LeRobotClips
@@ -126,9 +126,10 @@ def _load_frames(path: str, size: int | tuple[int, int] | None = None, split: st
         clips.close()
         height, width = frames[0].shape[1:3]
         if height != width:
-            raise DataError(f"{path}: frames of {width}x{height} pixels; tiny_video reads square frames. Pass --size N "
-                            f"(e.g. --size 64) to resize them.")
-        return frames, {"path": str(clips.root), "episodes": len(frames), "frames": min(len(f) for f in frames),
+            raise DataError(f"{path}: frames of {width}x{height} pixels; tiny_video reads square frames. "
+                            f"Pass --size N (e.g. --size 64) to resize them.")
+        return frames, {"path": str(clips.root), "episodes": len(frames),
+                        "frames": min(len(f) for f in frames),
                         "tasks": sorted(set(clips.task_names)), "attrs": {}, "kind": "lerobot"}
     from workbench.data.metaworld import MetaWorldClips
 
@@ -136,8 +137,9 @@ def _load_frames(path: str, size: int | tuple[int, int] | None = None, split: st
     frames = clips.read("frames", None if split == "all" else clips.episodes)
     clips.close()
     if size is not None and frames.shape[2] != size:
-        raise DataError(f"{clips.path} holds {frames.shape[2]}x{frames.shape[3]} frames, not --size {size}. Leave "
-                        f"--size out, or render the file at that size (`workbench data metaworld --size {size}`).")
+        raise DataError(f"{clips.path} holds {frames.shape[2]}x{frames.shape[3]} frames, not --size {size}. "
+                        f"Leave --size out, or render the file at that size "
+                        f"(`workbench data metaworld --size {size}`).")
     return frames, {"path": str(clips.path), "episodes": clips.num_episodes, "frames": clips.episode_length,
                     "tasks": sorted(set(clips.task_names)), "attrs": clips.attrs, "kind": "metaworld"}
 
@@ -157,10 +159,12 @@ def _to_float(frames: np.ndarray) -> torch.Tensor:
 
 
 FLOOR = 0.1
-"""Both stages' learning rate ends its cosine at this fraction of the peak (:class:`~workbench.loop.LRSchedule`)."""
+"""Both stages' learning rate ends its cosine at this fraction of the peak
+(:class:`~workbench.loop.LRSchedule`)."""
 
 
-def train_autoencoder(base: TinyVideo, frames: np.ndarray, cfg: PretrainConfig, progress: bool = True) -> list[float]:
+def train_autoencoder(base: TinyVideo, frames: np.ndarray, cfg: PretrainConfig,
+                      progress: bool = True) -> list[float]:
     """Stage 1: reconstruct random crops of single frames (MSE + L1); sets the latent normalisation.
 
     Returns the loss of every step. A Ctrl-C stops it cleanly between two steps and raises
@@ -256,7 +260,8 @@ def train_denoiser(base: TinyVideo, latents: torch.Tensor, cfg: PretrainConfig,
     lengths = np.array([z.shape[1] for z in latents])
     n, t_len = len(latents), int(lengths.min())
     if t_len < cfg.window:
-        raise DataError(f"Episodes have {t_len} frames, shorter than window={cfg.window}. Use --window <= {t_len}.")
+        raise DataError(f"Episodes have {t_len} frames, shorter than window={cfg.window}. "
+                        f"Use --window <= {t_len}.")
     rng = np.random.default_rng(cfg.seed + 1)
     gen = torch.Generator().manual_seed(cfg.seed + 1)
     objective = base.default_objective()
@@ -280,7 +285,8 @@ def train_denoiser(base: TinyVideo, latents: torch.Tensor, cfg: PretrainConfig,
             else:
                 ema[k].copy_(v)
 
-    loop = TrainingLoop(opt, LRSchedule(cfg.learning_rate, cfg.steps, cfg.warmup, floor=FLOOR), clip_grad_norm=1.0,
+    loop = TrainingLoop(opt, LRSchedule(cfg.learning_rate, cfg.steps, cfg.warmup, floor=FLOOR),
+                        clip_grad_norm=1.0,
                         after_update=update_ema, randomness=[rng, gen], name="denoiser", progress=progress)
 
     def finish(losses: list[float]) -> tuple[list[float], dict[str, torch.Tensor]]:
@@ -291,7 +297,8 @@ def train_denoiser(base: TinyVideo, latents: torch.Tensor, cfg: PretrainConfig,
 
 
 @torch.no_grad()
-def validation_loss(base: TinyVideo, data: str = "sample", split: str = "val", window: int = 16, stride: int = 8,
+def validation_loss(base: TinyVideo, data: str = "sample", split: str = "val",
+                    window: int = 16, stride: int = 8,
                     seed: int = 0, levels: int = 8, batch_size: int = 16, camera: str | None = None) -> float:
     """Mean flow-matching loss on every ``window`` of ``data``'s ``split``, deterministically.
 
@@ -310,9 +317,11 @@ def validation_loss(base: TinyVideo, data: str = "sample", split: str = "val", w
         for lo in range(0, len(clips), batch_size):
             items = [clips[i] for i in range(lo, min(lo + batch_size, len(clips)))]
             z = base.encode(torch.stack([it["video"] for it in items]).to(base.device))
-            noise = torch.stack([torch.randn(z.shape[1:], generator=torch.Generator().manual_seed(seed * 100003 + i))
+            noise = torch.stack([torch.randn(z.shape[1:],
+                                             generator=torch.Generator().manual_seed(seed * 100003 + i))
                                  for i in range(lo, lo + len(items))]).to(z)
-            t = torch.tensor([(i % levels + 0.5) / levels for i in range(lo, lo + len(items))], device=z.device)
+            t = torch.tensor([(i % levels + 0.5) / levels for i in range(lo, lo + len(items))],
+                             device=z.device)
             # per clip, so the mean does not depend on batch_size
             for k in range(len(items)):
                 total += float(_flow_loss(base, z[k:k + 1], noise[k:k + 1], t[k:k + 1]))
@@ -323,14 +332,16 @@ def validation_loss(base: TinyVideo, data: str = "sample", split: str = "val", w
 
 
 @torch.no_grad()
-def reconstruction_psnr(base: TinyVideo, data: str = "sample", split: str = "val", camera: str | None = None) -> float:
+def reconstruction_psnr(base: TinyVideo, data: str = "sample", split: str = "val",
+                        camera: str | None = None) -> float:
     """PSNR (dB, uint8 range) of autoencoder reconstructions of every frame of ``split``."""
     from workbench.metrics import psnr
 
     frames, _ = _load_frames(data, base.clip().size if _is_lerobot(data) else None, split, camera)
     x = _to_float(_flat(frames)[0])
     y = torch.cat([base.decode_frames(base.encode_frames(chunk)) for chunk in x.split(64)])
-    to_u8 = lambda v: ((v.clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).movedim(-3, -1).numpy()  # noqa: E731
+    to_u8 = lambda v: (  # noqa: E731
+        ((v.clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).movedim(-3, -1).numpy())
     return psnr(to_u8(y), to_u8(x))
 
 
@@ -347,11 +358,12 @@ def pretrain(cfg: PretrainConfig, progress: bool = True) -> TinyVideo:
     longest = max(len(f) for f in frames)
     if longest < cfg.window if info["kind"] == "lerobot" else info["frames"] < cfg.window:
         have = longest if info["kind"] == "lerobot" else info["frames"]
-        raise DataError(f"{info['path']}: episodes have {have} frames at most, shorter than window={cfg.window}. "
-                        f"Use --window <= {have}.")
+        raise DataError(f"{info['path']}: episodes have {have} frames at most, "
+                        f"shorter than window={cfg.window}. Use --window <= {have}.")
     arch = {**cfg.arch, "frames": cfg.window, "image_size": int(frames[0].shape[1])}
     base = TinyVideo(TinyVideoConfig(**arch, device="cpu"))  # the pretraining loops below run on the CPU
-    validation = {"data": cfg.val_data, "split": "val", "window": cfg.window, "stride": 8, "seed": 0, "levels": 8,
+    validation = {"data": cfg.val_data, "split": "val", "window": cfg.window, "stride": 8, "seed": 0,
+                  "levels": 8,
                   **({"camera": cfg.camera} if cfg.camera and _is_lerobot(cfg.val_data) else {})}
     held = {"frames": frames}  # let go once encoded: the denoiser trains on latents
     del frames
@@ -361,13 +373,14 @@ def pretrain(cfg: PretrainConfig, progress: bool = True) -> TinyVideo:
         untrained = validation_loss(base, **validation)  # the trained autoencoder, the denoiser still at init
         latents = encode_episodes(base, held.pop("frames"), progress)
         return then(lambda: train_denoiser(base, latents, cfg, progress),
-                    lambda result: _write(cfg, base, info, validation, started, ae_losses, ae_seconds, untrained,
-                                          *result))
+                    lambda result: _write(cfg, base, info, validation, started, ae_losses, ae_seconds,
+                                          untrained, *result))
 
     return then(lambda: train_autoencoder(base, held["frames"], cfg, progress), after_autoencoder)
 
 
-def _write(cfg: PretrainConfig, base: TinyVideo, info: dict[str, Any], validation: dict[str, Any], started: float,
+def _write(cfg: PretrainConfig, base: TinyVideo, info: dict[str, Any],
+           validation: dict[str, Any], started: float,
            ae_losses: list[float], ae_seconds: float, untrained: float, den_losses: list[float],
            ema: dict[str, torch.Tensor]) -> TinyVideo:
     """Load the EMA weights, score them, and write the weights, the card and the loss curves."""
@@ -377,10 +390,11 @@ def _write(cfg: PretrainConfig, base: TinyVideo, info: dict[str, Any], validatio
     ae_psnr = reconstruction_psnr(base, cfg.val_data, camera=validation.get("camera"))
     name = Path(info["path"]).name
     if info["kind"] == "lerobot":
-        trained_on = (f"{name} (a LeRobot dataset; tasks: {', '.join(info['tasks'])}): {info['episodes']} episodes of "
-                      f"at least {info['frames']} frames, no actions")
+        trained_on = (f"{name} (a LeRobot dataset; tasks: {', '.join(info['tasks'])}): "
+                      f"{info['episodes']} episodes of at least {info['frames']} frames, no actions")
     else:
-        trained_on = (f"Meta-World {', '.join(info['tasks'])}: {info['episodes']} episodes x {info['frames']} frames "
+        trained_on = (f"Meta-World {', '.join(info['tasks'])}: "
+                      f"{info['episodes']} episodes x {info['frames']} frames "
                       f"({name}, generator seed {int(info['attrs'].get('seed', -1))}, camera "
                       f"{info['attrs'].get('camera', '?')}), no actions")
     provenance = {
@@ -404,27 +418,30 @@ def _write(cfg: PretrainConfig, base: TinyVideo, info: dict[str, Any], validatio
     base.provenance = {**provenance, "source": "pretrained"}
     out = Path(cfg.out)
     base.save_pretrained(out, **provenance)
-    curves = {"autoencoder_loss": [round(v, 6) for v in ae_losses], "denoiser_loss": [round(v, 6) for v in den_losses]}
+    curves = {"autoencoder_loss": [round(v, 6) for v in ae_losses],
+              "denoiser_loss": [round(v, 6) for v in den_losses]}
     card = dataclasses.asdict(base._make_card())
-    out.with_suffix(".json").write_text(json.dumps({"card": card, "provenance": provenance}, indent=1, default=str))
+    out.with_suffix(".json").write_text(json.dumps({"card": card, "provenance": provenance},
+                                                   indent=1, default=str))
     out.with_suffix(".curves.json").write_text(json.dumps(curves))
     return TinyVideo.from_pretrained(out)
 
 
 def add_arguments(parser) -> None:
     d = PretrainConfig(data="sample")
-    parser.add_argument("--data", required=True, help="a LeRobot dataset directory (e.g. your videos, from `workbench "
-                                                      "data import`) or an HDF5 file from `workbench data metaworld` "
-                                                      "(or 'sample')")
+    parser.add_argument("--data", required=True,
+                        help="a LeRobot dataset directory (e.g. your videos, from `workbench data import`) "
+                             "or an HDF5 file from `workbench data metaworld` (or 'sample')")
     parser.add_argument("--out", default=d.out, help="output .safetensors file (default: %(default)s)")
-    parser.add_argument("--val-data", help="data whose val split scores the card (default: the shipped sample for a "
-                                           "Meta-World file, the data itself for a LeRobot dataset)")
-    parser.add_argument("--size", type=int, help="frame side in pixels (a LeRobot dataset is resized to it; default: "
-                                                 "as stored)")
+    parser.add_argument("--val-data", help="data whose val split scores the card "
+                                           "(default: the shipped sample for a Meta-World file, "
+                                           "the data itself for a LeRobot dataset)")
+    parser.add_argument("--size", type=int, help="frame side in pixels "
+                                                 "(a LeRobot dataset is resized to it; default: as stored)")
     parser.add_argument("--camera", help="a LeRobot dataset's video feature (when it has several)")
     for flag, typ in (("window", int), ("ae_steps", int), ("ae_batch_size", int), ("steps", int),
-                      ("batch_size", int), ("learning_rate", float), ("ae_learning_rate", float), ("seed", int),
-                      ("width", int), ("depth", int), ("ae_width", int)):
+                      ("batch_size", int), ("learning_rate", float), ("ae_learning_rate", float),
+                      ("seed", int), ("width", int), ("depth", int), ("ae_width", int)):
         default = getattr(d, flag) if hasattr(d, flag) else getattr(TinyVideoConfig, flag)
         parser.add_argument(f"--{flag.replace('_', '-')}", type=typ, default=default,
                             help=f"(default: {default})")

@@ -168,12 +168,14 @@ def _random_blur(x: torch.Tensor, gen: torch.Generator, max_sigma: float) -> tor
         k = torch.exp(-0.5 * (offsets / sigma) ** 2)
         k = (k / k.sum()).view(1, 1, 1, -1).expand(3, 1, 1, -1)
         y = F.conv2d(F.pad(x[i:i + 1], (radius, radius, 0, 0), mode="replicate"), k, groups=3)
-        out[i:i + 1] = F.conv2d(F.pad(y, (0, 0, radius, radius), mode="replicate"), k.transpose(2, 3), groups=3)
+        out[i:i + 1] = F.conv2d(F.pad(y, (0, 0, radius, radius), mode="replicate"), k.transpose(2, 3),
+                                groups=3)
     return out
 
 
 FLOOR = 0.05
-"""The probe's learning rate ends its cosine at this fraction of the peak (:class:`~workbench.loop.LRSchedule`)."""
+"""The probe's learning rate ends its cosine at this fraction of the peak
+(:class:`~workbench.loop.LRSchedule`)."""
 
 
 @dataclasses.dataclass
@@ -193,11 +195,12 @@ class ProbeTrainConfig:
 
     def __post_init__(self):
         check(self.target in TARGETS, "target", f"must be one of {', '.join(TARGETS)} (what the probe reads: "
-                                                f"{'; '.join(f'{k} = {v}' for k, v in TARGETS.items())}), got "
-                                                f"{self.target!r}.")
+                                                f"{'; '.join(f'{k} = {v}' for k, v in TARGETS.items())}), "
+                                                f"got {self.target!r}.")
         check(self.steps >= 1, "steps", f"must be >= 1, got {self.steps}.")
         check(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}.")
-        check(self.width >= 8 and self.width % 8 == 0, "width", f"must be a multiple of 8 (>= 8), got {self.width}.")
+        check(self.width >= 8 and self.width % 8 == 0, "width",
+              f"must be a multiple of 8 (>= 8), got {self.width}.")
         check(0.0 < self.val_fraction < 1.0, "val_fraction", f"must be in (0, 1), got {self.val_fraction}.")
         check(self.max_blur >= 0, "max_blur", f"must be >= 0, got {self.max_blur}.")
 
@@ -215,8 +218,9 @@ def hand_error_cm(video: Any, ee_pos: Any, probe: HandProbe | None = None) -> np
     target = np.asarray(ee_pos.detach().cpu() if isinstance(ee_pos, torch.Tensor) else ee_pos, np.float64)
     if target.shape != (*frames.shape[:-3], 3):
         raise DataError(
-            f"hand_error_cm: ee_pos has shape {tuple(target.shape)}, expected {(*frames.shape[:-3], 3)}: one "
-            f"(x, y, z) position in metres per frame of the video (video shape {tuple(frames.shape)} channel-last)."
+            f"hand_error_cm: ee_pos has shape {tuple(target.shape)}, expected {(*frames.shape[:-3], 3)}: "
+            f"one (x, y, z) position in metres per frame of the video "
+            f"(video shape {tuple(frames.shape)} channel-last)."
         )
     found = (probe or shipped_probe()).positions(frames)
     return 100.0 * np.linalg.norm(found - target, axis=-1)
@@ -247,18 +251,20 @@ def train_probe(cfg: ProbeTrainConfig, progress: bool = True) -> HandProbe:
     if cfg.target == "object":
         if "obs" not in clips._handle():
             clips.close()
-            raise DataError(f"{cfg.data}: --target object reads the object's position from the raw observation "
-                            f"('obs', columns 4:7), which this file does not hold. Use a file of `workbench data "
-                            f"metaworld`, which records it.")
-        ee_pos = clips._handle()["obs"][..., 4:7].astype(np.float32)  # (named as the hand's: the same regression)
+            raise DataError(f"{cfg.data}: --target object reads the object's position "
+                            f"from the raw observation ('obs', columns 4:7), which this file does not hold. "
+                            f"Use a file of `workbench data metaworld`, which records it.")
+        # (named as the hand's: the same regression)
+        ee_pos = clips._handle()["obs"][..., 4:7].astype(np.float32)
     else:
         ee_pos = clips.read("ee_pos").astype(np.float32)
     tasks, attrs = list(clips.task_names), clips.attrs
     clips.close()
     n, t, h = frames.shape[:3]
     if n < 2:
-        raise DataError(f"{cfg.data}: {n} episode(s); the probe needs at least 2 (one is held out to measure its "
-                        f"error). Generate more episodes with `workbench data metaworld --episodes N`.")
+        raise DataError(f"{cfg.data}: {n} episode(s); the probe needs at least 2 "
+                        f"(one is held out to measure its error). "
+                        f"Generate more episodes with `workbench data metaworld --episodes N`.")
     held = np.zeros(n, dtype=bool)
     held[split_episodes(tasks, cfg.val_fraction, cfg.seed)[1]] = True  # whole episodes, stratified by task
     x_train, y_train = frames[~held].reshape(-1, h, h, 3), ee_pos[~held].reshape(-1, 3)
@@ -282,11 +288,13 @@ def train_probe(cfg: ProbeTrainConfig, progress: bool = True) -> HandProbe:
     loop = TrainingLoop(opt, LRSchedule(cfg.learning_rate, cfg.steps, floor=FLOOR), randomness=[rng, gen],
                         name=f"{cfg.target} probe", progress=progress)
     return then(lambda: loop.run(loss_fn),
-                lambda losses: _finish(cfg, probe, losses, frames, ee_pos, held, tasks, attrs, clips.path, started))
+                lambda losses: _finish(cfg, probe, losses, frames, ee_pos, held, tasks, attrs, clips.path,
+                                       started))
 
 
-def _finish(cfg: ProbeTrainConfig, probe: HandProbe, losses: list[float], frames: np.ndarray, ee_pos: np.ndarray,
-            held: np.ndarray, tasks: list[str], attrs: dict[str, Any], path: Path, started: float) -> HandProbe:
+def _finish(cfg: ProbeTrainConfig, probe: HandProbe, losses: list[float], frames: np.ndarray,
+            ee_pos: np.ndarray, held: np.ndarray, tasks: list[str], attrs: dict[str, Any], path: Path,
+            started: float) -> HandProbe:
     """Measure the trained probe on the held-out episodes; write its weights and provenance."""
     from safetensors.torch import save_file
 
@@ -297,9 +305,12 @@ def _finish(cfg: ProbeTrainConfig, probe: HandProbe, losses: list[float], frames
     provenance = {
         "target": f"{cfg.target} position ({TARGETS[cfg.target]}), metres",
         "architecture": {"width": cfg.width, "image_size": int(h)},
-        "trained_on": (f"Meta-World {', '.join(sorted(set(tasks)))}: {int((~held).sum())} episodes x {t} frames "
-                       f"({name}, generator seed {int(attrs.get('seed', -1))}, camera {attrs.get('camera', '?')})"),
-        "held_out": f"{int(held.sum())} episodes ({cfg.val_fraction:.0%} of each task) x {t} frames of the same file",
+        "trained_on": (f"Meta-World {', '.join(sorted(set(tasks)))}: "
+                       f"{int((~held).sum())} episodes x {t} frames "
+                       f"({name}, generator seed {int(attrs.get('seed', -1))}, "
+                       f"camera {attrs.get('camera', '?')})"),
+        "held_out": (f"{int(held.sum())} episodes ({cfg.val_fraction:.0%} of each task) x {t} frames "
+                     f"of the same file"),
         "held_out_error_cm": {"mean": round(float(err.mean()), 3), "median": round(float(np.median(err)), 3),
                               "p90": round(float(np.percentile(err, 90)), 3)},
         "train_config": {**dataclasses.asdict(cfg), "data": name, "out": Path(cfg.out).name},

@@ -8,7 +8,8 @@ the recorded position (``--rollout-state recorded``). Four ways, with the same n
 
 * ``base``: the frozen base alone;
 * ``adapter``: base + adapter with the episode's actions;
-* ``swapped``: base + adapter with another episode's actions (:func:`~workbench.worldmodel.evaluate.swap_partner`);
+* ``swapped``: base + adapter with another episode's actions
+  (:func:`~workbench.worldmodel.evaluate.swap_partner`);
 * ``scratch``: a from-scratch run (``--scratch RUN``, optional) with the episode's actions.
 
 Scored per chunk on the frames it wrote: moving-pixel PSNR (pixels where the true frame differs
@@ -43,8 +44,8 @@ from workbench.errors import DataError
 #: Twelve 144-frame episodes of the six training tasks, their own seed (see the module docstring).
 LONG_PATH = Path(__file__).resolve().parents[1] / "data" / "samples" / "metaworld_long.h5"
 ROLLOUT_VARIANTS = ("base", "adapter", "swapped", "scratch")
-ROLLOUT_LABELS = {"base": "frozen base alone", "adapter": "base + adapter", "swapped": "adapter, swapped actions",
-                  "scratch": "from scratch"}
+ROLLOUT_LABELS = {"base": "frozen base alone", "adapter": "base + adapter",
+                  "swapped": "adapter, swapped actions", "scratch": "from scratch"}
 
 
 def long_episodes(path: str = "long", *, frames: int | None = None, episodes: int | None = None,
@@ -61,19 +62,21 @@ def long_episodes(path: str = "long", *, frames: int | None = None, episodes: in
         from workbench.data.sources import data_kind
 
         if data_kind(path) != "metaworld":
-            raise DataError(f"--frames is needed for {path}: the number of frames of each episode to roll out.")
+            raise DataError(f"--frames is needed for {path}: "
+                            f"the number of frames of each episode to roll out.")
         import h5py
 
         with h5py.File(path, "r") as f:
             frames = int(f["frames"].shape[1])
     source = clip_source(path, window=int(frames), stride=int(frames), split=split, size=size, **options)
     if len(source) == 0:
-        raise DataError(f"{path} ({split}) has no episode of {frames} frames. Roll out fewer frames (--frames), or "
-                        f"choose another split (--split all).")
+        raise DataError(f"{path} ({split}) has no episode of {frames} frames. "
+                        f"Roll out fewer frames (--frames), or choose another split (--split all).")
     n = len(source) if episodes is None else min(int(episodes), len(source))
     chosen = spread_over_tasks(source, n) if n < len(source) else list(range(len(source)))
     items = [source[i] for i in chosen]
-    return [{k: (torch.as_tensor(v) if isinstance(v, np.ndarray) else v) for k, v in it.items()} for it in items]
+    return [{k: (torch.as_tensor(v) if isinstance(v, np.ndarray) else v) for k, v in it.items()}
+            for it in items]
 
 
 def _batched(items: list[dict], keys: tuple[str, ...]) -> dict[str, Any]:
@@ -88,10 +91,12 @@ def _batched(items: list[dict], keys: tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
-def rollout_videos(model, items: list[dict], actions: list, *, adapter: bool, steps: int, seed: int, state: str,
-                   gate_scale: float | None, batch: int, on_batch=None) -> tuple[np.ndarray, list[list[range]]]:
-    """Roll out every episode of ``items`` with ``actions`` (one ``(F, D)`` each), ``batch`` episodes at a time
-    (at most the backbone's ``max_generate_batch``): uint8 ``[E, F, H, W, 3]`` and each chunk's frames."""
+def rollout_videos(model, items: list[dict], actions: list, *, adapter: bool, steps: int, seed: int,
+                   state: str, gate_scale: float | None, batch: int,
+                   on_batch=None) -> tuple[np.ndarray, list[list[range]]]:
+    """Roll out every episode of ``items`` with ``actions`` (one ``(F, D)`` each), ``batch`` episodes at a
+    time (at most the backbone's ``max_generate_batch``): uint8 ``[E, F, H, W, 3]`` and each chunk's
+    frames."""
     import torch
 
     from workbench.inspect import rollout
@@ -102,8 +107,9 @@ def rollout_videos(model, items: list[dict], actions: list, *, adapter: bool, st
     for lo in range(0, len(items), batch):
         part = items[lo:lo + batch]
         start = _batched(part, ("video", "ee_pos", "proprio", "camera", "task"))
-        ro = rollout(model, start, torch.stack(actions[lo:lo + batch]), steps=steps, seed=seed + lo, state=state,
-                     gate_scale=gate_scale if adapter else None, adapter="on" if adapter else "off", store=False)
+        ro = rollout(model, start, torch.stack(actions[lo:lo + batch]), steps=steps, seed=seed + lo,
+                     state=state, gate_scale=gate_scale if adapter else None,
+                     adapter="on" if adapter else "off", store=False)
         videos.append(ro.video)
         frames = [c.frames for c in ro.chunks]
         if on_batch is not None:
@@ -132,12 +138,14 @@ def evaluate_rollouts(exp, items: list[dict], *, steps: int, seed: int = 0, stat
     if not items:
         raise DataError("No episodes to roll out: the data has none. Choose another split, or more episodes.")
     if not all("ee_pos" in it for it in items):
-        raise DataError("The rollout evaluation scores the hand error, which needs the recorded hand position "
-                        "(ee_pos) of every episode; these episodes carry none.")
+        raise DataError("The rollout evaluation scores the hand error, "
+                        "which needs the recorded hand position (ee_pos) of every episode; "
+                        "these episodes carry none.")
     partner = swap_partner([int(it["episode"]) for it in items])
     own = [it["action"] for it in items]
     swapped = [items[p]["action"] for p in partner]
-    runs = [("base", exp.model, False, own), ("adapter", exp.model, True, own), ("swapped", exp.model, True, swapped)]
+    runs = [("base", exp.model, False, own), ("adapter", exp.model, True, own),
+            ("swapped", exp.model, True, swapped)]
     if scratch is not None:
         runs.append(("scratch", scratch.model, True, own))
     if variants is not None:
@@ -211,13 +219,14 @@ def format_rollout_table(summary: dict[str, Any], variants: list[str], title: st
         e = "  ".join(f"{row[f'{v}_hand_error_cm']:8.2f}" for v in variants)
         p = "  ".join(f"{row[f'{v}_moving_psnr']:8.2f}" for v in variants)
         lo, hi = row["frames"]
-        lines.append(f"{row['chunk']:>5} {f'{lo}-{hi}':>9} |                {e} {row['probe_floor_cm']:6.2f} |"
+        lines.append(f"{row['chunk']:>5} {f'{lo}-{hi}':>9} |                "
+                     f"{e} {row['probe_floor_cm']:6.2f} |"
                      f"                 {p}")
     if "goal_last_adapter_below_first_base" not in summary:
         return "\n".join(lines)
     ok = "below" if summary["goal_last_adapter_below_first_base"] else "NOT below"
-    lines.append(f"adapter at the last chunk: {summary['last_chunk_adapter_cm']:.2f} cm, {ok} the frozen base at "
-                 f"the first chunk ({summary['first_chunk_base_cm']:.2f} cm)")
+    lines.append(f"adapter at the last chunk: {summary['last_chunk_adapter_cm']:.2f} cm, "
+                 f"{ok} the frozen base at the first chunk ({summary['first_chunk_base_cm']:.2f} cm)")
     return "\n".join(lines)
 
 
@@ -232,7 +241,8 @@ def drift_plot(path: str | Path, summary: dict[str, Any], variants: list[str], t
     for v in variants:
         left.plot(x, [r[f"{v}_hand_error_cm"] for r in rows], marker="o", label=ROLLOUT_LABELS[v])
         right.plot(x, [r[f"{v}_moving_psnr"] for r in rows], marker="o", label=ROLLOUT_LABELS[v])
-    left.plot(x, [r["probe_floor_cm"] for r in rows], color="grey", linestyle=":", label="probe on true frames")
+    left.plot(x, [r["probe_floor_cm"] for r in rows], color="grey", linestyle=":",
+              label="probe on true frames")
     if "base" in variants:
         left.axhline(rows[0]["base_hand_error_cm"], color="grey", linewidth=0.6, linestyle="--")
     left.set(xlabel="chunk", ylabel="hand error (cm)", title="hand error per chunk")
@@ -248,7 +258,8 @@ def drift_plot(path: str | Path, summary: dict[str, Any], variants: list[str], t
 
 
 def run_rollout_eval(exp, args, *, scratch=None) -> dict[str, Any]:
-    """``workbench eval RUN --rollout``: roll out, print the table, write ``rollout_metrics.json`` and ``drift.png``."""
+    """``workbench eval RUN --rollout``: roll out, print the table, write ``rollout_metrics.json`` and
+    ``drift.png``."""
     from workbench.worldmodel.evaluate import data_options, json_safe
 
     started = time.perf_counter()
@@ -278,7 +289,8 @@ def run_rollout_eval(exp, args, *, scratch=None) -> dict[str, Any]:
                "per_episode": {f"{v}_{m}": np.round(result["per_chunk"][v][m], 4).tolist()
                                for v in result["variants"] for m in ("hand_error_cm", "moving_psnr")},
                "items": result["items"], "swap_partner": result["partner"],
-               "evaluation": {"data": name, "split": split, "episodes": len(items), "frames": summary["frames"],
+               "evaluation": {"data": name, "split": split, "episodes": len(items),
+                              "frames": summary["frames"],
                               "sampling_steps": steps, "seed": args.seed, "state": args.rollout_state,
                               "gate_scale": args.gate_scale, "run": str(args.run_dir), "step": exp.step,
                               "scratch": str(args.scratch) if scratch is not None else None,

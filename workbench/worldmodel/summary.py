@@ -43,8 +43,10 @@ def _clip_rows(metrics: dict[str, Any], scratch: dict[str, Any] | None,
     hand = [f"{m['base']['action_error']:.2f}",
             f"{m['adapter']['action_error']:.2f} ({s['action_error_adapter_over_base']:.2f}x)",
             f"{m['swapped']['action_error']:.2f}",
-            f"{sc['mean']['adapter']['action_error']:.2f} ({sc['action_error_adapter_over_base']:.2f}x)" if sc else "",
-            f"{ce['mean']['adapter']['action_error']:.2f} ({ce['action_error_adapter_over_base']:.2f}x)" if ce else ""]
+            f"{sc['mean']['adapter']['action_error']:.2f} ({sc['action_error_adapter_over_base']:.2f}x)"
+            if sc else "",
+            f"{ce['mean']['adapter']['action_error']:.2f} ({ce['action_error_adapter_over_base']:.2f}x)"
+            if ce else ""]
     wins = ["", f"{100 * s['adapter_beats_swapped_fraction']:.0f}%", "",
             f"{100 * sc['adapter_beats_swapped_fraction']:.0f}%" if sc else "", ""]
     rows = [_row("moving-pixel PSNR, dB", psnr), _row("hand error (probe), cm", hand),
@@ -56,7 +58,8 @@ def _clip_rows(metrics: dict[str, Any], scratch: dict[str, Any] | None,
         rows.append(_row("unseen tasks: gain, beats swapped", [
             "", f"{unseen['adapter_minus_base_moving_psnr_db']:+.2f} dB, "
                 f"{100 * unseen['adapter_beats_swapped_fraction']:.0f}%", "",
-            f"{su['adapter_minus_base_moving_psnr_db']:+.2f} dB, {100 * su['adapter_beats_swapped_fraction']:.0f}%"
+            f"{su['adapter_minus_base_moving_psnr_db']:+.2f} dB, "
+            f"{100 * su['adapter_beats_swapped_fraction']:.0f}%"
             if su else "", f"{cu['adapter_minus_base_moving_psnr_db']:+.2f} dB" if cu else ""]))
     return rows
 
@@ -96,7 +99,8 @@ def first_table(metrics: dict[str, Any], *, scratch: dict[str, Any] | None = Non
     """
     s = metrics["summary"]
     clips = s.get("clips", metrics.get("evaluation", {}).get("clips", "?"))
-    lines = [f"What the adapter buys: {clips} held-out clips of the training tasks, predicted from their first frame",
+    lines = [f"What the adapter buys: {clips} held-out clips of the training tasks, "
+             f"predicted from their first frame",
              _row("", list(COLUMNS))]
     lines += _clip_rows(metrics, scratch, ceiling)
     if rollout is not None:

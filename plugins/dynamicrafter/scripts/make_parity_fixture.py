@@ -48,7 +48,8 @@ def stub_modules():
         setattr(fake, name, object)
     sys.modules.setdefault("transformers", fake)
     # torchvision's compiled operators do not match every torch build; open_clip only needs its Python parts
-    sys.modules.setdefault("torchvision._meta_registrations", types.ModuleType("torchvision._meta_registrations"))
+    sys.modules.setdefault("torchvision._meta_registrations",
+                           types.ModuleType("torchvision._meta_registrations"))
 
 
 def main() -> None:
@@ -79,22 +80,26 @@ def main() -> None:
         (Path(tmp) / f"{arch}.json").write_text(json.dumps({
             "embed_dim": sizes["clip_embed_dim"],
             "vision_cfg": {"image_size": sizes["vision_image_size"], "layers": sizes["vision_layers"],
-                           "width": sizes["vision_width"], "head_width": sizes["vision_width"] // sizes["vision_heads"],
+                           "width": sizes["vision_width"],
+                           "head_width": sizes["vision_width"] // sizes["vision_heads"],
                            "patch_size": sizes["vision_patch"]},
-            "text_cfg": {"context_length": 77, "vocab_size": sizes["text_vocab"], "width": sizes["text_width"],
-                         "heads": sizes["text_heads"], "layers": sizes["text_layers"]}}))
+            "text_cfg": {"context_length": 77, "vocab_size": sizes["text_vocab"],
+                         "width": sizes["text_width"], "heads": sizes["text_heads"],
+                         "layers": sizes["text_layers"]}}))
         open_clip.add_model_config(tmp)
         text = FrozenOpenCLIPEmbedder(arch=arch, version=None, device="cpu", layer="penultimate")
         vision = FrozenOpenCLIPImageEmbedderV2(arch=arch, version=None, device="cpu")
     frames = sizes["frames"]
     resampler = Resampler(dim=sizes["resampler_dim"], depth=sizes["resampler_depth"],
-                          dim_head=sizes["resampler_head_dim"], heads=sizes["resampler_heads"], num_queries=16,
-                          embedding_dim=sizes["vision_width"],
-                          output_dim=sizes["context_dim"], ff_mult=sizes["resampler_ff_mult"], video_length=frames)
+                          dim_head=sizes["resampler_head_dim"], heads=sizes["resampler_heads"],
+                          num_queries=16, embedding_dim=sizes["vision_width"],
+                          output_dim=sizes["context_dim"], ff_mult=sizes["resampler_ff_mult"],
+                          video_length=frames)
     vae = AutoencoderKL(ddconfig=dict(double_z=True, z_channels=4, resolution=256, in_channels=3, out_ch=3,
                                       ch=sizes["vae_channels"][0],
                                       ch_mult=[c // sizes["vae_channels"][0] for c in sizes["vae_channels"]],
-                                      num_res_blocks=sizes["vae_res_blocks"], attn_resolutions=[], dropout=0.0),
+                                      num_res_blocks=sizes["vae_res_blocks"], attn_resolutions=[],
+                                      dropout=0.0),
                         lossconfig={"target": "torch.nn.Identity"}, embed_dim=4)
 
     def unet(learnable: bool, default_fs: int) -> torch.nn.Module:
@@ -102,14 +107,17 @@ def main() -> None:
                          num_res_blocks=sizes["num_res_blocks"],
                          attention_resolutions=list(sizes["attention_resolutions"]), dropout=0.1,
                          channel_mult=list(sizes["channel_mult"]), num_head_channels=sizes["head_channels"],
-                         transformer_depth=1, context_dim=sizes["context_dim"], use_linear=True, use_checkpoint=False,
+                         transformer_depth=1, context_dim=sizes["context_dim"], use_linear=True,
+                         use_checkpoint=False,
                          temporal_conv=True, temporal_attention=True, temporal_selfatt_only=True,
                          use_relative_position=False, use_causal_attention=False, temporal_length=frames,
                          addition_attention=True, image_cross_attention=True,
-                         image_cross_attention_scale_learnable=learnable, default_fs=default_fs, fs_condition=True)
+                         image_cross_attention_scale_learnable=learnable, default_fs=default_fs,
+                         fs_condition=True)
 
     unets = {"512": unet(False, 24), "256": unet(True, 3), "1024": unet(False, 10)}
-    parts = {"first_stage_model.": vae, "cond_stage_model.": text, "embedder.": vision, "image_proj_model.": resampler}
+    parts = {"first_stage_model.": vae, "cond_stage_model.": text, "embedder.": vision,
+             "image_proj_model.": resampler}
     layouts = {}
     for name, net in unets.items():
         state = {"model.diffusion_model." + k: v for k, v in net.state_dict().items()}
@@ -120,7 +128,8 @@ def main() -> None:
         net.load_state_dict({k[len("model.diffusion_model."):]: v for k, v in values.items()
                              if k.startswith("model.diffusion_model.")}, strict=True)
         for prefix, module in parts.items():
-            module.load_state_dict({k[len(prefix):]: v for k, v in values.items() if k.startswith(prefix)}, strict=True)
+            module.load_state_dict({k[len(prefix):]: v for k, v in values.items() if k.startswith(prefix)},
+                                   strict=True)
     for module in (*unets.values(), *parts.values()):
         module.eval()
 
@@ -130,7 +139,8 @@ def main() -> None:
     x = torch.randn(2, 8, frames, 8, 8, generator=g)
     t = torch.tensor([981, 37])
     context = torch.randn(2, 77 + frames * 16, sizes["context_dim"], generator=g)
-    shared = torch.randn(2, 77 + 5, sizes["context_dim"], generator=g)  # not per-frame: repeated for every frame
+    # not per-frame: repeated for every frame
+    shared = torch.randn(2, 77 + 5, sizes["context_dim"], generator=g)
     fs = torch.tensor([24, 7])
     tokens = torch.randint(1, sizes["text_vocab"] - 2, (2, 77), generator=g)
     tokens[:, 0], tokens[0, 20], tokens[0, 21:] = sizes["text_vocab"] - 2, sizes["text_vocab"] - 1, 0
@@ -139,8 +149,9 @@ def main() -> None:
     big = torch.rand(1, 3, 720, 560, generator=torch.Generator().manual_seed(77)) * 2 - 1
     pixels = torch.rand(2, 3, 16, 16, generator=g) * 2 - 1
     latents = torch.randn(2, 4, 8, 8, generator=g)
-    out.update(unet_x=x, unet_t=t, unet_context=context, unet_shared_context=shared, unet_fs=fs, text_tokens=tokens,
-               image=image, image_big_sum=big.double().sum(), vae_pixels=pixels, vae_latents=latents)
+    out.update(unet_x=x, unet_t=t, unet_context=context, unet_shared_context=shared, unet_fs=fs,
+               text_tokens=tokens, image=image, image_big_sum=big.double().sum(), vae_pixels=pixels,
+               vae_latents=latents)
     with torch.no_grad():
         for name, net in unets.items():
             out[f"unet_{name}"] = net(x, t, context=context, fs=fs)
@@ -154,12 +165,14 @@ def main() -> None:
 
     # -- whole DDIM runs ---------------------------------------------------------------------------
     recipes = {
-        "512": dict(variant="512", prediction="v", zero_snr=True, base_scale=0.7, steps=3, spacing="uniform_trailing",
-                    eta=1.0, guidance=7.5, cfg_img=None, rescale=0.7, fs=24, seed=11),
-        "256": dict(variant="256", prediction="eps", zero_snr=False, base_scale=None, steps=4, spacing="uniform",
-                    eta=1.0, guidance=7.5, cfg_img=2.0, rescale=0.0, fs=3, seed=12),
-        "1024": dict(variant="1024", prediction="v", zero_snr=True, base_scale=0.3, steps=3, spacing="uniform_trailing",
-                     eta=0.5, guidance=1.0, cfg_img=None, rescale=0.0, fs=10, seed=13),
+        "512": dict(variant="512", prediction="v", zero_snr=True, base_scale=0.7, steps=3,
+                    spacing="uniform_trailing", eta=1.0, guidance=7.5, cfg_img=None, rescale=0.7, fs=24,
+                    seed=11),
+        "256": dict(variant="256", prediction="eps", zero_snr=False, base_scale=None, steps=4,
+                    spacing="uniform", eta=1.0, guidance=7.5, cfg_img=2.0, rescale=0.0, fs=3, seed=12),
+        "1024": dict(variant="1024", prediction="v", zero_snr=True, base_scale=0.3, steps=3,
+                     spacing="uniform_trailing", eta=0.5, guidance=1.0, cfg_img=None, rescale=0.0, fs=10,
+                     seed=13),
     }
     first = pixels[:1]  # 16x16: the VAE (2x) gives the 8x8 latents sampled below
     empty = torch.zeros(1, 77, dtype=torch.long)
@@ -173,8 +186,10 @@ def main() -> None:
     out.update(sample_tokens=tokens[:1], sample_empty_tokens=empty, sample_image=first)
     for name, r in recipes.items():
         holder = torch.nn.Module()
-        holder.v_posterior, holder.parameterization, holder.rescale_betas_zero_snr = 0.0, r["prediction"], r["zero_snr"]
-        DDPM.register_schedule(holder, beta_schedule="linear", timesteps=1000, linear_start=0.00085, linear_end=0.012)
+        holder.v_posterior, holder.parameterization, holder.rescale_betas_zero_snr = (
+            0.0, r["prediction"], r["zero_snr"])
+        DDPM.register_schedule(holder, beta_schedule="linear", timesteps=1000, linear_start=0.00085,
+                               linear_end=0.012)
         holder.use_dynamic_rescale = r["base_scale"] is not None
         if holder.use_dynamic_rescale:
             arr = np.concatenate((np.linspace(1.0, r["base_scale"], 400), np.full(1000, r["base_scale"])))
@@ -194,22 +209,26 @@ def main() -> None:
         if r["cfg_img"] is not None:
             sampler = DDIMSamplerMultiCond(holder)
             kwargs = dict(cfg_img=r["cfg_img"],
-                          unconditional_conditioning_img_nonetext={"c_crossattn": [torch.cat([text_u, image_ctx], 1)],
-                                                                   "c_concat": [concat]})
+                          unconditional_conditioning_img_nonetext={
+                              "c_crossattn": [torch.cat([text_u, image_ctx], 1)], "c_concat": [concat]})
         else:
             sampler = DDIMSampler(holder)
         torch.manual_seed(r["seed"])
         x_T = torch.randn(1, 4, frames, 8, 8)
-        torch.manual_seed(r["seed"])  # the sampler draws x_T itself from the same stream, then each step's noise
+        # the sampler draws x_T itself from the same stream, then each step's noise
+        torch.manual_seed(r["seed"])
         with torch.no_grad():
-            samples, _ = sampler.sample(S=r["steps"], conditioning=cond, batch_size=1, shape=(4, frames, 8, 8),
-                                        verbose=False, unconditional_guidance_scale=r["guidance"],
-                                        unconditional_conditioning=uc if r["guidance"] != 1.0 else None, eta=r["eta"],
+            samples, _ = sampler.sample(S=r["steps"], conditioning=cond, batch_size=1,
+                                        shape=(4, frames, 8, 8), verbose=False,
+                                        unconditional_guidance_scale=r["guidance"],
+                                        unconditional_conditioning=uc if r["guidance"] != 1.0 else None,
+                                        eta=r["eta"],
                                         fs=torch.tensor([r["fs"]]), timestep_spacing=r["spacing"],
                                         guidance_rescale=r["rescale"], **kwargs)
         out[f"sample_{name}_x_T"] = x_T
         out[f"sample_{name}"] = samples
-        out[f"sample_{name}_ddim_timesteps"] = torch.as_tensor(np.asarray(sampler.ddim_timesteps).astype(np.int64))
+        out[f"sample_{name}_ddim_timesteps"] = torch.as_tensor(
+            np.asarray(sampler.ddim_timesteps).astype(np.int64))
         out[f"schedule_{name}_alphas_cumprod"] = holder.alphas_cumprod.clone()
 
     from safetensors.torch import save_file

@@ -46,7 +46,8 @@ CORPUS = [
     "   leading and trailing spaces   ",
     "tabs\tand\nnew lines\r\nand    runs     of spaces",
     "\u00a0no-break\u2003em\u2009thin spaces\u3000ideographic",
-    "punctuation!!! ... ??? -- (parens) [brackets] {braces} <angles> \"quotes\" 'single' a/b\\c @#$%^&*_+=|~`",
+    ("punctuation!!! ... ??? -- (parens) [brackets] {braces} <angles> "
+     "\"quotes\" 'single' a/b\\c @#$%^&*_+=|~`"),
     "contractions: it's, don't, they're, we've, I'm, you'll, he'd, IT'S, O'Neill's",
     "numbers 12345 and 3.14159, 1e-6, -42, 7th, 2024-07-02, 1,000,000",
     "unicode: café, naïve, Ærøskøbing, straße, İstanbul, ÅNGSTRÖM, façade, señor",
@@ -84,8 +85,10 @@ def load_tokenizer_module():
     return module, file.parent
 
 
-def traced_bpe(word: tuple[str, ...], ranks: dict[tuple[str, str], int]) -> tuple[list[str], list[tuple[str, str]]]:
-    """open_clip's BPE loop on ``word`` (symbols, the last one ending in ``</w>``), recording the merges applied."""
+def traced_bpe(word: tuple[str, ...],
+               ranks: dict[tuple[str, str], int]) -> tuple[list[str], list[tuple[str, str]]]:
+    """open_clip's BPE loop on ``word`` (symbols, the last one ending in ``</w>``), recording the merges
+    applied."""
     applied = []
     while len(word) > 1:
         pairs = {(a, b) for a, b in zip(word, word[1:])}
@@ -114,7 +117,8 @@ def main() -> None:
     ids = oc.tokenize(CORPUS, context_length=77).tolist()
     specials = {"<start_of_text>": "<|startoftext|>", "<end_of_text>": "<|endoftext|>"}
 
-    vocab = {token: tok.encoder[token] for token in list(tok.encoder)[:512]}  # the byte tokens, with and without </w>
+    # the byte tokens, with and without </w>
+    vocab = {token: tok.encoder[token] for token in list(tok.encoder)[:512]}
     vocab.update({hf: tok.encoder[name] for name, hf in specials.items()})
     merges: dict[tuple[str, str], int] = {}
     for text in CORPUS:

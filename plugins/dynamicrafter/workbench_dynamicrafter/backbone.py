@@ -143,15 +143,15 @@ class DynamiCrafter(BaseVideoModel):
             else:  # a checkpoint's architecture is the released one of its variant
                 variant, sizes = real_configuration(variant or "512")
                 sizes = {**sizes, **(config.sizes or {})}
-                self.source = (f"random weights (seed {config.seed}) on the released {variant} configuration (the "
-                               f"architecture of {config.path}; its weights are not read)")
-            self.model = random_model(variant, device=device, dtype=dtype, parts=("unet", "vae"), seed=config.seed,
-                                      **sizes)
+                self.source = (f"random weights (seed {config.seed}) on the released {variant} configuration "
+                               f"(the architecture of {config.path}; its weights are not read)")
+            self.model = random_model(variant, device=device, dtype=dtype, parts=("unet", "vae"),
+                                      seed=config.seed, **sizes)
             self.__dict__["_checkpoint"] = (None, variant, sizes)
         elif config.path == "real":
             raise CheckpointError("dynamicrafter: path 'real' is the released sizes without weights. Set "
-                                  "random_weights: true to build them with random weights, or point path at a "
-                                  "checkpoint (Doubiiu/DynamiCrafter_512's model.ckpt).")
+                                  "random_weights: true to build them with random weights, "
+                                  "or point path at a checkpoint (Doubiiu/DynamiCrafter_512's model.ckpt).")
         else:
             if config.path == "tiny":
                 from workbench_dynamicrafter.tiny import TINY_SIZES, ensure_tiny_checkpoint
@@ -162,8 +162,10 @@ class DynamiCrafter(BaseVideoModel):
             else:
                 file, sizes = config.path, dict(config.sizes or {})
                 self.source = str(config.path)
-            self.model = from_checkpoint(file, variant, device=device, dtype=dtype, parts=("unet", "vae"), **sizes)
-            self.__dict__["_checkpoint"] = (file, self.model.variant.name, sizes)  # where the towers load from
+            self.model = from_checkpoint(file, variant, device=device, dtype=dtype, parts=("unet", "vae"),
+                                         **sizes)
+            # where the towers load from
+            self.__dict__["_checkpoint"] = (file, self.model.variant.name, sizes)
         self.variant = self.model.variant
         self.__dict__["_conditioning"] = None
         self._objective = DynamiCrafterDiffusion(self.variant)
@@ -207,7 +209,8 @@ class DynamiCrafter(BaseVideoModel):
             family="dynamicrafter",
             prediction_type=v.prediction,
             components={"unet": spec("denoiser", "unet"), "vae": spec("vae", "vae"),
-                        "text_encoder": spec("text_encoder", "text"), "image_encoder": spec("image_encoder", "vision"),
+                        "text_encoder": spec("text_encoder", "text"),
+                        "image_encoder": spec("image_encoder", "vision"),
                         "resampler": spec("other", "resampler"), "tokenizer": spec("tokenizer", None),
                         "scheduler": spec("scheduler", None)},
             sampling=SamplingDefaults(steps=r["steps"], sampler="ddim", guidance_scale=r["guidance_scale"],
@@ -220,8 +223,8 @@ class DynamiCrafter(BaseVideoModel):
             # the interpolation model also needs the clip's last frame, a frame a rollout does not know yet
             context_frames=0 if v.interp else 1,
             notes=f"DynamiCrafter {v.name}: {v.prediction}-prediction, "
-                  f"{'zero-terminal-SNR, ' if v.zero_snr else ''}DDIM {r['spacing']} eta {r['eta']}, guidance "
-                  f"{r['guidance_scale']} (rescale {r['guidance_rescale']}), {v.fs_kind} {r['fs']}"
+                  f"{'zero-terminal-SNR, ' if v.zero_snr else ''}DDIM {r['spacing']} eta {r['eta']}, "
+                  f"guidance {r['guidance_scale']} (rescale {r['guidance_rescale']}), {v.fs_kind} {r['fs']}"
                   f"{', dynamic rescale ' + str(v.dynamic_rescale) if v.dynamic_rescale else ''}"
                   f"{', first and last frame given' if v.interp else ''}; 4-channel KL-f8 latents.",
         )
@@ -235,9 +238,10 @@ class DynamiCrafter(BaseVideoModel):
             keys += [key, f"{key}_frames"]
         return (*keys, CONTROL_KEY)
 
-    def example_batch(self, batch_size: int = 2, *, generator: torch.Generator | None = None) -> dict[str, Any]:
-        """Video (its first frame the image), the per-frame signals, a control video and a prompt, at the clip's
-        size."""
+    def example_batch(self, batch_size: int = 2, *,
+                      generator: torch.Generator | None = None) -> dict[str, Any]:
+        """Video (its first frame the image), the per-frame signals, a control video and a prompt, at the
+        clip's size."""
         raw: dict[str, Any] = example_inputs(self.clip(), batch_size, generator=generator,
                                              per_frame={"action": 4, "proprio": 3, "ee_pos": 3})
         raw[self.config.prompt_key] = self.config.prompt or "a robot arm pushes a puck"
@@ -249,7 +253,8 @@ class DynamiCrafter(BaseVideoModel):
         return 2 ** (len(self.model.sizes.vae_channels) - 1)
 
     def encode(self, video: torch.Tensor) -> torch.Tensor:
-        """Video ``(B, 3, T, H, W)`` in [-1, 1] → scaled latents ``(B, 4, T, H/8, W/8)`` (posterior mean), per frame."""
+        """Video ``(B, 3, T, H, W)`` in [-1, 1] → scaled latents ``(B, 4, T, H/8, W/8)`` (posterior mean), per
+        frame."""
         b, _, t = video.shape[:3]
         frames = video.transpose(1, 2).flatten(0, 1)
         z = self.model.vae_encode(frames.to(self.device)).float()
@@ -313,23 +318,26 @@ class DynamiCrafter(BaseVideoModel):
         return torch.stack([self._text_cache[p] for p in prompts])
 
     def image_context(self, image: torch.Tensor) -> torch.Tensor:
-        """First frames ``(B, 3, H, W)`` in [-1, 1] → the resampled image tokens ``(B, 16 T, 1024)``, frame by
-        frame (a frame's tokens never depend on the batch it came in)."""
+        """First frames ``(B, 3, H, W)`` in [-1, 1] → the resampled image tokens ``(B, 16 T, 1024)``, frame
+        by frame (a frame's tokens never depend on the batch it came in)."""
         towers = self.conditioning
         with torch.no_grad():
-            return torch.cat([towers.resample(towers.encode_image(image[i:i + 1])) for i in range(image.shape[0])])
+            return torch.cat([towers.resample(towers.encode_image(image[i:i + 1]))
+                              for i in range(image.shape[0])])
 
     def zero_image_context(self, batch_size: int, height: int, width: int) -> torch.Tensor:
         """The unconditional image tokens: a zero image at the generation size (cached per size)."""
         key = (height, width)
         if key not in self._zero_image_cache:
-            self._zero_image_cache[key] = self.image_context(torch.zeros(1, 3, height, width, device=self.device))[0]
+            self._zero_image_cache[key] = self.image_context(
+                torch.zeros(1, 3, height, width, device=self.device))[0]
         return self._zero_image_cache[key].expand(batch_size, -1, -1)
 
     def _image(self, raw: Mapping[str, Any], key: str) -> torch.Tensor:
         image = torch.as_tensor(raw[key]).float().to(self.device)
         if image.ndim != 4 or image.shape[1] != 3:
-            raise DataError(f"dynamicrafter: '{key}' must be (B, 3, H, W) in [-1, 1], got {tuple(image.shape)}.")
+            raise DataError(f"dynamicrafter: '{key}' must be (B, 3, H, W) in [-1, 1], "
+                            f"got {tuple(image.shape)}.")
         return image
 
     def prepare_batch(self, raw: Mapping[str, Any] | Batch) -> Batch:
@@ -346,9 +354,11 @@ class DynamiCrafter(BaseVideoModel):
         if isinstance(raw, Batch):
             return raw
         if not isinstance(raw, Mapping):
-            raise DataError(f"dynamicrafter.prepare_batch expects a mapping of tensors, got {type(raw).__name__}.")
+            raise DataError(f"dynamicrafter.prepare_batch expects a mapping of tensors, "
+                            f"got {type(raw).__name__}.")
         self.card.check_request(raw, backbone="dynamicrafter", text_keys=(self.config.prompt_key,),
-                                fix="DynamiCrafter always generates from a first frame; the text is optional.")
+                                fix="DynamiCrafter always generates from a first frame; "
+                                    "the text is optional.")
         interp = self.variant.interp
         with torch.no_grad():
             context = first_latent = last_latent = None
@@ -365,8 +375,8 @@ class DynamiCrafter(BaseVideoModel):
                 first = self._image(raw, "image")
                 self._check_size(first.shape[-2:], "image")
                 if interp and "last_image" not in raw:
-                    raise DataError("dynamicrafter 512_interp generates between two frames: give 'image' (the "
-                                    "first) and 'last_image' (the last), each (B, 3, H, W) in [-1, 1].")
+                    raise DataError("dynamicrafter 512_interp generates between two frames: give 'image' "
+                                    "(the first) and 'last_image' (the last), each (B, 3, H, W) in [-1, 1].")
                 last = self._image(raw, "last_image") if interp else first
                 frames = requested_frames(raw, self.recipe()["num_frames"])
                 h, w = (s // self.spatial for s in first.shape[-2:])
@@ -376,10 +386,12 @@ class DynamiCrafter(BaseVideoModel):
                 last_latent = self.encode(last[:, :, None])[:, :, 0]
                 has_target = False
             else:
-                raise DataError(f"dynamicrafter.prepare_batch needs 'video' (B, 3, T, H, W), or 'image' (B, 3, H, W) "
-                                f"to generate from a first frame; got keys {sorted(raw)}.")
+                raise DataError(f"dynamicrafter.prepare_batch needs 'video' (B, 3, T, H, W), "
+                                f"or 'image' (B, 3, H, W) to generate from a first frame; "
+                                f"got keys {sorted(raw)}.")
             b, _, frames = latents.shape[:3]
-            if first_latent is None:  # the VAE works frame by frame: a clip's first latent frame is its first frame's
+            # the VAE works frame by frame: a clip's first latent frame is its first frame's
+            if first_latent is None:
                 first_latent, last_latent = latents[:, :, 0], latents[:, :, -1]
             if context is None:
                 context = self.context(raw, first)
@@ -389,7 +401,8 @@ class DynamiCrafter(BaseVideoModel):
                 concat[:, :, -1] = last_latent
             else:
                 concat = first_latent[:, :, None].expand(-1, -1, frames, -1, -1).contiguous()
-        fs = torch.as_tensor(raw.get("fs", self.recipe()["fs"]), device=self.device).long().expand(b).contiguous()
+        fs = torch.as_tensor(raw.get("fs", self.recipe()["fs"]),
+                             device=self.device).long().expand(b).contiguous()
         cond: dict[str, Any] = {"context": context, "concat": concat, "fs": fs, "first_frame": first_latent,
                                 "image": first}
         per_frame = add_signals(cond, raw, batch_size=b, frames=frames, ratio=1, device=self.device,
@@ -409,7 +422,8 @@ class DynamiCrafter(BaseVideoModel):
         """The U-Net's cross-attention context ``(B, 77 + 16 T, D)``: the text of ``raw`` (prompts through
         ``prompt_key`` / ``prompt_template`` / ``prompt``) and the first frames' resampled image tokens."""
         c = self.config
-        prompts = prompts_from(raw, c.prompt_key, c.prompt, c.prompt_template, first.shape[0], "dynamicrafter")
+        prompts = prompts_from(raw, c.prompt_key, c.prompt, c.prompt_template, first.shape[0],
+                               "dynamicrafter")
         return torch.cat([self.encode_text(prompts).to(self.device), self.image_context(first)], dim=1)
 
     def _cached(self, raw: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -417,14 +431,15 @@ class DynamiCrafter(BaseVideoModel):
         latents = torch.as_tensor(raw["latents"])
         channels = self.model.sizes.latent_channels
         if latents.ndim != 5 or latents.shape[1] != channels or not latents.is_floating_point():
-            raise DataError(f"dynamicrafter: 'latents' must be float (B, {channels}, T, h, w) as encode() returns "
-                            f"them, got {tuple(latents.shape)} {latents.dtype}. Pass 'video' instead to have them "
-                            f"encoded.")
+            raise DataError(f"dynamicrafter: 'latents' must be float (B, {channels}, T, h, w) as encode() "
+                            f"returns them, got {tuple(latents.shape)} {latents.dtype}. Pass 'video' instead "
+                            f"to have them encoded.")
         missing = [k for k in ("context", "image") if raw.get(k) is None]
         if missing:
-            raise DataError(f"dynamicrafter: a batch of 'latents' needs {missing} beside them (the text + image "
-                            f"context and the first frames), as encode_item makes them. Pass 'video' instead, or "
-                            f"rebuild the latent cache with `workbench cache-latents`.")
+            raise DataError(f"dynamicrafter: a batch of 'latents' needs {missing} beside them "
+                            f"(the text + image context and the first frames), as encode_item makes them. "
+                            f"Pass 'video' instead, or rebuild the latent cache with "
+                            f"`workbench cache-latents`.")
         context = torch.as_tensor(raw["context"]).to(self.device)  # in the dtype the towers computed it in
         first = torch.as_tensor(raw["image"]).float().to(self.device)
         return latents.to(self.device), context, first
@@ -434,7 +449,8 @@ class DynamiCrafter(BaseVideoModel):
         (the VAE, frame by frame), its text and first frame → ``"context"`` ``(77 + 16 T, D)`` (the CLIP text
         tower, and the CLIP vision tower through the resampler), and ``"image"`` (the first frame, which
         sampling starts from); everything else kept. ``prepare_batch`` of collated items equals that of the
-        collated raw items, bit for bit, without loading the conditioning towers. ``None`` without ``"video"``."""
+        collated raw items, bit for bit, without loading the conditioning towers. ``None`` without
+        ``"video"``."""
         if "video" not in item:
             return None
         raw = {k: v for k, v in item.items() if k != "video"}
@@ -449,17 +465,18 @@ class DynamiCrafter(BaseVideoModel):
     def _check_size(self, hw: Sequence[int], key: str) -> None:
         multiple = self.spatial * 2 ** (len(self.model.sizes.channel_mult) - 1)
         if hw[0] % multiple or hw[1] % multiple:
-            raise DataError(f"dynamicrafter: '{key}' is {hw[0]}x{hw[1]} pixels; height and width must be multiples of "
-                            f"{multiple} (the VAE's {self.spatial}x and the U-Net's downsampling). Resize or crop the "
-                            f"frames, e.g. to {self.variant.height}x{self.variant.width} for the {self.variant.name} "
-                            f"model.")
+            raise DataError(f"dynamicrafter: '{key}' is {hw[0]}x{hw[1]} pixels; height and width must be "
+                            f"multiples of {multiple} (the VAE's {self.spatial}x and "
+                            f"the U-Net's downsampling). Resize or crop the frames, e.g. to "
+                            f"{self.variant.height}x{self.variant.width} for the {self.variant.name} model.")
 
     # -- denoising ---------------------------------------------------------------------------
     def denoise(self, x_t: torch.Tensor, t: torch.Tensor, cond: Mapping[str, Any]) -> torch.Tensor:
         """The frozen U-Net's prediction (ε or v) at ``x_t`` (``t``: training timesteps ``(B,)``)."""
         for key in ("context", "concat", "fs"):
             if key not in cond:
-                raise DataError(f"dynamicrafter.denoise needs cond[{key!r}] from prepare_batch; got {sorted(cond)}.")
+                raise DataError(f"dynamicrafter.denoise needs cond[{key!r}] from prepare_batch; "
+                                f"got {sorted(cond)}.")
         dtype = self.model.unet.out[2].weight.dtype
         t = torch.as_tensor(t, device=x_t.device)
         t = t.expand(x_t.shape[0]) if t.ndim == 0 else t
@@ -468,8 +485,9 @@ class DynamiCrafter(BaseVideoModel):
         return out.to(x_t.dtype)
 
     def planning_inputs(self, latents: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """``(t, cond)`` of the shapes :meth:`denoise` is called with for ``latents`` (zeros, on their device):
-        a DDPM timestep, 77 text tokens and 16 image tokens per frame, the concatenated first frame, the fs.
+        """``(t, cond)`` of the shapes :meth:`denoise` is called with for ``latents`` (zeros, on their
+        device): a DDPM timestep, 77 text tokens and 16 image tokens per frame, the concatenated first frame,
+        the fs.
         For memory plans."""
         b, _, frames = latents.shape[:3]
         s = self.model.sizes
@@ -481,10 +499,12 @@ class DynamiCrafter(BaseVideoModel):
 
     def latent_shape(self, clip) -> tuple[int, ...]:
         """``(C, T, h, w)``: the VAE encodes each frame on its own, ``spatial`` times smaller in space."""
-        return (self.model.sizes.latent_channels, clip.frames, clip.height // self.spatial, clip.width // self.spatial)
+        return (self.model.sizes.latent_channels, clip.frames, clip.height // self.spatial,
+                clip.width // self.spatial)
 
     def frozen_encoders(self) -> tuple[torch.nn.Module, ...]:
-        """The conditioning towers (text, image, resampler), held beside the U-Net and loaded when first needed."""
+        """The conditioning towers (text, image, resampler), held beside the U-Net and loaded when first
+        needed."""
         return (self.conditioning,)
 
     def keep_in_float32(self) -> tuple[str, ...]:
@@ -505,8 +525,9 @@ class DynamiCrafter(BaseVideoModel):
         unet = self.model.unet
         down = tuple(unet.input_blocks)[1:]  # the stem runs before init_attn: the chain starts after it
         blocks = (*down, unet.middle_block, *unet.output_blocks)
-        return InsideSpec(root=unet, root_name="model.unet", lora_targets=("to_q", "to_k", "to_v", "to_out.0"),
-                          blocks=blocks, widths=tuple(stage_width(b) for b in blocks), branch_blocks=len(down),
+        return InsideSpec(root=unet, root_name="model.unet",
+                          lora_targets=("to_q", "to_k", "to_v", "to_out.0"), blocks=blocks,
+                          widths=tuple(stage_width(b) for b in blocks), branch_blocks=len(down),
                           layout="frames")
 
     # -- sampling ----------------------------------------------------------------------------
@@ -536,9 +557,10 @@ class DynamiCrafter(BaseVideoModel):
             return 1
         return 2 if image_guidance is None else 3
 
-    def run_sampler(self, batch: Batch, *, steps: int, sampler: str, generator: torch.Generator | None, compose_fn,
-                  on_step, guidance_scale: float | None = None, image_guidance_scale: float | None = None,
-                  guidance_rescale: float | None = None, eta: float | None = None, spacing: str | None = None,
+    def run_sampler(self, batch: Batch, *, steps: int, sampler: str, generator: torch.Generator | None,
+                  compose_fn, on_step, guidance_scale: float | None = None,
+                  image_guidance_scale: float | None = None, guidance_rescale: float | None = None,
+                  eta: float | None = None, spacing: str | None = None,
                   initial_noise: torch.Tensor | None = None) -> torch.Tensor:
         """Our DDIM loop (see ``sampling``); keyword arguments default to :meth:`recipe`."""
         r = self.recipe()
@@ -558,5 +580,6 @@ class DynamiCrafter(BaseVideoModel):
         x = initial_noise if initial_noise is not None else torch.randn(
             batch.latents.shape, generator=generator, device=batch.latents.device, dtype=batch.latents.dtype)
         return ddim_loop(x, tables, self.variant, cond=batch, uncond=uncond, uncond_image=uncond_image,
-                         guidance_scale=guidance, image_guidance_scale=image_guidance, guidance_rescale=rescale,
-                         compose_fn=compose_fn, on_step=on_step, generator=generator)
+                         guidance_scale=guidance, image_guidance_scale=image_guidance,
+                         guidance_rescale=rescale, compose_fn=compose_fn, on_step=on_step,
+                         generator=generator)

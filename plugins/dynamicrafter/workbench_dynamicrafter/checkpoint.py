@@ -40,13 +40,15 @@ class Target:
 
 
 # -- our names → upstream names -----------------------------------------------------------------
-_CLIP_LAYER = [(r"self_attn\.([qkv])_proj\.(weight|bias)$", None), (r"self_attn\.out_proj\.", "attn.out_proj."),
+_CLIP_LAYER = [(r"self_attn\.([qkv])_proj\.(weight|bias)$", None),
+               (r"self_attn\.out_proj\.", "attn.out_proj."),
                (r"layer_norm1\.", "ln_1."), (r"layer_norm2\.", "ln_2."), (r"mlp\.fc1\.", "mlp.c_fc."),
                (r"mlp\.fc2\.", "mlp.c_proj.")]
 _CLIP_TOP = {"embeddings.token_embedding.weight": "token_embedding.weight",
              "embeddings.position_embedding.weight": "positional_embedding",
              "final_layer_norm.weight": "ln_final.weight", "final_layer_norm.bias": "ln_final.bias",
-             "embeddings.class_embedding": "class_embedding", "embeddings.patch_embedding.weight": "conv1.weight",
+             "embeddings.class_embedding": "class_embedding",
+             "embeddings.patch_embedding.weight": "conv1.weight",
              "pre_layrnorm.weight": "ln_pre.weight", "pre_layrnorm.bias": "ln_pre.bias",
              "post_layernorm.weight": "ln_post.weight", "post_layernorm.bias": "ln_post.bias"}
 
@@ -68,16 +70,18 @@ def _clip_name(key: str) -> tuple[str, tuple[int, int] | None]:
     raise KeyError(key)
 
 
-_VAE_RESNET = {"norm1": "norm1", "conv1": "conv1", "norm2": "norm2", "conv2": "conv2", "conv_shortcut": "nin_shortcut"}
+_VAE_RESNET = {"norm1": "norm1", "conv1": "conv1", "norm2": "norm2", "conv2": "conv2",
+               "conv_shortcut": "nin_shortcut"}
 _VAE_ATTN = {"group_norm": "norm", "to_q": "q", "to_k": "k", "to_v": "v", "to_out.0": "proj_out"}
 
 
 def _vae_name(key: str, levels: int) -> str:
     """diffusers ``AutoencoderKL`` name → the LDM name in the checkpoint."""
     rules = [
-        (r"^(encoder)\.down_blocks\.(\d+)\.resnets\.(\d+)\.(\w+)\.", lambda m: f"{m[1]}.down.{m[2]}.block.{m[3]}."
-         f"{_VAE_RESNET[m[4]]}."),
-        (r"^(encoder)\.down_blocks\.(\d+)\.downsamplers\.0\.conv\.", lambda m: f"{m[1]}.down.{m[2]}.downsample.conv."),
+        (r"^(encoder)\.down_blocks\.(\d+)\.resnets\.(\d+)\.(\w+)\.",
+         lambda m: f"{m[1]}.down.{m[2]}.block.{m[3]}.{_VAE_RESNET[m[4]]}."),
+        (r"^(encoder)\.down_blocks\.(\d+)\.downsamplers\.0\.conv\.",
+         lambda m: f"{m[1]}.down.{m[2]}.downsample.conv."),
         (r"^(decoder)\.up_blocks\.(\d+)\.resnets\.(\d+)\.(\w+)\.",
          lambda m: f"{m[1]}.up.{levels - 1 - int(m[2])}.block.{m[3]}.{_VAE_RESNET[m[4]]}."),
         (r"^(decoder)\.up_blocks\.(\d+)\.upsamplers\.0\.conv\.",
@@ -132,14 +136,17 @@ def unused_shapes(model) -> dict[str, tuple[int, ...]]:
     s, v = model.sizes, model.variant
     text, vision, embed = s.text_width, s.vision_width, s.clip_embed_dim
     last = f"cond_stage_model.model.transformer.resblocks.{s.text_layers - 1}."
-    out = {last + "ln_1.weight": (text,), last + "ln_1.bias": (text,), last + "attn.in_proj_weight": (3 * text, text),
+    out = {last + "ln_1.weight": (text,), last + "ln_1.bias": (text,),
+           last + "attn.in_proj_weight": (3 * text, text),
            last + "attn.in_proj_bias": (3 * text,), last + "attn.out_proj.weight": (text, text),
            last + "attn.out_proj.bias": (text,), last + "ln_2.weight": (text,), last + "ln_2.bias": (text,),
            last + "mlp.c_fc.weight": (4 * text, text), last + "mlp.c_fc.bias": (4 * text,),
            last + "mlp.c_proj.weight": (text, 4 * text), last + "mlp.c_proj.bias": (text,),
            "cond_stage_model.model.text_projection": (text, embed), "cond_stage_model.model.logit_scale": (),
-           "embedder.model.visual.proj": (vision, embed), "embedder.model.token_embedding.weight": (s.text_vocab, text),
-           "embedder.model.positional_embedding": (s.text_length, text), "embedder.model.ln_final.weight": (text,),
+           "embedder.model.visual.proj": (vision, embed),
+           "embedder.model.token_embedding.weight": (s.text_vocab, text),
+           "embedder.model.positional_embedding": (s.text_length, text),
+           "embedder.model.ln_final.weight": (text,),
            "embedder.model.ln_final.bias": (text,), "embedder.model.text_projection": (text, embed),
            "embedder.model.logit_scale": ()}
     for name in SCHEDULE_KEYS:
@@ -188,8 +195,8 @@ def read_checkpoint(path: str | Path) -> Mapping:
     file = Path(path).expanduser()
     if not file.is_file():
         raise CheckpointError(f"dynamicrafter: checkpoint {str(path)!r} does not exist. Expected an official "
-                              f"DynamiCrafter model.ckpt (Doubiiu/DynamiCrafter_512, ...) or a .safetensors conversion "
-                              f"of one ({CONVERT_HINT}).")
+                              f"DynamiCrafter model.ckpt (Doubiiu/DynamiCrafter_512, ...) "
+                              f"or a .safetensors conversion of one ({CONVERT_HINT}).")
     if file.suffix == ".safetensors":
         try:
             return LazySafetensors(file)
@@ -202,8 +209,8 @@ def read_checkpoint(path: str | Path) -> Mapping:
         raise CheckpointError(
             f"dynamicrafter: {file} cannot be read safely (torch.load(weights_only=True) refused it: "
             f"{str(err).splitlines()[0][:200]}). Official Lightning checkpoints can carry pickled training "
-            f"state; convert it once, if you trust the file: `{CONVERT_HINT.replace('model.ckpt', str(file))}`, "
-            f"then load the .safetensors file."
+            f"state; convert it once, if you trust the file: "
+            f"`{CONVERT_HINT.replace('model.ckpt', str(file))}`, then load the .safetensors file."
         ) from err
     if not isinstance(state, Mapping):
         raise CheckpointError(f"dynamicrafter: {file} holds a {type(state).__name__}, not a state dict.")
@@ -235,7 +242,8 @@ def check_layout(state: Mapping, layout: dict[str, list[Target]], unused: dict[s
                 parts.append(f"{len(items)} {label} (first: {', '.join(items[:5])})")
         raise CheckpointError(
             f"dynamicrafter: the checkpoint does not match the {variant} model's layout: {'; '.join(parts)}. "
-            f"Pass the variant the checkpoint was released as (variant='256' / '512' / '1024' / '512_interp'), "
+            f"Pass the variant the checkpoint was released as "
+            f"(variant='256' / '512' / '1024' / '512_interp'), "
             f"and size overrides only for non-released sizes."
         )
 

@@ -21,15 +21,15 @@ def convert(source: str | Path, target: str | Path, *, trust_pickle: bool) -> Pa
     from workbench_dynamicrafter.checkpoint import unwrap
 
     if not trust_pickle:
-        raise CheckpointError("workbench-dynamicrafter convert unpickles the checkpoint, which can run code stored in "
-                              "it. Pass --trust-pickle if the file comes from a source you trust (e.g. the official "
-                              "Doubiiu/DynamiCrafter* releases).")
+        raise CheckpointError("workbench-dynamicrafter convert unpickles the checkpoint, which can run code "
+                              "stored in it. Pass --trust-pickle if the file comes from a source you trust "
+                              "(e.g. the official Doubiiu/DynamiCrafter* releases).")
     state = unwrap(torch.load(str(source), map_location="cpu", weights_only=False))
     tensors = {k: v.contiguous() for k, v in state.items() if isinstance(v, torch.Tensor)}
     skipped = sorted(k for k, v in state.items() if not isinstance(v, torch.Tensor))
     if skipped:
-        raise CheckpointError(f"{source}: {len(skipped)} entries are not tensors (first: {', '.join(skipped[:5])}); "
-                              f"this is not a DynamiCrafter state dict.")
+        raise CheckpointError(f"{source}: {len(skipped)} entries are not tensors "
+                              f"(first: {', '.join(skipped[:5])}); this is not a DynamiCrafter state dict.")
     out = Path(target)
     out.parent.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(out))
@@ -42,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     conv = commands.add_parser("convert", help="convert a pickled model.ckpt to safetensors")
     conv.add_argument("source")
     conv.add_argument("target")
-    conv.add_argument("--trust-pickle", action="store_true", help="allow the full unpickle this conversion needs")
+    conv.add_argument("--trust-pickle", action="store_true",
+                      help="allow the full unpickle this conversion needs")
     args = parser.parse_args(argv)
     from workbench.errors import CheckpointError
 

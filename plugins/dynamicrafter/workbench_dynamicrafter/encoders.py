@@ -28,10 +28,12 @@ CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 def text_tower(s: Sizes):
     from transformers import CLIPTextConfig, CLIPTextModel
 
-    config = CLIPTextConfig(vocab_size=s.text_vocab, hidden_size=s.text_width, intermediate_size=4 * s.text_width,
+    config = CLIPTextConfig(vocab_size=s.text_vocab, hidden_size=s.text_width,
+                            intermediate_size=4 * s.text_width,
                             num_hidden_layers=s.text_layers - 1, num_attention_heads=s.text_heads,
                             max_position_embeddings=s.text_length, hidden_act="gelu", layer_norm_eps=1e-5,
-                            bos_token_id=min(49406, s.text_vocab - 2), eos_token_id=min(49407, s.text_vocab - 1),
+                            bos_token_id=min(49406, s.text_vocab - 2),
+                            eos_token_id=min(49407, s.text_vocab - 1),
                             pad_token_id=0, attn_implementation="sdpa")
     return CLIPTextModel(config)
 
@@ -51,9 +53,9 @@ def autoencoder(s: Sizes):
 
     levels = len(s.vae_channels)
     return AutoencoderKL(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * levels,
-                         up_block_types=("UpDecoderBlock2D",) * levels, block_out_channels=tuple(s.vae_channels),
-                         layers_per_block=s.vae_res_blocks, latent_channels=s.latent_channels, norm_num_groups=32,
-                         scaling_factor=0.18215)
+                         up_block_types=("UpDecoderBlock2D",) * levels,
+                         block_out_channels=tuple(s.vae_channels), layers_per_block=s.vae_res_blocks,
+                         latent_channels=s.latent_channels, norm_num_groups=32, scaling_factor=0.18215)
 
 
 def _gaussian_taps(size: int, sigma: float, like: torch.Tensor) -> torch.Tensor:
@@ -63,7 +65,8 @@ def _gaussian_taps(size: int, sigma: float, like: torch.Tensor) -> torch.Tensor:
 
 
 def resize_like_release(image: torch.Tensor, size: int) -> torch.Tensor:
-    """``(N, 3, H, W)`` → ``(N, 3, size, size)``: Gaussian blur when shrinking, then bicubic (aligned corners).
+    """``(N, 3, H, W)`` → ``(N, 3, size, size)``: Gaussian blur when shrinking, then bicubic (aligned
+    corners).
 
     The blur's sigma is ``(factor - 1) / 2`` per axis (at least 0.001), its width the odd number
     at or above ``max(4 sigma, 3)``, with reflected borders: the release's preprocessing.
@@ -131,14 +134,14 @@ class Resampler(nn.Module):
         return self.norm_out(self.proj_out(latents))
 
 
-#: open_clip's pre-tokenizer (OpenAI CLIP's): its two special tokens, contractions, letter runs, single digits,
-#: runs of other non-space characters; matched ignoring case, as open_clip compiles it.
+#: open_clip's pre-tokenizer (OpenAI CLIP's): its two special tokens, contractions, letter runs, single
+#: digits, runs of other non-space characters; matched ignoring case, as open_clip compiles it.
 PRETOKENS = r"""<start_of_text>|<end_of_text>|'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|[^\s\p{L}\p{N}]+"""
 
 
 def clean_text(text: str) -> str:
-    """open_clip's text cleaning: ``ftfy.fix_text``, HTML entities unescaped twice, runs of whitespace made one
-    space, stripped, lowercased (``whitespace_clean(basic_clean(text)).lower()``)."""
+    """open_clip's text cleaning: ``ftfy.fix_text``, HTML entities unescaped twice, runs of whitespace made
+    one space, stripped, lowercased (``whitespace_clean(basic_clean(text)).lower()``)."""
     import html
 
     import ftfy
@@ -150,7 +153,8 @@ def clean_text(text: str) -> str:
 
 def _byte_symbols() -> dict[int, str]:
     """OpenAI CLIP's byte → printable character table (``bytes_to_unicode``): the BPE's alphabet."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
+                 *range(ord("®"), ord("ÿ") + 1)]
     table, extra = {b: chr(b) for b in printable}, 0
     for b in range(256):
         if b not in table:
@@ -163,7 +167,8 @@ BYTE_SYMBOLS = _byte_symbols()
 
 
 def bpe_ids(text: str, tokenizer) -> list[int]:
-    """The ids open_clip's ``SimpleTokenizer.encode`` gives ``text``, with ``tokenizer``'s vocabulary and merges.
+    """The ids open_clip's ``SimpleTokenizer.encode`` gives ``text``, with ``tokenizer``'s vocabulary and
+    merges.
 
     open_clip's steps, written here: :func:`clean_text`, the :data:`PRETOKENS` pieces (its special
     tokens ``<start_of_text>`` / ``<end_of_text>`` become the start / end ids), each piece's UTF-8

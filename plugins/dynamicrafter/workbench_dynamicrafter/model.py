@@ -43,7 +43,14 @@ from workbench_dynamicrafter.encoders import (
     vision_tower,
 )
 from workbench_dynamicrafter.unet import Float32GroupNorm, UNet3D
-from workbench_dynamicrafter.variants import Sizes, Variant, compatible, get_variant, recognise, schedule_buffers
+from workbench_dynamicrafter.variants import (
+    Sizes,
+    Variant,
+    compatible,
+    get_variant,
+    recognise,
+    schedule_buffers,
+)
 
 PARTS = ("unet", "vae", "text", "vision", "resampler")
 """The networks of a DynamiCrafter model, by attribute name."""
@@ -61,22 +68,25 @@ class DynamiCrafterModel(nn.Module):
         self.variant, self.sizes = variant, sizes or variant.sizes
         unknown = [p for p in parts if p not in PARTS]
         if unknown:
-            raise CheckpointError(f"dynamicrafter: unknown part(s) {unknown}; the parts are {', '.join(PARTS)}.")
+            raise CheckpointError(f"dynamicrafter: unknown part(s) {unknown}; "
+                                  f"the parts are {', '.join(PARTS)}.")
         s = self.sizes
         self.parts = tuple(p for p in PARTS if p in parts)
         makers = {"unet": lambda: UNet3D(s, in_channels=2 * s.latent_channels, out_channels=s.latent_channels,
                                          default_fs=variant.default_fs,
                                          learnable_image_scale=variant.learnable_image_scale),
-                  "vae": lambda: autoencoder(s), "text": lambda: text_tower(s), "vision": lambda: vision_tower(s),
-                  "resampler": lambda: Resampler(s)}
+                  "vae": lambda: autoencoder(s), "text": lambda: text_tower(s),
+                  "vision": lambda: vision_tower(s), "resampler": lambda: Resampler(s)}
         for name in self.parts:
             setattr(self, name, makers[name]())
-        self.counts: dict[str, int] = {}  # every part's parameter count, built or not (from_checkpoint fills it)
+        # every part's parameter count, built or not (from_checkpoint fills it)
+        self.counts: dict[str, int] = {}
 
     def part(self, name: str) -> nn.Module:
         """The built part ``name`` (see :data:`PARTS`), or a CheckpointError saying it was not loaded."""
         if name not in self.parts:
-            raise CheckpointError(f"dynamicrafter: this model was loaded with parts={self.parts}, without {name!r}. "
+            raise CheckpointError(f"dynamicrafter: this model was loaded with parts={self.parts}, "
+                                  f"without {name!r}. "
                                   f"Load it with from_checkpoint(..., parts=(..., {name!r})).")
         return getattr(self, name)
 
@@ -89,15 +99,16 @@ class DynamiCrafterModel(nn.Module):
         return text(input_ids=tokens.to(device)).last_hidden_state
 
     def preprocess_image(self, image: torch.Tensor) -> torch.Tensor:
-        """Frames ``(B, 3, H, W)`` in [-1, 1] → the vision tower's input ``(B, 3, S, S)`` float32 (``S`` 224 for
-        the released models): resized as the release resizes (:func:`resize_like_release`: a Gaussian pre-blur
-        when shrinking, then bicubic with aligned corners, no crop), mapped to [0, 1] and normalised with CLIP's
-        mean and std (:data:`CLIP_MEAN`, :data:`CLIP_STD`)."""
+        """Frames ``(B, 3, H, W)`` in [-1, 1] → the vision tower's input ``(B, 3, S, S)`` float32 (``S`` 224
+        for the released models): resized as the release resizes (:func:`resize_like_release`: a Gaussian
+        pre-blur when shrinking, then bicubic with aligned corners, no crop), mapped to [0, 1] and normalised
+        with CLIP's mean and std (:data:`CLIP_MEAN`, :data:`CLIP_STD`)."""
         return preprocess_image(image, self.sizes.vision_image_size)
 
     def encode_image(self, image: torch.Tensor) -> torch.Tensor:
-        """Frames ``(B, 3, H, W)`` in [-1, 1] → every token of the vision tower's last layer ``(B, 257, width)``
-        (:meth:`preprocess_image`, then the tower without ``ln_post`` or the projection)."""
+        """Frames ``(B, 3, H, W)`` in [-1, 1] → every token of the vision tower's last layer
+        ``(B, 257, width)`` (:meth:`preprocess_image`, then the tower without ``ln_post`` or the
+        projection)."""
         vision = self.part("vision")
         weight = _inner(vision).embeddings.patch_embedding.weight
         x = self.preprocess_image(image.to(weight.device))
@@ -108,11 +119,11 @@ class DynamiCrafterModel(nn.Module):
         return self.part("resampler")(tokens)
 
     def vae_posterior(self, frames: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Frames ``(N, 3, H, W)`` in [-1, 1] → the VAE posterior's ``(mean, logvar)``, each ``(N, 4, H/8, W/8)``,
-        unscaled (multiply a latent by ``variant.scale_factor``, 0.18215, to get the U-Net's units), one frame at
-        a time. ``logvar`` is clamped to [-30, 20] as the release's ``DiagonalGaussianDistribution`` clamps it;
-        the release's ``encode_first_stage`` *samples* ``mean + exp(logvar / 2) * noise`` (unseeded), where
-        :meth:`vae_encode` takes the mean."""
+        """Frames ``(N, 3, H, W)`` in [-1, 1] → the VAE posterior's ``(mean, logvar)``, each
+        ``(N, 4, H/8, W/8)``, unscaled (multiply a latent by ``variant.scale_factor``, 0.18215, to get the
+        U-Net's units), one frame at a time. ``logvar`` is clamped to [-30, 20] as the release's
+        ``DiagonalGaussianDistribution`` clamps it; the release's ``encode_first_stage`` *samples*
+        ``mean + exp(logvar / 2) * noise`` (unseeded), where :meth:`vae_encode` takes the mean."""
         vae = self.part("vae")
         means, logvars = [], []
         for f in frames:
@@ -122,8 +133,8 @@ class DynamiCrafterModel(nn.Module):
         return torch.cat(means), torch.cat(logvars)
 
     def vae_encode(self, frames: torch.Tensor) -> torch.Tensor:
-        """Frames ``(N, 3, H, W)`` in [-1, 1] → scaled latents ``(N, 4, H/8, W/8)`` (posterior mean x 0.18215),
-        one frame at a time."""
+        """Frames ``(N, 3, H, W)`` in [-1, 1] → scaled latents ``(N, 4, H/8, W/8)`` (posterior mean x
+        0.18215), one frame at a time."""
         vae = self.part("vae")
         out = [vae.encode(f[None].to(vae.dtype)).latent_dist.mode() for f in frames]
         return torch.cat(out) * self.variant.scale_factor
@@ -135,14 +146,16 @@ class DynamiCrafterModel(nn.Module):
         return torch.cat(out)
 
     def parameter_counts(self) -> dict[str, int]:
-        """Parameters per part (:data:`PARTS`), those not loaded included (counted from the checkpoint's shapes)."""
+        """Parameters per part (:data:`PARTS`), those not loaded included (counted from the checkpoint's
+        shapes)."""
         built = {name: sum(p.numel() for p in getattr(self, name).parameters()) for name in self.parts}
         return {name: built.get(name, self.counts.get(name, 0)) for name in PARTS}
 
 
 def preprocess_image(image: torch.Tensor, size: int = 224) -> torch.Tensor:
-    """Frames ``(B, 3, H, W)`` in [-1, 1] → the CLIP vision tower's input ``(B, 3, size, size)`` float32, as the
-    release prepares it: :func:`resize_like_release`, then ``(x + 1) / 2`` normalised with CLIP's mean and std."""
+    """Frames ``(B, 3, H, W)`` in [-1, 1] → the CLIP vision tower's input ``(B, 3, size, size)`` float32, as
+    the release prepares it: :func:`resize_like_release`, then ``(x + 1) / 2`` normalised with CLIP's mean and
+    std."""
     x = resize_like_release(image.to(torch.float32), size)
     mean = torch.tensor(CLIP_MEAN, device=x.device).view(1, 3, 1, 1)
     std = torch.tensor(CLIP_STD, device=x.device).view(1, 3, 1, 1)
@@ -167,10 +180,10 @@ def _resolve_variant(state: Mapping, variant: str | None) -> tuple[Variant, str]
     chosen = get_variant(variant)
     if not compatible(chosen.name, guessed):
         names = guessed.split("/")
-        raise CheckpointError(f"dynamicrafter: variant={variant!r} was requested, but the checkpoint looks like the "
-                              f"{' or '.join(names)} model: {why}. Pass "
-                              f"{' or '.join(f'variant={n!r}' for n in names)} (or leave it unset to use what the keys "
-                              f"say).")
+        raise CheckpointError(f"dynamicrafter: variant={variant!r} was requested, but the checkpoint looks "
+                              f"like the {' or '.join(names)} model: {why}. Pass "
+                              f"{' or '.join(f'variant={n!r}' for n in names)} "
+                              f"(or leave it unset to use what the keys say).")
     return chosen, why
 
 
@@ -185,10 +198,11 @@ def _check_schedule(state: Mapping, variant: Variant) -> None:
         got = got.float().cpu()
         if not torch.allclose(got, value, rtol=1e-4, atol=1e-6):
             raise CheckpointError(
-                f"dynamicrafter: the checkpoint's {name} buffer differs from the {variant.name} model's schedule "
-                f"(prediction {variant.prediction}, zero-terminal-SNR {variant.zero_snr}, dynamic rescale "
-                f"{variant.dynamic_rescale}); max difference {(got - value).abs().max():.3g}. This is not a released "
-                f"{variant.name} checkpoint, or it was saved with a different schedule: pass the right variant.")
+                f"dynamicrafter: the checkpoint's {name} buffer differs from the {variant.name} model's "
+                f"schedule (prediction {variant.prediction}, zero-terminal-SNR {variant.zero_snr}, "
+                f"dynamic rescale {variant.dynamic_rescale}); "
+                f"max difference {(got - value).abs().max():.3g}. This is not a released {variant.name} "
+                f"checkpoint, or it was saved with a different schedule: pass the right variant.")
 
 
 def from_checkpoint(path_or_state_dict: str | Path | Mapping, variant: str | None = None, *,
@@ -205,7 +219,7 @@ def from_checkpoint(path_or_state_dict: str | Path | Mapping, variant: str | Non
     whole checkpoint whatever is loaded, and only the parts' tensors are read (lazily, from a
     ``.safetensors`` file). The U-Net's float32 GroupNorms are loaded in float32 whatever ``dtype``.
 
-    >>> unet = from_checkpoint("/models/DynamiCrafter_512/model.ckpt", parts=("unet",)).unet   # doctest: +SKIP
+    >>> unet = from_checkpoint("/models/DynamiCrafter_512/model.ckpt", parts=("unet",)).unet  # doctest: +SKIP
     """
     if isinstance(path_or_state_dict, (str, Path)):
         state = read_checkpoint(path_or_state_dict)
@@ -214,7 +228,8 @@ def from_checkpoint(path_or_state_dict: str | Path | Mapping, variant: str | Non
     else:
         raise CheckpointError(f"dynamicrafter: from_checkpoint takes a path or a state dict, got "
                               f"{type(path_or_state_dict).__name__}.")
-    if "model.diffusion_model.framestride_embed.0.weight" in state:  # the 256 release's name for fps_embedding
+    # the 256 release's name for fps_embedding
+    if "model.diffusion_model.framestride_embed.0.weight" in state:
         renamed = {k.replace(".framestride_embed.", ".fps_embedding."): k for k in state}
         state = _Renamed(state, renamed)
     chosen, _ = _resolve_variant(state, variant)
@@ -240,17 +255,20 @@ def from_checkpoint(path_or_state_dict: str | Path | Mapping, variant: str | Non
         tensor = state[key]
         for target in targets:
             want = torch.float32 if target.key in float32 else dtype
-            piece = tensor.to(device=device, dtype=want) if tensor.is_floating_point() else tensor.to(device=device)
+            piece = (tensor.to(device=device, dtype=want) if tensor.is_floating_point()
+                     else tensor.to(device=device))
             piece = piece if target.part is None else piece.chunk(target.part[1], dim=0)[target.part[0]]
             ours[target.key] = piece.reshape(target.shape)
     buffers = {k: v for k, v in model.state_dict(keep_vars=True).items() if k not in ours}
     if buffers:
-        raise CheckpointError(f"dynamicrafter: internal layout error, no checkpoint tensor for {sorted(buffers)[:5]}")
+        raise CheckpointError(f"dynamicrafter: internal layout error, "
+                              f"no checkpoint tensor for {sorted(buffers)[:5]}")
     model.load_state_dict(ours, strict=True, assign=True)
     for tower in (getattr(model, name) for name in ("text", "vision") if name in model.parts):
         embeddings = _inner(tower).embeddings  # non-persistent: rebuilt, not loaded
         count = embeddings.position_embedding.weight.shape[0]
-        embeddings.register_buffer("position_ids", torch.arange(count, device=device).expand(1, -1), persistent=False)
+        embeddings.register_buffer("position_ids", torch.arange(count, device=device).expand(1, -1),
+                                   persistent=False)
     stale = [name for name, buffer in model.named_buffers() if buffer.device.type == "meta"]
     if stale and torch.device(device).type != "meta":
         raise CheckpointError(f"dynamicrafter: internal error, buffers {stale[:5]} were not loaded")
@@ -274,12 +292,14 @@ def real_configuration(variant: str = "512") -> tuple[str, dict]:
     return doc["variant"], doc["sizes"]
 
 
-def random_model(variant: str = "512", *, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
-                 parts: tuple[str, ...] = PARTS, seed: int = 0, **size_overrides) -> DynamiCrafterModel:
-    """:class:`DynamiCrafterModel` with random weights: built with its parameters on the meta device, then each
-    materialised once in ``dtype`` on ``device`` (the U-Net's float32 GroupNorms in float32) with deterministic
-    values (:func:`workbench.backbones.random_weights.materialise`); in eval mode, frozen. Inside
-    :func:`~workbench.backbones.random_weights.weights_on_meta` the parameters stay on meta (sizes only)."""
+def random_model(variant: str = "512", *, device: str | torch.device = "cpu",
+                 dtype: torch.dtype = torch.float32, parts: tuple[str, ...] = PARTS, seed: int = 0,
+                 **size_overrides) -> DynamiCrafterModel:
+    """:class:`DynamiCrafterModel` with random weights: built with its parameters on the meta device, then
+    each materialised once in ``dtype`` on ``device`` (the U-Net's float32 GroupNorms in float32) with
+    deterministic values (:func:`workbench.backbones.random_weights.materialise`); in eval mode, frozen.
+    Inside :func:`~workbench.backbones.random_weights.weights_on_meta` the parameters stay on meta (sizes
+    only)."""
     from workbench.backbones.random_weights import empty_parameters, keeping_meta, materialise
 
     chosen = get_variant(variant)
@@ -301,7 +321,8 @@ def random_model(variant: str = "512", *, device: str | torch.device = "cpu", dt
 
 
 def load_unet(path_or_state_dict: str | Path | Mapping, variant: str | None = None, *,
-              device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32, **size_overrides) -> UNet3D:
+              device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
+              **size_overrides) -> UNet3D:
     """The U-Net alone from an official checkpoint: :func:`from_checkpoint` with ``parts=("unet",)`` (the same
     strict checks of every key and shape in the file, the variant recognised the same way), in eval mode.
 

@@ -21,15 +21,16 @@ PARITY_SIZES = dict(
     model_channels=32, channel_mult=(1, 2), num_res_blocks=1, attention_resolutions=(1, 2), head_channels=16,
     context_dim=48, init_attn_heads=8, frames=3,
     text_width=48, text_layers=3, text_heads=2, text_vocab=1000,
-    vision_width=64, vision_layers=2, vision_heads=4, vision_image_size=224, vision_patch=14, clip_embed_dim=24,
+    vision_width=64, vision_layers=2, vision_heads=4, vision_image_size=224, vision_patch=14,
+    clip_embed_dim=24,
     resampler_dim=40, resampler_depth=2, resampler_heads=3, resampler_head_dim=8, resampler_ff_mult=2,
     vae_channels=(32, 64), vae_res_blocks=1,
 )
 
-SCHEDULE = {"betas", "alphas_cumprod", "alphas_cumprod_prev", "sqrt_alphas_cumprod", "sqrt_one_minus_alphas_cumprod",
-            "log_one_minus_alphas_cumprod", "sqrt_recip_alphas_cumprod", "sqrt_recipm1_alphas_cumprod",
-            "posterior_variance", "posterior_log_variance_clipped", "posterior_mean_coef1", "posterior_mean_coef2",
-            "scale_arr"}
+SCHEDULE = {"betas", "alphas_cumprod", "alphas_cumprod_prev", "sqrt_alphas_cumprod",
+            "sqrt_one_minus_alphas_cumprod", "log_one_minus_alphas_cumprod", "sqrt_recip_alphas_cumprod",
+            "sqrt_recipm1_alphas_cumprod", "posterior_variance", "posterior_log_variance_clipped",
+            "posterior_mean_coef1", "posterior_mean_coef2", "scale_arr"}
 
 
 def random_tensor(key: str, shape: tuple[int, ...], seed: int) -> torch.Tensor:
@@ -47,6 +48,7 @@ def random_tensor(key: str, shape: tuple[int, ...], seed: int) -> torch.Tensor:
     return 0.1 * noise
 
 
-def random_state(layout: dict[str, tuple[int, ...]], seed: int, skip: set[str] = SCHEDULE) -> dict[str, torch.Tensor]:
+def random_state(layout: dict[str, tuple[int, ...]], seed: int,
+                 skip: set[str] = SCHEDULE) -> dict[str, torch.Tensor]:
     """Seeded random values for every key of ``layout`` (upstream names → shapes) except ``skip``."""
     return {key: random_tensor(key, tuple(shape), seed) for key, shape in layout.items() if key not in skip}

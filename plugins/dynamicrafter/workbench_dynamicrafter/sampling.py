@@ -93,8 +93,9 @@ class DDIMTables:
         ts = ddim_timesteps(spacing, steps, variant.timesteps)
         if int(ts.max()) >= variant.timesteps:
             raise ValueError(
-                f"DDIM spacing {spacing!r} with {steps} steps reaches timestep {int(ts.max())}, past the schedule's "
-                f"{variant.timesteps}; with 'uniform' spacing use a step count that divides {variant.timesteps} "
+                f"DDIM spacing {spacing!r} with {steps} steps reaches timestep {int(ts.max())}, "
+                f"past the schedule's {variant.timesteps}; "
+                f"with 'uniform' spacing use a step count that divides {variant.timesteps} "
                 f"(e.g. 10, 25, 50), or use 'uniform_trailing'.")
         self.timesteps = ts
         a = abar[ts].double()

@@ -27,7 +27,8 @@ TINY_SIZES = dict(
     model_channels=32, channel_mult=(1,), num_res_blocks=1, attention_resolutions=(1,), head_channels=16,
     context_dim=32, init_attn_heads=2, frames=8,
     text_width=32, text_layers=2, text_heads=2, text_vocab=64,
-    vision_width=32, vision_layers=1, vision_heads=2, vision_image_size=28, vision_patch=14, clip_embed_dim=16,
+    vision_width=32, vision_layers=1, vision_heads=2, vision_image_size=28, vision_patch=14,
+    clip_embed_dim=16,
     resampler_dim=32, resampler_depth=1, resampler_heads=2, resampler_head_dim=16, resampler_ff_mult=2,
     vae_channels=(32, 32, 32), vae_res_blocks=1,
 )
@@ -48,7 +49,8 @@ def tiny_state(variant: str = "512", seed: int = 0) -> dict[str, torch.Tensor]:
 
 
 def save_tiny_checkpoint(out_dir: str | Path, seed: int = 0, variant: str = "512") -> Path:
-    """Write ``out_dir/model.safetensors`` (float8 weights, float32 schedule) and a ``model_index.json`` note."""
+    """Write ``out_dir/model.safetensors`` (float8 weights, float32 schedule) and a ``model_index.json``
+    note."""
     from safetensors.torch import save_file
 
     out = Path(out_dir)
@@ -56,8 +58,8 @@ def save_tiny_checkpoint(out_dir: str | Path, seed: int = 0, variant: str = "512
     state = {k: (v if k in SCHEDULE else v.to(torch.float8_e4m3fn)).contiguous()
              for k, v in tiny_state(variant, seed).items()}
     save_file(state, str(out / "model.safetensors"))
-    (out / "model_index.json").write_text(json.dumps({"model": "dynamicrafter-tiny", "variant": variant, "seed": seed,
-                                                      "sizes": TINY_SIZES}, indent=1))
+    (out / "model_index.json").write_text(json.dumps({"model": "dynamicrafter-tiny", "variant": variant,
+                                                      "seed": seed, "sizes": TINY_SIZES}, indent=1))
     return out
 
 

@@ -110,8 +110,8 @@ class FeedForward(nn.Module):
 class TransformerBlock(nn.Module):
     """Self-attention, attention to the context (self-attention again without one), GEGLU MLP."""
 
-    def __init__(self, dim: int, heads: int, head_dim: int, context_dim: int | None, image_tokens: bool = False,
-                 learnable_scale: bool = False, text_length: int = 77):
+    def __init__(self, dim: int, heads: int, head_dim: int, context_dim: int | None,
+                 image_tokens: bool = False, learnable_scale: bool = False, text_length: int = 77):
         super().__init__()
         self.attn1 = Attention(dim, heads, head_dim)
         self.ff = FeedForward(dim)
@@ -194,7 +194,8 @@ class ResBlock(nn.Module):
         self.emb_layers = nn.Sequential(nn.SiLU(), nn.Linear(emb_dim, out_channels))
         self.out_layers = nn.Sequential(Float32GroupNorm(32, out_channels), nn.SiLU(), nn.Dropout(0.0),
                                         nn.Conv2d(out_channels, out_channels, 3, padding=1))
-        self.skip_connection = nn.Identity() if out_channels == channels else nn.Conv2d(channels, out_channels, 1)
+        self.skip_connection = (nn.Identity() if out_channels == channels
+                                else nn.Conv2d(channels, out_channels, 1))
         self.temporal_conv = TemporalConv(out_channels)
 
     def forward(self, x: torch.Tensor, emb: torch.Tensor, batch: int) -> torch.Tensor:
@@ -310,7 +311,8 @@ class UNet3D(nn.Module):
                     layers.append(Upsample(ch))
                     rate //= 2
                 self.output_blocks.append(Stage(layers))
-        self.out = nn.Sequential(Float32GroupNorm(32, ch), nn.SiLU(), nn.Conv2d(mc, out_channels, 3, padding=1))
+        self.out = nn.Sequential(Float32GroupNorm(32, ch), nn.SiLU(),
+                                 nn.Conv2d(mc, out_channels, 3, padding=1))
 
     def enable_gradient_checkpointing(self) -> None:
         """Recompute each stage's activations in the backward (same values, less memory) while gradients
@@ -351,7 +353,8 @@ class UNet3D(nn.Module):
         emb = self.time_embed(sinusoid(t, self.model_channels).to(x.dtype))
         context = self.frame_context(context.to(x.dtype), frames)
         emb = emb.repeat_interleave(frames, dim=0)
-        emb = emb + self.fps_embedding(sinusoid(fs, self.model_channels).to(x.dtype)).repeat_interleave(frames, 0)
+        emb = emb + self.fps_embedding(
+            sinusoid(fs, self.model_channels).to(x.dtype)).repeat_interleave(frames, 0)
         h = x.transpose(1, 2).flatten(0, 1)  # (B T) C H W
         hs = []
         for index, stage in enumerate(self.input_blocks):

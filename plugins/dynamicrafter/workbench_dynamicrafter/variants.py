@@ -102,8 +102,8 @@ VARIANTS: dict[str, Variant] = {
     "256": Variant("256", "eps", False, None, "fs", 3, 3, True, "uniform", 0.0, 256, 256),
     "512": Variant("512", "v", True, 0.7, "fps", 24, 24, False, "uniform_trailing", 0.7, 320, 512),
     "1024": Variant("1024", "v", True, 0.3, "fps", 10, 10, False, "uniform_trailing", 0.7, 576, 1024),
-    "512_interp": Variant("512_interp", "v", True, 0.7, "fps", 5, 24, False, "uniform_trailing", 0.7, 320, 512,
-                          interp=True),
+    "512_interp": Variant("512_interp", "v", True, 0.7, "fps", 5, 24, False, "uniform_trailing", 0.7,
+                          320, 512, interp=True),
 }
 
 
@@ -129,7 +129,8 @@ def recognise(state: dict) -> tuple[str, str]:
     if arr is None:
         return "256", "it has no scale_arr buffer (no dynamic rescale)"
     if arr.device.type == "meta":
-        return "512/1024", "it has a scale_arr buffer (512, 1024 or 512_interp; its values are not readable here)"
+        return "512/1024", ("it has a scale_arr buffer (512, 1024 or 512_interp; "
+                            "its values are not readable here)")
     last = float(arr[-1])
     for name in ("512", "1024"):
         if abs(last - VARIANTS[name].dynamic_rescale) < 1e-4:
@@ -197,7 +198,8 @@ def dynamic_scales(base: float, timesteps: int, turning_step: int = 400) -> torc
 
 
 def ddim_timesteps(spacing: str, steps: int, timesteps: int = 1000) -> torch.Tensor:
-    """The training timesteps DDIM visits, ascending (``uniform``: 1, 1+c, ...; ``uniform_trailing``: ..., 999)."""
+    """The training timesteps DDIM visits, ascending (``uniform``: 1, 1+c, ...;
+    ``uniform_trailing``: ..., 999)."""
     if spacing == "uniform":
         stride = timesteps // steps
         if stride < 1:

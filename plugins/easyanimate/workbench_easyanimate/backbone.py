@@ -63,14 +63,16 @@ class _EasyAnimateInjection(Injection):
         rows = hidden_states.shape[0]
         b = self.batch.batch_size
         if rows == 2 * b and self.uncond is not None:
-            halves = [(slice(b, 2 * b), self.batch), (slice(0, b), self.uncond)]  # conditional half composed first
+            # conditional half composed first
+            halves = [(slice(b, 2 * b), self.batch), (slice(0, b), self.uncond)]
         elif rows == b:
             halves = [(slice(0, b), self.batch)]
         else:
             raise CompositionError(
                 f"easyanimate: the pipeline called the transformer with {rows} rows for a batch of {b} "
-                f"({'with' if self.uncond is not None else 'without'} guidance); expected {b}, or {2 * b} with "
-                f"guidance. This diffusers version batches classifier-free guidance differently from the one the "
+                f"({'with' if self.uncond is not None else 'without'} guidance); "
+                f"expected {b}, or {2 * b} with guidance. "
+                f"This diffusers version batches classifier-free guidance differently from the one the "
                 f"plugin was written for; pin the diffusers version in constraints.txt."
             )
         self.calls_in_step += 1
@@ -115,7 +117,8 @@ class EasyAnimate(DiffusersBackbone):
         return FIXTURE.ensure()
 
     def real_config(self) -> Path:
-        """The EasyAnimate V5.1 12B configuration shipped with the plugin (no weights; see its PROVENANCE.md)."""
+        """The EasyAnimate V5.1 12B configuration shipped with the plugin (no weights; see its
+        PROVENANCE.md)."""
         return Path(__file__).parent / "real"
 
     def load(self) -> torch.dtype:
@@ -129,14 +132,16 @@ class EasyAnimate(DiffusersBackbone):
         latent_channels = parts["vae"].config.latent_channels
         if parts["transformer"].config.in_channels != latent_channels:
             raise CheckpointError(
-                f"easyanimate: {self.folder} holds a transformer taking {parts['transformer'].config.in_channels} "
-                f"input channels for a {latent_channels}-channel VAE: an inpainting (-InP) or control (-Control) "
-                f"variant. Only the text-to-video release is supported (input channels == latent channels), e.g. "
-                f"{RELEASE}."
+                f"easyanimate: {self.folder} holds a transformer taking "
+                f"{parts['transformer'].config.in_channels} input channels "
+                f"for a {latent_channels}-channel VAE: an inpainting (-InP) or control (-Control) variant. "
+                f"Only the text-to-video release is supported (input channels == latent channels), "
+                f"e.g. {RELEASE}."
             )
         self.adopt_components(parts)
-        self.pipeline = EasyAnimatePipeline(vae=self.vae, text_encoder=None, tokenizer=self.tokenizer,  # loaded on
-                                            transformer=self.transformer, scheduler=self.scheduler)  # first use
+        self.pipeline = EasyAnimatePipeline(vae=self.vae, text_encoder=None,  # loaded on first use
+                                            tokenizer=self.tokenizer, transformer=self.transformer,
+                                            scheduler=self.scheduler)
         self.pipeline.set_progress_bar_config(disable=True)
         self.latent_channels = latent_channels
         self.spatial = self.vae.spatial_compression_ratio
@@ -155,16 +160,19 @@ class EasyAnimate(DiffusersBackbone):
             shift=getattr(self.scheduler.config, "shift", None),
             capabilities=("t2v",),
             context_frames=0,  # text-to-video: no frame a rollout's next chunk could continue from
-            notes="EasyAnimate V5.1 through diffusers' EasyAnimatePipeline: MagViT VAE (8x spatial, 4x temporal), "
-                  "Qwen2-VL text encoder, MMDiT transformer; guidance runs [uncond; cond] in one transformer call.",
+            notes="EasyAnimate V5.1 through diffusers' EasyAnimatePipeline: "
+                  "MagViT VAE (8x spatial, 4x temporal), Qwen2-VL text encoder, MMDiT transformer; "
+                  "guidance runs [uncond; cond] in one transformer call.",
         )
 
     def text_conditions(self) -> tuple[str, ...]:
-        return ("prompt_embeds", "prompt_attention_mask", "negative_prompt_embeds", "negative_prompt_attention_mask")
+        return ("prompt_embeds", "prompt_attention_mask", "negative_prompt_embeds",
+                "negative_prompt_attention_mask")
 
     # -- autoencoder -------------------------------------------------------------------------
     def encode(self, video: torch.Tensor) -> torch.Tensor:
-        """Video ``(B, 3, T, H, W)`` in [-1, 1] → latents ``(B, C, 1 + (T-1)/4, H/8, W/8)`` (mode x scaling_factor)."""
+        """Video ``(B, 3, T, H, W)`` in [-1, 1] → latents ``(B, C, 1 + (T-1)/4, H/8, W/8)``
+        (mode x scaling_factor)."""
         z = self.vae.encode(video.to(device=self.vae.device, dtype=self.vae.dtype)).latent_dist.mode()
         return z.float() * self.scaling_factor
 
@@ -184,7 +192,8 @@ class EasyAnimate(DiffusersBackbone):
 
         pairs = self.cached_text(prompts, encode, "Pass precomputed 'prompt_embeds' (B, L, D) and "
                                                   "'prompt_attention_mask' (B, L) in the batch instead.")
-        return (torch.stack([e for e, _ in pairs]).to(self.device), torch.stack([m for _, m in pairs]).to(self.device))
+        return (torch.stack([e for e, _ in pairs]).to(self.device),
+                torch.stack([m for _, m in pairs]).to(self.device))
 
     def _text(self, raw: Mapping[str, Any], batch_size: int) -> dict[str, torch.Tensor]:
         cond = {}
@@ -195,8 +204,9 @@ class EasyAnimate(DiffusersBackbone):
                 continue
             value = torch.as_tensor(value)
             if value.ndim != 3 or value.shape[0] != batch_size or value.shape[2] != width:
-                raise DataError(f"easyanimate: '{prefix}prompt_embeds' must be (B, L, {width}) with B={batch_size}, "
-                                f"got {tuple(value.shape)}. Compute it with base.encode_text(prompts).")
+                raise DataError(f"easyanimate: '{prefix}prompt_embeds' must be (B, L, {width}) "
+                                f"with B={batch_size}, got {tuple(value.shape)}. "
+                                f"Compute it with base.encode_text(prompts).")
             mask = raw.get(f"{prefix}prompt_attention_mask")
             mask = torch.ones(value.shape[:2], dtype=torch.long) if mask is None else torch.as_tensor(mask)
             cond[f"{prefix}prompt_embeds"] = value.to(device=self.device, dtype=self.transformer.dtype)
@@ -217,12 +227,14 @@ class EasyAnimate(DiffusersBackbone):
         out = self.native_prediction(x_t)
         if out is None:
             if "prompt_embeds" not in cond:
-                raise DataError("easyanimate.denoise needs cond['prompt_embeds'] (B, L, D) from prepare_batch.")
+                raise DataError("easyanimate.denoise needs cond['prompt_embeds'] (B, L, D) "
+                                "from prepare_batch.")
             t = torch.as_tensor(t, device=x_t.device)
             t = t.expand(x_t.shape[0]) if t.ndim == 0 else t
             dtype = self.transformer.dtype
             out = self.transformer(x_t.to(dtype), (t.float() * self.train_timesteps).to(dtype),
-                                   encoder_hidden_states=cond["prompt_embeds"].to(dtype), return_dict=False)[0]
+                                   encoder_hidden_states=cond["prompt_embeds"].to(dtype),
+                                   return_dict=False)[0]
         if out.shape[1] != self.latent_channels:  # a learned-variance head: the prediction is the first half
             out = out[:, : self.latent_channels]
         return out.to(x_t.dtype)
@@ -230,10 +242,12 @@ class EasyAnimate(DiffusersBackbone):
     text_encoder_note = "EasyAnimate V5.1's Qwen2-VL"
 
     def planning_inputs(self, latents: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """``(t, cond)`` of the shapes :meth:`denoise` is called with for ``latents`` (zeros, on their device):
-        the pipeline's 256 prompt tokens (its ``max_sequence_length``) of the text width. For memory plans."""
+        """``(t, cond)`` of the shapes :meth:`denoise` is called with for ``latents`` (zeros, on their
+        device): the pipeline's 256 prompt tokens (its ``max_sequence_length``) of the text width.
+        For memory plans."""
         width = self.transformer.config.text_embed_dim
-        embeds = torch.zeros(latents.shape[0], 256, width, device=latents.device, dtype=self.transformer.dtype)
+        embeds = torch.zeros(latents.shape[0], 256, width, device=latents.device,
+                             dtype=self.transformer.dtype)
         return self.planning_time(latents), {"prompt_embeds": embeds}
 
     # -- adapters inside the transformer -------------------------------------------------------
@@ -246,12 +260,14 @@ class EasyAnimate(DiffusersBackbone):
         tr = self.transformer
         width = tr.config.num_attention_heads * tr.config.attention_head_dim
         blocks = tuple(tr.transformer_blocks)
-        return InsideSpec(root=tr, root_name="transformer", lora_targets=("to_q", "to_k", "to_v", "to_out.0"),
-                          blocks=blocks, widths=(width,) * len(blocks), branch_blocks=len(blocks), layout="tokens")
+        return InsideSpec(root=tr, root_name="transformer",
+                          lora_targets=("to_q", "to_k", "to_v", "to_out.0"), blocks=blocks,
+                          widths=(width,) * len(blocks), branch_blocks=len(blocks), layout="tokens")
 
     # -- sampling ----------------------------------------------------------------------------
     def run_sampler(self, batch: Batch, *, steps: int, sampler: str, generator: torch.Generator | None,
-                  compose_fn, on_step, guidance_scale: float | None = None, **pipeline_kwargs) -> torch.Tensor:
+                  compose_fn, on_step, guidance_scale: float | None = None,
+                  **pipeline_kwargs) -> torch.Tensor:
         """Run the diffusers pipeline with the composition injected; returns its final latents.
 
         ``guidance_scale`` defaults to the card's; other keyword arguments go to the pipeline.
@@ -262,11 +278,12 @@ class EasyAnimate(DiffusersBackbone):
                                       prompt_attention_mask=batch.cond["prompt_attention_mask"])
         uncond = None
         if guidance > 1:
-            negative, mask = batch.cond.get("negative_prompt_embeds"), batch.cond.get("negative_prompt_attention_mask")
+            negative, mask = (batch.cond.get("negative_prompt_embeds"),
+                              batch.cond.get("negative_prompt_attention_mask"))
             if negative is None:
                 negative, mask = self.encode_text([self.config.negative_prompt] * b)
             kwargs.update(negative_prompt_embeds=negative, negative_prompt_attention_mask=mask)
             uncond = uncond_batch(batch, negative, prompt_attention_mask=mask)
         injection = _EasyAnimateInjection(self, batch, uncond, compose_fn, on_step, steps)
-        return self.run_pipeline(self.pipeline, injection, batch, steps=steps, guidance=guidance, generator=generator,
-                                 **kwargs, **pipeline_kwargs)
+        return self.run_pipeline(self.pipeline, injection, batch, steps=steps, guidance=guidance,
+                                 generator=generator, **kwargs, **pipeline_kwargs)

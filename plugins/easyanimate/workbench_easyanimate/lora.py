@@ -25,7 +25,8 @@ FILE = "pytorch_lora_weights.safetensors"
 
 def load_lora(pipeline_or_transformer, path: str | Path, adapter_name: str = "default"):
     """Inject the LoRA at ``path`` (a directory holding ``pytorch_lora_weights.safetensors``, or the file)
-    into an ``EasyAnimatePipeline``'s transformer (or the transformer itself) with peft; returns the transformer.
+    into an ``EasyAnimatePipeline``'s transformer (or the transformer itself) with peft; returns the
+    transformer.
 
     The LoRA's rank, alpha and targets come from the file's metadata, so the adapted transformer
     computes what the workbench run sampled with.
@@ -42,13 +43,15 @@ def load_lora(pipeline_or_transformer, path: str | Path, adapter_name: str = "de
                               f"exp.export_lora wrote (holding {FILE}) or that file.")
     with safe_open(str(file), framework="pt") as f:
         metadata = f.metadata() or {}
-        state = {key: f.get_tensor(key) for key in f.keys()}  # noqa: SIM118 (a safetensors handle is not iterable)
+        state = {key: f.get_tensor(key)
+                 for key in f.keys()}  # noqa: SIM118 (a safetensors handle is not iterable)
     configs = json.loads(metadata.get("lora_adapter_metadata", "{}"))
     config = configs.get("transformer")
     if config is None:
-        raise CheckpointError(f"easyanimate load_lora: {file} carries no peft config for the transformer in its "
-                              f"metadata (lora_adapter_metadata), so its rank and targets are unknown. Export the "
-                              f"LoRA with exp.export_lora from an easyanimate run.")
+        raise CheckpointError(f"easyanimate load_lora: {file} carries no peft config for the transformer "
+                              f"in its metadata (lora_adapter_metadata), "
+                              f"so its rank and targets are unknown. Export the LoRA with exp.export_lora "
+                              f"from an easyanimate run.")
     wanted = {k: config[k] for k in ("r", "lora_alpha", "lora_dropout", "target_modules") if k in config}
     inject_adapter_in_model(LoraConfig(**wanted), transformer, adapter_name=adapter_name)
     found = {}
@@ -58,8 +61,9 @@ def load_lora(pipeline_or_transformer, path: str | Path, adapter_name: str = "de
             found[f"transformer.{name}.lora_B.weight"] = module.lora_B[adapter_name].weight
     missing, unexpected = sorted(set(found) - set(state)), sorted(set(state) - set(found))
     if missing or unexpected:
-        raise CheckpointError(f"easyanimate load_lora: {file} does not fit this transformer: missing {missing[:4]}, "
-                              f"unexpected {unexpected[:4]}. Load it into the pipeline the LoRA was trained on.")
+        raise CheckpointError(f"easyanimate load_lora: {file} does not fit this transformer: "
+                              f"missing {missing[:4]}, unexpected {unexpected[:4]}. "
+                              f"Load it into the pipeline the LoRA was trained on.")
     with torch.no_grad():
         for key, weight in found.items():
             weight.copy_(state[key])

@@ -22,7 +22,8 @@ CHARACTERS = [chr(c) for c in range(ord("a"), ord("z") + 1)] + [str(d) for d in 
     " ", "-", ".", ":", "\n", "Ġ", "Ċ"]
 SPECIAL = ["<|im_start|>", "<|im_end|>", "<|endoftext|>"]
 CHAT_TEMPLATE = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% for c in m['content'] %}{{ c['text'] }}{% endfor %}"
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
+    "{% for c in m['content'] %}{{ c['text'] }}{% endfor %}"
     "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 
@@ -42,12 +43,14 @@ def build_tiny_pipeline(seed: int = 0):
     tokenizer.chat_template = CHAT_TEMPLATE
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        vae = AutoencoderKLMagvit(in_channels=3, latent_channels=4, out_channels=3, block_out_channels=[8, 8, 8, 8],
-                                  layers_per_block=1, norm_num_groups=4, spatial_group_norm=False)
+        vae = AutoencoderKLMagvit(in_channels=3, latent_channels=4, out_channels=3,
+                                  block_out_channels=[8, 8, 8, 8], layers_per_block=1, norm_num_groups=4,
+                                  spatial_group_norm=False)
         # attention_head_dim 16: smaller heads trip the 3-D rotary embedding's split
         transformer = EasyAnimateTransformer3DModel(
             num_attention_heads=2, attention_head_dim=16, in_channels=4, out_channels=4, patch_size=2,
-            sample_width=8, sample_height=8, time_embed_dim=16, num_layers=2, mmdit_layers=2, text_embed_dim=16)
+            sample_width=8, sample_height=8, time_embed_dim=16, num_layers=2, mmdit_layers=2,
+            text_embed_dim=16)
         config = Qwen2VLConfig(
             text_config=dict(vocab_size=len(vocab), hidden_size=16, intermediate_size=32, num_hidden_layers=2,
                              num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=512,
@@ -58,8 +61,8 @@ def build_tiny_pipeline(seed: int = 0):
         text_encoder = Qwen2VLForConditionalGeneration(config)
     for module in (vae, transformer, text_encoder):
         module.eval()
-    return EasyAnimatePipeline(vae=vae, text_encoder=text_encoder, tokenizer=tokenizer, transformer=transformer,
-                               scheduler=FlowMatchEulerDiscreteScheduler(shift=1.0))
+    return EasyAnimatePipeline(vae=vae, text_encoder=text_encoder, tokenizer=tokenizer,
+                               transformer=transformer, scheduler=FlowMatchEulerDiscreteScheduler(shift=1.0))
 
 
 FIXTURE = TinyFixture(f"easyanimate-tiny-v{VERSION}", build_tiny_pipeline, "a tiny EasyAnimate pipeline",

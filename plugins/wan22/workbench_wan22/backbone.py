@@ -47,7 +47,8 @@ from workbench.backbones.diffusers_bridge import (
 from workbench.config import check
 from workbench.errors import CheckpointError, CompositionError, DataError
 
-# Wan2.2 TI2V-5B's own sampling settings (its release config): 50 steps, guidance 5, 1280x704, 121 frames at 24 fps.
+# Wan2.2 TI2V-5B's own sampling settings (its release config): 50 steps, guidance 5, 1280x704, 121 frames
+# at 24 fps.
 REAL_DEFAULTS = dict(steps=50, guidance_scale=5.0, height=704, width=1280, num_frames=121, fps=24)
 SAMPLER_NAMES = {"UniPCMultistepScheduler": "unipc", "FlowMatchEulerDiscreteScheduler": "flow_euler"}
 
@@ -67,7 +68,8 @@ class Wan22Config(DiffusersConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        check(self.max_sequence_length >= 1, "max_sequence_length", f"must be >= 1, got {self.max_sequence_length}.")
+        check(self.max_sequence_length >= 1, "max_sequence_length",
+              f"must be >= 1, got {self.max_sequence_length}.")
 
 
 class _WanInjection(Injection):
@@ -78,7 +80,8 @@ class _WanInjection(Injection):
     still noise. A step's record keeps what the composition saw: the first frame the transformer was given.
     """
 
-    first_frame: torch.Tensor | None = None  # the latent frame 0 of this step's conditional call (image-to-video)
+    # the latent frame 0 of this step's conditional call (image-to-video)
+    first_frame: torch.Tensor | None = None
 
     def forward(self, hidden_states, timestep, encoder_hidden_states, encoder_hidden_states_image=None,
                 return_dict=True, attention_kwargs=None):
@@ -88,9 +91,9 @@ class _WanInjection(Injection):
             self.first_frame = hidden_states[:, :, 0]
         if branch > 1 or (branch == 1 and self.uncond is None):
             raise CompositionError(
-                f"wan22_ti2v: the pipeline called the transformer {branch + 1} times in step {self.step}; Wan2.2 TI2V "
-                f"makes one call per step, two under classifier-free guidance. Is this a two-expert (A14B) pipeline? "
-                f"Only the single-transformer TI2V-5B is supported."
+                f"wan22_ti2v: the pipeline called the transformer {branch + 1} times in step {self.step}; "
+                f"Wan2.2 TI2V makes one call per step, two under classifier-free guidance. "
+                f"Is this a two-expert (A14B) pipeline? Only the single-transformer TI2V-5B is supported."
             )
         batch = self.batch if branch == 0 else self.uncond
 
@@ -124,9 +127,11 @@ class Wan22TI2V(DiffusersBackbone):
     name = "wan22_ti2v"
     model_name = "Wan2.2"
     release = "Wan-AI/Wan2.2-TI2V-5B-Diffusers"
-    convert = ("download Wan-AI/Wan2.2-TI2V-5B-Diffusers instead, or convert the upstream checkpoint with diffusers' "
-               "scripts/convert_wan_to_diffusers.py (model type Wan2.2-TI2V-5B) and point path at its output.")
-    mode_fix = "The mode is first_frame in the backbone config: true = text+image-to-video, false = text-to-video."
+    convert = ("download Wan-AI/Wan2.2-TI2V-5B-Diffusers instead, "
+               "or convert the upstream checkpoint with diffusers' scripts/convert_wan_to_diffusers.py "
+               "(model type Wan2.2-TI2V-5B) and point path at its output.")
+    mode_fix = ("The mode is first_frame in the backbone config: true = text+image-to-video, "
+                "false = text-to-video.")
     sampler_inputs = ("image",)  # the first frame's pixels, which the i2v pipeline encodes itself
     real_defaults = REAL_DEFAULTS
     float32_components = ("vae",)  # the Wan VAE runs in float32, as upstream recommends
@@ -149,21 +154,26 @@ class Wan22TI2V(DiffusersBackbone):
                                       random_weights=c.random_weights, seed=c.seed)
         parts = loaded.components
         problems = []
-        if parts.get("transformer_2") is not None or getattr(loaded.config, "boundary_ratio", None) is not None:
-            problems.append("it has two experts (transformer_2 / boundary_ratio): that is Wan2.2 A14B, not TI2V-5B")
+        if (parts.get("transformer_2") is not None
+                or getattr(loaded.config, "boundary_ratio", None) is not None):
+            problems.append("it has two experts (transformer_2 / boundary_ratio): "
+                            "that is Wan2.2 A14B, not TI2V-5B")
         if not getattr(loaded.config, "expand_timesteps", False):
             problems.append("expand_timesteps is false in model_index.json: that is a Wan2.1-style pipeline")
         if parts["vae"].config.z_dim != parts["transformer"].config.in_channels:
-            problems.append(f"the VAE has {parts['vae'].config.z_dim} latent channels but the transformer takes "
-                            f"{parts['transformer'].config.in_channels} (an image-conditioned I2V transformer?)")
+            problems.append(f"the VAE has {parts['vae'].config.z_dim} latent channels "
+                            f"but the transformer takes {parts['transformer'].config.in_channels} "
+                            f"(an image-conditioned I2V transformer?)")
         if problems:
-            raise CheckpointError(f"wan22_ti2v: {folder} is not a Wan2.2 TI2V checkpoint: " + "; ".join(problems)
+            raise CheckpointError(f"wan22_ti2v: {folder} is not a Wan2.2 TI2V checkpoint: "
+                                  + "; ".join(problems)
                                   + ". Use the Wan-AI/Wan2.2-TI2V-5B-Diffusers release.")
         self.adopt_components(parts)  # the pipelines below only borrow the modules
         # diffusers' WanImageToVideoPipeline conditions every sample on one image: one clip per generate()
         self.max_generate_batch = 1 if c.first_frame else None
-        shared = dict(tokenizer=self.tokenizer, text_encoder=None, vae=self.vae,  # the text encoder: on first use
-                      scheduler=self.scheduler, transformer=self.transformer, expand_timesteps=True)
+        shared = dict(tokenizer=self.tokenizer, text_encoder=None,  # the text encoder: on first use
+                      vae=self.vae, scheduler=self.scheduler, transformer=self.transformer,
+                      expand_timesteps=True)
         self.pipelines = {"i2v": WanImageToVideoPipeline(**shared), "t2v": WanPipeline(**shared)}
         for pipe in self.pipelines.values():
             pipe.set_progress_bar_config(disable=True)
@@ -174,7 +184,8 @@ class Wan22TI2V(DiffusersBackbone):
         self.spatial_patch = self.patch[1]
         self.latent_channels = vae.z_dim
         self.train_timesteps = self.scheduler.config.num_train_timesteps
-        self.register_buffer("latents_mean", torch.tensor(vae.latents_mean).view(1, -1, 1, 1, 1), persistent=False)
+        self.register_buffer("latents_mean", torch.tensor(vae.latents_mean).view(1, -1, 1, 1, 1),
+                             persistent=False)
         self.register_buffer("latents_inv_std", 1.0 / torch.tensor(vae.latents_std).view(1, -1, 1, 1, 1),
                              persistent=False)
         self.to(self.transformer.device)  # the buffers join the weights' device
@@ -191,14 +202,15 @@ class Wan22TI2V(DiffusersBackbone):
             vae_dtype="float32",
             capabilities=("t2v", "i2v", "ti2v"),
             mode="ti2v" if self.config.first_frame else "t2v",
-            notes="Wan2.2 TI2V-5B through diffusers' WanImageToVideoPipeline / WanPipeline (expand_timesteps): "
-                  "48-channel latents, 16x spatial and 4x temporal compression, UMT5 text encoder; the first "
-                  "latent frame is the condition (token timestep 0).",
+            notes="Wan2.2 TI2V-5B through diffusers' WanImageToVideoPipeline / WanPipeline "
+                  "(expand_timesteps): 48-channel latents, 16x spatial and 4x temporal compression, "
+                  "UMT5 text encoder; the first latent frame is the condition (token timestep 0).",
         )
 
     def text_conditions(self) -> tuple[str, ...]:
         # the batch's "image" is pipeline input, not a condition
-        return ("prompt_embeds", "negative_prompt_embeds", *(("first_frame",) if self.config.first_frame else ()))
+        return ("prompt_embeds", "negative_prompt_embeds",
+                *(("first_frame",) if self.config.first_frame else ()))
 
     # -- autoencoder -------------------------------------------------------------------------
     def encode(self, video: torch.Tensor) -> torch.Tensor:
@@ -219,18 +231,21 @@ class Wan22TI2V(DiffusersBackbone):
 
     # -- text --------------------------------------------------------------------------------
     def encode_text(self, prompts: Sequence[str]) -> torch.Tensor:
-        """Prompts → UMT5 embeddings ``(B, L, 4096)`` through the pipeline's own ``encode_prompt``, cached per prompt.
+        """Prompts → UMT5 embeddings ``(B, L, 4096)`` through the pipeline's own ``encode_prompt``,
+        cached per prompt.
 
         The text encoder is large next to any adapter, so each distinct prompt is encoded once per
         backbone and kept (in the transformer's dtype).
         """
         def encode(missing: list[str]) -> torch.Tensor:
             return self.pipelines["t2v"].encode_prompt(
-                missing, do_classifier_free_guidance=False, max_sequence_length=self.config.max_sequence_length,
-                device=self.device, dtype=self.transformer.dtype)[0]
+                missing, do_classifier_free_guidance=False,
+                max_sequence_length=self.config.max_sequence_length, device=self.device,
+                dtype=self.transformer.dtype)[0]
 
-        embeds = self.cached_text(prompts, encode, "Pass precomputed 'prompt_embeds' (B, L, D) in the batch instead, "
-                                                   "or use a pipeline directory with the UMT5 text encoder.")
+        embeds = self.cached_text(prompts, encode,
+                                  "Pass precomputed 'prompt_embeds' (B, L, D) in the batch instead, "
+                                  "or use a pipeline directory with the UMT5 text encoder.")
         return torch.stack([e.to(self.device) for e in embeds])
 
     def _text(self, raw: Mapping[str, Any], batch_size: int) -> dict[str, torch.Tensor]:
@@ -272,9 +287,10 @@ class Wan22TI2V(DiffusersBackbone):
         if "latents" in raw or "video" in raw or ("image" not in raw and not self.config.first_frame):
             return super().latents_from(raw)  # clips (or a latent cache's), or a text-to-video request
         if "image" not in raw:
-            raise DataError(f"wan22_ti2v.prepare_batch needs 'video' (B, 3, T, H, W), or 'image' (B, 3, H, W) to "
-                            f"generate from a first frame; got keys {sorted(raw)}. For text-to-video, build the "
-                            f"backbone with first_frame: false.")
+            raise DataError(f"wan22_ti2v.prepare_batch needs 'video' (B, 3, T, H, W), "
+                            f"or 'image' (B, 3, H, W) to generate from a first frame; "
+                            f"got keys {sorted(raw)}. "
+                            f"For text-to-video, build the backbone with first_frame: false.")
         image = torch.as_tensor(raw["image"]).float().to(self.device)
         if image.ndim != 4 or image.shape[1] != 3:
             raise DataError(f"wan22_ti2v: 'image' must be (B, 3, H, W) in [-1, 1], got {tuple(image.shape)}.")
@@ -287,9 +303,10 @@ class Wan22TI2V(DiffusersBackbone):
             return
         if video is None:  # a latent cache's items carry the first frame's latent (see encode_item)
             if raw is None or raw.get("first_frame") is None:
-                raise DataError("wan22_ti2v: a batch of 'latents' needs the first frame's latent 'first_frame' "
-                                "(B, 48, h, w) beside them, as encode_item makes it. Pass 'video' instead, or rebuild "
-                                "the latent cache with `workbench cache-latents`.")
+                raise DataError("wan22_ti2v: a batch of 'latents' needs the first frame's latent "
+                                "'first_frame' (B, 48, h, w) beside them, as encode_item makes it. "
+                                "Pass 'video' instead, or rebuild the latent cache with "
+                                "`workbench cache-latents`.")
             first = torch.as_tensor(raw["first_frame"]).to(device=self.device, dtype=latents.dtype)
         else:  # as the pipeline encodes its condition, clip by clip
             first = self.encode_clips(video[:, :, :1])[:, :, 0]
@@ -298,10 +315,12 @@ class Wan22TI2V(DiffusersBackbone):
             latents[:, :, 0] = first
 
     def cached_conditions(self, video: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {"image": video[:, :, 0]} if self.config.first_frame else {}  # what the i2v pipeline samples from
+        # what the i2v pipeline samples from
+        return {"image": video[:, :, 0]} if self.config.first_frame else {}
 
     def batch_from(self, latents: torch.Tensor, cond: dict[str, Any], per_frame: frozenset[str],
-                   video: torch.Tensor | None, has_target: bool, raw: Mapping[str, Any] | None = None) -> Batch:
+                   video: torch.Tensor | None, has_target: bool,
+                   raw: Mapping[str, Any] | None = None) -> Batch:
         mask = torch.ones(latents.shape[0], latents.shape[2], device=self.device)
         if self.config.first_frame:
             mask[:, 0] = 0  # the first latent frame is given, not predicted
@@ -309,11 +328,13 @@ class Wan22TI2V(DiffusersBackbone):
             cond["image"] = video[:, :, 0]  # the first frame's pixels, which the i2v pipeline encodes itself
         elif raw is not None and raw.get("image") is not None:
             cond["image"] = torch.as_tensor(raw["image"]).float().to(self.device)
-        return Batch(latents=latents, cond=cond, loss_mask=mask, per_frame=per_frame, meta={"has_target": has_target})
+        return Batch(latents=latents, cond=cond, loss_mask=mask, per_frame=per_frame,
+                     meta={"has_target": has_target})
 
     # -- denoising ---------------------------------------------------------------------------
     def token_timesteps(self, t: torch.Tensor, latents_shape: Sequence[int]) -> torch.Tensor:
-        """Per-token transformer timesteps ``(B, T' h/2 w/2)``: ``1000 t``, and 0 on the first frame's tokens (TI2V)."""
+        """Per-token transformer timesteps ``(B, T' h/2 w/2)``: ``1000 t``, and 0 on the first frame's
+        tokens (TI2V)."""
         b, _, frames, h, w = latents_shape
         tokens = torch.ones(frames, h // self.patch[1], w // self.patch[2], device=t.device)
         if self.config.first_frame:
@@ -346,8 +367,9 @@ class Wan22TI2V(DiffusersBackbone):
     text_encoder_note = "Wan2.2's UMT5-XXL encoder: about 5.7 B parameters, 11.4 GB in bf16"
 
     def planning_inputs(self, latents: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """``(t, cond)`` of the shapes :meth:`denoise` is called with for ``latents`` (zeros, on their device):
-        ``max_sequence_length`` prompt tokens of the text width, and the first frame's latent. For memory plans."""
+        """``(t, cond)`` of the shapes :meth:`denoise` is called with for ``latents`` (zeros, on their
+        device): ``max_sequence_length`` prompt tokens of the text width, and the first frame's latent.
+        For memory plans."""
         b, c, _, h, w = latents.shape
         dtype = self.transformer.dtype
         embeds = torch.zeros(b, self.config.max_sequence_length, self.transformer.config.text_dim,
@@ -363,9 +385,9 @@ class Wan22TI2V(DiffusersBackbone):
         timestep projection and the rotary embedding)."""
         tr = self.transformer
         width = tr.config.num_attention_heads * tr.config.attention_head_dim
-        return InsideSpec(root=tr, root_name="transformer", lora_targets=("to_q", "to_k", "to_v", "to_out.0"),
-                          blocks=tuple(tr.blocks), widths=(width,) * len(tr.blocks), branch_blocks=len(tr.blocks),
-                          layout="tokens")
+        return InsideSpec(root=tr, root_name="transformer",
+                          lora_targets=("to_q", "to_k", "to_v", "to_out.0"), blocks=tuple(tr.blocks),
+                          widths=(width,) * len(tr.blocks), branch_blocks=len(tr.blocks), layout="tokens")
 
     # -- sampling ----------------------------------------------------------------------------
     def negative_embeddings(self, batch: Batch) -> torch.Tensor:
@@ -375,7 +397,8 @@ class Wan22TI2V(DiffusersBackbone):
         return self.encode_text([self.config.negative_prompt] * batch.batch_size)
 
     def run_sampler(self, batch: Batch, *, steps: int, sampler: str, generator: torch.Generator | None,
-                  compose_fn, on_step, guidance_scale: float | None = None, **pipeline_kwargs) -> torch.Tensor:
+                  compose_fn, on_step, guidance_scale: float | None = None,
+                  **pipeline_kwargs) -> torch.Tensor:
         """Run the diffusers pipeline with the composition injected; returns its final (normalised) latents.
 
         ``guidance_scale`` defaults to the card's; other keyword arguments go to the pipeline.
@@ -392,13 +415,15 @@ class Wan22TI2V(DiffusersBackbone):
             if b != 1:
                 raise CompositionError(
                     f"wan22_ti2v: image-to-video generation takes one clip per call (diffusers' "
-                    f"WanImageToVideoPipeline conditions every sample on one image); this batch has {b}. Generate "
-                    f"each clip on its own: batch.select([i]) for i in range({b})."
+                    f"WanImageToVideoPipeline conditions every sample on one image); this batch has {b}. "
+                    f"Generate each clip on its own: batch.select([i]) for i in range({b})."
                 )
             pipe = self.pipelines["i2v"]
-            kwargs["image"] = (batch.cond["image"].float() + 1) / 2  # the pipeline takes [0, 1] and normalises
+            # the pipeline takes [0, 1] and normalises
+            kwargs["image"] = (batch.cond["image"].float() + 1) / 2
         else:
             pipe = self.pipelines["t2v"]
         injection = _WanInjection(self, batch, uncond, compose_fn, on_step, steps)
         return self.run_pipeline(pipe, injection, batch, steps=steps, guidance=guidance, generator=generator,
-                                 max_sequence_length=self.config.max_sequence_length, **kwargs, **pipeline_kwargs)
+                                 max_sequence_length=self.config.max_sequence_length, **kwargs,
+                                 **pipeline_kwargs)

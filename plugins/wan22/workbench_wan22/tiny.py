@@ -34,15 +34,15 @@ def build_tiny_pipeline(seed: int = 0):
             scale_factor_spatial=16, scale_factor_temporal=4,
             latents_mean=[0.0] * 48, latents_std=[1.0] * 48)
         transformer = WanTransformer3DModel(
-            patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=8, in_channels=48, out_channels=48,
-            text_dim=16, freq_dim=16, ffn_dim=32, num_layers=2, rope_max_seq_len=32)
+            patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=8, in_channels=48,
+            out_channels=48, text_dim=16, freq_dim=16, ffn_dim=32, num_layers=2, rope_max_seq_len=32)
         vocab = [("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0)] + [(piece, -1.0) for piece in LETTERS]
         tokenizer = T5Tokenizer(vocab=vocab)
         text_encoder = UMT5EncoderModel(UMT5Config(
             vocab_size=len(vocab), d_model=16, d_kv=4, d_ff=32, num_layers=1, num_heads=2,
             relative_attention_num_buckets=8))
-    scheduler = UniPCMultistepScheduler(prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=5.0,
-                                        num_train_timesteps=1000)
+    scheduler = UniPCMultistepScheduler(prediction_type="flow_prediction", use_flow_sigmas=True,
+                                        flow_shift=5.0, num_train_timesteps=1000)
     for module in (vae, transformer, text_encoder):
         module.eval()
     return WanPipeline(tokenizer=tokenizer, text_encoder=text_encoder, vae=vae, scheduler=scheduler,

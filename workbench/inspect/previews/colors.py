@@ -33,7 +33,8 @@ def lut(name: str) -> np.ndarray:
 
 
 def colorize(values: np.ndarray, cmap: str, vmin: float, vmax: float) -> np.ndarray:
-    """Map a float array ``[...]`` onto uint8 RGB ``[..., 3]`` with ``cmap`` over ``[vmin, vmax]`` (clipped)."""
+    """Map a float array ``[...]`` onto uint8 RGB ``[..., 3]`` with ``cmap`` over ``[vmin, vmax]``
+    (clipped)."""
     if not vmax > vmin:
         raise InspectError(f"colorize needs vmax > vmin, got vmin={vmin!r}, vmax={vmax!r}.")
     table = np.round(lut(cmap) * 255).astype(np.uint8)

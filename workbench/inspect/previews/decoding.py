@@ -21,14 +21,15 @@ from workbench.inspect.previews.linear_preview import LatentPreview, preview_for
 from workbench.inspect.previews.preview import DECODES
 from workbench.metrics import to_uint8_video
 
-DECODE_HINT = ("Use 'preview' (fast, linear), 'tiny' (a small distilled decoder, close to the full one) or 'full' "
-               "(the backbone's decoder).")
+DECODE_HINT = ("Use 'preview' (fast, linear), 'tiny' (a small distilled decoder, close to the full one) "
+               "or 'full' (the backbone's decoder).")
 
 
 def decode_video(base: BaseVideoModel, latents: torch.Tensor, decode: str = "preview", index: int = 0,
                  chunk_frames: int | None = DEFAULT_CHUNK_FRAMES,
                  preview: LatentPreview | None = None) -> torch.Tensor:
-    """Latents ``(B, C, T', h, w)`` → video ``(3, T, H, W)`` in [-1, 1] of batch element ``index`` (base device)."""
+    """Latents ``(B, C, T', h, w)`` → video ``(3, T, H, W)`` in [-1, 1] of batch element ``index``
+    (base device)."""
     check_choice(decode, DECODES, "decode", DECODE_HINT)
     if latents.ndim != 5:
         raise InspectError(f"render expects latents (B, C, T, h, w), got shape {tuple(latents.shape)}.")
@@ -47,7 +48,8 @@ def decode_video(base: BaseVideoModel, latents: torch.Tensor, decode: str = "pre
 
 
 def render(base: BaseVideoModel, latents: torch.Tensor, *, decode: str = "preview", index: int = 0,
-           chunk_frames: int | None = DEFAULT_CHUNK_FRAMES, preview: LatentPreview | None = None) -> np.ndarray:
+           chunk_frames: int | None = DEFAULT_CHUNK_FRAMES,
+           preview: LatentPreview | None = None) -> np.ndarray:
     """Latents ``(B, C, T', h, w)`` → uint8 frames ``[T, H, W, 3]`` of batch element ``index``.
 
     Examples:
@@ -56,7 +58,8 @@ def render(base: BaseVideoModel, latents: torch.Tensor, *, decode: str = "previe
         >>> frames.shape, frames.dtype
         ((16, 64, 64, 3), dtype('uint8'))
     """
-    if decode == "preview" and latents.ndim == 5:  # the linear preview straight to pixels (what a live view draws)
+    # the linear preview straight to pixels (what a live view draws)
+    if decode == "preview" and latents.ndim == 5:
         b = latents.shape[0]
         if not isinstance(index, bool) and isinstance(index, int) and -b <= index < b:
             index %= b
@@ -67,7 +70,8 @@ def render(base: BaseVideoModel, latents: torch.Tensor, *, decode: str = "previe
     return to_uint8_video(decode_video(base, latents, decode, index, chunk_frames, preview).float())
 
 
-def render_float(base: BaseVideoModel, latents: torch.Tensor, decode: str = "preview", index: int = 0) -> np.ndarray:
+def render_float(base: BaseVideoModel, latents: torch.Tensor, decode: str = "preview",
+                 index: int = 0) -> np.ndarray:
     """Latents ``(B, C, T', h, w)`` → float frames ``[T, H, W, 3]`` in [-1, 1] of batch element ``index``.
 
     What signed views subtract before colouring; :func:`as_uint8` turns it into a picture.

@@ -38,7 +38,8 @@ def is_pixel_space(base: BaseVideoModel, channels: int | None = None) -> bool:
     return not has_vae and channels == 3
 
 
-def decode_chunked(base: BaseVideoModel, latents: torch.Tensor, chunk_frames: int | None = DEFAULT_CHUNK_FRAMES,
+def decode_chunked(base: BaseVideoModel, latents: torch.Tensor,
+                   chunk_frames: int | None = DEFAULT_CHUNK_FRAMES,
                    ) -> torch.Tensor:
     """``base.decode`` in chunks of ``chunk_frames`` latent frames (``None``: all at once), under no_grad.
 
@@ -57,7 +58,8 @@ def decode_chunked(base: BaseVideoModel, latents: torch.Tensor, chunk_frames: in
     return parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)
 
 
-def latent_layout(z_shape: torch.Size, x_shape: torch.Size, causal: bool | None = None) -> tuple[int, int, bool]:
+def latent_layout(z_shape: torch.Size, x_shape: torch.Size,
+                  causal: bool | None = None) -> tuple[int, int, bool]:
     """``(d, r, causal)`` relating latents ``(N, C, T', h, w)`` to decoded video ``(N, 3, T, H, W)``
     (``causal``: see :func:`time_layout`)."""
     _, _, lt, lh, lw = z_shape
@@ -65,11 +67,13 @@ def latent_layout(z_shape: torch.Size, x_shape: torch.Size, causal: bool | None 
     if xc != 3:
         raise InspectError(
             f"base.decode returned {xc} channels (shape {tuple(x_shape)}); a preview fits RGB video "
-            f"(B, 3, T, H, W). Give the backbone a decoder to RGB, or set pixel_space = True if its samples are frames."
+            f"(B, 3, T, H, W). Give the backbone a decoder to RGB, "
+            f"or set pixel_space = True if its samples are frames."
         )
     if xh % lh or xw % lw or xh // lh != xw // lw:
         raise InspectError(
-            f"The linear preview needs one integer spatial downsample: latents {lh}x{lw} decode to {xh}x{xw}. "
+            f"The linear preview needs one integer spatial downsample: "
+            f"latents {lh}x{lw} decode to {xh}x{xw}. "
             f"Use decode='full' for this backbone."
         )
     return (xh // lh, *time_layout(lt, xt, causal))
@@ -87,8 +91,9 @@ def time_layout(latent_frames: int, frames: int, causal: bool | None = None) -> 
     if latent_frames > 1 and (frames - 1) % (latent_frames - 1) == 0:
         return (frames - 1) // (latent_frames - 1), True
     raise InspectError(
-        f"{latent_frames} latent frames decode to {frames} frames, which is neither r per latent frame nor 1 + r "
-        f"per later frame (a causal VAE); the linear preview cannot lay that out. Use decode='full'."
+        f"{latent_frames} latent frames decode to {frames} frames, which is neither r per latent frame "
+        f"nor 1 + r per later frame (a causal VAE); the linear preview cannot lay that out. "
+        f"Use decode='full'."
     )
 
 
@@ -105,7 +110,8 @@ def data_free_latents(channels: int, frames: int, height: int, width: int, count
     smooth = F.interpolate(coarse, size=(height, width), mode="bilinear", align_corners=False)
     smooth = smooth.view(count, frames, channels, height, width).permute(0, 2, 1, 3, 4)
     axes = (2, 3, 4)
-    smooth = (smooth - smooth.mean(dim=axes, keepdim=True)) / smooth.std(dim=axes, keepdim=True).clamp_min(1e-6)
+    smooth = ((smooth - smooth.mean(dim=axes, keepdim=True))
+              / smooth.std(dim=axes, keepdim=True).clamp_min(1e-6))
     odd = (torch.arange(count) % 2 == 1).view(-1, 1, 1, 1, 1)
     return torch.where(odd, smooth, white).to(device=device, dtype=dtype)
 
@@ -117,7 +123,8 @@ def latent_shape_from_card(base: BaseVideoModel) -> tuple[int, ...]:
             f"fit_preview({type(base).__name__}) without samples needs latent_shape=(C, T, h, w): the card "
             f"gives no resolution to derive it from."
         )
-    video = torch.zeros(1, 3, min(s.num_frames or 1, 5), s.height, s.width, device=base.device, dtype=base.dtype)
+    video = torch.zeros(1, 3, min(s.num_frames or 1, 5), s.height, s.width, device=base.device,
+                        dtype=base.dtype)
     with torch.no_grad():
         return tuple(base.encode(video).shape[1:])
 
@@ -130,8 +137,8 @@ def encode_samples(base: BaseVideoModel, samples: Any) -> torch.Tensor:
         video = video.permute(0, 4, 1, 2, 3).float() / 127.5 - 1.0
     if video.ndim != 5 or video.shape[1] != 3:
         raise InspectError(
-            f"fit_preview samples must be video (N, 3, T, H, W) in [-1, 1], uint8 (N, T, H, W, 3), or a raw batch "
-            f"for prepare_batch; got shape {tuple(video.shape)} {video.dtype}."
+            f"fit_preview samples must be video (N, 3, T, H, W) in [-1, 1], uint8 (N, T, H, W, 3), "
+            f"or a raw batch for prepare_batch; got shape {tuple(video.shape)} {video.dtype}."
         )
     with torch.no_grad():
         return base.encode(video.to(device=base.device, dtype=base.dtype))

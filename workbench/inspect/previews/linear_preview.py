@@ -125,7 +125,8 @@ class LatentPreview:
         if not bool(torch.isfinite(blocks.sum())):
             return None
         pixels = unit_to_uint8(blocks)  # to_uint8_video's arithmetic, element by element (so in any layout)
-        pixels = pixels.view(b, t, h, w, r, d, d, 3).permute(0, 1, 4, 2, 5, 3, 6, 7)  # (B, T', r, h, d, w, d, 3)
+        # (B, T', r, h, d, w, d, 3)
+        pixels = pixels.view(b, t, h, w, r, d, d, 3).permute(0, 1, 4, 2, 5, 3, 6, 7)
         return pixels.reshape(b, t * r, h * d, w * d, 3)  # (the copy moves runs of d * 3 bytes)
 
     def linear(self, latents: torch.Tensor) -> torch.Tensor:
@@ -175,7 +176,8 @@ class LatentPreview:
                 "source": self.source, "n_fit": self.n_fit, "n_heldout": self.n_heldout}
 
     def __repr__(self) -> str:
-        return (f"LatentPreview({self.source}, C={self.channels}, d={self.downsample}, r={self.frames_per_latent}"
+        return (f"LatentPreview({self.source}, C={self.channels}, d={self.downsample}, "
+                f"r={self.frames_per_latent}"
                 f"{', causal' if self.causal else ''}: {self.psnr:.1f} dB held-out vs full decode, "
                 f"constant baseline {self.baseline_psnr:.1f} dB)")
 
@@ -243,13 +245,15 @@ def solve_linear(z: torch.Tensor, video: torch.Tensor, d: int, r: int) -> tuple[
     gram = x.T @ x
     penalty = torch.zeros_like(gram)
     channels = torch.arange(x.shape[1] - 1)
-    penalty[channels, channels] = RIDGE * gram.diagonal()[:-1].mean().clamp_min(1e-12)  # the bias is not shrunk
+    # the bias is not shrunk
+    penalty[channels, channels] = RIDGE * gram.diagonal()[:-1].mean().clamp_min(1e-12)
     weight = torch.linalg.solve(gram + penalty, x.T @ targets)
     return weight.float(), targets.mean(dim=0).float()
 
 
-def fit_linear_preview(base: BaseVideoModel, samples: Any = None, *, latent_shape: tuple[int, ...] | None = None,
-                       n_fit: int = 8, n_heldout: int = 4, seed: int = 0, cache: bool = True, refit: bool = False,
+def fit_linear_preview(base: BaseVideoModel, samples: Any = None, *,
+                       latent_shape: tuple[int, ...] | None = None, n_fit: int = 8, n_heldout: int = 4,
+                       seed: int = 0, cache: bool = True, refit: bool = False,
                        chunk_frames: int | None = DEFAULT_CHUNK_FRAMES) -> LatentPreview:
     """Fit (or load) the linear preview of ``base``; :func:`~workbench.inspect.fit_preview` with
     ``kind="linear"`` (the default) calls this, and documents the arguments."""
@@ -267,14 +271,16 @@ def fit_linear_preview(base: BaseVideoModel, samples: Any = None, *, latent_shap
         source = "samples"
     else:
         if n_fit < 1 or n_heldout < 1:
-            raise InspectError(f"fit_preview needs n_fit >= 1 and n_heldout >= 1, got {n_fit} and {n_heldout}.")
+            raise InspectError(f"fit_preview needs n_fit >= 1 and n_heldout >= 1, "
+                               f"got {n_fit} and {n_heldout}.")
         shape = tuple(latent_shape) if latent_shape is not None else latent_shape_from_card(base)
         if len(shape) != 4:
             raise InspectError(f"latent_shape must be (C, T, h, w), got {shape!r}.")
         c, t, h, w = shape
         if is_pixel_space(base, c):
             return identity_preview(c)
-        z = data_free_latents(c, min(t, 4), h, w, n_fit + n_heldout, seed, device=base.device, dtype=base.dtype)
+        z = data_free_latents(c, min(t, 4), h, w, n_fit + n_heldout, seed, device=base.device,
+                              dtype=base.dtype)
         held = n_heldout
         source = "data-free"
     if is_pixel_space(base, z.shape[1]):
@@ -290,13 +296,13 @@ def fit_linear_preview(base: BaseVideoModel, samples: Any = None, *, latent_shap
         weight_first, mean_first = None, None
         weight, mean = solve_linear(fit_z, fit_x, d, r)
     preview = LatentPreview(weight=weight, weight_first=weight_first, channels=z.shape[1], downsample=d,
-                            frames_per_latent=r, psnr=0.0, baseline_psnr=0.0, identity=identity, source=source,
-                            n_fit=fit_z.shape[0], n_heldout=held)
+                            frames_per_latent=r, psnr=0.0, baseline_psnr=0.0, identity=identity,
+                            source=source, n_fit=fit_z.shape[0], n_heldout=held)
     constant = LatentPreview(weight=torch.cat([torch.zeros(z.shape[1], mean.numel()), mean[None]]),
                              weight_first=None if mean_first is None else
                              torch.cat([torch.zeros(z.shape[1], mean_first.numel()), mean_first[None]]),
-                             channels=z.shape[1], downsample=d, frames_per_latent=r, psnr=0.0, baseline_psnr=0.0,
-                             identity="constant", source=source)
+                             channels=z.shape[1], downsample=d, frames_per_latent=r, psnr=0.0,
+                             baseline_psnr=0.0, identity="constant", source=source)
     preview.psnr = psnr(preview(test_z), test_x, data_range=255.0)
     preview.baseline_psnr = psnr(constant(test_z), test_x, data_range=255.0)
     if cache and source == "data-free":  # a fit on your frames serves this process only: not written to disk
@@ -306,7 +312,8 @@ def fit_linear_preview(base: BaseVideoModel, samples: Any = None, *, latent_shap
 
 
 def preview_for(base: BaseVideoModel, latent_shape: tuple[int, ...]) -> LatentPreview:
-    """The preview to render ``base``'s latents of ``latent_shape = (C, T', h, w)`` with: memory, disk, or a fit."""
+    """The preview to render ``base``'s latents of ``latent_shape = (C, T', h, w)`` with: memory, disk, or
+    a fit."""
     if is_pixel_space(base, latent_shape[0]):
         return identity_preview(latent_shape[0])
     cached = _MEMORY.get(backbone_identity(base))

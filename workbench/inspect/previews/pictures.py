@@ -1,4 +1,5 @@
-"""Pictures ready to draw: a :class:`ViewImage` (every frame of one view of one step) and its :class:`Panel` frames.
+"""Pictures ready to draw: a :class:`ViewImage` (every frame of one view of one step) and its :class:`Panel`
+frames.
 
 RGB frames are uint8; signed differences and gates are float maps, drawn with a colour map
 (diverging and centred on zero for signed maps) over a range the whole view shares.
@@ -84,10 +85,12 @@ class ViewImage:
     def frame(self, i: int, limit: float | None = None) -> Panel:
         """Frame ``i`` as a :class:`Panel` (``limit`` overrides the colour range, e.g. to share it)."""
         if not 0 <= i < len(self):
-            raise StepError(f"frame={i} is out of range: this view has {len(self)} frames (0..{len(self) - 1}).")
+            raise StepError(f"frame={i} is out of range: "
+                            f"this view has {len(self)} frames (0..{len(self) - 1}).")
         if not 0 <= i - self.start < self.frames.shape[0]:
             raise StepError(f"frame={i} was not rendered: this picture holds frames {self.start}.."
-                            f"{self.start + self.frames.shape[0] - 1} of {len(self)}; render the view with frame={i}.")
+                            f"{self.start + self.frames.shape[0] - 1} of {len(self)}; "
+                            f"render the view with frame={i}.")
         return Panel(self.title, self.kind, self.frames[i - self.start], self.label,
                      self.limit if limit is None else limit, self.note)
 

@@ -40,8 +40,10 @@ def clear_preview_cache(disk: bool = False) -> None:
 def fit_preview(base: BaseVideoModel, samples: Any = None, *, kind: str = "linear",
                 latent_shape: tuple[int, ...] | None = None, n_fit: int | None = None, n_heldout: int = 4,
                 seed: int = 0, cache: bool = True, refit: bool = False,
-                chunk_frames: int | None = DEFAULT_CHUNK_FRAMES, **distil: Any) -> LatentPreview | TinyPreview:
-    """Fit (or load) the linear preview of ``base``, or with ``kind="tiny"`` distil (or load) its tiny preview.
+                chunk_frames: int | None = DEFAULT_CHUNK_FRAMES,
+                **distil: Any) -> LatentPreview | TinyPreview:
+    """Fit (or load) the linear preview of ``base``, or with ``kind="tiny"`` distil (or load) its tiny
+    preview.
 
     ``kind="tiny"``: a small convolutional decoder distilled from ``base.decode``
     (:class:`~workbench.inspect.previews.tiny_preview.TinyPreview`, see that module); ``n_fit`` defaults to
@@ -66,14 +68,16 @@ def fit_preview(base: BaseVideoModel, samples: Any = None, *, kind: str = "linea
         (26.4, 18.3)
     """
     if kind not in PREVIEW_KINDS:
-        raise InspectError(f"fit_preview(kind={kind!r}): unknown preview kind. Allowed: {', '.join(PREVIEW_KINDS)} "
-                           f"('linear': least-squares per latent pixel; 'tiny': a distilled convolutional decoder).")
+        raise InspectError(f"fit_preview(kind={kind!r}): unknown preview kind. "
+                           f"Allowed: {', '.join(PREVIEW_KINDS)} ('linear': least-squares per latent pixel; "
+                           f"'tiny': a distilled convolutional decoder).")
     if kind == "tiny":
-        return fit_tiny_preview(base, samples, latent_shape=latent_shape, n_fit=24 if n_fit is None else n_fit,
-                                n_heldout=n_heldout, seed=seed, cache=cache, refit=refit, chunk_frames=chunk_frames,
-                                **distil)
+        return fit_tiny_preview(base, samples, latent_shape=latent_shape,
+                                n_fit=24 if n_fit is None else n_fit, n_heldout=n_heldout, seed=seed,
+                                cache=cache, refit=refit, chunk_frames=chunk_frames, **distil)
     if distil:
-        raise InspectError(f"fit_preview(kind='linear') takes no distillation settings; got {sorted(distil)}. "
-                           f"They apply to kind='tiny'.")
+        raise InspectError(f"fit_preview(kind='linear') takes no distillation settings; "
+                           f"got {sorted(distil)}. They apply to kind='tiny'.")
     return fit_linear_preview(base, samples, latent_shape=latent_shape, n_fit=8 if n_fit is None else n_fit,
-                              n_heldout=n_heldout, seed=seed, cache=cache, refit=refit, chunk_frames=chunk_frames)
+                              n_heldout=n_heldout, seed=seed, cache=cache, refit=refit,
+                              chunk_frames=chunk_frames)

@@ -60,7 +60,8 @@ def backbone_identity(base: BaseVideoModel) -> str:
         fields = {k: v for k, v in dataclasses.asdict(config).items()
                   if k not in ("weights", "device", "dtype", "compile")}
         h.update(json.dumps(fields, sort_keys=True, default=str).encode())
-    decoder = next((m for n in base.decoder_modules if isinstance(m := getattr(base, n, None), nn.Module)), None)
+    decoder = next((m for n in base.decoder_modules if isinstance(m := getattr(base, n, None), nn.Module)),
+                   None)
     if decoder is None:
         tensors = base.state_dict()
     else:
@@ -89,12 +90,15 @@ def read_files(weights: Path, meta_path: Path, what: str, refit: str) -> tuple[d
         return json.loads(meta_path.read_text()), load_file(str(weights))
     except Exception as err:  # safetensors / json raise their own types for corrupt files
         raise InspectError(
-            f"The cached {what} {weights} is unreadable ({err}). Delete it (and {meta_path.name}) or call {refit}."
+            f"The cached {what} {weights} is unreadable ({err}). "
+            f"Delete it (and {meta_path.name}) or call {refit}."
         ) from err
 
 
-def write_files(weights: Path, meta_path: Path, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> Path:
-    """Write a preview's weights and metadata atomically (each file renamed into place); returns ``weights``."""
+def write_files(weights: Path, meta_path: Path, tensors: dict[str, torch.Tensor],
+                meta: dict[str, Any]) -> Path:
+    """Write a preview's weights and metadata atomically (each file renamed into place); returns
+    ``weights``."""
     from safetensors.torch import save_file
 
     weights.parent.mkdir(parents=True, exist_ok=True)

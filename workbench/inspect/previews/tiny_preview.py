@@ -68,7 +68,8 @@ class TinyDecoder(nn.Module):
     def __init__(self, channels: int, downsample: int, frames_per_latent: int = 1, causal: bool = False,
                  width: int = 64):
         super().__init__()
-        self.channels, self.d, self.r, self.causal, self.width = channels, downsample, frames_per_latent, causal, width
+        self.channels, self.d, self.r, self.causal, self.width = (channels, downsample, frames_per_latent,
+                                                                  causal, width)
         block = frames_per_latent * 3 * downsample * downsample
         self.body = nn.Sequential(
             nn.Conv2d(channels, width, 3, padding=1), nn.SiLU(),
@@ -158,13 +159,13 @@ class TinyPreview:
         n = self.net
         return {"version": TINY_VERSION, "kind": "tiny", "identity": self.identity, "channels": n.channels,
                 "downsample": n.d, "frames_per_latent": n.r, "causal": n.causal, "width": n.width,
-                "psnr": self.psnr, "linear_psnr": self.linear_psnr, "source": self.source, "steps": self.steps,
-                "n_fit": self.n_fit, "n_heldout": self.n_heldout}
+                "psnr": self.psnr, "linear_psnr": self.linear_psnr, "source": self.source,
+                "steps": self.steps, "n_fit": self.n_fit, "n_heldout": self.n_heldout}
 
     def __repr__(self) -> str:
         return (f"TinyPreview({self.source}, C={self.channels}, d={self.net.d}, r={self.net.r}"
-                f"{', causal' if self.net.causal else ''}, {self.parameters:,} parameters: {self.psnr:.1f} dB "
-                f"held-out vs full decode, linear preview {self.linear_psnr:.1f} dB)")
+                f"{', causal' if self.net.causal else ''}, {self.parameters:,} parameters: "
+                f"{self.psnr:.1f} dB held-out vs full decode, linear preview {self.linear_psnr:.1f} dB)")
 
 
 # -- cache ---------------------------------------------------------------------------------
@@ -195,16 +196,19 @@ def load_cached_tiny(identity: str) -> TinyPreview | None:
     meta, tensors = found
     if meta.get("version") != TINY_VERSION:
         return None
-    net = TinyDecoder(meta["channels"], meta["downsample"], meta["frames_per_latent"], meta["causal"], meta["width"])
+    net = TinyDecoder(meta["channels"], meta["downsample"], meta["frames_per_latent"], meta["causal"],
+                      meta["width"])
     net.load_state_dict(tensors)
     net.eval()
-    return TinyPreview(net=net, identity=identity, psnr=float(meta["psnr"]), linear_psnr=float(meta["linear_psnr"]),
+    return TinyPreview(net=net, identity=identity, psnr=float(meta["psnr"]),
+                       linear_psnr=float(meta["linear_psnr"]),
                        source=meta["source"], steps=meta.get("steps", 0), n_fit=meta.get("n_fit", 0),
                        n_heldout=meta.get("n_heldout", 0))
 
 
 def save_cached_tiny(preview: TinyPreview, folder: Path | None = None, stem: str | None = None) -> Path:
-    """Write ``preview`` (atomically) to the disk cache, or to ``folder/stem.*``; returns the safetensors path."""
+    """Write ``preview`` (atomically) to the disk cache, or to ``folder/stem.*``; returns the safetensors
+    path."""
     folder = folder or cache_dir()
     paths = _paths(folder, preview.identity) if stem is None else (folder / f"{stem}.safetensors",
                                                                       folder / f"{stem}.json")
@@ -237,17 +241,20 @@ def _training_latents(base: BaseVideoModel, shape: tuple[int, ...], count: int, 
             twice_video = _decode_all(base, twice, chunk_frames)
             sigma = torch.rand(count, 1, 1, 1, 1, generator=g) * 0.6 + 0.2
             noise = torch.randn(twice.shape, generator=g)
-            mixed = ((1 - sigma) * twice.float().cpu() + sigma * noise).to(device=base.device, dtype=base.dtype)
+            mixed = ((1 - sigma) * twice.float().cpu() + sigma * noise).to(device=base.device,
+                                                                            dtype=base.dtype)
         if once.shape[1:] == z.shape[1:]:
             sets += [once, twice, mixed]
             videos += [once_video, twice_video, _decode_all(base, mixed, chunk_frames)]
     except NotImplementedError:
         pass
-    return (torch.cat([s.detach().float().cpu() for s in sets]), torch.cat([v.detach().float().cpu() for v in videos]))
+    return (torch.cat([s.detach().float().cpu() for s in sets]),
+            torch.cat([v.detach().float().cpu() for v in videos]))
 
 
-def distil_tiny_preview(base: BaseVideoModel, samples: Any = None, *, latent_shape: tuple[int, ...] | None = None,
-                        n_fit: int = 24, n_heldout: int = 4, steps: int = 800, width: int = 64, batch: int = 8,
+def distil_tiny_preview(base: BaseVideoModel, samples: Any = None, *,
+                        latent_shape: tuple[int, ...] | None = None, n_fit: int = 24, n_heldout: int = 4,
+                        steps: int = 800, width: int = 64, batch: int = 8,
                         lr: float = 3e-3, seed: int = 0, chunk_frames: int | None = DEFAULT_CHUNK_FRAMES,
                         progress: bool = False) -> TinyPreview:
     """Distil a :class:`TinyPreview` of ``base`` (no cache; :func:`fit_preview` with ``kind="tiny"`` caches).
@@ -271,8 +278,8 @@ def distil_tiny_preview(base: BaseVideoModel, samples: Any = None, *, latent_sha
         shape = tuple(real.shape[1:])
     else:
         if n_fit < 1 or n_heldout < 1:
-            raise InspectError(f"fit_preview(kind='tiny') needs n_fit >= 1 and n_heldout >= 1, got {n_fit} and "
-                               f"{n_heldout}.")
+            raise InspectError(f"fit_preview(kind='tiny') needs n_fit >= 1 and n_heldout >= 1, "
+                               f"got {n_fit} and {n_heldout}.")
         shape = tuple(latent_shape) if latent_shape is not None else latent_shape_from_card(base)
         if len(shape) != 4:
             raise InspectError(f"latent_shape must be (C, T, h, w), got {shape!r}.")
@@ -306,9 +313,10 @@ def distil_tiny_preview(base: BaseVideoModel, samples: Any = None, *, latent_sha
         net = TinyDecoder(c, d, r, causal, width)
     count = sum(p.numel() for p in net.parameters())
     if count > MAX_PARAMETERS:
-        raise InspectError(f"A tiny preview of width={width} for {c}-channel latents with {r * 3 * d * d}-value "
-                           f"blocks has {count:,} parameters, over the {MAX_PARAMETERS:,} allowed. Pass a smaller "
-                           f"width (e.g. width={max(8, width // 2)}).")
+        raise InspectError(f"A tiny preview of width={width} for {c}-channel latents "
+                           f"with {r * 3 * d * d}-value blocks has {count:,} parameters, "
+                           f"over the {MAX_PARAMETERS:,} allowed. "
+                           f"Pass a smaller width (e.g. width={max(8, width // 2)}).")
     net.init_linear(weight, weight_first)
     with torch.no_grad():
         linear_psnr = psnr(net(test_z).clamp(-1, 1), test_x, data_range=255.0)

@@ -68,8 +68,8 @@ class ConditionEdit:
         value = batch.cond[self.key]
         if value.ndim not in (2, 3):
             raise InspectError(
-                f"ConditionEdit edits vector conditions, (B, D) or per frame (B, T, D); {condition!r} has shape "
-                f"{tuple(value.shape)}."
+                f"ConditionEdit edits vector conditions, (B, D) or per frame (B, T, D); "
+                f"{condition!r} has shape {tuple(value.shape)}."
             )
         self.original = value.detach().clone()
         self.values = self.original.clone()
@@ -93,13 +93,15 @@ class ConditionEdit:
 
     def _check(self, dim: int, frame: int | None) -> None:
         if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or not 0 <= dim < self.dims:
-            raise InspectError(f"dim={dim!r}: {self.condition!r} has {self.dims} dimensions (0..{self.dims - 1}).")
+            raise InspectError(f"dim={dim!r}: {self.condition!r} has {self.dims} dimensions "
+                               f"(0..{self.dims - 1}).")
         if frame is None:
             return
         if self.frames is None:
             raise InspectError(f"frame={frame!r}: {self.condition!r} is one value per clip, not per frame; "
                                f"use frame=None.")
-        if isinstance(frame, bool) or not isinstance(frame, (int, np.integer)) or not 0 <= frame < self.frames:
+        if (isinstance(frame, bool) or not isinstance(frame, (int, np.integer))
+                or not 0 <= frame < self.frames):
             raise StepError(f"frame={frame!r} is out of range: {self.condition!r} has {self.frames} frames "
                             f"(0..{self.frames - 1}), or frame=None for all of them.")
 
@@ -149,7 +151,8 @@ class ConditionEdit:
             return {}
         original = self.original[index]
         return {name: (float(original[:, d].min()), float(original[:, d].max()))
-                for d, name in enumerate(self.names) if float(original[:, d].max() - original[:, d].min()) > 1e-6}
+                for d, name in enumerate(self.names)
+                if float(original[:, d].max() - original[:, d].min()) > 1e-6}
 
     def overrides(self) -> dict[str, torch.Tensor] | None:
         """``{condition: values}`` for ``fork`` / ``recompose``, or ``None`` when nothing changed."""
@@ -219,9 +222,10 @@ def check_colour_range(colour_range: float | None) -> float | None:
     if colour_range is None:
         return None
     if isinstance(colour_range, bool) or not isinstance(colour_range, (int, float)) or not colour_range > 0:
-        raise InspectError(f"colour_range={colour_range!r} is not a colour range; it must be a positive number "
-                           f"(the difference's colours span ±colour_range, default {DIFFERENCE_RANGE:g}) or None "
-                           f"(the colours follow each edit's largest difference).")
+        raise InspectError(f"colour_range={colour_range!r} is not a colour range; "
+                           f"it must be a positive number "
+                           f"(the difference's colours span ±colour_range, default {DIFFERENCE_RANGE:g}) "
+                           f"or None (the colours follow each edit's largest difference).")
     return float(colour_range)
 
 
@@ -240,9 +244,10 @@ class Ablation:
     CACHE_SIZE = 32
     PROPAGATED = 8
 
-    def __init__(self, trajectory: Trajectory, step: int | None = None, condition: str = "action", index: int = 0,
-                 decode: str = "preview", dim_names: Sequence[str] | None = None, readout: Any = None,
-                 final_decode: str | None = None, colour_range: float | None = DIFFERENCE_RANGE):
+    def __init__(self, trajectory: Trajectory, step: int | None = None, condition: str = "action",
+                 index: int = 0, decode: str = "preview", dim_names: Sequence[str] | None = None,
+                 readout: Any = None, final_decode: str | None = None,
+                 colour_range: float | None = DIFFERENCE_RANGE):
         if not isinstance(trajectory, Trajectory):
             raise InspectError(f"Ablation needs a Trajectory (exp.sample(...) returns one), got "
                                f"{type(trajectory).__name__}.")
@@ -366,7 +371,8 @@ class Ablation:
         """
         base = self.trajectory.model.base
         rec = self.trajectory[self.step]
-        caption = f"x0 estimate · step {rec.index} of {rec.steps} · noise level {float(rec.noise_level[0]):.2f}"
+        caption = (f"x0 estimate · step {rec.index} of {rec.steps} · "
+                   f"noise level {float(rec.noise_level[0]):.2f}")
         key = (self.step, self.decode, self.index)
         if getattr(self, "_before", (None,))[0] != key:  # the recorded picture does not change with the edits
             self._before = (key, render_float(base, self.original_x0(), self.decode, self.index))
@@ -376,9 +382,11 @@ class Ablation:
         given = given_frames(self.trajectory.batch, self.index, diff.shape[0], base.causal_latents)
         edited = ", ".join(self.describe_edits()) or "unchanged"
         limit = limit if limit is not None else self.difference_limit(diff)
-        label = "x0 difference (mean RGB, [-1, 1] units)" + (", held range" if self.held_limit is not None else "")
+        label = ("x0 difference (mean RGB, [-1, 1] units)"
+                 + (", held range" if self.held_limit is not None else ""))
         title = f"edited − recorded\ncolours {self.describe_scale(limit)}"
-        return (ViewImage("x0", f"recorded {self.condition}", "rgb", as_uint8(before), given=given, caption=caption),
+        return (ViewImage("x0", f"recorded {self.condition}", "rgb", as_uint8(before), given=given,
+                          caption=caption),
                 ViewImage("x0", f"edited: {edited}", "rgb", as_uint8(after), given=given, caption=caption),
                 ViewImage("adapter-base", title, "signed", diff, label, limit, given, caption))
 
@@ -394,14 +402,17 @@ class Ablation:
 
     def describe(self) -> str:
         edits = ", ".join(self.describe_edits()) or "no edit"
-        return f"step {self.step}/{self.trajectory.steps}, {self.condition}: {edits}; x0 change {self.change():.4f}"
+        return (f"step {self.step}/{self.trajectory.steps}, {self.condition}: {edits}; "
+                f"x0 change {self.change():.4f}")
 
     # -- carried to the last step ------------------------------------------------------------
     def recorded_final(self) -> np.ndarray:
-        """The recorded run's final prediction of clip ``index``, uint8 ``[T, H, W, 3]`` (``final_decode``)."""
+        """The recorded run's final prediction of clip ``index``, uint8 ``[T, H, W, 3]``
+        (``final_decode``)."""
         key = (self.final_decode, self.index)
         if self._recorded_final is None or self._recorded_final[0] != key:
-            frames = render_float(self.trajectory.model.base, self.trajectory.final, self.final_decode, self.index)
+            frames = render_float(self.trajectory.model.base, self.trajectory.final, self.final_decode,
+                                  self.index)
             self._recorded_final = (key, as_uint8(frames))
         return self._recorded_final[1]
 
@@ -432,31 +443,34 @@ class Ablation:
         if key in self._propagated:
             return self._propagated.get(key, lambda: None)
         if not self.trajectory.complete:
-            raise InspectError(f"propagate needs a complete trajectory (its final prediction is the comparison); this "
-                               f"one stopped after {len(self.trajectory)} of {self.trajectory.steps} steps. "
+            raise InspectError(f"propagate needs a complete trajectory "
+                               f"(its final prediction is the comparison); this one stopped "
+                               f"after {len(self.trajectory)} of {self.trajectory.steps} steps. "
                                f"traj.resume() finishes it.")
         started = time.perf_counter()
         base = self.trajectory.model.base
         recorded = self.recorded_final()
-        if torch.equal(values, self.edit.original):  # nothing edited: a fork would replay the recording exactly
+        # nothing edited: a fork would replay the recording exactly
+        if torch.equal(values, self.edit.original):
             fork, edited = self.trajectory, recorded
         else:
             def check(_step) -> None:
                 if should_stop is not None and should_stop():
                     raise StopSampling
 
-            storage = StoragePolicy(device=self.trajectory.storage.device, dtype=self.trajectory.storage.dtype,
-                                    fields=("x0",), replay=True)
-            fork = self.trajectory.fork(at=step, cond={self.condition: values}, storage=storage, on_step=check,
-                                        label=f"fork@{step}: {', '.join(edits)}")
+            storage = StoragePolicy(device=self.trajectory.storage.device,
+                                    dtype=self.trajectory.storage.dtype, fields=("x0",), replay=True)
+            fork = self.trajectory.fork(at=step, cond={self.condition: values}, storage=storage,
+                                        on_step=check, label=f"fork@{step}: {', '.join(edits)}")
             if not fork.complete:
                 return None
             edited = as_uint8(render_float(base, fork.final, self.final_decode, self.index))
         given = given_frames(self.trajectory.batch, self.index, len(recorded), base.causal_latents)
         predicted = [f for f in range(len(recorded)) if not (f < len(given) and given[f])]
         path = None if self.readout is None else compare_paths(self.readout, recorded, edited, predicted)
-        result = Propagation(step, self.trajectory.steps, edits, fork, recorded, edited, self.final_decode, given,
-                             path, time.perf_counter() - started, 0 if fork is self.trajectory else fork.steps - step)
+        result = Propagation(step, self.trajectory.steps, edits, fork, recorded, edited, self.final_decode,
+                             given, path, time.perf_counter() - started,
+                             0 if fork is self.trajectory else fork.steps - step)
         return self._propagated.get(key, lambda: result)
 
 

@@ -74,7 +74,8 @@ def _summarise(prefix: str, value: torch.Tensor) -> dict[str, float]:
     v = value.detach().float()
     if v.numel() == 1:
         return {prefix: float(v)}
-    return {f"{prefix}_mean": float(v.mean()), f"{prefix}_min": float(v.min()), f"{prefix}_max": float(v.max())}
+    return {f"{prefix}_mean": float(v.mean()), f"{prefix}_min": float(v.min()),
+            f"{prefix}_max": float(v.max())}
 
 
 def _channels(composer: Composer) -> int:
@@ -103,7 +104,8 @@ def gate_statistics(model_or_composer: ComposedModel | Composer, levels: Sequenc
         raise InspectError(f"gate_statistics needs a ComposedModel or a Composer, got "
                            f"{type(model_or_composer).__name__}.")
     if batch is not None and model is None:
-        raise InspectError("gate_statistics with a batch needs the ComposedModel (the batch goes through its base).")
+        raise InspectError("gate_statistics with a batch needs the ComposedModel "
+                           "(the batch goes through its base).")
     lv = check_levels(levels)
     with model_lock(model) if model is not None else nullcontext():
         return _gate_rows(composer, model, lv, batch, seed)
@@ -121,7 +123,8 @@ def _gate_rows(composer: Composer, model: ComposedModel | None, lv: np.ndarray, 
             else:
                 device = next((p.device for p in composer.parameters()), torch.device("cpu"))
                 c = _channels(composer)
-                zeros, ones = torch.zeros(1, c, 1, 1, 1, device=device), torch.ones(1, c, 1, 1, 1, device=device)
+                zeros, ones = (torch.zeros(1, c, 1, 1, 1, device=device),
+                               torch.ones(1, c, 1, 1, 1, device=device))
                 for level in lv:
                     s = torch.full((1,), float(level), device=device)
                     composition = Composition.of(composer.compose(zeros, ones, ComposeContext(x_t=zeros, t=s,
@@ -154,7 +157,8 @@ def _gates_on_batch(model: ComposedModel, batch: Batch, lv: np.ndarray, seed: in
 
 
 def gate_history(callback: GateStatistics | Sequence[Mapping[str, float]]) -> dict[str, np.ndarray]:
-    """``GateStatistics.history`` (or its rows) as arrays by column: ``{"step": (N,), "gate_mean": (N,), ...}``.
+    """``GateStatistics.history`` (or its rows) as arrays by column:
+    ``{"step": (N,), "gate_mean": (N,), ...}``.
 
     A column missing from some rows is NaN there.
     """
@@ -204,7 +208,8 @@ class GatesState:
                  frame: int | None = None, history: Any = None):
         model = source if isinstance(source, ComposedModel) else getattr(source, "model", None)
         if not isinstance(model, ComposedModel):
-            raise InspectError(f"Gates needs an AdapterExperiment or a ComposedModel, got {type(source).__name__}.")
+            raise InspectError(f"Gates needs an AdapterExperiment or a ComposedModel, "
+                               f"got {type(source).__name__}.")
         self.source, self.model, self.batch, self.levels = source, model, batch, tuple(levels)
         self.trajectory, self.index, self._history = trajectory, index, history
         self.step = self.frame = None
@@ -231,7 +236,8 @@ class GatesState:
 
     def _require_trajectory(self) -> Trajectory:
         if self.trajectory is None:
-            raise InspectError("This Gates state has no trajectory, so no gate map; pass trajectory=exp.sample(...).")
+            raise InspectError("This Gates state has no trajectory, so no gate map; "
+                               "pass trajectory=exp.sample(...).")
         return self.trajectory
 
     @property

@@ -61,7 +61,8 @@ class Readout:
 
     def __post_init__(self):
         if not callable(self.fn):
-            raise InspectError(f"Readout fn must be callable (frames -> positions), got {type(self.fn).__name__}.")
+            raise InspectError(f"Readout fn must be callable (frames -> positions), "
+                               f"got {type(self.fn).__name__}.")
         object.__setattr__(self, "axes", tuple(self.axes))
 
     def __call__(self, frames: np.ndarray) -> np.ndarray:
@@ -72,8 +73,8 @@ class Readout:
 
 
 def check_readout(readout: Any) -> FrameReadout | None:
-    """``readout`` as a :class:`FrameReadout` (``None`` stays ``None``; a bare function gets a :class:`Readout`
-    named after it, without a unit)."""
+    """``readout`` as a :class:`FrameReadout` (``None`` stays ``None``; a bare function gets a
+    :class:`Readout` named after it, without a unit)."""
     if readout is None or isinstance(readout, FrameReadout):
         return readout
     if callable(readout):
@@ -91,8 +92,8 @@ def read_positions(readout: FrameReadout, frames: np.ndarray) -> np.ndarray:
         out = out[:, None]
     if out.ndim != 2 or out.shape[0] != frames.shape[0]:
         raise InspectError(
-            f"The readout {readout.name!r} returned shape {tuple(out.shape)} for {frames.shape[0]} frames; it must "
-            f"return one position per frame, [{frames.shape[0]}, D]."
+            f"The readout {readout.name!r} returned shape {tuple(out.shape)} for {frames.shape[0]} frames; "
+            f"it must return one position per frame, [{frames.shape[0]}, D]."
         )
     if not np.isfinite(out).all():
         raise InspectError(f"The readout {readout.name!r} returned NaN or infinite positions.")
@@ -160,8 +161,8 @@ def compare_paths(readout: FrameReadout, recorded: np.ndarray, edited: np.ndarra
     """Read ``recorded`` and ``edited`` (uint8 ``[T, H, W, 3]`` each) with ``readout``."""
     a, b = read_positions(readout, recorded), read_positions(readout, edited)
     if a.shape != b.shape:
-        raise InspectError(f"The readout {readout.name!r} returned {a.shape} and {b.shape} for two videos of the "
-                           f"same length.")
+        raise InspectError(f"The readout {readout.name!r} returned {a.shape} and {b.shape} "
+                           f"for two videos of the same length.")
     return PathComparison(readout.name, readout.unit, tuple(axis_names(readout, a.shape[1])), a, b,
                           tuple(int(f) for f in predicted))
 

@@ -71,7 +71,8 @@ def condition_table(adapter: Adapter | ComposedModel, raw_or_batch: Mapping[str,
     if isinstance(adapter, ComposedModel):
         adapter = adapter.adapter
     if not isinstance(adapter, Adapter):
-        raise InspectError(f"condition_table needs an Adapter or a ComposedModel, got {type(adapter).__name__}.")
+        raise InspectError(f"condition_table needs an Adapter or a ComposedModel, "
+                           f"got {type(adapter).__name__}.")
     view = adapter.view(raw_or_batch, step=step)
     rows = []
     for name, info in view.info.items():
@@ -83,7 +84,8 @@ def condition_table(adapter: Adapter | ComposedModel, raw_or_batch: Mapping[str,
         rows.append({
             "name": name, "key": info.key, "alias": info.key is not None and info.key != name,
             "shape": info.shape, "dtype": info.dtype, "frames": info.per_frame or "per-sample",
-            "dropout": info.dropout, "dropout_applied": info.dropout_applied, "dropped": info.dropped, **stats,
+            "dropout": info.dropout, "dropout_applied": info.dropout_applied, "dropped": info.dropped,
+            **stats,
         })
     return rows
 
@@ -146,7 +148,8 @@ def _frames_of(model: ComposedModel, x0: torch.Tensor, decode: str) -> list[np.n
 
 
 class _ReadoutProbe:
-    """Reads positions off x0 estimates for :func:`action_sensitivity`: per clip ``[T, D]``, predicted frames only."""
+    """Reads positions off x0 estimates for :func:`action_sensitivity`: per clip ``[T, D]``, predicted
+    frames only."""
 
     def __init__(self, model: ComposedModel, batch: Batch, readout: Any, decode: str):
         self.model, self.batch, self.readout, self.decode = model, batch, readout, decode
@@ -172,8 +175,8 @@ class _ReadoutProbe:
 
 
 def action_sensitivity(model: ComposedModel, batch: Mapping[str, Any] | Batch,
-                       levels: Sequence[float] = (0.2, 0.5, 0.8), condition: str = "action", eps: float = 0.05,
-                       seed: int = 0, readout: Any = None, readout_eps: float = 0.25,
+                       levels: Sequence[float] = (0.2, 0.5, 0.8), condition: str = "action",
+                       eps: float = 0.05, seed: int = 0, readout: Any = None, readout_eps: float = 0.25,
                        decode: str = "tiny") -> ActionSensitivityResult:
     """How much the adapter output and the x0 estimate move per unit change of each action dimension.
 
@@ -192,7 +195,8 @@ def action_sensitivity(model: ComposedModel, batch: Mapping[str, Any] | Batch,
         >>> sens.x0.shape        # (levels, action dims)
         (2, 4)
         >>> from workbench.worldmodel.probe import HandProbe
-        >>> sens = action_sensitivity(model, raw, levels=(0.5,), readout=HandProbe.from_pretrained().readout())
+        >>> readout = HandProbe.from_pretrained().readout()
+        >>> sens = action_sensitivity(model, raw, levels=(0.5,), readout=readout)
         >>> sens.readout["adapter"].shape     # cm per unit of each action dimension, per level
         (1, 4)
     """
@@ -202,7 +206,8 @@ def action_sensitivity(model: ComposedModel, batch: Mapping[str, Any] | Batch,
     if not (isinstance(eps, (int, float)) and eps > 0):
         raise InspectError(f"eps must be a positive step for the finite differences, got {eps!r}.")
     if not (isinstance(readout_eps, (int, float)) and readout_eps > 0):
-        raise InspectError(f"readout_eps must be a positive step for the finite differences, got {readout_eps!r}.")
+        raise InspectError(f"readout_eps must be a positive step for the finite differences, "
+                           f"got {readout_eps!r}.")
     readout = check_readout(readout)
     batch = prepare(model, batch)
     key = condition_key(model, batch, condition)
@@ -251,13 +256,14 @@ def action_sensitivity(model: ComposedModel, batch: Mapping[str, Any] | Batch,
                 moved["adapter"][i, d] = probe.distance(*read) / (2 * readout_eps)
                 base_plus, base_minus = (model.base_prediction(x_t, t, b) for b in (plus, minus))
                 if not torch.equal(base_plus, base_minus):  # a base that reads the condition itself
-                    read = [probe.positions(obj.x0_from_prediction(p, x_t, t)) for p in (base_plus, base_minus)]
+                    read = [probe.positions(obj.x0_from_prediction(p, x_t, t))
+                            for p in (base_plus, base_minus)]
                     moved["base"][i, d] = probe.distance(*read) / (2 * readout_eps)
     extra = {} if readout is None else {
-        "readout": moved, "readout_swap_gap": gap_r, "readout_name": readout.name, "readout_unit": readout.unit,
-        "readout_eps": float(readout_eps)}
-    return ActionSensitivityResult(condition, lv, ts, float(eps), sens_a, sens_x, {"adapter": gap_a, "x0": gap_x},
-                                   scale, **extra)
+        "readout": moved, "readout_swap_gap": gap_r, "readout_name": readout.name,
+        "readout_unit": readout.unit, "readout_eps": float(readout_eps)}
+    return ActionSensitivityResult(condition, lv, ts, float(eps), sens_a, sens_x,
+                                   {"adapter": gap_a, "x0": gap_x}, scale, **extra)
 
 
 # -- sigma sensitivity -----------------------------------------------------------------------
@@ -284,7 +290,8 @@ class BandRecommendation:
 
 @dataclass
 class SigmaSensitivity:
-    """Losses per noise level on the same noise draw(s): ``base``, ``adapted``, ``swapped`` (wrong condition)."""
+    """Losses per noise level on the same noise draw(s): ``base``, ``adapted``, ``swapped`` (wrong
+    condition)."""
 
     condition: str
     levels: np.ndarray
@@ -300,7 +307,8 @@ class SigmaSensitivity:
         return self.base - self.adapted
 
     def rows(self) -> list[dict[str, float]]:
-        return [{"level": float(lv), "t": float(t), "base": float(b), "adapted": float(a), "swapped": float(s)}
+        return [{"level": float(lv), "t": float(t), "base": float(b), "adapted": float(a),
+                 "swapped": float(s)}
                 for lv, t, b, a, s in zip(self.levels, self.t, self.base, self.adapted, self.swapped)]
 
     def recommend_band(self, margin: float = 0.02) -> BandRecommendation | None:
@@ -329,12 +337,13 @@ class SigmaSensitivity:
         lo = 0.0 if first == 0 else float((lv[first - 1] + lv[first]) / 2)
         hi = 1.0 if last == len(lv) - 1 else float((lv[last] + lv[last + 1]) / 2)
         t_lo, t_hi = (t_for_noise_level(self.objective, x) for x in (lo, hi)) if self.objective else (lo, hi)
-        return BandRecommendation(lo, hi, (t_lo, t_hi), lv[first:last + 1], float(gain[first:last + 1].mean()),
-                                  float(margin))
+        return BandRecommendation(lo, hi, (t_lo, t_hi), lv[first:last + 1],
+                                  float(gain[first:last + 1].mean()), float(margin))
 
 
-def sigma_sensitivity(model: ComposedModel, batch: Mapping[str, Any] | Batch, levels: Sequence[float] = DEFAULT_LEVELS,
-                      seed: int = 0, condition: str = "action", draws: int = 1) -> SigmaSensitivity:
+def sigma_sensitivity(model: ComposedModel, batch: Mapping[str, Any] | Batch,
+                      levels: Sequence[float] = DEFAULT_LEVELS, seed: int = 0, condition: str = "action",
+                      draws: int = 1) -> SigmaSensitivity:
     """Base, adapted and wrong-condition (actions rolled across the batch) loss per noise level.
 
     Each level uses the same ``draws`` noise draws (from ``seed``) for all three, so their
@@ -351,7 +360,8 @@ def sigma_sensitivity(model: ComposedModel, batch: Mapping[str, Any] | Batch, le
         raise InspectError(f"draws must be an int >= 1, got {draws!r}.")
     batch = prepare(model, batch)
     if batch.meta.get("has_target") is False:
-        raise InspectError("sigma_sensitivity needs clean targets: this batch was prepared from a single image. "
+        raise InspectError("sigma_sensitivity needs clean targets: "
+                           "this batch was prepared from a single image. "
                            "Pass a raw batch with the full video.")
     condition_key(model, batch, condition)
     lv = check_levels(levels)
@@ -397,7 +407,8 @@ def condition_plots(model_or_adapter: Any, raw_or_batch: Mapping[str, Any] | Bat
         value = view.declared.get(name)
         title = name if info.key in (None, name) else f"{name} (from {info.key!r})"
         if not isinstance(value, torch.Tensor):
-            out[name] = {"kind": "missing", "title": title, "values": None, "note": "missing (optional, None)"}
+            out[name] = {"kind": "missing", "title": title, "values": None,
+                         "note": "missing (optional, None)"}
             continue
         v = value.detach().float().cpu()
         v = v[index if v.shape[0] > 1 else 0]
@@ -423,5 +434,5 @@ def condition_plots(model_or_adapter: Any, raw_or_batch: Mapping[str, Any] | Bat
     return out
 
 
-__all__ = ["DEFAULT_LEVELS", "ActionSensitivityResult", "BandRecommendation", "SigmaSensitivity", "action_sensitivity",
-           "condition_plots", "condition_table", "sigma_sensitivity"]
+__all__ = ["DEFAULT_LEVELS", "ActionSensitivityResult", "BandRecommendation", "SigmaSensitivity",
+           "action_sensitivity", "condition_plots", "condition_table", "sigma_sensitivity"]

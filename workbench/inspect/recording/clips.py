@@ -39,7 +39,8 @@ def _collated(clips: Sequence[Mapping[str, Any]], key: str) -> Any:
 
 
 def generation_request(base, clips: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """The raw generation request for ``clips`` (each ``{"video": (3, T, H, W) in [-1, 1], <conditions>, <text>}``).
+    """The raw generation request for ``clips``
+    (each ``{"video": (3, T, H, W) in [-1, 1], <conditions>, <text>}``).
 
     What the backbone generates from, as its ``generation_inputs(video)`` says (an image-to-video mode:
     the first frames ``"image"`` ``(B, 3, H, W)``; otherwise the clips' ``"frames"`` / ``"height"`` /
@@ -52,21 +53,24 @@ def generation_request(base, clips: Sequence[Mapping[str, Any]]) -> dict[str, An
         raise DataError("generation_request: no clips were given.")
     first = clips[0]
     if "video" not in first:
-        raise DataError(f"generation_request: clips need their 'video' (3, T, H, W), got keys {sorted(first)}.")
+        raise DataError(f"generation_request: clips need their 'video' (3, T, H, W), "
+                        f"got keys {sorted(first)}.")
     video = torch.stack([torch.as_tensor(c["video"]) for c in clips])
     request: dict[str, Any] = dict(base.generation_inputs(video))
     reads_text = base.card.serving in TEXT_MODES  # a mode without text refuses it rather than ignore it
     for key, value in first.items():
         if key == "video":
             continue
-        if (isinstance(value, str) and reads_text) or (isinstance(value, torch.Tensor) and value.is_floating_point()):
+        if ((isinstance(value, str) and reads_text)
+                or (isinstance(value, torch.Tensor) and value.is_floating_point())):
             request[key] = _collated(clips, key)
     return request
 
 
 def predict_clips(model, clips: Sequence[Mapping[str, Any]], *, steps: int | None = None, seed: int = 0,
                   chunk: int = 12, adapter: bool = True, gate: torch.Tensor | None = None,
-                  on_chunk: Callable[[int], None] | None = None, offset: int = 0, **sampler_kwargs: Any) -> np.ndarray:
+                  on_chunk: Callable[[int], None] | None = None, offset: int = 0,
+                  **sampler_kwargs: Any) -> np.ndarray:
     """Every clip of ``clips`` predicted by ``model`` (a :class:`~workbench.core.composed.ComposedModel`), as
     uint8 frames ``(N, T, H, W, 3)``.
 
@@ -92,7 +96,8 @@ def predict_clips(model, clips: Sequence[Mapping[str, Any]], *, steps: int | Non
         generator = torch.Generator(device=base.device).manual_seed(seed * 7919 + offset + lo)
         model.adapter_enabled = adapter
         try:
-            override = model.composer.override_gate(gate) if adapter and gate is not None else contextlib.nullcontext()
+            override = (model.composer.override_gate(gate) if adapter and gate is not None
+                        else contextlib.nullcontext())
             with override:
                 latents = model.generate(batch, steps=steps, generator=generator, **sampler_kwargs)
         finally:

@@ -44,11 +44,11 @@ def write_grid(path: str | Path, branches: Sequence[Any], steps: Sequence[int | 
     from workbench.media import label_grid, write_video
 
     if not steps:
-        raise InspectError("export has no steps to show: the branches share no stored step and the run is not "
-                           "complete.")
+        raise InspectError("export has no steps to show: the branches share no stored step "
+                           "and the run is not complete.")
     first = branches[0]
-    grid = label_grid(rows, row_labels=[step_label(first, s) for s in steps], col_labels=[b.label for b in branches],
-                      scale=scale)
+    grid = label_grid(rows, row_labels=[step_label(first, s) for s in steps],
+                      col_labels=[b.label for b in branches], scale=scale)
     return write_video(path, grid, fps=fps or first.model.base.card.sampling.fps or 10)
 
 

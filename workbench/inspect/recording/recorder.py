@@ -67,7 +67,8 @@ class Recorder:
                 f"on_step called once per step, in order, after that step's compose_fn calls."
             )
         if not self.calls:
-            raise InspectError(f"The sampler finished step {rec.index} without calling compose_fn; nothing to record.")
+            raise InspectError(f"The sampler finished step {rec.index} without calling compose_fn; "
+                               f"nothing to record.")
         live = self._record(rec) if self.step >= self.live_from else None
         self.step += 1  # the step is done (and stored) before the user sees it: a stop keeps it
         self.calls, self.pending = [], None
@@ -111,16 +112,18 @@ class Recorder:
                     value = getattr(live, name)
                     if value is None:
                         values[name] = None
-                    elif value is x0 and self.user_on_step is None and _fresh(x0, (pred.composed, rec.x_t, rec.t)):
+                    elif (value is x0 and self.user_on_step is None
+                            and _fresh(x0, (pred.composed, rec.x_t, rec.t))):
                         values[name] = store(x0, device, dtype, private=True)  # nobody else holds it: no copy
                     else:
                         values[name] = store(value, device, dtype)
                 diagnostics = pred.diagnostics.map(lambda v: store(v, device, dtype))
-                fields = TrajectoryStep(rec.index, rec.steps, t, noise, diagnostics=diagnostics, stored=storage.fields,
-                                        **values)
+                fields = TrajectoryStep(rec.index, rec.steps, t, noise, diagnostics=diagnostics,
+                                        stored=storage.fields, **values)
             calls = None
             if storage.replay:
-                calls = tuple(fields.composed if i == 0 and fields is not None and storage.shares_replay(c.dtype)
+                calls = tuple(fields.composed
+                              if i == 0 and fields is not None and storage.shares_replay(c.dtype)
                               else store(c, device) for i, c in enumerate(self.calls))
             self.log.append(StepLog(t, noise, fields, calls))
         return live
@@ -136,8 +139,9 @@ def _fresh(x0: torch.Tensor, sources: tuple[torch.Tensor, ...]) -> bool:
 def generator_state(generator: torch.Generator | None, seed: int, device: torch.device) -> torch.Tensor:
     if generator is not None:
         if generator.device.type != device.type:
-            raise InspectError(f"generator is on {generator.device}, but the batch is on {device}; the initial "
-                               f"noise is drawn on the batch's device. Pass torch.Generator(device='{device}').")
+            raise InspectError(f"generator is on {generator.device}, but the batch is on {device}; "
+                               f"the initial noise is drawn on the batch's device. "
+                               f"Pass torch.Generator(device='{device}').")
         return generator.get_state()
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
         raise InspectError(f"seed must be an int, got {seed!r}.")

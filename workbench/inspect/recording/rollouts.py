@@ -59,14 +59,16 @@ def register_state_reader(name: str, factory: Callable[[], Callable]) -> None:
 
 
 def _reader_entry_points() -> list:
-    """Every distribution's ``workbench.state_readers`` entry points. Each distribution's are read, not only the
-    first of a name (a stale ``*.egg-info`` of a development checkout, found first from its root, would hide
-    the installed metadata's)."""
-    return [ep for dist in metadata.distributions() for ep in dist.entry_points if ep.group == STATE_READER_GROUP]
+    """Every distribution's ``workbench.state_readers`` entry points. Each distribution's are read, not only
+    the first of a name (a stale ``*.egg-info`` of a development checkout, found first from its root, would
+    hide the installed metadata's)."""
+    return [ep for dist in metadata.distributions() for ep in dist.entry_points
+            if ep.group == STATE_READER_GROUP]
 
 
 def state_reader(name: str) -> Callable:
-    """The state reader registered as ``name`` (in process, or through the ``workbench.state_readers`` entry points)."""
+    """The state reader registered as ``name`` (in process, or through the ``workbench.state_readers``
+    entry points)."""
     if name not in _STATE_READERS:
         for ep in _reader_entry_points():
             if ep.name == name:
@@ -76,11 +78,11 @@ def state_reader(name: str) -> Callable:
         known = sorted({*_STATE_READERS, *(ep.name for ep in _reader_entry_points())})
         raise InspectError(
             f"state={name!r} names no state reader (registered: {', '.join(known) or 'none'}). Pass "
-            f"state='recorded' (the recorded state: a ceiling), a callable frames_uint8 [B, T, H, W, 3] -> [B, D], "
-            f"or register one with workbench.inspect.recording.rollouts.register_state_reader({name!r}, factory). "
-            f"The hand "
-            f"probe ('probe') is registered by workbench.worldmodel.rollouts (reinstall the package with `make "
-            f"install` if its entry point is missing).")
+            f"state='recorded' (the recorded state: a ceiling), "
+            f"a callable frames_uint8 [B, T, H, W, 3] -> [B, D], or register one with "
+            f"workbench.inspect.recording.rollouts.register_state_reader({name!r}, factory). "
+            f"The hand probe ('probe') is registered by workbench.worldmodel.rollouts "
+            f"(reinstall the package with `make install` if its entry point is missing).")
     return _STATE_READERS[name]()
 
 
@@ -167,7 +169,8 @@ class Rollout:
 
     @property
     def states(self) -> list[torch.Tensor | None]:
-        """The state each chunk was given (``[B, D]``, ``[D]`` unbatched; None when the adapter reads none)."""
+        """The state each chunk was given (``[B, D]``, ``[D]`` unbatched; None when the adapter reads
+        none)."""
         return [c.state if c.state is None or self._plan.batched else c.state[0] for c in self.chunks]
 
     @property
@@ -202,11 +205,12 @@ class Rollout:
         return self._plan.window
 
     def chunk_of(self, frame: int) -> int:
-        """The index of the chunk whose output :attr:`video` shows at ``frame`` (0 for the given start frames)."""
+        """The index of the chunk whose output :attr:`video` shows at ``frame`` (0 for the given start
+        frames)."""
         n = self.frame_count
         if isinstance(frame, bool) or not isinstance(frame, (int, np.integer)) or not -n <= frame < n:
-            raise InspectError(f"chunk_of({frame!r}): frame must be an int in 0..{n - 1} (this rollout has {n} "
-                               f"frames).")
+            raise InspectError(f"chunk_of({frame!r}): frame must be an int in 0..{n - 1} "
+                               f"(this rollout has {n} frames).")
         frame = int(frame) % n
         for chunk in self.chunks:
             if frame in chunk.frames:
@@ -215,21 +219,22 @@ class Rollout:
 
     def head(self, n_chunks: int) -> Rollout:
         """The first ``n_chunks`` chunks (frames up to the last one's window), e.g. to undo chunks."""
-        if isinstance(n_chunks, bool) or not isinstance(n_chunks, (int, np.integer)) or not 1 <= n_chunks <= len(
-                self.chunks):
-            raise InspectError(f"head({n_chunks!r}): n_chunks must be an int in 1..{len(self.chunks)} (this rollout "
-                               f"has {len(self.chunks)} chunks).")
+        if (isinstance(n_chunks, bool) or not isinstance(n_chunks, (int, np.integer))
+                or not 1 <= n_chunks <= len(self.chunks)):
+            raise InspectError(f"head({n_chunks!r}): n_chunks must be an int in 1..{len(self.chunks)} "
+                               f"(this rollout has {len(self.chunks)} chunks).")
         kept = self.chunks[:n_chunks]
         frames = kept[-1].window.stop
-        chunks = [replace(c, frames=f) for c, f in zip(kept, _written(self._plan, frames, len(kept)), strict=True)]
+        chunks = [replace(c, frames=f)
+                  for c, f in zip(kept, _written(self._plan, frames, len(kept)), strict=True)]
         return Rollout(self._plan, self._actions[:, :frames], chunks)
 
     def extend(self, actions: Any) -> Rollout:
-        """This rollout continued by ``len(actions)`` frames: ``actions`` ``(M, D)`` (``(B, M, D)`` batched), the
-        action at each new frame. Equal to a one-shot rollout of all the actions (a last chunk that was
+        """This rollout continued by ``len(actions)`` frames: ``actions`` ``(M, D)`` (``(B, M, D)`` batched),
+        the action at each new frame. Equal to a one-shot rollout of all the actions (a last chunk that was
         padded is sampled again with the real actions)."""
-        more = _check_actions(self._plan.model, actions, self._plan.batched, self._actions.shape[0], who="extend",
-                              minimum=1)
+        more = _check_actions(self._plan.model, actions, self._plan.batched, self._actions.shape[0],
+                              who="extend", minimum=1)
         if more.shape[-1] != self._actions.shape[-1]:
             raise InspectError(f"extend: actions have width {more.shape[-1]}, but this rollout's have "
                                f"{self._actions.shape[-1]}. Give ({'B, ' if self._plan.batched else ''}M, "
@@ -239,7 +244,8 @@ class Rollout:
         return _continue(self._plan, total, keep)
 
     def fork(self, chunk: int, at: int, cond: Mapping[str, Any] | None = None, *, adapter: Any = None,
-             gate_override: float | torch.Tensor | None = None, storage: StoragePolicy | None = None) -> Rollout:
+             gate_override: float | torch.Tensor | None = None,
+             storage: StoragePolicy | None = None) -> Rollout:
         """Chunks before ``chunk`` kept, chunk ``chunk`` forked from its recorded step ``at`` (steps before
         ``at`` replayed without model calls, see :meth:`Trajectory.fork`) with ``cond`` (e.g.
         ``{"action": (W, D)}`` for the chunk's window), later chunks sampled again from the fork's frames
@@ -247,8 +253,8 @@ class Rollout:
         forked chunk only."""
         n = len(self.chunks)
         if isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or not 0 <= chunk < n:
-            raise InspectError(f"fork(chunk={chunk!r}): chunk must be an int in 0..{n - 1} (this rollout has {n} "
-                               f"chunks).")
+            raise InspectError(f"fork(chunk={chunk!r}): chunk must be an int in 0..{n - 1} "
+                               f"(this rollout has {n} chunks).")
         plan, old = self._plan, self.chunks[chunk]
         actions = self._actions.clone()
         overrides: dict[str, Any] = {}
@@ -260,9 +266,10 @@ class Rollout:
                 key = "action"
                 want = (actions.shape[0], plan.window, actions.shape[2])
                 if tuple(value.shape) != want:
-                    shape, got = (want, tuple(value.shape)) if plan.batched else (want[1:], tuple(value.shape[1:]))
-                    raise InspectError(f"fork(cond={{'action': ...}}): chunk {chunk}'s window takes actions of shape "
-                                       f"{shape} (one per frame of its window, frames {old.start}.."
+                    shape, got = ((want, tuple(value.shape)) if plan.batched
+                                  else (want[1:], tuple(value.shape[1:])))
+                    raise InspectError(f"fork(cond={{'action': ...}}): chunk {chunk}'s window takes actions "
+                                       f"of shape {shape} (one per frame of its window, frames {old.start}.."
                                        f"{old.start + plan.window - 1}), got {got}.")
                 real = plan.window - old.padded
                 actions[:, old.start:old.start + real] = value[:, :real].to(actions.dtype)
@@ -313,7 +320,8 @@ def _assemble(plan: _Plan, frames: int, chunks: Sequence[RolloutChunk]) -> np.nd
 
 
 def _to_float(frames: np.ndarray) -> torch.Tensor:
-    """uint8 ``[B, T, H, W, 3]`` → float ``(B, 3, T, H, W)`` in [-1, 1], the inverse of ``to_uint8_video``."""
+    """uint8 ``[B, T, H, W, 3]`` → float ``(B, 3, T, H, W)`` in [-1, 1], the inverse of
+    ``to_uint8_video``."""
     return torch.from_numpy(np.ascontiguousarray(frames)).permute(0, 4, 1, 2, 3).float().div(127.5).sub(1.0)
 
 
@@ -326,14 +334,14 @@ def _read_state(plan: _Plan, frames: np.ndarray, frame: int, first: bool) -> tor
     if (first or plan.state_mode == "recorded") and key in plan.recorded_state:
         return plan.recorded_state[key][:, frame].float()
     if plan.reader is None:
-        raise InspectError(f"state='recorded' needs the start clip's recorded {key!r} at frame {frame}; it carries "
-                           f"none. Pass a start clip of the whole episode, or state='probe'.")
+        raise InspectError(f"state='recorded' needs the start clip's recorded {key!r} at frame {frame}; "
+                           f"it carries none. Pass a start clip of the whole episode, or state='probe'.")
     value = torch.as_tensor(np.asarray(plan.reader(frames)), dtype=torch.float32)
     if value.ndim == 3:
         value = value[:, -1]
     if value.ndim != 2 or value.shape[0] != frames.shape[0]:
-        raise InspectError(f"The state reader returned shape {tuple(value.shape)} for frames {frames.shape}; it must "
-                           f"return [B, D] (or [B, T, D]) with B={frames.shape[0]}.")
+        raise InspectError(f"The state reader returned shape {tuple(value.shape)} for frames {frames.shape}; "
+                           f"it must return [B, D] (or [B, T, D]) with B={frames.shape[0]}.")
     return value
 
 
@@ -357,11 +365,13 @@ def _sample_chunk(plan: _Plan, k: int, start: int, actions: torch.Tensor, contex
     conditions = {key: (v.detach().cpu() if isinstance(v, torch.Tensor) else v) for key, v in request.items()}
     batch = prepare(plan.model, request)
     seed = chunk_seed(plan.seed, k)
-    traj = run(plan.model, batch, steps=plan.steps, sampler=plan.sampler, sampler_kwargs=dict(plan.sampler_kwargs),
-               generator_state=generator_state(None, seed, batch.latents.device), seed=seed, storage=plan.storage,
-               settings=plan.settings, keep=plan.keep, on_step=None, label=f"chunk {k} (frames {start}..)")
-    return RolloutChunk(index=k, start=start, frames=range(0), trajectory=traj, conditions=conditions, state=state,
-                        produced=_decode(plan, traj), padded=padded, seed=seed)
+    traj = run(plan.model, batch, steps=plan.steps, sampler=plan.sampler,
+               sampler_kwargs=dict(plan.sampler_kwargs),
+               generator_state=generator_state(None, seed, batch.latents.device), seed=seed,
+               storage=plan.storage, settings=plan.settings, keep=plan.keep, on_step=None,
+               label=f"chunk {k} (frames {start}..)")
+    return RolloutChunk(index=k, start=start, frames=range(0), trajectory=traj, conditions=conditions,
+                        state=state, produced=_decode(plan, traj), padded=padded, seed=seed)
 
 
 def _continue(plan: _Plan, actions: torch.Tensor, chunks: list[RolloutChunk]) -> Rollout:
@@ -403,8 +413,8 @@ def _consumed(model: ComposedModel) -> dict[str, Any]:
 def _check_actions(model: ComposedModel, actions: Any, batched: bool, batch: int, *, who: str,
                    minimum: int) -> torch.Tensor:
     if not isinstance(actions, (torch.Tensor, np.ndarray)):
-        raise InspectError(f"{who}: actions must be a tensor of shape {'(B, N, D)' if batched else '(N, D)'}, got "
-                           f"{type(actions).__name__}.")
+        raise InspectError(f"{who}: actions must be a tensor of shape "
+                           f"{'(B, N, D)' if batched else '(N, D)'}, got {type(actions).__name__}.")
     a = torch.as_tensor(actions)
     want = 3 if batched else 2
     if a.ndim != want or not a.is_floating_point():
@@ -414,12 +424,12 @@ def _check_actions(model: ComposedModel, actions: Any, batched: bool, batch: int
     if not batched:
         a = a[None]
     if a.shape[0] != batch:
-        raise InspectError(f"{who}: actions have batch size {a.shape[0]}, but there are {batch} start clips; give one "
-                           f"action sequence per start clip ((B, N, D) with B={batch}).")
+        raise InspectError(f"{who}: actions have batch size {a.shape[0]}, but there are {batch} start clips; "
+                           f"give one action sequence per start clip ((B, N, D) with B={batch}).")
     if a.shape[1] < minimum:
-        raise InspectError(f"{who}: too few actions: got {a.shape[1]} frames of actions, at least {minimum} are "
-                           f"needed (the action at every frame to predict, one per frame: {minimum} gives the "
-                           f"given start frame(s) and one new frame).")
+        raise InspectError(f"{who}: too few actions: got {a.shape[1]} frames of actions, "
+                           f"at least {minimum} are needed (the action at every frame to predict, "
+                           f"one per frame: {minimum} gives the given start frame(s) and one new frame).")
     consumer = _consumed(model).get("action")
     dim = getattr(consumer, "dim", None)
     if dim is not None and a.shape[-1] != dim:
@@ -431,23 +441,24 @@ def _check_actions(model: ComposedModel, actions: Any, batched: bool, batch: int
 def _start(base, start: Mapping[str, Any], context: int) -> tuple[torch.Tensor, bool]:
     if not isinstance(start, Mapping) or "video" not in start:
         got = sorted(start) if isinstance(start, Mapping) else type(start).__name__
-        raise InspectError(f"rollout: start must be a clip dict with 'video' (3, T, H, W) in [-1, 1] (or a batch "
-                           f"(B, 3, T, H, W)), as the clip sources give it; got {got}.")
+        raise InspectError(f"rollout: start must be a clip dict with 'video' (3, T, H, W) in [-1, 1] "
+                           f"(or a batch (B, 3, T, H, W)), as the clip sources give it; got {got}.")
     video = torch.as_tensor(start["video"])
     if video.ndim not in (4, 5) or video.shape[-4] != 3 or not video.is_floating_point():
-        raise InspectError(f"rollout: start['video'] must be float (3, T, H, W) or (B, 3, T, H, W) in [-1, 1], got "
-                           f"{tuple(video.shape)} {video.dtype}.")
+        raise InspectError(f"rollout: start['video'] must be float (3, T, H, W) or (B, 3, T, H, W) "
+                           f"in [-1, 1], got {tuple(video.shape)} {video.dtype}.")
     batched = video.ndim == 5
     video = video if batched else video[None]
     if video.shape[2] < context:
-        raise InspectError(f"rollout: {type(base).__name__} continues from {context} frames (card.context_frames), "
-                           f"but start['video'] has {video.shape[2]}.")
+        raise InspectError(f"rollout: {type(base).__name__} continues from {context} frames "
+                           f"(card.context_frames), but start['video'] has {video.shape[2]}.")
     return video[:, :, :context].detach().cpu().float(), batched
 
 
-def rollout(exp_or_model: Any, start: Mapping[str, Any], actions: Any, *, steps: int | None = None, seed: int = 0,
-            state: str | Callable | None = "probe", gate_scale: float | None = None, stride: int | None = None,
-            store: StoragePolicy | bool | None = None, adapter: Any = "on", **sampler_kwargs: Any) -> Rollout:
+def rollout(exp_or_model: Any, start: Mapping[str, Any], actions: Any, *, steps: int | None = None,
+            seed: int = 0, state: str | Callable | None = "probe", gate_scale: float | None = None,
+            stride: int | None = None, store: StoragePolicy | bool | None = None, adapter: Any = "on",
+            **sampler_kwargs: Any) -> Rollout:
     """Predict frames ``0 .. N-1`` of an episode chunk by chunk (see the module docstring).
 
     Args:
@@ -457,7 +468,8 @@ def rollout(exp_or_model: Any, start: Mapping[str, Any], actions: Any, *, steps:
             (``camera``; text for a text mode) and its state at frame 0 are used. Recorded state of later
             frames is read only with ``state="recorded"``.
         actions: ``(N, D)`` (``(B, N, D)``): the action at every frame of the episode.
-        steps: sampling steps (default: the card's). ``seed``: chunk ``k`` samples with ``chunk_seed(seed, k)``.
+        steps: sampling steps (default: the card's). ``seed``: chunk ``k`` samples with
+            ``chunk_seed(seed, k)``.
         state: ``"probe"``, ``"recorded"``, a callable ``frames_uint8 [B, T, H, W, 3] -> [B, D]``, or None
             (give no state) — used only when the adapter reads ``ee_pos`` / ``proprio``.
         gate_scale: sample with the adapter's learned gate times this.
@@ -473,7 +485,8 @@ def rollout(exp_or_model: Any, start: Mapping[str, Any], actions: Any, *, steps:
         >>> ro = rollout(model, clip, actions, steps=4)                # chunk 1's hand position: the probe's
         >>> ro.video.shape, [list(c.frames)[:2] for c in ro.chunks]
         ((31, 64, 64, 3), [[1, 2], [16, 17]])
-        >>> ro.chunks[1].conditions["image"].shape                    # chunk 0's last frame, as it was produced
+        >>> ro.chunks[1].conditions["image"].shape                    # chunk 0's last frame, as it was
+        ...                                                           # produced
         torch.Size([1, 3, 64, 64])
     """
     model = _model_of(exp_or_model)
@@ -483,34 +496,38 @@ def rollout(exp_or_model: Any, start: Mapping[str, Any], actions: Any, *, steps:
     name = getattr(card, "model_id", type(base).__name__)
     if context == 0:
         raise InspectError(
-            f"{name!r} (mode {card.serving!r}) cannot be rolled out: its card says context_frames=0, it generates "
-            f"from no frame that a chunk could continue from (an interpolation mode also needs a future frame, which "
-            f"a rollout does not know). Use an image-to-video mode of the backbone.")
+            f"{name!r} (mode {card.serving!r}) cannot be rolled out: its card says context_frames=0, "
+            f"it generates from no frame that a chunk could continue from "
+            f"(an interpolation mode also needs a future frame, which a rollout does not know). "
+            f"Use an image-to-video mode of the backbone.")
     clip = base.clip()
     w = clip.frames
     probe_video = torch.zeros(1, 3, w, clip.height, clip.width)
     if card.serving not in IMAGE_MODES and "image" not in base.generation_inputs(probe_video):
         raise InspectError(
-            f"{name!r} serves {card.serving!r}, which generates from no image: a rollout chains chunks through the "
-            f"last frame a chunk produced, so it needs an image-to-video mode ({', '.join(IMAGE_MODES)}).")
+            f"{name!r} serves {card.serving!r}, which generates from no image: "
+            f"a rollout chains chunks through the last frame a chunk produced, "
+            f"so it needs an image-to-video mode ({', '.join(IMAGE_MODES)}).")
     given, batched = _start(base, start, context)
     b = given.shape[0]
     limit = base.max_generate_batch
     if limit is not None and b > limit:
-        raise InspectError(f"rollout: {b} start clips, but {type(base).__name__} generates at most {limit} at a "
-                           f"time (max_generate_batch). Roll out at most {limit} episodes per call.")
+        raise InspectError(f"rollout: {b} start clips, but {type(base).__name__} generates at most {limit} "
+                           f"at a time (max_generate_batch). Roll out at most {limit} episodes per call.")
     a = _check_actions(model, actions, batched, b, who="rollout", minimum=context + 1)
     stride = w - context if stride is None else stride
-    if isinstance(stride, bool) or not isinstance(stride, (int, np.integer)) or not 1 <= stride <= w - context:
-        raise InspectError(f"rollout: stride={stride!r}; chunks of {w} frames continuing from {context} frame(s) need "
-                           f"a stride in 1..{w - context} (frames between chunk starts; {w - context} leaves no "
-                           f"overlap).")
+    if (isinstance(stride, bool) or not isinstance(stride, (int, np.integer))
+            or not 1 <= stride <= w - context):
+        raise InspectError(f"rollout: stride={stride!r}; chunks of {w} frames continuing from "
+                           f"{context} frame(s) need a stride in 1..{w - context} "
+                           f"(frames between chunk starts; {w - context} leaves no overlap).")
     steps, sampler = card.resolve_steps(steps)
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise InspectError(f"rollout: seed must be an int >= 0, got {seed!r}.")
     flag = {"on": True, "off": False, True: True, False: False}.get(adapter)
     if flag is None:
-        raise InspectError(f"rollout: adapter={adapter!r}; use 'on' (base + adapter) or 'off' (the frozen base alone).")
+        raise InspectError(f"rollout: adapter={adapter!r}; "
+                           f"use 'on' (base + adapter) or 'off' (the frozen base alone).")
     gate = None if gate_scale is None or not flag else scaled_gate(model.composer, gate_scale)
     settings = Settings(adapter=flag, gate_override=gate)
     if store is False:
@@ -520,8 +537,8 @@ def rollout(exp_or_model: Any, start: Mapping[str, Any], actions: Any, *, steps:
     elif isinstance(store, StoragePolicy):
         storage, keep = store, True
     else:
-        raise InspectError(f"rollout: store={store!r}; pass a StoragePolicy, True (record everything) or False (keep "
-                           f"only each chunk's final latents).")
+        raise InspectError(f"rollout: store={store!r}; pass a StoragePolicy, True (record everything) "
+                           f"or False (keep only each chunk's final latents).")
     consumed = _consumed(model) if flag else {}
     state_keys = tuple(k for k in STATE_KEYS if k in consumed)
     recorded = {}
@@ -539,14 +556,14 @@ def rollout(exp_or_model: Any, start: Mapping[str, Any], actions: Any, *, steps:
             if state_keys[0] not in recorded or recorded[state_keys[0]].shape[1] < a.shape[1]:
                 have = recorded[state_keys[0]].shape[1] if state_keys[0] in recorded else 0
                 raise InspectError(
-                    f"state='recorded' reads the recorded {state_keys[0]!r} at every chunk's first frame, so start "
-                    f"must carry it for all {a.shape[1]} frames; it carries {have}. Pass the whole episode as start, "
-                    f"or state='probe'.")
+                    f"state='recorded' reads the recorded {state_keys[0]!r} at every chunk's first frame, "
+                    f"so start must carry it for all {a.shape[1]} frames; it carries {have}. "
+                    f"Pass the whole episode as start, or state='probe'.")
         elif isinstance(state, str):
             reader = state_reader(state)
         else:
-            raise InspectError(f"rollout: state={state!r}; use 'probe', 'recorded', a callable frames -> state, "
-                               f"or None.")
+            raise InspectError(f"rollout: state={state!r}; use 'probe', 'recorded', "
+                               f"a callable frames -> state, or None.")
     reads_text = card.serving in TEXT_MODES
     static: dict[str, Any] = {}
     for key, value in start.items():
@@ -556,7 +573,8 @@ def rollout(exp_or_model: Any, start: Mapping[str, Any], actions: Any, *, steps:
             static[key] = [value]
         elif isinstance(value, (list, tuple)) and value and isinstance(value[0], str) and reads_text:
             static[key] = list(value)
-        elif isinstance(value, torch.Tensor) and value.is_floating_point() and value.ndim == (2 if batched else 1):
+        elif (isinstance(value, torch.Tensor) and value.is_floating_point()
+                and value.ndim == (2 if batched else 1)):
             static[key] = value if batched else value[None]  # a per-clip vector (camera): known at frame 0
     from workbench.metrics import to_uint8_video
 

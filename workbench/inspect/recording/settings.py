@@ -31,7 +31,8 @@ class Settings:
     composer: Composer | None = None
     gate_override: float | torch.Tensor | None = None
 
-    def merged(self, adapter: Any = None, composer: Composer | None = None, gate_override: Any = None) -> Settings:
+    def merged(self, adapter: Any = None, composer: Composer | None = None,
+               gate_override: Any = None) -> Settings:
         check_choice(adapter, ADAPTER_CHOICES, "adapter", "None keeps the parent's setting.")
         if composer is not None and not isinstance(composer, Composer):
             raise InspectError(f"composer must be a workbench.Composer, got {type(composer).__name__}.")

@@ -62,7 +62,8 @@ class StoragePolicy:
             check_choice(name, FIELDS, "StoragePolicy fields entry")
         if isinstance(self.every, bool) or not isinstance(self.every, int) or self.every < 1:
             raise InspectError(f"StoragePolicy every={self.every!r}; must be an int >= 1 (1 = every step).")
-        if self.dtype is not None and not (isinstance(self.dtype, torch.dtype) and self.dtype.is_floating_point):
+        if self.dtype is not None and not (isinstance(self.dtype, torch.dtype)
+                                           and self.dtype.is_floating_point):
             raise InspectError(f"StoragePolicy dtype={self.dtype!r}; must be a floating torch dtype (e.g. "
                                f"torch.float16) or None to keep the model's.")
         if self.max_bytes is not None and self.max_bytes < 0:
@@ -137,7 +138,8 @@ def estimate(model: ComposedModel, batch: Batch, steps: int, storage: StoragePol
     replay = 0
     if storage.replay:
         shared = kept if storage.shares_replay(native) else 0
-        calls = model.base.predictions_per_step(batch, **(sampler_kwargs or {}))  # each call's prediction is kept
+        # each call's prediction is kept
+        calls = model.base.predictions_per_step(batch, **(sampler_kwargs or {}))
         replay = ((steps - live_from) * calls - shared) * latent_bytes(shape, native)
     return final + kept * (per_step + diagnostics) + scalars + replay
 
@@ -166,14 +168,15 @@ def check_budget(estimate: int, storage: StoragePolicy, steps: int, shape: torch
         f"Recording {steps} steps of {tuple(shape)} latents would hold {estimate / 2**20:.2f} MiB "
         f"(fields {', '.join(storage.fields)} every {storage.every} step(s) at "
         f"{str(storage.dtype or 'the model dtype').replace('torch.', '')}"
-        f"{', plus the replay cache' if storage.replay else ''}), over StoragePolicy(max_bytes={storage.max_bytes}). "
-        f"Keep less: dtype=torch.float16 halves the fields, every=k keeps every k-th step, fields=('x0',) keeps "
-        f"only the x0 estimate, replay=False drops the fork cache; or raise max_bytes."
+        f"{', plus the replay cache' if storage.replay else ''}), "
+        f"over StoragePolicy(max_bytes={storage.max_bytes}). "
+        f"Keep less: dtype=torch.float16 halves the fields, every=k keeps every k-th step, "
+        f"fields=('x0',) keeps only the x0 estimate, replay=False drops the fork cache; or raise max_bytes."
     )
     if storage.on_exceed == "raise":
         raise InspectError(message)
     warnings.warn(message, StorageWarning, stacklevel=3)
 
 
-__all__ = ["FIELDS", "StoragePolicy", "check_budget", "estimate", "estimate_memory", "latent_bytes", "same_device",
-           "store", "synchronize"]
+__all__ = ["FIELDS", "StoragePolicy", "check_budget", "estimate", "estimate_memory", "latent_bytes",
+           "same_device", "store", "synchronize"]

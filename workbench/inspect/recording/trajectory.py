@@ -29,7 +29,14 @@ import torch
 from workbench.core.composed import ComposedModel, Prediction
 from workbench.core.composers import Composer
 from workbench.core.conditions import Batch
-from workbench.inspect.common import InspectError, StepError, check_choice, check_model, prepare, with_conditions
+from workbench.inspect.common import (
+    InspectError,
+    StepError,
+    check_choice,
+    check_model,
+    prepare,
+    with_conditions,
+)
 from workbench.inspect.previews.decoding import render
 from workbench.inspect.previews.latent_space import DEFAULT_CHUNK_FRAMES
 from workbench.inspect.previews.preview import DECODES
@@ -57,8 +64,8 @@ class Trajectory:
     ``traj.position`` / ``traj.current`` a cursor for views. Forks keep ``parent`` and
     ``fork_step``. Tensors live where the :class:`StoragePolicy` put them.
 
-    Each step is one :class:`~workbench.inspect.recording.step.StepLog` entry (``t``, noise level, stored fields,
-    the predictions a fork replays); a fork's log starts with its parent's entries, shared.
+    Each step is one :class:`~workbench.inspect.recording.step.StepLog` entry (``t``, noise level,
+    stored fields, the predictions a fork replays); a fork's log starts with its parent's entries, shared.
     """
 
     def __init__(self, *, model: ComposedModel, batch: Batch, steps: int, sampler: str,
@@ -118,11 +125,12 @@ class Trajectory:
         record = self._log[index].fields if index < len(self._log) else None
         if record is None:
             if not self.recorded:
-                raise StepError(f"Step {index} was not stored: this run was sampled with record=False, which keeps "
-                                f"only traj.final. Sample with record=True to step through it.")
+                raise StepError(f"Step {index} was not stored: this run was sampled with record=False, "
+                                f"which keeps only traj.final. Sample with record=True to step through it.")
             stored = ", ".join(map(str, self.stored)) or "none"
-            raise StepError(f"Step {index} was not stored: StoragePolicy(every={self.storage.every}) keeps steps "
-                            f"{stored}. Pick one of those, or traj.fork(at={index}) to compute it again live.")
+            raise StepError(f"Step {index} was not stored: StoragePolicy(every={self.storage.every}) "
+                            f"keeps steps {stored}. "
+                            f"Pick one of those, or traj.fork(at={index}) to compute it again live.")
         return record
 
     def __iter__(self) -> Iterator[TrajectoryStep]:
@@ -147,8 +155,8 @@ class Trajectory:
     def final(self) -> torch.Tensor:
         """Final latents ``(B, C, T, h, w)``, exactly what ``base.generate`` returned."""
         if self._final is None:
-            raise StepError(f"This trajectory stopped after {self._done} of {self.steps} steps and has no final "
-                            f"latents yet; traj.resume() finishes it.")
+            raise StepError(f"This trajectory stopped after {self._done} of {self.steps} steps "
+                            f"and has no final latents yet; traj.resume() finishes it.")
         return self._final
 
     def seek(self, k: int) -> TrajectoryStep:
@@ -162,7 +170,8 @@ class Trajectory:
         return self[self.position]
 
     def replayed(self, k: int) -> bool:
-        """Whether step ``k`` was served from the parent (a fork's prefix) rather than computed by this run."""
+        """Whether step ``k`` was served from the parent (a fork's prefix)
+        rather than computed by this run."""
         return self.fork_step is not None and self._index(k) < self.fork_step
 
     def nbytes(self, own: bool = True) -> int:
@@ -173,7 +182,8 @@ class Trajectory:
             tensors += [entry.t, entry.noise_level, *(entry.calls or ())]
             rec = entry.fields
             if rec is not None:
-                tensors += [v for v in (rec.x_t, rec.x0, rec.base, rec.adapter, rec.composed) if v is not None]
+                tensors += [v for v in (rec.x_t, rec.x0, rec.base, rec.adapter, rec.composed)
+                            if v is not None]
                 tensors += list(rec.diagnostics.values())
         if self._final is not None:
             tensors.append(self._final)
@@ -216,7 +226,8 @@ class Trajectory:
             extra = "" if self.complete else f" of {self.steps} (it was stopped)"
             raise StepError(
                 f"fork(at={at!r}): at must be a step index from 0 to {self._done}: this trajectory has "
-                f"{self._done} recorded steps{extra}. at=0 reruns from the initial noise with the new settings; "
+                f"{self._done} recorded steps{extra}. "
+                f"at=0 reruns from the initial noise with the new settings; "
                 f"at={self._done} replays every recorded step and continues live."
             )
         at = int(at)
@@ -229,12 +240,13 @@ class Trajectory:
         batch = with_conditions(self.model, self.batch, cond)
         if at > 0 and batch.latents.shape != self.batch.latents.shape:
             raise InspectError(
-                f"fork(at={at}, cond=...): the new batch has latents {tuple(batch.latents.shape)}, but this "
-                f"trajectory sampled {tuple(self.batch.latents.shape)}; a prefix replays only onto the same shape. "
-                f"Fork at 0 for a batch of another shape."
+                f"fork(at={at}, cond=...): the new batch has latents {tuple(batch.latents.shape)}, "
+                f"but this trajectory sampled {tuple(self.batch.latents.shape)}; "
+                f"a prefix replays only onto the same shape. Fork at 0 for a batch of another shape."
             )
         settings = self.settings.merged(adapter, composer, gate_override)
-        return run(self.model, batch, steps=self.steps, sampler=self.sampler, sampler_kwargs=self.sampler_kwargs,
+        return run(self.model, batch, steps=self.steps, sampler=self.sampler,
+                    sampler_kwargs=self.sampler_kwargs,
                     generator_state=self.generator_state, seed=self.seed, storage=storage or self.storage,
                     settings=settings, keep=True, on_step=on_step, parent=self, at=at, prefix=self._log[:at],
                     label=label)
@@ -244,7 +256,8 @@ class Trajectory:
         return self.fork(at=self._done, on_step=on_step, label=f"{self.label} (resumed)")
 
     def recompose(self, step: int, cond: Mapping[str, Any] | Batch | None = None, adapter: Any = None,
-                  composer: Composer | None = None, gate_override: float | torch.Tensor | None = None) -> Prediction:
+                  composer: Composer | None = None,
+                  gate_override: float | torch.Tensor | None = None) -> Prediction:
         """Re-evaluate the composed prediction at ``step``'s ``x_t`` with changed conditions or settings.
 
         The stored base prediction is reused when the adapter allows it
@@ -263,8 +276,8 @@ class Trajectory:
         """
         rec = self[step]
         if rec.x_t is None:
-            raise InspectError(f"recompose(step={rec.index}) needs x_t, which was not stored; record with 'x_t' in "
-                               f"StoragePolicy.fields.")
+            raise InspectError(f"recompose(step={rec.index}) needs x_t, which was not stored; "
+                               f"record with 'x_t' in StoragePolicy.fields.")
         # the composition saw x_t in the batch's dtype (a bf16 pipeline's latents reach it cast, exactly)
         device, dtype = self.batch.latents.device, self.batch.latents.dtype
         x_t = rec.x_t.to(device=device, dtype=dtype, non_blocking=True)
@@ -299,7 +312,8 @@ class Trajectory:
         ``decode``: ``"preview"`` (linear, fitted once per backbone), ``"tiny"`` (the distilled
         tiny preview) or ``"full"`` (the decoder, ``chunk_frames`` latent frames at a time).
         """
-        check_choice(kind, FIELDS, "kind", "Pick what to show: x0 is the model's current guess of the clean video.")
+        check_choice(kind, FIELDS, "kind",
+                     "Pick what to show: x0 is the model's current guess of the clean video.")
         check_choice(decode, DECODES, "decode")
         if isinstance(step, str):
             if step != "final":
@@ -309,10 +323,12 @@ class Trajectory:
             latents = self[step].get(kind)
         return self.render(latents, decode=decode, index=index, chunk_frames=chunk_frames)
 
-    def export(self, path: str | Path, steps: Sequence[int | str] | None = None, branches: Sequence[Trajectory] = (),
+    def export(self, path: str | Path, steps: Sequence[int | str] | None = None,
+               branches: Sequence[Trajectory] = (),
                kind: str = "x0", decode: str = "preview", index: int = 0, fps: float | None = None,
                scale: int = 1) -> Path:
-        """Write an MP4 / GIF grid: one row per step, one column per branch (this run first, then ``branches``).
+        """Write an MP4 / GIF grid: one row per step, one column per branch
+        (this run first, then ``branches``).
 
         ``steps`` default: up to four stored steps spread over the run, plus ``"final"`` when
         every branch is complete. Labels name each step (and its noise level) and each branch.
@@ -320,7 +336,8 @@ class Trajectory:
         columns = [self, *branches]
         for b in branches:
             if not isinstance(b, Trajectory):
-                raise InspectError(f"export branches must be Trajectory objects (forks), got {type(b).__name__}.")
+                raise InspectError(f"export branches must be Trajectory objects (forks), "
+                                   f"got {type(b).__name__}.")
         if steps is None:
             steps = default_steps(columns) + (["final"] if all(b.complete for b in columns) else [])
         rows = [[b.frames(s, kind=kind, decode=decode, index=index) for b in columns] for s in steps]
@@ -329,15 +346,15 @@ class Trajectory:
 
 # -- entry points ----------------------------------------------------------------------------
 def run(model: ComposedModel, batch: Batch, *, steps: int, sampler: str, sampler_kwargs: dict[str, Any],
-         generator_state: torch.Tensor, seed: int | None, storage: StoragePolicy, settings: Settings, keep: bool,
-         on_step: OnTrajectoryStep | None, parent: Trajectory | None = None, at: int = 0,
+         generator_state: torch.Tensor, seed: int | None, storage: StoragePolicy, settings: Settings,
+         keep: bool, on_step: OnTrajectoryStep | None, parent: Trajectory | None = None, at: int = 0,
          prefix: Sequence[StepLog] = (), label: str | None = None) -> Trajectory:
     if not isinstance(storage, StoragePolicy):
         raise InspectError(f"storage must be a StoragePolicy, got {type(storage).__name__}.")
     check_gate_override(model, settings)
     if storage.max_bytes is not None:
-        check_budget(estimate(model, batch, steps, storage, settings, at, keep, sampler_kwargs), storage, steps - at,
-                     batch.latents.shape)
+        check_budget(estimate(model, batch, steps, storage, settings, at, keep, sampler_kwargs), storage,
+                     steps - at, batch.latents.shape)
     generator = torch.Generator(device=batch.latents.device)
     generator.set_state(generator_state)
     recorder = Recorder(model, settings, storage, keep=keep, prefix=prefix, live_from=at, on_step=on_step)
@@ -346,19 +363,21 @@ def run(model: ComposedModel, batch: Batch, *, steps: int, sampler: str, sampler
         final = model.base.generate(batch, steps=steps, sampler=sampler, generator=generator,
                                     compose_fn=recorder.compose, on_step=recorder.on_step, **sampler_kwargs)
     if final is not None and recorder.step != steps:
-        raise InspectError(f"The sampler reported {recorder.step} steps for a {steps}-step run; recording needs "
-                           f"on_step called once per step.")
+        raise InspectError(f"The sampler reported {recorder.step} steps for a {steps}-step run; "
+                           f"recording needs on_step called once per step.")
     stored_final = None if final is None else store(final, storage.device)
     synchronize(batch.latents.device)
     return Trajectory(model=model, batch=batch, steps=steps, sampler=sampler, sampler_kwargs=sampler_kwargs,
-                      generator_state=generator_state, seed=seed, storage=storage, settings=settings, recorded=keep,
+                      generator_state=generator_state, seed=seed, storage=storage, settings=settings,
+                      recorded=keep,
                       log=[*prefix, *recorder.log] if keep else [], done=recorder.step, final=stored_final,
                       native=recorder.native or batch.latents.dtype, parent=parent,
                       fork_step=at if parent is not None else None, label=label)
 
 
-def record(model: ComposedModel, batch_or_cond: Mapping[str, Any] | Batch, steps: int | None = None, seed: int = 0,
-           record: bool = True, on_step: OnTrajectoryStep | None = None, *, storage: StoragePolicy | None = None,
+def record(model: ComposedModel, batch_or_cond: Mapping[str, Any] | Batch, steps: int | None = None,
+           seed: int = 0, record: bool = True, on_step: OnTrajectoryStep | None = None, *,
+           storage: StoragePolicy | None = None,
            generator: torch.Generator | None = None, sampler: str | None = None, label: str | None = None,
            **sampler_kwargs: Any) -> Trajectory:
     """Sample with the backbone's own sampler, the adapter injected, and record every step.
