@@ -26,7 +26,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from workbench.config import check, check_compile
-from workbench.core.backbone import CONTROL_KEY, BaseVideoModel, StepRecord, as_video, control_video, example_inputs
+from workbench.core.backbone import (
+    CONTROL_KEY,
+    BaseVideoModel,
+    StepRecord,
+    as_video,
+    control_video,
+    example_inputs,
+)
 from workbench.core.card import ComponentSpec, ModelCard, RecipeSpec, SamplingDefaults
 from workbench.core.conditions import Batch
 from workbench.core.inside import InsideSpec
@@ -43,7 +50,8 @@ PER_CLIP_KEYS = ("camera",)
 #: The widths the example batch gives each signal (any width passes through).
 EXAMPLE_WIDTHS = {"action": 4, "proprio": 3, "ee_pos": 3, "camera": 12}
 PRECISION = {"cpu": "float32", "cuda": "float32", "mps": "float32"}
-PLACEMENT_FIELDS = ("weights", "device", "dtype", "compile")  # how this model is loaded and run, not what it is
+# how this model is loaded and run, not what it is
+PLACEMENT_FIELDS = ("weights", "device", "dtype", "compile")
 
 
 @dataclass
@@ -92,7 +100,8 @@ class TinyVideoConfig:
         check(self.sampling_steps >= 1, "sampling_steps", f"must be >= 1, got {self.sampling_steps}.")
         check(self.shift > 0, "shift", f"must be > 0, got {self.shift}.")
         check(0.0 <= self.dropout < 1.0, "dropout", f"must be in [0, 1), got {self.dropout}.")
-        check(is_device_name(self.device), "device", f"must be auto, cpu, cuda, cuda:N or mps, got {self.device!r}.")
+        check(is_device_name(self.device), "device",
+              f"must be auto, cpu, cuda, cuda:N or mps, got {self.device!r}.")
 
 
 class Upsample2x(nn.Module):
@@ -139,8 +148,8 @@ class FrameAutoencoder(nn.Module):
         enc: list[nn.Module] = [nn.Conv2d(3, width, 3, padding=1), nn.SiLU()]
         ch = width
         for _ in range(levels):
-            enc += [nn.Conv2d(ch, ch * 2, 4, stride=2, padding=1), nn.SiLU(), nn.Conv2d(ch * 2, ch * 2, 3, padding=1),
-                    nn.SiLU()]
+            enc += [nn.Conv2d(ch, ch * 2, 4, stride=2, padding=1), nn.SiLU(),
+                    nn.Conv2d(ch * 2, ch * 2, 3, padding=1), nn.SiLU()]
             ch *= 2
         enc += [nn.Conv2d(ch, latent_channels, 3, padding=1)]
         dec: list[nn.Module] = [nn.Conv2d(latent_channels, ch, 3, padding=1), nn.SiLU()]
@@ -160,7 +169,8 @@ class Denoiser(nn.Module):
         super().__init__()
         c = latent_channels
         self.emb_dim = width * 2
-        self.time = nn.Sequential(nn.Linear(width, self.emb_dim), nn.SiLU(), nn.Linear(self.emb_dim, self.emb_dim))
+        self.time = nn.Sequential(nn.Linear(width, self.emb_dim), nn.SiLU(),
+                                  nn.Linear(self.emb_dim, self.emb_dim))
         self.stem = nn.Conv3d(2 * c + 1, width, (1, 3, 3), padding=(0, 1, 1))
         self.down_blocks = nn.ModuleList(ResBlock(width, self.emb_dim, dropout) for _ in range(depth))
         self.down = nn.Conv3d(width, 2 * width, (1, 4, 4), stride=(1, 2, 2), padding=(0, 1, 1))
@@ -277,8 +287,10 @@ class TinyVideo(BaseVideoModel):
     def provides(self) -> tuple[str, ...]:
         return ("first_frame", *PER_FRAME_KEYS, *PER_CLIP_KEYS, CONTROL_KEY)
 
-    def example_batch(self, batch_size: int = 2, *, generator: torch.Generator | None = None) -> dict[str, Any]:
-        """Video, the per-frame signals, the camera vector and a one-channel control video, at the clip's size.
+    def example_batch(self, batch_size: int = 2, *,
+                      generator: torch.Generator | None = None) -> dict[str, Any]:
+        """Video, the per-frame signals, the camera vector and a one-channel control video, at the
+        clip's size.
 
         Examples:
             >>> raw = TinyVideo(image_size=16, frames=4, width=16, ae_width=8, depth=1).example_batch()
@@ -307,7 +319,8 @@ class TinyVideo(BaseVideoModel):
 
     def encode(self, video: torch.Tensor) -> torch.Tensor:
         b, _, t, h, w = video.shape
-        frames = video.to(self.dtype).permute(0, 2, 1, 3, 4).reshape(b * t, 3, h, w)  # any float video, our dtype
+        # any float video, our dtype
+        frames = video.to(self.dtype).permute(0, 2, 1, 3, 4).reshape(b * t, 3, h, w)
         z = self.encode_frames(frames)
         return z.view(b, t, *z.shape[1:]).permute(0, 2, 1, 3, 4)  # (B, C, T, h, w)
 
@@ -332,9 +345,10 @@ class TinyVideo(BaseVideoModel):
             return raw
         if not isinstance(raw, Mapping):
             raise DataError(f"prepare_batch expects a mapping of tensors, got {type(raw).__name__}.")
-        self.card.check_request(raw, backbone="tiny_video", fix="tiny_video conditions on the first frame only "
-                                "('image' or the first frame of 'video'); a text-conditioned backbone such as "
-                                "wan22_ti2v reads prompts.")
+        self.card.check_request(raw, backbone="tiny_video",
+                                fix="tiny_video conditions on the first frame only "
+                                    "('image' or the first frame of 'video'); "
+                                    "a text-conditioned backbone such as wan22_ti2v reads prompts.")
         device = self.device
         with torch.no_grad():
             if "latents" in raw:
@@ -376,10 +390,11 @@ class TinyVideo(BaseVideoModel):
                 continue
             value = torch.as_tensor(raw[key], device=device)
             if value.ndim != 2 or value.shape[0] != latents.shape[0]:
-                raise DataError(f"'{key}' must be (B, D) with B={latents.shape[0]} (one vector per clip), got "
-                                f"{tuple(value.shape)}.")
+                raise DataError(f"'{key}' must be (B, D) with B={latents.shape[0]} (one vector per clip), "
+                                f"got {tuple(value.shape)}.")
             cond[key] = value.float()
-        control = control_video(raw, batch_size=latents.shape[0], frames=frames, device=device, backbone="tiny_video")
+        control = control_video(raw, batch_size=latents.shape[0], frames=frames, device=device,
+                                backbone="tiny_video")
         if control is not None:
             cond[CONTROL_KEY] = control
         mask = torch.ones(latents.shape[0], frames, device=device)
@@ -392,30 +407,37 @@ class TinyVideo(BaseVideoModel):
         latents = torch.as_tensor(value)
         c = self.config
         want = (c.latent_channels, c.image_size // c.downsample, c.image_size // c.downsample)
-        if latents.ndim != 5 or (latents.shape[1], *latents.shape[3:]) != want or not latents.is_floating_point():
+        if (latents.ndim != 5 or (latents.shape[1], *latents.shape[3:]) != want
+                or not latents.is_floating_point()):
             raise DataError(
-                f"'latents' must be float (B, {want[0]}, T, {want[1]}, {want[2]}) as tiny_video.encode returns, got "
-                f"{tuple(latents.shape)} {latents.dtype}. Pass 'video' instead to have them encoded."
+                f"'latents' must be float (B, {want[0]}, T, {want[1]}, {want[2]}) "
+                f"as tiny_video.encode returns, got {tuple(latents.shape)} {latents.dtype}. "
+                f"Pass 'video' instead to have them encoded."
             )
         return latents.to(self.dtype)
 
     def _check_size(self, video: torch.Tensor) -> None:
-        """Frames of another size than the model's are refused before they are encoded, in the data's terms."""
+        """Frames of another size than the model's are refused before they are encoded, in the
+        data's terms."""
         size = self.config.image_size
         height, width = video.shape[-2:]
         if (height, width) != (size, size):
-            weights = f" (its weights {self.config.weights!r} were trained at that size)" if self.config.weights else ""
+            weights = (f" (its weights {self.config.weights!r} were trained at that size)"
+                       if self.config.weights else "")
             raise DataError(
-                f"tiny_video was built for {size}x{size} frames{weights}, but the data serves {height}x{width}. Set "
-                f"the dataset's size: [{size}, {size}] (the lerobot dataset resizes its frames; `workbench data "
-                f"import --size {size} {size}` stores them so), or build the backbone with image_size: {width} (a "
-                f"model of its own, without these weights).")
+                f"tiny_video was built for {size}x{size} frames{weights}, "
+                f"but the data serves {height}x{width}. Set the dataset's size: [{size}, {size}] "
+                f"(the lerobot dataset resizes its frames; `workbench data import --size {size} {size}` "
+                f"stores them so), or build the backbone with image_size: {width} "
+                f"(a model of its own, without these weights).")
 
     def encode_item(self, item: Mapping[str, Any]) -> dict[str, Any] | None:
-        """A dataset item with ``"video"`` (``(3, T, H, W)`` or uint8 ``(T, H, W, 3)``) replaced by its latents."""
+        """A dataset item with ``"video"`` (``(3, T, H, W)`` or uint8 ``(T, H, W, 3)``) replaced by
+        its latents."""
         if "video" not in item:
             return None
-        video = as_video(torch.as_tensor(item["video"])[None], "video").to(device=self.device, dtype=self.dtype)
+        video = as_video(torch.as_tensor(item["video"])[None], "video").to(device=self.device,
+                                                                          dtype=self.dtype)
         self._check_size(video)
         with torch.no_grad():
             latents = self.encode(video)[0].cpu()  # (C, T, h, w)
@@ -459,7 +481,8 @@ class TinyVideo(BaseVideoModel):
         blocks = (*den.down_blocks, *den.mid_blocks, *den.up_blocks)
         return InsideSpec(root=den, root_name="denoiser",
                           lora_targets=("spatial", "temporal", "film", "down", "up", "merge", "out"),
-                          blocks=blocks, widths=tuple(b.norm1.num_channels for b in blocks),  # LoRA may wrap convs
+                          blocks=blocks,
+                          widths=tuple(b.norm1.num_channels for b in blocks),  # LoRA may wrap convs
                           branch_blocks=len(den.down_blocks), layout="channels")
 
     # -- native samplers ---------------------------------------------------------------------
@@ -524,13 +547,15 @@ class TinyVideo(BaseVideoModel):
         meta = _read_meta(file)
         ours = {k: v for k, v in vars(self.config).items() if k not in PLACEMENT_FIELDS}
         theirs = {k: v for k, v in meta["config"].items() if k not in PLACEMENT_FIELDS}
-        diff = {k: (ours.get(k), theirs.get(k)) for k in set(ours) | set(theirs) if ours.get(k) != theirs.get(k)}
+        diff = {k: (ours.get(k), theirs.get(k)) for k in set(ours) | set(theirs)
+                if ours.get(k) != theirs.get(k)}
         if diff:
             raise CheckpointError(
                 f"Weights {file} were saved for a different tiny_video architecture: "
                 + ", ".join(f"{k}: built {a!r}, weights {b!r}" for k, (a, b) in sorted(diff.items()))
-                + ". Build with TinyVideo.from_pretrained(path) to take the saved architecture, or in a config "
-                f"give it with the weights: base: {{type: tiny_video, config: {{weights: {path}, "
+                + ". Build with TinyVideo.from_pretrained(path) to take the saved architecture, "
+                "or in a config give it with the weights: "
+                f"base: {{type: tiny_video, config: {{weights: {path}, "
                 + ", ".join(f"{k}: {b}" for k, (_, b) in sorted(diff.items())) + "}}."
             )
         target = device if device is not None else self.device
@@ -539,7 +564,8 @@ class TinyVideo(BaseVideoModel):
             state = {k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()}
         missing, unexpected = self.load_state_dict(state, strict=False, assign=device is not None)
         if missing or unexpected:
-            raise CheckpointError(f"Weights {file} do not fit tiny_video: missing {missing}, unexpected {unexpected}.")
+            raise CheckpointError(f"Weights {file} do not fit tiny_video: missing {missing}, "
+                                  f"unexpected {unexpected}.")
         self.provenance = {**meta.get("provenance", {}), "source": str(path)}
 
 
@@ -569,5 +595,6 @@ def _read_meta(file: Path) -> dict:
         raise CheckpointError(f"Cannot read tiny_video weights {file}: {err}. The file is not a valid "
                               f"safetensors file; re-save or re-download it.") from err
     if raw is None:
-        raise CheckpointError(f"{file} has no workbench metadata; save weights with TinyVideo.save_pretrained.")
+        raise CheckpointError(f"{file} has no workbench metadata; "
+                              f"save weights with TinyVideo.save_pretrained.")
     return json.loads(raw)
