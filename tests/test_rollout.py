@@ -77,6 +77,32 @@ def mean_colour(frames: np.ndarray) -> np.ndarray:
     return frames[:, -1].reshape(frames.shape[0], -1, 3).mean(axis=1) / 1000.0
 
 
+@pytest.mark.parametrize("b", [None, 2])
+def test_a_rollout_decodes_only_the_frames_it_reads_the_same_bit_for_bit(model, monkeypatch, b):
+    """tiny_video decodes frames alone: chaining chunks decodes one context frame each, ``frame(-1)`` one more,
+    and every frame equals a whole decode's (one clip's single frame is decoded beside a neighbour)."""
+    clip, actions = episode(10, b=b)
+    decode, frames_decoded = type(model.base).decode, []
+
+    def counting(self, latents):
+        frames_decoded.append(latents.shape[0] * latents.shape[2])
+        return decode(self, latents)
+
+    monkeypatch.setattr(type(model.base), "decode", counting)
+    ro = rollout(model, clip, actions, steps=STEPS, state=None)
+    last = ro.frame(-1)
+    assert sum(frames_decoded) == 6  # frames 3, 6 (the next chunks' context) and 9, for each of 2 clips or
+    # beside a neighbour for one: against 3 chunks x 4 frames x 2 decoded whole
+    picked = [rollout(model, clip, actions, steps=STEPS, state=None).frame(i) for i in (9, 4, 0)]
+    monkeypatch.setattr(type(model.base), "decodes_frames_alone", False)
+    whole = rollout(model, clip, actions, steps=STEPS, state=None)
+    assert all(torch.equal(a.trajectory.final, w.trajectory.final) for a, w in zip(ro.chunks, whole.chunks))
+    video = whole.video if b else whole.video[None]
+    assert np.array_equal(last, whole.video[..., -1, :, :, :]) and np.array_equal(ro.video, whole.video)
+    for got, i in zip(picked, (9, 4, 0), strict=True):
+        assert np.array_equal(got if b else got[None], video[:, i]), i
+
+
 def test_a_rollout_never_reads_a_recorded_frame_after_the_first(model, path_model):
     for m in (model, path_model):
         clip, actions = episode(10)

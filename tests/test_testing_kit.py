@@ -172,6 +172,14 @@ class ContinuesFromTheRecordedClip(Toy):
         return {"image": torch.zeros_like(video[:, :, 0])}
 
 
+class SaysItDecodesFramesAlone(Toy):
+    decodes_frames_alone = True  # "a per-frame decoder": each frame sees the others
+
+    def decode(self, latents):
+        video = super().decode(latents)
+        return (video + 0.5 * video.mean(dim=2, keepdim=True)).clamp(-1, 1)
+
+
 class CannotContinue(Toy):
     """Says it has no frame to continue from (an interpolation mode would): rollouts refuse it, and the kit says so."""
 
@@ -219,6 +227,9 @@ BROKEN = [
                  r"makes 3: latent_frames\(\) must follow the autoencoder", id="clip"),
     pytest.param(ContinuesFromTheRecordedClip, {}, "rollout", r"chunk 1 was not generated from the last frame chunk 0 "
                  r"produced: its request's 'image' differs", id="rollout"),
+    pytest.param(SaysItDecodesFramesAlone, {}, "rollout", r"produced: its request's 'image' differs .*it declares "
+                 r"decodes_frames_alone, so the frame was decoded alone: decode must give each frame the same values "
+                 r"whatever frames it decodes with", id="rollout-decodes-alone"),
     pytest.param(CountsItsCalls, {}, "training", r"training changed the frozen base: calls", id="training"),
     pytest.param(Toy, {"adapter_factory": KeepsTheBase}, "state_dict", r"base weights saved as adapter\.base\.",
                  id="state_dict"),

@@ -213,6 +213,7 @@ class TinyVideo(BaseVideoModel):
     """
 
     config_class = TinyVideoConfig
+    decodes_frames_alone = True  # a per-frame autoencoder (tests/test_tiny_video_autoencoder.py)
 
     def __init__(self, config: TinyVideoConfig | None = None, **overrides):
         super().__init__()

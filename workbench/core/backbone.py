@@ -155,6 +155,11 @@ class BaseVideoModel(nn.Module):
     frames per latent frame; ``None``: not declared, read off the decoded length (preferring
     ``r`` per latent frame when both readings fit)."""
 
+    decodes_frames_alone: bool = False
+    """``True`` when :meth:`decode` makes each frame from its own latent frame alone (a per-frame
+    autoencoder, one latent frame per frame), the same values whatever other frames it decodes with (two
+    or more at a time): a rollout then decodes only the frames it reads. ``False``: decoded whole."""
+
     pixel_space: bool | None = None
     """``True`` when the samples are the frames themselves (previews are the identity);
     ``None``: inferred (3-channel latents and no ``vae`` component in the card)."""

@@ -440,12 +440,17 @@ def check_rollout(s: Subject) -> str:
     first, second = ro.chunks
     produced = first.produced[:, second.start - first.start]  # the frame chunk 1 continues from
     given = second.conditions.get("image")
+    alone = ("; it declares decodes_frames_alone, so the frame was decoded alone: decode must give each "
+             "frame the same values whatever frames it decodes with, or leave decodes_frames_alone False"
+             if base.decodes_frames_alone else "")
     if given is None or not np.array_equal(to_uint8_video(torch.as_tensor(given)[:, :, None])[:, 0],
                                            produced):
         raise Broken("chunk 1 was not generated from the last frame chunk 0 produced: "
-                     "its request's 'image' differs "
-                     "(generation_inputs must take the image condition from the video's first frame).")
+                     "its request's 'image' differs (generation_inputs must take the image condition "
+                     f"from the video's first frame{alone}).")
     bare = rollout(model, start, actions, store=False, **options)
+    if not np.array_equal(bare.frame(-1), ro.video[-1]):  # read before its video: decoded alone, if declared
+        raise Broken(f"rollout.frame(-1) differs from the last frame of the rollout's video{alone}.")
     if not np.array_equal(bare.video, ro.video):
         raise Broken(f"a recorded rollout and an unrecorded one differ "
                      f"(max {int(np.abs(bare.video.astype(int) - ro.video.astype(int)).max())} of 255).")

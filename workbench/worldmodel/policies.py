@@ -420,7 +420,7 @@ def imagine(exp_or_model: Any, episodes: PolicyEpisodes, *, steps: int = DEFAULT
         ro = rollout(exp_or_model, part, actions[lo:lo + batch], steps=steps, seed=seed, state=state,
                      gate_scale=gate_scale if adapter else None, store=False,
                      adapter="on" if adapter else "off")
-        finals.append(ro.video[:, -1])
+        finals.append(ro.frame(-1))  # the outcome's frame: the only one decoded
         if progress:
             print(f"  rolled out {min(lo + batch, len(episodes))}/{len(episodes)} episodes", flush=True)
     cpu = time.process_time() - started

@@ -94,9 +94,9 @@ class RolloutChunk:
     ``trajectory``: the recorded :class:`Trajectory` (open it in the Stepper, fork it). ``start``:
     the episode frame its first (given) frame is. ``frames``: the episode frames :attr:`Rollout.video`
     takes from it. ``conditions``: the raw request it was sampled from (CPU tensors; ``image`` is the
-    frame it continues from). ``state``: the state it was given (``[B, D]``) or None. ``produced``:
-    every frame it decoded, uint8 ``[B, W, H, W, 3]`` (frame 0 is its context frame, re-encoded).
-    ``padded``: how many of its frames lie past the episode (their action held). ``seed``: its seed.
+    frame it continues from). ``state``: the state it was given (``[B, D]``) or None. ``decoded``: its
+    frames, decoded when first read (:attr:`produced`). ``padded``: how many of its frames lie past the
+    episode (their action held). ``seed``: its seed.
     """
 
     index: int
@@ -105,14 +105,60 @@ class RolloutChunk:
     trajectory: Trajectory
     conditions: dict[str, Any]
     state: torch.Tensor | None
-    produced: np.ndarray = field(repr=False)
+    decoded: ChunkFrames = field(repr=False)
     padded: int = 0
     seed: int = 0
 
     @property
+    def produced(self) -> np.ndarray:
+        """Every frame it made, uint8 ``[B, W, H, W, 3]`` (frame 0 is its context frame, re-encoded)."""
+        return self.decoded.all()
+
+    @property
     def window(self) -> range:
         """The episode frames of the chunk's window (its context frame(s) included, padding excluded)."""
-        return range(self.start, self.start + self.produced.shape[1] - self.padded)
+        return range(self.start, self.start + self.decoded.count - self.padded)
+
+
+class ChunkFrames:
+    """A chunk's frames, uint8 ``[B, W, H, W, 3]``, decoded from its last latents when first read. On a
+    backbone whose ``decode`` makes each frame from its own latent frame alone
+    (:attr:`~workbench.core.backbone.BaseVideoModel.decodes_frames_alone`), reading some frames decodes
+    only those: the next chunk needs its context frame, a policy's outcome the episode's last frame."""
+
+    def __init__(self, base: Any, latents: torch.Tensor):
+        self._base, self._latents = base, latents
+        self._all: np.ndarray | None = None
+        self._some: dict[int, np.ndarray] = {}
+
+    @property
+    def count(self) -> int:
+        """How many frames the chunk made."""
+        return int(self._latents.shape[2]) if self._alone() else self.all().shape[1]
+
+    def _alone(self) -> bool:
+        return self._all is None and bool(getattr(self._base, "decodes_frames_alone", False))
+
+    def all(self) -> np.ndarray:
+        if self._all is None:
+            self._all = _uint8(self._base, self._latents)
+            self._some.clear()
+        return self._all
+
+    def span(self, lo: int, hi: int) -> np.ndarray:
+        """Frames ``lo .. hi - 1``, uint8 ``[B, hi - lo, H, W, 3]``: the values of ``all()[:, lo:hi]``."""
+        if not self._alone():
+            return self.all()[:, lo:hi]
+        missing = [i for i in range(lo, hi) if i not in self._some]
+        if missing:
+            a, b = missing[0], missing[-1] + 1
+            if self._latents.shape[0] * (b - a) < 2:
+                # A convolution over one frame takes other kernels than over several, and rounds differently:
+                # one clip's single frame is decoded beside a neighbour, as all() would decode it.
+                a, b = (a - 1, b) if a > 0 else (a, b + 1)
+            got = _uint8(self._base, self._latents[:, :, a:b])
+            self._some.update({i: got[:, i - a] for i in range(a, b)})
+        return np.stack([self._some[i] for i in range(lo, hi)], axis=1)
 
 
 @dataclass(frozen=True, eq=False)
@@ -146,7 +192,7 @@ class Rollout:
         self._plan = plan
         self._actions = actions
         self.chunks: list[RolloutChunk] = list(chunks)
-        self._video = _assemble(plan, actions.shape[1], self.chunks)
+        self._video: np.ndarray | None = None  # assembled when first read
 
     def __repr__(self) -> str:
         p = self._plan
@@ -156,7 +202,21 @@ class Rollout:
     @property
     def video(self) -> np.ndarray:
         """Every frame, uint8 ``[B, F, H, W, 3]`` (``[F, H, W, 3]`` when the start clip was unbatched)."""
+        if self._video is None:
+            self._video = _assemble(self._plan, self.frame_count, self.chunks)
         return self._video if self._plan.batched else self._video[0]
+
+    def frame(self, index: int) -> np.ndarray:
+        """Frame ``index`` of the episode, uint8 ``[B, H, W, 3]`` (``[H, W, 3]`` unbatched): what
+        ``video[:, index]`` shows, decoding only that frame where the backbone decodes frames alone (a
+        policy's outcome reads the last frame only)."""
+        chunk = self.chunks[self.chunk_of(index)]
+        index = int(index) % self.frame_count
+        if self._video is not None or index < self._plan.context:
+            out = self._video[:, index] if self._video is not None else self._plan.start_frames[:, index]
+        else:
+            out = chunk.decoded.span(index - chunk.start, index - chunk.start + 1)[:, 0]
+        return out if self._plan.batched else out[0]
 
     @property
     def frame_count(self) -> int:
@@ -277,17 +337,17 @@ class Rollout:
         traj = old.trajectory.fork(at, cond=overrides or None, adapter=adapter, gate_override=gate_override,
                                    storage=storage)
         conditions = {**old.conditions, **{k: v.detach().cpu() for k, v in overrides.items()}}
-        produced = _decode(plan, traj)
-        forked = replace(old, trajectory=traj, conditions=conditions, produced=produced)
+        forked = replace(old, trajectory=traj, conditions=conditions,
+                         decoded=ChunkFrames(plan.model.base, traj.final))
         return _continue(plan, actions, [*self.chunks[:chunk], forked])
 
 
 # -- sampling --------------------------------------------------------------------------------------
-def _decode(plan: _Plan, traj: Trajectory) -> np.ndarray:
+def _uint8(base: Any, latents: torch.Tensor) -> np.ndarray:
     from workbench.metrics import to_uint8_video
 
     with torch.no_grad():
-        return to_uint8_video(plan.model.base.decode(traj.final))
+        return to_uint8_video(base.decode(latents))
 
 
 def _starts(plan: _Plan, frames: int) -> list[int]:
@@ -371,7 +431,8 @@ def _sample_chunk(plan: _Plan, k: int, start: int, actions: torch.Tensor, contex
                storage=plan.storage, settings=plan.settings, keep=plan.keep, on_step=None,
                label=f"chunk {k} (frames {start}..)")
     return RolloutChunk(index=k, start=start, frames=range(0), trajectory=traj, conditions=conditions,
-                        state=state, produced=_decode(plan, traj), padded=padded, seed=seed)
+                        state=state, decoded=ChunkFrames(plan.model.base, traj.final), padded=padded,
+                        seed=seed)
 
 
 def _continue(plan: _Plan, actions: torch.Tensor, chunks: list[RolloutChunk]) -> Rollout:
@@ -386,7 +447,7 @@ def _continue(plan: _Plan, actions: torch.Tensor, chunks: list[RolloutChunk]) ->
         else:
             prev = chunks[-1]
             lo = s - prev.start
-            context_frames = prev.produced[:, lo:lo + plan.context]
+            context_frames = prev.decoded.span(lo, lo + plan.context)
             context = _to_float(context_frames)
         chunk = _sample_chunk(plan, k, s, actions, context, context_frames)
         chunks.append(chunk)
