@@ -1,8 +1,9 @@
 """The embedded model's autoencoder on a CPU: slices of frames and a copy-made upsampling, the same bit for bit.
 
 ``TinyVideo.encode`` / ``decode`` run the per-frame autoencoder over at most ``CPU_FRAME_SLICE`` frames at a
-time and upsample by one broadcast copy (benchmarks/autoencoder_speed.py: about twice as fast). Every
-shipped number (the demo's, the notebooks') rests on their outputs being those of one whole call.
+time and upsample by one broadcast copy (benchmarks/autoencoder_speed.py: about twice as fast), and a generation
+request's image is encoded once instead of once per frame. Every shipped number (the demo's, the notebooks')
+rests on their outputs being those of one whole call.
 """
 
 from __future__ import annotations
@@ -68,3 +69,19 @@ def test_the_copy_upsampling_is_torchs_nearest_in_values_and_in_gradients():
     (Upsample2x()(ours) * weight).sum().backward()
     (torch_up(theirs) * weight).sum().backward()
     assert torch.equal(ours.grad, theirs.grad)
+
+
+@pytest.mark.parametrize("clips", [1, 3])
+def test_an_image_request_encodes_the_image_once_and_gives_the_latents_of_every_frame(base, clips):
+    """A generation request holds one image for all 16 frames: it is encoded once (beside a copy, never as a batch
+    of one frame) and its latent repeated, the same latents as encoding the 16 frames."""
+    image = torch.rand(clips, 3, 64, 64, generator=torch.Generator().manual_seed(clips)) * 2 - 1
+    encoded: list[int] = []
+    hook = base.autoencoder.encoder.register_forward_pre_hook(lambda m, args: encoded.append(args[0].shape[0]))
+    try:
+        batch = base.prepare_batch({"image": image})
+    finally:
+        hook.remove()
+    assert encoded == [2 * clips]
+    every_frame = base.encode(image[:, :, None].expand(-1, -1, base.config.frames, -1, -1))
+    assert torch.equal(batch.latents, every_frame) and torch.equal(batch.cond["first_frame"], every_frame[:, :, 0])

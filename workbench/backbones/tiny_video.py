@@ -366,6 +366,12 @@ class TinyVideo(BaseVideoModel):
                 frames = self._frames_from(raw)
                 video = image[:, :, None].expand(-1, -1, frames, -1, -1)
                 has_target = False
+                if frames > 2:  # every frame is the image: encode it once, beside a copy (a batch of one
+                    # frame convolves with other kernels and rounds differently), and repeat its latent
+                    self._check_size(video)
+                    once = self.encode(video[:, :, :2])[:, :, :1]
+                    latents = once.expand(-1, -1, frames, -1, -1).contiguous()
+                    video = None
             else:
                 raise DataError(
                     f"prepare_batch needs 'video' (B, 3, T, H, W), 'latents' (B, C, T, h, w) or 'image' "
