@@ -137,7 +137,7 @@ class ChunkFrames:
         return int(self._latents.shape[2]) if self._alone() else self.all().shape[1]
 
     def _alone(self) -> bool:
-        return self._all is None and bool(getattr(self._base, "decodes_frames_alone", False))
+        return self._all is None and self._base.decodes_frames_alone
 
     def all(self) -> np.ndarray:
         if self._all is None:
@@ -210,10 +210,12 @@ class Rollout:
         """Frame ``index`` of the episode, uint8 ``[B, H, W, 3]`` (``[H, W, 3]`` unbatched): what
         ``video[:, index]`` shows, decoding only that frame where the backbone decodes frames alone (a
         policy's outcome reads the last frame only)."""
-        chunk = self.chunks[self.chunk_of(index)]
+        chunk = self.chunks[self.chunk_of(index)]  # checks the index
         index = int(index) % self.frame_count
-        if self._video is not None or index < self._plan.context:
-            out = self._video[:, index] if self._video is not None else self._plan.start_frames[:, index]
+        if self._video is not None:
+            out = self._video[:, index]
+        elif index < self._plan.context:
+            out = self._plan.start_frames[:, index]
         else:
             out = chunk.decoded.span(index - chunk.start, index - chunk.start + 1)[:, 0]
         return out if self._plan.batched else out[0]
