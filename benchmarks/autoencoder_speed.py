@@ -14,7 +14,8 @@ import torch
 from _bench import finish, interleaved, report, scaled, start
 from torch import nn
 
-from workbench.backbones.tiny_video import TinyVideo, Upsample2x
+from workbench.backbones.tiny_video import TinyVideo
+from workbench.backbones.tiny_video_networks import Upsample2x
 
 
 def main(argv: list[str] | None = None) -> int:

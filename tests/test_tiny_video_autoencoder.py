@@ -12,7 +12,8 @@ import pytest
 import torch
 from torch import nn
 
-from workbench.backbones.tiny_video import CPU_FRAME_SLICE, TinyVideo, Upsample2x, per_frame
+from workbench.backbones.tiny_video import TinyVideo
+from workbench.backbones.tiny_video_networks import CPU_FRAME_SLICE, Upsample2x, per_frame
 
 
 @pytest.fixture(scope="module")
