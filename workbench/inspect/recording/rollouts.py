@@ -133,8 +133,8 @@ class ChunkFrames:
 
     @property
     def count(self) -> int:
-        """How many frames the chunk made."""
-        return int(self._latents.shape[2]) if self._alone() else self.all().shape[1]
+        """How many frames the chunk made (one per latent frame where frames decode alone)."""
+        return int(self._latents.shape[2]) if self._base.decodes_frames_alone else self.all().shape[1]
 
     def _alone(self) -> bool:
         return self._all is None and self._base.decodes_frames_alone
