@@ -62,27 +62,119 @@ def test_import_reads_csv_parquet_frame_folders_state_and_tasks(tmp_path):
     src = tmp_path / "src"
     src.mkdir()
     video(src / "a.mp4", 6)
-    (src / "a.csv").write_text("dx,dy,grip\n" + "\n".join(f"{t},{-t},0.5" for t in range(6)) + "\n")
+    (src / "a.csv").write_text("d_0,d_1,grip\n" + "\n".join(f"{t},{-t},0.5" for t in range(6)) + "\n")
     np.save(src / "a.state.npy", np.arange(12, dtype=np.float32).reshape(6, 2))
     (src / "a.txt").write_text("push the block\n")
     (src / "b").mkdir()
     for t in range(7):
         Image.fromarray(np.full((16, 16, 3), 30 * t, np.uint8)).save(src / "b" / f"frame_{t}.png")
-    pq.write_table(pa.table({"joint": pa.array(np.arange(7, dtype=np.float32)),
-                             "xy": pa.FixedSizeListArray.from_arrays(pa.array(np.ones(14, np.float32)), 2)}),
-                   src / "b.parquet")
+    grip_b, d_b = np.linspace(-1, 1, 7).astype(np.float32), np.arange(14, dtype=np.float32).reshape(7, 2) / 4
+    # a scalar column and a fixed-size list column (its names: d_0, d_1), in another order than a.csv's
+    pq.write_table(pa.table({"grip": pa.array(grip_b),
+                             "d": pa.FixedSizeListArray.from_arrays(pa.array(d_b.reshape(-1)), 2),
+                             "note": pa.array(["text is not a per-frame number"] * 7)}), src / "b.parquet")
     np.save(src / "b.state.npy", np.zeros((7, 2), np.float32))
     report = import_folder(src, tmp_path / "out", fps=10, window=4)
     assert (report.episodes, report.frames, report.action_dim, report.state_dim) == (2, 13, 3, 2)
     info = json.loads((tmp_path / "out" / "meta" / "info.json").read_text())
-    assert info["features"]["action"]["names"] == ["dx", "dy", "grip"]
-    clips = LeRobotClips(root=str(tmp_path / "out"), window=4, stride=4, split="all")
+    assert info["features"]["action"]["names"] == ["d_0", "d_1", "grip"]
+    clips = LeRobotClips(root=str(tmp_path / "out"), window=4, stride=3, split="all")
     first = clips[0]
     assert first["task"] == "push the block" and clips.task_names == ["push the block", "src"]
     assert np.array_equal(first["action"].numpy(), np.array([[t, -t, 0.5] for t in range(4)], np.float32))
     assert np.array_equal(first["proprio"].numpy(), np.arange(8, dtype=np.float32).reshape(4, 2))
-    frames_b = clips[len(clips) - 1]["video"]  # the folder of .png frames, in name order: 30 * t
+    last = clips[len(clips) - 1]  # episode b, frames 3..6: its parquet's values, as written above
+    assert (last["episode"], last["start"]) == (1, 3)
+    assert np.array_equal(last["action"].numpy(), np.concatenate([d_b, grip_b[:, None]], axis=1)[3:7])
+    frames_b = clips[len(clips) - 2]["video"]  # the folder of .png frames, in name order: 30 * t
     assert abs(float(frames_b[0, 1].mean() - frames_b[0, 0].mean()) * 127.5 - 30) < 3
+
+
+def _tables(src: Path, names: list[str], values: np.ndarray, kind: str, stem: str) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if kind == "csv":
+        (src / f"{stem}.csv").write_text(",".join(names) + "\n"
+                                         + "".join(",".join(f"{v:g}" for v in row) + "\n" for row in values))
+    elif kind == "parquet":
+        pq.write_table(pa.table({n: pa.array(values[:, i]) for i, n in enumerate(names)}), src / f"{stem}.parquet")
+    else:
+        np.save(src / f"{stem}.npy", values)
+
+
+def test_columns_are_matched_by_name_whatever_their_order_in_each_file(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from workbench.data.importer import import_folder
+    from workbench.data.lerobot import LeRobotClips
+
+    src = tmp_path / "src"
+    src.mkdir()
+    order = ["dx", "dy", "dz", "grip"]
+    recorded = {}  # each episode's actions in dx, dy, dz, grip order, each column its own range of values
+    for e, (stem, kind) in enumerate([("a", "csv"), ("b", "parquet"), ("c", "parquet")]):
+        video(src / f"{stem}.mp4", 6)
+        recorded[e] = (np.arange(24, dtype=np.float32).reshape(6, 4) % 6 + 10 * np.arange(4) + 100 * e)
+        if stem != "c":
+            _tables(src, order, recorded[e], kind, stem)
+    t = pa.table({n: pa.array(recorded[2][:, i]) for i, n in enumerate(order)})
+    pq.write_table(t.select(["grip", "dz", "dy", "dx"]), src / "c.parquet")
+    import_folder(src, tmp_path / "out", window=6)
+    info = json.loads((tmp_path / "out" / "meta" / "info.json").read_text())
+    assert info["features"]["action"]["names"] == order
+    assert info["features"]["action"]["names_from"].startswith("column names: every episode's table named these")
+    clips = LeRobotClips(root=str(tmp_path / "out"), window=6, stride=6, split="all")
+    for i in range(len(clips)):
+        item = clips[i]
+        assert np.array_equal(item["action"].numpy(), recorded[item["episode"]]), item["episode"]
+    assert float(clips[2]["action"][0, 0]) == 200.0  # c's dx (200..205), not its grip (230..235)
+
+
+def test_tables_without_names_go_by_position_and_the_dataset_says_so(tmp_path):
+    from workbench.data.importer import import_folder
+
+    src = tmp_path / "src"
+    src.mkdir()
+    _two(src)
+    import_folder(src, tmp_path / "out")
+    action = json.loads((tmp_path / "out" / "meta" / "info.json").read_text())["features"]["action"]
+    assert action["names"] == ["a0", "a1"]
+    assert action["names_from"] == ("position: the source tables (.npy, or .csv without a header line) name no "
+                                    "columns, so a0, a1, ... are their columns in stored order")
+
+
+NAME_REFUSALS = [
+    ("renamed", ["dx", "dy", "DZ"], "parquet",
+     r"{src}/b\.parquet: the actions columns are \[dx, dy, DZ\], but a\.csv's are \[dx, dy, dz\] \(missing here: "
+     r"\[dz\]; not in a\.csv: \[DZ\]\)\. Every episode's actions name the same columns \(in any order: they are "
+     r"matched by name\)\. Rename or drop the columns of one of the two files"),
+    ("missing", ["dz", "dx"], "csv",
+     r"{src}/b\.csv: the actions columns are \[dz, dx\], but a\.csv's are \[dx, dy, dz\] "
+     r"\(missing here: \[dy\]; not in a\.csv: \[\]\)"),
+    ("extra", ["dx", "dy", "dz", "grip"], "parquet", r"\(missing here: \[\]; not in a\.csv: \[grip\]\)"),
+    ("repeated", ["dx", "dx", "dz"], "csv",
+     r"{src}/b\.csv: the actions name the column 'dx' twice \(columns \[dx, dx, dz\]\)"),
+    ("no names among named", None, "npy",
+     r"{src}/b\.npy: the actions name no columns \(a \.npy file, or a \.csv without a header line\), but a\.csv names "
+     r"them \[dx, dy, dz\]\. .* save it with the same names \(a \.csv whose first line is dx,dy,dz, or a \.parquet\)"),
+]
+
+
+@pytest.mark.parametrize("case, names, kind, message", NAME_REFUSALS, ids=[r[0] for r in NAME_REFUSALS])
+def test_columns_that_do_not_match_by_name_are_refused_showing_both_lists(tmp_path, case, names, kind, message):
+    from workbench.data.importer import import_folder
+
+    src = tmp_path / "src"
+    src.mkdir()
+    video(src / "a.mp4", 6)
+    _tables(src, ["dx", "dy", "dz"], np.zeros((6, 3), np.float32), "csv", "a")
+    video(src / "b.mp4", 6)
+    _tables(src, names or [], np.zeros((6, len(names or "xyz")), np.float32), kind, "b")
+    with pytest.raises(DataError, match=message.format(src=re.escape(str(src)))):
+        import_folder(src, tmp_path / "out")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src"]
 
 
 def test_import_resamples_to_fps_and_resizes(tmp_path):

@@ -268,6 +268,69 @@ class Plan:
     state_dim: int | None
     lengths: list[int]  # frames of each episode at ``fps``
     notes: list[str]
+    #: The column names every episode's table gave (each table reordered to them), or None where the tables
+    #: name no columns (.npy, a .csv without a header line) and columns go by position.
+    action_names: list[str] | None = None
+    state_names: list[str] | None = None
+
+
+def _shown(names: list[str]) -> str:
+    return "[" + ", ".join(names) + "]"
+
+
+def match_columns(sources: list[Source], what: str) -> list[str] | None:
+    """Put every episode's ``what`` table (``"actions"`` or ``"state"``) in one column order and return the
+    column names, or None when no table names its columns (then columns go by position).
+
+    Tables that name their columns (a .csv header line, a .parquet's columns) are matched by name: a table
+    whose columns come in another order is reordered to the first episode's; renamed, missing, extra or
+    repeated names are refused, and so is a table without names among named ones (its order cannot be
+    checked). Tables without names must have the same width."""
+    key = "action" if what == "actions" else "state"
+    tables = [(getattr(s, "actions" if key == "action" else "state"), getattr(s, f"{key}_values"),
+               getattr(s, f"{key}_names"), s) for s in sources if getattr(s, f"{key}_values") is not None]
+    if not tables:
+        return None
+    for path, _, names, _ in tables:
+        repeated = sorted({n for n in names or [] if names.count(n) > 1})
+        if repeated:
+            raise DataError(f"{path}: the {what} name the column {repeated[0]!r} twice "
+                            f"(columns {_shown(names)}). Columns are matched by name across episodes, "
+                            f"so each name appears once: rename one of them.")
+    named = [t for t in tables if t[2] is not None]
+    if not named:
+        first_path, first_values = tables[0][0], tables[0][1]
+        for path, values, _, _ in tables:
+            if values.shape[1] != first_values.shape[1]:
+                raise DataError(f"{path}: the {what} have {values.shape[1]} values a frame, but "
+                                f"{first_path.name} has {first_values.shape[1]}. "
+                                f"Every episode's {what} have the same width (the adapter's dim); "
+                                f"fix that file.")
+        return None
+    ref_path, _, ref_names, _ = named[0]
+    if len(named) < len(tables):
+        path = next(t[0] for t in tables if t[2] is None)
+        raise DataError(
+            f"{path}: the {what} name no columns (a .npy file, or a .csv without a header line), but "
+            f"{ref_path.name} names them {_shown(ref_names)}. Columns are matched by name across episodes, "
+            f"so a table without names cannot be checked against the others: save it with the same names "
+            f"(a .csv whose first line is {','.join(ref_names)}, or a .parquet), "
+            f"or save every episode's {what} without names.")
+    for path, values, names, source in tables:
+        if names == ref_names:
+            continue
+        missing = [n for n in ref_names if n not in names]
+        extra = [n for n in names if n not in ref_names]
+        if missing or extra:
+            raise DataError(
+                f"{path}: the {what} columns are {_shown(names)}, but {ref_path.name}'s are "
+                f"{_shown(ref_names)} (missing here: {_shown(missing)}; "
+                f"not in {ref_path.name}: {_shown(extra)}). "
+                f"Every episode's {what} name the same columns (in any order: they are matched by name). "
+                f"Rename or drop the columns of one of the two files so that both name the same ones.")
+        setattr(source, f"{key}_values", values[:, [names.index(n) for n in ref_names]])
+        setattr(source, f"{key}_names", list(ref_names))
+    return list(ref_names)
 
 
 def _served(source: Source, fps: float) -> np.ndarray:
@@ -303,16 +366,8 @@ def plan_import(folder: str | Path, *, fps: float | None = None, size: tuple[int
                         f"have a state table but {lacking.name!r} has none "
                         f"(looked for {lacking.name}.state.npy / .csv / .parquet). "
                         f"Give every episode one, or none.")
-    for key, what in (("action_values", "actions"), ("state_values", "state")):
-        widths = {s.name: getattr(s, key).shape[1] for s in sources if getattr(s, key) is not None}
-        if len(set(widths.values())) > 1:
-            first = sources[0]
-            odd = next(s for s in sources if widths.get(s.name) not in (None, widths[first.name]))
-            path = odd.actions if what == "actions" else odd.state
-            raise DataError(f"{path}: the {what} have {widths[odd.name]} values a frame, but "
-                            f"{(first.actions if what == 'actions' else first.state).name} "
-                            f"has {widths[first.name]}. "
-                            f"Every episode's {what} have the same width (the adapter's dim); fix that file.")
+    action_names = match_columns(sources, "actions")
+    state_names = match_columns(sources, "state") if with_state else None
     for s in sources:
         probe_video(s)
     rates = sorted({round(s.fps, 3) for s in sources if s.fps is not None})
@@ -384,7 +439,8 @@ def plan_import(folder: str | Path, *, fps: float | None = None, size: tuple[int
                         f"use --window {min(lengths)} or less (the shortest episode), "
                         f"record longer episodes, or move the short ones out of the folder.")
     state_dim = sources[0].state_values.shape[1] if sources[0].state_values is not None else None
-    return Plan(sources, float(fps), size, int(sources[0].action_values.shape[1]), state_dim, lengths, notes)
+    return Plan(sources, float(fps), size, int(sources[0].action_values.shape[1]), state_dim, lengths, notes,
+                action_names, state_names)
 
 
 # -- decoding and writing ------------------------------------------------------------------------------------
@@ -485,15 +541,20 @@ def import_folder(folder: str | Path, out: str | Path, *, fps: float | None = No
     plan = plan_import(folder, fps=fps, size=size, window=window, trim=trim, task=task, max_abs=max_abs)
     feature = f"observation.images.{camera}"
     features: dict[str, tuple[str, list[str] | None]] = {
-        "action": ("float32", _names(plan.sources[0].action_names, plan.action_dim, "a"))}
+        "action": ("float32", plan.action_names or [f"a{i}" for i in range(plan.action_dim)])}
+    notes = {"action": {"names_from": _names_from(plan.action_names, "a")}}
     if plan.state_dim is not None:
-        features["observation.state"] = ("float32", _names(plan.sources[0].state_names, plan.state_dim, "s"))
+        state_names = plan.state_names or [f"s{i}" for i in range(plan.state_dim)]
+        features["observation.state"] = ("float32", state_names)
+        notes["observation.state"] = {"names_from": _names_from(plan.state_names, "s")}
     bar = None
     if progress:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=len(plan.sources), desc="import", unit="episode")
-    with LeRobotWriter(out, plan.fps, features, [feature], crf=crf) as writer:
+    metadata = {"imported_from": str(Path(folder).expanduser()), "window": window}
+    with LeRobotWriter(out, plan.fps, features, [feature], crf=crf, feature_notes=notes,
+                       metadata=metadata) as writer:
         for k, s in enumerate(plan.sources):
             indices = _served(s, plan.fps)
             frames = decode(s, plan.size, indices)
@@ -511,8 +572,12 @@ def import_folder(folder: str | Path, out: str | Path, *, fps: float | None = No
                         plan.state_dim, feature, min(plan.lengths), plan.notes)
 
 
-def _names(names: list[str] | None, width: int, prefix: str) -> list[str]:
-    return list(names) if names and len(names) == width else [f"{prefix}{i}" for i in range(width)]
+def _names_from(names: list[str] | None, prefix: str) -> str:
+    """What ``meta/info.json`` says about where a feature's names came from."""
+    if names is None:
+        return (f"position: the source tables (.npy, or .csv without a header line) name no columns, "
+                f"so {prefix}0, {prefix}1, ... are their columns in stored order")
+    return "column names: every episode's table named these columns (matched by name, in any order)"
 
 
 # -- a folder to try it on -----------------------------------------------------------------------------------
