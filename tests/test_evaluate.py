@@ -266,3 +266,44 @@ def test_the_robot_state_reaches_a_prediction_as_measured_at_the_first_frame():
             first = torch.stack([clips[i][key][0] for i in range(2)])
             assert raw[key].shape == (2, 16, width) and torch.equal(raw[key], first[:, None].expand(2, 16, width))
         assert torch.equal(raw["action"], torch.stack([clips[i]["action"] for i in range(2)])) or raw is given[2]
+
+
+# -- which clips, and how the video labels them --------------------------------------------------------------
+class _Clips:
+    """What :func:`spread_over_tasks` reads of a clip source: ``(episode, start)`` per clip, a task per episode."""
+
+    def __init__(self, clips_per_episode: list[int], tasks: list[str]):
+        self.index = [(e, 8 * k) for e, n in enumerate(clips_per_episode) for k in range(n)]
+        self.task_names = tasks
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+
+def test_a_few_clips_of_one_task_come_from_several_episodes():
+    from workbench.worldmodel.evaluate import spread_over_tasks, swap_partner
+
+    source = _Clips([6, 2, 5], ["my_videos"] * 3)  # one task, a long first episode: where --clips 4 failed
+    chosen = spread_over_tasks(source, 4)
+    assert [source.index[i] for i in chosen] == [(0, 0), (0, 8), (1, 0), (2, 0)]
+    swap_partner([source.index[i][0] for i in chosen])  # (c) finds actions of another episode for each
+    two_tasks = _Clips([3, 3, 3, 3], ["push", "reach", "push", "reach"])
+    assert [two_tasks.index[i] for i in spread_over_tasks(two_tasks, 4)] == [(0, 0), (1, 0), (2, 0), (3, 0)]
+
+
+def test_the_side_by_side_labels_each_row_as_the_table_does(tmp_path, monkeypatch):
+    import workbench.media as media
+    from workbench.worldmodel.evaluate import write_videos
+
+    drawn = {}
+    monkeypatch.setattr(media, "label_grid", lambda rows, row_labels, col_labels, scale: drawn.update(
+        rows=row_labels, columns=col_labels) or np.zeros((1, 8, 8, 3), np.uint8))
+    monkeypatch.setattr(media, "write_video", lambda path, frames, fps: path)
+    frames = np.zeros((1, 2, 8, 8, 3), np.uint8)
+    result = {"truth": frames, "base": frames, "adapter": frames, "swapped": frames,
+              "items": [{"task": "push-v3", "episode": 3, "start": 16}],
+              "scores": {"base": {"moving_psnr": [11.0]}, "adapter": {"moving_psnr": [14.5]},
+                         "swapped": {"moving_psnr": [12.25]}}}
+    write_videos(tmp_path, result, clips=1, fps=10)
+    assert drawn["columns"] == ["truth", "(a) base alone", "(b) adapter,\ntrue actions", "(c) adapter,\nswapped"]
+    assert drawn["rows"] == ["push\nep 3 t16\nmoving PSNR\na 11.0\nb 14.5\nc 12.2"]

@@ -459,9 +459,9 @@ def write_videos(out: Path, result: dict[str, Any], clips: int, fps: float, name
         rows.append([result[k][i] for k in ("truth", *VARIANTS)])
         it = result["items"][i]
         labels.append(f"{it['task'].removesuffix('-v3')}\nep {it['episode']} t{it['start']}\n"
-                      f"moving PSNR\nb {s['base']['moving_psnr'][i]:.1f}\n"
-                      f"a {s['adapter']['moving_psnr'][i]:.1f}\n"
-                      f"s {s['swapped']['moving_psnr'][i]:.1f}")
+                      f"moving PSNR\na {s['base']['moving_psnr'][i]:.1f}\n"
+                      f"b {s['adapter']['moving_psnr'][i]:.1f}\n"
+                      f"c {s['swapped']['moving_psnr'][i]:.1f}")
     true = "actions" if condition == "action" else condition
     grid = label_grid(rows, row_labels=labels,
                       col_labels=["truth", "(a) base alone", f"(b) adapter,\ntrue {true}",
@@ -525,8 +525,10 @@ def evaluate_run(exp, source, *, out: str | Path, clips: int | None = None, samp
 
 
 def spread_over_tasks(source, n: int) -> list[int]:
-    """``n`` clip indices of ``source`` taken in turn from each task (each task's clips in order), so
-    a few clips still cover every task; the order of the source when it does not say its tasks.
+    """``n`` clip indices of ``source`` taken in turn from each task, and within a task in turn from each
+    of its episodes (each episode's clips in order), so a few clips still cover every task and come from
+    several episodes (the swapped actions of (c) need two); the order of the source when it does not say
+    its tasks.
 
     A source says its tasks through ``index`` (``(episode, start)`` per clip) and ``task_names``
     (per episode), as :class:`~workbench.data.metaworld.MetaWorldClips` and
@@ -535,10 +537,13 @@ def spread_over_tasks(source, n: int) -> list[int]:
     index, names = getattr(source, "index", None), getattr(source, "task_names", None)
     if index is None or names is None:
         return list(range(n))
-    by_task: dict[str, list[int]] = {}
+    by_task: dict[str, dict[int, list[int]]] = {}
     for i, (episode, _) in enumerate(index):
-        by_task.setdefault(names[episode], []).append(i)
-    queues = list(by_task.values())
+        by_task.setdefault(names[episode], {}).setdefault(episode, []).append(i)
+    queues = []
+    for episodes in by_task.values():  # a task's clips: the first of each episode, then the second, ...
+        clips = list(episodes.values())
+        queues.append([c[k] for k in range(max(map(len, clips))) for c in clips if k < len(c)])
     chosen: list[int] = []
     while len(chosen) < n:
         for queue in queues:
