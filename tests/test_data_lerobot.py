@@ -208,8 +208,16 @@ def test_action_width_must_match_the_adapter(both):
                             training=TrainingConfig(steps=1, batch_size=2, progress=False))
     with pytest.raises(DataError, match=r"info\.json: feature 'action' \(actions: action\) has width 5, but the "
                                         r"adapter \(LatentResidual\) declares Condition 'action' with dim=4\. Set "
-                                        r"the adapter's dim: 5"):
+                                        r"the adapter's dim: 5, as no feature of this dataset has width 4 \(its "
+                                        r"numeric features: 'action' \(5\), 'episode_index' \(1\), 'frame_index' "
+                                        r"\(1\), 'index' \(1\), 'observation\.state' \(7\), 'task_index' \(1\), "
+                                        r"'timestamp' \(1\)\)\.$"):
         exp.fit(clips, steps=1)
+    one = AdapterExperiment(base=tiny_base(image_size=16, frames=4), adapter=LatentResidual(width=16, depth=1, dim=7),
+                            composer=GatedResidual(), training=TrainingConfig(steps=1, batch_size=2, progress=False))
+    with pytest.raises(DataError, match=r"Set the adapter's dim: 5, or choose a feature of width 7 for `actions:` "
+                                        r"\(this dataset's: 'observation\.state'\)\.$"):
+        one.fit(clips, steps=1)
     ok = AdapterExperiment(base=tiny_base(image_size=16, frames=4), adapter=LatentResidual(width=16, depth=1, dim=5),
                            composer=GatedResidual(), training=TrainingConfig(steps=1, batch_size=2, progress=False))
     ok.fit(clips, steps=1)

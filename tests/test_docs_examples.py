@@ -225,6 +225,12 @@ def _your_own_data(ns: dict) -> None:
     item = clips[len(clips) - 1]
     recorded = np.load(f"my_videos/episode_{item['episode']:03d}.npy")
     assert np.array_equal(item["action"].numpy(), recorded[item["start"]:item["start"] + 8]) and "proprio" not in item
+    import yaml
+
+    config = Path("examples/configs/own_videos.yaml").read_text()  # `init --data` filled in the shipped example
+    assert config.startswith("# Filled in for my_dataset by `workbench init own_videos --data my_dataset`.\n")
+    filled = yaml.safe_load(config)
+    assert (filled["data"]["config"]["root"], filled["adapter"]["config"]["dim"]) == ("my_dataset", 2)
     base = json.loads(Path("outputs/own_base.json").read_text())["provenance"]
     assert base["validation"]["data"] == "my_dataset" and base["train_steps"] == 30
     metrics = json.loads(Path("outputs/own_videos_eval/metrics.json").read_text())

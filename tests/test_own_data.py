@@ -308,6 +308,157 @@ def test_the_import_command_prints_what_it_wrote_and_refuses_an_existing_output(
                            f"directory. Choose another output" in err
 
 
+def test_the_imports_next_step_runs_as_printed_and_fills_the_config_from_the_dataset(tmp_path, capsys, monkeypatch):
+    import shlex
+
+    import yaml
+
+    src = tmp_path / "my videos"
+    src.mkdir()
+    for stem in ("a", "b"):
+        video(src / f"{stem}.mp4", 12, size=(16, 24))
+        np.save(src / f"{stem}.npy", np.zeros((12, 3), np.float32))
+    monkeypatch.chdir(tmp_path)
+    status, out, err = cli(capsys, "data", "import", "my videos", "--out", "my data", "--window", 10, "--size", 16,
+                           "--no-progress")
+    assert status == 0, err
+    line = out.splitlines()[-1]
+    assert line == "Next, a training config for it (its data block, the adapter's dim 3): " \
+                   "workbench init own_videos --data 'my data'"
+    command = shlex.split(line.split(": ", 1)[1])
+    assert command[0] == "workbench"
+    status, out, err = cli(capsys, *command[1:])
+    assert status == 0, err
+    assert out.splitlines()[0] == "wrote examples/configs/own_videos.yaml for my data: the adapter's dim 3 " \
+                                  "(its 'action'), window 10, frames of 16x16"
+    assert "pretrain it on the dataset first (the architecture the config names): workbench pretrain --data " \
+           "'my data' --size 16 --window 10 --width 16 --depth 1 --ae-width 8 --out outputs/own_base.safetensors" in out
+    from workbench.cli import build_parser
+
+    pretrain = shlex.split(out.split("names): ")[1].splitlines()[0])
+    assert build_parser().parse_args(pretrain[1:]).command == "pretrain"  # its flags exist
+    config = yaml.safe_load((tmp_path / "examples/configs/own_videos.yaml").read_text())
+    data = config["data"]["config"]
+    assert (data["root"], data["window"], data["size"]) == ("my data", 10, [16, 16])
+    assert config["adapter"]["config"]["dim"] == 3
+    assert (config["base"]["config"]["image_size"], config["base"]["config"]["frames"]) == (16, 10)
+    assert out.splitlines()[-1] == "Train one with: workbench train examples/configs/own_videos.yaml"
+
+
+def test_init_for_a_dataset_fills_in_the_shipped_example_and_keeps_one_the_user_edited(tmp_path, capsys,
+                                                                                       monkeypatch):
+    import lerobot_fixture
+
+    monkeypatch.chdir(tmp_path)
+    lerobot_fixture.write(tmp_path / "robot", "v3.0")  # 5-D actions; episodes of 9 frames and more; 24x32 frames
+    (tmp_path / "examples/configs").mkdir(parents=True)
+    shipped = (ROOT / "examples/configs/own_videos.yaml").read_text()
+    (tmp_path / "examples/configs/own_videos.yaml").write_text(shipped)  # as in a clone of the repository
+    status, out, err = cli(capsys, "init", "own_videos", "--data", "robot")
+    assert status == 0, err
+    assert out.splitlines()[:3] == [
+        "wrote examples/configs/own_videos.yaml for robot: the adapter's dim 5 (its 'action'), window 8, frames of "
+        "24x32",  # no import recorded a window: the config's, as no episode is shorter
+        "  note: the dataset has 2 cameras (observation.images.front, observation.images.wrist); add camera: NAME to "
+        "the config's data block (the size above is observation.images.front's)",
+        "  note: its base reads square frames; import the videos again with --size S S (the base's image_size) to "
+        "train on them"]
+    filled = (tmp_path / "examples/configs/own_videos.yaml").read_text()
+    assert filled.startswith("# Filled in for robot by") and "root: robot" in filled and "size: [24, 32]" in filled
+    (tmp_path / "examples/configs/own_videos.yaml").write_text("# mine\n")
+    status, out, _ = cli(capsys, "init", "own_videos", "--data", "robot")
+    assert status == 0 and "--data robot changed none of them: delete the file, or write it elsewhere with --dir" in out
+    assert (tmp_path / "examples/configs/own_videos.yaml").read_text() == "# mine\n"
+
+
+def test_init_for_a_dataset_refuses_what_it_cannot_fill_in(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "videos").mkdir()
+    status, _, err = cli(capsys, "init", "--data", "videos")
+    assert status == 2 and "error: --data fills in a config for the dataset: name it, e.g. `workbench init " \
+                           "own_videos --data videos`." in err
+    video(tmp_path / "videos" / "a.mp4", 2)
+    status, _, err = cli(capsys, "init", "own_videos", "--data", "videos")
+    assert status == 2 and "error: videos holds videos (1, e.g. a.mp4) but is not a LeRobot dataset (no meta/" \
+                           "info.json). Convert it first: `workbench data import videos --out videos_dataset`" in err
+    status, _, err = cli(capsys, "init", "own_videos", "--data", "sample")
+    assert status == 2 and "error: --data sample: Meta-World rollouts (HDF5), not a LeRobot dataset directory" in err
+    import lerobot_fixture
+
+    lerobot_fixture.write(tmp_path / "robot", "v3.0")
+    status, _, err = cli(capsys, "init", "tiny", "--data", "robot")
+    assert status == 2 and "error: --data fills in a config that reads a LeRobot dataset (data: type: lerobot): " \
+                           "lerobot_world_model, own_videos; tiny reads 'synthetic_moves' data." in err
+    assert not (tmp_path / "examples").exists()
+
+
+def test_sub_folders_are_imported_with_each_episode_named_by_its_path(tmp_path):
+    from workbench.data.importer import import_folder
+    from workbench.data.lerobot import LeRobotClips
+
+    src = tmp_path / "src"
+    for k, where in enumerate(["", "session A", "session_B", "session_B/day 2", ".hidden"]):
+        (src / where).mkdir(parents=True, exist_ok=True)
+        video(src / where / "take 1.mp4", 6)
+        np.save(src / where / "take 1.npy", np.full((6, 2), k, np.float32))
+    report = import_folder(src, src / "dataset", window=2)  # the output inside the folder is never read
+    assert report.episodes == 4
+    extra = json.loads((src / "dataset" / "meta" / "workbench.json").read_text())
+    assert [e["source"] for e in extra["episodes"]] == ["session A/take 1", "session_B/day 2/take 1",
+                                                        "session_B/take 1", "take 1"]
+    clips = LeRobotClips(root=str(src / "dataset"), window=6, stride=6, split="all")
+    assert [float(clips[i]["action"][0, 0]) for i in range(4)] == [1, 3, 2, 0]  # each its own actions
+    assert clips.task_names == ["src"] * 4
+    assert import_folder(src, tmp_path / "again", window=2).episodes == 4  # a rerun skips the dataset inside
+    np.save(src / "session A" / "take 2.npy", np.zeros((6, 2), np.float32))
+    with pytest.raises(DataError, match=rf"{re.escape(str(src))}: session A/take 2\.npy has no video of the same "
+                                        rf"name \(1 table\(s\) without one\)\. .*take 2\.mp4 or a folder of frames, "
+                                        rf"in the same folder\)"):
+        import_folder(src, tmp_path / "third")
+
+
+def _faststart(path: Path, frames: int) -> None:
+    """An H.264 MP4 with its index at the start (as phones and web exports write them)."""
+    import fractions
+
+    import av
+
+    with av.open(str(path), "w", options={"movflags": "faststart"}) as container:
+        stream = container.add_stream("libx264", rate=10)
+        stream.width = stream.height = 16
+        stream.pix_fmt = "yuv420p"
+        for k in range(frames):
+            image = np.random.default_rng(k).integers(0, 256, (16, 16, 3), dtype=np.uint8)
+            frame = av.VideoFrame.from_ndarray(image, format="rgb24")
+            frame.pts, frame.time_base = k, fractions.Fraction(1, 10)
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+
+
+def test_a_truncated_faststart_video_is_blamed_on_the_video_and_the_fix_it_gives_works(tmp_path, capsys):
+    src = tmp_path / "src"
+    src.mkdir()
+    _two(src)
+    _faststart(src / "c.mp4", 30)
+    np.save(src / "c.npy", np.zeros((30, 2), np.float32))
+    data = (src / "c.mp4").read_bytes()
+    (src / "c.mp4").write_bytes(data[:len(data) * 6 // 10])  # the copy stopped early
+    status, _, err = cli(capsys, "data", "import", src, "--out", tmp_path / "out", "--no-progress")
+    assert status == 2
+    assert re.search(rf"error: {re.escape(str(src / 'c.mp4'))}: the video is cut short: its index lists 30 frames "
+                     rf"but the file holds \d+ \(a copy or a recording that stopped early\)\. Copy or export the "
+                     rf"video again from its source; or move c\.mp4 and c\.npy out of the folder to import the other "
+                     rf"episodes without it\.", err), err
+    assert "c.npy:" not in err and "--trim" not in err
+    (tmp_path / "aside").mkdir()
+    for name in ("c.mp4", "c.npy"):  # the fix, as the message gives it
+        (src / name).rename(tmp_path / "aside" / name)
+    status, out, err = cli(capsys, "data", "import", src, "--out", tmp_path / "out", "--no-progress")
+    assert status == 0 and "2 episodes" in out, err
+
+
 def test_data_at_a_folder_of_videos_says_how_to_convert_it(tmp_path, capsys):
     src = tmp_path / "videos"
     src.mkdir()

@@ -201,14 +201,17 @@ class LeRobotClips(Dataset):
                 if key in widths and c.dim is not None and widths[key] != c.dim:
                     feature = self.signals[key]
                     option = {"action": "actions", "proprio": "state", "ee_pos": "ee_pos"}[key]
-                    same = sorted(k for k, f in self.meta.features.items()
-                                  if f.get("dtype") in NUMERIC and self.meta.width(k) == c.dim)
+                    numeric = sorted(k for k, f in self.meta.features.items() if f.get("dtype") in NUMERIC)
+                    same = [k for k in numeric if self.meta.width(k) == c.dim]
+                    other = (f"or choose a feature of width {c.dim} for `{option}:` "
+                             f"(this dataset's: {listing(same)})" if same else
+                             f"as no feature of this dataset has width {c.dim} (its numeric features: "
+                             f"{', '.join(f'{k!r} ({self.meta.width(k)})' for k in numeric)})")
                     raise DataError(
                         f"{self.meta.info_path}: feature {feature!r} ({option}: {feature}) "
                         f"has width {widths[key]}, "
                         f"but {owner} declares Condition {c.name!r} with dim={c.dim}. Set the adapter's dim: "
-                        f"{widths[key]}, or choose a feature of width {c.dim} for `{option}:` "
-                        f"(this dataset has: {listing(same)}).")
+                        f"{widths[key]}, {other}.")
 
     def _load_tables(self) -> None:
         """Per-frame timestamps, task indices and signals of every episode, from the parquet tables."""

@@ -99,7 +99,8 @@ def image_stats(frames: np.ndarray) -> dict[str, np.ndarray]:
         counts = counts[levels]
         n = counts.sum()
         mean = (levels * counts).sum() / n
-        channels.append([levels[0], levels[-1], mean, np.sqrt(max(0.0, (levels**2 * counts).sum() / n - mean**2)),
+        std = np.sqrt(max(0.0, (levels**2 * counts).sum() / n - mean**2))
+        channels.append([levels[0], levels[-1], mean, std,
                          *histogram_quantiles(levels.astype(np.float32), counts=counts)])
     table = np.asarray(channels, np.float64).T / 255.0  # (statistics but count, channels)
     keys = [k for k in STATISTICS if k != "count"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 
 from workbench.cli import Command
 
@@ -35,9 +36,10 @@ def _data_arguments(parser: argparse.ArgumentParser) -> None:
     own.add_argument("--size", type=int, nargs="+", metavar="PIXELS",
                      help="resize the frames: H W, or one number for square frames "
                           "(default: as recorded; the embedded tiny_video reads 64 64)")
-    own.add_argument("--window", type=int, default=2,
-                     help="the shortest episode allowed, in frames: the clip length you will train on "
-                          "(tiny_video: 16; default: 2)")
+    own.add_argument("--window", type=int,
+                     help="the clip length you will train on, in frames: the shortest episode allowed "
+                          "(tiny_video: 16; default: any of 2 frames or more); "
+                          "`workbench init --data` reads it")
     own.add_argument("--trim", action="store_true",
                      help="cut each episode to the shorter of its frames and its action rows "
                           "instead of refusing a mismatch")
@@ -79,8 +81,8 @@ def _data(args: argparse.Namespace) -> int:
                                window=args.window, trim=args.trim, task=args.task, camera=args.camera,
                                max_abs=args.max_abs, progress=not args.no_progress)
         print(report.summary())
-        print(f"train on it with a data: block {{type: lerobot, config: {{root: {report.root}}}}} "
-              f"(the adapter's dim: {report.action_dim}), or --data {report.root}")
+        print(f"Next, a training config for it (its data block, the adapter's dim {report.action_dim}): "
+              f"workbench init own_videos --data {shlex.quote(str(report.root))}")
         return 0
     if args.dataset == "example":
         from workbench.data.importer import write_example_folder
@@ -178,7 +180,8 @@ demo = Command("demo", "the world-model demo on the embedded model", _demo_argum
                extras={"data": (*READS, *VIDEOS), "widgets": ("matplotlib",)})
 evaluate = Command("eval", "evaluate an adapter checkpoint as a world model on held-out clips",
                    _eval_arguments, _eval, extras={"data": (*READS, *VIDEOS)})
-pretrain = Command("pretrain", "pretrain the tiny_video backbone on Meta-World clips (no actions)",
+pretrain = Command("pretrain", "pretrain the tiny_video backbone on videos alone (no actions): "
+                               "Meta-World clips or a LeRobot dataset",
                    _pretrain_arguments, _pretrain, extras={"data": READS})
 probe = Command("probe", "the hand-position probe that scores action error", _probe_arguments, _probe,
                 extras={"data": READS})
