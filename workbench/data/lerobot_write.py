@@ -198,7 +198,9 @@ class LeRobotWriter:
 
     def add_episode(self, images: dict[str, np.ndarray], data: dict[str, np.ndarray], task: str,
                     **extra: Any) -> None:
-        """One episode: ``images[camera]`` uint8 ``(T, H, W, 3)``, ``data[feature]`` ``(T, D)`` or ``(T,)``.
+        """One episode: ``images[camera]`` uint8 ``(T, H, W, 3)``, ``data[feature]`` ``(T, D)`` or ``(T,)``;
+        ``extra`` keywords (JSON values, e.g. ``source="pick_01"``) are recorded for it in
+        ``meta/workbench.json``.
 
         Everything is checked before any of it is written; a problem is a DataError naming the
         episode (its position, from 0) and the fix.

@@ -27,7 +27,9 @@ def _data_arguments(parser: argparse.ArgumentParser) -> None:
         description="Write a folder of episodes as a LeRobot v3.0 dataset. "
                     "Each episode is a video (NAME.mp4, or a folder NAME/ of .png / .jpg frames) "
                     "with its actions beside it as NAME.npy, NAME.csv or NAME.parquet (one row per frame), "
-                    "optionally NAME.state.npy (or .csv / .parquet) and its task in NAME.txt. "
+                    "optionally NAME.state.npy (or .csv / .parquet) and its task in NAME.txt; sub-folders "
+                    "in the same layout too (episode session_2/NAME). Columns that the files name (a .csv "
+                    "header, a .parquet) are matched by name. "
                     "Everything is checked before a frame is decoded.")
     own.add_argument("source", help="the folder of videos and action files")
     own.add_argument("--out", required=True, help="the dataset directory to write (new)")
