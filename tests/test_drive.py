@@ -83,6 +83,10 @@ def test_wrong_actions_and_keys_are_refused_saying_what_is_allowed(model):
         DriveState(model, {**start_clip(), "video": start_clip()["video"][None]})
     with pytest.raises(InspectError, match="steps must be a positive int"):
         DriveState(model, start_clip(), steps=0)
+    exp = type("Experiment", (), {"model": model})()  # what an AdapterExperiment offers: its model
+    with pytest.raises(InspectError, match=r"DriveState needs a workbench.ComposedModel .*got Experiment\. "
+                                           r"Pass exp.model"):
+        DriveState(exp, start_clip())
     with pytest.raises(InspectError, match="nothing to branch yet: step"):
         d.branch()
 

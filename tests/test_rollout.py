@@ -245,6 +245,19 @@ def test_errors_say_what_was_wrong(model):
                 state="recorded")
 
 
+def test_an_experiment_is_refused_with_the_model_to_pass_instead():
+    """rollout takes a ComposedModel, as record does: an experiment's is exp.model."""
+    from workbench import AdapterExperiment, TrainingConfig
+
+    clip, actions = episode(10)
+    exp = AdapterExperiment(base=tiny_base(), adapter=LatentResidual(width=16, depth=1),
+                            training=TrainingConfig(progress=False))
+    with pytest.raises(InspectError, match=r"rollout needs a workbench.ComposedModel .*got AdapterExperiment\. "
+                                           r"Pass exp.model"):
+        rollout(exp, clip, actions, steps=STEPS, state=None)
+    assert rollout(exp.model, clip, actions[:4], steps=1, state=None).frame_count == 4
+
+
 def path_model_for_errors() -> ComposedModel:
     base = tiny_base()
     adapter = LatentResidual(width=16, depth=1, per_frame="keep", path={})

@@ -11,7 +11,7 @@ episode as a clip file that :class:`workbench.data.metaworld.MetaWorldClips` rea
 the frames; :meth:`~DriveState.trajectory` is chunk ``k``'s recorded sampling run, for the Stepper.
 
 Examples:
-    >>> drive = DriveState(exp, start=val[0], steps=4)     # one clip of a clip source: its first frame
+    >>> drive = DriveState(model, start=val[0], steps=4)   # one clip of a clip source: its first frame
     >>> drive.press("ArrowRight")                          # the next chunk's action: dx = +1
     array([1., 0., 0., 0.], dtype=float32)
     >>> drive.step().frames                                # chunk 0: the frames it predicted
@@ -35,7 +35,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from workbench.inspect.common import InspectError
+from workbench.core.composed import ComposedModel
+from workbench.inspect.common import InspectError, check_model
 
 #: What each key does to the next chunk's action: ``(dimension, value)`` pairs; the motion keys set
 #: one direction of the hand (the other motion dimensions go to zero), the gripper keys its effort.
@@ -70,7 +71,8 @@ class DriveState:
     """A rollout driven one chunk at a time.
 
     Args:
-        exp_or_model: an ``Experiment`` (its ``.model``) or a ``ComposedModel``.
+        model: the :class:`~workbench.core.composed.ComposedModel` to drive
+            (an experiment's is ``exp.model``).
         start: one raw clip (``{"video": (3, T, H, W), "action": (T, D), ...}``, as a clip source
             serves it): the episode starts at its first frame and its state there; nothing later is read.
         steps: sampling steps per chunk (fewer: faster, coarser; the view says how many).
@@ -85,16 +87,10 @@ class DriveState:
         dim_names: a name per action dimension (default ``dx, dy, dz, grip``).
     """
 
-    def __init__(self, exp_or_model: Any, start: Mapping[str, Any], *, steps: int = 8, seed: int = 0,
+    def __init__(self, model: ComposedModel, start: Mapping[str, Any], *, steps: int = 8, seed: int = 0,
                  readout: Any = "probe", speed: float = 1.0, state: Any = "probe",
                  gate_scale: float | None = None, dim_names: Sequence[str] | None = None):
-        model = getattr(exp_or_model, "model", exp_or_model)
-        from workbench.core.composed import ComposedModel
-
-        if not isinstance(model, ComposedModel):
-            raise InspectError(f"DriveState needs an Experiment or a ComposedModel, "
-                               f"got {type(exp_or_model).__name__}."
-                               f" Pass exp (AdapterExperiment.load(...)) or exp.model.")
+        model = check_model(model, "DriveState")
         if not isinstance(start, Mapping) or "video" not in start or "action" not in start:
             got = sorted(start) if isinstance(start, Mapping) else type(start).__name__
             raise InspectError(f"start must be one raw clip with 'video' (3, T, H, W) and 'action' (T, D), "

@@ -11,6 +11,7 @@ from typing import Any
 import ipywidgets as widgets
 import numpy as np
 
+from workbench.core.composed import ComposedModel
 from workbench.inspect.drive import KEY_HELP, KEYS, DriveState
 from workbench.widgets import render
 from workbench.widgets.base import View, button, status_line, status_lines
@@ -67,7 +68,8 @@ def _keypad_class():
 
 
 class Drive(View):
-    """Drive the world model ``exp`` (an Experiment or a ComposedModel) from the first frame of ``start``.
+    """Drive the world model ``model`` (a ComposedModel: an experiment's is ``exp.model``) from the first
+    frame of ``start``.
 
     Each driving key (click the key field first: ← → dx, ↑ ↓ dy, PageUp / PageDown dz, c / o the
     gripper, . hold still) sets the next chunk's action and predicts the chunk; the action sliders set
@@ -83,19 +85,19 @@ class Drive(View):
     The logic is :class:`workbench.inspect.drive.DriveState` (``self.state``).
 
     Examples:
-        >>> view = Drive(exp, start=val[0], steps=4)     # opens on a first chunk, the hand still
+        >>> view = Drive(model, start=val[0], steps=4)   # opens on a first chunk, the hand still
         >>> view.key("ArrowRight")                        # what a key press does: one chunk with dx = +1
         >>> view.state.chunks, view.state.frames
         (2, 31)
     """
 
-    def __init__(self, exp: Any, start: Mapping[str, Any], steps: int = 8, seed: int = 0,
+    def __init__(self, model: ComposedModel, start: Mapping[str, Any], steps: int = 8, seed: int = 0,
                  readout: Any = "probe", speed: float = 1.0, gate_scale: float | None = None,
                  state: Any = "probe", dim_names: Sequence[str] | None = None,
                  save_path: str | Path = "outputs/driven.h5", first_chunk: bool = True):
         super().__init__()
-        self.state = DriveState(exp, start, steps=steps, seed=seed, readout=readout, speed=speed, state=state,
-                                gate_scale=gate_scale, dim_names=dim_names)
+        self.state = DriveState(model, start, steps=steps, seed=seed, readout=readout, speed=speed,
+                                state=state, gate_scale=gate_scale, dim_names=dim_names)
         self.add_class("workbench-drive")
         self.image.add_class("workbench-drive-image")
         self.last_latency_s: float | None = None  # key press (or button) to picture, in the kernel

@@ -1,6 +1,6 @@
 """Rollouts: whole episodes predicted chunk by chunk, each chunk a recorded :class:`Trajectory`.
 
-    ro = rollout(exp, clip, actions, steps=8, seed=0)      # actions (N, D): frames 0..N-1
+    ro = rollout(model, clip, actions, steps=8, seed=0)    # model: exp.model; actions (N, D): frames 0..N-1
     ro.video                                               # uint8 [N, H, W, 3]; frame 0 is the given one
     ro.chunks[3].trajectory                                # step through chunk 3 (the Stepper opens it)
     alt = ro.fork(chunk=3, at=4, cond={"action": other})   # chunk 3 forked at step 4, chunks 4.. re-rolled
@@ -39,7 +39,7 @@ from workbench.core.card import IMAGE_MODES, TEXT_MODES
 from workbench.core.composed import ComposedModel
 from workbench.core.composers import scaled_gate
 from workbench.core.seeds import chunk_seed
-from workbench.inspect.common import InspectError, prepare
+from workbench.inspect.common import InspectError, check_model, prepare
 from workbench.inspect.recording.recorder import generator_state
 from workbench.inspect.recording.settings import Settings
 from workbench.inspect.recording.storage import StoragePolicy
@@ -459,16 +459,6 @@ def _continue(plan: _Plan, actions: torch.Tensor, chunks: list[RolloutChunk]) ->
 
 
 # -- checks ----------------------------------------------------------------------------------------
-def _model_of(exp_or_model: Any) -> ComposedModel:
-    model = exp_or_model if isinstance(exp_or_model, ComposedModel) else getattr(exp_or_model, "model", None)
-    if not isinstance(model, ComposedModel):
-        raise InspectError(
-            f"rollout needs an Experiment or a workbench.ComposedModel (base + adapter), got "
-            f"{type(exp_or_model).__name__}. Pass exp (or exp.model); for the frozen base alone pass "
-            f"adapter='off'.")
-    return model
-
-
 def _consumed(model: ComposedModel) -> dict[str, Any]:
     return {key: c for c in getattr(model.adapter, "consumes", ()) for key in (c.name, *c.keys)}
 
@@ -518,14 +508,14 @@ def _start(base, start: Mapping[str, Any], context: int) -> tuple[torch.Tensor, 
     return video[:, :, :context].detach().cpu().float(), batched
 
 
-def rollout(exp_or_model: Any, start: Mapping[str, Any], actions: Any, *, steps: int | None = None,
+def rollout(model: ComposedModel, start: Mapping[str, Any], actions: Any, *, steps: int | None = None,
             seed: int = 0, state: str | Callable | None = "probe", gate_scale: float | None = None,
             stride: int | None = None, store: StoragePolicy | bool | None = None, adapter: Any = "on",
             **sampler_kwargs: Any) -> Rollout:
     """Predict frames ``0 .. N-1`` of an episode chunk by chunk (see the module docstring).
 
     Args:
-        exp_or_model: an Experiment or a :class:`ComposedModel`.
+        model: the :class:`ComposedModel` to roll out (an experiment's is ``exp.model``).
         start: a clip ``{"video": (3, T, H, W), "camera": ..., "ee_pos": (T, 3), "task": ...}`` (or a batch
             of them, with a leading ``B``): its first ``card.context_frames`` frames, its per-clip conditions
             (``camera``; text for a text mode) and its state at frame 0 are used. Recorded state of later
@@ -552,7 +542,7 @@ def rollout(exp_or_model: Any, start: Mapping[str, Any], actions: Any, *, steps:
         ...                                                           # produced
         torch.Size([1, 3, 64, 64])
     """
-    model = _model_of(exp_or_model)
+    model = check_model(model, "rollout")
     base = model.base
     card = base.card
     context = int(getattr(card, "context_frames", 1))
