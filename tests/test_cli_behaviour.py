@@ -78,7 +78,7 @@ def test_an_unknown_component_message_ends_with_the_command_that_lists_them():
     assert "then list what this environment sees with `workbench doctor`, or: python -c \"import importlib." \
            "metadata as m; print({g: [e.name for e in m.entry_points(group=g)] for g in ['workbench.backbones'" \
            in message
-    assert message.rstrip().endswith("'workbench.datasets']})\"")
+    assert message.rstrip().endswith("'workbench.datasets', 'workbench.state_readers']})\"")
 
 
 def test_grad_accum_on_the_command_line_and_in_the_ranks_message(tmp_path, capsys):

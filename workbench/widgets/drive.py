@@ -75,25 +75,26 @@ class Drive(View):
     gripper, . hold still) sets the next chunk's action and predicts the chunk; the action sliders set
     it too, and "step" predicts a chunk with their values. The picture shows the start frame and
     frames of the newest chunk (the backbone's full decoder: a rollout decodes each chunk anyway,
-    since the next chunk continues from its last frame), with the hand's path (``readout``, by
-    default the shipped hand probe, in cm) drawn over them, and the path per axis below with the
-    chunk boundaries. "undo" drops the last chunk, "branch" forks the episode at the chosen chunk
-    with the current action (the old line is kept: "switch" goes back), "save" writes the driven
-    episode as a clip file that :class:`workbench.data.metaworld.MetaWorldClips` reads, "open in
-    the Stepper" steps through the chosen chunk's sampling run. The status line says how many
+    since the next chunk continues from its last frame), with the path (``readout``, by default
+    the state reader's own: with ``state="probe"`` the hand the probe reads, in cm) drawn over them, and
+    the path per axis below with the chunk boundaries. ``state`` is where a chunk's state comes from,
+    as :func:`workbench.inspect.rollout` takes it. "undo" drops the last chunk, "branch" forks the
+    episode at the chosen chunk with the current action (the old line is kept: "switch" goes back),
+    "save" writes the driven episode as a clip file that :class:`workbench.data.metaworld.MetaWorldClips`
+    reads, "open in the Stepper" steps through the chosen chunk's sampling run. The status line says how many
     sampling steps a chunk takes and what the last one cost (wall and CPU time).
     The logic is :class:`workbench.inspect.drive.DriveState` (``self.state``).
 
     Examples:
-        >>> view = Drive(model, start=val[0], steps=4)   # opens on a first chunk, the hand still
+        >>> view = Drive(model, start=val[0], steps=4, state="probe")  # opens on a first chunk, hand still
         >>> view.key("ArrowRight")                        # what a key press does: one chunk with dx = +1
         >>> view.state.chunks, view.state.frames
         (2, 31)
     """
 
     def __init__(self, model: ComposedModel, start: Mapping[str, Any], steps: int = 8, seed: int = 0,
-                 readout: Any = "probe", speed: float = 1.0, gate_scale: float | None = None,
-                 state: Any = "probe", dim_names: Sequence[str] | None = None,
+                 readout: Any = "state", speed: float = 1.0, gate_scale: float | None = None,
+                 state: Any = None, dim_names: Sequence[str] | None = None,
                  save_path: str | Path = "outputs/driven.h5", first_chunk: bool = True):
         super().__init__()
         self.state = DriveState(model, start, steps=steps, seed=seed, readout=readout, speed=speed,
