@@ -108,7 +108,7 @@ def test_eval_given_a_data_file_says_how_to_call_it(tmp_path, capsys):
 
 
 def test_a_few_clips_cover_every_task():
-    from workbench.worldmodel.evaluate import clip_source, spread_over_tasks
+    from workbench.worldmodel.common import clip_source, spread_over_tasks
 
     source = clip_source("sample", window=16, split="val")
     tasks = sorted(set(source.task_names))

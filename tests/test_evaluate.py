@@ -12,8 +12,9 @@ import torch
 from workbench.cli import main
 from workbench.data.metaworld import MetaWorldClips, sample_path
 from workbench.errors import CheckpointError, DataError
+from workbench.worldmodel.common import UNSEEN_PATH, clip_source, load_run
 from workbench.worldmodel.demo import TRAINED_ADAPTER
-from workbench.worldmodel.evaluate import UNSEEN_PATH, clip_source, load_run, summarise
+from workbench.worldmodel.evaluate import summarise
 from workbench.worldmodel.probe import WEIGHTS, HandProbe, action_error, hand_error_cm, shipped_probe
 
 h5py = pytest.importorskip("h5py")

@@ -69,7 +69,7 @@ def run_job(job: tuple[str, str], run_dir: str, scratch_dir: str | None,
     """One (question, model) pair, in whichever process: its numbers and its CPU seconds."""
     import torch
 
-    from workbench.worldmodel.evaluate import load_run
+    from workbench.worldmodel.common import load_run
 
     torch.set_num_threads(1)
     kind, variant = job

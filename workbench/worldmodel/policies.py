@@ -553,7 +553,7 @@ def run_eval(args: Any, exp: Any) -> int:
     episodes = episodes.select(starts=getattr(args, "episodes", None), tasks=tasks)
     scratch = None
     if getattr(args, "scratch", None):
-        from workbench.worldmodel.evaluate import load_run
+        from workbench.worldmodel.common import load_run
 
         scratch = load_run(args.scratch)
     gate = args.gate_scale if getattr(args, "gate_scale", None) is not None else DEFAULT_GATE_SCALE
@@ -565,7 +565,7 @@ def run_eval(args: Any, exp: Any) -> int:
     report["torch_threads"] = int(os.environ.get("OMP_NUM_THREADS", "1"))
     print(format_report(report))
     if out:
-        from workbench.worldmodel.evaluate import json_safe
+        from workbench.worldmodel.common import json_safe
 
         Path(out).mkdir(parents=True, exist_ok=True)
         (Path(out) / "policy_ranking.json").write_text(json.dumps(json_safe(report), indent=1))
