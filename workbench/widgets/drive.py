@@ -304,7 +304,7 @@ def drive_picture(state: DriveState, shown: int = SHOWN_FRAMES) -> np.ndarray:
     per axis below (when the state has a readout): uint8 RGB ``[H, W, 3]``."""
     from PIL import Image, ImageDraw
 
-    from workbench.widgets.panels import _font
+    from workbench.widgets.panels import label_font
 
     video = state.video()
     n = len(video)
@@ -340,7 +340,7 @@ def drive_picture(state: DriveState, shown: int = SHOWN_FRAMES) -> np.ndarray:
     x = gap
     for picture, title in panels:
         canvas.paste(Image.fromarray(picture), (x, head))
-        draw.text((x, 4), title, fill=TEXT_RGB, font=_font(14))
+        draw.text((x, 4), title, fill=TEXT_RGB, font=label_font(14))
         x += picture.shape[1] + gap
     pictures = [np.asarray(canvas)]
     path = state.path()
@@ -353,7 +353,7 @@ def path_chart(path: np.ndarray, state: DriveState, width: int, height: int = 17
     """The path per axis over the episode's frames, the newest chunk in red, chunk starts as grey lines."""
     from PIL import Image, ImageDraw
 
-    from workbench.widgets.panels import _font
+    from workbench.widgets.panels import label_font
 
     unit = getattr(state.readout, "unit", "")
     name = getattr(state.readout, "name", "")
@@ -361,7 +361,7 @@ def path_chart(path: np.ndarray, state: DriveState, width: int, height: int = 17
     t, dims = path.shape
     canvas = Image.new("RGB", (width, height), (255, 255, 255))
     draw = ImageDraw.Draw(canvas)
-    small, font = _font(13), _font(14)
+    small, font = label_font(13), label_font(14)
     newest = state.rollout.chunks[-1].frames.start if state.chunks else t
     starts = [c.frames.start for c in state.rollout.chunks] if state.chunks else []
     chart_w = (width - 10) // max(1, dims)
