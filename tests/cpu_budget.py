@@ -78,6 +78,7 @@ BUDGET: dict[str, float] = {
     "tests/test_rollout.py": 3,
     "tests/test_widgets_logic.py": 3,
     "tests/test_reliability.py": 2,
+    "tests/test_private_names.py": 2,
     "tests/test_train.py": 2,
     "tests/test_cpu_budget.py": 2,
     "tests/test_plugin_dynamicrafter_parity.py": 2,

@@ -129,7 +129,8 @@ def trained(runs):
 
 def test_split_chunks_keep_each_chunks_seeded_noise(trained):
     """Chunks of 1 over 3 clips: three chunks per variant, nine in all, shared by the two processes."""
-    from workbench.worldmodel.evaluate import clip_source, evaluate_world_model
+    from workbench.worldmodel.common import clip_source
+    from workbench.worldmodel.evaluate import evaluate_world_model
 
     exp = trained
     clip = exp.model.base.clip()

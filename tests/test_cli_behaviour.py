@@ -81,7 +81,7 @@ def test_an_unknown_component_message_ends_with_the_command_that_lists_them():
     assert "then list what this environment sees with `workbench doctor`, or: python -c \"import importlib." \
            "metadata as m; print({g: [e.name for e in m.entry_points(group=g)] for g in ['workbench.backbones'" \
            in message
-    assert message.rstrip().endswith("'workbench.datasets']})\"")
+    assert message.rstrip().endswith("'workbench.datasets', 'workbench.state_readers']})\"")
 
 
 def test_grad_accum_on_the_command_line_and_in_the_ranks_message(tmp_path, capsys):
@@ -111,7 +111,7 @@ def test_eval_given_a_data_file_says_how_to_call_it(tmp_path, capsys):
 
 
 def test_a_few_clips_cover_every_task():
-    from workbench.worldmodel.evaluate import clip_source, spread_over_tasks
+    from workbench.worldmodel.common import clip_source, spread_over_tasks
 
     source = clip_source("sample", window=16, split="val")
     tasks = sorted(set(source.task_names))

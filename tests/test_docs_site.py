@@ -249,7 +249,8 @@ def test_the_supported_models_table_says_what_the_code_says():
                "dynamicrafter": dynamicrafter}
 
     def capabilities(cls) -> str:  # the card's capabilities tuple, as the card's code spells it
-        maker = next(vars(cls)[n] for n in ("card_fields", "_make_card", "card") if n in vars(cls))
+        maker = next(vars(cls)[n] for n in ("card_fields", "make_card", "_make_card", "card")
+                     if n in vars(cls))
         code = (maker.fget if isinstance(maker, property) else maker).__code__
         found = [c for c in code.co_consts if isinstance(c, tuple) and c and set(c) <= set(CAPABILITIES)]
         assert len(found) == 1, (cls, found)

@@ -83,6 +83,10 @@ def test_wrong_actions_and_keys_are_refused_saying_what_is_allowed(model):
         DriveState(model, {**start_clip(), "video": start_clip()["video"][None]})
     with pytest.raises(InspectError, match="steps must be a positive int"):
         DriveState(model, start_clip(), steps=0)
+    exp = type("Experiment", (), {"model": model})()  # what an AdapterExperiment offers: its model
+    with pytest.raises(InspectError, match=r"DriveState needs a workbench.ComposedModel .*got Experiment\. "
+                                           r"Pass exp.model"):
+        DriveState(exp, start_clip())
     with pytest.raises(InspectError, match="nothing to branch yet: step"):
         d.branch()
 
@@ -153,9 +157,15 @@ def test_the_path_reads_each_frame_once_and_projects_into_the_picture(model):
     expected, _ = CAMERA.project(d.path() / 100)
     assert np.allclose(uv, expected, atol=1e-3)  # normalised projection x frame size = pixels
     assert DriveState(model, start_clip(), steps=2, readout=None).path() is None
-    no_probe = DriveState(model, start_clip(), steps=2)  # the hand probe reads 64x64 frames only
+    default = DriveState(model, start_clip(), steps=2)  # no state reader by default, so no path of its own
+    assert default.readout is None and default.readout_note == ("no path: state=None reads nothing off the frames "
+                                                                "(pass readout=)")
+    no_probe = DriveState(model, start_clip(), steps=2, state="probe")  # the hand probe reads 64x64 frames only
     assert no_probe.readout is None
-    assert no_probe.readout_note.startswith("no path: the probe cannot read these frames (")
+    assert no_probe.readout_note.startswith("no path: the state reader 'probe' cannot read these frames (HandProbe: ")
+    with pytest.raises(InspectError, match=r"readout='probe': pass 'state' \(the state reader's own readout\), a "
+                                           r"Readout, or None"):
+        DriveState(model, start_clip(), steps=2, readout="probe")
 
 
 def test_the_calibration_is_recovered_from_the_camera_vector():

@@ -12,8 +12,9 @@ import torch
 from workbench.cli import main
 from workbench.data.metaworld import MetaWorldClips, sample_path
 from workbench.errors import CheckpointError, DataError
+from workbench.worldmodel.common import UNSEEN_PATH, clip_source, load_run
 from workbench.worldmodel.demo import TRAINED_ADAPTER
-from workbench.worldmodel.evaluate import UNSEEN_PATH, clip_source, load_run, summarise
+from workbench.worldmodel.evaluate import summarise
 from workbench.worldmodel.probe import WEIGHTS, HandProbe, action_error, hand_error_cm, shipped_probe
 
 h5py = pytest.importorskip("h5py")
@@ -71,6 +72,26 @@ def test_probe_command_trains_and_writes_provenance(tmp_path, capsys):
     assert probe.positions(np.zeros((2, 64, 64, 3), np.uint8)).shape == (2, 3)
     with pytest.raises(CheckpointError, match="Probe weights not found: .*add --target object for an object probe"):
         HandProbe.from_pretrained(tmp_path / "missing.safetensors")
+
+
+def test_an_object_probe_learns_the_position_the_raw_observations_record(tmp_path, capsys):
+    """--target object regresses the object's position, columns 4:7 of the file's raw observations ('obs', beside
+    the schema): the probe's output scale is their mean over the training episodes."""
+    from workbench.data.metaworld import split_episodes
+    from workbench.worldmodel.probe import ProbeTrainConfig
+
+    out = tmp_path / "object.safetensors"
+    assert main(["probe", "train", "--data", "sample", "--target", "object", "--out", str(out), "--steps", "1",
+                 "--batch-size", "4", "--width", "8", "--no-progress"]) == 0
+    cfg = ProbeTrainConfig(data="sample")
+    with h5py.File(sample_path(), "r") as f:
+        puck = f["obs"][..., 4:7].astype(np.float32)
+        tasks = [t.decode() if isinstance(t, bytes) else str(t) for t in f["task"][()]]
+    held = np.zeros(len(tasks), dtype=bool)
+    held[split_episodes(tasks, cfg.val_fraction, cfg.seed)[1]] = True
+    expected = puck[~held].reshape(-1, 3).mean(0)
+    assert np.allclose(HandProbe.from_pretrained(out).mean.numpy(), expected, rtol=0, atol=1e-6)
+    assert not np.allclose(expected, shipped_probe().mean.numpy(), atol=1e-2)  # not the hand's
 
 
 # -- summaries ------------------------------------------------------------------------------------

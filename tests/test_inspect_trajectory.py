@@ -133,14 +133,14 @@ def test_a_fork_is_its_parents_prefix_plus_its_live_steps(model, batch):
     adds its own; a fork that keeps no replay cache can still be forked inside the prefix it shares."""
     traj = record(model, batch, steps=STEPS, seed=2)
     fork = traj.fork(at=2, cond=pushed(batch), storage=StoragePolicy(replay=False))
-    assert len(fork._log) == STEPS and fork._log[:2] == traj._log[:2]
-    assert all(a is b for a, b in zip(fork._log[:2], traj._log[:2]))
-    assert all(entry.calls is None for entry in fork._log[2:]) and all(e.calls for e in traj._log)
+    assert len(fork.log) == STEPS and fork.log[:2] == traj.log[:2]
+    assert all(a is b for a, b in zip(fork.log[:2], traj.log[:2]))
+    assert all(entry.calls is None for entry in fork.log[2:]) and all(e.calls for e in traj.log)
     assert torch.equal(fork.times, traj.times) and torch.equal(fork.noise_levels, traj.noise_levels)
     assert fork.nbytes() < fork.nbytes(own=False)  # the shared prefix is the parent's
     again = fork.fork(at=1)  # inside the shared prefix: replayable, with the fork's conditions live from step 1
     assert torch.equal(again.final, traj.fork(at=1, cond=pushed(batch)).final)
-    assert torch.equal(again[0].x_t, traj[0].x_t) and again._log[0] is traj._log[0]
+    assert torch.equal(again[0].x_t, traj[0].x_t) and again.log[0] is traj.log[0]
     with pytest.raises(StepError, match=r"fork\(at=3\): this trajectory kept no replay cache"):
         fork.fork(at=3)
 

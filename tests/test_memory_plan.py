@@ -136,7 +136,7 @@ def test_a_guided_recording_is_sized_with_every_call_of_its_steps(kind, sampler_
     policy = StoragePolicy()
     expected = estimate_memory(model, batch, steps=2, storage=policy, **sampler_kwargs)
     traj = record(model, batch, steps=2, seed=0, storage=policy, **sampler_kwargs)
-    assert [len(entry.calls) for entry in traj._log] == [calls, calls]  # what the sampler really made
+    assert [len(entry.calls) for entry in traj.log] == [calls, calls]  # what the sampler really made
     scalar_slack = 2 * 8 * 2  # t and noise level are counted at 8 bytes each
     assert traj.nbytes() <= expected <= traj.nbytes() + scalar_slack
     # a budget between the one-call size and the real size is refused before anything runs

@@ -14,7 +14,7 @@ from workbench.backbones.tiny_video import WEIGHTS_DIR, TinyVideo
 from workbench.cli import main
 from workbench.errors import ConfigError, DataError
 from workbench.worldmodel import pretrain
-from workbench.worldmodel.evaluate import swap_partner
+from workbench.worldmodel.common import swap_partner
 
 SHIPPED = WEIGHTS_DIR / "tiny_video.safetensors"
 ROOT = Path(__file__).resolve().parents[1]

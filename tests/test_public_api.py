@@ -119,7 +119,7 @@ def test_the_rollout_api_is_frozen():
 
     assert {"rollout", "Rollout", "RolloutChunk"} <= set(workbench.inspect.__all__)
     assert list(inspect.signature(rollout).parameters) == [
-        "exp_or_model", "start", "actions", "steps", "seed", "state", "gate_scale", "stride", "store", "adapter",
+        "model", "start", "actions", "steps", "seed", "state", "gate_scale", "stride", "store", "adapter",
         "sampler_kwargs"]
     assert list(inspect.signature(Rollout.fork).parameters) == [
         "self", "chunk", "at", "cond", "adapter", "gate_override", "storage"]

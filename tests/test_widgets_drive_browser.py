@@ -45,7 +45,7 @@ from workbench.widgets import Drive
 from workbench.worldmodel.demo import TRAINED_ADAPTER
 exp = AdapterExperiment.load(TRAINED_ADAPTER)
 clip = MetaWorldClips(path="sample", window=16, stride=16, split="val")[9]""",
-    "drive = Drive(exp, start=clip, steps=8, gate_scale=2.0)\ndrive",
+    "drive = Drive(exp.model, start=clip, steps=8, gate_scale=2.0, state=\"probe\")\ndrive",
 ]
 
 #: Times each key event (capture phase: before the view sees it) and the next change of the picture.

@@ -136,7 +136,7 @@ class TinyVideo(BaseVideoModel):
             self.load_weights(config.weights, device=device, dtype=dtype)
         else:
             self.to(device=device, dtype=dtype)
-        self.card = self._make_card()
+        self.card = self.make_card()
         if config.compile:
             self.compile()
 
@@ -156,7 +156,10 @@ class TinyVideo(BaseVideoModel):
         return cls(TinyVideoConfig(**arch, weights=str(path), device=device, dtype=dtype))
 
     # -- card --------------------------------------------------------------------------------
-    def _make_card(self) -> ModelCard:
+    def make_card(self) -> ModelCard:
+        """The card this backbone's config and :attr:`provenance` describe: ``card`` is made so at init;
+        after the provenance changes (pretraining records what the weights were trained on) this is the
+        card that matches."""
         c = self.config
         source = self.provenance.get("source", "random")
         flow = c.objective == "flow_matching"

@@ -35,6 +35,7 @@ from workbench.inspect.recording.clips import generation_request, predict_clips
 from workbench.inspect.recording.recorder import StopSampling
 from workbench.inspect.recording.rollouts import Rollout, RolloutChunk, rollout
 from workbench.inspect.recording.settings import Settings
+from workbench.inspect.recording.state import StateReader
 from workbench.inspect.recording.step import TrajectoryStep
 from workbench.inspect.recording.storage import StoragePolicy, estimate_memory
 from workbench.inspect.recording.trajectory import Trajectory, record
@@ -65,7 +66,8 @@ __all__ = [
     "VIEWS", "Ablation", "ActionSensitivityResult", "BandRecommendation", "ConditionEdit", "DriveState",
     "FrameReadout", "GatesState", "InspectError", "LatentPreview", "Panel", "PathComparison", "Propagation",
     "Readout", "Rollout", "RolloutChunk", "Settings",
-    "SigmaSensitivity", "StepError", "StepperState", "StopSampling", "StoragePolicy", "StorageWarning",
+    "SigmaSensitivity", "StateReader", "StepError", "StepperState", "StopSampling", "StoragePolicy",
+    "StorageWarning",
     "Trajectory", "TrajectoryStep", "ViewImage",
     "action_sensitivity", "backbone_identity", "cache_dir", "clear_preview_cache", "compare_paths",
     "condition_plots", "condition_table", "decode_chunked", "effective_gate_map", "estimate_memory",

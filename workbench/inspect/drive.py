@@ -6,12 +6,14 @@ step: set the next chunk's action (from slider values, :meth:`DriveState.set_act
 model itself produced, :meth:`~DriveState.undo` drops the last chunk, :meth:`~DriveState.branch`
 forks the episode at a chunk with the current action (the old line is kept, and
 :meth:`~DriveState.switch` goes back to it), and :meth:`~DriveState.save` writes the driven
-episode as a clip file that :class:`workbench.data.metaworld.MetaWorldClips` reads. The hand's path
-(a readout of every predicted frame, e.g. the shipped hand probe, in cm) is what the view draws over
-the frames; :meth:`~DriveState.trajectory` is chunk ``k``'s recorded sampling run, for the Stepper.
+episode as a clip file that :class:`workbench.data.metaworld.MetaWorldClips` reads. The path (a
+readout of every predicted frame: by default the state reader's own, e.g. the hand probe's, in cm)
+is what the view draws over the frames; :meth:`~DriveState.trajectory` is chunk ``k``'s recorded
+sampling run, for the Stepper.
 
 Examples:
-    >>> drive = DriveState(exp, start=val[0], steps=4)     # one clip of a clip source: its first frame
+    >>> drive = DriveState(model, start=val[0], steps=4, state="probe")   # its first frame; the hand probe
+    ...                                                                   # reads the state and the path
     >>> drive.press("ArrowRight")                          # the next chunk's action: dx = +1
     array([1., 0., 0., 0.], dtype=float32)
     >>> drive.step().frames                                # chunk 0: the frames it predicted
@@ -35,7 +37,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from workbench.inspect.common import InspectError
+from workbench.core.composed import ComposedModel
+from workbench.inspect.common import InspectError, check_model
 
 #: What each key does to the next chunk's action: ``(dimension, value)`` pairs; the motion keys set
 #: one direction of the hand (the other motion dimensions go to zero), the gripper keys its effort.
@@ -70,31 +73,27 @@ class DriveState:
     """A rollout driven one chunk at a time.
 
     Args:
-        exp_or_model: an ``Experiment`` (its ``.model``) or a ``ComposedModel``.
+        model: the :class:`~workbench.core.composed.ComposedModel` to drive
+            (an experiment's is ``exp.model``).
         start: one raw clip (``{"video": (3, T, H, W), "action": (T, D), ...}``, as a clip source
             serves it): the episode starts at its first frame and its state there; nothing later is read.
         steps: sampling steps per chunk (fewer: faster, coarser; the view says how many).
         seed: chunk ``k`` samples with a seed mixed from ``(seed, k)``.
-        readout: frames → positions (:class:`workbench.inspect.Readout`) for the path; ``"probe"`` (default):
-            the state reader registered as ``"probe"`` (the world-model package's hand probe, metres, drawn in
-            cm), or no path where it cannot read the frames (:attr:`readout_note` says why);
-            ``None``: no path.
+        readout: frames → positions (:class:`workbench.inspect.Readout`) for the path; ``"state"`` (default):
+            the state reader's own readout (:meth:`~workbench.inspect.StateReader.readout`: the hand probe's
+            draws the hand in cm), or no path where there is none or it cannot read the frames
+            (:attr:`readout_note` says why); ``None``: no path.
         speed: the magnitude a key sets (actions are in [-1, 1]).
-        state: where a chunk's state comes from, as :func:`workbench.inspect.rollout` takes it.
+        state: where a chunk's state comes from, as :func:`workbench.inspect.rollout` takes it (default
+            None: no state; ``"probe"``: the world-model wing's hand probe).
         gate_scale: sample with the adapter's learned gate times this (as the demo samples: 2).
         dim_names: a name per action dimension (default ``dx, dy, dz, grip``).
     """
 
-    def __init__(self, exp_or_model: Any, start: Mapping[str, Any], *, steps: int = 8, seed: int = 0,
-                 readout: Any = "probe", speed: float = 1.0, state: Any = "probe",
+    def __init__(self, model: ComposedModel, start: Mapping[str, Any], *, steps: int = 8, seed: int = 0,
+                 readout: Any = "state", speed: float = 1.0, state: Any = None,
                  gate_scale: float | None = None, dim_names: Sequence[str] | None = None):
-        model = getattr(exp_or_model, "model", exp_or_model)
-        from workbench.core.composed import ComposedModel
-
-        if not isinstance(model, ComposedModel):
-            raise InspectError(f"DriveState needs an Experiment or a ComposedModel, "
-                               f"got {type(exp_or_model).__name__}."
-                               f" Pass exp (AdapterExperiment.load(...)) or exp.model.")
+        model = check_model(model, "DriveState")
         if not isinstance(start, Mapping) or "video" not in start or "action" not in start:
             got = sorted(start) if isinstance(start, Mapping) else type(start).__name__
             raise InspectError(f"start must be one raw clip with 'video' (3, T, H, W) and 'action' (T, D), "
@@ -117,7 +116,7 @@ class DriveState:
             names = tuple(f"a{d}" for d in range(self.dims))
         self.dim_names = names
         self.frame_size = (int(video.shape[-2]), int(video.shape[-1]))
-        self.readout, self.readout_note = _readout(readout, _uint8(video[:, :1]))
+        self.readout, self.readout_note = _readout(readout, state, _uint8(video[:, :1]))
         self.action = np.zeros(self.dims, np.float32)
         self.rollout: Any = None  # the current line: a Rollout, or None before the first chunk
         self.branches: list[Any] = []  # other lines kept by branch() (each a Rollout)
@@ -418,26 +417,28 @@ def _uint8(video: Any) -> np.ndarray:
     return to_uint8_video(torch.as_tensor(video)[None])[0]
 
 
-def _readout(readout: Any, start_frame: np.ndarray) -> tuple[Any, str]:
+def _readout(readout: Any, state: Any, start_frame: np.ndarray) -> tuple[Any, str]:
     """The readout to draw the path with, and why there is none (or "")."""
     if readout is None:
         return None, "no path: no readout given"
     if isinstance(readout, str):
-        if readout != "probe":
-            raise InspectError(f"readout={readout!r}: pass 'probe' (the state reader registered as 'probe', "
-                               f"the world-model package's hand probe), a Readout, or None.")
+        if readout != "state":
+            raise InspectError(f"readout={readout!r}: pass 'state' (the state reader's own readout), "
+                               f"a Readout, or None.")
         from workbench.errors import DataError
-        from workbench.inspect.probes.readout import Readout
-        from workbench.inspect.recording.rollouts import state_reader
+        from workbench.inspect.recording.state import resolve_state
 
-        # frames [B, T, H, W, 3] -> the position on each one's last frame, metres
-        reader = state_reader("probe")
-        hand = Readout(lambda frames: reader(np.asarray(frames)[:, None]), name="hand", unit="cm",
-                       scale=100.0, axes=("x", "y", "z"))
+        reader, mode = resolve_state(state, "DriveState")
+        if reader is None:
+            return None, f"no path: state={state!r} reads nothing off the frames (pass readout=)"
+        name = mode if isinstance(state, str) else reader.name
+        hand = reader.readout()
+        if hand is None:
+            return None, f"no path: the state reader {name!r} offers no readout (pass readout=)"
         try:
             hand(start_frame)
         except (DataError, InspectError, ValueError) as err:
-            return None, f"no path: the probe cannot read these frames ({err})"
+            return None, f"no path: the state reader {name!r} cannot read these frames ({err})"
         return hand, ""
     from workbench.inspect.probes.readout import check_readout
 

@@ -11,6 +11,7 @@ from typing import Any
 import ipywidgets as widgets
 import numpy as np
 
+from workbench.core.composed import ComposedModel
 from workbench.inspect.drive import KEY_HELP, KEYS, DriveState
 from workbench.widgets import render
 from workbench.widgets.base import View, button, status_line, status_lines
@@ -67,35 +68,37 @@ def _keypad_class():
 
 
 class Drive(View):
-    """Drive the world model ``exp`` (an Experiment or a ComposedModel) from the first frame of ``start``.
+    """Drive the world model ``model`` (a ComposedModel: an experiment's is ``exp.model``) from the first
+    frame of ``start``.
 
     Each driving key (click the key field first: ← → dx, ↑ ↓ dy, PageUp / PageDown dz, c / o the
     gripper, . hold still) sets the next chunk's action and predicts the chunk; the action sliders set
     it too, and "step" predicts a chunk with their values. The picture shows the start frame and
     frames of the newest chunk (the backbone's full decoder: a rollout decodes each chunk anyway,
-    since the next chunk continues from its last frame), with the hand's path (``readout``, by
-    default the shipped hand probe, in cm) drawn over them, and the path per axis below with the
-    chunk boundaries. "undo" drops the last chunk, "branch" forks the episode at the chosen chunk
-    with the current action (the old line is kept: "switch" goes back), "save" writes the driven
-    episode as a clip file that :class:`workbench.data.metaworld.MetaWorldClips` reads, "open in
-    the Stepper" steps through the chosen chunk's sampling run. The status line says how many
+    since the next chunk continues from its last frame), with the path (``readout``, by default
+    the state reader's own: with ``state="probe"`` the hand the probe reads, in cm) drawn over them, and
+    the path per axis below with the chunk boundaries. ``state`` is where a chunk's state comes from,
+    as :func:`workbench.inspect.rollout` takes it. "undo" drops the last chunk, "branch" forks the
+    episode at the chosen chunk with the current action (the old line is kept: "switch" goes back),
+    "save" writes the driven episode as a clip file that :class:`workbench.data.metaworld.MetaWorldClips`
+    reads, "open in the Stepper" steps through the chosen chunk's sampling run. The status line says how many
     sampling steps a chunk takes and what the last one cost (wall and CPU time).
     The logic is :class:`workbench.inspect.drive.DriveState` (``self.state``).
 
     Examples:
-        >>> view = Drive(exp, start=val[0], steps=4)     # opens on a first chunk, the hand still
+        >>> view = Drive(model, start=val[0], steps=4, state="probe")  # opens on a first chunk, hand still
         >>> view.key("ArrowRight")                        # what a key press does: one chunk with dx = +1
         >>> view.state.chunks, view.state.frames
         (2, 31)
     """
 
-    def __init__(self, exp: Any, start: Mapping[str, Any], steps: int = 8, seed: int = 0,
-                 readout: Any = "probe", speed: float = 1.0, gate_scale: float | None = None,
-                 state: Any = "probe", dim_names: Sequence[str] | None = None,
+    def __init__(self, model: ComposedModel, start: Mapping[str, Any], steps: int = 8, seed: int = 0,
+                 readout: Any = "state", speed: float = 1.0, gate_scale: float | None = None,
+                 state: Any = None, dim_names: Sequence[str] | None = None,
                  save_path: str | Path = "outputs/driven.h5", first_chunk: bool = True):
         super().__init__()
-        self.state = DriveState(exp, start, steps=steps, seed=seed, readout=readout, speed=speed, state=state,
-                                gate_scale=gate_scale, dim_names=dim_names)
+        self.state = DriveState(model, start, steps=steps, seed=seed, readout=readout, speed=speed,
+                                state=state, gate_scale=gate_scale, dim_names=dim_names)
         self.add_class("workbench-drive")
         self.image.add_class("workbench-drive-image")
         self.last_latency_s: float | None = None  # key press (or button) to picture, in the kernel
@@ -301,7 +304,7 @@ def drive_picture(state: DriveState, shown: int = SHOWN_FRAMES) -> np.ndarray:
     per axis below (when the state has a readout): uint8 RGB ``[H, W, 3]``."""
     from PIL import Image, ImageDraw
 
-    from workbench.widgets.panels import _font
+    from workbench.widgets.panels import label_font
 
     video = state.video()
     n = len(video)
@@ -337,7 +340,7 @@ def drive_picture(state: DriveState, shown: int = SHOWN_FRAMES) -> np.ndarray:
     x = gap
     for picture, title in panels:
         canvas.paste(Image.fromarray(picture), (x, head))
-        draw.text((x, 4), title, fill=TEXT_RGB, font=_font(14))
+        draw.text((x, 4), title, fill=TEXT_RGB, font=label_font(14))
         x += picture.shape[1] + gap
     pictures = [np.asarray(canvas)]
     path = state.path()
@@ -350,7 +353,7 @@ def path_chart(path: np.ndarray, state: DriveState, width: int, height: int = 17
     """The path per axis over the episode's frames, the newest chunk in red, chunk starts as grey lines."""
     from PIL import Image, ImageDraw
 
-    from workbench.widgets.panels import _font
+    from workbench.widgets.panels import label_font
 
     unit = getattr(state.readout, "unit", "")
     name = getattr(state.readout, "name", "")
@@ -358,7 +361,7 @@ def path_chart(path: np.ndarray, state: DriveState, width: int, height: int = 17
     t, dims = path.shape
     canvas = Image.new("RGB", (width, height), (255, 255, 255))
     draw = ImageDraw.Draw(canvas)
-    small, font = _font(13), _font(14)
+    small, font = label_font(13), label_font(14)
     newest = state.rollout.chunks[-1].frames.start if state.chunks else t
     starts = [c.frames.start for c in state.rollout.chunks] if state.chunks else []
     chart_w = (width - 10) // max(1, dims)

@@ -26,7 +26,8 @@ BACKGROUND = 255
 
 
 @cache
-def _font(size: int):
+def label_font(size: int):
+    """The font the pictures' labels are drawn in, ``size`` pixels high (Pillow's default)."""
     from PIL import ImageFont
 
     try:
@@ -88,7 +89,7 @@ def panels_image(panels: Sequence[Panel], title: str | None = None, panel_pixels
     pictures = [np.repeat(np.repeat(p.colored(), scale, axis=0), scale, axis=1) for p in panels]
     size = max((im.shape[1] for im in pictures), default=frame * scale)
     small_px = min(22, max(14, round(size * 0.06)))
-    font, small = _font(small_px + 2), _font(small_px)
+    font, small = label_font(small_px + 2), label_font(small_px)
     line_h = small_px + 4
     gap, strip = max(10, small_px // 2 + 4), max(14, small_px)
     probe = ImageDraw.Draw(Image.new("RGB", (1, 1)))
@@ -147,7 +148,7 @@ def path_image(recorded: np.ndarray, edited: np.ndarray, axes: Sequence[str], un
     recorded, edited = np.asarray(recorded, np.float64), np.asarray(edited, np.float64)
     t, dims = recorded.shape
     small_px = 14
-    font, small = _font(small_px + 1), _font(small_px)
+    font, small = label_font(small_px + 1), label_font(small_px)
     canvas = Image.new("RGB", (width, height), (BACKGROUND,) * 3)
     draw = ImageDraw.Draw(canvas)
     colours = {labels[0]: (120, 120, 120), labels[1]: NOTE_RGB}
@@ -229,7 +230,7 @@ def text_image(lines: Sequence[str], width: int = PICTURE_WIDTH, size: int = 14)
     view's status lines say, for a page that shows its picture without the live widgets."""
     from PIL import Image, ImageDraw
 
-    font = _font(size)
+    font = label_font(size)
     probe = ImageDraw.Draw(Image.new("RGB", (1, 1)))
     rows = [row for line in lines for row in _wrap(_drawable(line), probe, font, max(40, width - 16))]
     line_h = size + 5
@@ -282,5 +283,5 @@ def png_array(png: bytes) -> np.ndarray:
 
 
 __all__ = ["BACKGROUND", "GRID_RGB", "MAX_PANEL", "MIN_PANEL", "NOTE_RGB", "PICTURE_WIDTH", "array_png",
-           "axis_ticks", "panel_scale", "panels_image", "path_image", "png_array", "stack_images",
-           "text_image"]
+           "axis_ticks", "label_font", "panel_scale", "panels_image", "path_image", "png_array",
+           "stack_images", "text_image"]

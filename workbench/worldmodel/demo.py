@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from workbench.worldmodel.evaluate import json_safe
+from workbench.worldmodel.common import json_safe
 
 #: What the demo trains, as the blocks a YAML config would hold. The adapter reads the actions and
 #: their running sum (the displacement since the first frame), pixel coordinates, two copies of
@@ -286,7 +286,7 @@ def _shown(path: Path) -> str:
 def _look_past_one_window(cfg: DemoConfig, metrics: dict[str, Any], out: Path, started: float,
                           progress: bool) -> None:
     """Rollouts and the policy ranking with the trained run, then the first table (in ``metrics``)."""
-    from workbench.worldmodel.evaluate import json_safe
+    from workbench.worldmodel.common import json_safe
     from workbench.worldmodel.imagination import WorldSummaryConfig, world_summary
     from workbench.worldmodel.summary import first_table
 
@@ -329,7 +329,8 @@ def _look_past_one_window(cfg: DemoConfig, metrics: dict[str, Any], out: Path, s
 def _train_and_evaluate(cfg: DemoConfig, exp, ahead, out: Path, started: float,
                         progress: bool) -> dict[str, Any]:
     from workbench.data.sources import data_kind
-    from workbench.worldmodel.evaluate import TARGETS, clip_source, evaluate_run
+    from workbench.worldmodel.common import clip_source
+    from workbench.worldmodel.evaluate import TARGETS, evaluate_run
 
     base = exp.model.base
     t = exp.training

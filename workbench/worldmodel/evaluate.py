@@ -4,7 +4,8 @@ Every clip is predicted from its first frame with the base's own sampler and the
 
 * (a) the frozen base alone,
 * (b) base + adapter with the clip's own actions,
-* (c) base + adapter with the actions of a clip from another episode (:func:`swap_partner`) —
+* (c) base + adapter with the actions of a clip from another episode
+  (:func:`~workbench.worldmodel.common.swap_partner`) —
   or, for an adapter that reads a control video (``condition="control"``, ``--control edges``),
   with that clip's control video instead,
 
@@ -19,15 +20,16 @@ Clips come from a **clip source**: any map-style dataset (``len`` and ``[i]``) w
     {"video": float [3, T, H, W] in [-1, 1], "action": float [T, A],
      "episode": int, "start": int, "task": str, "ee_pos": float [T, 3] (optional, metres)}
 
-:class:`~workbench.data.metaworld.MetaWorldClips` is one (:func:`clip_source` builds it with
-the checks ``eval`` needs); another reader that yields the same items plugs into
-:func:`evaluate_world_model` / :func:`evaluate_run` unchanged. Without ``ee_pos`` the action
-error is reported as missing (NaN).
+:class:`~workbench.data.metaworld.MetaWorldClips` is one
+(:func:`~workbench.worldmodel.common.clip_source` builds it with the checks ``eval`` needs);
+another reader that yields the same items plugs into :func:`evaluate_world_model` /
+:func:`evaluate_run` unchanged. Without ``ee_pos`` the action error is reported as missing (NaN).
 
 Example::
 
     from workbench import AdapterExperiment
-    from workbench.worldmodel.evaluate import evaluate_run, clip_source
+    from workbench.worldmodel.common import clip_source
+    from workbench.worldmodel.evaluate import evaluate_run
     exp = AdapterExperiment.load("outputs/demo/run")
     report = evaluate_run(exp, clip_source("sample", window=16, split="val"), out="outputs/eval", clips=12)
     print(report["table"])
@@ -43,11 +45,17 @@ from typing import Any
 import numpy as np
 
 from workbench.core.composers import scaled_gate
-from workbench.errors import CheckpointError, DataError
+from workbench.errors import DataError
+from workbench.worldmodel.common import (
+    clip_source,
+    data_options,
+    json_safe,
+    load_run,
+    run_data,
+    spread_over_tasks,
+    swap_partner,
+)
 
-#: Six Meta-World tasks outside pretraining and the demo's training set, generated with their own seed
-#: (see docs/guides/world-model.md, "Unseen tasks").
-UNSEEN_PATH = Path(__file__).resolve().parents[1] / "data" / "samples" / "metaworld_unseen.h5"
 VARIANTS = ("base", "adapter", "swapped")
 LABELS = {"base": "(a) frozen base alone", "adapter": "(b) base + adapter, true actions",
           "swapped": "(c) base + adapter, swapped"}
@@ -85,117 +93,6 @@ def from_first_frame(raw: dict[str, Any]) -> dict[str, Any]:
     if "camera" in raw:
         request["camera"] = raw["camera"]
     return request
-
-
-def swap_partner(episodes: list[int]) -> list[int]:
-    """For each clip, the index of a clip from another episode whose actions it borrows in (c).
-
-    The partner is the next clip (cyclically) that belongs to a different episode, so every
-    clip gets real, recorded actions that belong to someone else.
-    """
-    n = len(episodes)
-    out = []
-    for i in range(n):
-        j = next((k % n for k in range(i + 1, i + n) if episodes[k % n] != episodes[i]), None)
-        if j is None:
-            raise DataError(f"Swapping actions needs clips from at least two episodes; "
-                            f"all {n} clips come from episode {episodes[i]}. "
-                            f"Evaluate on more episodes (e.g. the whole val split).")
-        out.append(j)
-    return out
-
-
-def clip_source(path: str, *, window: int, split: str = "val", stride: int | None = None,
-                size: tuple[int, int] | None = None, tasks: list[str] | None = None,
-                camera: str | None = None, control: str | None = None, **options: Any):
-    """``window``-frame clips of a Meta-World file or a LeRobot dataset, one every ``stride`` frames
-    (default: ``window``), through :func:`workbench.data.sources.open_clips`.
-
-    ``"sample"`` is the shipped sample (six training tasks); ``"unseen"`` the shipped file of six
-    tasks the pretrained base and the demo's adapter never saw (:data:`UNSEEN_PATH`). ``size``
-    resizes LeRobot frames (an HDF5 file must hold that size); ``tasks`` picks Meta-World tasks;
-    ``camera`` picks a LeRobot dataset's video feature; ``control`` adds a control video derived
-    from each clip (``edges``, see :mod:`workbench.data.control`). A LeRobot dataset with an
-    ``observation.ee_pos`` feature (the Meta-World writer's) serves it as ``ee_pos``, so the
-    action error is scored. ``options`` go into a LeRobot dataset's config (``actions``, ``state``,
-    ``ee_pos``, ``fps``; see :func:`data_options`).
-    """
-    from workbench.data.sources import data_kind, open_clips
-
-    path = str(UNSEEN_PATH) if path == "unseen" else path
-    if options and data_kind(path) != "lerobot":
-        raise DataError(f"{', '.join(f'--{k}' for k in options)}: {path} is a Meta-World file, "
-                        f"whose actions and state its schema fixes; "
-                        f"these options choose the features of a LeRobot dataset. Leave them out.")
-    if tasks:
-        if data_kind(path) == "lerobot":
-            raise DataError(f"--tasks {','.join(tasks)} picks tasks of a Meta-World file, "
-                            f"but {path} is a LeRobot dataset. "
-                            f"Leave --tasks out (every episode of the split is evaluated).")
-        options["tasks"] = tasks
-    if camera:
-        options["camera"] = camera
-    if control:
-        options["control"] = control
-    if data_kind(path) == "lerobot":
-        from workbench.data.lerobot_format import LeRobotMeta
-
-        if "ee_pos" not in options and "observation.ee_pos" in LeRobotMeta(path).features:
-            options["ee_pos"] = "observation.ee_pos"  # what the action error needs (Meta-World's)
-    return open_clips(path, window=window, stride=stride or window, split=split, size=size, **options)
-
-
-def load_run(run_dir: str | Path, *, again: str | None = None):
-    """The :class:`AdapterExperiment` of a run directory (its latest checkpoint) or of one checkpoint.
-
-    ``again``: the rest of the ``workbench eval`` command line, for the advice on a damaged checkpoint
-    (evaluate the newest one that verifies with it)."""
-    from workbench.train.checkpoint import latest_checkpoint
-    from workbench.train.experiment import AdapterExperiment
-
-    path = Path(run_dir)
-    if path.is_file():
-        data = " (a data file)" if path.suffix in (".h5", ".hdf5") else ""
-        raise CheckpointError(f"{path} is a file{data}, not a run directory. "
-                              f"`workbench eval` takes the adapter's run directory first "
-                              f"and the data with --data: workbench eval RUN_DIR --data {path} "
-                              f"(e.g. RUN_DIR = outputs/demo/run).")
-    if not path.is_dir():
-        raise CheckpointError(f"Run directory not found: {path}. "
-                              f"Pass the directory `workbench train` / `workbench demo` wrote "
-                              f"(e.g. outputs/demo/run) or one of its step-* checkpoints.")
-    if (path / "meta" / "info.json").is_file():
-        raise CheckpointError(f"{path} is a LeRobot dataset, not a run directory. "
-                              f"`workbench eval` takes the adapter's run directory first "
-                              f"and the data with --data: workbench eval RUN_DIR --data {path}.")
-    if not (path / "meta.json").exists() and latest_checkpoint(path) is None:
-        raise CheckpointError(f"{path} holds no adapter checkpoint (no step-*/ directory, no LATEST). "
-                              f"Pass the run directory of a finished `workbench train` or `workbench demo` "
-                              f"(e.g. outputs/demo/run), or save one with exp.save_checkpoint().")
-    use = f"evaluate it instead with `workbench eval {{checkpoint}}{(' ' + again) if again else ''}`"
-    return AdapterExperiment.load(path, use=use)
-
-
-def data_options(exp, path: str, args: Any = None) -> dict[str, Any]:
-    """The dataset options evaluation reads ``path`` with: the run's own (its ``data:`` block's camera,
-    actions, state, end-effector feature and frame rate, when ``path`` is of the same kind), then the
-    command line's data options (``args``); no state when the adapter reads none."""
-    from workbench.data.sources import data_kind
-    from workbench.train.options import DataOptions
-
-    config = getattr(exp, "_config", None)
-    run = (config.data or {}) if config is not None else {}
-    kind = data_kind(str(UNSEEN_PATH) if path == "unseen" else path)
-    options: dict[str, Any] = {}
-    if run.get("type") == kind == "lerobot":
-        saved = run.get("config") or {}
-        options = {k: saved[k] for k in ("camera", "actions", "state", "ee_pos", "fps") if k in saved}
-    if args is not None:
-        options.update(DataOptions.from_args(args).dataset())
-    reads = {key for c in exp.model.adapter.consumes for key in c.keys}
-    if kind == "lerobot" and "proprio" not in reads:
-        options["state"] = None  # the adapter reads no state: the data need not have one
-    return options
 
 
 def check_signals(exp, source, data: str) -> None:
@@ -482,22 +379,13 @@ def per_clip_record(result: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def json_safe(x: Any) -> Any:
-    """``x`` with non-finite floats (NaN, inf) as None, so JSON can hold it."""
-    if isinstance(x, dict):
-        return {k: json_safe(v) for k, v in x.items()}
-    if isinstance(x, list):
-        return [json_safe(v) for v in x]
-    return None if isinstance(x, float) and not np.isfinite(x) else x
-
-
 def evaluate_run(exp, source, *, out: str | Path, clips: int | None = None, sampling_steps: int | None = None,
                  seed: int = 0, video_clips: int = 6, progress: bool = True, title: str = "evaluation",
                  targets: dict[str, Any] | None = None, describe: dict[str, Any] | None = None,
                  labels: dict[str, str] | None = None, gate_scale: float | None = None,
                  condition: str = "action", predict: Any = None) -> dict[str, Any]:
     """Evaluate ``exp`` on ``clips`` clips of ``source`` (all by default) spread over its tasks (see
-    :func:`spread_over_tasks`); write ``metrics.json`` and the videos.
+    :func:`~workbench.worldmodel.common.spread_over_tasks`); write ``metrics.json`` and the videos.
 
     ``condition``: what (c) swaps; ``predict``: who predicts the clips (see :func:`evaluate_world_model`)."""
     import torch
@@ -522,34 +410,6 @@ def evaluate_run(exp, source, *, out: str | Path, clips: int | None = None, samp
     (out / "metrics.json").write_text(json.dumps(json_safe(metrics), indent=1))
     return {**metrics, "result": result,
             "table": format_table(summary, title, labels or labels_for(condition))}
-
-
-def spread_over_tasks(source, n: int) -> list[int]:
-    """``n`` clip indices of ``source`` taken in turn from each task, and within a task in turn from each
-    of its episodes (each episode's clips in order), so a few clips still cover every task and come from
-    several episodes (the swapped actions of (c) need two); the order of the source when it does not say
-    its tasks.
-
-    A source says its tasks through ``index`` (``(episode, start)`` per clip) and ``task_names``
-    (per episode), as :class:`~workbench.data.metaworld.MetaWorldClips` and
-    :class:`~workbench.data.lerobot.LeRobotClips` do.
-    """
-    index, names = getattr(source, "index", None), getattr(source, "task_names", None)
-    if index is None or names is None:
-        return list(range(n))
-    by_task: dict[str, dict[int, list[int]]] = {}
-    for i, (episode, _) in enumerate(index):
-        by_task.setdefault(names[episode], {}).setdefault(episode, []).append(i)
-    queues = []
-    for episodes in by_task.values():  # a task's clips: the first of each episode, then the second, ...
-        clips = list(episodes.values())
-        queues.append([c[k] for k in range(max(map(len, clips))) for c in clips if k < len(c)])
-    chosen: list[int] = []
-    while len(chosen) < n:
-        for queue in queues:
-            if queue and len(chosen) < n:
-                chosen.append(queue.pop(0))
-    return sorted(chosen)
 
 
 def add_arguments(parser) -> None:
@@ -609,14 +469,6 @@ def add_arguments(parser) -> None:
                                "(base alone and base + adapter)")
     policies.add_argument("--policy-data", help="a recording of `python -m workbench.worldmodel.policies` "
                                                 "(default: the shipped one)")
-
-
-def run_data(exp) -> str:
-    """The data a run was trained on, as a ``--data`` value (``sample`` when it names no file)."""
-    config = getattr(exp, "_config", None)
-    block = (config.data or {}) if config is not None else {}
-    options = block.get("config") or {}
-    return str(options.get("root") or options.get("path") or "sample")
 
 
 def _again(args) -> str:

@@ -9,7 +9,7 @@ the recorded position (``--rollout-state recorded``). Four ways, with the same n
 * ``base``: the frozen base alone;
 * ``adapter``: base + adapter with the episode's actions;
 * ``swapped``: base + adapter with another episode's actions
-  (:func:`~workbench.worldmodel.evaluate.swap_partner`);
+  (:func:`~workbench.worldmodel.common.swap_partner`);
 * ``scratch``: a from-scratch run (``--scratch RUN``, optional) with the episode's actions.
 
 Scored per chunk on the frames it wrote: moving-pixel PSNR (pixels where the true frame differs
@@ -55,7 +55,7 @@ def long_episodes(path: str = "long", *, frames: int | None = None, episodes: in
     ``episodes`` of them taken in turn from each task. ``"long"`` is :data:`LONG_PATH`."""
     import torch
 
-    from workbench.worldmodel.evaluate import clip_source, spread_over_tasks
+    from workbench.worldmodel.common import clip_source, spread_over_tasks
 
     path = str(LONG_PATH) if path == "long" else path
     if frames is None:
@@ -132,7 +132,7 @@ def evaluate_rollouts(exp, items: list[dict], *, steps: int, seed: int = 0, stat
     from tqdm.auto import tqdm
 
     from workbench.metrics import moving_mask, per_clip, to_uint8_video
-    from workbench.worldmodel.evaluate import swap_partner
+    from workbench.worldmodel.common import swap_partner
     from workbench.worldmodel.probe import hand_error_cm
 
     if not items:
@@ -260,7 +260,7 @@ def drift_plot(path: str | Path, summary: dict[str, Any], variants: list[str], t
 def run_rollout_eval(exp, args, *, scratch=None) -> dict[str, Any]:
     """``workbench eval RUN --rollout``: roll out, print the table, write ``rollout_metrics.json`` and
     ``drift.png``."""
-    from workbench.worldmodel.evaluate import data_options, json_safe
+    from workbench.worldmodel.common import data_options, json_safe
 
     started = time.perf_counter()
     out = Path(args.out)

@@ -137,6 +137,12 @@ class Trajectory:
         return (entry.fields for entry in self._log if entry.fields is not None)
 
     @property
+    def log(self) -> tuple[StepLog, ...]:
+        """One :class:`~workbench.inspect.recording.step.StepLog` per step run (its ``t``, noise level, stored
+        fields and ``calls``, the predictions a fork replays); a fork's first entries are its parent's."""
+        return tuple(self._log)
+
+    @property
     def stored(self) -> tuple[int, ...]:
         """Indices of the steps whose fields were kept."""
         return tuple(k for k, entry in enumerate(self._log) if entry.fields is not None)
