@@ -302,7 +302,7 @@ class _Clips:
 
 
 def test_a_few_clips_of_one_task_come_from_several_episodes():
-    from workbench.worldmodel.evaluate import spread_over_tasks, swap_partner
+    from workbench.worldmodel.common import spread_over_tasks, swap_partner
 
     source = _Clips([6, 2, 5], ["my_videos"] * 3)  # one task, a long first episode: where --clips 4 failed
     chosen = spread_over_tasks(source, 4)
