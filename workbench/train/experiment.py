@@ -36,7 +36,7 @@ from workbench.errors import (
 )
 from workbench.loop import SigintGuard
 from workbench.train.ahead import AHEAD_KEY
-from workbench.train.checkpoint import Checkpoint, load_checkpoint, print_notes, save_checkpoint
+from workbench.train.checkpoint import LoadedCheckpoint, load_checkpoint, print_notes, save_checkpoint
 from workbench.train.config import ExperimentConfig, TrainingConfig, experiment_to_dict, load_yaml
 from workbench.train.data import DataStream, LatentCache, ShardedStream, is_map_dataset
 from workbench.train.distributed import Distributed, local_device, shard_base
@@ -548,7 +548,7 @@ class AdapterExperiment:
         """
         return self._restore(load_checkpoint(path))
 
-    def _restore(self, ckpt: Checkpoint) -> AdapterExperiment:
+    def _restore(self, ckpt: LoadedCheckpoint) -> AdapterExperiment:
         print_notes(ckpt)
         restored = restore_state(ckpt, self.model, self.optimizer, scaler=self.scaler, device=self.device)
         self.step = restored.step
@@ -614,7 +614,7 @@ class AdapterExperiment:
         exp._record(changes, saved=ckpt, saved_config=saved)
         return exp
 
-    def _record(self, changes: list[Change], saved: Checkpoint,
+    def _record(self, changes: list[Change], saved: LoadedCheckpoint,
                 saved_config: ExperimentConfig | None = None) -> None:
         if not changes:
             return
