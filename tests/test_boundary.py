@@ -215,6 +215,14 @@ def test_the_circle_check_finds_a_circle_however_long():
     assert import_circles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
 
 
+def test_the_training_layer_has_no_import_circle():
+    """Each module of ``train`` builds on the ones below it: the step-ahead base stands on the experiment, the
+    experiment on its data feed, hooks and checkpoints, and none of them imports back."""
+    graph = import_graph(sorted((PACKAGE / "train").rglob("*.py")))
+    assert "workbench.train.experiment" in graph["workbench.train.ahead"]  # (the graph sees function-level imports)
+    assert import_circles(graph) == []
+
+
 def test_the_wing_check_catches_an_import():
     probe = PACKAGE / "inspect" / "probe.py"  # parsed from `source`, never written
     for line in ("from workbench.worldmodel.probe import HandProbe", "import workbench.worldmodel",
