@@ -17,8 +17,10 @@ import torch
 from safetensors.torch import load_file
 
 from workbench.cli import main
+from workbench.core.composed import BaseHalf
+from workbench.core.conditions import Batch
 from workbench.errors import ConfigError
-from workbench.train.ahead import Ahead, AheadError, BaseAhead
+from workbench.train.ahead import Ahead, AheadError, AheadStream, BaseAhead
 from workbench.worldmodel.demo import DemoConfig, run_demo
 
 STEPS = DemoConfig.quick().steps
@@ -157,12 +159,44 @@ def test_a_failing_second_process_is_reported_with_its_error_and_the_fix(trained
     ahead.close()
 
 
-def test_values_for_another_step_are_refused():
-    ahead = Ahead(step=3, micro=0, x_t=torch.zeros(1), t=torch.zeros(1), target=torch.zeros(1),
-                  base_output=torch.zeros(1))
-    assert ahead.values_for(3, 0)[0] is ahead.x_t
+def handed(step: int, micro: int, batches: int) -> Ahead:
+    """A micro-batch as the second process hands it over, its tensors all ``micro``."""
+    value = torch.full((1,), float(micro))
+    return Ahead(step=step, micro=micro, batch=Batch(latents=value), half=BaseHalf(value, value, value, value),
+                 position={"epoch": 0, "batches": batches})
+
+
+def test_a_base_half_for_another_step_is_refused():
+    ahead = handed(3, 0, 1)
+    assert ahead.half_for(3, 0) is ahead.half
     with pytest.raises(AheadError, match="is for step 3, micro-batch 0, but the training loop is at step 4"):
-        ahead.values_for(4, 0)
+        ahead.half_for(4, 0)
+
+
+class Handover:
+    """Stands in for a BaseAhead: hands over the micro-batches it was given, in order, once each."""
+
+    def __init__(self, items):
+        self.items = list(items)
+
+    def next_batch(self) -> Ahead:
+        return self.items.pop(0)
+
+
+def test_the_stream_serves_each_batch_with_its_base_half_again_after_a_rolled_back_step():
+    items = [handed(0, 0, 1), handed(0, 1, 2), handed(1, 0, 3)]
+    stream = AheadStream(Handover(items), batch_size=1)
+    mark = stream.mark()
+    assert stream.next() is items[0].batch and stream.base_half(0, 0) is items[0].half
+    assert stream.next() is items[1].batch and stream.state_dict() == {"epoch": 0, "batches": 2}
+    stream.rollback(mark)  # a Ctrl-C during step 0: both its micro-batches are served again
+    assert stream.state_dict() == {"epoch": 0, "batches": 0}
+    assert stream.next() is items[0].batch and stream.base_half(0, 0) is items[0].half
+    with pytest.raises(AheadError, match="step 0, micro-batch 0, but the training loop is at step 0, micro-batch 1"):
+        stream.base_half(0, 1)
+    assert stream.next() is items[1].batch and stream.base_half(0, 1) is items[1].half
+    assert stream.next() is items[2].batch and stream.base_half(1, 0) is items[2].half
+    assert stream.state_dict() == {"epoch": 0, "batches": 3}
 
 
 def test_processes_must_be_one_or_two():
@@ -175,8 +209,9 @@ def test_close_ends_a_second_process_still_steps_ahead(trained):
     import time
 
     ahead = BaseAhead(trained.resolved_config(), steps=50)
-    batch, position = ahead.next_batch()
-    assert batch.meta["computed_ahead"].step == 0 and position == {"epoch": 0, "batches": 1}
+    first = ahead.next_batch()
+    assert (first.step, first.micro, first.position) == (0, 0, {"epoch": 0, "batches": 1})
+    assert isinstance(first.half, BaseHalf) and first.half.base_output.shape == first.batch.latents.shape
     started = time.monotonic()
     ahead.close()
     assert not ahead._process.is_alive() and time.monotonic() - started < 30

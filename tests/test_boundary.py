@@ -157,6 +157,72 @@ def test_the_library_never_imports_the_wing():
     assert offenders == []
 
 
+def test_no_library_layer_imports_the_top_level_package():
+    """``workbench/__init__`` imports the training layer, so ``from workbench import X`` inside the library runs back
+    up the layers (and from ``train`` into a package still initialising): import X from the module defining it."""
+    probe = PACKAGE / "train" / "probe.py"  # parsed from `source`, never written
+    assert "workbench" in imported_modules(probe, "from workbench import Batch")
+    assert "workbench" not in imported_modules(probe, "from workbench import extras")  # (a leaf module)
+    offenders = [str(path.relative_to(ROOT)) for layer in sorted(set(LAYERS) - {WING})
+                 for path in sorted((PACKAGE / layer).rglob("*.py")) if "workbench" in imported_modules(path)]
+    assert offenders == []
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of modules that import each other, directly or round a longer loop (strongly connected
+    components of more than one module, Tarjan's algorithm), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for other in sorted(graph.get(node, ())):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            group = []
+            while not group or group[-1] != node:
+                group.append(stack.pop())
+            if len(group) > 1:
+                circles.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(circles)
+
+
+def import_graph(paths) -> dict[str, set[str]]:
+    """Module -> the modules of ``paths`` it imports, anywhere in the file (a function-level import included)."""
+    modules = {module_name(path): path for path in paths}
+    return {name: {m for m in imported_modules(path) if m in modules and m != name} for name, path in modules.items()}
+
+
+def test_the_circle_check_finds_a_circle_however_long():
+    assert import_circles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
+    assert import_circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == [["a", "b", "c"]]
+    assert import_circles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+
+
+def test_the_training_layer_has_no_import_circle():
+    """Each module of ``train`` builds on the ones below it: the step-ahead base stands on the experiment, the
+    experiment on its data feed, hooks and checkpoints, and none of them imports back."""
+    graph = import_graph(sorted((PACKAGE / "train").rglob("*.py")))
+    assert "workbench.train.experiment" in graph["workbench.train.ahead"]  # (the graph sees function-level imports)
+    assert import_circles(graph) == []
+
+
 def test_the_wing_check_catches_an_import():
     probe = PACKAGE / "inspect" / "probe.py"  # parsed from `source`, never written
     for line in ("from workbench.worldmodel.probe import HandProbe", "import workbench.worldmodel",

@@ -139,11 +139,11 @@ def test_hook_order_and_cadence():
 def test_component_callbacks_collected_once():
     composer = NoiseGated(PretrainWarmup(GatedResidual(), steps=1), lo=0.0, hi=1.0)
     exp = make(composer=composer)
-    cbs = exp._collect([*composer.callbacks(), *composer.callbacks()])
-    gate_stats = [c for c in cbs if type(c).__name__ == "GateStatistics"]
-    assert len(gate_stats) == 1
-    exp.fit(DATA, steps=10)
+    again = [*composer.callbacks(), *composer.callbacks()]  # the same composer's gate statistics, twice more
+    assert [type(c).__name__ for c in again] == ["GateStatistics", "GateStatistics"]
+    exp.fit(DATA, steps=10, callbacks=again)
     assert [row["step"] for row in exp.component_callbacks[0].history] == [10]
+    assert [c.history for c in again] == [[], []]  # dropped as duplicates: the statistics are recorded once
 
 
 def test_callback_errors_name_the_callback_and_hook():

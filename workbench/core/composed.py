@@ -102,6 +102,23 @@ def _check_parts(base, adapter, composer, objective) -> None:
         )
 
 
+@dataclass(frozen=True)
+class BaseHalf:
+    """The frozen base's half of one training evaluation, as :meth:`ComposedModel.base_half` computes it.
+
+    Everything before the adapter: the noised latents ``x_t`` ``(B, C, T, H, W)``, their ``t``
+    ``(B,)``, the loss ``target`` (shaped like ``x_t``) and the frozen base's prediction
+    ``base_output`` at ``(x_t, t)``. These depend on the batch and the noise draws only, never on the
+    trainable weights, so they can be computed elsewhere (in a second process, a step ahead:
+    :mod:`workbench.train.ahead`) and handed to :meth:`ComposedModel.training_loss`.
+    """
+
+    x_t: torch.Tensor
+    t: torch.Tensor
+    target: torch.Tensor
+    base_output: torch.Tensor
+
+
 class ComposedModel(nn.Module):
     """Frozen ``base`` + trainable ``adapter`` + ``composer``, trained under ``objective``.
 
@@ -239,19 +256,28 @@ class ComposedModel(nn.Module):
         noise, t = objective.sample_noise_and_t(x0, generator)
         return objective.add_noise(x0, noise, t), t, objective.target(x0, noise, t)
 
+    def base_half(self, batch: Batch, generator: torch.Generator | None = None) -> BaseHalf:
+        """The frozen base's half of :meth:`training_loss` for ``batch``, without grad: :meth:`noised`
+        from ``generator``'s draws, then the base's prediction there. :meth:`training_loss` given it
+        computes the loss it computes given ``generator``."""
+        with torch.no_grad():
+            x_t, t, target = self.noised(batch, generator)
+            return BaseHalf(x_t, t, target, self.base_prediction(x_t, self._t_vector(t, x_t), batch))
+
     def training_loss(self, batch: Batch, *, generator: torch.Generator | None = None,
-                      step: int | None = None, ahead: tuple | None = None) -> tuple[torch.Tensor, Prediction]:
+                      step: int | None = None,
+                      base_half: BaseHalf | None = None) -> tuple[torch.Tensor, Prediction]:
         """One training evaluation: noise, base (no grad, once), adapter, composer, masked loss.
 
-        ``ahead``: ``(x_t, t, target, base_output)`` already computed for this batch and this
-        ``generator``'s draws by :meth:`noised` and :meth:`base_prediction` (in another process, see
-        :mod:`workbench.train.ahead`); the same values, so the same loss, without running the base here.
+        ``base_half``: its frozen base's half, already computed for this batch by :meth:`base_half`
+        (in a second process, see :mod:`workbench.train.ahead`): the loss is the one the generator it
+        was computed with gives here, without running the base here (``generator`` is not used).
         """
-        if ahead is None:
+        if base_half is None:
             x_t, t, target = self.noised(batch, generator)
             base_output = None
         else:
-            x_t, t, target, base_output = ahead
+            x_t, t, target, base_output = base_half.x_t, base_half.t, base_half.target, base_half.base_output
         pred = self.predict(x_t, t, batch, step=step, base_output=base_output)
         return self.objective.loss(pred.composed, target, batch.loss_mask), pred
 

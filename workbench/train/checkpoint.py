@@ -151,7 +151,7 @@ def recover(run_dir: Path) -> None:
 
 
 @dataclass
-class Checkpoint:
+class LoadedCheckpoint:
     """A checkpoint as read by :func:`load_checkpoint`: every file verified against its manifest.
 
     ``verified`` is False for a checkpoint written before digests existed (it has no manifest).
@@ -270,7 +270,7 @@ def fallback_hint(damaged: Path, use: str | None = None) -> str:
             f"AdapterExperiment.load({str(good)!r})).")
 
 
-def load_checkpoint(path: str | Path, *, use: str | None = None) -> Checkpoint:
+def load_checkpoint(path: str | Path, *, use: str | None = None) -> LoadedCheckpoint:
     """Read and verify a checkpoint directory (or a run directory: its latest checkpoint).
 
     Every file is checked against ``manifest.json`` before it is parsed; a mismatch, a missing
@@ -293,7 +293,8 @@ def load_checkpoint(path: str | Path, *, use: str | None = None) -> Checkpoint:
     return ckpt
 
 
-def _parse(path: Path, data: dict[str, bytes | None], verified: bool, use: str | None = None) -> Checkpoint:
+def _parse(path: Path, data: dict[str, bytes | None], verified: bool,
+           use: str | None = None) -> LoadedCheckpoint:
     from safetensors.torch import load as load_safetensors
 
     missing = [name for name in FILES if data[name] is None]
@@ -320,7 +321,7 @@ def _parse(path: Path, data: dict[str, bytes | None], verified: bool, use: str |
             f"{'; '.join(bad[:3])}. Training cannot continue from it; {damage}"
             f"{' (the run had already diverged when it was saved)' if verified else ''}. "
             f"{fallback_hint(path, use)}")
-    return Checkpoint(path=path, meta=meta, trainable=trainable, state=state, config_yaml=config_yaml,
+    return LoadedCheckpoint(path=path, meta=meta, trainable=trainable, state=state, config_yaml=config_yaml,
                       verified=verified)
 
 
@@ -348,7 +349,7 @@ def non_finite(tree: Any, where: str) -> list[str]:
     return out
 
 
-def print_notes(ckpt: Checkpoint) -> None:
+def print_notes(ckpt: LoadedCheckpoint) -> None:
     """The checkpoint's notes (e.g. a legacy checkpoint that could not be verified), on stderr."""
     for note in ckpt.notes:
         print(note, file=sys.stderr)

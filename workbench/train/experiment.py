@@ -5,6 +5,13 @@
     exp.fit(loader, steps=100)      # 100 more steps; calling again continues
     exp.evaluate(val_loader, batches=4)
     exp.save("outputs/run")         # AdapterExperiment.load("outputs/run") restores it exactly
+
+The loop is here; what it stands on has a module of its own: the data it reads and how far it has
+read (:class:`~workbench.train.data.DataFeed`, ``exp.feed``), the callbacks it calls
+(:mod:`workbench.train.hooks`), the checkpoints it writes and resumes from
+(:mod:`workbench.train.checkpoint`, :mod:`workbench.train.resume`) and the processes it runs on
+(:mod:`workbench.train.distributed`). The frozen base computed a step ahead in a second process
+(:mod:`workbench.train.ahead`) stands on this module, never the reverse.
 """
 
 from __future__ import annotations
@@ -27,19 +34,13 @@ from workbench.core.composed import ComposedModel
 from workbench.core.composers import Composer, GatedResidual, Replace
 from workbench.core.conditions import Batch
 from workbench.core.objectives import Objective
-from workbench.errors import (
-    CallbackError,
-    CompositionError,
-    ConfigError,
-    DataError,
-    NonFiniteLossError,
-)
+from workbench.errors import CompositionError, ConfigError, NonFiniteLossError
 from workbench.loop import SigintGuard
-from workbench.train.ahead import AHEAD_KEY
-from workbench.train.checkpoint import Checkpoint, load_checkpoint, print_notes, save_checkpoint
+from workbench.train.checkpoint import LoadedCheckpoint, load_checkpoint, print_notes, save_checkpoint
 from workbench.train.config import ExperimentConfig, TrainingConfig, experiment_to_dict, load_yaml
-from workbench.train.data import DataStream, LatentCache, ShardedStream, is_map_dataset
+from workbench.train.data import DataFeed, DataStream
 from workbench.train.distributed import Distributed, local_device, shard_base
+from workbench.train.hooks import Hooks
 from workbench.train.placement import base_config_on, check_base_dtype
 from workbench.train.resume import (
     Change,
@@ -54,21 +55,13 @@ from workbench.train.resume import (
     refuse_unless_allowed,
     restore_state,
 )
-from workbench.train.seeds import mix_seed
-
-HOOKS = ("on_fit_start", "on_step_start", "on_after_backward", "on_step_end", "on_eval", "on_fit_end")
+from workbench.train.seeds import StepNoise
 
 
 def resolve_device(name: str) -> torch.device:
     """``training.device`` as a torch device (``auto``: the best visible, see
     :mod:`workbench.core.platform`)."""
     return platform.resolve_device(name, where="training.device")
-
-
-def _overrides(callbacks: list[Callback], hook: str) -> list[Callback]:
-    """The callbacks whose ``hook`` does something (the base class's hooks do nothing)."""
-    default = getattr(Callback, hook)
-    return [cb for cb in callbacks if getattr(getattr(cb, hook), "__func__", None) is not default]
 
 
 def _on_device(batch: Batch, device: torch.device) -> bool:
@@ -123,7 +116,7 @@ class AdapterExperiment:
                                    where="training.amp_dtype")
         self.scaler = (torch.amp.GradScaler("cuda") if t.amp_dtype == "fp16" and self.device.type == "cuda"
                        else None)
-        self._noise = torch.Generator(device=self.device)  # re-seeded for every micro-batch (see _generator)
+        self._noise = StepNoise(t.seed, self.device)
         self.step = 0
         self.loss_history: list[float] = []
         self._pending: list[tuple[int, torch.Tensor]] = []
@@ -140,10 +133,9 @@ class AdapterExperiment:
         #: Config changes made on resumes of this run: field, from, to, the step, whether bit-exact.
         self.config_changes: list[dict] = []
         self._resumed: tuple[Path, int, bool, int] | None = None  # checkpoint, step, verified, losses known
-        self._stream: DataStream | None = None
-        self._data_state: dict | None = None
-        self._latent_caches: list[tuple[Any, LatentCache]] = []
-        self._disk = None  # the training.cache_latents: DIR dataset, opened on first use
+        #: The run's data as the loop reads it: streams, latent caches, the position a checkpoint records.
+        self.feed = DataFeed(t, self.model, data_block=config.data if config is not None else None,
+                             dist=self.dist, micro=self._micro, device=self.device)
         self.callbacks: list[Callback] = list(callbacks)
         if t.checkpoint_every:
             from workbench.train.callbacks import Checkpoint
@@ -197,113 +189,25 @@ class AdapterExperiment:
 
     # -- data --------------------------------------------------------------------------------
     def default_data(self) -> Any:
-        if self._config is None or self._config.data is None:
-            return None
-        from workbench.config import build
-
-        block = self._config.data
-        return build("dataset", block["type"], block.get("config"), where="data")
-
-    def _cached(self, data: Any) -> Any:
-        """``data`` behind its in-process latent cache when ``training.cache_latents: true``."""
-        if self.training.cache_latents is not True or not is_map_dataset(data):
-            return data
-        for source, cache in self._latent_caches:
-            if source is data:
-                return cache
-        cache = LatentCache(data, self.model.base)
-        self._latent_caches.append((data, cache))
-        return cache
-
-    def _disk_cache(self, data: Any) -> Any:
-        """The training data read from the ``training.cache_latents: DIR`` cache
-        (checked against this run)."""
-        from workbench.train.latent_store import DiskLatentCache, cache_identity
-
-        root = self.training.cache_latents
-        if self._disk is None:
-            cache = DiskLatentCache(root)
-            cache.require(cache_identity(self.model.base, self._config.data if self._config else None,
-                                         len(cache)))
-            self._disk = cache
-        if data is not None and is_map_dataset(data) and len(data) != len(self._disk):
-            raise DataError(f"training.cache_latents: {root} caches {len(self._disk)} items "
-                            f"but the data passed to fit() has {len(data)}. "
-                            f"Fit without data to train from the cache, or rebuild it.")
-        return self._disk
-
-    def _stream_for(self, data: Any) -> DataStream:
-        # a stream made for this run (e.g. workbench.train.ahead's): used as it is
-        if isinstance(data, DataStream):
-            self._stream = data
-            return data
-        if data is None:
-            if self._stream is not None:
-                return self._stream
-            data = None if isinstance(self.training.cache_latents, str) else self.default_data()
-        check = getattr(data, "check_conditions", None)
-        if callable(check):  # a dataset that knows its signal widths checks them against the adapter's
-            check(self.model.adapter.consumes, owner=f"the adapter ({type(self.model.adapter).__name__})")
-        data = self._disk_cache(data) if isinstance(self.training.cache_latents, str) else self._cached(data)
-        if self._stream is not None and self._stream.source is data:
-            return self._stream
-        t = self.training
-        options = dict(batch_size=t.batch_size, seed=t.seed, shuffle=t.shuffle, num_workers=t.num_workers,
-                       pin_memory=self.device.type == "cuda")
-        if self.dist is None:
-            stream = DataStream(data, **options)
-        else:
-            stream = ShardedStream(data, rank=self.dist.rank, world=self.dist.world_size,
-                                   per_rank=self._micro, **options)
-        if self._data_state is not None:
-            stream.load_state_dict(self._data_state)
-            self._data_state = None
-        self._stream = stream
-        return stream
+        """The dataset of the config's ``data:`` block (``None`` without one): what ``fit()`` reads
+        when given no data."""
+        return self.feed.default()
 
     def prepare(self, raw: Any) -> Batch:
         batch = self.model.base.prepare_batch(raw)
         return batch if _on_device(batch, self.device) else batch.to(self.device)
 
     # -- callbacks ---------------------------------------------------------------------------
-    def _collect(self, extra: Iterable[Callback]) -> list[Callback]:
-        seen, out = set(), []
-        for cb in [*self.component_callbacks, *self.callbacks, *extra]:
-            if not isinstance(cb, Callback):
-                raise CompositionError(f"Callbacks must subclass workbench.Callback, "
-                                       f"got {type(cb).__name__}.")
-            if cb.key() in seen:
-                continue
-            seen.add(cb.key())
-            out.append(cb)
-        return out
+    def _hooks(self, extra: Iterable[Callback] = ()) -> Hooks:
+        """The callbacks of a fit: the components' own, the experiment's, then ``extra``, each once."""
+        return Hooks([*self.component_callbacks, *self.callbacks, *extra], main=self.is_main)
 
     @property
     def is_main(self) -> bool:
         """True on the process that logs and writes checkpoints (rank 0; the only one without torchrun)."""
         return self.dist is None or self.dist.is_main
 
-    def _call(self, callbacks: list[Callback], hook: str, *args) -> None:
-        for cb in callbacks:
-            if cb.main_process_only and self.dist is not None and not self.dist.is_main:
-                continue  # (decided here, after every rank took the same collectives for the same list)
-            try:
-                getattr(cb, hook)(self, *args)
-            except (KeyboardInterrupt, NonFiniteLossError, CallbackError):
-                raise
-            except Exception as err:
-                raise CallbackError(
-                    f"Callback {type(cb).__name__} raised in {hook} at step {self.step}: "
-                    f"{type(err).__name__}: {err}"
-                ) from err
-
     # -- the loop ----------------------------------------------------------------------------
-    def _generator(self, step: int, micro: int) -> torch.Generator:
-        # Noise and t are a pure function of (seed, step, micro-batch): resumable, rank-independent.
-        # ``micro`` is the micro-batch's place among the step's micro-batches of all ranks.
-        # One generator, re-seeded: the same draws as a fresh one, without allocating it every step.
-        return self._noise.manual_seed(mix_seed(self.training.seed, step, micro))
-
     def _autocast(self):
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, None: None}[self.training.amp_dtype]
         if dtype is None:
@@ -344,7 +248,7 @@ class AdapterExperiment:
                                   resumed=self._resumed[:3] if right_after else None,
                                   clips=describe_clips(clips), run_dir=run_dir, command=self.resume_command)
 
-    def _run_step(self, stream: DataStream, hooks: dict[str, list[Callback]], guard: SigintGuard) -> None:
+    def _run_step(self, stream: DataStream, hooks: Hooks, guard: SigintGuard) -> None:
         # The hot path: anything done here per step beyond the work itself is overhead a short
         # interactive fit feels, so hooks nobody overrides are skipped, nothing is read back from
         # the device outside _sync, and nothing is allocated that a step does not need.
@@ -353,8 +257,8 @@ class AdapterExperiment:
         mark = stream.mark()
         rng = torch.get_rng_state()  # (a copy of a few kB: what a Ctrl-C mid-step restores)
         try:
-            if hooks["on_step_start"]:
-                self._call(hooks["on_step_start"], "on_step_start", step)
+            if hooks.on_step_start:
+                hooks.call("on_step_start", self, step)
             lr = t.lr_at(step)
             optimizer = self.optimizer
             for group in optimizer.param_groups:
@@ -368,15 +272,15 @@ class AdapterExperiment:
                 raw = stream.next()
                 clips.append(clip_ids(raw))
                 batch = self.prepare(raw)
-                # the base's part, computed a step ahead (workbench.train.ahead)
-                ahead = batch.meta.get(AHEAD_KEY)
-                generator = None if ahead is not None else self._generator(step, first + micro)
-                values = None if ahead is None else ahead.values_for(step, first + micro)
+                # The frozen base's half: computed ahead by the stream (workbench.train.ahead), or here
+                # from the micro-batch's own noise draws (a pure function of the seed, step and micro).
+                half = stream.base_half(step, first + micro)
+                generator = None if half is not None else self._noise.generator(step, first + micro)
                 if t.amp_dtype is None:  # (no autocast context to enter and leave)
-                    loss, _ = training_loss(batch, generator=generator, step=step, ahead=values)
+                    loss, _ = training_loss(batch, generator=generator, step=step, base_half=half)
                 else:
                     with self._autocast():
-                        loss, _ = training_loss(batch, generator=generator, step=step, ahead=values)
+                        loss, _ = training_loss(batch, generator=generator, step=step, base_half=half)
                 # (a division by 1 would be one more op, same values)
                 scaled = loss / accum if accum > 1 else loss
                 (scaler.scale(scaled) if scaler else scaled).backward()
@@ -384,8 +288,8 @@ class AdapterExperiment:
             step_loss = total / accum if accum > 1 else total
             if self.dist is not None:
                 self.dist.average_gradients_(self._params)
-            if hooks["on_after_backward"]:
-                self._call(hooks["on_after_backward"], "on_after_backward", step)
+            if hooks.on_after_backward:
+                hooks.call("on_after_backward", self, step)
             guard.holding = True  # a Ctrl-C from here on waits until the update is complete
             try:
                 if scaler:
@@ -415,13 +319,14 @@ class AdapterExperiment:
         done = step + 1
         if done % t.sync_every == 0:
             self._sync()
-        if hooks["on_step_end"]:
-            due = [cb for cb in hooks["on_step_end"] if cb.due(done)]
+        if hooks.on_step_end:
+            due = [cb for cb in hooks.on_step_end if cb.due(done)]
             if due:
                 # what the callbacks see is the run's loss (every rank has the same list)
                 if self.dist is not None:
                     step_loss = self.dist.mean_(step_loss.clone())
-                self._call(due, "on_step_end", done, {"loss": step_loss, "lr": lr, "step": done})
+                metrics = {"loss": step_loss, "lr": lr, "step": done}
+                hooks.call("on_step_end", self, done, metrics, callbacks=due)
 
     def fit(self, data: Any = None, steps: int | None = None, callbacks: Iterable[Callback] = (),
             progress: bool | None = None) -> AdapterExperiment:
@@ -439,9 +344,8 @@ class AdapterExperiment:
             steps = max(0, self.training.steps - self.step)
         if not isinstance(steps, int) or steps < 0:
             raise ConfigError(f"fit(steps=...) must be a non-negative int, got {steps!r}.")
-        stream = self._stream_for(data)
-        cbs = self._collect(callbacks)
-        hooks = {hook: _overrides(cbs, hook) for hook in HOOKS}
+        stream = self.feed.stream(data)
+        hooks = self._hooks(callbacks)
         target = self.step + steps
         show = (self.training.progress if progress is None else progress) and self.is_main
         bar = None
@@ -451,7 +355,7 @@ class AdapterExperiment:
             bar = tqdm(total=steps, desc=self.name, unit="step", leave=True)
         self.interrupted = False
         self.model.train()
-        self._call(hooks["on_fit_start"], "on_fit_start")
+        hooks.call("on_fit_start", self)
         try:
             with SigintGuard() as guard:
                 while self.step < target:
@@ -476,7 +380,7 @@ class AdapterExperiment:
                 bar.close()
             self.model.train(False)
         self._sync()
-        self._call(hooks["on_fit_end"], "on_fit_end")
+        hooks.call("on_fit_end", self)
         return self
 
     # -- evaluation --------------------------------------------------------------------------
@@ -486,10 +390,10 @@ class AdapterExperiment:
         from workbench.train.validation import validation_loss
 
         t = self.training
-        metrics = validation_loss(self.model, self._cached(data), prepare=self.prepare,
+        metrics = validation_loss(self.model, self.feed.cached(data), prepare=self.prepare,
                                   batch_size=t.batch_size, device=self.device, batches=batches, seed=seed,
                                   num_workers=t.num_workers, dist=self.dist)
-        self._call(self._collect(()), "on_eval", self.step, metrics)
+        self._hooks().call("on_eval", self, self.step, metrics)
         return metrics
 
     # -- sampling (hands off to the inspection layer) -------------------------------------------
@@ -521,7 +425,7 @@ class AdapterExperiment:
             return Path(run_dir or self.output_dir)
         path = save_checkpoint(
             run_dir or self.output_dir, self.step, trainable=self.model.trainable_state_dict(),
-            state=capture_state(self.optimizer, self.step, scaler=self.scaler, data=self._data_position()),
+            state=capture_state(self.optimizer, self.step, scaler=self.scaler, data=self.feed.position()),
             config_yaml=yaml.safe_dump(self.resolved_config(), sort_keys=False),
             meta={"name": self.name, "loss_history": self.loss_history,
                   "metrics": {"loss": self.loss_history[-1] if self.loss_history else None},
@@ -535,11 +439,6 @@ class AdapterExperiment:
         """Save the experiment (a checkpoint in the run directory ``path``)."""
         return self.save_checkpoint(path)
 
-    def _data_position(self) -> dict | None:
-        if self._stream is not None:
-            return self._stream.state_dict()
-        return dict(self._data_state) if self._data_state is not None else None
-
     def load_checkpoint(self, path: str | Path) -> AdapterExperiment:
         """Restore weights, optimizer, RNG and data position into this experiment.
 
@@ -548,7 +447,7 @@ class AdapterExperiment:
         """
         return self._restore(load_checkpoint(path))
 
-    def _restore(self, ckpt: Checkpoint) -> AdapterExperiment:
+    def _restore(self, ckpt: LoadedCheckpoint) -> AdapterExperiment:
         print_notes(ckpt)
         restored = restore_state(ckpt, self.model, self.optimizer, scaler=self.scaler, device=self.device)
         self.step = restored.step
@@ -556,8 +455,7 @@ class AdapterExperiment:
         self.config_changes = restored.config_changes
         self._pending = []
         self._clips = {}
-        self._stream = None
-        self._data_state = restored.data_state
+        self.feed.restore(restored.data_state)
         self.last_checkpoint = restored.path
         self._resumed = (restored.path, restored.step, restored.verified, len(self.loss_history))
         return self
@@ -614,7 +512,7 @@ class AdapterExperiment:
         exp._record(changes, saved=ckpt, saved_config=saved)
         return exp
 
-    def _record(self, changes: list[Change], saved: Checkpoint,
+    def _record(self, changes: list[Change], saved: LoadedCheckpoint,
                 saved_config: ExperimentConfig | None = None) -> None:
         if not changes:
             return

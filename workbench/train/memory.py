@@ -347,8 +347,11 @@ def memory_plan(config: Any, device: str = "cuda", memory: str | int | None = No
 
 def _recording(base, shape: tuple[int, ...], steps: int) -> tuple[int, int]:
     """A recording's bytes under the default StoragePolicy and the predictions each step keeps for forks."""
-    from workbench import Batch, ComposedModel, GatedResidual, SideAdapter
-    from workbench.inspect import StoragePolicy, estimate_memory
+    from workbench.core.adapter import SideAdapter
+    from workbench.core.composed import ComposedModel
+    from workbench.core.composers import GatedResidual
+    from workbench.core.conditions import Batch
+    from workbench.inspect.recording.storage import StoragePolicy, estimate_memory
 
     class Zero(SideAdapter):
         at_init = "zero_output"
