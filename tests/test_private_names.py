@@ -44,7 +44,6 @@ PENDING = {
     # the recording's step log (Trajectory.log is its public name)
     "workbench/testing/promises.py: reads traj._log",
     # the composed model's timestep vector, read by the step-ahead base
-    "workbench/train/ahead.py: reads model._t_vector",
 }
 
 
