@@ -96,6 +96,7 @@ BUDGET: dict[str, float] = {
     "tests/test_path_adapter.py": 1,
     "tests/test_plugin_platform.py": 1,
     "tests/test_own_data.py": 1,
+    "tests/test_project_files.py": 0,
     "tests/test_loggers.py": 0,
     "tests/test_notebook_figures.py": 0,
     "tests/test_core_composed.py": 0,

@@ -1,5 +1,7 @@
 """Installed as a user installs it: the built wheel in a new environment, one extra at a time.
 
+The wheel is named as the install guide names it and carries the licence its metadata declares.
+
 One environment is built up in three stages — the core (`pip install WHEEL`), then `[data]`, then
 `[data,widgets]` — from the wheel's own metadata and the versions in constraints.txt. At each stage
 `workbench doctor` reports what is installed, every command whose extra is missing refuses before it
@@ -24,6 +26,7 @@ import re
 import subprocess
 import sys
 import sysconfig
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -125,6 +128,15 @@ def test_the_wheel_installs_and_each_extra_serves_its_commands(tmp_path):
     pip = [sys.executable, "-m", "pip"]
     ok(run([*pip, "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", tmp_path / "dist", ROOT], ROOT, env))
     wheel = next((tmp_path / "dist").glob(f"{WHEEL_NAME}-*.whl"))
+    # the wheel carries the licence its metadata names, under the distribution name the install guide gives
+    with zipfile.ZipFile(wheel) as archive:
+        info = next(n.split("/")[0] for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+        metadata = archive.read(f"{info}/METADATA").decode()
+        carried = archive.read(f"{info}/licenses/LICENSE").decode()
+    for field in ("Name: grafted-workbench", "License-Expression: MIT", "License-File: LICENSE"):
+        assert re.search(rf"^{field}$", metadata, re.M), field
+    assert carried == (ROOT / "LICENSE").read_text()
+    assert f"`pip install \"dist/{wheel.name}[data,widgets]\"`" in (ROOT / "docs" / "guides" / "install.md").read_text()
     venv = tmp_path / "venv"
     ok(run([sys.executable, "-m", "venv", "--without-pip", venv], tmp_path, env))
     python = venv / "bin" / "python"

@@ -2,7 +2,7 @@
 
 The YAML runs of the repository's ``examples/configs/`` are installed with the package (as
 ``workbench/configs/``), so ``workbench init`` writes them into the current folder and the commands
-the README and the guides print (``workbench train examples/configs/tiny.yaml``) work outside a clone::
+the README and the guides print (``workbench train examples/configs/tiny.yaml``) work outside a clone:
 
     workbench init                      # every example into examples/configs/
     workbench init tiny own_videos      # just these

@@ -573,10 +573,14 @@ def import_folder(folder: str | Path, out: str | Path, *, fps: float | None = No
     Every check runs before a picture is decoded (:func:`plan_import`); ``out`` appears only once
     the dataset is complete (see :class:`~workbench.data.lerobot_write.LeRobotWriter`).
 
-    Example::
+    Examples:
+        A folder of two short clips of a moving square (:func:`write_example_folder`), imported:
 
-        report = import_folder("my_videos", "my_dataset", size=(64, 64), window=16)
-        print(report.summary())
+        >>> folder = write_example_folder("my_videos", episodes=2, frames=8)
+        >>> report = import_folder(folder, "my_dataset", window=8)
+        >>> print(report.summary())
+        wrote my_dataset: 2 episodes, 16 frames at 10 fps, 32x32 pixels as observation.images.main,
+        action (2); the shortest episode has 8 frames
     """
     from workbench.data.lerobot_write import LeRobotWriter
 
