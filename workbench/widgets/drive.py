@@ -36,8 +36,8 @@ function render({ model, el }) {
     if (event.key === "Escape") {  // leave the field: the keys go to the page (JupyterLab: command mode)
       event.preventDefault();
       event.stopPropagation();
-      const notebook = pad.closest(".jp-Notebook");
-      if (notebook) notebook.focus({ preventScroll: true }); else pad.blur();
+      const cell = pad.closest(".jp-Cell");  // JupyterLab: its cell, in command mode (as Escape in a cell)
+      if (cell) cell.focus({ preventScroll: true }); else pad.blur();
       return;
     }
     // a key the view does not use (Ctrl+S, Shift+Enter, Tab, ...) goes on to JupyterLab as usual
