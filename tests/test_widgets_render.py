@@ -45,6 +45,21 @@ def test_a_panel_note_is_written_under_it_wrapped_to_its_width():
     assert red.any()  # the note, in red, on the fast picture too
 
 
+def test_a_difference_beyond_the_fixed_colour_range_is_marked_not_just_saturated():
+    diff = np.zeros((8, 8), np.float32)
+    diff[2, 3], diff[5, 5], diff[6, 1] = 1.5, -3.0, 1.0  # two beyond ±1; one at its edge, drawn as ±1 is
+    mask, note = fast.beyond_range(Panel("edited − recorded", "signed", diff, "difference", 1.0))
+    assert note == "yellow dots: beyond ±1 (2 pixels)" and np.argwhere(mask).tolist() == [[2, 3], [5, 5]]
+    assert fast.beyond_range(Panel("d", "signed", diff, "difference", 3.0)) == (None, None)  # all inside ±3
+    assert fast.beyond_range(Panel("g", "gate", np.full((4, 4), 2.0), "gate")) == (None, None)  # only signed maps
+    marked = render.panels_image([Panel("d", "signed", diff, "difference", 1.0)], panel_pixels=64)
+    wider = render.panels_image([Panel("d", "signed", diff, "difference", 3.0)], panel_pixels=64)
+    yellow = np.all(marked[..., :3] == fast.BEYOND_RGB, axis=-1)
+    assert yellow.sum() == 2 * 4 * 4  # a 4-pixel dot in each of the two 8-pixel cells beyond the range
+    assert not np.all(wider[..., :3] == fast.BEYOND_RGB, axis=-1).any()
+    assert marked.shape[0] > wider.shape[0]  # and a line under the title says what the dots mean
+
+
 def test_fast_pictures_fill_the_row_and_their_text_grows_with_the_frames():
     one = render.panels_image([Panel("run", "rgb", rgb())], title="x0 estimate")
     three = render.panels_image([Panel(f"b{i}", "rgb", rgb()) for i in range(3)], title="x0 estimate")

@@ -16,11 +16,12 @@ from workbench.inspect.common import model_lock
 from workbench.inspect.probes.ablation import DIFFERENCE_RANGE, Ablation, Propagation
 from workbench.inspect.recording.trajectory import Trajectory
 from workbench.widgets import render
-from workbench.widgets.base import View, status_line, status_lines
+from workbench.widgets.base import View, mark_modified, status_line, status_lines
 from workbench.widgets.controls import ConditionSliders
+from workbench.widgets.static import STALE_CLASS
 
 # a picture that no longer matches the sliders (the final one, while the edit is being carried through)
-STALE_STYLE = "<style>.workbench-stale { opacity: 0.45; }</style>"
+STALE_STYLE = f"<style>.{STALE_CLASS} {{ opacity: 0.45; }}</style>"
 
 
 class AblationSliders(View):
@@ -188,7 +189,7 @@ class AblationSliders(View):
         generation = self._generation
         if not self.propagate_box.value:
             self.final_status.value = status_lines("<i>carrying the edit to the last step is off</i>")
-            self.final_image.add_class("workbench-stale")
+            self.final_image.add_class(STALE_CLASS)
             return
         cached = self.state.cached_propagation()
         if cached is not None:
@@ -200,7 +201,7 @@ class AblationSliders(View):
             f"re-sampling steps {self.state.step}–{self.state.trajectory.steps - 1} "
             f"with {html.escape(edits)} …"
             if edits else "the recorded run's final prediction …")
-        self.final_image.add_class("workbench-stale")
+        self.final_image.add_class(STALE_CLASS)
         loop = _running_loop()
         if loop is None:  # no event loop (a script, a test): run it here
             self._show_final(generation, *self._run(self._cancel))
@@ -229,6 +230,8 @@ class AblationSliders(View):
         if outcome is not None and outcome[0] == generation:
             self._outcome = None
             self._show_final(*outcome)
+            if outcome[1] is not None and generation == self._generation:
+                mark_modified()  # a save made while it ran kept the picture without it
 
     def _join(self) -> None:
         worker = self._worker
@@ -284,7 +287,7 @@ class AblationSliders(View):
         lines.append(timing)
         self._final_array = render.stack_images(pictures)
         self.final_image.value = render.array_png(self._final_array)
-        self.final_image.remove_class("workbench-stale")
+        self.final_image.remove_class(STALE_CLASS)
         self.final_status.value = status_lines(*lines)
 
     def static_png(self) -> bytes:
