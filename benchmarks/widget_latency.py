@@ -429,9 +429,9 @@ def notebook5(page, where: str) -> None:
     page.wait_for_function(settled, timeout=180_000)
     page.wait_for_timeout(300)
     busy = []
-    for _ in range(NOTEBOOK5_PRESSES):
-        page.evaluate(TIME_PRESS, [instant, "ArrowLeft"])
-        handle.press("ArrowLeft")
+    for _ in range(NOTEBOOK5_PRESSES):  # on to values not seen yet: no propagation comes from the view's cache
+        page.evaluate(TIME_PRESS, [instant, "ArrowRight"])
+        handle.press("ArrowRight")
         busy.append(page.evaluate("async () => await window.__latency"))
         loads.append(os.getloadavg()[0])
         page.wait_for_timeout(150)

@@ -490,9 +490,8 @@ def test_the_next_move_cancels_a_propagation_in_flight_without_holding_up_the_sl
         assert "re-sampling steps 0–3 with dx=+1.00" in view.final_status.value
         view.sliders.sliders[0].value = -1.0  # cancels it after its current step
         await asyncio.sleep(0)
-        while view._worker is not None and view._worker.is_alive():
+        while "workbench-stale" in view.final_image._dom_classes:  # until the final picture of the edit is in
             await asyncio.sleep(0.02)
-        await asyncio.sleep(0.05)  # the result is handed to the event loop
         return view
 
     try:
@@ -533,9 +532,8 @@ def test_a_save_while_an_edit_is_carried_through_keeps_no_final_picture_of_the_e
         view.sliders.sliders[0].value = 1.0
         await asyncio.sleep(0)  # the instant picture is drawn, the edit is carried through in the background
         during = saved()
-        while view._worker is not None and view._worker.is_alive():
+        while "workbench-stale" in view.final_image._dom_classes:  # until the final picture of the edit is in
             await asyncio.sleep(0.02)
-        await asyncio.sleep(0.05)  # the final picture is handed to the event loop
         return during
 
     try:

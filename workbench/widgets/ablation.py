@@ -98,6 +98,7 @@ class AblationSliders(View):
                          self.final_status, self.final_image)
         # the background run: one at a time, cancelled by the next move
         self._worker: threading.Thread | None = None
+        self._starting: Any = None  # the event loop's handle that starts the worker, until it has
         self._cancel = threading.Event()
         self._generation = 0
         self._outcome: tuple[int, Propagation | None, BaseException | None] | None = None
@@ -185,6 +186,9 @@ class AblationSliders(View):
 
     # -- the final picture, in the background ------------------------------------------------
     def _start_propagation(self) -> None:
+        if self._starting is not None:  # a propagation not started yet: this edit replaces it
+            self._starting.cancel()
+            self._starting = None
         self._generation += 1
         generation = self._generation
         if not self.propagate_box.value:
@@ -216,7 +220,16 @@ class AblationSliders(View):
 
         self._outcome = None
         self._worker = threading.Thread(target=work, name="workbench-ablation-propagate", daemon=True)
-        self._worker.start()
+        # started a moment after the instant picture, so that its messages go out first instead of waiting for
+        # the interpreter while the fork holds it
+        self._starting = loop.call_later(PROPAGATION_DELAY_S, self._start_worker)
+
+    def _start_worker(self) -> None:
+        """Start the propagation waiting to start, if any."""
+        starting, self._starting = self._starting, None
+        if starting is not None:
+            starting.cancel()
+            self._worker.start()
 
     def _run(self, cancel: threading.Event) -> tuple[Propagation | None, BaseException | None]:
         try:
@@ -234,14 +247,19 @@ class AblationSliders(View):
                 mark_modified()  # a save made while it ran kept the picture without it
 
     def _join(self) -> None:
+        """Wait for the propagation running (one waiting to start is dropped: the next edit replaces it)."""
+        if self._starting is not None:
+            self._starting.cancel()
+            self._starting = None
         worker = self._worker
-        if worker is not None and worker is not threading.current_thread():
+        if worker is not None and worker.ident is not None and worker is not threading.current_thread():
             worker.join()
         self._worker = None
 
     def settle(self) -> None:
         """Draw what is pending and wait for the propagation in flight, then show its picture."""
         self.flush()
+        self._start_worker()  # one waiting to start runs now
         self._join()
         if self._outcome is not None:
             self._deliver(self._outcome[0])
@@ -317,6 +335,7 @@ def _limit(result: Propagation) -> float:
 
 
 BACKGROUND_NICENESS = 10  # added to the process's niceness for the background run
+PROPAGATION_DELAY_S = 0.05  # from the instant picture to the start of the background run
 
 
 def _yield_to_the_kernel() -> None:
