@@ -90,13 +90,15 @@ class Drive(View):
 
     Each driving key (click the key field first: ← → dx, ↑ ↓ dy, PageUp / PageDown dz, c / o the
     gripper, . hold still) sets the next chunk's action and predicts the chunk; the action sliders set
-    it too, and "step" predicts a chunk with their values. The picture shows the start frame and
-    frames of the newest chunk (the backbone's full decoder: a rollout decodes each chunk anyway,
-    since the next chunk continues from its last frame), with the hand's path (``readout``, by
-    default the shipped hand probe, in cm) drawn over them, and the path per axis below with the
-    chunk boundaries. "undo" drops the last chunk, "branch" forks the episode at the chosen chunk
-    with the current action (the old line is kept: "switch" goes back), "save" writes the driven
-    episode as a clip file that :class:`workbench.data.metaworld.MetaWorldClips` reads, "open in
+    it too, and "step" predicts a chunk with their values. Every other key goes on to the notebook
+    (Ctrl+S, Shift+Enter), Escape leaves the field, and a click on a button gives the keys back to it.
+    The picture shows the start frame and frames of the newest chunk (the backbone's full decoder: a
+    rollout decodes each chunk anyway, since the next chunk continues from its last frame), with the
+    hand's path over the last chunks (``readout``, by default the shipped hand probe, in cm) drawn over
+    them, and the path per axis below with the chunk boundaries. "undo" drops the last chunk, "branch"
+    forks the episode at the chosen chunk with the current action, showing each later chunk as it is
+    sampled again (a key press stops it; the old line is kept: "switch" goes back), "save" writes the
+    driven episode as a clip file that :class:`workbench.data.metaworld.MetaWorldClips` reads, "open in
     the Stepper" steps through the chosen chunk's sampling run. The status line says how many
     sampling steps a chunk takes and what the last one cost (wall and CPU time).
     The logic is :class:`workbench.inspect.drive.DriveState` (``self.state``).
