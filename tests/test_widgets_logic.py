@@ -347,6 +347,39 @@ def test_ablation_reuses_the_base_output_and_caches_results(traj, model):
     assert abl.describe_edits() == ["d3=+0.90"]
 
 
+def test_a_slider_move_decodes_the_frame_it_shows_and_draws_what_every_frame_gives(traj, model):
+    decoded = []
+    decode = model.base.decode
+    model.base.decode = lambda z, *a, **k: (decoded.append(z.shape[2]), decode(z, *a, **k))[1]
+    try:
+        abl = Ablation(traj, step=2, decode="full")
+        abl.panels(frame=0)
+        abl.set(0, 0.6)
+        decoded.clear()
+        shown, caption = abl.panels(frame=3)
+        assert decoded == [1, 1]  # the edited and the recorded x0 at frame 3, one latent frame each
+        decoded.clear()
+        abl.set(0, -0.4)
+        shown, _ = abl.panels(frame=3)
+        assert decoded == [1]  # the recorded frame is kept
+        whole = abl.images()  # every frame
+        assert abl.images(frame=3)[0].partial and not whole[0].partial
+        for got, image in zip(shown, whole):
+            expected = image.frame(3)
+            assert got.title == expected.title and got.limit == expected.limit == 1.0
+            if got.kind == "rgb":  # a frame decoded alone is that frame of the clip (in float, to rounding)
+                assert np.array_equal(got.image, expected.image)
+            else:
+                assert np.allclose(got.image, expected.image, rtol=0, atol=1e-6)
+        assert caption == f"{whole[0].caption} · frame 3"
+        abl.colour_range = None  # each edit's own range: it needs every frame, so every frame is decoded
+        decoded.clear()
+        abl.panels(frame=3)
+        assert sum(decoded) == traj.batch.latents.shape[2]  # the edited clip (the recorded one is kept whole)
+    finally:
+        del model.base.decode
+
+
 def test_ablated_prediction_equals_a_full_recompute(traj, model):
     abl = Ablation(traj, step=1)
     abl.set(0, 1.0, frame=2)

@@ -29,7 +29,7 @@ Examples:
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -190,10 +190,8 @@ class DriveState:
                                    gate_scale=self.gate_scale)
         else:
             self.rollout = self.rollout.extend(self._chunk_actions(self.action, self.stride))
-        chunk = self.rollout.chunks[-1]
-        self.timings.append(ChunkTiming(len(self.rollout.chunks) - 1, time.perf_counter() - wall,
-                                        time.process_time() - cpu, self.steps))
-        return chunk
+        self._timed(len(self.rollout.chunks) - 1, wall, cpu)
+        return self.rollout.chunks[-1]
 
     @property
     def window(self) -> int:
@@ -223,7 +221,21 @@ class DriveState:
         """Fork the episode at ``chunk`` (default: the last) with ``action`` (default: the one set) on that
         chunk's frames, from its recorded sampling step ``at`` (steps before it are replayed, not recomputed);
         the later chunks are rolled again from the fork's output. The current line is kept in
-        :attr:`branches`; returns the new line."""
+        :attr:`branches`; returns the new line. :meth:`branch_steps` does the same one chunk at a time."""
+        for _ in self.branch_steps(chunk, at, action):
+            pass
+        return self.rollout
+
+    def branch_steps(self, chunk: int | None = None, at: int = 0,
+                     action: Sequence[float] | None = None) -> Iterator[tuple[int, int]]:
+        """:meth:`branch`, one chunk at a time: the arguments are checked at once; the returned iterator keeps
+        the current line in :attr:`branches`, samples the forked chunk, then each later chunk again, and
+        after each one yields ``(chunk, last)``: the chunk just sampled and the last one to sample.
+        :attr:`rollout` is the new line so far, so a view can show it growing; stopping early (not
+        iterating further) leaves the new line shorter than the old one, which stays kept.
+
+        The finished line equals :meth:`Rollout.fork` of the old line at the same chunk, bit for bit.
+        """
         if self.rollout is None:
             raise InspectError("nothing to branch yet: step() at least one chunk first.")
         n = len(self.rollout.chunks)
@@ -233,11 +245,29 @@ class DriveState:
         k %= n
         if action is not None:
             self.set_action(action)
-        old = self.rollout
-        actions = self._chunk_actions(self.action, old.window)  # one per frame of the chunk's window
-        self.rollout = old.fork(chunk=k, at=at, cond={"action": actions})
+        return self._branching(self.rollout, k, at, self._chunk_actions(self.action, self.rollout.window))
+
+    def _branching(self, old: Any, k: int, at: int, actions: torch.Tensor) -> Iterator[tuple[int, int]]:
         self.branches.append(old)
-        return self.rollout
+        last = len(old.chunks) - 1
+        later = torch.as_tensor(old.actions)  # the old line's actions, kept for the chunks after the fork
+        wall, cpu = time.perf_counter(), time.process_time()
+        # chunks 0..k kept, chunk k forked with the new action on its window's frames
+        self.rollout = old.head(k + 1).fork(chunk=k, at=at, cond={"action": actions})
+        # as the rollout labels its chunks' runs (what the Stepper shows), and what this one was branched with
+        self.rollout.chunks[k].trajectory.label = (f"chunk {k} (frames {self.rollout.chunks[k].start}..), "
+                                                   f"branched: {self.action_text()}")
+        self._timed(k, wall, cpu)
+        yield k, last
+        for j in range(k + 1, last + 1):
+            wall, cpu = time.perf_counter(), time.process_time()
+            self.rollout = self.rollout.extend(later[self.rollout.frame_count:old.chunks[j].frames.stop])
+            self._timed(j, wall, cpu)
+            yield j, last
+
+    def _timed(self, chunk: int, wall: float, cpu: float) -> None:
+        self.timings.append(ChunkTiming(chunk, time.perf_counter() - wall, time.process_time() - cpu,
+                                        self.steps))
 
     def switch(self, branch: int) -> None:
         """Drive on from a line kept by :meth:`branch`
@@ -245,6 +275,33 @@ class DriveState:
         if not 0 <= branch < len(self.branches):
             raise InspectError(f"branch={branch!r} is not a kept line; there are {len(self.branches)}.")
         self.branches[branch], self.rollout = self.rollout, self.branches[branch]
+
+    def line_labels(self) -> list[str]:
+        """A label per line kept in :attr:`branches` that tells it from the current line and the other kept
+        ones: the first chunk where it differs from the current line, with its action there, and its
+        length, e.g. ``"line 0 · chunk 2: dx=+1 · 16 chunks, 241 frames"`` (``all 0`` where that action is
+        zero; a kept line that is the start of the current one: ``"line 1 · this line's first 3 chunks"``)."""
+        current = [] if self.rollout is None else [c.trajectory for c in self.rollout.chunks]
+        labels = []
+        for i, line in enumerate(self.branches):
+            mine = [c.trajectory for c in line.chunks]
+            j = next((j for j, (a, b) in enumerate(zip(mine, current)) if a is not b),
+                     min(len(mine), len(current)))
+            if j == len(mine):
+                labels.append(f"line {i} · this line's first {j} chunk{'s' if j != 1 else ''}")
+                continue
+            # the action held on the chunk (its first frame: a fork of the next chunk rewrites its last one)
+            action = torch.as_tensor(line.actions)[line.chunks[j].frames.start]
+            moved = [f"{name}={float(v):+.2g}" for name, v in zip(self.dim_names, action) if float(v) != 0]
+            labels.append(f"line {i} · chunk {j}: {', '.join(moved) or 'all 0'} · {len(mine)} "
+                          f"chunk{'s' if len(mine) != 1 else ''}, {line.frame_count} frames")
+        return labels
+
+    def action_text(self, action: Sequence[float] | None = None) -> str:
+        """An action by its dimensions' names, e.g. ``"dx=+1.00, dy=+0.00, dz=+0.00, grip=+0.00"``
+        (default: the next chunk's)."""
+        values = self.action if action is None else action
+        return ", ".join(f"{n}={float(v):+.2f}" for n, v in zip(self.dim_names, values))
 
     def trajectory(self, chunk: int):
         """Chunk ``chunk``'s recorded sampling run (a :class:`~workbench.inspect.Trajectory`),
@@ -375,7 +432,7 @@ class DriveState:
     # -- what the view prints -------------------------------------------------------------------
     def describe(self) -> str:
         """A one-line summary (the view's plain-text form)."""
-        action = ", ".join(f"{n}={v:+.2f}" for n, v in zip(self.dim_names, self.action))
+        action = self.action_text()
         where = (f"{self.chunks} chunk{'s' if self.chunks != 1 else ''}, {self.frames} frames"
                  if self.rollout is not None else "the start frame")
         text = f"{where}; next action {action}; {self.steps} sampling steps per chunk"
