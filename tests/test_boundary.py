@@ -180,6 +180,75 @@ def test_the_layer_check_catches_every_import_form(line, reaches):
     assert layer_offenders("backbones", [probe], source="from workbench.core import Batch") == []
 
 
+# -- import circles --------------------------------------------------------------------------
+def import_graph(sources: dict[str, str] | None = None) -> dict[str, set[str]]:
+    """Module → the modules of workbench it imports, in any form (inside a function, under TYPE_CHECKING);
+    ``sources`` replaces or adds modules by name, for the check's own test."""
+    paths = {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
+             for p in PACKAGE.rglob("*.py")}
+    graph = {}
+    for module in sorted(set(paths) | set(sources or {})):
+        source = (sources or {}).get(module)
+        found = imported_modules(paths.get(module, PACKAGE / "probe.py"), source)
+        targets = set()
+        for name in found:
+            parts = name.split(".")
+            while parts and ".".join(parts) not in paths and ".".join(parts) not in (sources or {}):
+                parts.pop()
+            if parts and ".".join(parts) != module:
+                targets.add(".".join(parts))
+        graph[module] = targets
+    return graph
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of modules that import each other, directly or through others (strongly connected components of
+    more than one module, Tarjan's algorithm), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in graph.get(node, ()):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                circles.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return circles
+
+
+@pytest.mark.parametrize("package", ["core", "backbones"])
+def test_no_module_of_the_contract_or_the_backbones_is_in_an_import_circle(package):
+    """A module that imports another which imports it back (even only for type checking) cannot be read, tested or
+    moved alone: the diffusers bridge and its injection share what they need through the injection's public types."""
+    circles = [c for c in import_circles(import_graph()) if any(m.startswith(f"workbench.{package}.") for m in c)]
+    assert circles == []
+
+
+def test_the_circle_check_finds_a_circle_through_a_type_checking_import():
+    graph = import_graph({"workbench.backbones.diffusers_injection": (
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+        "    from workbench.backbones.diffusers_bridge import DiffusersBackbone\n")})
+    assert ["workbench.backbones.diffusers_bridge", "workbench.backbones.diffusers_injection"] in import_circles(graph)
+
+
 def test_heavy_libraries_are_never_imported_at_module_level():
     offenders = []
     for path in PACKAGE.rglob("*.py"):

@@ -1,7 +1,8 @@
 """What a diffusers-native backbone needs around diffusers' own pipeline (no diffusers import here).
 
 * :class:`Injection` (from :mod:`~workbench.backbones.diffusers_injection`) wraps the pipeline's
-  transformer forward for one ``generate``, handing each call to the composition.
+  transformer forward for one ``generate``, handing each call to the composition and the pipeline's
+  own call to the backbone (its :attr:`~DiffusersBackbone.native_call`).
 * :class:`DiffusersBackbone` and :class:`DiffusersConfig`: what every such backbone shares — the
   construction (``tiny`` fixture or a checked pipeline directory, the dtype, the frozen modules),
   the card, the flow-matching objective, the signal conditions it provides.
@@ -34,7 +35,7 @@ from workbench.backbones.diffusers_data import (
     requested_frames,
     uncond_batch,
 )
-from workbench.backbones.diffusers_injection import Injection, _PipelineCall, transformer_output
+from workbench.backbones.diffusers_injection import Injection, NativeCallHandoff, transformer_output
 from workbench.backbones.diffusers_loading import (
     PRECISION,
     TinyFixture,
@@ -141,7 +142,10 @@ class DiffusersBackbone(BaseVideoModel):
     causal_latents = True
     # components loaded and kept in float32 whatever the dtype (a VAE)
     float32_components: tuple[str, ...] = ()
-    _pending: _PipelineCall | None = None
+
+    native_call: NativeCallHandoff
+    """Where an :class:`Injection` hands this backbone the pipeline's own transformer call inside
+    ``generate`` (:meth:`native_prediction` answers from it)."""
 
     forward_version: int = 0
     """Bumped by whatever changes what :meth:`denoise` computes for the same input without touching
@@ -154,6 +158,7 @@ class DiffusersBackbone(BaseVideoModel):
 
     def __init__(self, config: DiffusersConfig | None = None, **overrides):
         super().__init__()
+        self.native_call = NativeCallHandoff()
         self.config = config = self.config_from(config, overrides)
         if config.path == "tiny":
             self.folder = self.tiny_pipeline()
@@ -505,8 +510,7 @@ class DiffusersBackbone(BaseVideoModel):
     def native_prediction(self, x_t: torch.Tensor) -> torch.Tensor | None:
         """The pipeline's own transformer output for ``x_t``
         when ``x_t`` is what the injected call handed out."""
-        pending = self._pending
-        return None if pending is None else pending.output_for(x_t)
+        return self.native_call.output_for(x_t)
 
     def _frames_from(self, raw: Mapping[str, Any]) -> int:
         return requested_frames(raw, self.card.sampling.num_frames)
