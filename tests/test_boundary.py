@@ -293,7 +293,7 @@ def test_nothing_imports_the_widgets_package():
 
 # -- backbone plugins: public API only -------------------------------------------------------
 PLUGIN_API = {"workbench", "workbench.config", "workbench.errors", "workbench.inspect", "workbench.registry",
-              "workbench.adapters.latent_residual",
+              "workbench.adapters.latent_residual", "workbench.core.capabilities",
               "workbench.backbones.diffusers_bridge", "workbench.testing",
               "workbench.backbones.random_weights"}  # real architectures with random weights, for any backbone
 

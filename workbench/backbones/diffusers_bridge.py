@@ -50,6 +50,13 @@ from workbench.backbones.diffusers_loading import (
 from workbench.config import check, check_compile
 from workbench.core import BaseVideoModel, Batch, ComponentSpec, FlowMatching, ModelCard, SamplingDefaults
 from workbench.core.backbone import as_video, example_inputs, freeze
+from workbench.core.capabilities import (
+    CachesLatents,
+    KeepsFloat32,
+    LatentLayout,
+    MemoryPlanning,
+    SamplingOptions,
+)
 from workbench.core.platform import placement
 from workbench.errors import CheckpointError, DataError
 
@@ -105,7 +112,8 @@ class DiffusersConfig:
             check(value is None or value >= 1, name, f"must be a positive int or null, got {value}.")
 
 
-class DiffusersBackbone(BaseVideoModel):
+class DiffusersBackbone(BaseVideoModel, SamplingOptions, LatentLayout, CachesLatents, MemoryPlanning,
+                        KeepsFloat32):
     """What the diffusers-native backbones share: construction, the pipeline's modules, the card,
     the flow-matching objective, the signal conditions, and a lazily evaluated base call inside
     ``generate``.
@@ -117,9 +125,12 @@ class DiffusersBackbone(BaseVideoModel):
     (load the pipeline's parts with :func:`load_pipeline`, check them, :meth:`adopt_components`, build the
     pipelines, set
     ``latent_channels``, ``spatial`` / ``temporal`` compression and ``spatial_patch``),
-    :meth:`card_fields`, ``_text`` (the text conditions of a raw batch), ``denoise`` and
-    ``run_sampler`` (through :meth:`run_pipeline`); and overrides :meth:`latents_from`,
-    :meth:`condition_on` / :meth:`batch_from` where its inputs go beyond clips and text.
+    :meth:`card_fields`, ``_text`` (the text conditions of a raw batch), ``denoise``,
+    ``run_sampler`` (through :meth:`run_pipeline`) and ``planning_inputs`` (the bridge declares
+    :class:`~workbench.core.capabilities.MemoryPlanning`); declares
+    :class:`~workbench.core.capabilities.InsideAccess` with its ``inside_spec``; and overrides
+    :meth:`latents_from`, :meth:`condition_on` / :meth:`batch_from` where its inputs go beyond clips
+    and text.
 
     **The text encoder loads when first needed** (:attr:`text_encoder`): :func:`load_pipeline` is
     called with ``skip=("text_encoder",)`` and the pipelines are built with ``text_encoder=None``;
@@ -417,8 +428,10 @@ class DiffusersBackbone(BaseVideoModel):
         self.check_frames(video.shape[2:], "video")
         with torch.no_grad():
             latents = self.encode_clips(video)
-            cond: dict[str, Any] = self._text({k: ([v] if isinstance(v, str) else v)
-                                               for k, v in raw.items()}, 1)
+            # the item as a batch of one: its prompt, and its own text embeddings if it carries them
+            one = {k: [v] if isinstance(v, str) else v[None] if isinstance(v, torch.Tensor) else v
+                   for k, v in raw.items()}
+            cond: dict[str, Any] = self._text(one, 1)
             self.condition_on(cond, latents, video, True)
             extra = self.cached_conditions(video)
         out = {**raw, "latents": latents[0].cpu()}
