@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import subprocess
 import sys
@@ -234,11 +235,16 @@ def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
     return circles
 
 
+@functools.cache
+def package_circles() -> list[list[str]]:
+    return import_circles(import_graph())
+
+
 @pytest.mark.parametrize("package", ["core", "backbones"])
 def test_no_module_of_the_contract_or_the_backbones_is_in_an_import_circle(package):
     """A module that imports another which imports it back (even only for type checking) cannot be read, tested or
     moved alone: the diffusers bridge and its injection share what they need through the injection's public types."""
-    circles = [c for c in import_circles(import_graph()) if any(m.startswith(f"workbench.{package}.") for m in c)]
+    circles = [c for c in package_circles() if any(m.startswith(f"workbench.{package}.") for m in c)]
     assert circles == []
 
 
