@@ -247,17 +247,22 @@ def test_where_to_reach_is_the_backbones_own_inside_spec_never_its_family():
     from conftest import ToyBackbone
 
     from workbench import InsideSpec
+    from workbench.core.capabilities import InsideAccess
 
     toy = ToyBackbone(provides=("action",))
     toy.card = toy.card.replace(family="wan2.2")  # a family name is no answer: only inside_spec() is
-    with pytest.raises(CompositionError, match=r"ToyBackbone does not say where adapters may reach into it: its "
-                                               r"inside_spec\(\) returns None\. .* define `inside_spec\(\)` on it "
-                                               r"returning a workbench\.InsideSpec .* or use latent_residual"):
+    with pytest.raises(CompositionError, match=r"ToyBackbone does not say where adapters may reach into it: it "
+                                               r"does not declare InsideAccess\. .* declare InsideAccess on it .* "
+                                               r"with `inside_spec\(\)` returning a workbench\.InsideSpec .* or use "
+                                               r"latent_residual"):
         ComposedModel(toy, LoRA(), Replace(), toy.default_objective())
-    toy = ToyBackbone(provides=("action",))
-    toy.inside_spec = lambda: InsideSpec(root=toy.net, root_name="net", lora_targets=("0", "3"),
-                                         blocks=(toy.net[0], toy.net[3]), widths=(8, 4), branch_blocks=0,
-                                         layout="channels")
+
+    class Reachable(ToyBackbone, InsideAccess):
+        def inside_spec(self):
+            return InsideSpec(root=self.net, root_name="net", lora_targets=("0", "3"),
+                              blocks=(self.net[0], self.net[3]), widths=(8, 4), branch_blocks=0, layout="channels")
+
+    toy = Reachable(provides=("action",))
     model = ComposedModel(toy, LoRA(rank=2), Replace(), toy.default_objective())
     assert sorted(model.adapter.lora.layers) == ["0", "3"]
     with pytest.raises(CompositionError, match=r"InsideSpec is invalid: widths has 1 entries for 2 blocks; .*"

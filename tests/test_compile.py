@@ -27,6 +27,7 @@ from conftest import perturb, raw_batch, requires_plugins, tiny_base
 from workbench import AdapterExperiment, Add, ComposedModel, Replace, TrainingConfig
 from workbench.adapters.action_modulation import ActionModulation
 from workbench.config import build
+from workbench.core.backbone import compile_target
 from workbench.core.compiled import compile_stats, compiled_options
 from workbench.data.synthetic import SyntheticMoves
 from workbench.errors import ConfigError
@@ -201,7 +202,7 @@ def test_each_tiny_plugin_compiled_matches_eager_and_records_bit_exactly(name, t
     model = ComposedModel(base, ProbeAdapter(), Add(), base.default_objective())
     with torch.no_grad():
         model.adapter.scale.fill_(0.25)  # a composition that changes the result
-    net = base.compile_target()
+    net = compile_target(base)
     before = graphs()
     got = sample(model, batch)
     assert graphs() - before >= 1 and compiled_options(net) is not None  # the network ran compiled

@@ -15,6 +15,7 @@ from torch import nn
 
 from workbench import BaseVideoModel, ComponentSpec, ComposedModel, GatedResidual, ModelCard
 from workbench.adapters.latent_residual import LatentResidual
+from workbench.core.capabilities import LatentLayout, Previews
 from workbench.inspect import InspectError, StepError, clear_preview_cache, decode_chunked, fit_preview, record, render
 from workbench.inspect.previews.linear_preview import identity_preview
 from workbench.inspect.previews.preview_cache import backbone_identity
@@ -26,7 +27,7 @@ def cache(preview_cache):
     return preview_cache
 
 
-class LinearVAE(BaseVideoModel):
+class LinearVAE(BaseVideoModel, Previews):
     """A backbone whose decoder is exactly linear per latent pixel (a strided transposed conv), with
     ``r`` frames per latent frame, optionally causal (latent frame 0 decodes to one frame)."""
 
@@ -146,7 +147,7 @@ def test_full_decode_is_chunked_along_time():
         decode_chunked(base, z, chunk_frames=0)
 
 
-class StatefulCausalVAE(LinearVAE):
+class StatefulCausalVAE(LinearVAE, LatentLayout):
     """A causal video VAE as the real ones decode: latent frame 0 of every call gives one frame, and each
     later frame also sees the running mean of the frames before it in the same call (a feature cache)."""
 

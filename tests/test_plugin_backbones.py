@@ -376,7 +376,7 @@ def test_the_plugin_keeps_the_backbone_contract(plugin, cache_root):
     report = check_backbone(base, raw=full_raw(plugin, base), adapter_factory=lambda: adapter(plugin), steps=4)
     assert report["recording"].detail == "4 steps, 2 base call(s) per step, bit-exact"  # both guidance branches
     given = "given latent frames [0] kept" if plugin is WAN else "this batch has no given frames"
-    assert given in report["constrain"].detail
+    assert given in report["given_frames"].detail
     if plugin is WAN:  # image-to-video: a second chunk generated from the frame the first produced
         assert report["rollout"].status == "kept", report["rollout"].detail
         assert "chunk 1 from chunk 0's last produced frame" in report["rollout"].detail

@@ -455,7 +455,7 @@ def test_the_conformance_kit_finds_every_promise_kept(variant, cache_root):
            "control": torch.rand(2, 1, 4, 32, 32, generator=g), "prompt": [PROMPT, "another prompt"]}  # every input
     report = check_backbone(base, raw=raw, adapter_factory=adapter, steps=3)
     assert report["recording"].detail == "3 steps, 2 base call(s) per step, bit-exact"  # conditional + unconditional
-    assert "this batch has no given frames" in report["constrain"].detail
+    assert "this batch has no given frames" in report["given_frames"].detail
     if variant == "512_interp":  # it also needs the clip's last frame: a rollout does not know it, and says so
         assert base.card.context_frames == 0 and report["rollout"].status == "skipped"
         detail = report["rollout"].detail

@@ -82,8 +82,8 @@ def test_the_top_level_names_are_the_submodules_own():
     assert workbench.AdapterExperiment is experiment.AdapterExperiment
 
 
-TESTING_SNAPSHOT = ["INSIDE_PROMISES", "PROMISES", "ConformanceError", "ConformanceReport", "Finding", "ProbeAdapter",
-                    "check_backbone", "check_inside_adapter", "counting_base_calls"]
+TESTING_SNAPSHOT = ["CAPABILITY_PROMISES", "INSIDE_PROMISES", "PROMISES", "ConformanceError", "ConformanceReport",
+                    "Finding", "ProbeAdapter", "check_backbone", "check_inside_adapter", "counting_base_calls"]
 
 
 def test_the_conformance_kit_is_a_frozen_documented_submodule():
@@ -92,8 +92,42 @@ def test_the_conformance_kit_is_a_frozen_documented_submodule():
 
     assert sorted(workbench.testing.__all__) == sorted(TESTING_SNAPSHOT), "update TESTING_SNAPSHOT deliberately"
     assert callable(check_backbone) and list(workbench.testing.PROMISES) == [
-        "card", "to", "provides", "encode_decode", "identity", "constrain", "recording", "fork", "clip", "rollout",
-        "training", "state_dict"]
+        "card", "to", "provides", "encode_decode", "identity", "given_frames", "recording", "fork", "clip", "rollout",
+        "training", "state_dict", "latent_cache", "inside", "compile", "memory_plan", "previews", "callbacks"]
+    assert {name: c.__name__ for name, c in workbench.testing.CAPABILITY_PROMISES.items()} == {
+        "latent_cache": "CachesLatents", "inside": "InsideAccess", "compile": "Compilable",
+        "memory_plan": "MemoryPlanning", "previews": "Previews", "callbacks": "TrainingCallbacks"}
+
+
+CAPABILITIES_SNAPSHOT = ["CAPABILITIES", "CachesLatents", "Compilable", "DECODER_MODULES", "GivenFrames",
+                         "InsideAccess", "KeepsFloat32", "LatentLayout", "MemoryPlanning", "Previews",
+                         "SamplingOptions", "TrainingCallbacks", "declared", "members", "must_write", "undeclared",
+                         "unwritten"]
+# the base class: what every backbone writes (the required part) and what callers use; everything else is a capability
+BASE_SNAPSHOT = {"methods": ["clip", "config_from", "decode", "default_objective", "denoise", "encode", "example_batch",
+                             "generate", "prepare_batch", "provides", "run_sampler"],
+                 "attributes": ["card", "config", "config_class", "device", "dtype", "is_compiled"]}
+
+
+def test_the_backbone_contract_is_a_small_base_class_and_capabilities_beside_it():
+    """``BaseVideoModel`` is frozen at its required part; the optional members live in ``workbench.core.capabilities``
+    (counted as ``tools/public_surface.py`` counts them)."""
+    import sys
+    from pathlib import Path
+
+    import workbench.core.capabilities as capabilities
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    try:
+        from public_surface import members
+    finally:
+        sys.path.pop(0)
+    methods, attributes = members(workbench.BaseVideoModel)
+    assert {"methods": methods, "attributes": attributes} == BASE_SNAPSHOT, "update BASE_SNAPSHOT deliberately"
+    assert sorted(capabilities.__all__) == sorted(CAPABILITIES_SNAPSHOT), "update CAPABILITIES_SNAPSHOT deliberately"
+    assert [c.__name__ for c in capabilities.CAPABILITIES] == [
+        "GivenFrames", "SamplingOptions", "LatentLayout", "Previews", "CachesLatents", "InsideAccess", "Compilable",
+        "MemoryPlanning", "KeepsFloat32", "TrainingCallbacks"]
 
 
 WIDGETS_SNAPSHOT = ["AblationSliders", "ActionSensitivity", "ConditionProbe", "Drive", "Fit", "Gates", "Stepper"]

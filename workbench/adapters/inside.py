@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from workbench.core.adapter import InsideAdapter as InsideAdapterKind
+from workbench.core.capabilities import InsideAccess
 from workbench.core.conditions import Conditioning
 from workbench.core.inside import InsideSpec
 from workbench.errors import CompositionError, ConfigError, listing
@@ -36,16 +37,16 @@ from workbench.errors import CompositionError, ConfigError, listing
 def reach_in(base) -> InsideSpec:
     """The :class:`InsideSpec` of ``base`` (its own ``inside_spec()``), or a CompositionError saying how to
     get one."""
-    spec = base.inside_spec() if callable(getattr(base, "inside_spec", None)) else None
-    if spec is None:
+    if not isinstance(base, InsideAccess):
         raise CompositionError(
             f"{type(base).__name__} does not say where adapters may reach into it: "
-            f"its inside_spec() returns None. Inside adapters (lora, action_modulation, controlnet) "
+            f"it does not declare InsideAccess. Inside adapters (lora, action_modulation, controlnet) "
             f"reach where a backbone's inside_spec() says; "
-            f"define `inside_spec()` on it returning a workbench.InsideSpec "
-            f"(the network, its blocks, their widths and layout), "
+            f"declare InsideAccess on it (from workbench.core.capabilities) with `inside_spec()` returning "
+            f"a workbench.InsideSpec (the network, its blocks, their widths and layout), "
             f"or use latent_residual, which sits beside the base."
         )
+    spec = base.inside_spec()
     if not isinstance(spec, InsideSpec):
         raise CompositionError(f"{type(base).__name__}.inside_spec() returned {type(spec).__name__}, not a "
                                f"workbench.InsideSpec.")

@@ -1,7 +1,8 @@
 """What a diffusers-native backbone needs around diffusers' own pipeline (no diffusers import here).
 
 * :class:`Injection` (from :mod:`~workbench.backbones.diffusers_injection`) wraps the pipeline's
-  transformer forward for one ``generate``, handing each call to the composition.
+  transformer forward for one ``generate``, handing each call to the composition and the pipeline's
+  own call to the backbone (its :attr:`~DiffusersBackbone.native_call`).
 * :class:`DiffusersBackbone` and :class:`DiffusersConfig`: what every such backbone shares — the
   construction (``tiny`` fixture or a checked pipeline directory, the dtype, the frozen modules),
   the card, the flow-matching objective, the signal conditions it provides.
@@ -34,7 +35,7 @@ from workbench.backbones.diffusers_data import (
     requested_frames,
     uncond_batch,
 )
-from workbench.backbones.diffusers_injection import Injection, _PipelineCall, transformer_output
+from workbench.backbones.diffusers_injection import Injection, NativeCallHandoff, transformer_output
 from workbench.backbones.diffusers_loading import (
     PRECISION,
     TinyFixture,
@@ -49,6 +50,13 @@ from workbench.backbones.diffusers_loading import (
 from workbench.config import check, check_compile
 from workbench.core import BaseVideoModel, Batch, ComponentSpec, FlowMatching, ModelCard, SamplingDefaults
 from workbench.core.backbone import as_video, example_inputs, freeze
+from workbench.core.capabilities import (
+    CachesLatents,
+    KeepsFloat32,
+    LatentLayout,
+    MemoryPlanning,
+    SamplingOptions,
+)
 from workbench.core.platform import placement
 from workbench.errors import CheckpointError, DataError
 
@@ -104,7 +112,8 @@ class DiffusersConfig:
             check(value is None or value >= 1, name, f"must be a positive int or null, got {value}.")
 
 
-class DiffusersBackbone(BaseVideoModel):
+class DiffusersBackbone(BaseVideoModel, SamplingOptions, LatentLayout, CachesLatents, MemoryPlanning,
+                        KeepsFloat32):
     """What the diffusers-native backbones share: construction, the pipeline's modules, the card,
     the flow-matching objective, the signal conditions, and a lazily evaluated base call inside
     ``generate``.
@@ -116,9 +125,12 @@ class DiffusersBackbone(BaseVideoModel):
     (load the pipeline's parts with :func:`load_pipeline`, check them, :meth:`adopt_components`, build the
     pipelines, set
     ``latent_channels``, ``spatial`` / ``temporal`` compression and ``spatial_patch``),
-    :meth:`card_fields`, ``_text`` (the text conditions of a raw batch), ``denoise`` and
-    ``run_sampler`` (through :meth:`run_pipeline`); and overrides :meth:`latents_from`,
-    :meth:`condition_on` / :meth:`batch_from` where its inputs go beyond clips and text.
+    :meth:`card_fields`, ``_text`` (the text conditions of a raw batch), ``denoise``,
+    ``run_sampler`` (through :meth:`run_pipeline`) and ``planning_inputs`` (the bridge declares
+    :class:`~workbench.core.capabilities.MemoryPlanning`); declares
+    :class:`~workbench.core.capabilities.InsideAccess` with its ``inside_spec``; and overrides
+    :meth:`latents_from`, :meth:`condition_on` / :meth:`batch_from` where its inputs go beyond clips
+    and text.
 
     **The text encoder loads when first needed** (:attr:`text_encoder`): :func:`load_pipeline` is
     called with ``skip=("text_encoder",)`` and the pipelines are built with ``text_encoder=None``;
@@ -141,7 +153,10 @@ class DiffusersBackbone(BaseVideoModel):
     causal_latents = True
     # components loaded and kept in float32 whatever the dtype (a VAE)
     float32_components: tuple[str, ...] = ()
-    _pending: _PipelineCall | None = None
+
+    native_call: NativeCallHandoff
+    """Where an :class:`Injection` hands this backbone the pipeline's own transformer call inside
+    ``generate`` (:meth:`native_prediction` answers from it)."""
 
     forward_version: int = 0
     """Bumped by whatever changes what :meth:`denoise` computes for the same input without touching
@@ -154,6 +169,7 @@ class DiffusersBackbone(BaseVideoModel):
 
     def __init__(self, config: DiffusersConfig | None = None, **overrides):
         super().__init__()
+        self.native_call = NativeCallHandoff()
         self.config = config = self.config_from(config, overrides)
         if config.path == "tiny":
             self.folder = self.tiny_pipeline()
@@ -412,8 +428,10 @@ class DiffusersBackbone(BaseVideoModel):
         self.check_frames(video.shape[2:], "video")
         with torch.no_grad():
             latents = self.encode_clips(video)
-            cond: dict[str, Any] = self._text({k: ([v] if isinstance(v, str) else v)
-                                               for k, v in raw.items()}, 1)
+            # the item as a batch of one: its prompt, and its own text embeddings if it carries them
+            one = {k: [v] if isinstance(v, str) else v[None] if isinstance(v, torch.Tensor) else v
+                   for k, v in raw.items()}
+            cond: dict[str, Any] = self._text(one, 1)
             self.condition_on(cond, latents, video, True)
             extra = self.cached_conditions(video)
         out = {**raw, "latents": latents[0].cpu()}
@@ -505,8 +523,7 @@ class DiffusersBackbone(BaseVideoModel):
     def native_prediction(self, x_t: torch.Tensor) -> torch.Tensor | None:
         """The pipeline's own transformer output for ``x_t``
         when ``x_t`` is what the injected call handed out."""
-        pending = self._pending
-        return None if pending is None else pending.output_for(x_t)
+        return self.native_call.output_for(x_t)
 
     def _frames_from(self, raw: Mapping[str, Any]) -> int:
         return requested_frames(raw, self.card.sampling.num_frames)

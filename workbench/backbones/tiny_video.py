@@ -35,6 +35,7 @@ from workbench.core.backbone import (
     control_video,
     example_inputs,
 )
+from workbench.core.capabilities import CachesLatents, GivenFrames, InsideAccess, LatentLayout
 from workbench.core.card import ComponentSpec, ModelCard, RecipeSpec, SamplingDefaults
 from workbench.core.conditions import Batch
 from workbench.core.inside import InsideSpec
@@ -105,7 +106,7 @@ class TinyVideoConfig:
 
 
 @register("backbone", "tiny_video")
-class TinyVideo(BaseVideoModel):
+class TinyVideo(BaseVideoModel, GivenFrames, LatentLayout, CachesLatents, InsideAccess):
     """The embedded image-to-video backbone (see the module docstring).
 
     Examples:

@@ -17,7 +17,7 @@ import torch.utils.checkpoint
 from torch import nn
 
 from workbench.core.adapter import Adapter
-from workbench.core.backbone import BaseVideoModel, OnStep, freeze
+from workbench.core.backbone import BaseVideoModel, OnStep, constrain, freeze
 from workbench.core.card import ModelCard
 from workbench.core.composers import ComposeContext, Composer, Composition, Diagnostics, Replace
 from workbench.core.conditions import Batch, Conditioning
@@ -224,7 +224,7 @@ class ComposedModel(nn.Module):
             correction = adapter_module(x_t, t, cond, base_output)
         ctx = _Context(x_t, t, step, self.objective)
         composition = Composition.of(self.composer.compose(base_output, correction, ctx))
-        composed = base.constrain(composition.prediction, x_t, t, batch.cond)
+        composed = constrain(base, composition.prediction, x_t, t, batch.cond)
         return Prediction(x_t, t, base_output, correction, composed, cond, composition.diagnostics)
 
     def _predict_inside(self, x_t, t, batch, step, adapter, base_output, cond, reference) -> Prediction:
@@ -240,7 +240,7 @@ class ComposedModel(nn.Module):
             adapted = self.base.denoise(x_t, t, batch.cond)
         ctx = _Context(x_t, t, step, self.objective)
         composition = Composition.of(self.composer.compose(base_output, adapted, ctx))
-        composed = self.base.constrain(composition.prediction, x_t, t, batch.cond)
+        composed = constrain(self.base, composition.prediction, x_t, t, batch.cond)
         return Prediction(x_t, t, base_output, adapted, composed, cond, composition.diagnostics)
 
     def evaluation_note(self) -> str:

@@ -28,7 +28,7 @@ import torch
 from workbench.config import block_of
 from workbench.core import platform
 from workbench.core.adapter import Adapter
-from workbench.core.backbone import BaseVideoModel
+from workbench.core.backbone import BaseVideoModel, backbone_callbacks
 from workbench.core.callbacks import Callback
 from workbench.core.composed import ComposedModel
 from workbench.core.composers import Composer, GatedResidual, Replace
@@ -142,7 +142,7 @@ class AdapterExperiment:
 
             self.callbacks.append(Checkpoint(every_n_steps=t.checkpoint_every, keep_last=t.keep_last))
         self.component_callbacks: list[Callback] = [
-            *base.callbacks(), *adapter.callbacks(), *composer.callbacks(), *objective.callbacks()]
+            *backbone_callbacks(base), *adapter.callbacks(), *composer.callbacks(), *objective.callbacks()]
 
     # -- construction from configs -----------------------------------------------------------
     @classmethod

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
+from workbench.core.capabilities import CachesLatents
 from workbench.errors import DataError
 from workbench.integrity import (
     ManifestDamaged,
@@ -193,6 +194,10 @@ def write_cache(base: Any, dataset: Dataset, out: str | Path, *, identity: Mappi
     """
     from safetensors.torch import save as save_safetensors
 
+    if not isinstance(base, CachesLatents):
+        raise DataError(f"cache-latents: {type(base).__name__} does not declare CachesLatents, so it has no "
+                        f"frozen work to do ahead; there is nothing to cache. Declare CachesLatents on the "
+                        f"backbone with its encode_item(item).")
     if shard_size < 1:
         raise DataError(f"cache-latents: shard size must be >= 1, got {shard_size}.")
     out = Path(out)

@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from workbench.core.backbone import max_generate_batch
 from workbench.errors import DataError
 
 #: Twelve 144-frame episodes of the six training tasks, their own seed (see the module docstring).
@@ -101,7 +102,7 @@ def rollout_videos(model, items: list[dict], actions: list, *, adapter: bool, st
 
     from workbench.inspect import rollout
 
-    limit = model.base.max_generate_batch
+    limit = max_generate_batch(model.base)
     batch = max(1, min(batch, limit) if limit else batch)
     videos, frames = [], None
     for lo in range(0, len(items), batch):

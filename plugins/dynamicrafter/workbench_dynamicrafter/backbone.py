@@ -40,6 +40,13 @@ from workbench.backbones.diffusers_bridge import (
     requested_frames,
 )
 from workbench.config import check, check_compile
+from workbench.core.capabilities import (
+    CachesLatents,
+    InsideAccess,
+    KeepsFloat32,
+    MemoryPlanning,
+    SamplingOptions,
+)
 from workbench.errors import CheckpointError, DataError
 from workbench_dynamicrafter.sampling import DDIMTables, DynamiCrafterDiffusion, ddim_loop
 from workbench_dynamicrafter.unet import stage_width
@@ -110,7 +117,8 @@ class DynamiCrafterConfig:
 PRECISION = {"cpu": "float32", "cuda": "bfloat16"}
 
 
-class DynamiCrafter(BaseVideoModel):
+class DynamiCrafter(BaseVideoModel, SamplingOptions, CachesLatents, MemoryPlanning, KeepsFloat32,
+                    InsideAccess):
     """DynamiCrafter (first frame + text → video) as a frozen backbone.
 
     >>> base = DynamiCrafter(path="/models/DynamiCrafter_512/model.ckpt")       # variant from the keys

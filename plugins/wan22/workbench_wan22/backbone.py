@@ -45,6 +45,7 @@ from workbench.backbones.diffusers_bridge import (
     uncond_batch,
 )
 from workbench.config import check
+from workbench.core.capabilities import InsideAccess
 from workbench.errors import CheckpointError, CompositionError, DataError
 
 # Wan2.2 TI2V-5B's own sampling settings (its release config): 50 steps, guidance 5, 1280x704, 121 frames
@@ -115,7 +116,7 @@ class _WanInjection(Injection):
         return super().on_step_end(pipe, index, timestep, callback_kwargs)
 
 
-class Wan22TI2V(DiffusersBackbone):
+class Wan22TI2V(DiffusersBackbone, InsideAccess):
     """Wan2.2 TI2V-5B (text + first frame → video) as a frozen backbone.
 
     >>> base = Wan22TI2V.from_pretrained("/models/Wan2.2-TI2V-5B-Diffusers")   # bf16 on a GPU

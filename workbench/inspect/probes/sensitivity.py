@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from workbench.core.adapter import Adapter
+from workbench.core.backbone import causal_latents
 from workbench.core.composed import ComposedModel
 from workbench.core.composers import Composer, NoiseGated
 from workbench.core.conditions import Batch
@@ -163,7 +164,7 @@ class _ReadoutProbe:
         if self.frames is None:
             self.frames = []
             for i, video in enumerate(videos):
-                given = given_frames(self.batch, i, len(video), self.model.base.causal_latents)
+                given = given_frames(self.batch, i, len(video), causal_latents(self.model.base))
                 self.frames.append([f for f in range(len(video)) if not (f < len(given) and given[f])]
                                    or list(range(len(video))))
         return [read_positions(self.readout, v)[f] for v, f in zip(videos, self.frames)]

@@ -12,7 +12,7 @@ part is here, for any backbone, at the clip size its contract states
   ``prompt_key: task`` backbone reads) as lists;
 * :func:`predict_clips` — every clip predicted with the backbone's own sampler and a seeded
   generator per chunk of clips (the same noise for every variant of an evaluation), decoded to
-  uint8 frames; chunks never exceed :attr:`~workbench.core.backbone.BaseVideoModel.max_generate_batch`.
+  uint8 frames; chunks never exceed :func:`~workbench.core.backbone.max_generate_batch`.
 
 The world-model study (``workbench.worldmodel.evaluate``) builds its three variants and its
 scores on these; ``workbench.testing.check_backbone`` predicts two clips through them.
@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from workbench.core.backbone import generation_inputs, max_generate_batch
 from workbench.core.card import TEXT_MODES
 from workbench.errors import DataError
 
@@ -56,7 +57,7 @@ def generation_request(base, clips: Sequence[Mapping[str, Any]]) -> dict[str, An
         raise DataError(f"generation_request: clips need their 'video' (3, T, H, W), "
                         f"got keys {sorted(first)}.")
     video = torch.stack([torch.as_tensor(c["video"]) for c in clips])
-    request: dict[str, Any] = dict(base.generation_inputs(video))
+    request: dict[str, Any] = dict(generation_inputs(base, video))
     reads_text = base.card.serving in TEXT_MODES  # a mode without text refuses it rather than ignore it
     for key, value in first.items():
         if key == "video":
@@ -87,7 +88,7 @@ def predict_clips(model, clips: Sequence[Mapping[str, Any]], *, steps: int | Non
     from workbench.metrics import to_uint8_video
 
     base = model.base
-    limit = base.max_generate_batch
+    limit = max_generate_batch(base)
     chunk = max(1, min(chunk, limit) if limit else chunk)
     videos = []
     for lo in range(0, len(clips), chunk):

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from workbench.core.backbone import decodes_frames_alone, generation_inputs, max_generate_batch
 from workbench.core.card import IMAGE_MODES, TEXT_MODES
 from workbench.core.composed import ComposedModel
 from workbench.core.composers import scaled_gate
@@ -87,7 +88,7 @@ class RolloutChunk:
 class ChunkFrames:
     """A chunk's frames, uint8 ``[B, W, H, W, 3]``, decoded from its last latents when first read. On a
     backbone whose ``decode`` makes each frame from its own latent frame alone
-    (:attr:`~workbench.core.backbone.BaseVideoModel.decodes_frames_alone`), reading some frames decodes
+    (:func:`~workbench.core.backbone.decodes_frames_alone`), reading some frames decodes
     only those: the next chunk needs its context frame, a policy's outcome the episode's last frame."""
 
     def __init__(self, base: Any, latents: torch.Tensor):
@@ -98,10 +99,10 @@ class ChunkFrames:
     @property
     def count(self) -> int:
         """How many frames the chunk made (one per latent frame where frames decode alone)."""
-        return int(self._latents.shape[2]) if self._base.decodes_frames_alone else self.all().shape[1]
+        return int(self._latents.shape[2]) if decodes_frames_alone(self._base) else self.all().shape[1]
 
     def _alone(self) -> bool:
-        return self._all is None and self._base.decodes_frames_alone
+        return self._all is None and decodes_frames_alone(self._base)
 
     def all(self) -> np.ndarray:
         if self._all is None:
@@ -379,7 +380,7 @@ def _sample_chunk(plan: _Plan, k: int, start: int, actions: torch.Tensor, contex
         window = torch.cat([window, window[:, -1:].expand(-1, padded, -1)], dim=1)
     video = torch.cat([context, context[:, :, -1:].expand(-1, -1, w - c, -1, -1)], dim=2)
     base = plan.model.base
-    request: dict[str, Any] = dict(base.generation_inputs(video))
+    request: dict[str, Any] = dict(generation_inputs(base, video))
     request["action"] = window.float()
     state = _read_state(plan, context_frames, start, k == 0)
     for key, value in state.items():
@@ -539,14 +540,14 @@ def rollout(model: ComposedModel, start: Mapping[str, Any], actions: Any, *, ste
     clip = base.clip()
     w = clip.frames
     probe_video = torch.zeros(1, 3, w, clip.height, clip.width)
-    if card.serving not in IMAGE_MODES and "image" not in base.generation_inputs(probe_video):
+    if card.serving not in IMAGE_MODES and "image" not in generation_inputs(base, probe_video):
         raise InspectError(
             f"{name!r} serves {card.serving!r}, which generates from no image: "
             f"a rollout chains chunks through the last frame a chunk produced, "
             f"so it needs an image-to-video mode ({', '.join(IMAGE_MODES)}).")
     given, batched = _start(base, start, context)
     b = given.shape[0]
-    limit = base.max_generate_batch
+    limit = max_generate_batch(base)
     if limit is not None and b > limit:
         raise InspectError(f"rollout: {b} start clips, but {type(base).__name__} generates at most {limit} "
                            f"at a time (max_generate_batch). Roll out at most {limit} episodes per call.")

@@ -14,6 +14,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from workbench.core.backbone import predictions_per_step
 from workbench.core.composed import ComposedModel
 from workbench.core.composers import ComposeContext, Composition
 from workbench.core.conditions import Batch
@@ -139,7 +140,7 @@ def estimate(model: ComposedModel, batch: Batch, steps: int, storage: StoragePol
     if storage.replay:
         shared = kept if storage.shares_replay(native) else 0
         # each call's prediction is kept
-        calls = model.base.predictions_per_step(batch, **(sampler_kwargs or {}))
+        calls = predictions_per_step(model.base, batch, **(sampler_kwargs or {}))
         replay = ((steps - live_from) * calls - shared) * latent_bytes(shape, native)
     return final + kept * (per_step + diagnostics) + scalars + replay
 
@@ -149,7 +150,7 @@ def estimate_memory(model: ComposedModel, batch_or_cond: Mapping[str, Any] | Bat
     """Bytes a recording of ``steps`` steps will hold under ``storage``, before running it.
 
     Exact for the latent-shaped fields, the replay cache (one prediction per ``compose_fn`` call:
-    the backbone's :meth:`~workbench.core.BaseVideoModel.predictions_per_step` for these
+    the backbone's :func:`~workbench.core.backbone.predictions_per_step` for these
     ``sampler_kwargs``, e.g. two a step under classifier-free guidance), the final latents and
     the composer's diagnostics (taken from a dry composition on zeros); ``t`` / noise level are
     counted at 8 bytes each.
