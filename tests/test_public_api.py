@@ -128,22 +128,23 @@ def test_the_rollout_api_is_frozen():
                                                                   "state"}
 
 
-def test_inspect_is_cut_by_concept_and_the_old_module_paths_still_import():
+def test_inspect_is_cut_by_concept_and_each_module_has_one_path():
     """recording/, previews/, probes/ beside the views' state (common, views, stepper, drive, cache); a module
-    path from before the cut names the same module object in its new home."""
+    is importable from its own path only: the flat paths from before the cut are gone, not aliased."""
     import importlib
     import pkgutil
+    import sys
+
+    import pytest
 
     import workbench.inspect as inspect
 
     top = {m.name for m in pkgutil.iter_modules(inspect.__path__)}
     assert top == {"recording", "previews", "probes", "common", "views", "stepper", "drive", "cache"}
-    for old, package in inspect._MOVED.items():
-        assert importlib.import_module(f"workbench.inspect.{old}") is importlib.import_module(
-            f"workbench.inspect.{package}.{old}"), old
-    from workbench.inspect.trajectory import record  # noqa: F401 - the 0.3 path
-
-    from workbench.inspect.probes import action_sensitivity  # the sensitivity probes, where they were
-
-    assert action_sensitivity is importlib.import_module("workbench.inspect.probes.sensitivity").action_sensitivity
-    assert record is inspect.record
+    for old in ("trajectory", "rollouts", "preview", "gates", "ablation"):
+        with pytest.raises(ModuleNotFoundError, match=f"workbench.inspect.{old}"):
+            importlib.import_module(f"workbench.inspect.{old}")
+    assert not [name for name in sys.modules if name.startswith("workbench.inspect.")
+                and sys.modules[name].__name__ != name]
+    assert not hasattr(importlib.import_module("workbench.inspect.probes"), "action_sensitivity")
+    assert inspect.record is importlib.import_module("workbench.inspect.recording.trajectory").record

@@ -41,26 +41,6 @@ from workbench.inspect.recording.trajectory import Trajectory, record
 from workbench.inspect.stepper import StepperState
 from workbench.inspect.views import VIEWS, effective_gate_map, view_image
 
-# The module paths before the subpackages (workbench.inspect.trajectory, ...) keep importing: each names its
-# module's new home (recording/, previews/, probes/).
-_MOVED = {"trajectory": "recording", "recorder": "recording", "step": "recording", "storage": "recording",
-          "settings": "recording", "rollouts": "recording", "clips": "recording", "export": "recording",
-          "preview": "previews", "linear_preview": "previews", "tiny_preview": "previews",
-          "preview_cache": "previews",
-          "decoding": "previews", "pictures": "previews", "latent_space": "previews", "colors": "previews",
-          "readout": "probes", "gates": "probes", "ablation": "probes"}
-
-
-def _alias_moved_modules() -> None:
-    import importlib
-    import sys
-
-    for name, package in _MOVED.items():
-        sys.modules.setdefault(f"{__name__}.{name}", importlib.import_module(f"{__name__}.{package}.{name}"))
-
-
-_alias_moved_modules()
-
 __all__ = [
     "VIEWS", "Ablation", "ActionSensitivityResult", "BandRecommendation", "ConditionEdit", "DriveState",
     "FrameReadout", "GatesState", "InspectError", "LatentPreview", "Panel", "PathComparison", "Propagation",
