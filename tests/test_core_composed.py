@@ -189,4 +189,4 @@ def test_the_composer_reads_the_noise_level_the_objective_gives_derived_only_whe
     assert torch.equal(first, objective.noise_level(t))
     gated = ComposedModel(base, model.adapter, NoiseGated(GatedResidual(), lo=0.5, hi=1.0), objective)
     pred = gated.predict(batch.latents, t, batch)  # the band is read from the derived level
-    assert torch.equal(pred.composed[0], pred.base[0]) and pred.diagnostics["noise_weight"].tolist() == [0.0, 1.0]
+    assert torch.equal(pred.composed[0], pred.base[0]) and pred.diagnostics.noise_weight.tolist() == [0.0, 1.0]

@@ -88,7 +88,7 @@ def test_steps_hold_every_intermediate(model, batch):
         assert step.index == k and step.steps == STEPS
         predicted = slice(1, None)  # frame 0 is given: the composed prediction is pinned to it like the base's
         assert torch.equal(step.composed[:, :, predicted],
-                           (step.base + step.diagnostics["gate"] * step.adapter)[:, :, predicted])
+                           (step.base + step.diagnostics.gate * step.adapter)[:, :, predicted])
         assert torch.equal(step.composed[:, :, 0], step.base[:, :, 0])
         assert not torch.equal(step.composed, step.base)
         # what was recorded is what the sampler used: pinning it again changes nothing
@@ -97,7 +97,7 @@ def test_steps_hold_every_intermediate(model, batch):
         assert torch.equal(step.noise_level, obj.noise_level(step.t))
         assert traj[k + 1].x_t is not None and not torch.equal(traj[k + 1].x_t, step.x_t)
     assert all(s.x_t.device.type == "cpu" for s in traj)
-    assert step.diagnostics.gate is step.diagnostics["gate"] and step.diagnostics.mask is None  # typed fields
+    assert step.diagnostics.gate.ndim == 0 and step.diagnostics.mask is None  # typed fields
 
 
 def test_one_x0_per_step_what_recompose_gives(model, batch):
@@ -200,7 +200,7 @@ def test_fork_with_another_composer_and_noise_band():
     model = nonzero_model(composer=NoiseGated(GatedResidual(gate_init=0.5), lo=0.0, hi=0.5))
     batch = model.base.prepare_batch(raw_batch())
     traj = record(model, batch, steps=STEPS, seed=0)
-    weights = [float(traj[k].diagnostics["noise_weight"][0]) for k in range(STEPS)]
+    weights = [float(traj[k].diagnostics.noise_weight[0]) for k in range(STEPS)]
     assert weights == [float(s <= 0.5) for s in traj.noise_levels.tolist()]
     other = Add()
     fork = traj.fork(at=0, composer=other)
@@ -240,7 +240,7 @@ def test_half_precision_every_other_step_still_forks_exactly(model, batch):
     policy = StoragePolicy(dtype=torch.float16, every=2)
     traj = record(model, batch, steps=STEPS, seed=1, storage=policy)
     assert traj.stored == (0, 2, 4) and traj[2].x_t.dtype == torch.float16
-    assert traj[2].diagnostics["gate"].dtype == torch.float16
+    assert traj[2].diagnostics.gate.dtype == torch.float16
     with pytest.raises(StepError, match=r"Step 3 was not stored: StoragePolicy\(every=2\) keeps steps 0, 2, 4"):
         traj[3]
     fork = traj.fork(at=3)  # the replay cache stays at the model's dtype for every step

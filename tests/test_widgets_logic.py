@@ -176,7 +176,7 @@ def test_mask_mix_gate_map_is_its_spatial_mask():
     model = nonzero_model(composer=composer)
     traj = record(model, model.base.prepare_batch(raw_batch()), steps=STEPS, seed=0)
     gate = effective_gate_map(traj[1], index=1)
-    np.testing.assert_allclose(gate, traj[1].diagnostics["mask"][1, 0].numpy(), rtol=1e-6)
+    np.testing.assert_allclose(gate, traj[1].diagnostics.mask[1, 0].numpy(), rtol=1e-6)
     assert gate.std() > 0
 
 

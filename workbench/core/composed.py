@@ -19,7 +19,7 @@ from torch import nn
 from workbench.core.adapter import Adapter
 from workbench.core.backbone import BaseVideoModel, OnStep, freeze
 from workbench.core.card import ModelCard
-from workbench.core.composers import ComposeContext, Composer, Composition, Diagnostics, Replace
+from workbench.core.composers import ComposeContext, Composer, Diagnostics, Replace, composition_of
 from workbench.core.conditions import Batch, Conditioning
 from workbench.core.objectives import Objective
 from workbench.errors import CompositionError
@@ -37,10 +37,6 @@ class Prediction:
     cond: Conditioning | None
     # what the composer applied: gate, mask, ...
     diagnostics: Diagnostics = field(default_factory=Diagnostics)
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.diagnostics, Diagnostics):  # a plain mapping, as diagnostics were before
-            self.diagnostics = Diagnostics.of(self.diagnostics)
 
 
 _UNREAD = object()
@@ -206,7 +202,7 @@ class ComposedModel(nn.Module):
         else:
             correction = adapter_module(x_t, t, cond, base_output)
         ctx = _Context(x_t, t, step, self.objective)
-        composition = Composition.of(self.composer.compose(base_output, correction, ctx))
+        composition = composition_of(self.composer, base_output, correction, ctx)
         composed = base.constrain(composition.prediction, x_t, t, batch.cond)
         return Prediction(x_t, t, base_output, correction, composed, cond, composition.diagnostics)
 
@@ -222,7 +218,7 @@ class ComposedModel(nn.Module):
         with self.adapter.engaged(cond, x_t, t):
             adapted = self.base.denoise(x_t, t, batch.cond)
         ctx = _Context(x_t, t, step, self.objective)
-        composition = Composition.of(self.composer.compose(base_output, adapted, ctx))
+        composition = composition_of(self.composer, base_output, adapted, ctx)
         composed = self.base.constrain(composition.prediction, x_t, t, batch.cond)
         return Prediction(x_t, t, base_output, adapted, composed, cond, composition.diagnostics)
 

@@ -41,10 +41,6 @@ class TrajectoryStep:
     stored: tuple[str, ...] = FIELDS
     guided_x0: torch.Tensor | None = None
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.diagnostics, Diagnostics):  # a plain mapping, as diagnostics were before
-            self.diagnostics = Diagnostics.of(self.diagnostics)
-
     @property
     def sigma(self) -> torch.Tensor:
         return self.noise_level

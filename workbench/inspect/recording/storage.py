@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from workbench.core.composed import ComposedModel
-from workbench.core.composers import ComposeContext, Composition
+from workbench.core.composers import ComposeContext, composition_of
 from workbench.core.conditions import Batch
 from workbench.inspect.common import InspectError, StorageWarning, check_choice, check_model, prepare
 from workbench.inspect.recording.settings import Settings, applied
@@ -131,9 +131,9 @@ def estimate(model: ComposedModel, batch: Batch, steps: int, storage: StoragePol
         ones = torch.ones(shape[0], device=zeros.device)
         ctx = ComposeContext(x_t=zeros, t=ones, noise_level=ones, step=None)
         with applied(model, settings) as m, torch.no_grad():
-            diag = Composition.of(m.composer.compose(zeros, zeros, ctx)).diagnostics
+            diag = composition_of(m.composer, zeros, zeros, ctx).diagnostics
         diagnostics = sum(latent_bytes(v.shape, store_dtype if v.is_floating_point() else v.dtype)
-                          for v in diag.values())
+                          for v in diag.as_dict().values())
     scalars = 2 * shape[0] * 8 * (steps - live_from)  # t and noise level per step (at most 8 bytes each)
     replay = 0
     if storage.replay:

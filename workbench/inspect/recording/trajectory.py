@@ -184,7 +184,7 @@ class Trajectory:
             if rec is not None:
                 tensors += [v for v in (rec.x_t, rec.x0, rec.base, rec.adapter, rec.composed)
                             if v is not None]
-                tensors += list(rec.diagnostics.values())
+                tensors += list(rec.diagnostics.as_dict().values())
         if self._final is not None:
             tensors.append(self._final)
         seen = {}
