@@ -11,7 +11,6 @@ import torch
 from conftest import RecordingAdapter, ToyBackbone, raw_batch, tiny_base, toy_raw
 
 from workbench import (
-    Adapter,
     Add,
     ComposedModel,
     Condition,
@@ -20,6 +19,7 @@ from workbench import (
     GatedResidual,
     MaskMix,
     NoiseGated,
+    SideAdapter,
 )
 from workbench.adapters.latent_residual import LatentResidual
 from workbench.core.callbacks import GateStatistics
@@ -164,7 +164,7 @@ def test_action_sensitivity_readout_errors():
 
 
 # -- sigma sensitivity and the band ----------------------------------------------------------
-class BandOracle(Adapter):
+class BandOracle(SideAdapter):
     """Knows the clean latents (as condition 'x0') and corrects the base exactly, but only for noise
     levels in [lo, hi]; elsewhere it outputs zero."""
 
