@@ -168,7 +168,7 @@ class InsideAdapter(Adapter):
 
     Implements :meth:`engaged` (the base's forward is the adapted one inside the block) and
     :meth:`switched_off` (the base is exactly the frozen base inside the block), and is exactly the
-    base at init (``at_init = "identity"``). :class:`workbench.adapters.inside.InsideAdapter` adds
+    base at init (``at_init = "identity"``). :class:`workbench.adapters.inside.InsideSpecAdapter` adds
     what the shipped ones share: where to reach (the backbone's ``inside_spec()``), hooks and LoRA.
     """
 
