@@ -41,6 +41,14 @@ class Settings:
                         composer=composer if composer is not None else self.composer,
                         gate_override=gate_override if gate_override is not None else self.gate_override)
 
+    def check(self, model: ComposedModel) -> None:
+        """Raise now, not mid-sampling, when these settings do not fit ``model`` (a gate override its
+        composer refuses)."""
+        if self.gate_override is not None:
+            composer = self.composer if self.composer is not None else model.composer
+            with composer.override_gate(self.gate_override):
+                pass
+
     def describe(self) -> str:
         """What these settings change, e.g. ``"adapter off, gate=0.5"`` (empty when they change nothing)."""
         parts = []
@@ -77,12 +85,4 @@ def applied(model: ComposedModel, settings: Settings) -> Iterator[ComposedModel]
             model.train(was_training)
 
 
-def check_gate_override(model: ComposedModel, settings: Settings) -> None:
-    """Raise now (not mid-sampling) when the gate override does not fit the composer."""
-    if settings.gate_override is not None:
-        composer = settings.composer if settings.composer is not None else model.composer
-        with composer.override_gate(settings.gate_override):
-            pass
-
-
-__all__ = ["ADAPTER_CHOICES", "Settings", "applied", "check_gate_override"]
+__all__ = ["ADAPTER_CHOICES", "Settings", "applied"]

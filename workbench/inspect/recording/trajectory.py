@@ -42,7 +42,7 @@ from workbench.inspect.previews.latent_space import DEFAULT_CHUNK_FRAMES
 from workbench.inspect.previews.preview import DECODES
 from workbench.inspect.recording.export import default_steps, write_grid
 from workbench.inspect.recording.recorder import OnTrajectoryStep, Recorder, StopSampling, generator_state
-from workbench.inspect.recording.settings import Settings, applied, check_gate_override
+from workbench.inspect.recording.settings import Settings, applied
 from workbench.inspect.recording.step import StepLog, TrajectoryStep
 from workbench.inspect.recording.storage import (
     FIELDS,
@@ -285,7 +285,7 @@ class Trajectory:
         base_output = None if rec.base is None else rec.base.to(device=device, dtype=dtype, non_blocking=True)
         batch = with_conditions(self.model, self.batch, cond)
         settings = self.settings.merged(adapter, composer, gate_override)
-        check_gate_override(self.model, settings)
+        settings.check(self.model)
         with applied(self.model, settings) as model, torch.no_grad():
             return model.predict(x_t, t, batch, adapter=settings.adapter, base_output=base_output)
 
@@ -351,7 +351,7 @@ def run(model: ComposedModel, batch: Batch, *, steps: int, sampler: str, sampler
          prefix: Sequence[StepLog] = (), label: str | None = None) -> Trajectory:
     if not isinstance(storage, StoragePolicy):
         raise InspectError(f"storage must be a StoragePolicy, got {type(storage).__name__}.")
-    check_gate_override(model, settings)
+    settings.check(model)
     if storage.max_bytes is not None:
         check_budget(estimate(model, batch, steps, storage, settings, at, keep, sampler_kwargs), storage,
                      steps - at, batch.latents.shape)
