@@ -207,7 +207,7 @@ def test_frames_error_wording(traj, call, error, message):
 def test_export_writes_a_labelled_steps_by_branches_grid(traj, tmp_path):
     import imageio.v3 as iio
 
-    fork = traj.fork(at=1, adapter="off")
+    fork = traj.fork(at=1, with_adapter=False)
     path = traj.export(tmp_path / "grid.gif", branches=[fork], scale=2)
     video = iio.imread(path, index=None)
     assert video.shape[0] == 4 and video.shape[-1] in (3, 4)

@@ -146,7 +146,7 @@ def test_action_sensitivity_reads_how_far_a_readout_moves_per_unit_of_action(tmp
         moved = type(batch)(latents=batch.latents, cond={**batch.cond, "action": action}, loss_mask=batch.loss_mask,
                             per_frame=batch.per_frame, meta=batch.meta)
         with torch.no_grad():
-            x0 = obj.x0_from_prediction(model.predict(x_t, t, moved, adapter=True).composed, x_t, t)
+            x0 = obj.x0_from_prediction(model.predict(x_t, t, moved, with_adapter=True).composed, x_t, t)
         read.append([brightness(as_uint8(render_float(model.base, x0, "preview", i)))[1:] for i in range(2)])
     expected = np.mean([np.linalg.norm(a - b, axis=-1).mean() for a, b in zip(*read)]) / (2 * 0.5)
     assert sens.readout["adapter"][1, 2] == pytest.approx(expected, rel=1e-6)

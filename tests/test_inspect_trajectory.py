@@ -150,7 +150,7 @@ def test_fork_at_zero_equals_a_fresh_run_with_those_settings(model, batch):
     fresh = record(model, {**raw_batch(), **pushed(batch)}, steps=STEPS, seed=4)
     assert torch.equal(traj.fork(at=0, cond=pushed(batch)).final, fresh.final)
     bare = model.base.generate(batch, steps=STEPS, generator=seeded(4))
-    assert torch.equal(traj.fork(at=0, adapter="off").final, bare)
+    assert torch.equal(traj.fork(at=0, with_adapter=False).final, bare)
     gated = traj.fork(at=0, gate_override=0.25).final
     with torch.no_grad():
         model.composer.gate.fill_(0.25)
@@ -187,11 +187,11 @@ def test_stopped_run_resumes_bit_identically(model, batch):
 
 def test_forks_of_forks_keep_their_parents_settings(model, batch):
     traj = record(model, batch, steps=STEPS, seed=0)
-    off = traj.fork(at=1, adapter="off")
+    off = traj.fork(at=1, with_adapter=False)
     again = off.fork(at=3)
-    assert again.settings.adapter is False and torch.equal(again.final, off.final)
+    assert again.settings.with_adapter is False and torch.equal(again.final, off.final)
     assert off[2].adapter is None and torch.equal(off[2].composed, off[2].base)
-    assert again.fork(at=3, adapter="on").settings.adapter is True
+    assert again.fork(at=3, with_adapter=True).settings.with_adapter is True
     with pytest.raises(InspectError, match="the adapter was off for this step"):
         off[2].get("adapter")
 
@@ -317,7 +317,11 @@ def test_on_step_sees_live_device_steps_and_errors_name_the_step():
     (lambda t: t.fork(at=6), StepError, r"fork\(at=6\): at must be a step index from 0 to 5: this trajectory has 5 "
                                         r"recorded steps\. at=0 reruns from the initial noise"),
     (lambda t: t.fork(at=-1), StepError, r"fork\(at=-1\): at must be a step index from 0 to 5"),
-    (lambda t: t.fork(at=1, adapter="of"), InspectError, r"adapter='of' is not allowed.*Did you mean 'off'\?"),
+    (lambda t: t.fork(at=1, with_adapter="off"), InspectError,
+     r"with_adapter='off' is not allowed: it takes True \(base \+ adapter\) or False \(the frozen base alone\); "
+     r"None keeps the parent's setting\.$"),
+    (lambda t: t.fork(at=1, adapter=False), TypeError, r"unexpected keyword argument 'adapter'"),
+    (lambda t: t.recompose(1, with_adapter=1), InspectError, r"with_adapter=1 is not allowed"),
     (lambda t: t.fork(at=1, cond={"acton": 1.0}), InspectError,
      r"cond has keys 'acton' that name no condition \(conditions: 'action', .*\)\. Did you mean one of 'action', "
      r"'actions'\? It was read as a new raw batch, and TinyVideo.prepare_batch refused it: prepare_batch needs"),

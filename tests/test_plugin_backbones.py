@@ -486,7 +486,7 @@ def test_a_recording_reports_the_schedulers_sigmas_and_forks_with_changes(plugin
     pushed = traj.fork(at=2, cond={"action": torch.ones(3, 4)})
     assert torch.equal(pushed[1].x_t, traj[1].x_t) and torch.equal(pushed[2].x_t, traj[2].x_t)
     assert not torch.equal(pushed.final, traj.final)
-    fresh = traj.fork(at=0, adapter="off")
+    fresh = traj.fork(at=0, with_adapter=False)
     off = ComposedModel(base, adapter(plugin), GatedResidual(), base.default_objective())
     assert torch.equal(fresh.final, off.generate(raw, steps=4, generator=torch.Generator().manual_seed(3)))
 

@@ -119,10 +119,10 @@ def test_the_rollout_api_is_frozen():
 
     assert {"rollout", "Rollout", "RolloutChunk"} <= set(workbench.inspect.__all__)
     assert list(inspect.signature(rollout).parameters) == [
-        "exp_or_model", "start", "actions", "steps", "seed", "state", "gate_scale", "stride", "store", "adapter",
+        "exp_or_model", "start", "actions", "steps", "seed", "state", "gate_scale", "stride", "store", "with_adapter",
         "sampler_kwargs"]
     assert list(inspect.signature(Rollout.fork).parameters) == [
-        "self", "chunk", "at", "cond", "adapter", "gate_override", "storage"]
+        "self", "chunk", "at", "cond", "with_adapter", "gate_override", "storage"]
     assert {"video", "frame_count", "actions", "states", "extend", "head", "chunk_of"} <= set(dir(Rollout))
     assert {f.name for f in dataclasses.fields(RolloutChunk)} >= {"trajectory", "start", "frames", "conditions",
                                                                   "state"}

@@ -172,55 +172,45 @@ class ComposedModel(nn.Module):
         return base.denoise(x_t, t, batch.cond)
 
     def predict(self, x_t: torch.Tensor, t: torch.Tensor | float, batch: Batch, *, step: int | None = None,
-                adapter: bool | None = None, base_output: torch.Tensor | None = None,
+                with_adapter: bool | None = None, base_output: torch.Tensor | None = None,
                 cond: Conditioning | None = None, reference: bool | None = None) -> Prediction:
         """Evaluate base, adapter and composer at ``x_t``.
 
-        ``base_output``: a cached base prediction for these ``(x_t, t)`` (reused only when the
-        adapter allows it). ``adapter=False``: the base alone. ``cond``: a prepared
-        conditioning to use instead of the batch's (ablations).
+        ``with_adapter``: ``False`` for the base alone, ``True`` for base + adapter, ``None`` (default)
+        as the model is set (:attr:`adapter_enabled`). ``base_output``: a cached base prediction for
+        these ``(x_t, t)`` (reused only when the adapter allows it). ``cond``: a prepared conditioning
+        to use instead of the batch's (ablations).
 
         Inside adapters (``adapter.inside``) make one adapted base call; ``reference`` (default:
         outside training) adds a second call with the adapter switched off for ``Prediction.base``.
         """
         t = self._t_vector(t, x_t)
         # (the submodules are read once: each read of one goes through nn.Module.__getattr__)
-        adapter_module, base = self.adapter, self.base
-        if adapter_module.inside:
-            return self._predict_inside(x_t, t, batch, step, adapter, base_output, cond, reference)
-        if base_output is None or not adapter_module.reuses_base_output:
+        adapter, base = self.adapter, self.base
+        use_adapter = self.adapter_enabled if with_adapter is None else with_adapter
+        if adapter.inside:  # the base alone is only the reference (or the prediction, with the adapter off)
+            reference = not self.training if reference is None else reference
+            if base_output is None and (reference or not use_adapter):
+                base_output = self.base_prediction(x_t, t, batch)
+        elif base_output is None or not adapter.reuses_base_output:
             base_output = self.base_prediction(x_t, t, batch)
-        use_adapter = self.adapter_enabled if adapter is None else adapter
         if not use_adapter:
             return Prediction(x_t, t, base_output, None, base_output, None)
         if cond is None:
-            cond = adapter_module.conditioning(batch, x_t, step=step, training=adapter_module.training)
-        if self.checkpoint_adapter and self.training and torch.is_grad_enabled():
+            cond = adapter.conditioning(batch, x_t, step=step, training=adapter.training)
+        if adapter.inside:  # the adapted base's prediction is what the composer (Replace) receives
+            with adapter.engaged(cond, x_t, t):
+                output = base.denoise(x_t, t, batch.cond)
+        elif self.checkpoint_adapter and self.training and torch.is_grad_enabled():
             # Recompute the adapter's activations in backward instead of holding them: same values.
-            correction = torch.utils.checkpoint.checkpoint(adapter_module, x_t, t, cond, base_output,
-                                                           use_reentrant=False)
+            output = torch.utils.checkpoint.checkpoint(adapter, x_t, t, cond, base_output,
+                                                       use_reentrant=False)
         else:
-            correction = adapter_module(x_t, t, cond, base_output)
+            output = adapter(x_t, t, cond, base_output)
         ctx = _Context(x_t, t, step, self.objective)
-        composition = composition_of(self.composer, base_output, correction, ctx)
+        composition = composition_of(self.composer, base_output, output, ctx)
         composed = base.constrain(composition.prediction, x_t, t, batch.cond)
-        return Prediction(x_t, t, base_output, correction, composed, cond, composition.diagnostics)
-
-    def _predict_inside(self, x_t, t, batch, step, adapter, base_output, cond, reference) -> Prediction:
-        use_adapter = self.adapter_enabled if adapter is None else adapter
-        reference = not self.training if reference is None else reference
-        if base_output is None and (reference or not use_adapter):
-            base_output = self.base_prediction(x_t, t, batch)
-        if not use_adapter:
-            return Prediction(x_t, t, base_output, None, base_output, None)
-        if cond is None:
-            cond = self.adapter.conditioning(batch, x_t, step=step, training=self.adapter.training)
-        with self.adapter.engaged(cond, x_t, t):
-            adapted = self.base.denoise(x_t, t, batch.cond)
-        ctx = _Context(x_t, t, step, self.objective)
-        composition = composition_of(self.composer, base_output, adapted, ctx)
-        composed = self.base.constrain(composition.prediction, x_t, t, batch.cond)
-        return Prediction(x_t, t, base_output, adapted, composed, cond, composition.diagnostics)
+        return Prediction(x_t, t, base_output, output, composed, cond, composition.diagnostics)
 
     def evaluation_note(self) -> str:
         """How one prediction of a recording is made (the number of base calls per sampler call)."""

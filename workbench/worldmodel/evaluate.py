@@ -273,7 +273,7 @@ def evaluate_world_model(exp, clips, *, sampling_steps: int, seed: int = 0, chun
     every key of :data:`CONDITION_KEYS` the clips carry is given to all three, true except that one
     (the state keys as measured at the first frame, see :data:`STATE_KEYS`). ``predict``: what
     predicts the three variants' clips instead of one :func:`~workbench.inspect.recording.clips.predict_clips`
-    call each, given ``(model, {name: (clips, adapter)}, steps=, seed=, chunk=, gate=, on_chunk=)``
+    call each, given ``(model, {name: (clips, with_adapter)}, steps=, seed=, chunk=, gate=, on_chunk=)``
     (:meth:`workbench.train.ahead.BaseAhead.predict`: the chunks shared by two processes, the same videos).
 
     Returns uint8 videos ``[N, T, H, W, 3]`` (``truth`` and each variant), ``scores`` (per clip
@@ -321,10 +321,10 @@ def evaluate_world_model(exp, clips, *, sampling_steps: int, seed: int = 0, chun
     if predict is not None:
         out.update(predict(model, requests, steps=sampling_steps, seed=seed, chunk=chunk, gate=gate,
                            on_chunk=bar.update))
-    for name, (clips_of, adapter) in requests.items():
+    for name, (clips_of, with_adapter) in requests.items():
         if name not in out:
             out[name] = predict_clips(model, clips_of, steps=sampling_steps, seed=seed, chunk=chunk,
-                                      adapter=adapter, gate=gate, on_chunk=bar.update)
+                                      with_adapter=with_adapter, gate=gate, on_chunk=bar.update)
     bar.close()
     truth = out["truth"]
     mask = moving_mask(truth)  # (N, T, H, W); frame 0 excluded

@@ -156,7 +156,7 @@ def _gates_on_batch(model: ComposedModel, batch: Batch, lv: np.ndarray, seed: in
         for level in lv:
             t = t_tensor(obj, level, batch.batch_size, batch.latents.device)
             x_t = obj.add_noise(batch.latents, noise, t)
-            pred = model.predict(x_t, t, batch, adapter=True)
+            pred = model.predict(x_t, t, batch, with_adapter=True)
             # over the predicted frames: what a backbone fixes by construction (a given frame) never moves
             size = masked_rms(pred.adapter, batch.loss_mask)
             moved = masked_rms(pred.composed - pred.base, batch.loss_mask)

@@ -121,7 +121,7 @@ def estimate(model: ComposedModel, batch: Batch, steps: int, storage: StoragePol
     if not keep:
         return final
     store_dtype = storage.dtype or native
-    adapter_on = model.adapter_enabled if settings.adapter is None else settings.adapter
+    adapter_on = model.adapter_enabled if settings.with_adapter is None else settings.with_adapter
     fields = [f for f in storage.fields if adapter_on or f != "adapter"]
     kept = sum(storage.keeps(k, steps, live_from) for k in range(live_from, steps))
     per_step = len(fields) * latent_bytes(shape, store_dtype)

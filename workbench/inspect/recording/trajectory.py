@@ -193,7 +193,7 @@ class Trajectory:
         return sum(seen.values())
 
     # -- replay ----------------------------------------------------------------------------
-    def fork(self, at: int, cond: Mapping[str, Any] | Batch | None = None, adapter: Any = None,
+    def fork(self, at: int, cond: Mapping[str, Any] | Batch | None = None, with_adapter: bool | None = None,
              composer: Composer | None = None, gate_override: float | torch.Tensor | None = None, *,
              storage: StoragePolicy | None = None, on_step: OnTrajectoryStep | None = None,
              label: str | None = None) -> Trajectory:
@@ -206,7 +206,8 @@ class Trajectory:
                 batch / :class:`Batch` (same latent shape unless ``at=0``). The prefix replays this
                 trajectory's predictions; the sampler's own use of the batch (tiny_video pins frame
                 0 to ``first_frame``) sees the new one.
-            adapter: ``"on"`` / ``"off"`` for the live steps (``None``: as this trajectory).
+            with_adapter: ``True`` (base + adapter) or ``False`` (the frozen base alone) for the live
+                steps (``None``: as this trajectory).
             composer: another composer for the live steps. ``gate_override``: the gate value the
                 composer uses in the live steps (``Composer.override_gate``).
             storage: the fork's :class:`StoragePolicy` (default: this trajectory's).
@@ -216,7 +217,7 @@ class Trajectory:
         Live steps use the model as it is now. Model calls happen only for steps ``>= at``.
 
         Examples:
-            >>> alt = traj.fork(at=10, cond={"action": torch.zeros(2, 16, 4)}, adapter="on")
+            >>> alt = traj.fork(at=10, cond={"action": torch.zeros(2, 16, 4)}, with_adapter=True)
             >>> torch.equal(alt[9].x_t, traj[9].x_t)          # served from the cache
             True
             >>> torch.equal(alt.final, traj.final)
@@ -244,7 +245,7 @@ class Trajectory:
                 f"but this trajectory sampled {tuple(self.batch.latents.shape)}; "
                 f"a prefix replays only onto the same shape. Fork at 0 for a batch of another shape."
             )
-        settings = self.settings.merged(adapter, composer, gate_override)
+        settings = self.settings.merged(with_adapter, composer, gate_override)
         return run(self.model, batch, steps=self.steps, sampler=self.sampler,
                     sampler_kwargs=self.sampler_kwargs,
                     generator_state=self.generator_state, seed=self.seed, storage=storage or self.storage,
@@ -255,8 +256,8 @@ class Trajectory:
         """Finish a stopped run (``fork(at=len(self))`` with no change): bit-identical to an unstopped run."""
         return self.fork(at=self._done, on_step=on_step, label=f"{self.label} (resumed)")
 
-    def recompose(self, step: int, cond: Mapping[str, Any] | Batch | None = None, adapter: Any = None,
-                  composer: Composer | None = None,
+    def recompose(self, step: int, cond: Mapping[str, Any] | Batch | None = None,
+                  with_adapter: bool | None = None, composer: Composer | None = None,
                   gate_override: float | torch.Tensor | None = None) -> Prediction:
         """Re-evaluate the composed prediction at ``step``'s ``x_t`` with changed conditions or settings.
 
@@ -284,10 +285,10 @@ class Trajectory:
         t = rec.t.to(device=device, non_blocking=True)
         base_output = None if rec.base is None else rec.base.to(device=device, dtype=dtype, non_blocking=True)
         batch = with_conditions(self.model, self.batch, cond)
-        settings = self.settings.merged(adapter, composer, gate_override)
+        settings = self.settings.merged(with_adapter, composer, gate_override)
         settings.check(self.model)
         with applied(self.model, settings) as model, torch.no_grad():
-            return model.predict(x_t, t, batch, adapter=settings.adapter, base_output=base_output)
+            return model.predict(x_t, t, batch, with_adapter=settings.with_adapter, base_output=base_output)
 
     # -- rendering -------------------------------------------------------------------------
     def x0_of(self, prediction: Prediction) -> torch.Tensor:
