@@ -19,6 +19,7 @@ from workbench.inspect import (
     estimate_memory,
     record,
 )
+from workbench.inspect.recording.step import TrajectoryStep
 
 STEPS = 5
 
@@ -243,6 +244,12 @@ def test_half_precision_every_other_step_still_forks_exactly(model, batch):
     assert traj[2].diagnostics.gate.dtype == torch.float16
     with pytest.raises(StepError, match=r"Step 3 was not stored: StoragePolicy\(every=2\) keeps steps 0, 2, 4"):
         traj[3]
+    # one TrajectoryStep per step run: a skipped step keeps its time, noise level and replay cache, no fields
+    skipped = traj._log[3]
+    assert type(skipped) is TrajectoryStep and skipped.stored is None and skipped.index == 3
+    assert skipped.x_t is None and skipped.diagnostics.as_dict() == {} and len(skipped.calls) == 1
+    assert skipped.calls[0].dtype == torch.float32 and torch.equal(skipped.t, traj.times[3:4].expand(2))
+    assert list(traj) == [traj._log[k] for k in (0, 2, 4)] and traj[2] is traj._log[2]
     fork = traj.fork(at=3)  # the replay cache stays at the model's dtype for every step
     assert torch.equal(fork.final, record(model, batch, steps=STEPS, seed=1).final)
     assert fork[3].x_t.dtype == torch.float16

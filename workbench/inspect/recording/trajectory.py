@@ -43,7 +43,7 @@ from workbench.inspect.previews.preview import DECODES
 from workbench.inspect.recording.export import default_steps, write_grid
 from workbench.inspect.recording.recorder import OnTrajectoryStep, Recorder, StopSampling, generator_state
 from workbench.inspect.recording.settings import Settings, applied
-from workbench.inspect.recording.step import StepLog, TrajectoryStep
+from workbench.inspect.recording.step import TrajectoryStep
 from workbench.inspect.recording.storage import (
     FIELDS,
     StoragePolicy,
@@ -64,14 +64,14 @@ class Trajectory:
     ``traj.position`` / ``traj.current`` a cursor for views. Forks keep ``parent`` and
     ``fork_step``. Tensors live where the :class:`StoragePolicy` put them.
 
-    Each step is one :class:`~workbench.inspect.recording.step.StepLog` entry (``t``, noise level,
-    stored fields, the predictions a fork replays); a fork's log starts with its parent's entries, shared.
+    Each step run is one :class:`TrajectoryStep` (``t``, noise level, the stored fields, the predictions a
+    fork replays); a fork's steps start with its parent's, shared.
     """
 
     def __init__(self, *, model: ComposedModel, batch: Batch, steps: int, sampler: str,
                  sampler_kwargs: dict[str, Any], generator_state: torch.Tensor, seed: int | None,
-                 storage: StoragePolicy, settings: Settings, recorded: bool, log: list[StepLog], done: int,
-                 final: torch.Tensor | None, native: torch.dtype, parent: Trajectory | None = None,
+                 storage: StoragePolicy, settings: Settings, recorded: bool, log: list[TrajectoryStep],
+                 done: int, final: torch.Tensor | None, native: torch.dtype, parent: Trajectory | None = None,
                  fork_step: int | None = None, label: str | None = None):
         self.model, self.batch, self.steps, self.sampler = model, batch, steps, sampler
         self.sampler_kwargs, self.generator_state, self.seed = sampler_kwargs, generator_state, seed
@@ -122,8 +122,8 @@ class Trajectory:
 
     def __getitem__(self, k: int) -> TrajectoryStep:
         index = self._index(k)
-        record = self._log[index].fields if index < len(self._log) else None
-        if record is None:
+        record = self._log[index] if index < len(self._log) else None
+        if record is None or record.stored is None:
             if not self.recorded:
                 raise StepError(f"Step {index} was not stored: this run was sampled with record=False, "
                                 f"which keeps only traj.final. Sample with record=True to step through it.")
@@ -134,12 +134,12 @@ class Trajectory:
         return record
 
     def __iter__(self) -> Iterator[TrajectoryStep]:
-        return (entry.fields for entry in self._log if entry.fields is not None)
+        return (entry for entry in self._log if entry.stored is not None)
 
     @property
     def stored(self) -> tuple[int, ...]:
         """Indices of the steps whose fields were kept."""
-        return tuple(k for k, entry in enumerate(self._log) if entry.fields is not None)
+        return tuple(k for k, entry in enumerate(self._log) if entry.stored is not None)
 
     @property
     def times(self) -> torch.Tensor:
@@ -180,11 +180,9 @@ class Trajectory:
         tensors: list[torch.Tensor] = []
         for entry in self._log[start:]:
             tensors += [entry.t, entry.noise_level, *(entry.calls or ())]
-            rec = entry.fields
-            if rec is not None:
-                tensors += [v for v in (rec.x_t, rec.x0, rec.base, rec.adapter, rec.composed)
-                            if v is not None]
-                tensors += list(rec.diagnostics.as_dict().values())
+            tensors += [v for v in (entry.x_t, entry.x0, entry.base, entry.adapter, entry.composed)
+                        if v is not None]
+            tensors += list(entry.diagnostics.as_dict().values())
         if self._final is not None:
             tensors.append(self._final)
         seen = {}
@@ -349,7 +347,7 @@ class Trajectory:
 def run(model: ComposedModel, batch: Batch, *, steps: int, sampler: str, sampler_kwargs: dict[str, Any],
          generator_state: torch.Tensor, seed: int | None, storage: StoragePolicy, settings: Settings,
          keep: bool, on_step: OnTrajectoryStep | None, parent: Trajectory | None = None, at: int = 0,
-         prefix: Sequence[StepLog] = (), label: str | None = None) -> Trajectory:
+         prefix: Sequence[TrajectoryStep] = (), label: str | None = None) -> Trajectory:
     if not isinstance(storage, StoragePolicy):
         raise InspectError(f"storage must be a StoragePolicy, got {type(storage).__name__}.")
     settings.check(model)
