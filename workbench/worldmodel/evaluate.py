@@ -394,7 +394,7 @@ def summarise(result: dict[str, Any], targets: dict[str, Any] | None = None) -> 
     s = result["scores"]
     n = len(s["base"]["moving_psnr"])
     floor = result.get("probe_error", np.full(n, np.nan))
-    for m in s.values():  # older results (and hand-built ones) may lack the action error
+    for m in s.values():  # a result may lack the action error (a hand-built one): NaN, not a KeyError
         m.setdefault("action_error", np.full(n, np.nan))
     summary = _aggregate(s, floor, np.arange(n), targets)
     summary["mean_moving_fraction"] = float(np.mean(result["moving_fraction"]))
