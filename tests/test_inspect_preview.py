@@ -15,7 +15,9 @@ from torch import nn
 
 from workbench import BaseVideoModel, ComponentSpec, ComposedModel, GatedResidual, ModelCard
 from workbench.adapters.latent_residual import LatentResidual
-from workbench.inspect import InspectError, StepError, clear_preview_cache, decode_chunked, fit_preview, record, render
+from workbench.errors import InspectError, StepError
+from workbench.inspect import clear_preview_cache, fit_preview, record, render
+from workbench.inspect.previews.latent_space import decode_chunked
 from workbench.inspect.previews.linear_preview import identity_preview
 from workbench.inspect.previews.preview_cache import backbone_identity
 from workbench.metrics import to_uint8_video

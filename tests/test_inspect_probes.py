@@ -23,15 +23,9 @@ from workbench import (
 )
 from workbench.adapters.latent_residual import LatentResidual
 from workbench.core.callbacks import GateStatistics
-from workbench.inspect import (
-    InspectError,
-    action_sensitivity,
-    condition_table,
-    gate_history,
-    gate_statistics,
-    sigma_sensitivity,
-    t_for_noise_level,
-)
+from workbench.errors import InspectError
+from workbench.inspect import action_sensitivity, condition_table, gate_history, gate_statistics, sigma_sensitivity
+from workbench.inspect.common import t_for_noise_level
 
 LEVELS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
@@ -113,8 +107,8 @@ def test_action_sensitivity_on_tiny_video_runs_the_base_once_per_level():
 def test_action_sensitivity_reads_how_far_a_readout_moves_per_unit_of_action(tmp_path, monkeypatch):
     from conftest import nonzero_model
 
-    from workbench.inspect import Readout, render_float
-    from workbench.inspect.previews.decoding import as_uint8
+    from workbench.inspect import Readout
+    from workbench.inspect.previews.decoding import as_uint8, render_float
 
     monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path))
     model = nonzero_model()

@@ -9,16 +9,8 @@ from conftest import nonzero_model, raw_batch
 
 from workbench import Add, ComposedModel, GatedResidual, MaskMix, NoiseGated, PretrainWarmup
 from workbench.adapters.latent_residual import LatentResidual
-from workbench.errors import CallbackError, CompositionError
-from workbench.inspect import (
-    InspectError,
-    StepError,
-    StopSampling,
-    StoragePolicy,
-    StorageWarning,
-    estimate_memory,
-    record,
-)
+from workbench.errors import CallbackError, CompositionError, InspectError, StepError, StorageWarning
+from workbench.inspect import StopSampling, StoragePolicy, estimate_memory, record
 from workbench.inspect.recording.step import TrajectoryStep
 
 STEPS = 5

@@ -502,7 +502,7 @@ def test_wan_step_through_renders_frames_through_the_shared_preview(cache, cache
 
 
 def test_wan_full_decode_of_a_long_clip_is_one_call_through_the_causal_vae(cache_root):
-    from workbench.inspect import decode_chunked
+    from workbench.inspect.previews.latent_space import decode_chunked
 
     base = load(WAN, cache_root)
     z = torch.randn(1, 48, 10, 4, 4, generator=torch.Generator().manual_seed(0))  # more than one default chunk

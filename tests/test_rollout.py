@@ -12,7 +12,8 @@ from conftest import BaseCalls, nonzero_model, tiny_base
 from workbench import ComposedModel, GatedResidual
 from workbench.adapters.latent_residual import LatentResidual
 from workbench.core.seeds import chunk_seed
-from workbench.inspect import InspectError, Rollout, StoragePolicy, record, rollout
+from workbench.errors import InspectError
+from workbench.inspect import Rollout, StoragePolicy, record, rollout
 from workbench.metrics import to_uint8_video
 
 STEPS = 3

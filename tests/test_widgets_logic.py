@@ -15,24 +15,22 @@ from conftest import BaseCalls, nonzero_model, raw_batch, tiny_base
 from workbench import AdapterExperiment, Add, Batch, GatedResidual, MaskMix, NoiseGated, TrainingConfig
 from workbench.adapters.latent_residual import LatentResidual
 from workbench.data.synthetic import SyntheticMoves
-from workbench.errors import CallbackError
+from workbench.errors import CallbackError, InspectError, StepError
 from workbench.inspect import (
     VIEWS,
     Ablation,
     ConditionEdit,
     GatesState,
-    InspectError,
-    StepError,
     StepperState,
-    effective_gate_map,
-    find_gate_history,
     record,
     swap_conditions,
     view_image,
 )
 from workbench.inspect.cache import LRUCache
 from workbench.inspect.previews.colors import colorize, lut
+from workbench.inspect.probes.gates import find_gate_history
 from workbench.inspect.probes.sensitivity import condition_plots
+from workbench.inspect.views import effective_gate_map
 from workbench.inspect.views import given_frames as _given
 from workbench.train import FitSession
 

@@ -21,8 +21,11 @@ pytest.importorskip("matplotlib")
 from workbench import AdapterExperiment, ComposedModel, GatedResidual, NoiseGated, TrainingConfig  # noqa: E402
 from workbench.adapters.latent_residual import LatentResidual  # noqa: E402
 from workbench.data.synthetic import SyntheticMoves  # noqa: E402
-from workbench.errors import DataError  # noqa: E402
-from workbench.inspect import Ablation, InspectError, record  # noqa: E402
+from workbench.errors import (
+    DataError,  # noqa: E402
+    InspectError,
+)
+from workbench.inspect import Ablation, record  # noqa: E402
 from workbench.widgets import (  # noqa: E402
     AblationSliders,
     ActionSensitivity,

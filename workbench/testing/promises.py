@@ -406,7 +406,8 @@ def check_clip(s: Subject) -> str:
 
 # -- rollouts ------------------------------------------------------------------------------
 def check_rollout(s: Subject) -> str:
-    from workbench.inspect import InspectError, rollout
+    from workbench.errors import InspectError
+    from workbench.inspect import rollout
     from workbench.metrics import to_uint8_video
 
     base = s.base

@@ -17,7 +17,8 @@ import torch
 from workbench.core.composed import ComposedModel
 from workbench.core.composers import ComposeContext, composition_of
 from workbench.core.conditions import Batch
-from workbench.inspect.common import InspectError, StorageWarning, check_choice, check_model, prepare
+from workbench.errors import InspectError, StorageWarning
+from workbench.inspect.common import check_choice, check_model, prepare
 from workbench.inspect.recording.settings import Settings, applied
 
 FIELDS = ("x_t", "x0", "base", "adapter", "composed")

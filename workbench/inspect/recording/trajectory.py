@@ -49,7 +49,6 @@ from workbench.inspect.recording.storage import (
     StoragePolicy,
     check_budget,
     estimate,
-    estimate_memory,
     store,
     synchronize,
 )
@@ -413,7 +412,4 @@ def record(model: ComposedModel, batch_or_cond: Mapping[str, Any] | Batch, steps
                 label=label)
 
 
-__all__ = [
-    "FIELDS", "Settings", "StopSampling", "StoragePolicy", "Trajectory", "TrajectoryStep", "applied",
-    "estimate_memory", "record", "run",
-]
+__all__ = ["Trajectory", "record", "run"]
