@@ -187,7 +187,14 @@ class ComposedModel(nn.Module):
         t = self._t_vector(t, x_t)
         # (the submodules are read once: each read of one goes through nn.Module.__getattr__)
         adapter, base = self.adapter, self.base
-        use_adapter = self.adapter_enabled if with_adapter is None else with_adapter
+        if with_adapter is None:
+            use_adapter = self.adapter_enabled
+        elif with_adapter is True or with_adapter is False:
+            use_adapter = with_adapter
+        else:
+            raise CompositionError(f"predict(with_adapter={with_adapter!r}) is not allowed: it takes True "
+                                   f"(base + adapter), False (the frozen base alone) or None (as the model "
+                                   f"is set, model.adapter_enabled).")
         if adapter.inside:  # the base alone is only the reference (or the prediction, with the adapter off)
             reference = not self.training if reference is None else reference
             if base_output is None and (reference or not use_adapter):
