@@ -28,7 +28,6 @@ from torch import nn  # noqa: E402
 torch.set_num_threads(1)
 
 from workbench import (  # noqa: E402
-    Adapter,
     BaseVideoModel,
     Batch,
     ComponentSpec,
@@ -38,6 +37,7 @@ from workbench import (  # noqa: E402
     GatedResidual,
     ModelCard,
     SamplingDefaults,
+    SideAdapter,
     StepRecord,
 )
 from workbench.backbones.tiny_video import TinyVideo, TinyVideoConfig  # noqa: E402
@@ -188,7 +188,7 @@ class ToyBackbone(BaseVideoModel):
         return x
 
 
-class RecordingAdapter(Adapter):
+class RecordingAdapter(SideAdapter):
     """A small nonzero adapter that remembers the conditioning it was given."""
 
     def __init__(self, consumes=(Condition("action", dim=4, per_frame="mean"),), channels: int = 4,  # noqa: B008

@@ -79,7 +79,7 @@ def test_switched_off_is_the_frozen_base_exactly_after_the_adapter_moved(kind):
     batch, x_t, t = noised(model)
     with torch.no_grad():
         pred = model.predict(x_t, t, batch)
-        off = model.predict(x_t, t, batch, adapter=False)
+        off = model.predict(x_t, t, batch, with_adapter=False)
         frozen = fresh.denoise(x_t, t, batch.cond)
     assert torch.equal(pred.base, frozen) and torch.equal(off.composed, frozen)
     assert not torch.equal(pred.composed, frozen)  # the adapter does change the prediction
@@ -151,7 +151,7 @@ def test_recording_keeps_the_base_and_the_adapted_prediction_at_the_same_x_t(kin
         assert not torch.equal(step.composed, step.base)
     fork = traj.fork(at=2)
     assert torch.equal(fork.final, traj.final) and torch.equal(fork[1].x_t, traj[1].x_t)
-    off = traj.fork(at=0, adapter="off")
+    off = traj.fork(at=0, with_adapter=False)
     assert torch.equal(off.final, fresh.generate(batch, steps=3, generator=torch.Generator().manual_seed(0)))
     same_step = traj.recompose(1)
     assert torch.equal(same_step.composed, traj[1].composed) and torch.equal(same_step.base, traj[1].base)

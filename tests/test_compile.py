@@ -118,11 +118,11 @@ def test_switching_the_adapter_compiles_once_per_state_not_once_per_step(tiny_pa
     before = graphs()
     chain = traj
     for k in range(len(traj)):  # a chain of forks switching the adapter off / on / off / on at every step
-        chain = chain.fork(at=k, adapter="off" if k % 2 == 0 else "on")
+        chain = chain.fork(at=k, with_adapter=k % 2 != 0)
     x_t, t, _ = noised(model.base)
     with torch.no_grad():
-        calls = [model.predict(x_t, t, batch, adapter=i % 2 == 0).composed for i in range(6)]  # on/off/on/...
-        eager_calls = [eager.predict(x_t, t, batch, adapter=i % 2 == 0).composed for i in range(2)]
+        calls = [model.predict(x_t, t, batch, with_adapter=i % 2 == 0).composed for i in range(6)]  # on/off/on/...
+        eager_calls = [eager.predict(x_t, t, batch, with_adapter=i % 2 == 0).composed for i in range(2)]
     assert graphs() == before, "a graph was compiled again although every adapter state had been seen"
     assert all(torch.equal(calls[i], calls[i % 2]) for i in range(6)) and not torch.equal(calls[0], calls[1])
     assert relative(calls[0], eager_calls[0]) <= 1e-5 and relative(calls[1], eager_calls[1]) <= 1e-5

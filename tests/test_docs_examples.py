@@ -257,7 +257,7 @@ def _writing_a_composer(ns: dict) -> None:
 def _writing_an_adapter(ns: dict) -> None:
     report = ns["report"]
     assert report.ok and [f.promise for f in report.findings] == ["identity", "training"], report
-    assert ns["ActionShift"]().zero_init_output  # the earlier flag, read off at_init
+    assert ns["ActionShift"].at_init == "zero_output"
 
 
 CHECKS = {

@@ -16,7 +16,9 @@ from torch import nn
 from workbench import BaseVideoModel, ComponentSpec, ComposedModel, GatedResidual, ModelCard
 from workbench.adapters.latent_residual import LatentResidual
 from workbench.core.capabilities import LatentLayout, Previews
-from workbench.inspect import InspectError, StepError, clear_preview_cache, decode_chunked, fit_preview, record, render
+from workbench.errors import InspectError, StepError
+from workbench.inspect import clear_preview_cache, fit_preview, record, render
+from workbench.inspect.previews.latent_space import decode_chunked
 from workbench.inspect.previews.linear_preview import identity_preview
 from workbench.inspect.previews.preview_cache import backbone_identity
 from workbench.metrics import to_uint8_video
@@ -208,7 +210,7 @@ def test_frames_error_wording(traj, call, error, message):
 def test_export_writes_a_labelled_steps_by_branches_grid(traj, tmp_path):
     import imageio.v3 as iio
 
-    fork = traj.fork(at=1, adapter="off")
+    fork = traj.fork(at=1, with_adapter=False)
     path = traj.export(tmp_path / "grid.gif", branches=[fork], scale=2)
     video = iio.imread(path, index=None)
     assert video.shape[0] == 4 and video.shape[-1] in (3, 4)

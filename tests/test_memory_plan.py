@@ -129,7 +129,8 @@ def _tiny_guided(kind: str):
     ("dynamicrafter", {"image_guidance_scale": 2.0}, 3),
 ])
 def test_a_guided_recording_is_sized_with_every_call_of_its_steps(kind, sampler_kwargs, calls):
-    from workbench.inspect import StoragePolicy, StorageWarning, estimate_memory, record
+    from workbench.errors import StorageWarning
+    from workbench.inspect import StoragePolicy, estimate_memory, record
 
     model, batch = _tiny_guided(kind)
     assert model.base.predictions_per_step(batch, **sampler_kwargs) == calls

@@ -12,8 +12,8 @@ from conftest import BaseCalls, nonzero_model, tiny_base
 from workbench import ComposedModel, GatedResidual
 from workbench.adapters.latent_residual import LatentResidual
 from workbench.core.seeds import chunk_seed
-from workbench.errors import UnknownComponentError
-from workbench.inspect import InspectError, Rollout, StateReader, StoragePolicy, record, rollout
+from workbench.errors import InspectError, UnknownComponentError
+from workbench.inspect import Rollout, StateReader, StoragePolicy, record, rollout
 from workbench.metrics import to_uint8_video
 
 STEPS = 3
@@ -214,10 +214,17 @@ def test_head_and_extend_equal_a_one_shot_rollout(model):
 def test_batched_rollouts_with_a_gate_scale_and_the_base_alone(model):
     clip, actions = episode(7, b=2)
     on = rollout(model, clip, actions, steps=STEPS, state=None)
-    off = rollout(model, clip, actions, steps=STEPS, state=None, adapter="off")
+    off = rollout(model, clip, actions, steps=STEPS, state=None, with_adapter=False)
     doubled = rollout(model, clip, actions, steps=STEPS, state=None, gate_scale=2.0)
     assert not np.array_equal(on.video, off.video) and not np.array_equal(on.video, doubled.video)
     assert doubled.chunks[0].trajectory.settings.gate_override is not None
+    assert [c.trajectory.settings.with_adapter for c in off.chunks] == [False] * len(off.chunks)
+    with pytest.raises(InspectError, match=r"^rollout: with_adapter='off' is not allowed: it takes True \(base \+ "
+                                           r"adapter\) or False \(the frozen base alone\)\.$"):
+        rollout(model, clip, actions, steps=STEPS, state=None, with_adapter="off")
+    with pytest.raises(InspectError, match=r"rollout needs an Experiment or a workbench\.ComposedModel.*for the frozen "
+                                           r"base alone pass with_adapter=False\."):
+        rollout(model.base, clip, actions, steps=STEPS, state=None)
 
 
 def test_errors_say_what_was_wrong(model):

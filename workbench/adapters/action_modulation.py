@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from torch import nn
 
 from workbench.adapters.inside import (
-    InsideAdapter,
     InsideSpec,
+    InsideSpecAdapter,
     LoraModules,
     LoraSettings,
     check_indices,
@@ -59,7 +59,7 @@ class ActionModulationConfig:
 
 
 @register("adapter", "action_modulation")
-class ActionModulation(InsideAdapter):
+class ActionModulation(InsideSpecAdapter):
     """Per-frame FiLM of the base's blocks from a per-frame condition, optionally with LoRA."""
 
     config_class = ActionModulationConfig

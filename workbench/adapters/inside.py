@@ -2,7 +2,7 @@
 
 An *inside* adapter changes the base's own forward instead of correcting its output, so the
 composed prediction is the base's prediction with the adapter engaged
-(``reuses_base_output = False``). :class:`InsideAdapter` gives every such adapter the same
+(``reuses_base_output = False``). :class:`InsideSpecAdapter` gives every such adapter the same
 two switches, which :class:`~workbench.ComposedModel` drives:
 
 * ``engaged(cond, x_t)`` — for the length of the block, the base's forward is the adapted one
@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from workbench.core.adapter import InsideAdapter as InsideAdapterKind
+from workbench.core.adapter import InsideAdapter
 from workbench.core.capabilities import InsideAccess
 from workbench.core.conditions import Conditioning
 from workbench.core.inside import InsideSpec
@@ -89,10 +89,10 @@ def check_indices(indices: Sequence[int] | None, count: int, field: str, what: s
 OWNER = "_workbench_inside_adapter"  # set on the backbone an inside adapter is attached to
 
 
-class InsideAdapter(InsideAdapterKind):
+class InsideSpecAdapter(InsideAdapter):
     """Base class of the shipped adapters that change the frozen base's own forward (see the module
-    docstring): the contract's :class:`workbench.core.adapter.InsideAdapter` with where to reach,
-    hooks and LoRA.
+    docstring): the contract's :class:`~workbench.core.adapter.InsideAdapter` that reaches where the
+    backbone's :class:`InsideSpec` says, with hooks and LoRA.
 
     Subclasses implement :meth:`attach` (install hooks on the :class:`InsideSpec`) and may use
     ``self.state`` (the engaged conditioning, set by :meth:`engaged`) in their hooks.
@@ -134,7 +134,7 @@ class InsideAdapter(InsideAdapterKind):
         return cond
 
     @contextmanager
-    def engaged(self, cond: Conditioning, x_t: torch.Tensor, t: torch.Tensor) -> Iterator[InsideAdapter]:
+    def engaged(self, cond: Conditioning, x_t: torch.Tensor, t: torch.Tensor) -> Iterator[InsideSpecAdapter]:
         """The base's forward is the adapted one inside the block.
 
         The state stays set after the block (until the next ``engaged``), so a backward that
@@ -146,7 +146,7 @@ class InsideAdapter(InsideAdapterKind):
             yield self
 
     @contextmanager
-    def switched_off(self) -> Iterator[InsideAdapter]:
+    def switched_off(self) -> Iterator[InsideSpecAdapter]:
         """The base is exactly the frozen base inside the block."""
         with self._switch(True):
             yield self

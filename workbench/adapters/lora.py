@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workbench.adapters.inside import InsideAdapter, InsideSpec, LoraModules, LoraSettings
+from workbench.adapters.inside import InsideSpec, InsideSpecAdapter, LoraModules, LoraSettings
 from workbench.config import config_from
 from workbench.registry import register
 
@@ -29,7 +29,7 @@ class LoRAConfig(LoraSettings):
 
 
 @register("adapter", "lora")
-class LoRA(InsideAdapter):
+class LoRA(InsideSpecAdapter):
     """peft's LoRA on the base's layers; reads no condition (a plain fine-tune of the frozen base).
 
     Examples:

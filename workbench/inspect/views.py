@@ -109,7 +109,7 @@ def adapter_note(traj: Trajectory, step: TrajectoryStep, index: int = 0) -> str:
     level is outside the composer's band (the adapter ran, but its output has weight 0).
     """
     if "adapter" in step.stored and step.adapter is None:
-        if traj.settings.adapter is False:
+        if traj.settings.with_adapter is False:
             return "adapter off here (this branch runs the base alone)"
         return "adapter off here (the model's adapter is disabled)"
     weight = step.diagnostics.noise_weight

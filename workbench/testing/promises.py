@@ -408,7 +408,7 @@ def check_clip(s: Subject) -> str:
                for i, c in enumerate(clips)]
     model = s.model(perturbed=True)
     steps = s.steps
-    predicted = {"base": predict_clips(model, clips, steps=steps, seed=s.seed, adapter=False,
+    predicted = {"base": predict_clips(model, clips, steps=steps, seed=s.seed, with_adapter=False,
                                        **s.sampler_kwargs),
                  "adapter": predict_clips(model, clips, steps=steps, seed=s.seed, **s.sampler_kwargs),
                  "swapped": predict_clips(model, swapped, steps=steps, seed=s.seed, **s.sampler_kwargs)}
@@ -437,7 +437,8 @@ def check_clip(s: Subject) -> str:
 
 # -- rollouts ------------------------------------------------------------------------------
 def check_rollout(s: Subject) -> str:
-    from workbench.inspect import InspectError, rollout
+    from workbench.errors import InspectError
+    from workbench.inspect import rollout
     from workbench.metrics import to_uint8_video
 
     base = s.base

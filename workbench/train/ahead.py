@@ -196,12 +196,12 @@ class BaseAhead:
         for name, lo, _ in theirs:
             clips, adapter = requests[name]
             self._requests.put(("predict", (name, lo), clips[lo:lo + chunk],
-                                {"offset": lo, "chunk": chunk, "adapter": adapter, **kwargs}))
+                                {"offset": lo, "chunk": chunk, "with_adapter": adapter, **kwargs}))
         parts: dict[tuple[str, int], np.ndarray] = {}
         for name, lo, _ in mine:
             clips, adapter = requests[name]
             parts[(name, lo)] = predict_clips(model, clips[lo:lo + chunk], offset=lo, chunk=chunk,
-                                              adapter=adapter, **kwargs)
+                                              with_adapter=adapter, **kwargs)
             if on_chunk is not None:
                 on_chunk(len(clips[lo:lo + chunk]))
         for _ in theirs:

@@ -16,8 +16,8 @@ killed mid-save leaves the previous checkpoint untouched and loadable.
 
 Reads are verified: every file is checked against the manifest before a value is used, and the
 weights and optimizer state must be finite. A damaged checkpoint is refused with the file, what
-was expected, and the newest checkpoint of the run that verifies. A checkpoint written before
-digests existed (no ``manifest.json``) still loads, with a note that it could not be verified.
+was expected, and the newest checkpoint of the run that verifies. A checkpoint without digests
+(no ``manifest.json``, no integrity record) loads, with a note that it could not be verified.
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ def recover(run_dir: Path) -> None:
 class LoadedCheckpoint:
     """A checkpoint as read by :func:`load_checkpoint`: every file verified against its manifest.
 
-    ``verified`` is False for a checkpoint written before digests existed (it has no manifest).
+    ``verified`` is False for a checkpoint without digests (no manifest to check its files against).
     """
 
     path: Path
@@ -206,7 +206,7 @@ def _raw_files(path: Path) -> tuple[dict[str, bytes], bool, str | None]:
         missing = [name for name in FILES if data[name] is None]
         if missing:
             return data, False, f"incomplete: missing {', '.join(missing)}"
-        return data, False, None  # written before digests existed
+        return data, False, None  # no digests at all: nothing to verify against
     try:
         entries = parse_manifest(manifest)
     except ManifestDamaged as err:
@@ -276,7 +276,7 @@ def load_checkpoint(path: str | Path, *, use: str | None = None) -> LoadedCheckp
     Every file is checked against ``manifest.json`` before it is parsed; a mismatch, a missing
     file, or non-finite weights raise a :class:`CheckpointError` naming the file, what was expected
     and the newest checkpoint of the run that verifies (with ``use``, what to do with that one; see
-    :func:`fallback_hint`). A checkpoint without a manifest (written before digests existed) loads
+    :func:`fallback_hint`). A checkpoint without digests (no manifest, no integrity record) loads
     with ``verified=False`` and a note.
     """
     path = _checkpoint_dir(path)

@@ -170,7 +170,7 @@ def evaluate_world_model(exp, clips, *, sampling_steps: int, seed: int = 0, chun
     every key of :data:`CONDITION_KEYS` the clips carry is given to all three, true except that one
     (the state keys as measured at the first frame, see :data:`STATE_KEYS`). ``predict``: what
     predicts the three variants' clips instead of one :func:`~workbench.inspect.recording.clips.predict_clips`
-    call each, given ``(model, {name: (clips, adapter)}, steps=, seed=, chunk=, gate=, on_chunk=)``
+    call each, given ``(model, {name: (clips, with_adapter)}, steps=, seed=, chunk=, gate=, on_chunk=)``
     (:meth:`workbench.train.ahead.BaseAhead.predict`: the chunks shared by two processes, the same videos).
 
     Returns uint8 videos ``[N, T, H, W, 3]`` (``truth`` and each variant), ``scores`` (per clip
@@ -218,10 +218,10 @@ def evaluate_world_model(exp, clips, *, sampling_steps: int, seed: int = 0, chun
     if predict is not None:
         out.update(predict(model, requests, steps=sampling_steps, seed=seed, chunk=chunk, gate=gate,
                            on_chunk=bar.update))
-    for name, (clips_of, adapter) in requests.items():
+    for name, (clips_of, with_adapter) in requests.items():
         if name not in out:
             out[name] = predict_clips(model, clips_of, steps=sampling_steps, seed=seed, chunk=chunk,
-                                      adapter=adapter, gate=gate, on_chunk=bar.update)
+                                      with_adapter=with_adapter, gate=gate, on_chunk=bar.update)
     bar.close()
     truth = out["truth"]
     mask = moving_mask(truth)  # (N, T, H, W); frame 0 excluded
@@ -291,7 +291,7 @@ def summarise(result: dict[str, Any], targets: dict[str, Any] | None = None) -> 
     s = result["scores"]
     n = len(s["base"]["moving_psnr"])
     floor = result.get("probe_error", np.full(n, np.nan))
-    for m in s.values():  # older results (and hand-built ones) may lack the action error
+    for m in s.values():  # a result may lack the action error (a hand-built one): NaN, not a KeyError
         m.setdefault("action_error", np.full(n, np.nan))
     summary = _aggregate(s, floor, np.arange(n), targets)
     summary["mean_moving_fraction"] = float(np.mean(result["moving_fraction"]))

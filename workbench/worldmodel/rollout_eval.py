@@ -92,7 +92,7 @@ def _batched(items: list[dict], keys: tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
-def rollout_videos(model, items: list[dict], actions: list, *, adapter: bool, steps: int, seed: int,
+def rollout_videos(model, items: list[dict], actions: list, *, with_adapter: bool, steps: int, seed: int,
                    state: str, gate_scale: float | None, batch: int,
                    on_batch=None) -> tuple[np.ndarray, list[list[range]]]:
     """Roll out every episode of ``items`` with ``actions`` (one ``(F, D)`` each), ``batch`` episodes at a
@@ -109,8 +109,8 @@ def rollout_videos(model, items: list[dict], actions: list, *, adapter: bool, st
         part = items[lo:lo + batch]
         start = _batched(part, ("video", "ee_pos", "proprio", "camera", "task"))
         ro = rollout(model, start, torch.stack(actions[lo:lo + batch]), steps=steps, seed=seed + lo,
-                     state=state, gate_scale=gate_scale if adapter else None,
-                     adapter="on" if adapter else "off", store=False)
+                     state=state, gate_scale=gate_scale if with_adapter else None,
+                     with_adapter=with_adapter, store=False)
         videos.append(ro.video)
         frames = [c.frames for c in ro.chunks]
         if on_batch is not None:
@@ -162,9 +162,10 @@ def evaluate_rollouts(exp, items: list[dict], *, steps: int, seed: int = 0, stat
     truth = to_uint8_video(torch.stack([it["video"] for it in items]))
     out: dict[str, Any] = {"truth": truth}
     chunks = None
-    for name, model, adapter, actions in runs:
-        out[name], chunks = rollout_videos(model, items, actions, adapter=adapter, steps=steps, seed=seed,
-                                           state=state, gate_scale=gate_scale if name != "scratch" else None,
+    for name, model, with_adapter, actions in runs:
+        out[name], chunks = rollout_videos(model, items, actions, with_adapter=with_adapter, steps=steps,
+                                           seed=seed, state=state,
+                                           gate_scale=gate_scale if name != "scratch" else None,
                                            batch=batch, on_batch=bar.update)
     bar.close()
     ee_pos = np.stack([np.asarray(it["ee_pos"], np.float64) for it in items])

@@ -237,7 +237,7 @@ def action_sensitivity(model: ComposedModel, batch: Mapping[str, Any] | Batch,
             base_out = model.base_prediction(x_t, t, batch)
 
             def run(b: Batch, x_t=x_t, t=t, base_out=base_out) -> tuple[torch.Tensor, torch.Tensor]:
-                p = model.predict(x_t, t, b, adapter=True, base_output=base_out)
+                p = model.predict(x_t, t, b, with_adapter=True, base_output=base_out)
                 return p.adapter, obj.x0_from_prediction(p.composed, x_t, t)
 
             true_a, true_x = run(batch)
@@ -379,8 +379,8 @@ def sigma_sensitivity(model: ComposedModel, batch: Mapping[str, Any] | Batch,
                 x_t = obj.add_noise(x0, noise, t)
                 target = obj.target(x0, noise, t)
                 base_out = model.base_prediction(x_t, t, batch)
-                adapted = model.predict(x_t, t, batch, adapter=True, base_output=base_out).composed
-                wrong = model.predict(x_t, t, swapped, adapter=True, base_output=base_out).composed
+                adapted = model.predict(x_t, t, batch, with_adapter=True, base_output=base_out).composed
+                wrong = model.predict(x_t, t, swapped, with_adapter=True, base_output=base_out).composed
                 for j, pred in enumerate((base_out, adapted, wrong)):
                     losses[j, i] += float(obj.loss(pred, target, batch.loss_mask)) / draws
     return SigmaSensitivity(condition, lv, ts, losses[0], losses[1], losses[2], objective=obj)

@@ -30,6 +30,7 @@ import torch
 from workbench.core.backbone import generation_inputs, max_generate_batch
 from workbench.core.card import TEXT_MODES
 from workbench.errors import DataError
+from workbench.inspect.recording.settings import check_with_adapter
 
 
 def _collated(clips: Sequence[Mapping[str, Any]], key: str) -> Any:
@@ -69,7 +70,7 @@ def generation_request(base, clips: Sequence[Mapping[str, Any]]) -> dict[str, An
 
 
 def predict_clips(model, clips: Sequence[Mapping[str, Any]], *, steps: int | None = None, seed: int = 0,
-                  chunk: int = 12, adapter: bool = True, gate: torch.Tensor | None = None,
+                  chunk: int = 12, with_adapter: bool = True, gate: torch.Tensor | None = None,
                   on_chunk: Callable[[int], None] | None = None, offset: int = 0,
                   **sampler_kwargs: Any) -> np.ndarray:
     """Every clip of ``clips`` predicted by ``model`` (a :class:`~workbench.core.composed.ComposedModel`), as
@@ -78,7 +79,7 @@ def predict_clips(model, clips: Sequence[Mapping[str, Any]], *, steps: int | Non
     Clips are generated ``chunk`` at a time (at most the backbone's ``max_generate_batch``) from
     :func:`generation_request`, with the backbone's own sampler, ``steps`` (default the card's)
     and a generator seeded ``seed * 7919 + index of the chunk's first clip``, so every variant of
-    an evaluation sees the same noise. ``adapter=False`` predicts with the frozen base alone;
+    an evaluation sees the same noise. ``with_adapter=False`` predicts with the frozen base alone;
     ``gate`` samples with that gate instead of the learned one (a ``GatedResidual`` composer's
     ``override_gate``). ``on_chunk(n)`` is called after each chunk of ``n`` clips; ``sampler_kwargs``
     go to ``generate`` (e.g. ``guidance_scale``). ``offset``: the index of ``clips[0]`` in a longer
@@ -87,6 +88,7 @@ def predict_clips(model, clips: Sequence[Mapping[str, Any]], *, steps: int | Non
     """
     from workbench.metrics import to_uint8_video
 
+    check_with_adapter(with_adapter, who="predict_clips: ")
     base = model.base
     limit = max_generate_batch(base)
     chunk = max(1, min(chunk, limit) if limit else chunk)
@@ -95,14 +97,14 @@ def predict_clips(model, clips: Sequence[Mapping[str, Any]], *, steps: int | Non
         part = clips[lo:lo + chunk]
         batch = base.prepare_batch(generation_request(base, part))
         generator = torch.Generator(device=base.device).manual_seed(seed * 7919 + offset + lo)
-        model.adapter_enabled = adapter
+        was_enabled, model.adapter_enabled = model.adapter_enabled, with_adapter
         try:
-            override = (model.composer.override_gate(gate) if adapter and gate is not None
+            override = (model.composer.override_gate(gate) if with_adapter and gate is not None
                         else contextlib.nullcontext())
             with override:
                 latents = model.generate(batch, steps=steps, generator=generator, **sampler_kwargs)
         finally:
-            model.adapter_enabled = True
+            model.adapter_enabled = was_enabled
         with torch.no_grad():
             videos.append(to_uint8_video(base.decode(latents)))
         if on_chunk is not None:

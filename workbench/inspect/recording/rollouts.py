@@ -43,7 +43,7 @@ from workbench.core.seeds import chunk_seed
 from workbench.errors import listing
 from workbench.inspect.common import InspectError, check_model, prepare
 from workbench.inspect.recording.recorder import generator_state
-from workbench.inspect.recording.settings import Settings
+from workbench.inspect.recording.settings import Settings, check_with_adapter
 from workbench.inspect.recording.state import RECORDED, StateReader, resolve_state
 from workbench.inspect.recording.storage import StoragePolicy
 from workbench.inspect.recording.trajectory import Trajectory, run
@@ -271,14 +271,14 @@ class Rollout:
         keep = [c for c in self.chunks if c.padded == 0]
         return _continue(self._plan, total, keep)
 
-    def fork(self, chunk: int, at: int, cond: Mapping[str, Any] | None = None, *, adapter: Any = None,
-             gate_override: float | torch.Tensor | None = None,
+    def fork(self, chunk: int, at: int, cond: Mapping[str, Any] | None = None, *,
+             with_adapter: bool | None = None, gate_override: float | torch.Tensor | None = None,
              storage: StoragePolicy | None = None) -> Rollout:
         """Chunks before ``chunk`` kept, chunk ``chunk`` forked from its recorded step ``at`` (steps before
         ``at`` replayed without model calls, see :meth:`Trajectory.fork`) with ``cond`` (e.g.
         ``{"action": (W, D)}`` for the chunk's window), later chunks sampled again from the fork's frames
-        (with the rollout's settings and the edited actions). ``adapter`` / ``gate_override`` apply to the
-        forked chunk only."""
+        (with the rollout's settings and the edited actions). ``with_adapter`` / ``gate_override`` apply to
+        the forked chunk only."""
         n = len(self.chunks)
         if isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or not 0 <= chunk < n:
             raise InspectError(f"fork(chunk={chunk!r}): chunk must be an int in 0..{n - 1} "
@@ -302,8 +302,8 @@ class Rollout:
                 real = plan.window - old.padded
                 actions[:, old.start:old.start + real] = value[:, :real].to(actions.dtype)
             overrides[key] = value
-        traj = old.trajectory.fork(at, cond=overrides or None, adapter=adapter, gate_override=gate_override,
-                                   storage=storage)
+        traj = old.trajectory.fork(at, cond=overrides or None, with_adapter=with_adapter,
+                                   gate_override=gate_override, storage=storage)
         conditions = {**old.conditions, **{k: v.detach().cpu() for k, v in overrides.items()}}
         forked = replace(old, trajectory=traj, conditions=conditions,
                          decoded=ChunkFrames(plan.model.base, traj.final))
@@ -490,7 +490,7 @@ def _start(base, start: Mapping[str, Any], context: int) -> tuple[torch.Tensor, 
 
 def rollout(model: ComposedModel, start: Mapping[str, Any], actions: Any, *, steps: int | None = None,
             seed: int = 0, state: str | StateReader | None = None, gate_scale: float | None = None,
-            stride: int | None = None, store: StoragePolicy | bool | None = None, adapter: Any = "on",
+            stride: int | None = None, store: StoragePolicy | bool | None = None, with_adapter: bool = True,
             **sampler_kwargs: Any) -> Rollout:
     """Predict frames ``0 .. N-1`` of an episode chunk by chunk (see the module docstring).
 
@@ -513,7 +513,7 @@ def rollout(model: ComposedModel, start: Mapping[str, Any], actions: Any, *, ste
         stride: frames between chunk starts, ``1 .. W - context_frames`` (default ``W - context_frames``).
         store: a :class:`StoragePolicy` for each chunk's trajectory; ``False`` keeps only the final latents
             (no stepping or forks, much less memory); the frames are the same either way.
-        adapter: ``"on"`` (default) or ``"off"`` (the frozen base alone).
+        with_adapter: ``True`` (default: base + adapter) or ``False`` (the frozen base alone).
         sampler_kwargs: passed to the backbone's ``generate`` for every chunk (e.g. ``guidance_scale``).
 
     Examples:
@@ -561,12 +561,9 @@ def rollout(model: ComposedModel, start: Mapping[str, Any], actions: Any, *, ste
     steps, sampler = card.resolve_steps(steps)
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise InspectError(f"rollout: seed must be an int >= 0, got {seed!r}.")
-    flag = {"on": True, "off": False, True: True, False: False}.get(adapter)
-    if flag is None:
-        raise InspectError(f"rollout: adapter={adapter!r}; "
-                           f"use 'on' (base + adapter) or 'off' (the frozen base alone).")
-    gate = None if gate_scale is None or not flag else scaled_gate(model.composer, gate_scale)
-    settings = Settings(adapter=flag, gate_override=gate)
+    check_with_adapter(with_adapter, who="rollout: ")
+    gate = None if gate_scale is None or not with_adapter else scaled_gate(model.composer, gate_scale)
+    settings = Settings(with_adapter=with_adapter, gate_override=gate)
     if store is False:
         storage, keep = StoragePolicy(), False
     elif store is None or store is True:
@@ -577,7 +574,7 @@ def rollout(model: ComposedModel, start: Mapping[str, Any], actions: Any, *, ste
         raise InspectError(f"rollout: store={store!r}; pass a StoragePolicy, True (record everything) "
                            f"or False (keep only each chunk's final latents).")
     reader, state_mode = resolve_state(state, "rollout")
-    consumed = _consumed(model) if flag else {}
+    consumed = _consumed(model) if with_adapter else {}
     per_frame = [key for key, value in start.items() if key not in ("video", "action", "actions")
                  and isinstance(value, (torch.Tensor, np.ndarray)) and value.ndim == (3 if batched else 2)]
     if reader is not None:

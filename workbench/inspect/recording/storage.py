@@ -16,9 +16,10 @@ import torch
 
 from workbench.core.backbone import predictions_per_step
 from workbench.core.composed import ComposedModel
-from workbench.core.composers import ComposeContext, Composition
+from workbench.core.composers import ComposeContext, composition_of
 from workbench.core.conditions import Batch
-from workbench.inspect.common import InspectError, StorageWarning, check_choice, check_model, prepare
+from workbench.errors import InspectError, StorageWarning
+from workbench.inspect.common import check_choice, check_model, prepare
 from workbench.inspect.recording.settings import Settings, applied
 
 FIELDS = ("x_t", "x0", "base", "adapter", "composed")
@@ -122,7 +123,7 @@ def estimate(model: ComposedModel, batch: Batch, steps: int, storage: StoragePol
     if not keep:
         return final
     store_dtype = storage.dtype or native
-    adapter_on = model.adapter_enabled if settings.adapter is None else settings.adapter
+    adapter_on = model.adapter_enabled if settings.with_adapter is None else settings.with_adapter
     fields = [f for f in storage.fields if adapter_on or f != "adapter"]
     kept = sum(storage.keeps(k, steps, live_from) for k in range(live_from, steps))
     per_step = len(fields) * latent_bytes(shape, store_dtype)
@@ -132,9 +133,9 @@ def estimate(model: ComposedModel, batch: Batch, steps: int, storage: StoragePol
         ones = torch.ones(shape[0], device=zeros.device)
         ctx = ComposeContext(x_t=zeros, t=ones, noise_level=ones, step=None)
         with applied(model, settings) as m, torch.no_grad():
-            diag = Composition.of(m.composer.compose(zeros, zeros, ctx)).diagnostics
+            diag = composition_of(m.composer, zeros, zeros, ctx).diagnostics
         diagnostics = sum(latent_bytes(v.shape, store_dtype if v.is_floating_point() else v.dtype)
-                          for v in diag.values())
+                          for v in diag.as_dict().values())
     scalars = 2 * shape[0] * 8 * (steps - live_from)  # t and noise level per step (at most 8 bytes each)
     replay = 0
     if storage.replay:
