@@ -228,7 +228,11 @@ def test_which_state_a_rollout_reads(own, exp):
     assert rollout_state(no_state, items) is None  # it reads no state: none is given, though the data has one
     assert rollout_state(mine.model, [{k: v for k, v in it.items() if k != "proprio"} for it in items]) is None
     assert rollout_state(mine.model, items, "recorded") == "recorded"
-    assert rollout_state(mine.model, items, "none") is None
+    assert rollout_state(no_state, items, "none") is None
+    with pytest.raises(DataError, match=r"--rollout-state none: the run's adapter reads 'proprio' at each chunk's "
+                                        r"first frame, which the episodes record, so every chunk needs one\. Use "
+                                        r"--rollout-state start"):
+        rollout_state(mine.model, items, "none")
     assert rollout_state(exp.model, long_episodes("long", frames=2, episodes=1)) == "probe"  # the hand, on Meta-World
     with pytest.raises(DataError, match=r"--rollout-state probe: the hand probe reads 64x64 frames of the Meta-World "
                                         r"camera, these episodes have 16x16 frames\. Use --rollout-state start"):

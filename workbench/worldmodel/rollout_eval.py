@@ -75,10 +75,11 @@ def long_episodes(path: str = "long", *, frames: int | None = None, episodes: in
     (:func:`~workbench.worldmodel.common.clip_source`). ``exp``: the run that will roll them out; the signals
     its adapter reads are checked against what the data serves before any episode is read.
     """
+    from workbench.data.metaworld import sample_path
     from workbench.data.sources import data_kind
-    from workbench.worldmodel.common import clip_source, spread_over_tasks
+    from workbench.worldmodel.common import UNSEEN_PATH, clip_source, spread_over_tasks
 
-    path = str(LONG_PATH) if path == "long" else path
+    path = str({"long": LONG_PATH, "unseen": UNSEEN_PATH, "sample": sample_path()}.get(path, path))
     name = Path(path).name
     if frames is not None and (isinstance(frames, bool) or not isinstance(frames, (int, np.integer))
                                or frames < 2):
@@ -91,9 +92,7 @@ def long_episodes(path: str = "long", *, frames: int | None = None, episodes: in
     else:  # a Meta-World file: every episode has the file's length
         import h5py
 
-        from workbench.data.metaworld import sample_path
-
-        with h5py.File(sample_path() if path == "sample" else path, "r") as f:
+        with h5py.File(path, "r") as f:
             length = int(f["frames"].shape[1])
         if frames is not None and frames > length:
             raise DataError(f"--frames {frames}: the episodes of {name} have {length} frames. "
@@ -118,13 +117,13 @@ def long_episodes(path: str = "long", *, frames: int | None = None, episodes: in
     positions = [source.index[i][0] for i in chosen]
     if frames is not None:
         lengths = {source.meta.episodes[e].index: source.served_length(e) for e in positions}
-        short = {ep: n for ep, n in lengths.items() if n < frames}
+        short = {ep: length for ep, length in lengths.items() if length < frames}
         if short:
-            ep, n = next(iter(short.items()))
+            ep, length = next(iter(short.items()))
             shortest = min(lengths.values())
             more = (f", and {len(short) - 1} more of its {len(lengths)} episodes have fewer than {frames}"
                     if len(short) > 1 else "")
-            raise DataError(f"--frames {frames}: episode {ep} of {name} ({split}) has {n} frames{more}. "
+            raise DataError(f"--frames {frames}: episode {ep} of {name} ({split}) has {length} frames{more}. "
                             f"Roll out at most {shortest} frames "
                             f"(--frames {shortest}: the shortest episode), "
                             f"or leave --frames out to roll out each episode whole.")
@@ -139,13 +138,23 @@ def rollout_state(model, items: list[dict], state: str = "auto", probe: Any = No
     adapter reads ``ee_pos``, the episodes record it and the probe can read their frames; else ``"start"``
     (the state recorded at the episode's first frame, for every chunk) where the adapter reads a state the
     episodes record (``proprio``: a LeRobot dataset's ``observation.state``); else None. ``none`` is None;
-    ``probe``, ``start`` and ``recorded`` are themselves (``probe`` needs frames the probe reads).
+    ``probe``, ``start`` and ``recorded`` are themselves (``probe`` needs frames the probe reads; ``none``
+    an adapter that needs no state the episodes record).
     """
     from workbench.worldmodel.probe import shipped_probe
 
     if state not in ROLLOUT_STATES:
         raise DataError(f"--rollout-state {state!r}: choose from {', '.join(ROLLOUT_STATES)}.")
+    reads = {key for c in model.adapter.consumes for key in c.keys}
+    recorded = {key for key in STATE_KEYS if all(key in it for it in items)}
     if state == "none":
+        needed = sorted({key for c in model.adapter.consumes if c.required for key in c.keys} & recorded)
+        if needed:
+            raise DataError(f"--rollout-state none: the run's adapter reads {needed[0]!r} at each chunk's "
+                            f"first frame, which the episodes record, so every chunk needs one. "
+                            f"Use --rollout-state start (the state recorded at each episode's first frame, "
+                            f"held) or recorded (the recorded state at every chunk's first frame: "
+                            f"a ceiling).")
         return None
     size = (probe or shipped_probe()).image_size
     h, w = items[0]["video"].shape[-2:]
@@ -156,8 +165,6 @@ def rollout_state(model, items: list[dict], state: str = "auto", probe: Any = No
                         f"(the state recorded at each episode's first frame, held) or none.")
     if state != "auto":
         return state
-    reads = {key for c in model.adapter.consumes for key in c.keys}
-    recorded = {key for key in STATE_KEYS if all(key in it for it in items)}
     if "ee_pos" in reads and "ee_pos" in recorded and readable:
         return "probe"
     return "start" if reads & recorded else None
