@@ -240,6 +240,11 @@ def _your_own_data(ns: dict) -> None:
     metrics = json.loads(Path("outputs/own_videos_eval/metrics.json").read_text())
     assert metrics["evaluation"]["clips"] == 4 and metrics["evaluation"]["data"] == "my_dataset"
     assert np.isfinite(metrics["summary"]["mean"]["adapter"]["psnr"])
+    rolled = json.loads(Path("outputs/own_videos_rollout/rollout_metrics.json").read_text())  # the run's own data
+    evaluation = rolled["evaluation"]
+    assert (evaluation["data"], evaluation["split"], evaluation["state"]) == ("my_dataset", "val", "none")
+    assert (evaluation["frames"], evaluation["metrics"]) == (24, ["moving_psnr"])  # whole episodes, no probe
+    assert np.isfinite(rolled["summary"]["chunks"][0]["adapter_moving_psnr"])
     assert ns["exp"].step == 30 and len(ns["trajectory"]) == 8
 
 

@@ -151,6 +151,14 @@ def test_state_comes_from_the_produced_frames(path_model):
     ceiling = rollout(path_model, clip, actions, steps=STEPS, state="recorded")
     assert [s.tolist() for s in ceiling.states] == [clip["ee_pos"][f].tolist() for f in (0, 3, 6)]
     assert not np.array_equal(ceiling.video, ro.video)
+    # state="start": every chunk is given the state recorded at frame 0, and nothing recorded later is read
+    poisoned = {**clip, "ee_pos": clip["ee_pos"].clone()}
+    poisoned["ee_pos"][1:] = float("nan")
+    held = rollout(path_model, poisoned, actions, steps=STEPS, state="start")
+    assert held.state_mode == "start" and [s.tolist() for s in held.states] == [clip["ee_pos"][0].tolist()] * 3
+    assert torch.equal(held.chunks[2].conditions["ee_pos"], clip["ee_pos"][0].expand(1, W, 3))
+    assert np.array_equal(held.video[:4], ceiling.video[:4])  # chunk 0: the same recorded frame-0 state
+    assert not np.array_equal(held.video, ceiling.video)
     # the world-model wing's hand probe, found by name through the registry
     with pytest.raises(Exception, match="64x64|64, 64"):  # the probe reads 64x64 frames only
         rollout(path_model, clip, actions, steps=STEPS, state="probe")
@@ -321,7 +329,8 @@ def test_by_default_a_rollout_gives_no_state(model, path_model):
     with pytest.raises(InspectError, match=r"the adapter reads 'ee_pos' at each chunk's first frame, which start "
                                            r"records per frame; .* got no state reader\. Pass a state reader that "
                                            r"fills 'ee_pos': a registered one by name \(registered: 'probe'\), "
-                                           r"or StateReader\(fn, keys=\('ee_pos',\)\); or state='recorded'"):
+                                           r"or StateReader\(fn, keys=\('ee_pos',\)\); or state='start' \(the value "
+                                           r"recorded at frame 0, held for every chunk\), or state='recorded'"):
         rollout(path_model, clip, actions, steps=STEPS)
 
 
@@ -354,5 +363,5 @@ def test_a_state_reader_is_told_apart_from_a_plain_function(model):
         StateReader(mean_colour, keys="ee_pos")
     with pytest.raises(InspectError, match=r"StateReader needs a function to read with"):
         StateReader(keys=("ee_pos",))
-    with pytest.raises(InspectError, match=r"rollout: state=3; pass None \(no state\), 'recorded'"):
+    with pytest.raises(InspectError, match=r"rollout: state=3; pass None \(no state\), 'start', 'recorded'"):
         rollout(model, clip, actions, steps=STEPS, state=3)

@@ -437,18 +437,25 @@ def add_arguments(parser) -> None:
     parser.add_argument("--rollout", action="store_true",
                         help="roll whole episodes out chunk by chunk "
                              "(each chunk from the last frame the model produced) "
-                             "and report per chunk: moving PSNR and hand error for the base, the adapter, "
-                             "swapped actions (and --scratch); writes rollout_metrics.json and drift.png. "
-                             "--data defaults to the shipped long episodes ('long')")
+                             "and report per chunk for the base, the adapter, swapped actions "
+                             "(and --scratch): moving PSNR, and the hand error where the hand probe "
+                             "reads the episodes (Meta-World's); writes rollout_metrics.json and drift.png. "
+                             "--data defaults to the run's own data (its val split), or for a run trained on "
+                             "the shipped sample to the shipped long episodes ('long')")
     parser.add_argument("--frames", type=int,
                         help="--rollout: frames of each episode to roll out (default: all of them)")
     parser.add_argument("--episodes", type=int,
                         help="--rollout: episodes to roll out, taken in turn from each task (default: all); "
                              "--policies: start states per task (default: all recorded)")
-    parser.add_argument("--rollout-state", default="probe", choices=("probe", "recorded"),
-                        help="--rollout: where each chunk's hand position comes from: "
-                             "the hand probe on the last produced frame, or the recorded one "
-                             "(a ceiling, not a world model) (default: %(default)s)")
+    from workbench.worldmodel.rollout_eval import ROLLOUT_STATES
+
+    parser.add_argument("--rollout-state", default="auto", choices=ROLLOUT_STATES,
+                        help="--rollout: the state an adapter reads at each chunk's first frame: probe (the "
+                             "hand probe reads it off the last produced frame), start (the state recorded at "
+                             "the episode's first frame, held), recorded (the recorded one at each chunk: a "
+                             "ceiling, not a world model) or none; auto: probe for an adapter that reads the "
+                             "hand position of Meta-World frames, start for one that reads a recorded state "
+                             "(observation.state), else none (default: %(default)s)")
     parser.add_argument("--scratch",
                         help="--rollout, --policies: a from-scratch run directory to evaluate as well")
     parser.add_argument("--variants",

@@ -19,10 +19,11 @@ Nothing recorded after the start frame(s) is read: a state the adapter reads at 
 (e.g. the action path's ``ee_pos``) is read off the frames the model produced, by a **state reader**
 (:class:`~workbench.inspect.recording.state.StateReader`, which names the conditions it fills):
 ``state=NAME`` builds the reader registered under that name (the world-model wing registers its hand
-probe as ``"probe"``), ``state=StateReader(fn, keys=(...))`` uses one of your own, ``state="recorded"``
-gives the start clip's recorded value at each chunk's first frame (a ceiling for measurements, not a
-world model), and ``state=None`` (the default) gives none. Chunk 0 is given the start clip's state at
-frame 0 when it carries one (known at the first frame). Chunk ``k`` samples with
+probe as ``"probe"``), ``state=StateReader(fn, keys=(...))`` uses one of your own, ``state="start"``
+gives every chunk the start clip's recorded value at frame 0 (known when the episode starts, held),
+``state="recorded"`` gives the start clip's recorded value at each chunk's first frame (a ceiling for
+measurements, not a world model), and ``state=None`` (the default) gives none. Chunk 0 is given the start
+clip's state at frame 0 when it carries one (known at the first frame). Chunk ``k`` samples with
 :func:`~workbench.core.seeds.chunk_seed` ``(seed, k)``.
 """
 
@@ -44,7 +45,7 @@ from workbench.errors import listing
 from workbench.inspect.common import InspectError, check_model, prepare
 from workbench.inspect.recording.recorder import generator_state
 from workbench.inspect.recording.settings import Settings, check_with_adapter
-from workbench.inspect.recording.state import RECORDED, StateReader, resolve_state
+from workbench.inspect.recording.state import RECORDED, START, StateReader, resolve_state
 from workbench.inspect.recording.storage import StoragePolicy
 from workbench.inspect.recording.trajectory import Trajectory, run
 from workbench.registry import registered
@@ -220,8 +221,9 @@ class Rollout:
 
     @property
     def state_mode(self) -> str:
-        """Where chunks after the first get their state: a registered reader's name (``probe``), ``reader`` (a
-        :class:`~workbench.inspect.recording.state.StateReader` given), ``recorded`` or ``none``."""
+        """Where chunks after the first get their state: a registered reader's name (``probe``), ``reader``
+        (a :class:`~workbench.inspect.recording.state.StateReader` given), ``start``, ``recorded`` or
+        ``none``."""
         return self._plan.state_mode
 
     @property
@@ -355,11 +357,13 @@ def _to_float(frames: np.ndarray) -> torch.Tensor:
 
 def _read_state(plan: _Plan, frames: np.ndarray, frame: int, first: bool) -> dict[str, torch.Tensor]:
     """The state conditions a chunk starting at episode ``frame`` is given: the recorded values at frame 0
-    (known), the recorded values (``state="recorded"``), or the reader's reading of the context ``frames``."""
+    (known; ``state="start"`` for every chunk), the recorded values at ``frame`` (``state="recorded"``), or
+    the reader's reading of the context ``frames``."""
     if not plan.state_keys:
         return {}
     if (first or plan.reader is None) and all(k in plan.recorded_state for k in plan.state_keys):
-        return {k: plan.recorded_state[k][:, frame].float() for k in plan.state_keys}
+        at = frame if plan.state_mode == RECORDED else 0
+        return {k: plan.recorded_state[k][:, at].float() for k in plan.state_keys}
     value = torch.as_tensor(np.asarray(plan.reader(frames)), dtype=torch.float32)
     if value.ndim == 3:
         value = value[:, -1]
@@ -440,6 +444,7 @@ def _check_state_given(consumed: dict[str, Any], per_frame: list[str], state_key
             f"after chunk 0 a rollout knows it only as read off the frames the model produced, and got "
             f"{given}. Pass a state reader that fills {key!r}: a registered one by name "
             f"(registered: {listing(registered('state_reader'))}), or StateReader(fn, keys=({key!r},)); "
+            f"or state='start' (the value recorded at frame 0, held for every chunk), "
             f"or state='recorded' (the recorded value: a ceiling, for measurements).")
 
 
@@ -505,10 +510,11 @@ def rollout(model: ComposedModel, start: Mapping[str, Any], actions: Any, *, ste
             ``chunk_seed(seed, k)``.
         state: where a state the adapter reads at a chunk's first frame comes from: None (default: no state),
             the name of a registered state reader (``"probe"``: the world-model wing's hand probe), a
-            :class:`~workbench.inspect.recording.state.StateReader`, or ``"recorded"`` (the start clip's
-            recorded value at each chunk's first frame: a ceiling). A reader fills the conditions of its
-            ``keys`` that the adapter reads; an adapter that reads a state the start clip records per frame,
-            which nothing fills, is refused.
+            :class:`~workbench.inspect.recording.state.StateReader`, ``"start"`` (the start clip's recorded
+            value at frame 0, for every chunk: known when the episode starts) or ``"recorded"`` (the start
+            clip's recorded value at each chunk's first frame: a ceiling). A reader fills the conditions of
+            its ``keys`` that the adapter reads; an adapter that reads a state the start clip records per
+            frame, which nothing fills, is refused.
         gate_scale: sample with the adapter's learned gate times this.
         stride: frames between chunk starts, ``1 .. W - context_frames`` (default ``W - context_frames``).
         store: a :class:`StoragePolicy` for each chunk's trajectory; ``False`` keeps only the final latents
@@ -579,7 +585,7 @@ def rollout(model: ComposedModel, start: Mapping[str, Any], actions: Any, *, ste
                  and isinstance(value, (torch.Tensor, np.ndarray)) and value.ndim == (3 if batched else 2)]
     if reader is not None:
         state_keys = tuple(k for k in reader.keys if k in consumed)
-    elif state_mode == RECORDED:
+    elif state_mode in (START, RECORDED):
         state_keys = tuple(k for k in per_frame if k in consumed)
     else:
         state_keys = ()
