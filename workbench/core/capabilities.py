@@ -2,11 +2,13 @@
 
 :class:`~workbench.core.backbone.BaseVideoModel` holds what every backbone writes. What only some
 backbones have is declared on the side, by listing the capability among the class's bases and writing
-its members::
+its members:
 
-    class MyBackbone(BaseVideoModel, CachesLatents, InsideAccess):
-        def encode_item(self, item): ...
-        def inside_spec(self): ...
+```python
+class MyBackbone(BaseVideoModel, CachesLatents, InsideAccess):
+    def encode_item(self, item): ...
+    def inside_spec(self): ...
+```
 
 A member whose stub here raises ``NotImplementedError`` must be written by a backbone that declares
 the capability; the others have a default, the one every backbone that does not declare the capability

@@ -302,8 +302,9 @@ def evaluate_rollouts(exp, items: list[dict], *, steps: int, seed: int = 0, stat
     for name, model, with_adapter in runs:
         actions = own if name != "swapped" else [_held(items[p]["action"], int(n))
                                                  for p, n in zip(partner, lengths, strict=True)]
-        out[name], chunks = rollout_videos(model, items, actions, with_adapter=with_adapter, steps=steps, seed=seed,
-                                           state=state, gate_scale=gate_scale if name != "scratch" else None,
+        out[name], chunks = rollout_videos(model, items, actions, with_adapter=with_adapter, steps=steps,
+                                           seed=seed, state=state,
+                                           gate_scale=gate_scale if name != "scratch" else None,
                                            batch=batch, on_batch=bar.update)
     bar.close()
     note = action_error_scorable(items, truth, probe)

@@ -89,8 +89,8 @@ class StateReader:
 
     def readout(self) -> Any:
         """The reader as a readout of single frames (uint8 ``[T, H, W, 3]`` -> ``[T, D]``, a
-        :class:`~workbench.inspect.FrameReadout`) for a path a view draws, or None (the default) where
-        it offers none."""
+        :class:`~workbench.inspect.probes.readout.FrameReadout`) for a path a view draws, or None (the
+        default) where it offers none."""
         return None
 
 
