@@ -79,7 +79,7 @@ class ActionModulation(InsideSpecAdapter):
 
     def attach(self, spec: InsideSpec) -> None:
         chosen = check_indices(self.config.blocks, len(spec.blocks), "action_modulation blocks",
-                               type(self._bound_to).__name__)
+                               type(self.bound_backbone).__name__)
         for i in chosen:
             head = nn.Linear(self.config.hidden, 2 * spec.widths[i])
             nn.init.zeros_(head.weight)
@@ -87,7 +87,7 @@ class ActionModulation(InsideSpecAdapter):
             self.heads[str(i)] = head
             spec.blocks[i].register_forward_hook(self._hook(i, spec.layout))
         if self.config.lora is not None:
-            self.lora = LoraModules(self.config.lora, spec, type(self._bound_to).__name__)
+            self.lora = LoraModules(self.config.lora, spec, type(self.bound_backbone).__name__)
             object.__setattr__(self, "_lora_layers", self.lora.found)
 
     def prepare_state(self, cond, x_t, t):

@@ -165,7 +165,8 @@ class ControlNet(InsideSpecAdapter):
         n = self.config.blocks
         if n > spec.branch_blocks:
             raise ConfigError(
-                f"controlnet blocks: {n} is more than {type(self._bound_to).__name__} has to copy: its first "
+                f"controlnet blocks: {n} is more than {type(self.bound_backbone).__name__} has to copy: "
+                f"its first "
                 f"{spec.branch_blocks} blocks form the chain a copy can run ({spec.root_name}). Use blocks: "
                 f"{spec.branch_blocks} or fewer."
             )

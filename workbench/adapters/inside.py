@@ -154,7 +154,7 @@ class InsideSpecAdapter(InsideAdapter):
     def _changed(self) -> None:
         """The base's forward now computes something else for the same input: a base that caches its own
         calls (a diffusers backbone's ``forward_version``) must not reuse one made before."""
-        base = self._bound_to
+        base = self.bound_backbone
         if base is not None:
             vars(base)["forward_version"] = getattr(base, "forward_version", 0) + 1
 
@@ -186,7 +186,7 @@ class InsideSpecAdapter(InsideAdapter):
                 f"{type(self).__name__} has no LoRA to export. "
                 f"Use adapter type lora, or action_modulation with a lora: {{rank: ...}} block."
             )
-        return lora.export(path, self._bound_to)
+        return lora.export(path, self.bound_backbone)
 
     @property
     def active(self) -> bool:

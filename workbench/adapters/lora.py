@@ -54,7 +54,7 @@ class LoRA(InsideSpecAdapter):
         return cls(config)
 
     def attach(self, spec: InsideSpec) -> None:
-        self.lora = LoraModules(self.config, spec, type(self._bound_to).__name__)
+        self.lora = LoraModules(self.config, spec, type(self.bound_backbone).__name__)
         object.__setattr__(self, "_lora_layers", self.lora.found)
 
     def prepare_state(self, cond, x_t, t):

@@ -399,7 +399,7 @@ class DiffusersBackbone(BaseVideoModel, SamplingOptions, LatentLayout, CachesLat
             self.check_frames(video.shape[2:], "video")
             return self.encode_clips(video), video, True
         batch_size = batch_size_of(raw, self.config.prompt_key)
-        frames, s = self._frames_from(raw), self.card.sampling
+        frames, s = self.frames_requested(raw), self.card.sampling
         height, width = int(raw.get("height", s.height)), int(raw.get("width", s.width))
         return self.blank_latents(batch_size, frames, height, width, "generation size"), None, False
 
@@ -498,7 +498,7 @@ class DiffusersBackbone(BaseVideoModel, SamplingOptions, LatentLayout, CachesLat
         return [self._text_cache[p] for p in prompts]
 
     # -- sampling ----------------------------------------------------------------------------
-    def _guidance(self, guidance_scale: float | None = None) -> float:
+    def guidance_for(self, guidance_scale: float | None = None) -> float:
         """The classifier-free guidance scale a ``generate`` call uses: the card's unless given."""
         return self.card.sampling.guidance_scale if guidance_scale is None else guidance_scale
 
@@ -506,7 +506,7 @@ class DiffusersBackbone(BaseVideoModel, SamplingOptions, LatentLayout, CachesLat
                              **sampler_kwargs: Any) -> int:
         """Two under classifier-free guidance (a diffusers pipeline guides when the scale is over 1:
         the conditional and the unconditional half each go through ``compose_fn``), else one."""
-        return 2 if self._guidance(guidance_scale) > 1 else 1
+        return 2 if self.guidance_for(guidance_scale) > 1 else 1
 
     def run_pipeline(self, pipe: Any, injection: Injection, batch: Batch, *, steps: int, guidance: float,
                      generator: torch.Generator | None, **kwargs: Any) -> torch.Tensor:
@@ -525,7 +525,8 @@ class DiffusersBackbone(BaseVideoModel, SamplingOptions, LatentLayout, CachesLat
         when ``x_t`` is what the injected call handed out."""
         return self.native_call.output_for(x_t)
 
-    def _frames_from(self, raw: Mapping[str, Any]) -> int:
+    def frames_requested(self, raw: Mapping[str, Any]) -> int:
+        """The frames a generation request asks for: its per-frame signals' length, else the card's."""
         return requested_frames(raw, self.card.sampling.num_frames)
 
     def example_batch(self, batch_size: int = 2, *,

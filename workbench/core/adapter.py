@@ -89,6 +89,12 @@ class Adapter(nn.Module):
         return resolved
 
     @property
+    def bound_backbone(self):
+        """The backbone :meth:`bind` matched this adapter against (``None`` before), held outside the
+        module tree: the adapter never owns or train-modes the frozen base."""
+        return self._bound_to
+
+    @property
     def resolved_conditions(self) -> tuple[ResolvedCondition, ...]:
         if self._resolved is None:
             raise ConditionError(

@@ -310,7 +310,7 @@ def check_recording(s: Subject) -> str:
     if not torch.equal(traj.final, plain.to(traj.final.device)):
         raise Broken(f"the recorded run's final latents differ from the unrecorded run's "
                      f"({max_diff(traj.final, plain)}).")
-    made, said = len(traj._log[0].calls), predictions_per_step(s.base, batch, **kwargs)
+    made, said = len(traj.log[0].calls), predictions_per_step(s.base, batch, **kwargs)
     if made != said:
         raise Broken(f"the sampler called compose_fn {made} time(s) in a step, "
                      f"but predictions_per_step(batch, **sampler_kwargs) says {said}: "

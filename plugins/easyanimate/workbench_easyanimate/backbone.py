@@ -273,7 +273,7 @@ class EasyAnimate(DiffusersBackbone, InsideAccess):
 
         ``guidance_scale`` defaults to the card's; other keyword arguments go to the pipeline.
         """
-        guidance = self._guidance(guidance_scale)
+        guidance = self.guidance_for(guidance_scale)
         b = batch.batch_size
         kwargs: dict[str, Any] = dict(prompt_embeds=batch.cond["prompt_embeds"],
                                       prompt_attention_mask=batch.cond["prompt_attention_mask"])

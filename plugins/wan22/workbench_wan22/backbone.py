@@ -295,7 +295,7 @@ class Wan22TI2V(DiffusersBackbone, InsideAccess):
         image = torch.as_tensor(raw["image"]).float().to(self.device)
         if image.ndim != 4 or image.shape[1] != 3:
             raise DataError(f"wan22_ti2v: 'image' must be (B, 3, H, W) in [-1, 1], got {tuple(image.shape)}.")
-        latents = self.blank_latents(image.shape[0], self._frames_from(raw), *image.shape[2:], "image")
+        latents = self.blank_latents(image.shape[0], self.frames_requested(raw), *image.shape[2:], "image")
         return latents, image[:, :, None], False
 
     def condition_on(self, cond: dict[str, Any], latents: torch.Tensor, video: torch.Tensor | None,
@@ -404,7 +404,7 @@ class Wan22TI2V(DiffusersBackbone, InsideAccess):
 
         ``guidance_scale`` defaults to the card's; other keyword arguments go to the pipeline.
         """
-        guidance = self._guidance(guidance_scale)
+        guidance = self.guidance_for(guidance_scale)
         b = batch.batch_size
         uncond = None
         kwargs: dict[str, Any] = dict(prompt_embeds=batch.cond["prompt_embeds"])
