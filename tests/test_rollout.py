@@ -230,8 +230,9 @@ def test_batched_rollouts_with_a_gate_scale_and_the_base_alone(model):
     with pytest.raises(InspectError, match=r"^rollout: with_adapter='off' is not allowed: it takes True \(base \+ "
                                            r"adapter\) or False \(the frozen base alone\)\.$"):
         rollout(model, clip, actions, steps=STEPS, state=None, with_adapter="off")
-    with pytest.raises(InspectError, match=r"rollout needs an Experiment or a workbench\.ComposedModel.*for the frozen "
-                                           r"base alone pass with_adapter=False\."):
+    with pytest.raises(InspectError, match=r"^rollout needs a workbench\.ComposedModel \(base \+ adapter \+ composer "
+                                           r"\+ objective\), got TinyVideo\..*for the frozen "
+                                           r"base alone pass that model with with_adapter=False\."):
         rollout(model.base, clip, actions, steps=STEPS, state=None)
 
 

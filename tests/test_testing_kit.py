@@ -508,8 +508,8 @@ def test_tiny_video_keeps_the_contract(objective, adapter):
     factory = (lambda: LatentResidual(width=16, depth=1)) if adapter == "latent_residual" else None
     report = check_backbone(make_tiny(objective=objective), raw=tiny_raw(), adapter_factory=factory)
     assert report.ok and "given latent frames [0] kept" in report["given_frames"].detail
-    assert report.declared == ("GivenFrames", "LatentLayout", "CachesLatents", "InsideAccess")
-    assert [f.promise for f in report.findings] == [*REQUIRED_PROMISES, "latent_cache", "inside"]
+    assert report.declared == ("GivenFrames", "LatentLayout", "CachesLatents", "InsideAccess", "MemoryPlanning")
+    assert [f.promise for f in report.findings] == [*REQUIRED_PROMISES, "latent_cache", "inside", "memory_plan"]
 
 
 @pytest.mark.parametrize("objective", ["flow_matching", "diffusion"])

@@ -67,7 +67,8 @@ def check_model(model: Any, who: str) -> ComposedModel:
         raise InspectError(
             f"{who} needs a workbench.ComposedModel (base + adapter + composer + objective), got "
             f"{type(model).__name__}. "
-            f"Pass exp.model, or build ComposedModel(base, adapter, composer, objective)."
+            f"Pass exp.model, or build ComposedModel(base, adapter, composer, objective); "
+            f"for the frozen base alone pass that model with with_adapter=False."
         )
     return model
 

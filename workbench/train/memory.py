@@ -291,10 +291,17 @@ def _dtype_for(device: str, name: str, precision: Mapping[str, Any]) -> torch.dt
 
 def meta_backbone(kind: str, config: Mapping[str, Any], dtype: torch.dtype):
     """The backbone of a config built on meta with random weights in ``dtype`` (no storage)."""
+    from dataclasses import fields
+
     from workbench.backbones.random_weights import weights_on_meta
     from workbench.config import build
+    from workbench.registry import resolve
 
-    config = {**config, "random_weights": True, "device": "cpu", "dtype": str(dtype).replace("torch.", "")}
+    # a random init of the real architecture: a diffusers backbone says so with random_weights, one that
+    # loads a weights file (tiny_video) with no file
+    settings = {f.name for f in fields(resolve("backbone", kind).config_class)}
+    random = {"random_weights": True} if "random_weights" in settings else {"weights": None}
+    config = {**config, **random, "device": "cpu", "dtype": str(dtype).replace("torch.", "")}
     with weights_on_meta():
         return build("backbone", kind, config)
 

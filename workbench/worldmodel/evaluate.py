@@ -47,6 +47,8 @@ import numpy as np
 from workbench.core.composers import scaled_gate
 from workbench.errors import DataError
 from workbench.worldmodel.common import (
+    action_error_scorable,
+    check_signals,
     clip_source,
     data_options,
     json_safe,
@@ -95,35 +97,6 @@ def from_first_frame(raw: dict[str, Any]) -> dict[str, Any]:
     return request
 
 
-def check_signals(exp, source, data: str) -> None:
-    """The clips serve every per-frame signal the adapter reads, at the width it was trained with; a
-    DataError before any prediction otherwise, with the fix."""
-    widths = source.widths() if hasattr(source, "widths") else {}
-    if not widths:
-        return
-    flags = {"action": "--actions", "proprio": "--state"}
-    for c in exp.model.adapter.consumes:
-        if c.video or not c.required:
-            continue
-        found = [key for key in c.keys if key in widths]
-        if not found:
-            if c.name in flags:
-                raise DataError(f"The run's adapter reads {c.name!r}, which the clips of {data} do not serve "
-                                f"(they serve {', '.join(sorted(widths))}). Nothing was evaluated. "
-                                f"Evaluate on data that records it, "
-                                f"or name its feature with {flags[c.name]} FEATURE.")
-            continue
-        width = widths[found[0]]
-        if c.dim is not None and width != c.dim:
-            raise DataError(
-                f"The run's adapter was trained on {c.dim}-D {c.name!r} vectors, "
-                f"but the clips of {data} serve {width}-D ones. Nothing was evaluated. "
-                f"Evaluate it on data with {c.dim}-D {c.name} vectors "
-                f"(or choose such a feature with {flags.get(c.name, '--actions')} FEATURE), "
-                f"or train an adapter for this data: "
-                f"`workbench train CONFIG --action-dim {width}` with a data: block that reads {data}.")
-
-
 def check_clip_size(base, shape: tuple[int, ...]) -> None:
     """Clips of ``shape`` ``(T, H, W)`` are the clip the backbone predicts (its ``clip()``),
     or a DataError."""
@@ -135,23 +108,6 @@ def check_clip_size(base, shape: tuple[int, ...]) -> None:
                         f"of {clip.height}x{clip.width} (its clip(), from its card's sampling defaults); "
                         f"build the clip source with window={clip.frames} and size=({clip.height}, "
                         f"{clip.width}), or build the backbone for clips of that size.")
-
-
-def action_error_scorable(items: list[dict], video: np.ndarray, probe: Any = None) -> str | None:
-    """``None`` when the action error can be scored on these clips; else why not, in words (it is then NaN).
-
-    It needs the recorded hand position (``ee_pos``) of every clip, and frames the hand probe reads
-    (its square size, e.g. 64x64 Meta-World ``corner2`` frames).
-    """
-    if not all("ee_pos" in it for it in items):
-        return "not scored: the clips carry no recorded hand position (ee_pos)"
-    from workbench.worldmodel.probe import shipped_probe
-
-    size = (probe or shipped_probe()).image_size
-    if tuple(video.shape[-3:-1]) != (size, size):
-        return (f"not scored: the hand probe reads {size}x{size} frames, these are {video.shape[-3]}x"
-                f"{video.shape[-2]}")
-    return None
 
 
 def _stack(items: list[dict], key: str):

@@ -105,7 +105,7 @@ def long_episodes(path: str = "long", *, frames: int | None = None, episodes: in
         raise DataError(f"{name} ({split}) has no episode to roll out. "
                         f"Choose another split (--split all) or other data (--data).")
     if exp is not None:
-        from workbench.worldmodel.evaluate import check_signals
+        from workbench.worldmodel.common import check_signals
 
         check_signals(exp, source, path)
     n = len(source) if episodes is None else min(int(episodes), len(source))
@@ -266,8 +266,7 @@ def evaluate_rollouts(exp, items: list[dict], *, steps: int, seed: int = 0, stat
     from tqdm.auto import tqdm
 
     from workbench.metrics import moving_mask, per_clip, to_uint8_video
-    from workbench.worldmodel.common import swap_partner
-    from workbench.worldmodel.evaluate import action_error_scorable
+    from workbench.worldmodel.common import action_error_scorable, swap_partner
 
     if not items:
         raise DataError("No episodes to roll out: the data has none. Choose another split, or more episodes.")
