@@ -387,6 +387,19 @@ def _start_rank(path: Path) -> float:
     return -seconds
 
 
+#: The node id of every test this session collected, before any selection (node ids, ``-k``, ``-m``,
+#: ``--deselect``) narrowed what runs: a test that counts its own file's cases reads it.
+COLLECTED: set[str] = set()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector):
+    report = yield
+    if report.passed:
+        COLLECTED.update(node.nodeid for node in report.result if isinstance(node, pytest.Item))
+    return report
+
+
 def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: _start_rank(Path(str(item.fspath))))  # stable: each file keeps its order
     reasons: dict[str, str | None] = {}

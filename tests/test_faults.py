@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import cli, flip_bits, snapshot, tiny_base, truncate, write_run_config
+from conftest import COLLECTED, cli, flip_bits, snapshot, tiny_base, truncate, write_run_config
 
 from workbench.errors import CheckpointError, ConfigError, DataError, NonFiniteLossError
 from workbench.train import AdapterExperiment
@@ -1042,14 +1042,8 @@ def test_ctrl_c_during_cache_latents_says_how_to_continue(cache, tmp_path, capsy
 
 def test_the_reliability_guide_counts_these_cases(request):
     """docs/guides/reliability.md states how many cases this file holds, in total and row by row."""
-    options = request.config.option
-    if any(getattr(options, name, None) for name in ("keyword", "markexpr", "deselect", "lf")):
-        # a run that selects part of the suite: collect this file on its own
-        listed = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", __file__],
-                                capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=120).stdout
-        cases = sum("::" in line for line in listed.splitlines())
-    else:  # this session collected the whole file (each xdist worker collects every test)
-        cases = sum(item.path == Path(__file__) for item in request.session.items)
+    # every case pytest collected from this file, whichever of them this session runs (one alone by its node id)
+    cases = sum(nodeid.startswith(f"{request.node.parent.nodeid}::") for nodeid in COLLECTED)
     guide = (ROOT / "docs" / "guides" / "reliability.md").read_text()
     assert f"`tests/test_faults.py` ({cases} cases" in guide
     table = guide.split("## How it is tested")[1]
