@@ -67,10 +67,14 @@ def weights(out: Path, step: int) -> dict[str, torch.Tensor]:
     return load_file(str(out / f"step-{step:07d}" / "trainable.safetensors"))
 
 
-def history(out: Path, step: int) -> list[float]:
+def meta(out: Path, step: int) -> dict:
     import json
 
-    return json.loads((out / f"step-{step:07d}" / "meta.json").read_text())["loss_history"]
+    return json.loads((out / f"step-{step:07d}" / "meta.json").read_text())
+
+
+def history(out: Path, step: int) -> list[float]:
+    return meta(out, step)["loss_history"]
 
 
 def assert_same_run(a: Path, b: Path, step: int = 4) -> None:
@@ -79,6 +83,8 @@ def assert_same_run(a: Path, b: Path, step: int = 4) -> None:
     for key in wa:
         assert torch.equal(wa[key], wb[key]), key
     assert history(a, step) == history(b, step)
+    # the same base on any number of ranks, its weights sharded or not (digested whole, before sharding)
+    assert meta(a, step)["base"] == meta(b, step)["base"]
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,8 @@ A checkpoint is a directory ``step-0000123/`` holding:
 * ``state.pt`` — optimizer state, RNG states and data position: tensors and plain data only, read with
   ``weights_only=True`` (a file holding anything else is refused, never unpickled);
 * ``config.yaml`` — the fully resolved experiment config;
-* ``meta.json`` — step, metrics, loss history, the config changes made on resumes, versions;
+* ``meta.json`` — step, metrics, loss history, the config changes made on resumes, versions, and the
+  digest of the base the run was trained on (:mod:`workbench.train.provenance`);
 * ``manifest.json`` — the size and SHA-256 digest of each of the four files above (see
   :mod:`workbench.integrity`).
 

@@ -42,6 +42,7 @@ from workbench.train.data import DataFeed, DataStream
 from workbench.train.distributed import Distributed, local_device, shard_base
 from workbench.train.hooks import Hooks
 from workbench.train.placement import base_config_on, check_base_dtype
+from workbench.train.provenance import BaseDigest, base_digest, check_base
 from workbench.train.resume import (
     Change,
     capture_state,
@@ -94,6 +95,9 @@ class AdapterExperiment:
             composer = Replace() if adapter.inside else GatedResidual()
         objective = objective if objective is not None else base.default_objective()
         check_base_dtype(base, self.device)
+        # A base read from files is hashed now, before anything could write them again; one without files
+        # (a random init) when a checkpoint first needs its digest (see base_digest).
+        self._base_digest: BaseDigest | None = base_digest(base) if base.weight_files() else None
         self.model = ComposedModel(base, adapter, composer, objective).to(self.device)
         adapter.condition_seed = self.training.seed
         self.model.checkpoint_adapter = self.training.gradient_checkpointing
@@ -103,6 +107,7 @@ class AdapterExperiment:
             self.dist.agree_on_config(self.resolved_config())
             self.dist.broadcast_(params)  # every rank starts from rank 0's trainable weights
             if self.training.distributed.shard_base:
+                self._base_digest = self.base_digest  # of whole tensors: a sharded base holds a piece of each
                 shard_base(self.model.base, self.dist)
         self._params = params
         if not params:
@@ -201,6 +206,16 @@ class AdapterExperiment:
     def _hooks(self, extra: Iterable[Callback] = ()) -> Hooks:
         """The callbacks of a fit: the components' own, the experiment's, then ``extra``, each once."""
         return Hooks([*self.component_callbacks, *self.callbacks, *extra], main=self.is_main)
+
+    @property
+    def base_digest(self) -> BaseDigest:
+        """The digest of the frozen base this experiment trains (what its checkpoints record, and what a
+        checkpoint restored into it must have recorded; see :mod:`workbench.train.provenance`)."""
+        if self._base_digest is None:
+            own = [*self.model.adapter.state_dict(keep_vars=True).values(),
+                   *self.model.composer.state_dict(keep_vars=True).values()]
+            self._base_digest = base_digest(self.model.base, exclude=own)
+        return self._base_digest
 
     @property
     def is_main(self) -> bool:
@@ -429,7 +444,7 @@ class AdapterExperiment:
             config_yaml=yaml.safe_dump(self.resolved_config(), sort_keys=False),
             meta={"name": self.name, "loss_history": self.loss_history,
                   "metrics": {"loss": self.loss_history[-1] if self.loss_history else None},
-                  "config_changes": self.config_changes},
+                  "config_changes": self.config_changes, "base": self.base_digest.record()},
             keep_last=keep_last if keep_last is not None else self.training.keep_last,
         )
         self.last_checkpoint = path
@@ -448,6 +463,9 @@ class AdapterExperiment:
         return self._restore(load_checkpoint(path))
 
     def _restore(self, ckpt: LoadedCheckpoint) -> AdapterExperiment:
+        note = check_base(ckpt.path, ckpt.meta, self.base_digest)  # refused before anything is loaded
+        if note is not None:
+            ckpt.notes.append(note)
         print_notes(ckpt)
         restored = restore_state(ckpt, self.model, self.optimizer, scaler=self.scaler, device=self.device)
         self.step = restored.step
