@@ -16,6 +16,7 @@ import re
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -1057,6 +1058,53 @@ def test_kill_9_in_the_middle_of_writing_a_cache_then_a_rerun_gives_the_same_cac
     status, _, _ = cli(capsys, "cache-latents", config, "--out", out, "--shard-size", 1, "--quiet")
     assert status == 0
     assert snapshot(out) == snapshot(whole)  # (the half-written file of the killed process is gone too)
+
+
+# -- one writer per run -----------------------------------------------------------------------------------------------
+def test_a_second_writer_is_refused_naming_the_first_and_a_killed_writer_never_blocks(tmp_path, capsys):
+    """The issue's case: a second `train --resume` into a running run removed the first one's temporary
+    checkpoint (the first died at its next save), then finished from an old checkpoint, leaving a stray newer one."""
+    from workbench.train.checkpoint import step_of
+
+    config = write_run_config(tmp_path / "long.yaml", **{"training.checkpoint_every": 3})
+    out = tmp_path / "run"
+    first = subprocess.Popen([sys.executable, "-m", "workbench", "train", str(config), "--output", str(out), "--steps",
+                              "100000", "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    try:
+        deadline = time.time() + 120
+        while not list_checkpoints(out) and time.time() < deadline:
+            time.sleep(0.05)
+        holder = (rf"Run directory {re.escape(str(out))} is in use: process {first.pid} on host "
+                  rf"{re.escape(socket.gethostname())} \(`python -m workbench train {re.escape(str(config))} --output "
+                  rf"{re.escape(str(out))} --steps 100000 --quiet`\) has been writing it since "
+                  rf"\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d .*\(lock file {re.escape(str(out))}/\.writer\.lock\)\. Two "
+                  rf"processes writing one run delete each other's checkpoints, so this one stopped before writing "
+                  rf"anything there\. Wait for it to finish, or stop it \(Ctrl-C in its terminal, or "
+                  rf"`kill {first.pid}`: a training run saves a checkpoint and exits\), ")
+        status, _, err = cli(capsys, "train", config, "--output", out, "--resume", "--steps", 1000, "--quiet")
+        assert status == 2 and re.search(
+            f"error: {holder}then continue the run with `workbench train {re.escape(str(config))} --output "
+            f"{re.escape(str(out))} --steps 1000 --resume --quiet`; to train beside it, write to another directory",
+            err), err
+        with pytest.raises(CheckpointError, match=f"{holder}then try again"):  # and in Python
+            AdapterExperiment.from_yaml(config).save_checkpoint(out)
+        seen = step_of(latest_checkpoint(out))
+        while step_of(latest_checkpoint(out)) <= seen + 3 and first.poll() is None:
+            time.sleep(0.05)
+        assert first.poll() is None  # the first writer goes on saving, untouched
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.communicate(timeout=60)
+    assert first.returncode == -signal.SIGKILL
+    killed_at = step_of(latest_checkpoint(out))
+    # the killed writer's lock went with it: the run continues at once from its latest checkpoint
+    status, printed, err = cli(capsys, "train", config, "--output", out, "--resume", "--steps", killed_at + 2,
+                               "--quiet")
+    assert status == 0, err
+    assert f"Resuming tiny-run from {out}/step-{killed_at:07d} (step {killed_at})" in printed
+    assert step_of(latest_checkpoint(out)) == killed_at + 2
+    assert all(step_of(p) <= killed_at + 2 and checkpoint_problem(p) is None for p in list_checkpoints(out))
+    assert not list(out.glob(".tmp-*")) and (out / ".writer.lock").read_bytes() == b""  # released
 
 
 # -- signals ---------------------------------------------------------------------------------------------------------

@@ -56,6 +56,7 @@ from workbench.train.resume import (
     refuse_unless_allowed,
     restore_state,
 )
+from workbench.train.runlock import RunLock, hold_run
 from workbench.train.seeds import StepNoise
 
 
@@ -131,6 +132,7 @@ class AdapterExperiment:
         self.output_dir = Path(t.output_dir or Path("outputs") / name)
         self.last_checkpoint: Path | None = None
         self.interrupted = False
+        self._run_holds: list[RunLock] | None = None  # while a fit runs: the run directories it holds
         #: What an interrupted fit prints after saying where it stopped (the CLI prints its own advice).
         self.resume_hint: str | None = "Call fit() again to continue from there."
         #: The command that continues this run from its latest checkpoint (the CLI sets it), for advice.
@@ -362,6 +364,16 @@ class AdapterExperiment:
         stream = self.feed.stream(data)
         hooks = self._hooks(callbacks)
         target = self.step + steps
+        self._run_holds = []  # the runs this fit writes, held from its first checkpoint on (save_checkpoint)
+        try:
+            self._fit(stream, hooks, steps, target, progress)
+        finally:
+            holds, self._run_holds = self._run_holds, None
+            for held in holds:
+                held.release()
+        return self
+
+    def _fit(self, stream: DataStream, hooks: Hooks, steps: int, target: int, progress: bool | None) -> None:
         show = (self.training.progress if progress is None else progress) and self.is_main
         bar = None
         if show and steps:
@@ -396,7 +408,6 @@ class AdapterExperiment:
             self.model.train(False)
         self._sync()
         hooks.call("on_fit_end", self)
-        return self
 
     # -- evaluation --------------------------------------------------------------------------
     def evaluate(self, data: Any, batches: int = 4, seed: int = 0) -> dict[str, float]:
@@ -436,10 +447,15 @@ class AdapterExperiment:
         import yaml
 
         self._sync()  # never save past a non-finite loss
+        run_dir = Path(run_dir or self.output_dir)
         if not self.is_main:  # rank 0 writes; the others hold the same state
-            return Path(run_dir or self.output_dir)
+            return run_dir
+        if self._run_holds is not None and all(held.run_dir != run_dir for held in self._run_holds):
+            # A fit keeps the run it writes from its first checkpoint to its end: another process that
+            # starts writing there meanwhile is refused (see workbench.train.runlock).
+            self._run_holds.append(hold_run(run_dir, then="then call fit() again"))
         path = save_checkpoint(
-            run_dir or self.output_dir, self.step, trainable=self.model.trainable_state_dict(),
+            run_dir, self.step, trainable=self.model.trainable_state_dict(),
             state=capture_state(self.optimizer, self.step, scaler=self.scaler, data=self.feed.position()),
             config_yaml=yaml.safe_dump(self.resolved_config(), sort_keys=False),
             meta={"name": self.name, "loss_history": self.loss_history,
