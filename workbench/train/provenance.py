@@ -134,6 +134,13 @@ def base_digest(base: Any, exclude: Iterable[torch.Tensor] = ()) -> BaseDigest:
     :meth:`weight_files`, or of its state dict where it names none, leaving out the tensors ``exclude``
     (an inside adapter's weights, which live in the base's modules)."""
     files = [Path(f) for f in base.weight_files()]
+    gone = [str(f) for f in files if not f.is_file()]
+    if gone:
+        raise CheckpointError(
+            f"{type(base).__name__}.weight_files() names {len(gone)} file(s) that cannot be read: "
+            f"{', '.join(gone[:3])}. It must list the files its frozen weights were read from (or none, for "
+            f"weights no file holds); the run's base is recorded by their digest. Put the files back, or fix "
+            f"the backbone's weight_files().")
     if files:
         return _files_digest(files)
     return _state_digest(base, {id(t) for t in exclude})
