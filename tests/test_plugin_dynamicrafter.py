@@ -8,6 +8,7 @@ any download. Everything else runs on tiny seeded models on CPU.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import os
 import subprocess
@@ -636,6 +637,11 @@ def test_the_example_config_trains_on_metaworld_and_resumes_bit_exactly(cache_ro
         (two / "step-0000004" / "trainable.safetensors").read_bytes()
     saved = (one / "step-0000004" / "config.yaml").read_text()
     assert "type: dynamicrafter" in saved and "path: tiny" in saved
+    from workbench_dynamicrafter.tiny import ensure_tiny_checkpoint
+
+    checkpoint = ensure_tiny_checkpoint()  # the run records the checkpoint file it was trained on
+    assert json.loads((two / "step-0000004" / "meta.json").read_text())["base"] == {
+        "sha256": hashlib.sha256(checkpoint.read_bytes()).hexdigest(), "covers": "the file model.safetensors"}
 
 
 INSIDE = {"lora": {"rank": 2}, "action_modulation": {"hidden": 8, "lora": {"rank": 2}}, "controlnet": {"blocks": 1}}

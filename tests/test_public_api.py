@@ -105,7 +105,7 @@ CAPABILITIES_SNAPSHOT = ["CAPABILITIES", "CachesLatents", "Compilable", "DECODER
                          "unwritten"]
 # the base class: what every backbone writes (the required part) and what callers use; everything else is a capability
 BASE_SNAPSHOT = {"methods": ["clip", "config_from", "decode", "default_objective", "denoise", "encode", "example_batch",
-                             "generate", "prepare_batch", "provides", "run_sampler"],
+                             "generate", "prepare_batch", "provides", "run_sampler", "weight_files"],
                  "attributes": ["card", "config", "config_class", "device", "dtype", "is_compiled"]}
 
 

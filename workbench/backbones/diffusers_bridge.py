@@ -16,6 +16,7 @@ diffusers itself (``import workbench`` does not load it).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -207,6 +208,17 @@ class DiffusersBackbone(BaseVideoModel, SamplingOptions, LatentLayout, CachesLat
         """The directory of the real model's configuration files shipped with the plugin (``path: real``)."""
         raise CheckpointError(f"{self.name}: this plugin ships no real configuration; "
                               f"point path at a release.")
+
+    def weight_files(self) -> tuple[Path, ...]:
+        """Every file of the pipeline directory that is not hidden (a download's ``.cache/`` is), the
+        text encoder's included whether loaded or not; ``()`` with ``random_weights`` (none is read)."""
+        if self.config.random_weights:
+            return ()
+        found = []
+        for parent, dirs, files in os.walk(self.folder, followlinks=True):
+            dirs[:] = [d for d in dirs if not d.startswith(".")]
+            found += [Path(parent) / name for name in files if not name.startswith(".")]
+        return tuple(sorted(found))
 
     def load(self) -> torch.dtype:
         """Load the pipeline from ``self.folder`` onto the config's device in its dtype (see

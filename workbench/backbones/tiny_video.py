@@ -134,6 +134,7 @@ class TinyVideo(BaseVideoModel, GivenFrames, LatentLayout, CachesLatents, Inside
             self.register_buffer("latent_mean", torch.zeros(config.latent_channels))
             self.register_buffer("latent_std", torch.ones(config.latent_channels))
         self.provenance: dict[str, Any] = {}
+        self._weights_file: Path | None = None  # what load_weights read
         self._objective = (FlowMatching(shift=config.shift) if config.objective == "flow_matching"
                            else Diffusion(prediction=config.prediction))
         if config.weights is not None:
@@ -495,6 +496,11 @@ class TinyVideo(BaseVideoModel, GivenFrames, LatentLayout, CachesLatents, Inside
             raise CheckpointError(f"Weights {file} do not fit tiny_video: missing {missing}, "
                                   f"unexpected {unexpected}.")
         self.provenance = {**meta.get("provenance", {}), "source": str(path)}
+        self._weights_file = file
+
+    def weight_files(self) -> tuple[Path, ...]:
+        """The ``.safetensors`` file the weights were loaded from (``()`` for a random init)."""
+        return (self._weights_file,) if self._weights_file is not None else ()
 
 
 def _weights_path(path: str | Path) -> Path:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -227,6 +228,14 @@ class BaseVideoModel(nn.Module):
         Its ``prediction_type`` is the card's.
         """
         raise NotImplementedError
+
+    def weight_files(self) -> tuple[Path, ...]:
+        """The files this backbone's frozen weights were read from, every one whose contents decide
+        what it computes (a text encoder loaded later included); ``()`` when no file holds them (a
+        random init, weights changed in memory after loading). A run records a digest of these files
+        as its base, or of the state dict where there are none, and refuses to continue on a base
+        whose digest differs (:mod:`workbench.train.provenance`). Default ``()``."""
+        return ()
 
     # -- sampling ----------------------------------------------------------------------------
     def run_sampler(self, batch: Batch, *, steps: int, sampler: str, generator: torch.Generator | None,

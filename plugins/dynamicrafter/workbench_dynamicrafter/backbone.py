@@ -515,6 +515,12 @@ class DynamiCrafter(BaseVideoModel, SamplingOptions, CachesLatents, MemoryPlanni
         needed."""
         return (self.conditioning,)
 
+    def weight_files(self) -> tuple[Path, ...]:
+        """The checkpoint every part loads from, the conditioning towers included (``()`` with
+        ``random_weights``)."""
+        file = self.__dict__["_checkpoint"][0]
+        return (Path(file),) if file is not None else ()
+
     def keep_in_float32(self) -> tuple[str, ...]:
         """The U-Net's float32 GroupNorms (its ResBlocks' and its output's, which compute in float32 as the
         release's do): moved to bf16, the backbone keeps their weights in float32."""
