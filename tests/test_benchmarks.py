@@ -42,8 +42,8 @@ PLUGIN_CASES = {
     "plugin_overhead": ["generate / pipeline = ", "record / pipeline = ", " us per step",
                         "wider transformer: generate / pipeline = ", "dynamicrafter record / sampler = "],
     "gpu_check": ["flow_matching on cpu: parity", "diffusion on cpu: parity",
-                  "TinyVideo (tiny_video-flow_matching) on cpu float32: all 14 promises kept; declares GivenFrames, "
-                  "LatentLayout, CachesLatents, InsideAccess",
+                  "TinyVideo (tiny_video-flow_matching) on cpu float32: all 15 promises kept; declares GivenFrames, "
+                  "LatentLayout, CachesLatents, InsideAccess, MemoryPlanning",
                   "Wan22TI2V (wan2.2-ti2v:wan22-ti2v-tiny-v1) on cpu float32: all 15 promises kept; declares "
                   "SamplingOptions, LatentLayout, CachesLatents, InsideAccess, MemoryPlanning, KeepsFloat32",
                   "EasyAnimate (easyanimate:easyanimate-tiny-v1) on cpu float32: all 15 promises kept",
