@@ -272,7 +272,7 @@ def _doctor(args: argparse.Namespace) -> int:
             print(f"  {name:<12} {md.version(name)}")
         except md.PackageNotFoundError:
             print(f"  {name:<12} (not installed)")
-    print("extras (pip install \"grafted-workbench[EXTRA]\"):")
+    print(f"extras ({extras.install_command(['EXTRA'])} in a clone of the repository):")
     commands = registered_commands()
     for extra in extras.EXTRAS:
         absent = extras.missing(extra)

@@ -17,6 +17,7 @@ import numpy as np
 
 from workbench.data.camera import CameraCalibration, look_at_matrix
 from workbench.errors import ConfigError, DataError, did_you_mean, listing
+from workbench.extras import install_hint
 
 # MuJoCo reads MUJOCO_GL when it is first imported; choose headless EGL unless told otherwise.
 os.environ.setdefault("MUJOCO_GL", "egl")
@@ -128,7 +129,7 @@ def import_simulator() -> Any:
     except ModuleNotFoundError as err:
         raise DataError(
             f"Generating Meta-World data needs the package {err.name!r}, which is not installed: "
-            f"`pip install 'grafted-workbench[data]'` (metaworld, mujoco, h5py)."
+            f"{install_hint(['data'])} (metaworld, mujoco, h5py)."
         ) from err
     except Exception as err:  # mujoco sets up its GL backend (MUJOCO_GL) at import time
         raise RenderingUnavailable(
