@@ -69,7 +69,11 @@ class StepError(InspectError, IndexError):
 class ConformanceError(WorkbenchError, AssertionError):
     """A backbone broke promises of the contract (``workbench.testing.check_backbone``).
 
-    ``report`` is the :class:`~workbench.testing.ConformanceReport` listing every promise checked.
+    Its message is the report's text.
+
+    Args:
+        report: The :class:`~workbench.testing.ConformanceReport` listing every promise checked, kept as
+            ``.report``.
     """
 
     def __init__(self, report) -> None:

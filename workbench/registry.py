@@ -48,7 +48,17 @@ def _check_kind(kind: str) -> None:
 
 
 def register(kind: str, name: str) -> Callable[[T], T]:
-    """Class decorator: make ``obj`` buildable as ``{type: name}`` in a ``kind`` block.
+    """Class decorator: make the decorated class buildable as ``{type: name}`` in a ``kind`` block.
+
+    Args:
+        kind: The component kind, one of :data:`KINDS` (``"adapter"``, ``"composer"``, ``"backbone"``, ...).
+        name: The name a config's ``type:`` gives it (lower_snake).
+
+    Returns:
+        The decorator, which records the class and returns it unchanged.
+
+    Raises:
+        UnknownComponentError: When ``kind`` is not a component kind; the message lists the kinds.
 
     Examples:
         >>> from workbench import SideAdapter, build

@@ -136,7 +136,15 @@ def shift_t(t: torch.Tensor, shift: float) -> torch.Tensor:
 
 @register("objective", "flow_matching")
 class FlowMatching(Objective):
-    """Rectified-flow matching with a velocity target ``ε - x0``."""
+    """Rectified-flow matching with a velocity target ``ε - x0``.
+
+    Args:
+        config: A :class:`FlowMatchingConfig`; None takes its defaults.
+        **overrides: Fields of the config to change, e.g. ``shift=3.0``.
+
+    Raises:
+        ConfigError: When a field is unknown or its value is out of range.
+    """
 
     prediction_type = "velocity"
     config_class = FlowMatchingConfig
@@ -218,7 +226,15 @@ def alphas_cumprod(schedule: str, n: int, beta_start: float = 1e-4, beta_end: fl
 
 @register("objective", "diffusion")
 class Diffusion(Objective):
-    """DDPM-style diffusion with ε, v or x0 prediction."""
+    """DDPM-style diffusion with ε, v or x0 prediction.
+
+    Args:
+        config: A :class:`DiffusionConfig`; None takes its defaults.
+        **overrides: Fields of the config to change, e.g. ``prediction="v"``.
+
+    Raises:
+        ConfigError: When a field is unknown or its value is out of range.
+    """
 
     config_class = DiffusionConfig
 

@@ -98,7 +98,11 @@ _EXPECTED = {
 
 
 def sample_path() -> Path:
-    """Path of the shipped sample file ``workbench/data/samples/metaworld_sample.h5``."""
+    """Path of the shipped sample file ``workbench/data/samples/metaworld_sample.h5``.
+
+    Returns:
+        The file's absolute path inside the installed package.
+    """
     return Path(__file__).resolve().parent / "samples" / SAMPLE_NAME
 
 
@@ -106,12 +110,23 @@ def sample_path() -> Path:
 class MetaWorldConfig:
     """Config of the ``metaworld`` dataset.
 
-    ``path`` is an HDF5 file from ``workbench data metaworld``; the special value ``"sample"``
-    means the shipped sample (:func:`sample_path`). ``tasks`` keeps only episodes of these tasks
-    (after the split, so the split does not depend on it). ``in_memory`` reads the whole file once
-    per process instead of decompressing one episode per item. ``control`` adds a control video
-    derived from each clip's frames to its items (``"control"``, ``(C, T, H, W)``): ``edges`` (see
-    :func:`workbench.data.control.edges`), for a ``controlnet`` with ``video: true``.
+    Attributes:
+        path: An HDF5 file from ``workbench data metaworld``; ``"sample"`` means the shipped sample
+            (:func:`sample_path`).
+        window: Frames per clip (at least 2).
+        stride: Frames between the starts of consecutive clips.
+        split: ``train``, ``val`` or ``all`` (see :func:`split_episodes`).
+        val_fraction: The fraction of each task's episodes in the validation split, in [0, 1).
+        seed: The seed of the split.
+        tasks: Keep only episodes of these tasks (applied after the split, so the split does not
+            depend on it); null keeps all.
+        in_memory: Read the whole file once per process instead of decompressing one episode per item.
+        control: Adds a control video derived from each clip's frames to its items (``"control"``,
+            ``(C, T, H, W)``): ``edges`` (see :func:`workbench.data.control.edges`), for a ``controlnet``
+            with ``video: true``.
+
+    Raises:
+        ConfigError: When a value is out of range; the message names the field.
     """
 
     path: str
@@ -148,6 +163,14 @@ def split_episodes(tasks: list[str], val_fraction: float, seed: int) -> tuple[li
     Each task contributes ``round(val_fraction * n_task)`` validation episodes (never all of them
     when it has two or more); with ``val_fraction > 0`` and at least two episodes, at least one
     episode is in validation.
+
+    Args:
+        tasks: The task name of each episode, in file order.
+        val_fraction: The fraction of each task's episodes to put in validation, in [0, 1).
+        seed: The seed of the draw; the same seed gives the same split.
+
+    Returns:
+        ``(train, val)``: sorted episode indices, disjoint, together every episode.
     """
     n = len(tasks)
     rng = np.random.default_rng(seed)
@@ -172,7 +195,17 @@ def split_episodes(tasks: list[str], val_fraction: float, seed: int) -> tuple[li
 
 @register("dataset", "metaworld")
 class MetaWorldClips(Dataset):
-    """Windows of Meta-World episodes with actions, end-effector position and proprio state."""
+    """Windows of Meta-World episodes with actions, end-effector position and proprio state.
+
+    Args:
+        config: A :class:`MetaWorldConfig`.
+        **overrides: Fields of the config, given or changed by name (e.g. ``path="sample"``).
+
+    Raises:
+        ConfigError: When a field is unknown, missing or out of range.
+        DataError: When the file is missing, not HDF5, or not laid out as ``workbench data metaworld``
+            writes it; the message names the field at fault.
+    """
 
     config_class = MetaWorldConfig
     requires_extras = {"data": ("h5py",)}

@@ -63,7 +63,22 @@ def open_clips(path: str | Path, *, window: int, stride: int, split: str = "val"
                size: tuple[int, int] | None = None, **options: Any) -> Any:
     """The clip dataset of ``path`` (a ``MetaWorldClips`` or a ``LeRobotClips``) with these windows.
 
-    ``size`` (H, W) resizes LeRobot frames; an HDF5 file must already hold frames of that size.
+    Args:
+        path: A LeRobot dataset directory, a Meta-World ``.h5`` file, or ``"sample"`` (the shipped
+            Meta-World sample).
+        window: Frames per clip.
+        stride: Frames between the starts of consecutive clips.
+        split: ``"train"``, ``"val"`` or ``"all"``.
+        size: ``(H, W)`` to resize LeRobot frames to; an HDF5 file must already hold frames of that size.
+        **options: Further fields of the dataset's config (``MetaWorldConfig`` or ``LeRobotConfig``).
+
+    Returns:
+        The dataset, a ``MetaWorldClips`` or a ``LeRobotClips``.
+
+    Raises:
+        DataError: When ``path`` is neither kind of dataset (the message says what it holds and how to
+            convert it), or an HDF5 file's frames are not ``size``.
+        ConfigError: When an option is unknown or out of range.
     """
     from workbench.config import build
 

@@ -400,9 +400,18 @@ def record(model: ComposedModel, batch_or_cond: Mapping[str, Any] | Batch, steps
         on_step: called after each step with a :class:`TrajectoryStep` of *device* tensors (for
             live previews); raise :class:`StopSampling` in it to stop early.
         storage: the :class:`StoragePolicy` (default: everything, every step, to CPU, model dtype).
-        sampler_kwargs: passed to ``base.generate`` (and reused by forks).
+        label: the trajectory's name in views and reports (default: one made from its settings).
+        **sampler_kwargs: passed to ``base.generate`` (and reused by forks).
 
-    The final latents are bit-identical to ``model.generate`` with the same seed.
+    Returns:
+        The :class:`Trajectory`, whose final latents are bit-identical to ``model.generate`` with the
+        same seed.
+
+    Raises:
+        InspectError: When the recording would go over ``storage.max_bytes`` with ``on_exceed="raise"``.
+
+    Warns:
+        StorageWarning: When it would go over ``storage.max_bytes`` with ``on_exceed="warn"``.
 
     Examples:
         >>> traj = record(model, raw, steps=8, seed=0)
