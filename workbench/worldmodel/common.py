@@ -26,8 +26,18 @@ UNSEEN_PATH = Path(__file__).resolve().parents[1] / "data" / "samples" / "metawo
 def load_run(run_dir: str | Path, *, again: str | None = None):
     """The :class:`AdapterExperiment` of a run directory (its latest checkpoint) or of one checkpoint.
 
-    ``again``: the rest of the ``workbench eval`` command line, for the advice on a damaged checkpoint
-    (evaluate the newest one that verifies with it)."""
+    Args:
+        run_dir: A run directory (its latest checkpoint is loaded) or one ``step-*`` checkpoint.
+        again: The rest of the ``workbench eval`` command line, for the advice on a damaged checkpoint
+            (evaluate the newest one that verifies with it).
+
+    Returns:
+        The :class:`AdapterExperiment`, loaded.
+
+    Raises:
+        CheckpointError: When the path is a file, missing, or holds no checkpoint that verifies; the
+            message says what to pass instead.
+    """
     from workbench.train.checkpoint import latest_checkpoint
     from workbench.train.experiment import AdapterExperiment
 
@@ -88,14 +98,25 @@ def clip_source(path: str, *, window: int, split: str = "val", stride: int | Non
     """``window``-frame clips of a Meta-World file or a LeRobot dataset, one every ``stride`` frames
     (default: ``window``), through :func:`workbench.data.sources.open_clips`.
 
-    ``"sample"`` is the shipped sample (six training tasks); ``"unseen"`` the shipped file of six
-    tasks the pretrained base and the demo's adapter never saw (:data:`UNSEEN_PATH`). ``size``
-    resizes LeRobot frames (an HDF5 file must hold that size); ``tasks`` picks Meta-World tasks;
-    ``camera`` picks a LeRobot dataset's video feature; ``control`` adds a control video derived
-    from each clip (``edges``, see :mod:`workbench.data.control`). A LeRobot dataset with an
-    ``observation.ee_pos`` feature (the Meta-World writer's) serves it as ``ee_pos``, so the
-    action error is scored. ``options`` go into a LeRobot dataset's config (``actions``, ``state``,
-    ``ee_pos``, ``fps``; see :func:`data_options`).
+    A LeRobot dataset with an ``observation.ee_pos`` feature (the Meta-World writer's) serves it as
+    ``ee_pos``, so the action error is scored.
+
+    Args:
+        path: A Meta-World ``.h5`` file, a LeRobot dataset directory, ``"sample"`` (the shipped sample,
+            six training tasks) or ``"unseen"`` (the shipped file of six tasks the pretrained base and
+            the demo's adapter never saw, :data:`UNSEEN_PATH`).
+        window: Frames per clip.
+        split: ``"train"``, ``"val"`` or ``"all"``.
+        stride: Frames between the starts of consecutive clips (default: ``window``).
+        size: ``(H, W)`` to resize LeRobot frames to (an HDF5 file must hold that size).
+        tasks: The Meta-World tasks to keep (None: all).
+        camera: A LeRobot dataset's video feature.
+        control: Adds a control video derived from each clip (``edges``, see :mod:`workbench.data.control`).
+        **options: Go into a LeRobot dataset's config (``actions``, ``state``, ``ee_pos``, ``fps``; see
+            :func:`data_options`).
+
+    Returns:
+        The clip dataset.
     """
     from workbench.data.sources import data_kind, open_clips
 

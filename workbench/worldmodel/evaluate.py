@@ -25,14 +25,15 @@ Clips come from a **clip source**: any map-style dataset (``len`` and ``[i]``) w
 another reader that yields the same items plugs into :func:`evaluate_world_model` /
 :func:`evaluate_run` unchanged. Without ``ee_pos`` the action error is reported as missing (NaN).
 
-Example::
-
+Example:
+    ```python
     from workbench import AdapterExperiment
     from workbench.worldmodel.common import clip_source
     from workbench.worldmodel.evaluate import evaluate_run
     exp = AdapterExperiment.load("outputs/demo/run")
     report = evaluate_run(exp, clip_source("sample", window=16, split="val"), out="outputs/eval", clips=12)
     print(report["table"])
+    ```
 """
 
 from __future__ import annotations
@@ -121,18 +122,29 @@ def evaluate_world_model(exp, clips, *, sampling_steps: int, seed: int = 0, chun
                          condition: str = "action", predict: Any = None) -> dict[str, Any]:
     """Predict every clip of ``clips`` (a clip source) three ways and score them.
 
-    ``gate_scale``: sample (b) and (c) with the adapter's learned gate times this (:func:`scaled_gate`).
-    ``condition``: the clip key swapped in (c) (``action``, or ``control`` for a control video);
-    every key of :data:`CONDITION_KEYS` the clips carry is given to all three, true except that one
-    (the state keys as measured at the first frame, see :data:`STATE_KEYS`). ``predict``: what
-    predicts the three variants' clips instead of one :func:`~workbench.inspect.recording.clips.predict_clips`
-    call each, given ``(model, {name: (clips, with_adapter)}, steps=, seed=, chunk=, gate=, on_chunk=)``
-    (:meth:`workbench.train.ahead.BaseAhead.predict`: the chunks shared by two processes, the same videos).
+    Args:
+        exp: The :class:`~workbench.AdapterExperiment` to evaluate.
+        clips: The clip source.
+        sampling_steps: Sampling steps.
+        seed: The seed the predictions' noise derives from.
+        chunk: Clips per ``generate`` call.
+        progress: Show a progress bar.
+        probe: The hand probe scoring the action error (default: the shipped one).
+        gate_scale: Sample (b) and (c) with the adapter's learned gate times this (:func:`scaled_gate`).
+        condition: The clip key swapped in (c) (``action``, or ``control`` for a control video); every
+            key of :data:`CONDITION_KEYS` the clips carry is given to all three, true except that one
+            (the state keys as measured at the first frame, see :data:`STATE_KEYS`).
+        predict: What predicts the three variants' clips instead of one
+            :func:`~workbench.inspect.recording.clips.predict_clips` call each, given
+            ``(model, {name: (clips, with_adapter)}, steps=, seed=, chunk=, gate=, on_chunk=)``
+            (:meth:`workbench.train.ahead.BaseAhead.predict`: the chunks shared by two processes, the
+            same videos).
 
-    Returns uint8 videos ``[N, T, H, W, 3]`` (``truth`` and each variant), ``scores`` (per clip
-    and variant: ``psnr``, ``ssim``, ``moving_psnr``, ``action_error`` in cm), ``hand_error``
-    (per variant and for ``truth``: the probe's distance to the recorded position per frame,
-    ``[N, T]`` cm), ``moving_fraction``, ``partner`` and the clips' ``items``.
+    Returns:
+        Uint8 videos ``[N, T, H, W, 3]`` (``truth`` and each variant), ``scores`` (per clip and variant:
+        ``psnr``, ``ssim``, ``moving_psnr``, ``action_error`` in cm), ``hand_error`` (per variant and for
+        ``truth``: the probe's distance to the recorded position per frame, ``[N, T]`` cm),
+        ``moving_fraction``, ``partner`` and the clips' ``items``.
     """
     import torch
     from tqdm.auto import tqdm
@@ -343,7 +355,28 @@ def evaluate_run(exp, source, *, out: str | Path, clips: int | None = None, samp
     """Evaluate ``exp`` on ``clips`` clips of ``source`` (all by default) spread over its tasks (see
     :func:`~workbench.worldmodel.common.spread_over_tasks`); write ``metrics.json`` and the videos.
 
-    ``condition``: what (c) swaps; ``predict``: who predicts the clips (see :func:`evaluate_world_model`)."""
+    Args:
+        exp: The :class:`~workbench.AdapterExperiment` to evaluate.
+        source: The clip source (:func:`~workbench.worldmodel.common.clip_source`).
+        out: The directory ``metrics.json`` and the videos are written to (made if missing).
+        clips: How many clips to evaluate (default: all).
+        sampling_steps: Sampling steps (default: the card's).
+        seed: The seed the predictions' noise derives from.
+        video_clips: How many clips get a side-by-side video.
+        progress: Show a progress bar.
+        title: The table's title.
+        targets: The targets the summary is judged against (``gain_db``, ``wins``, ``action_ratio``), or
+            None to judge nothing.
+        describe: Entries added to ``metrics.json``'s ``evaluation`` record.
+        labels: The table's row labels (default: those for ``condition``).
+        gate_scale: Sample with the adapter's learned gate times this.
+        condition: What (c) swaps: ``action``, or ``control`` for a control video.
+        predict: Who predicts the clips (see :func:`evaluate_world_model`).
+
+    Returns:
+        What ``metrics.json`` holds (``summary``, ``per_clip``, ``evaluation``, ``files``, ``seconds``),
+        plus the full ``result`` of :func:`evaluate_world_model` and the printed ``table``.
+    """
     import torch
 
     started = time.perf_counter()

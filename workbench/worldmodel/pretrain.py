@@ -55,14 +55,31 @@ from workbench.loop import LRSchedule, TrainingLoop, then
 class PretrainConfig:
     """Settings of a pretraining run (``workbench pretrain --help`` lists them as flags).
 
-    ``data``: an HDF5 file from ``workbench data metaworld`` (or ``"sample"``) or a LeRobot dataset
-    directory, all of whose episodes are used for training. ``val_data``: the data whose ``val``
-    split gives the card's validation loss (default: the shipped sample for a Meta-World file, so
-    the number is reproducible anywhere; the data itself for a LeRobot dataset). ``size``: the
-    frames' side in pixels (a LeRobot dataset's frames are resized to it; default: as stored,
-    which must be square). ``camera``: a LeRobot dataset's video feature (needed when it has several).
-    ``ae_steps`` / ``steps``: optimizer steps of the two stages. ``arch``: overrides of
-    :class:`TinyVideoConfig` (whose defaults are the shipped architecture).
+    Attributes:
+        data: An HDF5 file from ``workbench data metaworld`` (or ``"sample"``) or a LeRobot dataset
+            directory, all of whose episodes are used for training.
+        out: The weights file written (safetensors).
+        val_data: The data whose ``val`` split gives the card's validation loss (default: the shipped
+            sample for a Meta-World file, so the number is reproducible anywhere; the data itself for a
+            LeRobot dataset).
+        size: The frames' side in pixels (a LeRobot dataset's frames are resized to it; default: as
+            stored, which must be square).
+        camera: A LeRobot dataset's video feature (needed when it has several).
+        window: Frames per training clip.
+        ae_steps: Optimizer steps of the first stage, the autoencoder.
+        ae_batch_size: Frames per autoencoder step.
+        ae_crop: The side of the random crops the autoencoder trains on, a multiple of 8.
+        ae_learning_rate: The autoencoder's learning rate.
+        steps: Optimizer steps of the second stage, the denoiser.
+        batch_size: Clips per denoiser step.
+        learning_rate: The denoiser's learning rate.
+        warmup: Learning-rate warmup steps of each stage.
+        ema: The decay of the denoiser's weight average, in [0, 1) (the saved weights are the average).
+        seed: The seed of the run.
+        arch: Overrides of :class:`TinyVideoConfig` (whose defaults are the shipped architecture).
+
+    Raises:
+        ConfigError: When a value is out of range; the message names the field.
     """
 
     data: str
