@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
+from typing import Any
 
 
 class WorkbenchError(Exception):
@@ -76,7 +77,7 @@ class ConformanceError(WorkbenchError, AssertionError):
             ``.report``.
     """
 
-    def __init__(self, report) -> None:
+    def __init__(self, report: Any) -> None:
         super().__init__(str(report))
         self.report = report
 

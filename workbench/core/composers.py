@@ -17,6 +17,7 @@ import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
@@ -262,7 +263,7 @@ class GatedResidual(Composer):
 
     config_class = GatedResidualConfig
 
-    def __init__(self, config: GatedResidualConfig | None = None, **overrides):
+    def __init__(self, config: GatedResidualConfig | None = None, **overrides: Any):
         super().__init__()
         self.config = c = config_from(type(self), config, overrides)
         gate_init, max_gate = c.gate_init, c.max_gate
@@ -360,7 +361,7 @@ class MaskMix(Composer):
     config_class = MaskMixConfig
     needs_zero_adapter = False
 
-    def __init__(self, config: MaskMixConfig | None = None, **overrides):
+    def __init__(self, config: MaskMixConfig | None = None, **overrides: Any):
         super().__init__()
         self.config = c = config_from(type(self), config, overrides)
         self.mask_net = nn.Conv3d(2 * c.channels, 1, kernel_size=1)
@@ -410,7 +411,7 @@ class Wrapper(Composer):
     config alone rebuilds the whole stack.
     """
 
-    def __init__(self, inner: Composer | None = None, config=None, **overrides):
+    def __init__(self, inner: Composer | None = None, config=None, **overrides: Any):
         super().__init__()
         config = config_from(type(self), config, overrides)
         if inner is None:
@@ -477,7 +478,8 @@ class NoiseGated(Wrapper):
 
     config_class = NoiseGatedConfig
 
-    def __init__(self, inner: Composer | None = None, config: NoiseGatedConfig | None = None, **overrides):
+    def __init__(self, inner: Composer | None = None, config: NoiseGatedConfig | None = None,
+                 **overrides: Any):
         super().__init__(inner, config, **overrides)
         self.lo, self.hi, self.ramp = float(self.config.lo), float(self.config.hi), float(self.config.ramp)
 
@@ -544,7 +546,7 @@ class PretrainWarmup(Wrapper):
     config_class = PretrainWarmupConfig
 
     def __init__(self, inner: Composer | None = None, config: PretrainWarmupConfig | None = None,
-                 **overrides):
+                 **overrides: Any):
         super().__init__(inner, config, **overrides)
         self.steps = int(self.config.steps)
         self.register_buffer("seen_step", torch.zeros((), dtype=torch.long))

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
@@ -149,7 +149,7 @@ class FlowMatching(Objective):
     prediction_type = "velocity"
     config_class = FlowMatchingConfig
 
-    def __init__(self, config: FlowMatchingConfig | None = None, **overrides):
+    def __init__(self, config: FlowMatchingConfig | None = None, **overrides: Any):
         self.config = config_from(type(self), config, overrides)
 
     def sample_t(self, batch_size, generator, device):
@@ -238,7 +238,7 @@ class Diffusion(Objective):
 
     config_class = DiffusionConfig
 
-    def __init__(self, config: DiffusionConfig | None = None, **overrides):
+    def __init__(self, config: DiffusionConfig | None = None, **overrides: Any):
         self.config = c = config_from(type(self), config, overrides)
         self.prediction_type = c.prediction
         self.alphas_cumprod = alphas_cumprod(c.schedule, c.num_train_timesteps, c.beta_start, c.beta_end)

@@ -12,18 +12,23 @@ JSON-ready. :mod:`~workbench.worldmodel.evaluate`, :mod:`~workbench.worldmodel.r
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from workbench.errors import CheckpointError, DataError
+
+if TYPE_CHECKING:
+    from torch.utils.data import Dataset
+
+    from workbench.train.experiment import AdapterExperiment
 
 #: Six Meta-World tasks outside pretraining and the demo's training set, generated with their own seed
 #: (see docs/guides/world-model.md, "Unseen tasks").
 UNSEEN_PATH = Path(__file__).resolve().parents[1] / "data" / "samples" / "metaworld_unseen.h5"
 
 
-def load_run(run_dir: str | Path, *, again: str | None = None):
+def load_run(run_dir: str | Path, *, again: str | None = None) -> AdapterExperiment:
     """The :class:`AdapterExperiment` of a run directory (its latest checkpoint) or of one checkpoint.
 
     Args:
@@ -94,7 +99,7 @@ def data_options(exp, path: str, args: Any = None) -> dict[str, Any]:
 
 def clip_source(path: str, *, window: int, split: str = "val", stride: int | None = None,
                 size: tuple[int, int] | None = None, tasks: list[str] | None = None,
-                camera: str | None = None, control: str | None = None, **options: Any):
+                camera: str | None = None, control: str | None = None, **options: Any) -> Dataset:
     """``window``-frame clips of a Meta-World file or a LeRobot dataset, one every ``stride`` frames
     (default: ``window``), through :func:`workbench.data.sources.open_clips`.
 

@@ -41,7 +41,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -58,6 +58,11 @@ from workbench.worldmodel.common import (
     spread_over_tasks,
     swap_partner,
 )
+
+if TYPE_CHECKING:
+    from torch.utils.data import Dataset
+
+    from workbench.train.experiment import AdapterExperiment
 
 VARIANTS = ("base", "adapter", "swapped")
 LABELS = {"base": "(a) frozen base alone", "adapter": "(b) base + adapter, true actions",
@@ -117,9 +122,10 @@ def _stack(items: list[dict], key: str):
     return torch.stack([it[key] for it in items])
 
 
-def evaluate_world_model(exp, clips, *, sampling_steps: int, seed: int = 0, chunk: int = 12,
-                         progress: bool = True, probe: Any = None, gate_scale: float | None = None,
-                         condition: str = "action", predict: Any = None) -> dict[str, Any]:
+def evaluate_world_model(exp: AdapterExperiment, clips: Dataset, *, sampling_steps: int, seed: int = 0,
+                         chunk: int = 12, progress: bool = True, probe: Any = None,
+                         gate_scale: float | None = None, condition: str = "action",
+                         predict: Any = None) -> dict[str, Any]:
     """Predict every clip of ``clips`` (a clip source) three ways and score them.
 
     Args:
@@ -347,8 +353,9 @@ def per_clip_record(result: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def evaluate_run(exp, source, *, out: str | Path, clips: int | None = None, sampling_steps: int | None = None,
-                 seed: int = 0, video_clips: int = 6, progress: bool = True, title: str = "evaluation",
+def evaluate_run(exp: AdapterExperiment, source: Dataset, *, out: str | Path, clips: int | None = None,
+                 sampling_steps: int | None = None, seed: int = 0, video_clips: int = 6,
+                 progress: bool = True, title: str = "evaluation",
                  targets: dict[str, Any] | None = None, describe: dict[str, Any] | None = None,
                  labels: dict[str, str] | None = None, gate_scale: float | None = None,
                  condition: str = "action", predict: Any = None) -> dict[str, Any]:

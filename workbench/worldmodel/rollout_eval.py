@@ -47,12 +47,15 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from workbench.core.backbone import max_generate_batch
 from workbench.errors import DataError
+
+if TYPE_CHECKING:
+    from workbench.train.experiment import AdapterExperiment
 
 #: Twelve 144-frame episodes of the six training tasks, their own seed (see the module docstring).
 LONG_PATH = Path(__file__).resolve().parents[1] / "data" / "samples" / "metaworld_long.h5"
@@ -255,8 +258,9 @@ def _chunk_means(values: np.ndarray, lengths: np.ndarray, chunk: range) -> np.nd
     return out
 
 
-def evaluate_rollouts(exp, items: list[dict], *, steps: int, seed: int = 0, state: str | None = "auto",
-                      gate_scale: float | None = None, scratch=None, batch: int = 12, probe: Any = None,
+def evaluate_rollouts(exp: AdapterExperiment, items: list[dict], *, steps: int, seed: int = 0,
+                      state: str | None = "auto", gate_scale: float | None = None,
+                      scratch: AdapterExperiment | None = None, batch: int = 12, probe: Any = None,
                       progress: bool = True, variants: tuple[str, ...] | None = None) -> dict[str, Any]:
     """Roll out every episode of ``items`` (from :func:`long_episodes`) the four ways and score each chunk.
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -31,6 +31,9 @@ from workbench.core.backbone import generation_inputs, max_generate_batch
 from workbench.core.card import TEXT_MODES
 from workbench.errors import DataError
 from workbench.inspect.recording.settings import check_with_adapter
+
+if TYPE_CHECKING:
+    from workbench.core.composed import ComposedModel
 
 
 def _collated(clips: Sequence[Mapping[str, Any]], key: str) -> Any:
@@ -69,8 +72,8 @@ def generation_request(base, clips: Sequence[Mapping[str, Any]]) -> dict[str, An
     return request
 
 
-def predict_clips(model, clips: Sequence[Mapping[str, Any]], *, steps: int | None = None, seed: int = 0,
-                  chunk: int = 12, with_adapter: bool = True, gate: torch.Tensor | None = None,
+def predict_clips(model: ComposedModel, clips: Sequence[Mapping[str, Any]], *, steps: int | None = None,
+                  seed: int = 0, chunk: int = 12, with_adapter: bool = True, gate: torch.Tensor | None = None,
                   on_chunk: Callable[[int], None] | None = None, offset: int = 0,
                   **sampler_kwargs: Any) -> np.ndarray:
     """Every clip of ``clips`` predicted by ``model`` (a :class:`~workbench.core.composed.ComposedModel`), as
