@@ -157,9 +157,10 @@ def test_the_check_finds_what_a_made_up_docstring_leaves_out(obj, missing):
     assert problems(obj) == missing
 
 
-def test_no_docstring_shows_a_literal_restructuredtext_example_marker():
-    # "Example::" is reStructuredText: the Google parser leaves it as text, and the page shows the colons
+def test_no_docstring_uses_a_restructuredtext_literal_block():
+    # "Example::" or "made with::" is reStructuredText: the Markdown the reference renders shows the colons
+    # and an unhighlighted block. A fenced block (```python, ```bash, ...) renders as code.
     found = [f"{path.relative_to(ROOT)}:{n}" for folder in ("workbench", "plugins") for path in
              sorted((ROOT / folder).rglob("*.py")) for n, line in enumerate(path.read_text().splitlines(), 1)
-             if re.search(r"\bExamples?::", line)]
+             if re.search(r"::\s*$", line) and not line.lstrip().startswith("#")]
     assert found == []

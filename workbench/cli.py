@@ -35,10 +35,12 @@ class Command:
     """A ``workbench`` subcommand: its name, one line of help, what adds its arguments, what runs it.
 
     ``run(args)`` returns the exit status; a :class:`~workbench.errors.WorkbenchError` it raises is
-    printed as ``error: ...`` with status 2. Register one in a package's ``pyproject.toml``::
+    printed as ``error: ...`` with status 2. Register one in a package's ``pyproject.toml``:
 
-        [project.entry-points."workbench.commands"]
-        mycommand = "mypackage.cli:mycommand"     # a Command("mycommand", ...)
+    ```toml
+    [project.entry-points."workbench.commands"]
+    mycommand = "mypackage.cli:mycommand"     # a Command("mycommand", ...)
+    ```
     """
 
     name: str

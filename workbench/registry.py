@@ -1,10 +1,12 @@
 """Names → components.
 
 Components register by name, in process with ``@register(kind, name)`` or from any installed
-distribution through an entry point in the group ``workbench.<kind>s``::
+distribution through an entry point in the group ``workbench.<kind>s``:
 
-    [project.entry-points."workbench.adapters"]
-    my_adapter = "my_package.adapters:MyAdapter"
+```toml
+[project.entry-points."workbench.adapters"]
+my_adapter = "my_package.adapters:MyAdapter"
+```
 
 Entry points are read lazily, the first time a name is looked up, so installing plugins costs
 nothing at ``import workbench``. The built-in components are declared the same way in

@@ -1,8 +1,10 @@
 """Composers: how the adapter's output folds onto the frozen base's prediction.
 
-Composers are modules and stack::
+Composers are modules and stack:
 
-    NoiseGated(PretrainWarmup(GatedResidual(), steps=500), lo=0.3, hi=1.0)
+```python
+NoiseGated(PretrainWarmup(GatedResidual(), steps=500), lo=0.3, hi=1.0)
+```
 
 Each says whether it is the identity at init (``identity_at_init``) and whether that needs a
 zero-output adapter (``needs_zero_adapter``); the test suite proves every claim bit-exactly.

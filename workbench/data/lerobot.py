@@ -7,15 +7,17 @@ not needed (its pinned dependencies conflict with this stack's torch and diffuse
 
 Items are windows of ``window`` consecutive frames at ``fps`` (the dataset's own rate when
 ``null``) starting every ``stride`` frames of an episode; a window never crosses an episode
-boundary::
+boundary:
 
-    {"video": float32 [3, window, H, W] in [-1, 1], "action": float32 [window, A],
-     "proprio": float32 [window, S] (the ``state`` feature; absent when none is served),
-     "ee_pos": float32 [window, 3] (only with ``ee_pos`` set),
-     "episode": int (the dataset's episode_index), "start": int (first frame, at ``fps``),
-     "task": str, "prompt": str (the same task string: the text condition backbones read),
-     "camera": float32 [12] (when meta/info.json records the camera's calibration; see
-     :mod:`workbench.data.camera`)}
+```text
+{"video": float32 [3, window, H, W] in [-1, 1], "action": float32 [window, A],
+ "proprio": float32 [window, S] (the ``state`` feature; absent when none is served),
+ "ee_pos": float32 [window, 3] (only with ``ee_pos`` set),
+ "episode": int (the dataset's episode_index), "start": int (first frame, at ``fps``),
+ "task": str, "prompt": str (the same task string: the text condition backbones read),
+ "camera": float32 [12] (when meta/info.json records the camera's calibration; see
+ :mod:`workbench.data.camera`)}
+```
 
 Frame ``k`` of a window is the recorded frame nearest in time to ``start_time + k / fps``, and its
 action and state are the recorded ones of that frame (nearest-sample resampling; with ``fps`` equal

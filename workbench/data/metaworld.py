@@ -1,21 +1,23 @@
 """Meta-World robot-arm clips with actions: the ``metaworld`` dataset.
 
 Files are written by :mod:`workbench.worldmodel.generate` (``workbench data metaworld``). Layout
-(schema version 1; ``N`` episodes of ``T`` steps, ``H × W`` frames, ``P = 10`` proprio values)::
+(schema version 1; ``N`` episodes of ``T`` steps, ``H × W`` frames, ``P = 10`` proprio values):
 
-    dataset  dtype    shape            meaning
-    frames   uint8    [N, T, H, W, 3]  RGB frame rendered *before* action t (frame t+1 shows its result)
-    actions  float32  [N, T, 4]        executed action t in [-1, 1]: hand dx, dy, dz (1 unit = 1 cm
-                                       of mocap target motion per 80 Hz step), gripper effort
-    ee_pos   float32  [N, T, 3]        hand (end-effector) position at frame t, metres, world frame
-    proprio  float32  [N, T, P]        gripper opening in [0, 1], 7 arm joint angles (rad), 2 finger
-                                       joint positions; names in the attribute ``proprio_names``
-    obs      float32  [N, T, 39]       the raw Meta-World goal-observable observation at frame t
-    reward   float32  [N, T]           Meta-World reward for action t (mean over ``action_repeat``)
-    expert   bool     [N, T]           True where action t came from the (noised) expert, False
-                                       where a random segment replaced it
-    task     string   [N]              Meta-World task name of each episode, e.g. ``push-v3``
-    success  bool     [N]              whether the env reported success at any step of the episode
+```text
+dataset  dtype    shape            meaning
+frames   uint8    [N, T, H, W, 3]  RGB frame rendered *before* action t (frame t+1 shows its result)
+actions  float32  [N, T, 4]        executed action t in [-1, 1]: hand dx, dy, dz (1 unit = 1 cm
+                                   of mocap target motion per 80 Hz step), gripper effort
+ee_pos   float32  [N, T, 3]        hand (end-effector) position at frame t, metres, world frame
+proprio  float32  [N, T, P]        gripper opening in [0, 1], 7 arm joint angles (rad), 2 finger
+                                   joint positions; names in the attribute ``proprio_names``
+obs      float32  [N, T, 39]       the raw Meta-World goal-observable observation at frame t
+reward   float32  [N, T]           Meta-World reward for action t (mean over ``action_repeat``)
+expert   bool     [N, T]           True where action t came from the (noised) expert, False
+                                   where a random segment replaced it
+task     string   [N]              Meta-World task name of each episode, e.g. ``push-v3``
+success  bool     [N]              whether the env reported success at any step of the episode
+```
 
 Every ``[N, T, ...]`` dataset is gzip-compressed with one chunk per episode (``chunks=(1, T, ...)``).
 File attributes: ``schema_version`` (1), ``generator_version``, ``metaworld_version``,
@@ -32,23 +34,27 @@ with ``workbench data calibrate FILE``).
 Only ``frames``, ``actions``, ``ee_pos``, ``proprio`` and ``task`` are needed by
 :class:`MetaWorldClips`; the other datasets are for analysis.
 
-The shipped sample (:func:`sample_path`, ``workbench/data/samples/metaworld_sample.h5``) was made with::
+The shipped sample (:func:`sample_path`, ``workbench/data/samples/metaworld_sample.h5``) was made with:
 
-    workbench data metaworld \\
-        --tasks reach-v3,push-v3,pick-place-v3,door-open-v3,drawer-close-v3,button-press-topdown-v3 \\
-        --episodes 60 --frames 48 --size 64 --seed 0 --action-repeat 2 \\
-        --out workbench/data/samples/metaworld_sample.h5
+```bash
+workbench data metaworld \\
+    --tasks reach-v3,push-v3,pick-place-v3,door-open-v3,drawer-close-v3,button-press-topdown-v3 \\
+    --episodes 60 --frames 48 --size 64 --seed 0 --action-repeat 2 \\
+    --out workbench/data/samples/metaworld_sample.h5
+```
 
 (equivalently ``python -m workbench.worldmodel.generate`` with the same arguments): 60 episodes,
 10 per task, of 48 frames at 40 fps (each action is held for two 80 Hz Meta-World steps).
 
 Items of :class:`MetaWorldClips` are windows of ``window`` consecutive steps starting every
-``stride`` steps in each episode::
+``stride`` steps in each episode:
 
-    {"video": float32 [3, window, H, W] in [-1, 1], "action": float32 [window, 4] in [-1, 1],
-     "ee_pos": float32 [window, 3], "proprio": float32 [window, P],
-     "episode": int, "start": int, "task": str,
-     "camera": float32 [12] (when the file records its calibration; see :mod:`workbench.data.camera`)}
+```text
+{"video": float32 [3, window, H, W] in [-1, 1], "action": float32 [window, 4] in [-1, 1],
+ "ee_pos": float32 [window, 3], "proprio": float32 [window, P],
+ "episode": int, "start": int, "task": str,
+ "camera": float32 [12] (when the file records its calibration; see :mod:`workbench.data.camera`)}
+```
 
 ``action[t]`` is the action applied after ``video[:, t]``; ``video[:, t + 1]`` shows its result.
 The train/validation split is by episode, stratified by task and deterministic given ``seed``.

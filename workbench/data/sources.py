@@ -2,10 +2,12 @@
 
 Commands that take ``--data PATH`` (``workbench demo``, evaluation) go through here, so both
 kinds serve the same items: ``video`` (3, T, H, W) in [-1, 1], ``action`` (T, A), ``episode``,
-``start``, ``task`` (plus ``proprio`` / ``ee_pos`` where recorded)::
+``start``, ``task`` (plus ``proprio`` / ``ee_pos`` where recorded):
 
-    clips = open_clips("robot_data/", window=16, stride=16, split="val", size=(64, 64))
-    block = data_block("robot_data/", window=16, stride=4, split="train", size=(64, 64))  # a YAML data: block
+```text
+clips = open_clips("robot_data/", window=16, stride=16, split="val", size=(64, 64))
+block = data_block("robot_data/", window=16, stride=4, split="train", size=(64, 64))  # a YAML data: block
+```
 """
 
 from __future__ import annotations

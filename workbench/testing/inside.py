@@ -3,12 +3,14 @@
 ``check_backbone`` checks a backbone with adapters beside it, several of them over one base. An
 inside adapter rewires the base it is given (LoRA layers, forward hooks, a branch copied from its
 blocks), so this check builds a fresh base for every model it needs and compares each against an
-untouched one::
+untouched one:
 
-    from workbench.testing import check_inside_adapter
+```python
+from workbench.testing import check_inside_adapter
 
-    def test_my_lora_keeps_its_promises():
-        check_inside_adapter(lambda: MyBackbone(tiny_config), lambda: LoRA(rank=2), steps=3)
+def test_my_lora_keeps_its_promises():
+    check_inside_adapter(lambda: MyBackbone(tiny_config), lambda: LoRA(rank=2), steps=3)
+```
 
 (``raw=`` overrides the backbone's own :meth:`~workbench.BaseVideoModel.example_batch`.)
 """

@@ -155,10 +155,12 @@ class EvaluationConfig:
     """What the run is evaluated on: the experiment's ``eval_data``, which ``periodic_eval`` reads.
 
     Exactly one of ``data`` (a dataset block of its own) or ``split`` (the training ``data:``
-    block with its config's ``split`` set to this, e.g. ``val``)::
+    block with its config's ``split`` set to this, e.g. ``val``):
 
-        evaluation: {split: val}
-        evaluation: {data: {type: metaworld, config: {path: sample, window: 16, split: val}}}
+    ```yaml
+    evaluation: {split: val}
+    evaluation: {data: {type: metaworld, config: {path: sample, window: 16, split: val}}}
+    ```
     """
 
     data: dict | None = component_field("dataset", None)

@@ -15,10 +15,12 @@ between the hand position a probe reads off each predicted frame and the recorde
 (:func:`workbench.worldmodel.probe.hand_error_cm`), also as a ratio to the probe's own error on the true
 frames. Results come overall and per task.
 
-Clips come from a **clip source**: any map-style dataset (``len`` and ``[i]``) whose items are ::
+Clips come from a **clip source**: any map-style dataset (``len`` and ``[i]``) whose items are:
 
-    {"video": float [3, T, H, W] in [-1, 1], "action": float [T, A],
-     "episode": int, "start": int, "task": str, "ee_pos": float [T, 3] (optional, metres)}
+```text
+{"video": float [3, T, H, W] in [-1, 1], "action": float [T, A],
+ "episode": int, "start": int, "task": str, "ee_pos": float [T, 3] (optional, metres)}
+```
 
 :class:`~workbench.data.metaworld.MetaWorldClips` is one
 (:func:`~workbench.worldmodel.common.clip_source` builds it with the checks ``eval`` needs);

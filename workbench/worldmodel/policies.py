@@ -13,9 +13,11 @@ frame with a probe (the hand probe for reach, the object probe for push) and
 :func:`rank_agreement` reports the Spearman rank correlation between imagined and simulated
 outcomes across the policies, with a bootstrap 95% interval over start states.
 
-The shipped recording (:data:`SAMPLE_PATH`, no simulator needed to use it) was made with::
+The shipped recording (:data:`SAMPLE_PATH`, no simulator needed to use it) was made with:
 
-    python -m workbench.worldmodel.policies --out workbench/data/samples/metaworld_policies.npz
+```bash
+python -m workbench.worldmodel.policies --out workbench/data/samples/metaworld_policies.npz
+```
 
 (defaults: both tasks, 4 start states each, 61 frames = 4 chunks of the embedded model, seed 0).
 ``workbench eval RUN --policies`` replays it (see ``docs/guides/policies.md``).

@@ -17,19 +17,23 @@ Two stages, like the real latent video models:
 
 The validation loss on the card is :func:`validation_loss` on the shipped sample's
 validation episodes: a fixed noise draw and a fixed noise level per clip, so anyone can
-recompute it from the weights alone::
+recompute it from the weights alone:
 
-    from workbench.worldmodel.pretrain import validation_loss
-    from workbench.backbones.tiny_video import TinyVideo
-    base = TinyVideo.from_pretrained()
-    validation_loss(base, **base.provenance["validation"])   # == base.card.recipe.val_loss
+```python
+from workbench.worldmodel.pretrain import validation_loss
+from workbench.backbones.tiny_video import TinyVideo
+base = TinyVideo.from_pretrained()
+validation_loss(base, **base.provenance["validation"])   # == base.card.recipe.val_loss
+```
 
-Reproduce the shipped weights (about 50 minutes on 2 CPU cores)::
+Reproduce the shipped weights (about 50 minutes on 2 CPU cores):
 
-    workbench data metaworld --tasks reach-v3,push-v3,pick-place-v3,door-open-v3,drawer-close-v3,\\
-        button-press-topdown-v3 --episodes 480 --frames 64 --size 64 --seed 1 --action-repeat 2 \\
-        --out data/metaworld_pretrain.h5
-    workbench pretrain --data data/metaworld_pretrain.h5 --out tiny_video.safetensors
+```bash
+workbench data metaworld --tasks reach-v3,push-v3,pick-place-v3,door-open-v3,drawer-close-v3,\\
+    button-press-topdown-v3 --episodes 480 --frames 64 --size 64 --seed 1 --action-repeat 2 \\
+    --out data/metaworld_pretrain.h5
+workbench pretrain --data data/metaworld_pretrain.h5 --out tiny_video.safetensors
+```
 """
 
 from __future__ import annotations

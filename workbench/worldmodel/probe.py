@@ -6,12 +6,14 @@ goes where the actions say (:func:`action_error`), not only on pixels.
 The shipped probe (``workbench/worldmodel/weights/hand_probe/hand_probe.safetensors``, with its provenance
 in ``hand_probe.json``) was trained on real frames of pretraining-style data — the generator's
 seed 1, the seed ``workbench pretrain``'s data used, which shares no episode with the shipped
-sample (seed 0) the demo evaluates on::
+sample (seed 0) the demo evaluates on:
 
-    workbench data metaworld --tasks reach-v3,push-v3,pick-place-v3,door-open-v3,drawer-close-v3,\\
-        button-press-topdown-v3 --episodes 96 --frames 64 --size 64 --seed 1 --action-repeat 2 \\
-        --out data/probe_train.h5
-    workbench probe train --data data/probe_train.h5 --out hand_probe.safetensors
+```bash
+workbench data metaworld --tasks reach-v3,push-v3,pick-place-v3,door-open-v3,drawer-close-v3,\\
+    button-press-topdown-v3 --episodes 96 --frames 64 --size 64 --seed 1 --action-repeat 2 \\
+    --out data/probe_train.h5
+workbench probe train --data data/probe_train.h5 --out hand_probe.safetensors
+```
 
 Training holds out whole episodes (``val_fraction`` of each task's) and reports the mean distance
 between predicted and recorded positions on their frames, in centimetres. Frames are blurred at

@@ -30,12 +30,14 @@ recorded one, with the probe's own error on the true frames as the floor. Writes
 ``rollout_metrics.json`` and ``drift.png``.
 
 The long held-out episodes ship as ``workbench/data/samples/metaworld_long.h5`` (:data:`LONG_PATH`,
-``--data long``), made with::
+``--data long``), made with:
 
-    workbench data metaworld \\
-        --tasks reach-v3,push-v3,pick-place-v3,door-open-v3,drawer-close-v3,button-press-topdown-v3 \\
-        --episodes 12 --frames 144 --size 64 --seed 3 --action-repeat 2 \\
-        --out workbench/data/samples/metaworld_long.h5
+```bash
+workbench data metaworld \\
+    --tasks reach-v3,push-v3,pick-place-v3,door-open-v3,drawer-close-v3,button-press-topdown-v3 \\
+    --episodes 12 --frames 144 --size 64 --seed 3 --action-repeat 2 \\
+    --out workbench/data/samples/metaworld_long.h5
+```
 
 the tasks, camera, size and frame rate of the shipped sample (seed 0), with a seed of its own (the
 sample is seed 0, the probe's data seed 1, the unseen tasks seed 2), so no episode is one the

@@ -436,12 +436,6 @@ def condition_plots(model_or_adapter: Any, raw_or_batch: Mapping[str, Any] | Bat
                     index: int = 0) -> dict[str, dict[str, Any]]:
     """What to plot for each declared condition, exactly as the adapter sees it (``adapter.view``).
 
-    Returns ``{name: {"kind", "title", "values"}}`` for clip ``index``: ``"series"`` (per-frame
-    values ``[T, D]``), ``"vector"`` (``[D]``), ``"image"`` (a latent frame ``(C, h, w)`` through
-    the backbone's decoder, uint8 ``[H, W, 3]``, when a ``ComposedModel`` is given; otherwise
-    the channel mean as a grey picture), ``"missing"`` (an absent optional condition, with a
-    ``note``).
-
     Args:
         model_or_adapter: A :class:`~workbench.ComposedModel` (images decoded by its backbone) or an adapter.
         raw_or_batch: A raw or prepared batch.
@@ -453,6 +447,9 @@ def condition_plots(model_or_adapter: Any, raw_or_batch: Mapping[str, Any] | Bat
         ``[T, D]``), ``"vector"`` (``[D]``), ``"image"`` (a latent frame ``(C, h, w)`` through the
         backbone's decoder, uint8 ``[H, W, 3]``, when a ``ComposedModel`` is given; otherwise the channel
         mean as a grey picture), ``"missing"`` (an absent optional condition, with a ``note``).
+
+    Raises:
+        InspectError: When ``model_or_adapter`` is neither an adapter nor a :class:`~workbench.ComposedModel`.
     """
     model = model_or_adapter if isinstance(model_or_adapter, ComposedModel) else None
     adapter = model.adapter if model is not None else model_or_adapter
