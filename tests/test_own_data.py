@@ -28,9 +28,10 @@ def test_pretrain_reads_a_lerobot_dataset_of_episodes_of_several_lengths(tmp_pat
 
     root = lerobot_fixture.write(tmp_path / "robot", "v3.0")  # episodes of 12, 9 and 15 frames, two cameras
     out = tmp_path / "base.safetensors"
-    status, _, err = cli(capsys, "pretrain", "--data", root, "--camera", "observation.images.front", "--size", 16,
-                         "--window", 8, "--ae-steps", 2, "--steps", 2, "--batch-size", 2, "--ae-batch-size", 2,
-                         "--width", 8, "--depth", 1, "--ae-width", 8, "--out", out, "--no-progress")
+    status, _, err = cli(capsys, "pretrain", "--data", root, "--from", "scratch", "--camera",
+                         "observation.images.front", "--size", 16, "--window", 8, "--ae-steps", 2, "--steps", 2,
+                         "--batch-size", 2, "--ae-batch-size", 2, "--width", 8, "--depth", 1, "--ae-width", 8,
+                         "--out", out, "--no-progress")
     assert status == 0, err
     base = TinyVideo.from_pretrained(out)
     assert (base.config.image_size, base.config.frames) == (16, 8)
