@@ -32,7 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     presses = scaled(5, 1)
     cpu_at = {}
     for steps in (4, 8, 20):
-        view = Drive(exp, start=clip, steps=steps, gate_scale=2.0)  # opens on a first chunk (a warm-up)
+        # the hand probe reads each chunk's state and the path; the view opens on a first chunk (a warm-up)
+        view = Drive(exp.model, start=clip, steps=steps, gate_scale=2.0, state="probe")
         cpu, wall, chunk = [], [], []
         for i in range(presses):
             c, w = time.process_time(), time.perf_counter()

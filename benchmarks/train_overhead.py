@@ -22,10 +22,10 @@ import _bench  # noqa: F401  (threads pinned first)
 import torch
 from _bench import BENCH_BASE, finish, interleaved, judge, report, scaled, start
 
-from workbench import Adapter, AdapterExperiment, GatedResidual, TrainingConfig
+from workbench import AdapterExperiment, GatedResidual, SideAdapter, TrainingConfig
 from workbench.adapters.latent_residual import LatentResidual
 from workbench.backbones.tiny_video import TinyVideo, TinyVideoConfig
-from workbench.train.experiment import mix_seed
+from workbench.train.seeds import mix_seed
 
 SMALL_BASE = dict(image_size=16, frames=4, width=16, ae_width=8, depth=1)
 TINY_BASE = dict(image_size=8, frames=2, width=8, ae_width=8, depth=1)  # 2x2 latents: the step is nearly all overhead
@@ -109,17 +109,16 @@ def loop_only(steps: int = 3000) -> float:
     adapter, loss) replaced by a one-parameter loss in both loops, so what differs is only what
     ``exp.fit`` does around it (the composition's own cost is compose_overhead.py's subject)."""
     from workbench.loop import SigintGuard
-    from workbench.train.experiment import HOOKS, _overrides
 
     exp = experiment(TINY_BASE, dict(width=8, depth=1))
     raw = {"video": torch.zeros(1, 3, 2, 8, 8), "action": torch.zeros(1, 2, 4)}
     batch = exp.model.base.prepare_batch(raw)
     gate = exp.model.composer.gate
     exp.model.base.prepare_batch = lambda _raw: batch
-    exp.model.training_loss = lambda _batch, generator=None, step=None, ahead=None: ((gate * 2.0).square(), None)
+    exp.model.training_loss = lambda _batch, generator=None, step=None, base_half=None: ((gate * 2.0).square(), None)
     exp.optimizer = torch.optim.AdamW([gate], lr=1e-4, weight_decay=0.0)
-    stream, guard = exp._stream_for([raw] * (2 * steps)), SigintGuard()
-    hooks = {hook: _overrides(exp._collect(()), hook) for hook in HOOKS}
+    stream, guard = exp.feed.stream([raw] * (2 * steps)), SigintGuard()
+    hooks = exp._hooks()
     exp.model.train()
     param = torch.nn.Parameter(torch.tensor(0.1))
     opt, generator, done = torch.optim.AdamW([param], lr=1e-4, weight_decay=0.0), torch.Generator(), [0]
@@ -144,7 +143,7 @@ def loop_only(steps: int = 3000) -> float:
     return statistics.median(extra)
 
 
-class _Scale(Adapter):
+class _Scale(SideAdapter):
     """A one-parameter adapter (``scale * x_t``): the cheapest adapter that trains."""
 
     def __init__(self):
@@ -162,7 +161,6 @@ def fixed_cost(steps: int = 4000) -> float:
     one-parameter adapter. The hand step makes the same calls directly; the weights are checked to
     match. Single steps interleaved, so the difference resolves a few µs on a loaded machine."""
     from workbench.loop import SigintGuard
-    from workbench.train.experiment import HOOKS, _overrides
 
     def make() -> AdapterExperiment:
         torch.manual_seed(0)
@@ -177,8 +175,8 @@ def fixed_cost(steps: int = 4000) -> float:
     for base in (exp.model.base, ref.base):
         base.prepare_batch = lambda _raw: batch
         base.denoise = lambda x_t, t, cond: x_t * 0.5
-    stream, guard = exp._stream_for([raw] * (2 * steps + 200)), SigintGuard()
-    hooks = {hook: _overrides(exp._collect(()), hook) for hook in HOOKS}  # the gate statistics included
+    stream, guard = exp.feed.stream([raw] * (2 * steps + 200)), SigintGuard()
+    hooks = exp._hooks()  # the gate statistics included
     exp.model.train()
     base, adapter, gate, objective = ref.base, ref.adapter, ref.composer.gate, ref.objective
     adapter.train()

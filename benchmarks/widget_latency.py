@@ -21,13 +21,19 @@ lab extra; Run All from its menu): headless Chromium presses an arrow key on a s
 times, in the page, until the view's picture (``<img src>``) changes: the median over 11
 presses per slider, printed beside the Python-side cost; then, on the ablation view of the world
 model at the middle step, from a key press to its instant picture and to its propagated picture
-(the final prediction, ``img.workbench-ablation-final``), the median over 5 presses. Without them
-that part says what is missing and is skipped. Uses the shipped pretrained tiny_video when it is installed, else the
-default architecture with random weights (the cost is the same). Nothing asserts on time.
+(the final prediction, ``img.workbench-ablation-final``), the median over 5 presses; and notebook 5's
+ablation view as its cell makes it (the world model, full decode, the hand probe, step 2 of 20), from a
+key press to its instant picture, with no propagation in flight and with one, the median over 9 presses
+each, with the kernel's own drawing time (its status line) and the load average beside it.
+``--browser-only`` runs the browser part alone, ``--front-ends lab`` (or ``voila``) in one front end.
+Without them that part says what is missing and is skipped. Uses the shipped pretrained tiny_video when it
+is installed, else the default architecture with random weights (the cost is the same). Nothing asserts on
+time.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -39,6 +45,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -88,7 +95,15 @@ def median_ms(times: list[float]) -> float:
 def main(argv: list[str] | None = None) -> int:
     from _bench import finish, scaled, start
 
-    quick = start(argv, __doc__).quick
+    args = start(argv, __doc__)
+    quick = args.quick
+    own = argparse.ArgumentParser()
+    own.add_argument("--browser-only", action="store_true", help="only the browser part (the Python side: skipped)")
+    own.add_argument("--front-ends", default="voila,lab", help="the browser part in these: voila, lab or both")
+    own = own.parse_args(args.extra)
+    if own.browser_only and not quick:
+        browser(None, own.front_ends.split(","))
+        return finish()
     steps = scaled(STEPS, 4)
     model, which = embedded_model()
     clip = model.base.clip()
@@ -127,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         stepper.step_slider.value = min(4, steps - 1)
         stepper.fork_here(cond={"action": batch.cond["action"].flip(0)}, label="swapped")
         stepper.step_slider.value = 0
-        stepper.fork_here(adapter="off", label="base alone")
+        stepper.fork_here(with_adapter=False, label="base alone")
         new_step, seen_step, frame_move, figure = [], [], [], []
         for i in range(len(values)):
             target = (i % (steps - 1)) + 1
@@ -146,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     if quick:
         print("browser: not in --quick mode (tests/test_widgets_browser.py and test_widgets_lab.py drive the views)")
     else:
-        browser(python_side)
+        browser(python_side, own.front_ends.split(","))
     return finish()
 
 
@@ -204,7 +219,7 @@ DIMS = ["dx", "dy", "dz", "grip"]""",
 stepper.step_slider.value = 4
 stepper.fork_here(cond=swap_conditions(traj), label="swapped")
 stepper.step_slider.value = 0
-stepper.fork_here(adapter="off", label="base alone")
+stepper.fork_here(with_adapter=False, label="base alone")
 stepper""",
     """from workbench import AdapterExperiment
 from workbench.worldmodel.demo import TRAINED_ADAPTER
@@ -213,6 +228,14 @@ world = AdapterExperiment.load(TRAINED_ADAPTER)
 world_traj = record(world.model, world.model.base.prepare_batch(default_collate([clips[10], clips[35]])), steps=20,
                     seed=0)
 AblationSliders(world_traj, step=10, decode="tiny", dim_names=DIMS, readout=shipped_probe().readout())""",
+    # notebook 5's ablation view, as its cell makes it: full decode, the hand probe, dx = -1 from step 2 of 20
+    """from workbench.worldmodel.evaluate import from_first_frame
+val = MetaWorldClips(path="sample", window=16, stride=16, split="val")
+nb5 = world.sample(from_first_frame(default_collate([val[9], val[18]])), steps=20, seed=0)
+notebook5 = AblationSliders(nb5, step=2, dim_names=DIMS, decode="full", readout=shipped_probe().readout())
+notebook5.sliders.sliders[0].value = -1.0
+notebook5.add_class("notebook5")
+notebook5""",
 ]
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -254,7 +277,7 @@ TIME_PRESS = """([img, key]) => {
 }"""
 
 
-def browser(python_side: dict[str, float]) -> None:
+def browser(python_side: dict[str, float] | None, front_ends: Sequence[str] = ("voila", "lab")) -> None:
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     missing = [name for name, ok in (("chromium (make browser)", chromium is not None),
                                      ("playwright", _importable("playwright"))) if not ok]
@@ -264,6 +287,8 @@ def browser(python_side: dict[str, float]) -> None:
     folder = Path(tempfile.mkdtemp(prefix="workbench-latency-"))
     write_notebook(folder / "latency.ipynb", APP)
     for name, module, serve in (("Voilà", "voila", _voila), ("JupyterLab", "jupyterlab", _jupyterlab)):
+        if module.removeprefix("jupyter") not in front_ends:
+            continue
         if not _importable(module):
             print(f"browser latency in {name}: skipped, not installed")
             continue
@@ -326,7 +351,11 @@ def _jupyterlab(folder: Path):
         yield open_and_run if up else None
 
 
-def _measure(where: str, chromium: str, open_and_run, python_side: dict[str, float]) -> None:
+def _beside(python_side: dict[str, float] | None, which: str) -> str:
+    return "" if python_side is None else f"; Python side {python_side[which]:.0f} ms"
+
+
+def _measure(where: str, chromium: str, open_and_run, python_side: dict[str, float] | None) -> None:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
@@ -354,7 +383,7 @@ def _measure(where: str, chromium: str, open_and_run, python_side: dict[str, flo
                     times.append(page.evaluate("async () => await window.__latency"))
                     page.wait_for_timeout(150)
                 print(f"browser ({where}), key press to new picture, {name}: median {statistics.median(times):.0f} ms "
-                      f"(range {min(times):.0f}-{max(times):.0f}; Python side {python_side[which]:.0f} ms)")
+                      f"(range {min(times):.0f}-{max(times):.0f}{_beside(python_side, which)})")
             final = "img.workbench-ablation-final"
             page.wait_for_function(f"() => {{ const i = document.querySelector('{final}');"
                                    " return i && i.complete && i.naturalWidth > 100; }", timeout=180_000)
@@ -373,10 +402,52 @@ def _measure(where: str, chromium: str, open_and_run, python_side: dict[str, flo
             instant, carried = [t[0] for t in both], [t[1] for t in both]
             print(f"browser ({where}), world model at step 10 of 20 (dy), key press to the instant picture: median "
                   f"{statistics.median(instant):.0f} ms; to the propagated picture: median "
-                  f"{statistics.median(carried):.0f} ms (range {min(carried):.0f}-{max(carried):.0f}; Python side "
-                  f"{python_side['final']:.0f} ms)")
+                  f"{statistics.median(carried):.0f} ms (range {min(carried):.0f}-{max(carried):.0f}"
+                  f"{_beside(python_side, 'final')})")
+            notebook5(page, where)
         finally:
             chrome.close()
+
+
+NOTEBOOK5_PRESSES = 9
+
+
+def notebook5(page, where: str) -> None:
+    """Notebook 5's ablation view (the world model, full decode, the hand probe, step 2 of 20): a key press on
+    dx to its instant picture, with no propagation in flight (each press waits for the last one's final picture),
+    then pressed again every 150 ms (each press arrives while the last edit is carried through)."""
+    view = ".notebook5"
+    instant, final = f"{view} img.workbench-ablation-image", f"{view} img.workbench-ablation-final"
+    settled = f"() => !document.querySelector('{final}').classList.contains('workbench-stale')"
+    page.wait_for_function(f"() => {{ const i = document.querySelector('{final}');"
+                           " return i && i.complete && i.naturalWidth > 100; }", timeout=180_000)
+    handle = page.locator(f"{view} .workbench-condition-slider .noUi-handle").first
+    handle.focus()
+    alone, loads, kernel = [], [], []
+    for _ in range(NOTEBOOK5_PRESSES):
+        page.wait_for_function(settled, timeout=180_000)
+        page.wait_for_timeout(300)
+        page.evaluate(TIME_BOTH, [instant, final])
+        handle.press("ArrowRight")
+        alone.append(page.evaluate("async () => await window.__latency")[0])
+        loads.append(os.getloadavg()[0])
+        kernel.append(float(re.search(r"re-rendered in (\d+) ms", page.locator(f"{view} .workbench-ablation-status")
+                                      .inner_text()).group(1)))
+    page.wait_for_function(settled, timeout=180_000)
+    page.wait_for_timeout(300)
+    busy = []
+    for _ in range(NOTEBOOK5_PRESSES):  # on to values not seen yet: no propagation comes from the view's cache
+        page.evaluate(TIME_PRESS, [instant, "ArrowRight"])
+        handle.press("ArrowRight")
+        busy.append(page.evaluate("async () => await window.__latency"))
+        loads.append(os.getloadavg()[0])
+        page.wait_for_timeout(150)
+    print(f"browser ({where}), notebook 5's ablation view (full decode, hand probe, step 2 of 20), key press to the "
+          f"instant picture: median {statistics.median(alone):.0f} ms with no propagation in flight "
+          f"(range {min(alone):.0f}-{max(alone):.0f}), {statistics.median(busy):.0f} ms with one in flight "
+          f"(range {min(busy):.0f}-{max(busy):.0f}); the kernel's drawing (its status line) "
+          f"{statistics.median(kernel):.0f} ms; load average {min(loads):.1f}-{max(loads):.1f} "
+          f"(median {statistics.median(loads):.1f})")
 
 
 def _importable(name: str) -> bool:

@@ -176,3 +176,134 @@ def write_v30(root: Path, lengths=LENGTHS, files=((0, 1), (2,))) -> Path:
 
 def write(root: Path, version: str, **kw) -> Path:
     return write_v21(root, **kw) if version == "v2.1" else write_v30(root, **kw)
+
+
+# -- what LeRobot does to a v3.0 dataset when it appends an episode ------------------------------------------------
+RULES = json.loads((Path(__file__).parent / "fixtures" / "lerobot_v30_rules.json").read_text())
+
+
+def arrow_type(t) -> str:
+    """A pyarrow type in the rules' notation: ``int64``, ``double``, ``list<list<double>>``."""
+    import pyarrow as pa
+
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return f"list<{arrow_type(t.value_type)}>"
+    return {"float": "float32", "halffloat": "float16"}.get(str(t), str(t))
+
+
+def expected_episode_columns(info: dict) -> dict[str, str]:
+    """The columns LeRobot writes in ``meta/episodes`` for a dataset of these ``info.json`` features, with types."""
+    videos = [k for k, f in info["features"].items() if f["dtype"] == "video"]
+    others = [k for k, f in info["features"].items() if f["dtype"] not in ("video", "image", "string")]
+    out: dict[str, str] = {}
+    for template, kind in RULES["episode_columns"]:
+        names = [{}]
+        if "{video}" in template:
+            names = [{"video": v} for v in videos]
+        elif "{feature}" in template:
+            names = [{"feature": f} for f in others]
+        for fill in names:
+            stats = [s for s in RULES["statistics"] if s != "count"] if "{statistic}" in template else [None]
+            for statistic in stats:
+                out.setdefault(template.format(**fill, statistic=statistic), kind)
+    return out
+
+
+def lerobot_stats_problems(stats: dict, info: dict) -> list[str]:
+    """What LeRobot's checks of ``meta/stats.json`` would refuse (type and shape of every statistic, the
+    quantiles its normalisation needs), for every numeric feature and camera of ``info.json``."""
+    problems = []
+    for name, feature in info["features"].items():
+        if feature["dtype"] in ("string",):
+            continue
+        got = stats.get(name)
+        if got is None:
+            problems.append(f"{name}: no statistics")
+            continue
+        missing = [k for k in RULES["statistics"] if k not in got]
+        if missing:
+            problems.append(f"{name}: lacks {missing}")
+        for key, value in got.items():
+            shape = list(np.atleast_1d(np.asarray(value)).shape)
+            if key == "count" and shape != RULES["stats_shapes"]["count"]:
+                problems.append(f"{name}/{key}: shape {shape}")
+            if RULES["stats_shapes"]["image_key_marker"] in name and key != "count" \
+                    and shape not in RULES["stats_shapes"]["image_keys"]:
+                problems.append(f"{name}/{key}: shape {shape}")
+    return problems
+
+
+def _plain_stats(values: np.ndarray, count: int) -> dict[str, list]:
+    v = values.reshape(len(values), -1).astype(np.float64)
+    out = {"min": v.min(0), "max": v.max(0), "mean": v.mean(0), "std": v.std(0), "count": np.array([count])}
+    out.update({f"q{round(q * 100):02d}": np.quantile(v, q, axis=0) for q in (0.01, 0.10, 0.50, 0.90, 0.99)})
+    return {k: x.tolist() for k, x in out.items()}
+
+
+def append_episode(root: Path, images: dict[str, np.ndarray], data: dict[str, np.ndarray], task: str) -> Path:
+    """Append one episode to the v3.0 dataset ``root`` the way LeRobot's ``LeRobotDataset.resume`` →
+    ``save_episode`` → ``finalize`` does (``RULES["on_resume"]``): new data, video and episode files, the
+    row of ``RULES["episode_columns"]``, the counts of info.json, the task and the statistics. Returns the new
+    episode file."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    root = Path(root)
+    info = json.loads((root / "meta" / "info.json").read_text())
+    episodes = sorted((root / "meta" / "episodes").glob("*/*.parquet"))
+    last = pq.read_table(episodes[-1]).to_pylist()[-1]
+    index, start, n = info["total_episodes"], last["dataset_to_index"], len(next(iter(images.values())))
+    tasks_table = pq.read_table(root / "meta" / "tasks.parquet")
+    tasks = dict(zip(tasks_table.column("task").to_pylist(), tasks_table.column("task_index").to_pylist()))
+    if task not in tasks:
+        tasks[task] = len(tasks)
+        table = pa.table({"task_index": pa.array(list(tasks.values()), pa.int64()),
+                          "task": pa.array(list(tasks), pa.string())})
+        pq.write_table(table.replace_schema_metadata(tasks_table.schema.metadata), root / "meta" / "tasks.parquet")
+    frame = np.arange(n)
+    columns = {"timestamp": (frame / info["fps"]).astype(np.float32), "frame_index": frame,
+               "episode_index": np.full(n, index), "index": start + frame, "task_index": np.full(n, tasks[task]),
+               **data}
+    hf = {}  # the data table in the order and types of the features (videos aside), as LeRobot builds it
+    for name, feature in info["features"].items():
+        if feature["dtype"] == "video":
+            continue
+        values = np.asarray(columns[name]).astype(feature["dtype"])
+        hf[name] = (pa.array(values.reshape(-1)) if list(feature["shape"]) == [1]
+                    else pa.FixedSizeListArray.from_arrays(pa.array(values.reshape(-1)), feature["shape"][0]))
+    row = {"episode_index": index, "tasks": [task], "length": n, "data/chunk_index": last["data/chunk_index"],
+           "data/file_index": last["data/file_index"] + 1, "dataset_from_index": start, "dataset_to_index": start + n}
+    data_file = root / info["data_path"].format(chunk_index=row["data/chunk_index"], file_index=row["data/file_index"])
+    pq.write_table(pa.table(hf), data_file)
+    stats = {}
+    for name, feature in info["features"].items():
+        if feature["dtype"] == "video":
+            chunk, file = last[f"videos/{name}/chunk_index"], last[f"videos/{name}/file_index"] + 1
+            path = root / info["video_path"].format(video_key=name, chunk_index=chunk, file_index=file)
+            write_mp4(path, images[name], fps=info["fps"])
+            row.update({f"videos/{name}/chunk_index": chunk, f"videos/{name}/file_index": file,
+                        f"videos/{name}/from_timestamp": 0.0, f"videos/{name}/to_timestamp": n / info["fps"]})
+            plain = _plain_stats(images[name].reshape(-1, 3) / 255.0, n)
+            stats[name] = {k: v if k == "count" else [[[x]] for x in v] for k, v in plain.items()}
+        else:
+            stats[name] = _plain_stats(np.asarray(columns[name]), n)
+    row.update({f"stats/{name}/{k}": v for name, s in stats.items() for k, v in s.items()})
+    row.update({"meta/episodes/chunk_index": last["meta/episodes/chunk_index"],
+                "meta/episodes/file_index": last["meta/episodes/file_index"] + 1})
+    path = root / f"meta/episodes/chunk-{row['meta/episodes/chunk_index']:03d}/" \
+                  f"file-{row['meta/episodes/file_index']:03d}.parquet"
+    pq.write_table(pa.Table.from_pydict({k: [v] for k, v in row.items()}), path)
+    info.update(total_episodes=index + 1, total_frames=info["total_frames"] + n, total_tasks=len(tasks),
+                splits={"train": f"0:{index + 1}"})
+    (root / "meta" / "info.json").write_text(json.dumps(info, indent=4))
+    old = json.loads((root / "meta" / "stats.json").read_text())
+    for name, new in stats.items():  # count-weighted, as LeRobot aggregates (only what the reader needs here)
+        a, b = old[name], new
+        total = a["count"][0] + b["count"][0]
+        merged = {"min": np.minimum(a["min"], b["min"]).tolist(), "max": np.maximum(a["max"], b["max"]).tolist(),
+                  "count": [total]}
+        for k in ("mean", "std", *[q for q in RULES["statistics"] if q.startswith("q")]):
+            merged[k] = ((np.asarray(a[k]) * a["count"][0] + np.asarray(b[k]) * b["count"][0]) / total).tolist()
+        old[name] = {k: merged[k] for k in RULES["statistics"]}
+    (root / "meta" / "stats.json").write_text(json.dumps(old, indent=4))
+    return path

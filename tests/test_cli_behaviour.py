@@ -48,7 +48,10 @@ def test_files_are_written_with_the_users_umask(tmp_path, capsys, mask):
     config = write_run_config(tmp_path / "c.yaml", **{"data.config.items": 4})
     previous = os.umask(mask)
     try:
-        assert cli(capsys, "train", config, "--output", tmp_path / "run", "--steps", 2, "--quiet")[0] == 0
+        status, out, _ = cli(capsys, "train", config, "--output", tmp_path / "run", "--steps", 2, "--quiet")
+        assert status == 0
+        # what comes next, for a run whose data `workbench eval` does not score (the synthetic toy)
+        assert out.splitlines()[-1] == f"Load it in Python with: AdapterExperiment.load({str(tmp_path / 'run')!r})"
         assert cli(capsys, "cache-latents", config, "--out", tmp_path / "cache", "--quiet")[0] == 0
         AdapterExperiment(base=tiny_base(), adapter=LoRA(rank=2)).export_lora(tmp_path / "lora")
     finally:
@@ -78,7 +81,7 @@ def test_an_unknown_component_message_ends_with_the_command_that_lists_them():
     assert "then list what this environment sees with `workbench doctor`, or: python -c \"import importlib." \
            "metadata as m; print({g: [e.name for e in m.entry_points(group=g)] for g in ['workbench.backbones'" \
            in message
-    assert message.rstrip().endswith("'workbench.datasets']})\"")
+    assert message.rstrip().endswith("'workbench.datasets', 'workbench.state_readers']})\"")
 
 
 def test_grad_accum_on_the_command_line_and_in_the_ranks_message(tmp_path, capsys):
@@ -108,7 +111,7 @@ def test_eval_given_a_data_file_says_how_to_call_it(tmp_path, capsys):
 
 
 def test_a_few_clips_cover_every_task():
-    from workbench.worldmodel.evaluate import clip_source, spread_over_tasks
+    from workbench.worldmodel.common import clip_source, spread_over_tasks
 
     source = clip_source("sample", window=16, split="val")
     tasks = sorted(set(source.task_names))
@@ -293,9 +296,11 @@ def test_train_and_eval_take_the_same_data_options_and_need_no_state_the_adapter
     without = _two_d_dataset(tmp_path / "without")
     data = {"type": "lerobot", "config": {"root": str(with_state), "window": 4, "stride": 4, "split": "all"}}
     config = write_run_config(tmp_path / "c.yaml", data=data, **{"training.checkpoint_every": None})
-    status, _, err = cli(capsys, "train", config, "--output", tmp_path / "run", "--steps", 1, "--quiet",
-                         "--state", "observation.state", "--action-dim", 2)
+    status, out, err = cli(capsys, "train", config, "--output", tmp_path / "run", "--steps", 1, "--quiet",
+                           "--state", "observation.state", "--action-dim", 2)
     assert status == 0, err
+    run = tmp_path / "run"
+    assert out.splitlines()[-1] == f"Evaluate it with: workbench eval {run} --out {run}_eval"
     saved = yaml.safe_load((tmp_path / "run" / "step-0000001" / "config.yaml").read_text())
     assert saved["data"]["config"]["state"] == "observation.state" and saved["adapter"]["config"]["dim"] == 2
     status, out, err = cli(capsys, "eval", tmp_path / "run", "--data", without, "--out", tmp_path / "eval",
@@ -315,3 +320,54 @@ def test_train_and_eval_take_the_same_data_options_and_need_no_state_the_adapter
     status, _, err = cli(capsys, "train", synthetic, "--output", tmp_path / "s", "--state", "none", "--quiet")
     assert status == 2 and "error: --state: the dataset of " in err and "is 'synthetic_moves', which has no 'state' " \
                                                                           "setting" in err
+
+
+# -- output cut off by its reader ----------------------------------------------------------------------------
+class _ClosedPipe:
+    """A stdout whose reader has gone (``workbench ... | head`` after head exits)."""
+
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def flush(self) -> None:
+        pass
+
+    def fileno(self) -> int:
+        return 99
+
+
+@pytest.mark.parametrize("argv", [["init", "tiny", "--dir", "{tmp}"], ["doctor"],
+                                  ["data", "example", "{tmp}/ex", "--episodes", "1", "--frames", "2", "--size", "8"]],
+                         ids=["init", "doctor", "data example"])
+def test_a_closed_pipe_ends_any_command_quietly(tmp_path, monkeypatch, argv):
+    import sys
+
+    from workbench import cli as module
+
+    silenced = []
+    monkeypatch.setattr(module.os, "dup2", lambda fd, target: silenced.append(target))
+    monkeypatch.setattr(sys, "stdout", _ClosedPipe())
+    assert module.main([a.format(tmp=tmp_path) for a in argv]) == 141  # 128 + SIGPIPE, as a shell reports it
+    assert 99 in silenced  # later writes, and the flush at exit, go nowhere
+
+
+def test_a_closed_pipe_leaves_no_traceback_in_a_real_process(tmp_path):
+    import subprocess
+    import sys
+
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the command writes a line
+    try:
+        done = subprocess.run([sys.executable, "-m", "workbench", "init", "tiny", "--dir", str(tmp_path)], stdout=write,
+                              stderr=subprocess.PIPE, text=True, timeout=300)
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr) == (141, "")
+
+
+def test_the_top_level_help_says_pretrain_reads_any_videos():
+    from workbench.cli import build_parser
+
+    text = " ".join(build_parser().format_help().split())
+    assert "pretrain pretrain or fine-tune the tiny_video backbone on videos alone (no actions): Meta-World clips " \
+           "or a LeRobot dataset, and check that it carries them" in text

@@ -86,6 +86,23 @@ def test_resampling_to_a_lower_fps_takes_every_other_frame(both):
     assert torch.allclose(code(item["video"])[:, 0], torch.as_tensor(8.0 * rows, dtype=torch.float32), atol=4)
 
 
+def test_a_whole_episode_is_one_item_of_its_own_length(both):
+    clips = LeRobotClips(root=str(both[1]), camera=fx.CAMERAS[0], window=4, stride=4, split="all", fps=5)
+    for e, served in enumerate((6, 5, 8)):  # frames 0, 2, 4, ... of 12, 9, 15
+        item = clips.episode(e)
+        rows = 2 * np.arange(served)
+        arrays = fx.episode_arrays(e, fx.LENGTHS[e])
+        assert (item["episode"], item["start"], item["task"]) == (e, 0, fx.TASKS[e % 2])
+        assert item["video"].shape == (3, served, *fx.HW)
+        assert torch.equal(item["action"], torch.from_numpy(arrays["action"][rows]))
+        assert torch.equal(item["proprio"], torch.from_numpy(arrays["observation.state"][rows]))
+        assert torch.allclose(code(item["video"])[:, 0], torch.as_tensor(8.0 * rows, dtype=torch.float32), atol=4)
+    first = clips.episode(2, 3)
+    assert first["video"].shape[1] == 3 and torch.equal(first["action"], clips.episode(2)["action"][:3])
+    with pytest.raises(DataError, match=r"episode 1 of .* has 5 frames at 5 fps; asked for 6\. Ask for 1 to 5"):
+        clips.episode(1, 6)
+
+
 def test_resize_to_the_backbone_size(both):
     clips = LeRobotClips(root=str(both[0]), camera=fx.CAMERAS[0], window=3, split="all", size=[16, 16])
     item = clips[0]
@@ -208,8 +225,16 @@ def test_action_width_must_match_the_adapter(both):
                             training=TrainingConfig(steps=1, batch_size=2, progress=False))
     with pytest.raises(DataError, match=r"info\.json: feature 'action' \(actions: action\) has width 5, but the "
                                         r"adapter \(LatentResidual\) declares Condition 'action' with dim=4\. Set "
-                                        r"the adapter's dim: 5"):
+                                        r"the adapter's dim: 5, as no feature of this dataset has width 4 \(its "
+                                        r"numeric features: 'action' \(5\), 'episode_index' \(1\), 'frame_index' "
+                                        r"\(1\), 'index' \(1\), 'observation\.state' \(7\), 'task_index' \(1\), "
+                                        r"'timestamp' \(1\)\)\.$"):
         exp.fit(clips, steps=1)
+    one = AdapterExperiment(base=tiny_base(image_size=16, frames=4), adapter=LatentResidual(width=16, depth=1, dim=7),
+                            composer=GatedResidual(), training=TrainingConfig(steps=1, batch_size=2, progress=False))
+    with pytest.raises(DataError, match=r"Set the adapter's dim: 5, or choose a feature of width 7 for `actions:` "
+                                        r"\(this dataset's: 'observation\.state'\)\.$"):
+        one.fit(clips, steps=1)
     ok = AdapterExperiment(base=tiny_base(image_size=16, frames=4), adapter=LatentResidual(width=16, depth=1, dim=5),
                            composer=GatedResidual(), training=TrainingConfig(steps=1, batch_size=2, progress=False))
     ok.fit(clips, steps=1)
@@ -242,6 +267,118 @@ def test_imports_stay_light():
             "workbench.data.sources; heavy = [m for m in ('pyarrow', 'av', 'h5py') if m in sys.modules]; "
             "assert not heavy, heavy")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+# ---------------------------------------------------------------------- what LeRobot writes and checks
+def reference_quantile(values: np.ndarray, q: float, bins: int = 5000) -> float:
+    """From the definition LeRobot uses: the value below which ``q * len(values)`` values fall on a histogram of
+    ``bins`` equal bins over the values' range (widened by 1e-10 each side), linear inside the bin."""
+    low, high = float(values.min()) - 1e-10, float(values.max()) + 1e-10
+    width = (high - low) / bins
+    counts = np.zeros(bins, np.int64)
+    for v in values.tolist():
+        counts[min(int((v - low) / width), bins - 1)] += 1
+    target, seen = q * len(values), 0
+    for k, c in enumerate(counts.tolist()):
+        if seen + c >= target:
+            return low if k == 0 else low + k * width + (target - seen) / c * width
+        seen += c
+    return high
+
+
+def _written(tmp_path: Path) -> tuple[Path, dict[int, np.ndarray], dict[int, np.ndarray]]:
+    from workbench.data.lerobot_write import LeRobotWriter
+
+    rng = np.random.default_rng(7)
+    actions, frames = {}, {}
+    with LeRobotWriter(tmp_path / "ds", 10, {"action": ("float32", ["dx", "dy"]), "next.reward": ("float32", None)},
+                       ["observation.images.main"]) as writer:
+        for e, n in enumerate((9, 14, 1)):
+            actions[e] = rng.normal(size=(n, 2)).astype(np.float32)
+            frames[e] = rng.integers(0, 256, size=(n, 8, 8, 3), dtype=np.uint8)
+            writer.add_episode({"observation.images.main": frames[e]},
+                               {"action": actions[e], "next.reward": np.linspace(0, 1, n)}, f"task {e % 2}")
+    return tmp_path / "ds", actions, frames
+
+
+def test_statistics_carry_lerobots_quantiles_per_episode_and_over_the_dataset(tmp_path):
+    import pyarrow.parquet as pq
+
+    root, actions, frames = _written(tmp_path)
+    rows = pq.read_table(root / "meta/episodes/chunk-000/file-000.parquet").to_pylist()
+    info = json.loads((root / "meta" / "info.json").read_text())
+    stats = json.loads((root / "meta" / "stats.json").read_text())
+    assert fx.lerobot_stats_problems(stats, info) == []
+    for e, row in enumerate(rows):
+        n = len(actions[e])
+        assert row["stats/action/count"] == [n] and row["stats/observation.images.main/count"] == [n]
+        assert row["stats/action/min"] == pytest.approx(actions[e].min(0).tolist(), abs=1e-7)
+        assert row["stats/action/mean"] == pytest.approx(actions[e].mean(0).tolist(), abs=1e-6)
+        assert row["stats/frame_index/max"] == [n - 1.0]
+        for q in (0.01, 0.10, 0.50, 0.90, 0.99):
+            got = row[f"stats/action/q{round(q * 100):02d}"]
+            bin_width = (actions[e].max(0) - actions[e].min(0)) / 5000
+            want = ([reference_quantile(actions[e][:, d], q) for d in range(2)] if n > 1
+                    else actions[e].mean(0).tolist())  # one row: every quantile is the mean
+            assert np.allclose(got, want, atol=float(bin_width.max()) + 1e-6), (e, q, got, want)
+        pixels = frames[e].reshape(-1, 3) / 255.0  # every frame of an episode this short is sampled
+        assert np.asarray(row["stats/observation.images.main/mean"]).shape == (3, 1, 1)
+        assert np.allclose(np.ravel(row["stats/observation.images.main/mean"]), pixels.mean(0), atol=1e-6)
+        q90 = [reference_quantile(pixels[:, c] * 255, 0.9) / 255 for c in range(3)]
+        assert np.allclose(np.ravel(row["stats/observation.images.main/q90"]), q90, atol=2 / 5000)
+    everything = np.concatenate(list(actions.values()))
+    counts = np.array([len(a) for a in actions.values()], np.float64)
+    action = stats["action"]
+    assert action["count"] == [len(everything)] and action["min"] == everything.min(0).tolist()
+    assert np.allclose(action["mean"], everything.mean(0), atol=1e-6)
+    assert np.allclose(action["std"], everything.std(0), atol=1e-5)
+    for key in ("q01", "q10", "q50", "q90", "q99"):  # the count-weighted mean of the episodes' (lerobot 0.6.1)
+        per_episode = np.array([row[f"stats/action/{key}"] for row in rows])
+        assert np.allclose(action[key], (per_episode * counts[:, None]).sum(0) / counts.sum(), atol=1e-12)
+    assert stats["next.reward"]["q99"] != stats["next.reward"]["q01"]
+
+
+def test_a_dataset_lerobot_extends_still_opens_and_keeps_lerobots_columns(tmp_path):
+    """LeRobot appends an episode in new files (``RULES["on_resume"]``) and then opens every meta/episodes file as
+    one table: their columns must be the same, names and types, or it fails with a CastError."""
+    import pyarrow.parquet as pq
+
+    from workbench.data.importer import import_folder
+    from workbench.data.video_io import H264Writer
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for e in range(2):
+        writer = H264Writer(src / f"ep{e}.mp4", 10, 16, 16)
+        writer.write(np.full((6, 16, 16, 3), 40 + 80 * e, np.uint8))
+        writer.close()
+        np.save(src / f"ep{e}.npy", np.full((6, 2), e, np.float32))
+    root = tmp_path / "ours"
+    import_folder(src, root, window=4)
+    info = json.loads((root / "meta" / "info.json").read_text())
+    assert set(info) <= set(fx.RULES["info_keys"])  # LeRobot drops any other key when it rewrites info.json
+    video = info["features"]["observation.images.main"]["info"]
+    assert set(video) == set(fx.RULES["video_info_keys"]) and video["is_depth_map"] is False
+    ours = root / "meta/episodes/chunk-000/file-000.parquet"
+    columns = {f.name: fx.arrow_type(f.type) for f in pq.read_schema(ours)}
+    assert columns == fx.expected_episode_columns(info)  # no column of ours is missing, none is extra
+    extra = json.loads((root / "meta" / "workbench.json").read_text())
+    assert [e["source"] for e in extra["episodes"]] == ["ep0", "ep1"] and extra["window"] == 4
+
+    action = np.stack([np.arange(5), -np.arange(5)], 1).astype(np.float32)
+    theirs = fx.append_episode(root, {"observation.images.main": np.full((5, 16, 16, 3), 200, np.uint8)},
+                               {"action": action}, "a task of LeRobot's")
+    assert theirs.name == "file-001.parquet"
+    assert {f.name: fx.arrow_type(f.type) for f in pq.read_schema(theirs)} == columns
+    assert fx.lerobot_stats_problems(json.loads((root / "meta" / "stats.json").read_text()), info) == []
+    clips = LeRobotClips(root=str(root), window=4, stride=1, split="all")
+    assert [e.index for e in clips.meta.episodes] == [0, 1, 2]
+    appended = [clips[i] for i in range(len(clips)) if clips[i]["episode"] == 2]
+    assert [c["start"] for c in appended] == [0, 1] and appended[0]["task"] == "a task of LeRobot's"
+    assert torch.equal(appended[1]["action"], torch.from_numpy(action[1:5]))
+    assert abs(float(code(appended[0]["video"]).mean()) - 200) < 3
+    first = clips[0]
+    assert first["episode"] == 0 and torch.equal(first["action"], torch.zeros(4, 2))
 
 
 # --------------------------------------------------------------------------- LeRobot's own reader
@@ -349,6 +486,13 @@ def test_shipped_sample_round_trip(sample_lerobot):
     stats = json.loads((sample_lerobot / "meta" / "stats.json").read_text())
     assert len(stats["action"]["mean"]) == 4 and np.array(stats["observation.images.corner2_close"]["mean"]).shape \
         == (3, 1, 1)
+    assert fx.lerobot_stats_problems(stats, info) == []
+    import pyarrow.parquet as pq
+
+    schema = pq.read_schema(sample_lerobot / "meta/episodes/chunk-000/file-000.parquet")
+    assert {f.name: fx.arrow_type(f.type) for f in schema} == fx.expected_episode_columns(info)
+    extra = json.loads((sample_lerobot / "meta" / "workbench.json").read_text())["episodes"]
+    assert [e["source_episode"] for e in extra] == list(range(60)) and {e["success"] for e in extra} <= {True, False}
     db = compare_with_hdf5(sample_lerobot, "sample")
     print(f"\nshipped sample via LeRobot v3.0 / H.264 crf 18: PSNR per clip min {min(db):.2f} dB, "
           f"mean {np.mean(db):.2f} dB over {len(db)} clips")

@@ -363,5 +363,12 @@ def test_read_returns_whole_episodes_and_names_the_schema(sample):
     frames = clips.read("frames", [3, 1])
     assert frames.shape[0] == 2 and frames.dtype == np.uint8
     assert np.array_equal(frames[0], clips.read("frames")[1])  # episodes come back in file order
-    with pytest.raises(DataError, match="no dataset 'frame' to read; the schema has"):
+    with pytest.raises(DataError, match=r"no dataset 'frame' to read; the schema has \['actions', 'ee_pos', 'frames', "
+                                        r"'proprio', 'task'\], the file holds \[.*'obs'"):
         clips.read("frame")
+    # a dataset beside the schema (the raw observations the generator records) reads the same way
+    assert {"frames", "actions", "ee_pos", "proprio", "task", "obs"} <= set(clips.datasets())
+    import h5py
+
+    with h5py.File(sample, "r") as f:
+        assert np.array_equal(clips.read("obs", [3, 1]), f["obs"][[1, 3]])

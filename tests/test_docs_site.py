@@ -108,6 +108,27 @@ def test_the_api_reference_renders_signatures_and_docstrings(site):
     assert 'class="autorefs autorefs-internal"' in inspect
 
 
+def test_the_api_reference_documents_the_composer_and_objective_configurations(site):
+    """Every configuration dataclass of the built-in composers and objectives (what a ``config:`` block fills)."""
+    import dataclasses
+
+    from workbench.core import composers, objectives
+
+    configs = [f"{module.__name__}.{name}" for module in (composers, objectives) for name, value in vars(module).items()
+               if name.endswith("Config") and dataclasses.is_dataclass(value) and value.__module__ == module.__name__]
+    assert len(configs) == 6, configs
+    core = _page(site, "api/core")
+    assert [c for c in configs if f'id="{c}"' not in core] == []
+
+
+def test_no_api_page_shows_a_literal_double_colon(site):
+    """A reStructuredText ``Example::`` is no section to mkdocstrings: it shows as text, its code as prose."""
+    pages = sorted((site / "api").glob("*/index.html"))
+    assert len(pages) >= 10
+    shown = {page.parent.name: re.findall(r"\w+::</p>", page.read_text()) for page in pages}
+    assert {name: found for name, found in shown.items() if found} == {}
+
+
 def test_the_notebooks_are_rendered_with_their_stored_outputs(site):
     for notebook in NOTEBOOKS:
         html = _page(site, f"notebooks/{notebook.stem}")
@@ -121,6 +142,29 @@ def test_each_rendered_notebook_links_its_download(site):
         html = _page(site, f"notebooks/{notebook.stem}")
         assert f'href="{notebook.name}" download="{notebook.name}"' in html, notebook.name
         assert (site / "notebooks" / notebook.stem / notebook.name).read_bytes() == notebook.read_bytes()
+
+
+def test_the_site_says_which_version_it_documents(site):
+    from workbench._version import __version__
+
+    for page in ("", "guides/install"):
+        html = _page(site, page)
+        header = re.search(r'<div class="md-header__topic">\s*<span class="md-ellipsis">\s*([^<]+?)\s*</span>', html)
+        assert header and header.group(1) == f"workbench {__version__}", page
+        assert re.search(rf"<title>[^<]*workbench {re.escape(__version__)}</title>", html), page
+
+
+def test_notebook_headings_are_searched_by_their_text_alone(site):
+    """nbconvert ends each heading with a "¶" permalink; the search index's titles leave it out."""
+    import json
+
+    entries = json.loads((site / "search" / "search_index.json").read_text())["docs"]
+    assert [e["title"] for e in entries if "¶" in e["title"]] == []
+    first = json.loads(NOTEBOOKS[0].read_text())
+    headings = [line.lstrip("#").strip() for cell in first["cells"] if cell["cell_type"] == "markdown"
+                for line in "".join(cell["source"]).splitlines() if line.startswith("## ")]
+    titles = {e["title"] for e in entries if e["location"].startswith(f"notebooks/{NOTEBOOKS[0].stem}/#")}
+    assert headings and set(headings) <= titles, (headings, titles)
 
 
 def test_docstring_examples_render_as_code_not_as_quotes(site):
@@ -182,6 +226,18 @@ def test_a_glob_in_the_navigation_lists_the_pages_not_named_elsewhere(tmp_path):
         {"Home": "index.md"}, {"Guides": ["guides/index.md", "guides/z.md", "guides/a.md"]}, {"More": ["guides/b.md"]}]
 
 
+def test_notebook_permalinks_are_left_out_of_search_and_the_version_is_read_as_text(tmp_path):
+    hooks = _load("docs_hooks")
+    heading = '<h2 id="sample">Sample<a class="anchor-link" href="#sample">¶</a></h2>'
+    assert hooks.without_permalinks_in_search(heading) == (
+        '<h2 id="sample">Sample<a class="anchor-link" data-search-exclude href="#sample">¶</a></h2>')
+    (tmp_path / "_version.py").write_text('"""Doc."""\n\n__version__ = "9.8.7rc1"\n')
+    assert hooks.documented_version(tmp_path / "_version.py") == "9.8.7rc1"
+    from workbench._version import __version__
+
+    assert hooks.documented_version() == __version__
+
+
 def test_a_summary_line_holds_the_whole_first_sentence():
     roles = _load("griffe_roles")
     cut = "What instruments take as a readout: ``readout(frames)`` maps frames to\npositions in ``unit``.\n\nMore."
@@ -237,7 +293,7 @@ def test_the_supported_models_table_says_what_the_code_says():
     from workbench_wan22 import backbone as wan22
 
     from workbench.backbones import diffusers_bridge, tiny_video
-    from workbench.core import BaseVideoModel
+    from workbench.core.capabilities import InsideAccess, unwritten
     from workbench.core.card import CAPABILITIES
 
     table = _models_table()
@@ -249,7 +305,8 @@ def test_the_supported_models_table_says_what_the_code_says():
                "dynamicrafter": dynamicrafter}
 
     def capabilities(cls) -> str:  # the card's capabilities tuple, as the card's code spells it
-        maker = next(vars(cls)[n] for n in ("card_fields", "_make_card", "card") if n in vars(cls))
+        maker = next(vars(cls)[n] for n in ("card_fields", "make_card", "_make_card", "card")
+                     if n in vars(cls))
         code = (maker.fget if isinstance(maker, property) else maker).__code__
         found = [c for c in code.co_consts if isinstance(c, tuple) and c and set(c) <= set(CAPABILITIES)]
         assert len(found) == 1, (cls, found)
@@ -269,7 +326,7 @@ def test_the_supported_models_table_says_what_the_code_says():
         assert table["precision, `dtype: auto` (card)"][name] == precision, name
         beside = [a for a in adapters[backbones[name].dist.name] if a.endswith("latent_residual")]
         assert table["adapters beside the base"][name] == ", ".join(f"`{a}`" for a in beside), name
-        assert cls.inside_spec is not BaseVideoModel.inside_spec, f"{name}: no adapters inside the base"
+        assert issubclass(cls, InsideAccess) and "inside_spec" not in unwritten(cls), f"{name}: no adapters inside"
     assert {"lora", "action_modulation", "controlnet"} <= set(adapters["grafted-workbench"])
     cards = table["clip (`clip()`, the real model's card)"]
     tiny = tiny_video.TinyVideo.from_pretrained().card.sampling
@@ -300,18 +357,62 @@ def _mkdocs_config(env: dict[str, str] | None = None) -> dict:
                 os.environ[k] = v
 
 
-def test_new_guides_land_before_troubleshooting_and_development():
+def _section(nav: list, title: str) -> list:
+    return next(item[title] for item in nav if isinstance(item, dict) and title in item)
+
+
+def _expanded_nav() -> list:
     hooks = _load("docs_hooks")
-    config = _mkdocs_config()
 
     class Config:
         docs_dir = str(DOCS)
-        nav = config["nav"]
+        nav = _mkdocs_config()["nav"]
 
-    guides = next(item["Guides"] for item in hooks.on_config(Config()).nav if "Guides" in item)
-    assert guides[-2:] == ["guides/troubleshooting.md", "guides/development.md"]
-    assert "guides/action-path.md" in guides and "guides/compile.md" in guides
-    assert {"Changelog": "changelog.md"} in config["nav"]
+    return hooks.on_config(Config()).nav
+
+
+def _index_order(text: str) -> list[str]:
+    """The pages an index's table rows link, in order (each once)."""
+    links = [link for line in text.splitlines() if line.startswith("| ")
+             for link in re.findall(r"\]\(([\w/-]+\.md)\)", line)]
+    return list(dict.fromkeys(links))
+
+
+GUIDE_GROUPS = ("How-to", "The world model", "Extending", "Internals")
+
+
+def test_new_guides_land_at_the_end_of_how_to_before_troubleshooting():
+    guides = _section(_mkdocs_config()["nav"], "Guides")
+    assert guides[0] == "guides/index.md" and [next(iter(g)) for g in guides[1:]] == list(GUIDE_GROUPS)
+    assert _section(guides, "How-to")[-2:] == ["guides/*.md", "guides/troubleshooting.md"]
+    assert _section(guides, "Internals")[-1] == "guides/development.md"
+    assert {"Changelog": "changelog.md"} in _mkdocs_config()["nav"]
+
+
+def test_the_guides_navigation_has_the_groups_of_the_guides_index():
+    """Each group of mkdocs.yml's Guides lists the pages of the same group of docs/guides/index.md, in its order
+    (a subsection by its first page); a new guide is named in mkdocs.yml where its index row puts it."""
+    guides = _section(_expanded_nav(), "Guides")
+    index = (DOCS / "guides" / "index.md").read_text()
+    for group in GUIDE_GROUPS:
+        rows = index.split(f"\n## {group}\n", 1)[1].split("\n## ", 1)[0]
+        listed = [f"guides/{page}" for page in _index_order(rows)]
+        named = [entry if isinstance(entry, str) else next(iter(entry.values()))[0]
+                 for entry in _section(guides, group)]
+        assert named == listed, f"mkdocs.yml's {group!r} differs from docs/guides/index.md's: {named} != {listed}"
+
+
+def test_the_results_navigation_follows_the_results_index():
+    results = _section(_expanded_nav(), "Results")
+    listed = [f"results/{page}" for page in _index_order((DOCS / "results" / "index.md").read_text())]
+    assert results == ["results/index.md", *listed], "name each results page in mkdocs.yml in the index's order"
+
+
+def test_each_changelog_heading_is_unique():
+    """Headings are the changelog's anchors: one date (or version) has one heading."""
+    headings = re.findall(r"^#+ (.+)$", (DOCS / "changelog.md").read_text(), re.M)
+    assert [h for h in set(headings) if headings.count(h) > 1] == []
+    assert any(re.fullmatch(r"\d{4}-\d\d-\d\d", h) for h in headings)
 
 
 def test_the_guides_and_results_indexes_list_every_page():

@@ -10,7 +10,8 @@ import torch
 from conftest import nonzero_model
 
 from workbench.data.camera import CameraCalibration
-from workbench.inspect import InspectError, Readout, Trajectory
+from workbench.errors import InspectError
+from workbench.inspect import Readout, Trajectory
 from workbench.inspect.drive import KEYS, DriveState, calibration_from_vector
 from workbench.inspect.recording.rollouts import rollout
 
@@ -83,6 +84,10 @@ def test_wrong_actions_and_keys_are_refused_saying_what_is_allowed(model):
         DriveState(model, {**start_clip(), "video": start_clip()["video"][None]})
     with pytest.raises(InspectError, match="steps must be a positive int"):
         DriveState(model, start_clip(), steps=0)
+    exp = type("Experiment", (), {"model": model})()  # what an AdapterExperiment offers: its model
+    with pytest.raises(InspectError, match=r"DriveState needs a workbench.ComposedModel .*got Experiment\. "
+                                           r"Pass exp.model"):
+        DriveState(exp, start_clip())
     with pytest.raises(InspectError, match="nothing to branch yet: step"):
         d.branch()
 
@@ -134,6 +139,66 @@ def test_branch_forks_at_a_chunk_keeps_the_old_line_and_switch_goes_back(model):
         d.branch(5)
 
 
+def test_branch_steps_samples_one_chunk_at_a_time_like_branch_and_can_stop_early(model):
+    d = drive(model)
+    for action in ([1.0, 0, 0, 0], [0, 1.0, 0, 0], [0, 0, 1.0, 0], [0, -1.0, 0, 0]):
+        d.step(action)
+    old = d.rollout
+    whole = old.fork(chunk=1, at=0, cond={"action": torch.tensor([[-1.0, 0, 0, 0]] * old.window)})
+    steps = d.branch_steps(1, action=[-1.0, 0, 0, 0])
+    assert d.branches == [] and d.rollout is old  # nothing changes before the first chunk
+    assert next(steps) == (1, 3) and d.branches == [old] and d.chunks == 2  # the forked chunk: the line so far
+    assert next(steps) == (2, 3) and d.chunks == 3
+    assert list(steps) == [(3, 3)] and d.chunks == 4
+    assert np.array_equal(d.video(), whole.video)  # chunk by chunk = the fork all at once, bit for bit
+    assert np.array_equal(d.actions(), torch.as_tensor(whole.actions).numpy())
+    assert [t.chunk for t in d.timings[-3:]] == [1, 2, 3]  # each chunk sampled again is timed
+
+    stopped = drive(model)
+    for action in ([1.0, 0, 0, 0], [0, 1.0, 0, 0], [0, 0, 1.0, 0]):
+        stopped.step(action)
+    before = stopped.rollout
+    steps = stopped.branch_steps(0, action=[0, 0, 0, 1.0])
+    next(steps)
+    steps.close()  # stopped after the forked chunk: the new line is that chunk, the old line is kept whole
+    assert stopped.chunks == 1 and stopped.branches == [before] and len(before.chunks) == 3
+    never = drive(model)
+    never.step([1.0, 0, 0, 0])
+    never.branch_steps(0).close()
+    assert never.branches == [] and never.chunks == 1
+    with pytest.raises(InspectError, match=r"chunk=3 is not a chunk of this episode; it has 1 \(0..0\)"):
+        never.branch_steps(3)  # checked at once, not when the first chunk is asked for
+
+
+def test_kept_lines_are_labelled_by_where_they_differ_and_the_branched_chunk_by_its_action(model):
+    d = drive(model)
+    for action in ([1.0, 0, 0, 0], [1.0, 0, 0, 0], [0, 0.5, 0, 0]):
+        d.step(action)
+    d.branch(1, action=[-1.0, 0, 0, 0])  # line 0: the first one
+    d.branch(2, action=[0, 0, 0, 1.0])  # line 1: the branch at chunk 1
+    # all three lines have 3 chunks and 10 frames: what tells them apart is where they leave the current one
+    assert d.line_labels() == ["line 0 · chunk 1: dx=+1 · 3 chunks, 10 frames",
+                               "line 1 · chunk 2: dy=+0.5 · 3 chunks, 10 frames"]
+    d.switch(0)
+    assert d.line_labels() == ["line 0 · chunk 1: dx=-1 · 3 chunks, 10 frames",
+                               "line 1 · chunk 1: dx=-1 · 3 chunks, 10 frames"]
+    d.switch(1)  # back on the branch at chunk 1 (line 1 holds the first line now)
+    d.undo()
+    assert d.line_labels() == ["line 0 · chunk 2: grip=+1 · 3 chunks, 10 frames",  # longer than this line
+                               "line 1 · chunk 1: dx=+1 · 3 chunks, 10 frames"]
+    steps = d.branch_steps(0, action=[0, 0, 0, -1.0])
+    next(steps)
+    steps.close()
+    assert d.line_labels()[-1] == "line 2 · chunk 0: dx=+1 · 2 chunks, 7 frames"  # stopped: one chunk so far
+    d.switch(2)
+    assert d.line_labels()[-1] == "line 2 · chunk 0: grip=-1 · 1 chunk, 4 frames"
+    # the Stepper shows a chunk's run by its label: a branched chunk says what it was branched with
+    assert d.trajectory(0).label == "chunk 0 (frames 0..)"
+    assert d.trajectory(1).label == "chunk 1 (frames 3..), branched: dx=-1.00, dy=+0.00, dz=+0.00, grip=+0.00"
+    d.switch(2)
+    assert d.trajectory(0).label == "chunk 0 (frames 0..), branched: dx=+0.00, dy=+0.00, dz=+0.00, grip=-1.00"
+
+
 # -- the hand's path ----------------------------------------------------------------------------------
 def test_the_path_reads_each_frame_once_and_projects_into_the_picture(model):
     blob = Blob()
@@ -153,9 +218,15 @@ def test_the_path_reads_each_frame_once_and_projects_into_the_picture(model):
     expected, _ = CAMERA.project(d.path() / 100)
     assert np.allclose(uv, expected, atol=1e-3)  # normalised projection x frame size = pixels
     assert DriveState(model, start_clip(), steps=2, readout=None).path() is None
-    no_probe = DriveState(model, start_clip(), steps=2)  # the hand probe reads 64x64 frames only
+    default = DriveState(model, start_clip(), steps=2)  # no state reader by default, so no path of its own
+    assert default.readout is None and default.readout_note == ("no path: state=None reads nothing off the frames "
+                                                                "(pass readout=)")
+    no_probe = DriveState(model, start_clip(), steps=2, state="probe")  # the hand probe reads 64x64 frames only
     assert no_probe.readout is None
-    assert no_probe.readout_note.startswith("no path: the probe cannot read these frames (")
+    assert no_probe.readout_note.startswith("no path: the state reader 'probe' cannot read these frames (HandProbe: ")
+    with pytest.raises(InspectError, match=r"readout='probe': pass 'state' \(the state reader's own readout\), a "
+                                           r"Readout, or None"):
+        DriveState(model, start_clip(), steps=2, readout="probe")
 
 
 def test_the_calibration_is_recovered_from_the_camera_vector():

@@ -12,8 +12,9 @@ import torch
 from workbench.cli import main
 from workbench.data.metaworld import MetaWorldClips, sample_path
 from workbench.errors import CheckpointError, DataError
+from workbench.worldmodel.common import UNSEEN_PATH, clip_source, load_run
 from workbench.worldmodel.demo import TRAINED_ADAPTER
-from workbench.worldmodel.evaluate import UNSEEN_PATH, clip_source, load_run, summarise
+from workbench.worldmodel.evaluate import summarise
 from workbench.worldmodel.probe import WEIGHTS, HandProbe, action_error, hand_error_cm, shipped_probe
 
 h5py = pytest.importorskip("h5py")
@@ -71,6 +72,26 @@ def test_probe_command_trains_and_writes_provenance(tmp_path, capsys):
     assert probe.positions(np.zeros((2, 64, 64, 3), np.uint8)).shape == (2, 3)
     with pytest.raises(CheckpointError, match="Probe weights not found: .*add --target object for an object probe"):
         HandProbe.from_pretrained(tmp_path / "missing.safetensors")
+
+
+def test_an_object_probe_learns_the_position_the_raw_observations_record(tmp_path, capsys):
+    """--target object regresses the object's position, columns 4:7 of the file's raw observations ('obs', beside
+    the schema): the probe's output scale is their mean over the training episodes."""
+    from workbench.data.metaworld import split_episodes
+    from workbench.worldmodel.probe import ProbeTrainConfig
+
+    out = tmp_path / "object.safetensors"
+    assert main(["probe", "train", "--data", "sample", "--target", "object", "--out", str(out), "--steps", "1",
+                 "--batch-size", "4", "--width", "8", "--no-progress"]) == 0
+    cfg = ProbeTrainConfig(data="sample")
+    with h5py.File(sample_path(), "r") as f:
+        puck = f["obs"][..., 4:7].astype(np.float32)
+        tasks = [t.decode() if isinstance(t, bytes) else str(t) for t in f["task"][()]]
+    held = np.zeros(len(tasks), dtype=bool)
+    held[split_episodes(tasks, cfg.val_fraction, cfg.seed)[1]] = True
+    expected = puck[~held].reshape(-1, 3).mean(0)
+    assert np.allclose(HandProbe.from_pretrained(out).mean.numpy(), expected, rtol=0, atol=1e-6)
+    assert not np.allclose(expected, shipped_probe().mean.numpy(), atol=1e-2)  # not the hand's
 
 
 # -- summaries ------------------------------------------------------------------------------------
@@ -266,3 +287,44 @@ def test_the_robot_state_reaches_a_prediction_as_measured_at_the_first_frame():
             first = torch.stack([clips[i][key][0] for i in range(2)])
             assert raw[key].shape == (2, 16, width) and torch.equal(raw[key], first[:, None].expand(2, 16, width))
         assert torch.equal(raw["action"], torch.stack([clips[i]["action"] for i in range(2)])) or raw is given[2]
+
+
+# -- which clips, and how the video labels them --------------------------------------------------------------
+class _Clips:
+    """What :func:`spread_over_tasks` reads of a clip source: ``(episode, start)`` per clip, a task per episode."""
+
+    def __init__(self, clips_per_episode: list[int], tasks: list[str]):
+        self.index = [(e, 8 * k) for e, n in enumerate(clips_per_episode) for k in range(n)]
+        self.task_names = tasks
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+
+def test_a_few_clips_of_one_task_come_from_several_episodes():
+    from workbench.worldmodel.common import spread_over_tasks, swap_partner
+
+    source = _Clips([6, 2, 5], ["my_videos"] * 3)  # one task, a long first episode: where --clips 4 failed
+    chosen = spread_over_tasks(source, 4)
+    assert [source.index[i] for i in chosen] == [(0, 0), (0, 8), (1, 0), (2, 0)]
+    swap_partner([source.index[i][0] for i in chosen])  # (c) finds actions of another episode for each
+    two_tasks = _Clips([3, 3, 3, 3], ["push", "reach", "push", "reach"])
+    assert [two_tasks.index[i] for i in spread_over_tasks(two_tasks, 4)] == [(0, 0), (1, 0), (2, 0), (3, 0)]
+
+
+def test_the_side_by_side_labels_each_row_as_the_table_does(tmp_path, monkeypatch):
+    import workbench.media as media
+    from workbench.worldmodel.evaluate import write_videos
+
+    drawn = {}
+    monkeypatch.setattr(media, "label_grid", lambda rows, row_labels, col_labels, scale: drawn.update(
+        rows=row_labels, columns=col_labels) or np.zeros((1, 8, 8, 3), np.uint8))
+    monkeypatch.setattr(media, "write_video", lambda path, frames, fps: path)
+    frames = np.zeros((1, 2, 8, 8, 3), np.uint8)
+    result = {"truth": frames, "base": frames, "adapter": frames, "swapped": frames,
+              "items": [{"task": "push-v3", "episode": 3, "start": 16}],
+              "scores": {"base": {"moving_psnr": [11.0]}, "adapter": {"moving_psnr": [14.5]},
+                         "swapped": {"moving_psnr": [12.25]}}}
+    write_videos(tmp_path, result, clips=1, fps=10)
+    assert drawn["columns"] == ["truth", "(a) base alone", "(b) adapter,\ntrue actions", "(c) adapter,\nswapped"]
+    assert drawn["rows"] == ["push\nep 3 t16\nmoving PSNR\na 11.0\nb 14.5\nc 12.2"]

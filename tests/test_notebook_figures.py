@@ -89,3 +89,29 @@ def test_the_action_error_figure_is_in_cm_at_a_notebook_width_with_its_legend_of
         assert min(t.get_fontsize() for t in legends[0].get_texts()) >= 9  # legible at the notebook's width
     finally:
         plt.close("all")
+
+
+def test_notebook_10_says_what_its_charts_show_and_names_each_policy_one_way():
+    """Its text is printed from the numbers its charts show, never typed (a typed ρ went stale against the chart
+    once); each ρ comes with what it means; a policy has one name in every table and figure."""
+    import re
+
+    cells = json.loads((NOTEBOOKS / "10_policies_in_imagination.ipynb").read_text())["cells"]
+    markdown = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    assert not re.search(r"[+−-]0\.\d\d", markdown)  # no ρ typed into the text
+    assert "0 when the two orders have nothing to do with each other" in markdown and "−1: exactly reversed" in markdown
+    code = [c for c in cells if c["cell_type"] == "code"]
+    printed = ["".join(o["text"]) for c in code for o in c.get("outputs", ()) if o.get("output_type") == "stream"]
+    closing = next(text for text in printed if "one swap of two neighbours" in text)
+    bins = [(0.8, "close to the simulator's order"), (0.3, "partly the simulator's order"),
+            (-0.3 + 1e-9, "no clear relation to the simulator's order"), (-2, "tends to reverse the simulator's order")]
+    readings = re.findall(r"ρ ([+-]\d\.\d\d): (.+)", closing)
+    assert len(readings) == 6  # three models, two tasks
+    for rho, words in readings:  # each reading is the one its number calls for
+        assert words == next(text for floor, text in bins if float(rho) >= floor), (rho, words)
+    # one swap among 6 policies: sum of squared rank differences 2, rho = 1 - 6 * 2 / (6 * (6 ** 2 - 1))
+    assert "moves ρ by 0.06 (from 1 to 0.94)" in closing
+    assert not long_lines(code)  # and it stays on the lines it prints
+    sources = "\n".join("".join(c["source"]) for c in code)
+    assert sources.count("expert+") == 1 and sources.count("named(p)") == 3  # one naming, in the table and both figures
+    assert "σ 0.1" in printed[0] and all("+noise" not in text for text in printed)

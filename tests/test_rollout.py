@@ -12,7 +12,8 @@ from conftest import BaseCalls, nonzero_model, tiny_base
 from workbench import ComposedModel, GatedResidual
 from workbench.adapters.latent_residual import LatentResidual
 from workbench.core.seeds import chunk_seed
-from workbench.inspect import InspectError, Rollout, StoragePolicy, record, rollout
+from workbench.errors import InspectError, UnknownComponentError
+from workbench.inspect import Rollout, StateReader, StoragePolicy, record, rollout
 from workbench.metrics import to_uint8_video
 
 STEPS = 3
@@ -77,6 +78,9 @@ def mean_colour(frames: np.ndarray) -> np.ndarray:
     return frames[:, -1].reshape(frames.shape[0], -1, 3).mean(axis=1) / 1000.0
 
 
+MEAN_COLOUR = StateReader(mean_colour, keys=("ee_pos",))
+
+
 @pytest.mark.parametrize("b", [None, 2])
 def test_a_rollout_decodes_only_the_frames_it_reads_the_same_bit_for_bit(model, monkeypatch, b):
     """tiny_video decodes frames alone: chaining chunks decodes one context frame each, ``frame(-1)`` one more,
@@ -106,11 +110,11 @@ def test_a_rollout_decodes_only_the_frames_it_reads_the_same_bit_for_bit(model, 
 def test_a_rollout_never_reads_a_recorded_frame_after_the_first(model, path_model):
     for m in (model, path_model):
         clip, actions = episode(10)
-        ro = rollout(m, clip, actions, steps=STEPS, state=mean_colour)
+        ro = rollout(m, clip, actions, steps=STEPS, state=MEAN_COLOUR)
         poisoned = {**clip, "video": clip["video"].clone(), "ee_pos": clip["ee_pos"].clone()}
         poisoned["video"][:, 1:] = float("nan")
         poisoned["ee_pos"][1:] = float("nan")
-        again = rollout(m, poisoned, actions, steps=STEPS, state=mean_colour)
+        again = rollout(m, poisoned, actions, steps=STEPS, state=MEAN_COLOUR)
         assert np.array_equal(again.video, ro.video)
     assert ro.states[1] is not None and torch.isfinite(ro.states[1]).all()
 
@@ -136,7 +140,7 @@ def test_state_comes_from_the_produced_frames(path_model):
         seen.append(frames.copy())
         return np.full((frames.shape[0], 3), 0.05 * len(seen))
 
-    ro = rollout(path_model, clip, actions, steps=STEPS, state=reader)
+    ro = rollout(path_model, clip, actions, steps=STEPS, state=StateReader(reader, keys=("ee_pos",)))
     # chunk 0 knows the recorded state at frame 0; later chunks get the reader's reading of their context frame
     assert torch.equal(ro.states[0], clip["ee_pos"][0].float())
     assert [float(s[0]) for s in ro.states[1:]] == pytest.approx([0.05, 0.10])
@@ -147,9 +151,15 @@ def test_state_comes_from_the_produced_frames(path_model):
     ceiling = rollout(path_model, clip, actions, steps=STEPS, state="recorded")
     assert [s.tolist() for s in ceiling.states] == [clip["ee_pos"][f].tolist() for f in (0, 3, 6)]
     assert not np.array_equal(ceiling.video, ro.video)
-    # the shipped probe is the default reader, registered by the world-model package
-    import workbench.worldmodel.rollouts  # noqa: F401
-
+    # state="start": every chunk is given the state recorded at frame 0, and nothing recorded later is read
+    poisoned = {**clip, "ee_pos": clip["ee_pos"].clone()}
+    poisoned["ee_pos"][1:] = float("nan")
+    held = rollout(path_model, poisoned, actions, steps=STEPS, state="start")
+    assert held.state_mode == "start" and [s.tolist() for s in held.states] == [clip["ee_pos"][0].tolist()] * 3
+    assert torch.equal(held.chunks[2].conditions["ee_pos"], clip["ee_pos"][0].expand(1, W, 3))
+    assert np.array_equal(held.video[:4], ceiling.video[:4])  # chunk 0: the same recorded frame-0 state
+    assert not np.array_equal(held.video, ceiling.video)
+    # the world-model wing's hand probe, found by name through the registry
     with pytest.raises(Exception, match="64x64|64, 64"):  # the probe reads 64x64 frames only
         rollout(path_model, clip, actions, steps=STEPS, state="probe")
 
@@ -212,10 +222,18 @@ def test_head_and_extend_equal_a_one_shot_rollout(model):
 def test_batched_rollouts_with_a_gate_scale_and_the_base_alone(model):
     clip, actions = episode(7, b=2)
     on = rollout(model, clip, actions, steps=STEPS, state=None)
-    off = rollout(model, clip, actions, steps=STEPS, state=None, adapter="off")
+    off = rollout(model, clip, actions, steps=STEPS, state=None, with_adapter=False)
     doubled = rollout(model, clip, actions, steps=STEPS, state=None, gate_scale=2.0)
     assert not np.array_equal(on.video, off.video) and not np.array_equal(on.video, doubled.video)
     assert doubled.chunks[0].trajectory.settings.gate_override is not None
+    assert [c.trajectory.settings.with_adapter for c in off.chunks] == [False] * len(off.chunks)
+    with pytest.raises(InspectError, match=r"^rollout: with_adapter='off' is not allowed: it takes True \(base \+ "
+                                           r"adapter\) or False \(the frozen base alone\)\.$"):
+        rollout(model, clip, actions, steps=STEPS, state=None, with_adapter="off")
+    with pytest.raises(InspectError, match=r"^rollout needs a workbench\.ComposedModel \(base \+ adapter \+ composer "
+                                           r"\+ objective\), got TinyVideo\..*for the frozen "
+                                           r"base alone pass that model with with_adapter=False\."):
+        rollout(model.base, clip, actions, steps=STEPS, state=None)
 
 
 def test_errors_say_what_was_wrong(model):
@@ -231,8 +249,9 @@ def test_errors_say_what_was_wrong(model):
         rollout(model, clip, actions, steps=STEPS, state=None, stride=4)
     with pytest.raises(InspectError, match="start must be a clip dict with 'video'"):
         rollout(model, {"image": clip["video"][:, 0]}, actions, steps=STEPS)
-    with pytest.raises(InspectError, match="state='nope' names no state reader"):
-        rollout(path_model_for_errors(), clip, actions, steps=STEPS, state="nope")
+    with pytest.raises(UnknownComponentError, match=r"state='prob' names no state reader\. Registered: 'probe'\. "
+                                                    r"Did you mean 'probe'\? Pass state=None"):
+        rollout(path_model_for_errors(), clip, actions, steps=STEPS, state="prob")
     ro = rollout(model, clip, actions, steps=STEPS, state=None)
     with pytest.raises(InspectError, match=r"chunk 1's window takes actions of shape \(4, 4\).*got \(3, 4\)"):
         ro.fork(chunk=1, at=1, cond={"action": actions[:3]})
@@ -240,9 +259,23 @@ def test_errors_say_what_was_wrong(model):
         ro.fork(chunk=3, at=0)
     with pytest.raises(InspectError, match=r"extend: too few actions: got 0"):
         ro.extend(actions[:0])
-    with pytest.raises(InspectError, match="recorded 'ee_pos' at every chunk's first frame.*carries 1"):
+    with pytest.raises(InspectError, match="recorded 'ee_pos' at every chunk's first frame.*carries 1\\. "
+                                           "Pass the whole episode as start, or a state reader"):
         rollout(path_model_for_errors(), {**clip, "ee_pos": clip["ee_pos"][:1]}, actions, steps=STEPS,
                 state="recorded")
+
+
+def test_an_experiment_is_refused_with_the_model_to_pass_instead():
+    """rollout takes a ComposedModel, as record does: an experiment's is exp.model."""
+    from workbench import AdapterExperiment, TrainingConfig
+
+    clip, actions = episode(10)
+    exp = AdapterExperiment(base=tiny_base(), adapter=LatentResidual(width=16, depth=1),
+                            training=TrainingConfig(progress=False))
+    with pytest.raises(InspectError, match=r"rollout needs a workbench.ComposedModel .*got AdapterExperiment\. "
+                                           r"Pass exp.model"):
+        rollout(exp, clip, actions, steps=STEPS, state=None)
+    assert rollout(exp.model, clip, actions[:4], steps=1, state=None).frame_count == 4
 
 
 def path_model_for_errors() -> ComposedModel:
@@ -270,15 +303,66 @@ def test_chunk_seeds_are_pure_and_distinct():
         chunk_seed(0, -1)
 
 
-def test_the_hand_probe_is_found_by_name_through_its_entry_point():
-    """state='probe' needs no import of the world-model package: the installed entry point names it (read from every
-    distribution's metadata, so a stale egg-info in a development checkout does not hide it)."""
+def test_the_hand_probe_is_found_by_name_through_the_registry():
+    """state='probe' needs no import of the world-model package: the registry finds the reader through the installed
+    entry point of the group workbench.state_readers (read from every distribution's metadata, so a stale egg-info
+    in a development checkout does not hide it)."""
     import subprocess
     import sys
     from pathlib import Path
 
-    code = ("import sys; from workbench.inspect.recording.rollouts import state_reader; read = state_reader('probe'); "
-            "print(read.__name__, 'workbench.worldmodel.rollouts' in sys.modules)")
+    code = ("import sys; from workbench.registry import registered; from workbench.inspect.recording.state import "
+            "state_reader; print('probe' in registered('state_reader'), 'workbench.worldmodel' in sys.modules); "
+            "read = state_reader('probe'); print(type(read).__name__, read.keys, 'workbench.worldmodel.rollouts' in "
+            "sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parents[1])
-    assert out.stdout.split() == ["hand_probe", "True"]
+    assert out.stdout.split("\n")[:2] == ["True False", "HandProbeReader ('ee_pos',) True"]
+
+
+def test_by_default_a_rollout_gives_no_state(model, path_model):
+    clip, actions = episode(7)
+    ro = rollout(model, clip, actions, steps=STEPS)
+    assert ro.state_mode == "none" and ro.states == [None, None]
+    assert all("ee_pos" not in c.conditions for c in ro.chunks)
+    assert np.array_equal(ro.video, rollout(model, clip, actions, steps=STEPS, state=None).video)
+    # an adapter that reads a state the clip records per frame is refused without a reader, naming the fixes
+    with pytest.raises(InspectError, match=r"the adapter reads 'ee_pos' at each chunk's first frame, which start "
+                                           r"records per frame; .* got no state reader\. Pass a state reader that "
+                                           r"fills 'ee_pos': a registered one by name \(registered: 'probe'\), "
+                                           r"or StateReader\(fn, keys=\('ee_pos',\)\); or state='start' \(the value "
+                                           r"recorded at frame 0, held for every chunk\), or state='recorded'"):
+        rollout(path_model, clip, actions, steps=STEPS)
+
+
+def test_a_reader_fills_the_conditions_of_its_keys_that_the_adapter_reads(model, path_model):
+    clip, actions = episode(7)
+    calls = []
+
+    def light(frames):
+        calls.append(len(frames))
+        return np.zeros((len(frames), 3))
+
+    # the adapter reads no 'ee_pos': the reader is never asked
+    ro = rollout(model, clip, actions, steps=STEPS, state=StateReader(light, keys=("ee_pos",)))
+    assert calls == [] and ro.states == [None, None] and ro.state_mode == "reader"
+    # a reader of another condition fills nothing the path adapter reads: refused, naming it
+    with pytest.raises(InspectError, match=r"reads 'ee_pos'.*got state=StateReader\('light', keys=\('light',\)\), "
+                                           r"which fills none of its names"):
+        rollout(path_model, clip, actions, steps=STEPS, state=StateReader(light, keys=("light",)))
+    ro = rollout(path_model, clip, actions, steps=STEPS, state=StateReader(light, keys=("light", "ee_pos")))
+    assert calls == [1] and torch.equal(ro.chunks[1].conditions["ee_pos"], torch.zeros(1, W, 3))
+
+
+def test_a_state_reader_is_told_apart_from_a_plain_function(model):
+    clip, actions = episode(7)
+    with pytest.raises(InspectError, match=r"state=mean_colour is a plain function, which does not say which "
+                                           r"conditions its reading fills\. Wrap it: "
+                                           r"state=StateReader\(mean_colour, keys=\('ee_pos',\)\)"):
+        rollout(model, clip, actions, steps=STEPS, state=mean_colour)
+    with pytest.raises(InspectError, match=r"keys must name the conditions its reading fills.*got 'ee_pos'"):
+        StateReader(mean_colour, keys="ee_pos")
+    with pytest.raises(InspectError, match=r"StateReader needs a function to read with"):
+        StateReader(keys=("ee_pos",))
+    with pytest.raises(InspectError, match=r"rollout: state=3; pass None \(no state\), 'start', 'recorded'"):
+        rollout(model, clip, actions, steps=STEPS, state=3)

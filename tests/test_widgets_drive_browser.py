@@ -3,7 +3,9 @@ Playwright) opens a notebook with notebook 9's configuration (the world model ``
 held-out clip of the shipped sample, 8 sampling steps per chunk, the gate ×2), clicks the key field and
 presses arrow keys. We check that each key press renders a new chunk (the picture changes, the status line
 counts the chunk, the sliders show the key's action), and in JupyterLab that the arrow keys drive the view
-instead of moving the notebook's cell selection.
+instead of moving the notebook's cell selection, also after a click on a button; that the status lines are
+whole at 1400 px; that "branch" shows each chunk as it comes and a key press stops it; that Escape hands the
+keys back to the notebook; and that JupyterLab's own keys (Ctrl+S, Shift+Enter) work with the field focused.
 
 Each press is timed in the page, from the key event to the new picture's ``src``, and written with the CPU
 time of the chunk (what the view's status line reports), the time the kernel took from the key message to
@@ -45,7 +47,7 @@ from workbench.widgets import Drive
 from workbench.worldmodel.demo import TRAINED_ADAPTER
 exp = AdapterExperiment.load(TRAINED_ADAPTER)
 clip = MetaWorldClips(path="sample", window=16, stride=16, split="val")[9]""",
-    "drive = Drive(exp, start=clip, steps=8, gate_scale=2.0)\ndrive",
+    "drive = Drive(exp.model, start=clip, steps=8, gate_scale=2.0, state=\"probe\")\ndrive",
 ]
 
 #: Times each key event (capture phase: before the view sees it) and the next change of the picture.
@@ -107,6 +109,65 @@ def drive_with_keys(page, where: str) -> dict:
     return result
 
 
+ACTIVE_CELL = "() => [...document.querySelectorAll('.jp-Notebook .jp-Cell')].findIndex(c => c.classList.contains(" \
+              "'jp-mod-active'))"
+STATUS = ".workbench-drive-status"
+PAD_FOCUSED = "() => document.activeElement === document.querySelector('.workbench-drive-keys')"
+
+
+def status_says(page, pattern: str) -> re.Match:
+    """Wait until the view's status lines match ``pattern`` (a regular expression); the match."""
+    page.wait_for_function("(p) => new RegExp(p).test([...document.querySelectorAll("
+                           "'.workbench-drive .workbench-status')].map(s => s.innerText).join('\\n'))",
+                           arg=pattern, timeout=TIMEOUT_MS)
+    return re.search(pattern, "\n".join(page.locator(".workbench-drive .workbench-status").all_inner_texts()))
+
+
+def use_the_keyboard_with_jupyterlab(page, folder: Path, cell: int, chunks: int) -> None:
+    """The key field beside JupyterLab's own keys: the status lines are whole at 1400 px; after a click on a
+    button the arrow keys drive again; branch shows each chunk and a key press stops it; Escape hands the keys
+    back to the notebook; Ctrl+S saves and Shift+Enter runs the cell, with the field focused."""
+    clipped = page.evaluate("""() => { const view = document.querySelector('.workbench-drive').getBoundingClientRect();
+        return [...document.querySelectorAll('.workbench-drive .workbench-status .widget-html-content > div')]
+            .filter(d => d.scrollWidth > d.clientWidth + 1 || d.getBoundingClientRect().right > view.right + 1)
+            .map(d => d.innerText); }""")
+    assert clipped == []  # every status line whole and inside the view
+    page.locator(".workbench-drive button", has_text="undo").click()
+    status_says(page, rf"^{chunks - 1} chunks")
+    page.wait_for_function(PAD_FOCUSED, timeout=TIMEOUT_MS)  # the click handed the keys back to the field
+    page.keyboard.press("ArrowDown")
+    status_says(page, rf"^{chunks} chunks")  # the arrow key drove the view...
+    assert page.evaluate(ACTIVE_CELL) == cell  # ...and did not move the notebook's cell selection
+    # branch at chunk 1: the chunks after it come one by one, and a key press stops them
+    page.locator(".workbench-drive select").first.select_option(label="chunk 1")
+    page.locator(".workbench-drive button", has_text="branch").click()
+    status_says(page, rf"branching at chunk 1 with .*: chunk 2 of {chunks - 1} sampled")
+    page.wait_for_function(PAD_FOCUSED, timeout=TIMEOUT_MS)
+    page.keyboard.press("ArrowRight")
+    stopped = status_says(page, rf"branch at chunk 1 stopped by the key ArrowRight after chunk (\d+) of {chunks - 1}: "
+                                r"this line has (\d+) chunks")
+    done, kept = map(int, stopped.groups())
+    assert 2 <= done < chunks - 1 and kept == done + 1  # stopped before the end, the chunks so far kept
+    # Escape leaves the field: the arrow keys move the notebook's cell selection, and drive nothing
+    page.keyboard.press("Escape")
+    assert not page.evaluate(PAD_FOCUSED)
+    page.keyboard.press("ArrowUp")
+    page.wait_for_function(f"() => ({ACTIVE_CELL})() === {cell - 1}", timeout=TIMEOUT_MS)
+    page.wait_for_timeout(1000)
+    status_says(page, rf"^{kept} chunks")  # no chunk came of it
+    # with the field focused, JupyterLab's own keys still work: Ctrl+S saves, Shift+Enter runs the cell
+    page.locator(".workbench-drive-keys").click()
+    page.keyboard.press("Control+s")
+    page.wait_for_function("() => !document.querySelector('.jp-mod-dirty')", timeout=TIMEOUT_MS)
+    saved = json.loads((folder / "drive.ipynb").read_text())
+    assert any("".join(o.get("data", {}).get("text/plain", "")).startswith("Drive: ")
+               for o in saved["cells"][cell].get("outputs", ()))
+    page.locator(".workbench-drive-keys").click()
+    page.keyboard.press("Shift+Enter")
+    page.wait_for_function(f"() => ({ACTIVE_CELL})() === {cell + 1}", timeout=TIMEOUT_MS)  # run, next cell
+    status_says(page, r"^1 chunk ")  # the cell ran again: a new view, on its first chunk
+
+
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
     chromium()
@@ -159,16 +220,19 @@ def test_keys_drive_the_world_model_in_jupyterlab_not_the_notebook(folder):
             kernel_ready(url)
             menu(page, "Run", "Run All Cells")
             wait_for_picture(page)
-            active = page.evaluate("() => [...document.querySelectorAll('.jp-Notebook .jp-Cell')].findIndex("
-                                   "c => c.classList.contains('jp-mod-active'))")
+            active = page.evaluate(ACTIVE_CELL)
             try:
                 result = drive_with_keys(page, "lab")
             except Exception:
                 page.screenshot(path=str(ARTIFACTS / "drive-lab-failed.png"), full_page=True)
                 raise
-            after = page.evaluate("() => [...document.querySelectorAll('.jp-Notebook .jp-Cell')].findIndex("
-                                  "c => c.classList.contains('jp-mod-active'))")
+            after = page.evaluate(ACTIVE_CELL)
             assert after == active  # the arrow keys drove the view, not the notebook's cell selection
+            try:
+                use_the_keyboard_with_jupyterlab(page, folder, active, chunks=len(PRESSES) + 1)
+            except Exception:
+                page.screenshot(path=str(ARTIFACTS / "drive-lab-failed.png"), full_page=True)
+                raise
         finally:
             browser.close()
     assert len(result["browser_key_to_picture_ms"]) == len(PRESSES)

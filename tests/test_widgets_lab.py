@@ -2,13 +2,14 @@
 Playwright) opens a small notebook in a JupyterLab served on 127.0.0.1, runs all cells from the
 menu, presses stop on the Fit view while later cells are queued, moves a slider of each view,
 switches the Stepper to the adapter's output where a branch has the adapter off, lets the
-ablation view carry an edit to the last step (and a second key press cancel the first), holds its
-colour scale, saves the notebook (as ``make lab`` sets JupyterLab up: each view saved as its picture,
-no widget state), shuts its kernel down and reopens it (JupyterLab starts a fresh kernel that knows
-none of the views' models). We check that pictures arrive, that the states hold (the fit stopped, the
-queued cells ran, the sliders moved the pictures, the final picture follows the last edit), that status
-lines never wrap, and that the reopened notebook shows the pictures, no widget error, and is not marked
-modified; and that a shipped notebook opens without being marked modified. Never how long anything took.
+ablation view carry an edit to the last step (and a second key press cancel the first; an edit after a
+save marks the notebook modified when its final picture is in), holds its colour scale, saves the notebook
+(as ``make lab`` sets JupyterLab up: each view saved as its picture, no widget state), shuts its kernel
+down and reopens it (JupyterLab starts a fresh kernel that knows none of the views' models). We check
+that pictures arrive, that the states hold (the fit stopped, the queued cells ran, the sliders moved the
+pictures, the final picture follows the last edit), that status lines never wrap, and that the reopened
+notebook shows the pictures, no widget error, and is not marked modified; and that a shipped notebook
+opens without being marked modified. Never how long anything took.
 
 Screenshots are kept in ``outputs/test-artifacts/``. Skipped, saying why, without Debian's
 chromium (``make browser``) or JupyterLab (``make test`` installs it).
@@ -61,7 +62,7 @@ print("fit ended:", fit.session.state)""",
     """raw = default_collate([clips[10], clips[35]])
 traj = exp.sample({"image": raw["video"][:, :, 0], "action": raw["action"]}, steps=8, seed=0)
 stepper = Stepper(traj, decode="tiny", dim_names=["dx", "dy", "dz", "grip"])
-stepper.fork_here(adapter="off", label="base alone")
+stepper.fork_here(with_adapter=False, label="base alone")
 stepper""",
     """AblationSliders(traj, step=4, decode="tiny", dim_names=["dx", "dy", "dz", "grip"])""",
     """print(" ".join(["word"] * 23))  # 114 characters: what a notebook may print on one line""",
@@ -231,6 +232,15 @@ def carry_edits_to_the_last_step(page) -> None:
     value = page.locator(f"{slider} .widget-readout").first.inner_text().strip()
     page.wait_for_function("([css, text]) => document.querySelector(css).innerText.includes(text)",
                            arg=[FINAL_STATUS, f"final prediction with dx={value} from step 4"], timeout=TIMEOUT_MS)
+    # saved, then edited: once the edit's final picture is in, the notebook is marked modified (a save made while
+    # it was carried through kept the view without it)
+    page.keyboard.press("Control+s")
+    page.wait_for_function("() => !document.querySelector('.jp-mod-dirty')", timeout=TIMEOUT_MS)
+    handle.press("ArrowLeft")
+    value = page.locator(f"{slider} .widget-readout").first.inner_text().strip()
+    page.wait_for_function("([css, text]) => document.querySelector(css).innerText.includes(text)",
+                           arg=[FINAL_STATUS, f"final prediction with dx={value} from step 4"], timeout=TIMEOUT_MS)
+    page.wait_for_function("() => !!document.querySelector('.jp-mod-dirty')", timeout=TIMEOUT_MS)
     assert "colour scale fixed at ±1 for this view" in page.locator(".workbench-ablation-status").inner_text()
     page.locator(".workbench-ablation-scale select").select_option(label="hold as now")
     page.wait_for_function("() => document.querySelector('.workbench-ablation-status').innerText"

@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from workbench.inspect import Panel  # noqa: E402
+from workbench.inspect.previews.pictures import Panel  # noqa: E402
 from workbench.widgets import panels as fast  # noqa: E402
 from workbench.widgets import render  # noqa: E402
 
@@ -45,6 +45,21 @@ def test_a_panel_note_is_written_under_it_wrapped_to_its_width():
     assert red.any()  # the note, in red, on the fast picture too
 
 
+def test_a_difference_beyond_the_fixed_colour_range_is_marked_not_just_saturated():
+    diff = np.zeros((8, 8), np.float32)
+    diff[2, 3], diff[5, 5], diff[6, 1] = 1.5, -3.0, 1.0  # two beyond ±1; one at its edge, drawn as ±1 is
+    mask, note = fast.beyond_range(Panel("edited − recorded", "signed", diff, "difference", 1.0))
+    assert note == "yellow dots: beyond ±1 (2 pixels)" and np.argwhere(mask).tolist() == [[2, 3], [5, 5]]
+    assert fast.beyond_range(Panel("d", "signed", diff, "difference", 3.0)) == (None, None)  # all inside ±3
+    assert fast.beyond_range(Panel("g", "gate", np.full((4, 4), 2.0), "gate")) == (None, None)  # only signed maps
+    marked = render.panels_image([Panel("d", "signed", diff, "difference", 1.0)], panel_pixels=64)
+    wider = render.panels_image([Panel("d", "signed", diff, "difference", 3.0)], panel_pixels=64)
+    yellow = np.all(marked[..., :3] == fast.BEYOND_RGB, axis=-1)
+    assert yellow.sum() == 2 * 4 * 4  # a 4-pixel dot in each of the two 8-pixel cells beyond the range
+    assert not np.all(wider[..., :3] == fast.BEYOND_RGB, axis=-1).any()
+    assert marked.shape[0] > wider.shape[0]  # and a line under the title says what the dots mean
+
+
 def test_fast_pictures_fill_the_row_and_their_text_grows_with_the_frames():
     one = render.panels_image([Panel("run", "rgb", rgb())], title="x0 estimate")
     three = render.panels_image([Panel(f"b{i}", "rgb", rgb()) for i in range(3)], title="x0 estimate")
@@ -74,6 +89,34 @@ def test_a_row_can_fit_the_notebook_width_instead_of_being_shrunk_by_the_browser
     fitted = render.panels_figure(panels, panel_inches="fit")
     assert fitted.get_figwidth() <= render.FIGURE_INCHES and inside(fitted)
     assert render.panels_figure(panels[:2], panel_inches="fit").get_figwidth() == pytest.approx(2 * render.PANEL_INCHES)
+
+
+def test_panels_of_one_measure_can_share_one_colour_range_and_bar():
+    run = Panel("run: adapter output", "signed", signed(1) * 0.3, "adapter output", 0.6)
+    alone = Panel("base alone: adapter output", "signed", np.zeros((16, 16), np.float32), "adapter output", 1.0)
+    other = Panel("run: x0 difference", "signed", signed(2), "x0 difference", 2.5)
+    gates = [Panel(f"{name}: gate", "gate", np.zeros((4, 4)), "gate", 1.0) for name in ("run", "base alone")]
+    shared = render.shared_ranges([run, alone, other, *gates])
+    assert [p.limit for p in shared] == [0.6, 0.6, 2.5, 1.0, 1.0]  # the zero map takes the run's range
+    assert [p.title for p in shared] == [run.title, alone.title, other.title, gates[0].title, gates[1].title]
+    fig = render.panels_figure(shared)
+    assert len(fig.axes) == 5 + 3  # five pictures, one colour bar per measure
+    assert len(render.panels_figure([run, alone, other, *gates]).axes) == 5 + 4  # each range its own bar
+
+
+def test_chunk_boundaries_are_drawn_unlike_grid_lines():
+    from matplotlib.figure import Figure
+
+    ax = Figure().subplots()
+    ax.plot(range(40), np.sin(np.arange(40)))
+    ax.grid(alpha=0.3)
+    render.mark_chunks(ax, [16, 31])
+    ax.grid(axis="y", alpha=0.3)
+    boundaries = [line for line in ax.lines if list(line.get_xdata()) in ([16, 16], [31, 31])]
+    assert len(boundaries) == 2 and [line.get_label() for line in boundaries][0] == "chunk boundary"
+    assert all(line.get_linestyle() == "--" and line.get_color() == "#7b4fa0" for line in boundaries)
+    assert not any(line.get_visible() for line in ax.xaxis.get_gridlines())  # no vertical grid line among them
+    assert all(line.get_visible() and line.get_linestyle() == "-" for line in ax.yaxis.get_gridlines())
 
 
 def test_a_long_title_widens_a_single_panel():
@@ -182,8 +225,13 @@ def test_condition_figure_kinds():
         "proprio": {"kind": "missing", "title": "proprio", "values": None, "note": "missing (optional, None)"},
     }, dim_names={"action": ["dx", "dy", "dz", "grip"]})
     assert fig.axes[0].get_xlabel() == "frame"
-    assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == ["dx", "dy", "dz", "grip"]
+    legend = fig.axes[0].get_legend()
+    assert [t.get_text() for t in legend.get_texts()] == ["dx", "dy", "dz", "grip"]
     assert inside(fig)
+    # readable: as large as the axis labels' ticks or larger (8 pt, 11 px at 100 dpi), and beside the plot, on no line
+    assert all(t.get_fontsize() >= 8 for t in legend.get_texts())
+    renderer = fig.canvas.get_renderer()
+    assert legend.get_window_extent(renderer).x0 >= fig.axes[0].get_window_extent(renderer).x1 - 1
 
 
 def test_filmstrip_and_curves():

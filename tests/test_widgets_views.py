@@ -21,8 +21,11 @@ pytest.importorskip("matplotlib")
 from workbench import AdapterExperiment, ComposedModel, GatedResidual, NoiseGated, TrainingConfig  # noqa: E402
 from workbench.adapters.latent_residual import LatentResidual  # noqa: E402
 from workbench.data.synthetic import SyntheticMoves  # noqa: E402
-from workbench.errors import DataError  # noqa: E402
-from workbench.inspect import Ablation, InspectError, record  # noqa: E402
+from workbench.errors import (
+    DataError,  # noqa: E402
+    InspectError,
+)
+from workbench.inspect import Ablation, record  # noqa: E402
 from workbench.widgets import (  # noqa: E402
     AblationSliders,
     ActionSensitivity,
@@ -142,12 +145,12 @@ def test_fork_here_with_the_condition_editor_adds_a_branch(traj, model):
     assert after.shape[1] > before.shape[1]  # two branches side by side
     assert fork.label == "fork@2: grip=+0.75@f1"  # what changed, as the ablation says it
     assert "fork@2: grip=+0.75@f1" in repr(stepper) and "fork@2: grip=+0.75@f1" in stepper.fork_status.value
-    assert stepper.adapter_select.value == "recorded"  # the first choice shows its label, not a blank
-    assert stepper.adapter_select.label == "adapter as recorded"
+    assert stepper.with_adapter_select.label == "adapter as recorded"  # the first choice shows, not a blank
+    assert stepper.state.branches[1].settings.with_adapter is None
     stepper.editor.reset_button.click()
-    stepper.adapter_select.value = "off"
+    stepper.with_adapter_select.value = "adapter off (base alone)"
     stepper.fork_button.click()
-    assert stepper.state.branches[2].settings.adapter is False
+    assert stepper.state.branches[2].settings.with_adapter is False
     assert stepper.state.branches[2].label == "fork@2: adapter off"
     stepper.clear_button.click()
     assert len(stepper.state.branches) == 1
@@ -180,7 +183,7 @@ def test_a_step_move_decodes_only_the_shown_frame_of_each_branch(traj, model):
     from workbench.inspect import view_image
 
     stepper = Stepper(traj, decode="full", frame=2)
-    stepper.fork_here(adapter="off")
+    stepper.fork_here(with_adapter=False)
     seen = []
     decode = model.base.decode
 
@@ -490,9 +493,8 @@ def test_the_next_move_cancels_a_propagation_in_flight_without_holding_up_the_sl
         assert "re-sampling steps 0–3 with dx=+1.00" in view.final_status.value
         view.sliders.sliders[0].value = -1.0  # cancels it after its current step
         await asyncio.sleep(0)
-        while view._worker is not None and view._worker.is_alive():
+        while "workbench-stale" in view.final_image._dom_classes:  # until the final picture of the edit is in
             await asyncio.sleep(0.02)
-        await asyncio.sleep(0.05)  # the result is handed to the event loop
         return view
 
     try:
@@ -505,6 +507,49 @@ def test_the_next_move_cancels_a_propagation_in_flight_without_holding_up_the_sl
     expected = traj.fork(at=0, cond={"action": view.state.edit.values}).final
     assert torch.equal(final.trajectory.final, expected)
     assert "final prediction with dx=-1.00 from step 0" in view.final_status.value
+
+
+def test_a_save_while_an_edit_is_carried_through_keeps_no_final_picture_of_the_edit_before(traj, model, monkeypatch):
+    import asyncio
+    import time
+
+    import ipywidgets
+
+    from workbench.widgets import ablation as ablation_module
+    from workbench.widgets.static import _parts
+
+    marked = []
+    monkeypatch.setattr(ablation_module, "mark_modified", lambda: marked.append(view.final_image.value))
+    denoise = model.base.denoise
+    model.base.denoise = lambda *a, **k: (time.sleep(0.05), denoise(*a, **k))[1]  # a slower base
+    view = AblationSliders(traj, step=0, dim_names=DIMS)  # no event loop: the recorded run's final, at once
+
+    def saved() -> list[str]:  # what a save keeps of the view, as JupyterLab's widget state holds it now
+        state = ipywidgets.Widget.get_manager_state(drop_defaults=True)["state"]
+        return [kind if kind == "image" else " / ".join(value) for kind, value in _parts(state, view.model_id)]
+
+    before = saved()
+    assert [part for part in before if part == "image"] == ["image", "image"]  # the instant and the final picture
+
+    async def edit_and_save():
+        view.sliders.sliders[0].value = 1.0
+        await asyncio.sleep(0)  # the instant picture is drawn, the edit is carried through in the background
+        during = saved()
+        while "workbench-stale" in view.final_image._dom_classes:  # until the final picture of the edit is in
+            await asyncio.sleep(0.02)
+        return during
+
+    try:
+        during = asyncio.run(edit_and_save())
+    finally:
+        del model.base.denoise
+    # while it ran: the new instant picture and the line saying the final one is coming, not the old final picture
+    assert [part for part in during if part == "image"] == ["image"]
+    assert "edited: dx=+1.00" in during[0] and during[-1] == "re-sampling steps 0–3 with dx=+1.00 …"
+    after = saved()
+    assert [part for part in after if part == "image"] == ["image", "image"]
+    assert "final prediction with dx=+1.00 from step 0 of 4" in after[2]
+    assert marked == [view.final_image.value]  # once its picture was in: JupyterLab marks the notebook modified
 
 
 def test_ablation_slider_on_one_frame_and_another_step(traj):

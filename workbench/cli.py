@@ -10,9 +10,11 @@ imports them: they are found at run time, like the components in the registry.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import gc
 import importlib.metadata as md
+import os
 import signal
 import sys
 from collections.abc import Callable, Mapping
@@ -67,11 +69,11 @@ def registered_commands() -> list[Command]:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from workbench.train.checkpoint import latest_checkpoint, set_aside_after
+    from workbench.train.checkpoint import latest_checkpoint
     from workbench.train.config import check_extras, load_yaml, replace_training
-    from workbench.train.experiment import AdapterExperiment
+    from workbench.train.distributed import launched_rank
     from workbench.train.options import DataOptions, apply_data_options
-    from workbench.train.resume import override_names
+    from workbench.train.runlock import hold_run
 
     config = apply_data_options(load_yaml(args.config), DataOptions.from_args(args), what=args.config)
     changes = {}
@@ -85,11 +87,31 @@ def _train(args: argparse.Namespace) -> int:
         changes["progress"] = False
     config = replace_training(config, **changes)
     check_extras(config, what=f"workbench train {args.config}")
+    if launched_rank() != 0:  # rank 0 holds the run for every rank (only it writes there)
+        return _train_run(args, config, output)
+    if args.resume and not output.is_dir():
+        raise _nothing_to_resume(output)
+    if not output.is_dir():  # a new run: its fit holds it from the first checkpoint on
+        return _train_run(args, config, output)
+    then = (f"then continue the run with `{continue_train(args, output)}`" if latest_checkpoint(output)
+            else "then try again")
+    with hold_run(output, then=then):  # before anything of the run is read
+        return _train_run(args, config, output)
+
+
+def _nothing_to_resume(output: Path) -> WorkbenchError:
+    return WorkbenchError(f"--resume: no checkpoint in {output}. Run without --resume to start the run.")
+
+
+def _train_run(args: argparse.Namespace, config, output: Path) -> int:
+    from workbench.train.checkpoint import latest_checkpoint, set_aside_after
+    from workbench.train.experiment import AdapterExperiment
+    from workbench.train.resume import override_names
+
     existing = latest_checkpoint(output)
     if args.resume:
         if existing is None:
-            raise WorkbenchError(f"--resume: no checkpoint in {output}. "
-                                 f"Run without --resume to start the run.")
+            raise _nothing_to_resume(output)
         start = _pick_checkpoint(output, args.start) if args.start else existing
         override = override_names(args.override or [])
         if args.steps is not None:  # --steps N says, on its own, that the run's length changes
@@ -140,7 +162,23 @@ def _train(args: argparse.Namespace) -> int:
         return _interrupted_status()
     ranks = f" on {dist.world_size} ranks" if dist is not None else ""
     say(f"Finished {config.name} at step {step}{ranks}: loss {loss:.5f}. Checkpoint: {path}")
+    say(next_after_train(config, output))
     return 0
+
+
+def next_after_train(config, output: Path) -> str:
+    """What to do with a finished run: ``workbench eval`` where the run's data are robot clips it scores (a
+    LeRobot dataset, Meta-World rollouts) and the command is installed; else loading it in Python."""
+    import shlex
+
+    block = config.data or {}
+    options = block.get("config") or {}
+    if block.get("type") in ("lerobot", "metaworld") and "eval" in {c.name for c in registered_commands()}:
+        parts = ["workbench", "eval", str(output), "--out", f"{output}_eval"]
+        if options.get("control"):
+            parts += ["--control", str(options["control"])]
+        return f"Evaluate it with: {' '.join(shlex.quote(p) for p in parts)}"
+    return f"Load it in Python with: AdapterExperiment.load({str(output)!r})"
 
 
 def continue_train(args: argparse.Namespace, output: Path | str | None = None) -> str:
@@ -286,15 +324,115 @@ def _plan(args: argparse.Namespace) -> int:
 def _init(args: argparse.Namespace) -> int:
     from workbench.examples import write_examples
 
-    written, kept = write_examples(args.names or None, into=args.dir)
+    texts, said = {}, {}
+    if args.data is not None:
+        texts, said = _configs_for_dataset(args.names, args.data)
+    written, kept = write_examples(args.names or None, into=args.dir, texts=texts)
     for path in written:
-        print(f"wrote {path}")
+        print(f"wrote {path}{' ' + said[path.stem][0] if path.stem in said else ''}")
+        for line in said.get(path.stem, [])[1:]:
+            print(line)
     if kept:
         print(f"kept {len(kept)} that were there already (never overwritten): "
               f"{', '.join(p.name for p in kept)}")
+        if any(p.stem in texts for p in kept):
+            print(f"  --data {args.data} changed none of them: "
+                  f"delete the file, or write it elsewhere with --dir")
     first = (written or kept)[0]
     print(f"Train one with: workbench train {first}")
     return 0
+
+
+def _configs_for_dataset(names: list[str], data: str) -> tuple[dict[str, str], dict[str, list[str]]]:
+    """The example configs ``names`` filled in for the LeRobot dataset ``data``: the data block's root,
+    window and size, the adapter's dim, and the base's frame size and frames where it names them; and,
+    for each, what to tell the user (a description of the values, then notes and the next step)."""
+    import json
+    import shlex
+
+    import yaml
+
+    from workbench.data.lerobot_format import EXTRA_META, LeRobotMeta
+    from workbench.data.sources import data_kind
+    from workbench.errors import ConfigError, DataError
+    from workbench.examples import example_configs, fill_config
+
+    if not names:
+        raise ConfigError(f"--data fills in a config for the dataset: name it, "
+                          f"e.g. `workbench init own_videos --data {shlex.quote(data)}`.")
+    shipped = example_configs()
+    texts = {}
+    if data_kind(data) != "lerobot":  # (a folder that is not a dataset is refused there, with the fix)
+        raise DataError(f"--data {data}: Meta-World rollouts (HDF5), not a LeRobot dataset directory; "
+                        f"the example configs that read such files name them already. `workbench data import "
+                        f"FOLDER --out DATASET` writes a LeRobot dataset from your videos and action files.")
+    meta = LeRobotMeta(data)
+    extra_path = meta.root / EXTRA_META
+    recorded = json.loads(extra_path.read_text()) if extra_path.is_file() else {}
+    said: dict[str, list[str]] = {}
+    for name in [n.removesuffix(".yaml") for n in names]:
+        if name not in shipped:
+            continue  # write_examples names it, with the examples there are
+        config = yaml.safe_load(shipped[name])
+        block = (config.get("data") or {})
+        if block.get("type") != "lerobot":
+            readers = sorted(n for n, t in shipped.items()
+                             if (yaml.safe_load(t).get("data") or {}).get("type") == "lerobot")
+            raise ConfigError(f"--data fills in a config that reads a LeRobot dataset (data: type: lerobot): "
+                              f"{', '.join(readers)}; {name} reads {block.get('type')!r} data.")
+        options = block.get("config") or {}
+        actions = options.get("actions", "action")
+        if actions not in meta.features:
+            numeric = sorted(k for k, f in meta.features.items() if f.get("dtype") not in ("video", "image"))
+            raise DataError(f"--data {data}: the dataset has no feature {actions!r} (the config's actions); "
+                            f"its features: {', '.join(numeric)}. Set `actions:` in the config's data block.")
+        camera = options.get("camera") or (meta.video_keys[0] if meta.video_keys else None)
+        if camera not in meta.video_keys:
+            raise DataError(f"--data {data}: no camera {camera!r} stored as video; cameras: "
+                            f"{', '.join(meta.video_keys) or '(none)'}.")
+        height, width = (int(v) for v in meta.features[camera]["shape"][:2])
+        shortest = min(e.length for e in meta.episodes)
+        window = int(recorded.get("window") or min(int(options.get("window", 16)), shortest))
+        values = {"data": {"root": data, "window": window, "size": [height, width]},
+                  "adapter": {"dim": meta.width(actions)}}
+        base = {"frames": window}
+        if height == width:
+            base["image_size"] = height
+        values["base"] = base
+        filled = fill_config(shipped[name], values, optional=("base.frames", "base.image_size"))
+        header = f"# Filled in for {data} by `workbench init {name} --data {shlex.quote(data)}`.\n"
+        texts[name] = header + (filled.split("\n", 1)[1] if filled.startswith("# Filled in for ") else filled)
+        said[name] = lines = [f"for {data}: the adapter's dim {meta.width(actions)} (its {actions!r}), "
+                              f"window {window}, frames of {height}x{width}"]
+        base_config = (config.get("base") or {}).get("config") or {}
+        if len(meta.video_keys) > 1 and not options.get("camera"):
+            lines.append(f"  note: the dataset has {len(meta.video_keys)} cameras "
+                        f"({', '.join(meta.video_keys)}); add camera: NAME to the config's data block "
+                        f"(the size above is {camera}'s)")
+        if height != width and "image_size" in base_config:
+            lines.append("  note: its base reads square frames; import the videos again with --size S S "
+                        "(the base's image_size) to train on them")
+        weights = str(base_config.get("weights", ""))
+        if weights.endswith(".safetensors") and not Path(weights).is_file():
+            lines.append(_pretrain_hint(data, weights, window, height, config))
+    return texts, said
+
+
+def _pretrain_hint(data: str, weights: str, window: int, size: int, config: dict) -> str:
+    """The command that makes the base a config names: the shipped base fine-tuned on the dataset, or, where
+    the config names an architecture of its own, that architecture pretrained from scratch."""
+    import shlex
+
+    base = (config.get("base") or {}).get("config") or {}
+    parts = ["workbench", "pretrain", "--data", data, "--size", str(size), "--window", str(window)]
+    arch = [(flag, str(base[key])) for key, flag in (("width", "--width"), ("depth", "--depth"),
+                                                     ("ae_width", "--ae-width")) if key in base]
+    if arch:
+        parts += ["--from", "scratch", *(part for pair in arch for part in pair)]
+    parts += ["--out", weights]
+    how = ("pretrain it on the dataset first (the architecture the config names, from scratch)" if arch
+           else "fine-tune the shipped base on the dataset first")
+    return f"Its base, {weights}, is not there yet; {how}: {' '.join(shlex.quote(p) for p in parts)}"
 
 
 def _cache_latents(args: argparse.Namespace) -> int:
@@ -352,6 +490,10 @@ def build_parser() -> argparse.ArgumentParser:
     init.add_argument("names", nargs="*", metavar="NAME",
                       help="the examples to write (default: all), e.g. tiny")
     init.add_argument("--dir", default="examples/configs", help="where to write them (default: %(default)s)")
+    init.add_argument("--data", metavar="DATASET",
+                      help="a LeRobot dataset (what `workbench data import` wrote): fill in the named config "
+                           "for it (the data block's root, window and size, the adapter's dim, the base's "
+                           "frame size and frames)")
     init.set_defaults(func=_init)
 
     doctor = sub.add_parser("doctor",
@@ -376,6 +518,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The ``workbench`` command; returns its exit status. Output cut off by its reader (``workbench ... |
+    head``) ends the command quietly, with the status of a process a closed pipe stopped (141)."""
+    try:
+        status = _main(argv)
+        sys.stdout.flush()  # here, not at exit: a pipe closed meanwhile is an error this function handles
+        return status
+    except BrokenPipeError:
+        # what is still buffered, and the interpreter's flush at exit, would fail again: write them nowhere
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(AttributeError, OSError, ValueError):  # a stream without a descriptor
+                os.dup2(devnull, stream.fileno())
+        os.close(devnull)
+        return 128 + int(getattr(signal, "SIGPIPE", 13))
+
+
+def _main(argv: list[str] | None) -> int:
     try:
         parser = build_parser()
     except WorkbenchError as err:

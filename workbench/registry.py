@@ -26,13 +26,13 @@ KINDS: dict[str, str] = {
     "objective": "workbench.objectives",
     "callback": "workbench.callbacks",
     "dataset": "workbench.datasets",
+    "state_reader": "workbench.state_readers",
 }
 
 LIST_ENTRY_POINTS = (
     "python -c \"import importlib.metadata as m; "
     "print({g: [e.name for e in m.entry_points(group=g)] for g in "
-    "['workbench.backbones', 'workbench.adapters', 'workbench.composers', "
-    "'workbench.objectives', 'workbench.callbacks', 'workbench.datasets']})\""
+    f"{list(KINDS.values())}}})\""
 )
 
 _registered: dict[str, dict[str, Any]] = {kind: {} for kind in KINDS}
@@ -67,7 +67,17 @@ def register(kind: str, name: str) -> Callable[[T], T]:
 
 
 def _entry_points(kind: str) -> dict[str, metadata.EntryPoint]:
-    return {ep.name: ep for ep in metadata.entry_points(group=KINDS[kind])}
+    """The entry points of ``kind``'s group, from every distribution's metadata (the first of a name wins).
+
+    Every distribution is read, not only the first of each name that ``metadata.entry_points`` keeps: a
+    stale ``*.egg-info`` of a development checkout, found first from its root, would hide the installed
+    metadata's names."""
+    found: dict[str, metadata.EntryPoint] = {}
+    for dist in metadata.distributions():
+        for ep in dist.entry_points:
+            if ep.group == KINDS[kind]:
+                found.setdefault(ep.name, ep)
+    return found
 
 
 def registered(kind: str) -> list[str]:

@@ -12,17 +12,24 @@ read a folder where each episode's files share a name::
         place_02/             an episode stored as pictures: 000.png, 001.png, ... (.png / .jpg, in name
                               order)
         place_02.npy
+        session_2/            a sub-folder in the same layout: its episodes are session_2/pick_01, ...
+            pick_01.mp4
+            pick_01.npy
+
+Sub-folders are searched too (hidden ones and LeRobot datasets, such as the import's output, aside): an
+episode's files sit together in one folder, and the episode is named by its path from the folder imported.
 
 Row ``t`` of the actions is the action taken at frame ``t`` (its result shows in frame ``t + 1``), so an
 episode has as many rows as frames. A ``.csv`` holds numbers, one row per frame, with or without a
 header line (its names become the feature's names); a ``.parquet`` holds numeric columns (scalars or
-fixed-size lists). Everything is checked before a frame is decoded -- every file found and matched,
-every table's values finite and not absurdly large, rows equal to frames, the same widths, frame
-rates and picture sizes everywhere (or ``fps`` / ``size`` given to resample and resize them), every
-episode at least ``window`` frames long -- and each problem is an error naming the file and the fix.
-The dataset is written by :class:`~workbench.data.lerobot_write.LeRobotWriter` (v3.0): ``action``,
-``observation.state`` (when given), the video as ``observation.images.<camera>``; read it back with
-the ``lerobot`` dataset (``data: {type: lerobot, config: {root: DIR}}``) or any ``--data DIR``.
+fixed-size lists). Where the tables name their columns, they are matched by name: every episode's
+table names the same columns, in any order. Everything is checked before a frame is decoded -- every
+file found and matched, every table's values finite and not absurdly large, rows equal to frames, the
+same columns, frame rates and picture sizes everywhere (or ``fps`` / ``size`` given to resample and
+resize them), every episode at least ``window`` frames long -- and each problem is an error naming the
+file and the fix. The dataset is written by :class:`~workbench.data.lerobot_write.LeRobotWriter` (v3.0):
+``action``, ``observation.state`` (when given), the video as ``observation.images.<camera>``; read it
+back with the ``lerobot`` dataset (``data: {type: lerobot, config: {root: DIR}}``) or any ``--data DIR``.
 
 :func:`write_example_folder` writes such a folder (a square moved by 2-D actions) to try it on.
 """
@@ -166,56 +173,85 @@ def _table_for(folder: Path, stem: str) -> list[Path]:
     return [folder / f"{stem}{s}" for s in TABLE_SUFFIXES if (folder / f"{stem}{s}").is_file()]
 
 
-def find_sources(folder: str | Path, task: str | None = None) -> list[Source]:
-    """The episodes of ``folder``, each a video (or frames folder) matched with its tables by name."""
+def _is_frames(path: Path) -> bool:
+    return path.is_dir() and any(q.suffix.lower() in IMAGE_SUFFIXES for q in path.iterdir())
+
+
+def _folders(root: Path, skip: set[Path]) -> list[Path]:
+    """``root`` and every folder below it that may hold episodes: not a folder of frames (an episode itself),
+    not hidden, not a LeRobot dataset (an earlier import's output), not one of ``skip`` (this one's)."""
+    out, pending = [], [root]
+    while pending:
+        folder = pending.pop(0)
+        out.append(folder)
+        pending += [p for p in sorted(folder.iterdir(), key=lambda p: natural_key(p.name))
+                    if p.is_dir() and not p.name.startswith(".") and p.resolve() not in skip
+                    and not (p / "meta" / "info.json").is_file() and not _is_frames(p)]
+    return out
+
+
+def find_sources(folder: str | Path, task: str | None = None, skip: tuple[Path, ...] = ()) -> list[Source]:
+    """The episodes of ``folder`` and of every folder below it, each a video (or frames folder) matched with
+    its tables by name in its own folder. An episode is named by its path from ``folder`` without the suffix
+    (``session_2/pick_01``). Hidden folders, LeRobot datasets and the folders ``skip`` are left out."""
     root = Path(folder).expanduser()
     if not root.is_dir():
         raise DataError(f"{root}: no such folder. `workbench data import` reads a folder where {LAYOUT}.")
-    entries = sorted(root.iterdir(), key=lambda p: natural_key(p.name))
-    videos = [p for p in entries if p.is_file() and p.suffix.lower() in VIDEO_SUFFIXES]
-    folders = [p for p in entries
-               if p.is_dir() and any(q.suffix.lower() in IMAGE_SUFFIXES for q in p.iterdir())]
-    if not videos and not folders:
-        found = ", ".join(sorted({p.suffix or p.name for p in entries})[:8]) or "nothing"
-        raise DataError(f"{root}: no videos found (it holds {found}). Expected {LAYOUT}.")
-    sources, missing = [], []
-    names = [p.stem if p.is_file() else p.name for p in [*videos, *folders]]
-    duplicate = sorted({n for n in names if names.count(n) > 1})
-    if duplicate:
-        raise DataError(f"{root}: two videos are called {duplicate[0]!r} "
-                        f"(e.g. {duplicate[0]}.mp4 and a folder or another format). "
-                        f"Each episode's files share one name; rename one of them.")
-    for video in [*videos, *folders]:
-        name = video.stem if video.is_file() else video.name
-        tables = [p for p in _table_for(root, name)]
-        states = _table_for(root, f"{name}.state")
-        if not tables:
-            missing.append(name)
-            continue
-        if len(tables) > 1 or len(states) > 1:
-            both = tables if len(tables) > 1 else states
-            raise DataError(f"{root}: episode {name!r} has {len(both)} tables of the same values: "
-                            f"{', '.join(p.name for p in both)}. Keep one of them.")
-        text = root / f"{name}.txt"
-        episode_task = (text.read_text().strip() if text.is_file()
-                        else (task if task is not None else root.name))
-        sources.append(Source(name, video, tables[0], states[0] if states else None, episode_task))
+    skipped = {Path(p).expanduser().resolve() for p in skip}
+    sources, missing, orphans, seen = [], [], [], []
+
+    def relative(path: Path) -> str:
+        return path.relative_to(root).as_posix()
+
+    for where in _folders(root, skipped):
+        entries = sorted(where.iterdir(), key=lambda p: natural_key(p.name))
+        seen += entries
+        episodes = [p for p in entries if (p.is_file() and p.suffix.lower() in VIDEO_SUFFIXES)
+                    or (p.is_dir() and not p.name.startswith(".") and _is_frames(p))]
+        stems = [p.stem if p.is_file() else p.name for p in episodes]
+        duplicate = sorted({n for n in stems if stems.count(n) > 1})
+        if duplicate:
+            name = relative(where / duplicate[0])
+            raise DataError(f"{root}: two videos are called {name!r} "
+                            f"(e.g. {name}.mp4 and a folder or another format). "
+                            f"Each episode's files share one name; rename one of them.")
+        found = []
+        for video, stem in zip(episodes, stems):
+            name = relative(where / stem)
+            tables, states = _table_for(where, stem), _table_for(where, f"{stem}.state")
+            if not tables:
+                missing.append(name)
+                continue
+            if len(tables) > 1 or len(states) > 1:
+                both = tables if len(tables) > 1 else states
+                raise DataError(f"{root}: episode {name!r} has {len(both)} tables of the same values: "
+                                f"{', '.join(relative(p) for p in both)}. Keep one of them.")
+            text = where / f"{stem}.txt"
+            episode_task = (text.read_text().strip() if text.is_file()
+                            else (task if task is not None else root.name))
+            found.append(Source(name, video, tables[0], states[0] if states else None, episode_task))
+        matched = {s.actions for s in found} | {s.state for s in found if s.state}
+        orphans += [relative(p) for p in entries if p.is_file() and p.suffix.lower() in TABLE_SUFFIXES
+                    and p not in matched and p.name.split(".")[0] not in stems]
+        sources += found
+    if not sources and not missing:
+        found = ", ".join(sorted({p.suffix or p.name for p in seen})[:8]) or "nothing"
+        raise DataError(f"{root}: no videos found in it or its sub-folders (it holds {found}). "
+                        f"Expected {LAYOUT}.")
     if missing:
+        first = missing[0]
         examples = ", ".join(f"{n}.npy" for n in missing[:3])
         raise DataError(f"{root}: {len(missing)} of {len(missing) + len(sources)} videos "
-                        f"have no actions beside them (first: {missing[0]!r}; "
-                        f"looked for {missing[0]}.npy, {missing[0]}.csv, {missing[0]}.parquet). "
+                        f"have no actions beside them (first: {first!r}; "
+                        f"looked for {first}.npy, {first}.csv, {first}.parquet). "
                         f"Add them ({examples}), or move those videos out of the folder.")
-    matched = {s.actions for s in sources} | {s.state for s in sources if s.state}
-    video_names = {s.name for s in sources}
-    orphans = sorted(p.name for p in entries if p.is_file() and p.suffix.lower() in TABLE_SUFFIXES
-                     and p not in matched and p.name.split(".")[0] not in video_names)
     if orphans:
+        stem = orphans[0].split(".")[0]
         raise DataError(f"{root}: {orphans[0]} has no video of the same name "
                         f"({len(orphans)} table(s) without one). Each table goes with a video called like it "
-                        f"({Path(orphans[0]).name.split('.')[0]}.mp4 or a folder of frames); "
+                        f"({stem}.mp4 or a folder of frames, in the same folder); "
                         f"add it, rename the table, or move it out of the folder.")
-    return sources
+    return sorted(sources, key=lambda s: natural_key(s.name))
 
 
 def probe_video(source: Source) -> None:
@@ -244,6 +280,7 @@ def probe_video(source: Source) -> None:
             rate = stream.average_rate or stream.guessed_rate or stream.base_rate
             source.fps = float(rate) if rate else None
             source.size = (int(stream.codec_context.height), int(stream.codec_context.width))
+            listed = int(stream.frames or 0)  # what the container's index promises (0: it does not say)
             # one picture a packet
             source.frames = sum(1 for packet in container.demux(stream) if packet.size)
     except DataError:
@@ -251,6 +288,13 @@ def probe_video(source: Source) -> None:
     except Exception as err:  # PyAV's FFmpeg errors: a file that is not a readable video
         raise DataError(f"{source.video}: not a readable video ({type(err).__name__}: {err}). "
                         f"Re-export it, or store the episode as a folder of .png frames.") from None
+    if listed > source.frames:
+        # a file whose index sits at its start (MP4 "faststart") still opens when its end is cut off; the
+        # frames it lists beyond the end are missing, and the last one there may be incomplete
+        raise DataError(f"{source.video}: the video is cut short: its index lists {listed} frames but the "
+                        f"file holds {source.frames} (a copy or a recording that stopped early). "
+                        f"Copy or export the video again from its source; or move {source.video.name} and "
+                        f"{source.actions.name} out of the folder to import the other episodes without it.")
     if not source.fps or not np.isfinite(source.fps) or source.fps <= 0:
         raise DataError(f"{source.video}: the video records no frame rate. "
                         f"Pass --fps (the rate it was recorded at).")
@@ -268,6 +312,69 @@ class Plan:
     state_dim: int | None
     lengths: list[int]  # frames of each episode at ``fps``
     notes: list[str]
+    #: The column names every episode's table gave (each table reordered to them), or None where the tables
+    #: name no columns (.npy, a .csv without a header line) and columns go by position.
+    action_names: list[str] | None = None
+    state_names: list[str] | None = None
+
+
+def _shown(names: list[str]) -> str:
+    return "[" + ", ".join(names) + "]"
+
+
+def match_columns(sources: list[Source], what: str) -> list[str] | None:
+    """Put every episode's ``what`` table (``"actions"`` or ``"state"``) in one column order and return the
+    column names, or None when no table names its columns (then columns go by position).
+
+    Tables that name their columns (a .csv header line, a .parquet's columns) are matched by name: a table
+    whose columns come in another order is reordered to the first episode's; renamed, missing, extra or
+    repeated names are refused, and so is a table without names among named ones (its order cannot be
+    checked). Tables without names must have the same width."""
+    key = "action" if what == "actions" else "state"
+    tables = [(getattr(s, "actions" if key == "action" else "state"), getattr(s, f"{key}_values"),
+               getattr(s, f"{key}_names"), s) for s in sources if getattr(s, f"{key}_values") is not None]
+    if not tables:
+        return None
+    for path, _, names, _ in tables:
+        repeated = sorted({n for n in names or [] if names.count(n) > 1})
+        if repeated:
+            raise DataError(f"{path}: the {what} name the column {repeated[0]!r} twice "
+                            f"(columns {_shown(names)}). Columns are matched by name across episodes, "
+                            f"so each name appears once: rename one of them.")
+    named = [t for t in tables if t[2] is not None]
+    if not named:
+        first_path, first_values = tables[0][0], tables[0][1]
+        for path, values, _, _ in tables:
+            if values.shape[1] != first_values.shape[1]:
+                raise DataError(f"{path}: the {what} have {values.shape[1]} values a frame, but "
+                                f"{first_path.name} has {first_values.shape[1]}. "
+                                f"Every episode's {what} have the same width (the adapter's dim); "
+                                f"fix that file.")
+        return None
+    ref_path, _, ref_names, _ = named[0]
+    if len(named) < len(tables):
+        path = next(t[0] for t in tables if t[2] is None)
+        raise DataError(
+            f"{path}: the {what} name no columns (a .npy file, or a .csv without a header line), but "
+            f"{ref_path.name} names them {_shown(ref_names)}. Columns are matched by name across episodes, "
+            f"so a table without names cannot be checked against the others: save it with the same names "
+            f"(a .csv whose first line is {','.join(ref_names)}, or a .parquet), "
+            f"or save every episode's {what} without names.")
+    for path, values, names, source in tables:
+        if names == ref_names:
+            continue
+        missing = [n for n in ref_names if n not in names]
+        extra = [n for n in names if n not in ref_names]
+        if missing or extra:
+            raise DataError(
+                f"{path}: the {what} columns are {_shown(names)}, but {ref_path.name}'s are "
+                f"{_shown(ref_names)} (missing here: {_shown(missing)}; "
+                f"not in {ref_path.name}: {_shown(extra)}). "
+                f"Every episode's {what} name the same columns (in any order: they are matched by name). "
+                f"Rename or drop the columns of one of the two files so that both name the same ones.")
+        setattr(source, f"{key}_values", values[:, [names.index(n) for n in ref_names]])
+        setattr(source, f"{key}_names", list(ref_names))
+    return list(ref_names)
 
 
 def _served(source: Source, fps: float) -> np.ndarray:
@@ -280,9 +387,9 @@ def _served(source: Source, fps: float) -> np.ndarray:
 
 def plan_import(folder: str | Path, *, fps: float | None = None, size: tuple[int, int] | None = None,
                 window: int = 2, trim: bool = False, task: str | None = None,
-                max_abs: float = MAX_ABS) -> Plan:
+                max_abs: float = MAX_ABS, skip: tuple[Path, ...] = ()) -> Plan:
     """Find, read and check everything :func:`import_folder` needs;
-    raise the first problem, naming the file."""
+    raise the first problem, naming the file. ``skip``: folders under ``folder`` left out."""
     if fps is not None and not (np.isfinite(fps) and fps > 0):
         raise DataError(f"--fps must be a positive number of frames per second, got {fps}.")
     if size is not None and (len(size) != 2 or any(int(s) < 8 or int(s) % 2 for s in size)):
@@ -290,7 +397,7 @@ def plan_import(folder: str | Path, *, fps: float | None = None, size: tuple[int
                         f"(H.264 stores even sizes), got {list(size)}; e.g. --size 64 64.")
     if window < 2:
         raise DataError(f"--window must be >= 2 (a clip needs a frame and its successor), got {window}.")
-    sources = find_sources(folder, task)
+    sources = find_sources(folder, task, skip)
     notes: list[str] = []
     for s in sources:
         s.action_values, s.action_names = read_table(s.actions, "actions", max_abs)
@@ -303,16 +410,8 @@ def plan_import(folder: str | Path, *, fps: float | None = None, size: tuple[int
                         f"have a state table but {lacking.name!r} has none "
                         f"(looked for {lacking.name}.state.npy / .csv / .parquet). "
                         f"Give every episode one, or none.")
-    for key, what in (("action_values", "actions"), ("state_values", "state")):
-        widths = {s.name: getattr(s, key).shape[1] for s in sources if getattr(s, key) is not None}
-        if len(set(widths.values())) > 1:
-            first = sources[0]
-            odd = next(s for s in sources if widths.get(s.name) not in (None, widths[first.name]))
-            path = odd.actions if what == "actions" else odd.state
-            raise DataError(f"{path}: the {what} have {widths[odd.name]} values a frame, but "
-                            f"{(first.actions if what == 'actions' else first.state).name} "
-                            f"has {widths[first.name]}. "
-                            f"Every episode's {what} have the same width (the adapter's dim); fix that file.")
+    action_names = match_columns(sources, "actions")
+    state_names = match_columns(sources, "state") if with_state else None
     for s in sources:
         probe_video(s)
     rates = sorted({round(s.fps, 3) for s in sources if s.fps is not None})
@@ -384,7 +483,8 @@ def plan_import(folder: str | Path, *, fps: float | None = None, size: tuple[int
                         f"use --window {min(lengths)} or less (the shortest episode), "
                         f"record longer episodes, or move the short ones out of the folder.")
     state_dim = sources[0].state_values.shape[1] if sources[0].state_values is not None else None
-    return Plan(sources, float(fps), size, int(sources[0].action_values.shape[1]), state_dim, lengths, notes)
+    return Plan(sources, float(fps), size, int(sources[0].action_values.shape[1]), state_dim, lengths, notes,
+                action_names, state_names)
 
 
 # -- decoding and writing ------------------------------------------------------------------------------------
@@ -457,24 +557,30 @@ class ImportReport:
 
 
 def import_folder(folder: str | Path, out: str | Path, *, fps: float | None = None,
-                  size: tuple[int, int] | None = None, window: int = 2, trim: bool = False,
+                  size: tuple[int, int] | None = None, window: int | None = None, trim: bool = False,
                   task: str | None = None, camera: str = "main", crf: int = 18, progress: bool = False,
                   max_abs: float = MAX_ABS, on_episode: Callable[[int], None] | None = None) -> ImportReport:
     """Write the episodes of ``folder`` (see the module's layout) as a LeRobot v3.0 dataset in ``out``.
 
     ``fps``: resample every episode to this rate (default: the videos' own, which must agree);
-    ``size``: ``(H, W)`` to resize to (default: as recorded, which must agree); ``window``: the
-    shortest episode allowed, in frames at ``fps``; ``trim``: cut each episode to the shorter of its
+    ``size``: ``(H, W)`` to resize to (default: as recorded, which must agree); ``window``: the clip
+    length you will train on, so the shortest episode allowed, in frames at ``fps`` (recorded in
+    ``meta/workbench.json``, where ``workbench init --data`` reads it; None: any of 2 frames or more);
+    ``trim``: cut each episode to the shorter of its
     frames and rows instead of refusing; ``task``: the task string of episodes without a ``NAME.txt``
     (default: the folder's name); ``camera``: the video feature is ``observation.images.<camera>``;
     ``max_abs``: an action or state value beyond this magnitude is refused (as NaN and infinities are).
     Every check runs before a picture is decoded (:func:`plan_import`); ``out`` appears only once
     the dataset is complete (see :class:`~workbench.data.lerobot_write.LeRobotWriter`).
 
-    Example::
+    Examples:
+        A folder of two short clips of a moving square (:func:`write_example_folder`), imported:
 
-        report = import_folder("my_videos", "my_dataset", size=(64, 64), window=16)
-        print(report.summary())
+        >>> folder = write_example_folder("my_videos", episodes=2, frames=8)
+        >>> report = import_folder(folder, "my_dataset", window=8)
+        >>> print(report.summary())
+        wrote my_dataset: 2 episodes, 16 frames at 10 fps, 32x32 pixels as observation.images.main,
+        action (2); the shortest episode has 8 frames
     """
     from workbench.data.lerobot_write import LeRobotWriter
 
@@ -482,18 +588,24 @@ def import_folder(folder: str | Path, out: str | Path, *, fps: float | None = No
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise DataError(f"{out} exists and is not empty: the import writes a new dataset directory. "
                         f"Choose another output, or delete {out} first (nothing was written).")
-    plan = plan_import(folder, fps=fps, size=size, window=window, trim=trim, task=task, max_abs=max_abs)
+    plan = plan_import(folder, fps=fps, size=size, window=window or 2, trim=trim, task=task, max_abs=max_abs,
+                       skip=(out, out.with_name(out.name + ".partial")))
     feature = f"observation.images.{camera}"
     features: dict[str, tuple[str, list[str] | None]] = {
-        "action": ("float32", _names(plan.sources[0].action_names, plan.action_dim, "a"))}
+        "action": ("float32", plan.action_names or [f"a{i}" for i in range(plan.action_dim)])}
+    notes = {"action": {"names_from": _names_from(plan.action_names, "a")}}
     if plan.state_dim is not None:
-        features["observation.state"] = ("float32", _names(plan.sources[0].state_names, plan.state_dim, "s"))
+        state_names = plan.state_names or [f"s{i}" for i in range(plan.state_dim)]
+        features["observation.state"] = ("float32", state_names)
+        notes["observation.state"] = {"names_from": _names_from(plan.state_names, "s")}
     bar = None
     if progress:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=len(plan.sources), desc="import", unit="episode")
-    with LeRobotWriter(out, plan.fps, features, [feature], crf=crf) as writer:
+    metadata = {"imported_from": str(Path(folder).expanduser()), **({"window": window} if window else {})}
+    with LeRobotWriter(out, plan.fps, features, [feature], crf=crf, feature_notes=notes,
+                       metadata=metadata) as writer:
         for k, s in enumerate(plan.sources):
             indices = _served(s, plan.fps)
             frames = decode(s, plan.size, indices)
@@ -511,8 +623,12 @@ def import_folder(folder: str | Path, out: str | Path, *, fps: float | None = No
                         plan.state_dim, feature, min(plan.lengths), plan.notes)
 
 
-def _names(names: list[str] | None, width: int, prefix: str) -> list[str]:
-    return list(names) if names and len(names) == width else [f"{prefix}{i}" for i in range(width)]
+def _names_from(names: list[str] | None, prefix: str) -> str:
+    """What ``meta/info.json`` says about where a feature's names came from."""
+    if names is None:
+        return (f"position: the source tables (.npy, or .csv without a header line) name no columns, "
+                f"so {prefix}0, {prefix}1, ... are their columns in stored order")
+    return "column names: every episode's table named these columns (matched by name, in any order)"
 
 
 # -- a folder to try it on -----------------------------------------------------------------------------------

@@ -201,14 +201,17 @@ class LeRobotClips(Dataset):
                 if key in widths and c.dim is not None and widths[key] != c.dim:
                     feature = self.signals[key]
                     option = {"action": "actions", "proprio": "state", "ee_pos": "ee_pos"}[key]
-                    same = sorted(k for k, f in self.meta.features.items()
-                                  if f.get("dtype") in NUMERIC and self.meta.width(k) == c.dim)
+                    numeric = sorted(k for k, f in self.meta.features.items() if f.get("dtype") in NUMERIC)
+                    same = [k for k in numeric if self.meta.width(k) == c.dim]
+                    other = (f"or choose a feature of width {c.dim} for `{option}:` "
+                             f"(this dataset's: {listing(same)})" if same else
+                             f"as no feature of this dataset has width {c.dim} (its numeric features: "
+                             f"{', '.join(f'{k!r} ({self.meta.width(k)})' for k in numeric)})")
                     raise DataError(
                         f"{self.meta.info_path}: feature {feature!r} ({option}: {feature}) "
                         f"has width {widths[key]}, "
                         f"but {owner} declares Condition {c.name!r} with dim={c.dim}. Set the adapter's dim: "
-                        f"{widths[key]}, or choose a feature of width {c.dim} for `{option}:` "
-                        f"(this dataset has: {listing(same)}).")
+                        f"{widths[key]}, {other}.")
 
     def _load_tables(self) -> None:
         """Per-frame timestamps, task indices and signals of every episode, from the parquet tables."""
@@ -308,7 +311,22 @@ class LeRobotClips(Dataset):
         if not -len(self.index) <= i < len(self.index):
             raise IndexError(f"index {i} out of range for {len(self.index)} clips")
         e, start = self.index[i]
-        rows = self.rows(e, start)
+        return self._item(e, start, self.config.window)
+
+    def episode(self, e: int, frames: int | None = None) -> dict[str, Any]:
+        """Episode position ``e`` (of ``meta.episodes``) as one item: its first ``frames`` served frames
+        (default: all of them, :meth:`~workbench.data.lerobot.LeRobotClips.served_length`), with the keys of
+        a window (``start`` 0), e.g. to roll it out whole."""
+        length = self.served_length(e)
+        count = length if frames is None else int(frames)
+        if not 1 <= count <= length:
+            raise DataError(f"episode {self.meta.episodes[e].index} of {self.root} has {length} frames at "
+                            f"{self.fps:g} fps; asked for {count}. "
+                            f"Ask for 1 to {length} (or None: all of them).")
+        return self._item(e, 0, count)
+
+    def _item(self, e: int, start: int, count: int) -> dict[str, Any]:
+        rows = self.rows(e, start, count)
         frames = self.frames_of[e]
         path, offset = self.meta.episodes[e].videos[self.camera]
         images = self._video.frames(path, offset + frames["timestamp"][rows], self.size, self.tolerance,

@@ -25,7 +25,8 @@ non-video feature (a vector feature is a list column, a ``shape: [1]`` feature a
         data/chunk_index, data/file_index, dataset_from_index, dataset_to_index, and per camera
         videos/{key}/chunk_index, videos/{key}/file_index, videos/{key}/from_timestamp, .../to_timestamp
     meta/tasks.parquet   task_index, and the task string (as the pandas index or a ``task`` column)
-    meta/stats.json      statistics of every feature over the dataset
+    meta/stats.json      statistics of every feature over the dataset (min, max, mean, std, count and the
+        quantiles q01, q10, q50, q90, q99); meta/episodes holds each episode's as stats/{feature}/{statistic}
 
 An episode's frame at ``timestamp`` t is at ``from_timestamp + t`` in its camera's video file.
 """
@@ -47,6 +48,9 @@ V2_VIDEO = "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:
 V3_DATA = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
 V3_VIDEO = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
 V3_EPISODES = "meta/episodes/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
+#: What workbench records beside the layout (per episode: the file it was imported from, a success flag; the
+#: dataset's import options). LeRobot reads nothing of it; appending episodes with LeRobot leaves it alone.
+EXTRA_META = "meta/workbench.json"
 
 
 FIX = "re-download or re-export the dataset"

@@ -5,9 +5,15 @@ a task string) and writes the v3.0 layout (see :mod:`workbench.data.lerobot_form
 table ``data/chunk-000/file-000.parquet``, one H.264 MP4 per camera
 ``videos/{camera}/chunk-000/file-000.mp4`` with the episodes one after another, the episode index
 ``meta/episodes/chunk-000/file-000.parquet`` (with each episode's ``from_timestamp`` /
-``to_timestamp`` in the videos), ``meta/tasks.parquet``, ``meta/info.json`` and ``meta/stats.json``.
-Everything goes into file 000 of chunk 000 (the layout allows splitting files at 100 MB of data or
-200 MB of video; the datasets written here stay far below that).
+``to_timestamp`` in the videos and its statistics), ``meta/tasks.parquet``, ``meta/info.json`` and
+``meta/stats.json``, the statistics with the quantiles LeRobot's normalisation reads (see
+:mod:`workbench.data.lerobot_stats`). Everything goes into file 000 of chunk 000 (the layout allows
+splitting files at 100 MB of data or 200 MB of video; the datasets written here stay far below that).
+
+``meta/episodes`` holds exactly the columns LeRobot writes, so that LeRobot can append episodes to the
+dataset and still open it (it refuses episode files whose columns differ). What else a writer records
+about an episode (``add_episode``'s keywords: the file it was imported from, a success flag) and about
+the dataset (``metadata=``) goes into ``meta/workbench.json``, a file LeRobot leaves alone.
 
 Each episode is checked before anything of it is written (every camera and feature present, as many
 rows as frames, the widths and picture size of the first episode, finite values) and a problem is a
@@ -31,7 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from workbench.data.lerobot_format import V3_DATA, V3_EPISODES, V3_VIDEO
+from workbench.data import lerobot_stats
+from workbench.data.lerobot_format import EXTRA_META, V3_DATA, V3_EPISODES, V3_VIDEO
 from workbench.data.video_io import H264Writer, video_info
 from workbench.errors import DataError
 
@@ -43,12 +50,6 @@ _DEFAULTS = {"timestamp": "float32", "frame_index": "int64", "episode_index": "i
              "task_index": "int64"}
 
 
-def _stats(values: np.ndarray) -> dict[str, list]:
-    v = values.astype(np.float64)
-    return {"min": v.min(0).tolist(), "max": v.max(0).tolist(), "mean": v.mean(0).tolist(),
-            "std": v.std(0).tolist(), "count": [int(len(v))]}
-
-
 class LeRobotWriter:
     """Collects episodes and writes a LeRobot v3.0 dataset into ``root`` (which must not exist or be empty).
 
@@ -56,12 +57,16 @@ class LeRobotWriter:
     width; ``None`` for a scalar). ``cameras``: the video feature names, e.g.
     ``["observation.images.front"]``. ``calibration``: camera name → its
     :class:`~workbench.data.camera.CameraCalibration`, written under that video feature in
-    ``meta/info.json`` (``"calibration"``).
+    ``meta/info.json`` (``"calibration"``). ``feature_notes``: feature name → keys added to its entry
+    in ``meta/info.json`` (LeRobot keeps them), e.g. where its names came from. ``metadata``: what
+    ``meta/workbench.json`` records about the whole dataset, beside each episode's keywords.
     """
 
     def __init__(self, root: str | Path, fps: float, features: dict[str, tuple[str, list[str] | None]],
                  cameras: list[str], robot_type: str | None = None, crf: int = 18,
-                 calibration: dict[str, Any] | None = None):
+                 calibration: dict[str, Any] | None = None,
+                 feature_notes: dict[str, dict[str, Any]] | None = None,
+                 metadata: dict[str, Any] | None = None):
         self.root = Path(root).expanduser()
         if self.root.exists() and (not self.root.is_dir() or any(self.root.iterdir())):
             raise DataError(f"{self.root} exists and is not empty; LeRobotWriter writes a new dataset there. "
@@ -79,6 +84,9 @@ class LeRobotWriter:
         unknown = sorted(set(calibration or {}) - set(cameras or ()))
         if unknown:
             problems.append(f"calibration names camera(s) {unknown} that are not in cameras {cameras}")
+        undeclared = sorted(set(feature_notes or {}) - set(features) - set(cameras or ()))
+        if undeclared:
+            problems.append(f"feature_notes names {undeclared}, which are neither features nor cameras")
         if problems:
             raise DataError("LeRobotWriter: " + "; ".join(problems) + ". Nothing was written.")
         self.partial = self.root.with_name(self.root.name + ".partial")
@@ -93,10 +101,13 @@ class LeRobotWriter:
         self.fps, self.features, self.cameras, self.robot_type, self.crf = (
             fps, features, cameras, robot_type, crf)
         self.calibration = dict(calibration or {})
+        self.feature_notes = dict(feature_notes or {})
+        self.metadata = dict(metadata or {})
         self.columns: dict[str, list[np.ndarray]] = {k: [] for k in [*_DEFAULTS, *features]}
-        self.images: dict[str, list[np.ndarray]] = {k: [] for k in cameras}
         self.videos: dict[str, H264Writer] = {}
         self.episodes: list[dict[str, Any]] = []
+        self.extras: list[dict[str, Any]] = []  # each episode's keywords, for meta/workbench.json
+        self.stats: list[dict[str, dict[str, np.ndarray]]] = []  # each episode's statistics, by feature
         self.tasks: dict[str, int] = {}
         self.frames = 0
         self.shape: tuple[int, int] | None = None
@@ -187,7 +198,9 @@ class LeRobotWriter:
 
     def add_episode(self, images: dict[str, np.ndarray], data: dict[str, np.ndarray], task: str,
                     **extra: Any) -> None:
-        """One episode: ``images[camera]`` uint8 ``(T, H, W, 3)``, ``data[feature]`` ``(T, D)`` or ``(T,)``.
+        """One episode: ``images[camera]`` uint8 ``(T, H, W, 3)``, ``data[feature]`` ``(T, D)`` or ``(T,)``;
+        ``extra`` keywords (JSON values, e.g. ``source="pick_01"``) are recorded for it in
+        ``meta/workbench.json``.
 
         Everything is checked before any of it is written; a problem is a DataError naming the
         episode (its position, from 0) and the fix.
@@ -199,9 +212,9 @@ class LeRobotWriter:
         index = len(self.episodes)
         task_index = self.tasks.setdefault(task, len(self.tasks))
         start = self.frames
+        # the columns LeRobot writes, in its order (data, videos, statistics, then where the row is kept)
         row = {"episode_index": index, "tasks": [task], "length": n, "data/chunk_index": 0,
-               "data/file_index": 0, "dataset_from_index": start, "dataset_to_index": start + n,
-               "meta/episodes/chunk_index": 0, "meta/episodes/file_index": 0, **extra}
+               "data/file_index": 0, "dataset_from_index": start, "dataset_to_index": start + n}
         for camera in self.cameras:
             frames = frames_of[camera]
             if camera not in self.videos:
@@ -213,7 +226,6 @@ class LeRobotWriter:
                         f"videos/{camera}/from_timestamp": start / self.fps,
                         f"videos/{camera}/to_timestamp": (start + n) / self.fps})
             self.videos[camera].write(frames)
-            self.images[camera].append(frames[:: max(1, n // 8)])  # a subsample for the pixel statistics
         frame = np.arange(n)
         self.columns["timestamp"].append((frame / self.fps).astype(np.float32))
         self.columns["frame_index"].append(frame)
@@ -222,7 +234,15 @@ class LeRobotWriter:
         self.columns["task_index"].append(np.full(n, task_index))
         for name, (dtype, _) in self.features.items():
             self.columns[name].append(values[name].astype(dtype))
+        stats = {camera: lerobot_stats.image_stats(frames_of[camera]) for camera in self.cameras}
+        for name in [*self.features, *_DEFAULTS]:  # the order of the features in meta/info.json
+            dtype = _DEFAULTS.get(name) or self.features[name][0]
+            stats[name] = lerobot_stats.vector_stats(self.columns[name][-1].astype(dtype).reshape(n, -1))
+        row.update(lerobot_stats.episode_columns(stats))
+        row.update({"meta/episodes/chunk_index": 0, "meta/episodes/file_index": 0})
         self.episodes.append(row)
+        self.stats.append(stats)
+        self.extras.append({"episode_index": index, **extra})
         self.frames += n
 
     def abort(self) -> None:
@@ -247,17 +267,14 @@ class LeRobotWriter:
         for writer in self.videos.values():
             writer.close()
         table: dict[str, Any] = {}
-        stats: dict[str, Any] = {}
         for name, parts in self.columns.items():
             values = np.concatenate(parts)
             dtype = _DEFAULTS.get(name) or self.features[name][0]
-            values = values.astype(dtype)
-            stats[name] = _stats(values.reshape(len(values), -1))
-            if name in _DEFAULTS or self.features[name][1] is None:
+            values = values.reshape(len(values), -1).astype(dtype)
+            if values.shape[1] == 1:  # a feature of shape [1] is a scalar column, as LeRobot reads it
                 table[name] = pa.array(values.reshape(-1))
             else:
-                width = values.shape[1]
-                table[name] = pa.FixedSizeListArray.from_arrays(pa.array(values.reshape(-1)), width)
+                table[name] = pa.FixedSizeListArray.from_arrays(pa.array(values.reshape(-1)), values.shape[1])
         path = self.partial / V3_DATA.format(chunk_index=0, file_index=0)
         path.parent.mkdir(parents=True, exist_ok=True)
         pq.write_table(pa.table(table), path)
@@ -268,9 +285,6 @@ class LeRobotWriter:
         features: dict[str, Any] = {}
         for camera in self.cameras:
             h, w = self.shape or (0, 0)
-            pixels = np.concatenate(self.images[camera]).reshape(-1, 3) / 255.0
-            stats[camera] = {k: [[[v]] for v in vs] if k != "count" else vs
-                             for k, vs in _stats(pixels).items()}
             info = video_info(self.partial / V3_VIDEO.format(video_key=camera, chunk_index=0, file_index=0))
             features[camera] = {"dtype": "video", "shape": [h, w, 3],
                                 "names": ["height", "width", "channels"], "info": info}
@@ -280,6 +294,10 @@ class LeRobotWriter:
             features[name] = {"dtype": dtype, "shape": [len(names) if names else 1], "names": names}
         for name, dtype in _DEFAULTS.items():
             features[name] = {"dtype": dtype, "shape": [1], "names": None}
+        for name, notes in self.feature_notes.items():
+            features[name].update(notes)
+        stats = {name: lerobot_stats.as_lists(lerobot_stats.aggregate([s[name] for s in self.stats]))
+                 for name in features}
         fps = int(self.fps) if float(self.fps).is_integer() else self.fps
         info = {"codebase_version": CODEBASE_VERSION, "robot_type": self.robot_type,
                 "total_episodes": len(self.episodes), "total_frames": self.frames,
@@ -289,6 +307,9 @@ class LeRobotWriter:
                 "features": features}
         (self.partial / "meta" / "info.json").write_text(json.dumps(info, indent=4))
         (self.partial / "meta" / "stats.json").write_text(json.dumps(stats, indent=4))
+        if self.metadata or any(len(extra) > 1 for extra in self.extras):
+            extra = {**self.metadata, "episodes": self.extras}
+            (self.partial / EXTRA_META).write_text(json.dumps(extra, indent=1) + "\n")
         (self.partial / PARTIAL_MARK).unlink()
         if self.root.exists():  # an empty directory given as the root
             self.root.rmdir()

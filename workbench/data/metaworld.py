@@ -349,10 +349,17 @@ class MetaWorldClips(Dataset):
         """Width of each per-frame signal an item carries: ``{"action": 4, "ee_pos": 3, "proprio": P}``."""
         return {"action": 4, "ee_pos": 3, "proprio": self.proprio_dim}
 
+    def datasets(self) -> list[str]:
+        """Every dataset the file holds: the schema's and any other (e.g. ``obs``, the raw observations
+        ``workbench data metaworld`` records)."""
+        return sorted(self._handle())
+
     def read(self, name: str, episodes: list[int] | None = None) -> np.ndarray:
-        """Whole episodes of one dataset of the file (e.g. ``"frames"``), all of them by default."""
-        if name not in _EXPECTED:
-            raise DataError(f"{self.path}: no dataset {name!r} to read; the schema has {sorted(_EXPECTED)}.")
+        """Whole episodes of one dataset of the file (e.g. ``"frames"``, or another of
+        :meth:`datasets`), all of them by default."""
+        if name not in _EXPECTED and name not in self.datasets():
+            raise DataError(f"{self.path}: no dataset {name!r} to read; the schema has {sorted(_EXPECTED)}, "
+                            f"the file holds {self.datasets()}.")
         data = self._handle()[name]
         try:
             return data[()] if episodes is None else data[sorted(episodes)]

@@ -140,15 +140,16 @@ class VideoReader:
 
 
 def video_info(path: Path) -> dict[str, Any]:
-    """The ``info`` block LeRobot keeps per video feature in ``meta/info.json``."""
+    """The ``info`` block LeRobot keeps per video feature in ``meta/info.json`` (with ``is_depth_map``, the
+    key lerobot 0.6 writes and reads)."""
     import av
 
     with av.open(str(path)) as container:
         stream = container.streams.video[0]
         return {"video.height": stream.height, "video.width": stream.width,
                 "video.codec": stream.codec_context.name, "video.pix_fmt": stream.pix_fmt,
-                "video.is_depth_map": False, "video.fps": _number(stream.average_rate),
-                "video.channels": 3, "has_audio": bool(container.streams.audio)}
+                "video.fps": _number(stream.average_rate), "video.channels": 3,
+                "has_audio": bool(container.streams.audio), "is_depth_map": False}
 
 
 def _number(rate: Any) -> float | int:

@@ -6,12 +6,14 @@ step: set the next chunk's action (from slider values, :meth:`DriveState.set_act
 model itself produced, :meth:`~DriveState.undo` drops the last chunk, :meth:`~DriveState.branch`
 forks the episode at a chunk with the current action (the old line is kept, and
 :meth:`~DriveState.switch` goes back to it), and :meth:`~DriveState.save` writes the driven
-episode as a clip file that :class:`workbench.data.metaworld.MetaWorldClips` reads. The hand's path
-(a readout of every predicted frame, e.g. the shipped hand probe, in cm) is what the view draws over
-the frames; :meth:`~DriveState.trajectory` is chunk ``k``'s recorded sampling run, for the Stepper.
+episode as a clip file that :class:`workbench.data.metaworld.MetaWorldClips` reads. The path (a
+readout of every predicted frame: by default the state reader's own, e.g. the hand probe's, in cm)
+is what the view draws over the frames; :meth:`~DriveState.trajectory` is chunk ``k``'s recorded
+sampling run, for the Stepper.
 
 Examples:
-    >>> drive = DriveState(exp, start=val[0], steps=4)     # one clip of a clip source: its first frame
+    >>> drive = DriveState(model, start=val[0], steps=4, state="probe")   # its first frame; the hand probe
+    ...                                                                   # reads the state and the path
     >>> drive.press("ArrowRight")                          # the next chunk's action: dx = +1
     array([1., 0., 0., 0.], dtype=float32)
     >>> drive.step().frames                                # chunk 0: the frames it predicted
@@ -27,7 +29,7 @@ Examples:
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,7 +37,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from workbench.inspect.common import InspectError
+from workbench.core.composed import ComposedModel
+from workbench.inspect.common import InspectError, check_model
+from workbench.metrics import to_uint8_video
 
 #: What each key does to the next chunk's action: ``(dimension, value)`` pairs; the motion keys set
 #: one direction of the hand (the other motion dimensions go to zero), the gripper keys its effort.
@@ -70,31 +74,27 @@ class DriveState:
     """A rollout driven one chunk at a time.
 
     Args:
-        exp_or_model: an ``Experiment`` (its ``.model``) or a ``ComposedModel``.
+        model: the :class:`~workbench.core.composed.ComposedModel` to drive
+            (an experiment's is ``exp.model``).
         start: one raw clip (``{"video": (3, T, H, W), "action": (T, D), ...}``, as a clip source
             serves it): the episode starts at its first frame and its state there; nothing later is read.
         steps: sampling steps per chunk (fewer: faster, coarser; the view says how many).
         seed: chunk ``k`` samples with a seed mixed from ``(seed, k)``.
-        readout: frames → positions (:class:`workbench.inspect.Readout`) for the path; ``"probe"`` (default):
-            the state reader registered as ``"probe"`` (the world-model package's hand probe, metres, drawn in
-            cm), or no path where it cannot read the frames (:attr:`readout_note` says why);
-            ``None``: no path.
+        readout: frames → positions (:class:`workbench.inspect.Readout`) for the path; ``"state"`` (default):
+            the state reader's own readout (:meth:`~workbench.inspect.StateReader.readout`: the hand probe's
+            draws the hand in cm), or no path where there is none or it cannot read the frames
+            (:attr:`readout_note` says why); ``None``: no path.
         speed: the magnitude a key sets (actions are in [-1, 1]).
-        state: where a chunk's state comes from, as :func:`workbench.inspect.rollout` takes it.
+        state: where a chunk's state comes from, as :func:`workbench.inspect.rollout` takes it (default
+            None: no state; ``"probe"``: the world-model wing's hand probe).
         gate_scale: sample with the adapter's learned gate times this (as the demo samples: 2).
         dim_names: a name per action dimension (default ``dx, dy, dz, grip``).
     """
 
-    def __init__(self, exp_or_model: Any, start: Mapping[str, Any], *, steps: int = 8, seed: int = 0,
-                 readout: Any = "probe", speed: float = 1.0, state: Any = "probe",
+    def __init__(self, model: ComposedModel, start: Mapping[str, Any], *, steps: int = 8, seed: int = 0,
+                 readout: Any = "state", speed: float = 1.0, state: Any = None,
                  gate_scale: float | None = None, dim_names: Sequence[str] | None = None):
-        model = getattr(exp_or_model, "model", exp_or_model)
-        from workbench.core.composed import ComposedModel
-
-        if not isinstance(model, ComposedModel):
-            raise InspectError(f"DriveState needs an Experiment or a ComposedModel, "
-                               f"got {type(exp_or_model).__name__}."
-                               f" Pass exp (AdapterExperiment.load(...)) or exp.model.")
+        model = check_model(model, "DriveState")
         if not isinstance(start, Mapping) or "video" not in start or "action" not in start:
             got = sorted(start) if isinstance(start, Mapping) else type(start).__name__
             raise InspectError(f"start must be one raw clip with 'video' (3, T, H, W) and 'action' (T, D), "
@@ -117,7 +117,7 @@ class DriveState:
             names = tuple(f"a{d}" for d in range(self.dims))
         self.dim_names = names
         self.frame_size = (int(video.shape[-2]), int(video.shape[-1]))
-        self.readout, self.readout_note = _readout(readout, _uint8(video[:, :1]))
+        self.readout, self.readout_note = _readout(readout, state, to_uint8_video(video[:, :1]))
         self.action = np.zeros(self.dims, np.float32)
         self.rollout: Any = None  # the current line: a Rollout, or None before the first chunk
         self.branches: list[Any] = []  # other lines kept by branch() (each a Rollout)
@@ -170,7 +170,7 @@ class DriveState:
         """uint8 ``[F, H, W, 3]``: every frame of the episode so far
         (the start frame alone before a chunk)."""
         if self.rollout is None:
-            return _uint8(self.start["video"][:, :1])
+            return to_uint8_video(torch.as_tensor(self.start["video"][:, :1]))
         return np.asarray(self.rollout.video)
 
     def _chunk_actions(self, action: np.ndarray, count: int) -> torch.Tensor:
@@ -191,10 +191,8 @@ class DriveState:
                                    gate_scale=self.gate_scale)
         else:
             self.rollout = self.rollout.extend(self._chunk_actions(self.action, self.stride))
-        chunk = self.rollout.chunks[-1]
-        self.timings.append(ChunkTiming(len(self.rollout.chunks) - 1, time.perf_counter() - wall,
-                                        time.process_time() - cpu, self.steps))
-        return chunk
+        self._timed(len(self.rollout.chunks) - 1, wall, cpu)
+        return self.rollout.chunks[-1]
 
     @property
     def window(self) -> int:
@@ -224,7 +222,21 @@ class DriveState:
         """Fork the episode at ``chunk`` (default: the last) with ``action`` (default: the one set) on that
         chunk's frames, from its recorded sampling step ``at`` (steps before it are replayed, not recomputed);
         the later chunks are rolled again from the fork's output. The current line is kept in
-        :attr:`branches`; returns the new line."""
+        :attr:`branches`; returns the new line. :meth:`branch_steps` does the same one chunk at a time."""
+        for _ in self.branch_steps(chunk, at, action):
+            pass
+        return self.rollout
+
+    def branch_steps(self, chunk: int | None = None, at: int = 0,
+                     action: Sequence[float] | None = None) -> Iterator[tuple[int, int]]:
+        """:meth:`branch`, one chunk at a time: the arguments are checked at once; the returned iterator keeps
+        the current line in :attr:`branches`, samples the forked chunk, then each later chunk again, and
+        after each one yields ``(chunk, last)``: the chunk just sampled and the last one to sample.
+        :attr:`rollout` is the new line so far, so a view can show it growing; stopping early (not
+        iterating further) leaves the new line shorter than the old one, which stays kept.
+
+        The finished line equals :meth:`Rollout.fork` of the old line at the same chunk, bit for bit.
+        """
         if self.rollout is None:
             raise InspectError("nothing to branch yet: step() at least one chunk first.")
         n = len(self.rollout.chunks)
@@ -234,11 +246,29 @@ class DriveState:
         k %= n
         if action is not None:
             self.set_action(action)
-        old = self.rollout
-        actions = self._chunk_actions(self.action, old.window)  # one per frame of the chunk's window
-        self.rollout = old.fork(chunk=k, at=at, cond={"action": actions})
+        return self._branching(self.rollout, k, at, self._chunk_actions(self.action, self.rollout.window))
+
+    def _branching(self, old: Any, k: int, at: int, actions: torch.Tensor) -> Iterator[tuple[int, int]]:
         self.branches.append(old)
-        return self.rollout
+        last = len(old.chunks) - 1
+        later = torch.as_tensor(old.actions)  # the old line's actions, kept for the chunks after the fork
+        wall, cpu = time.perf_counter(), time.process_time()
+        # chunks 0..k kept, chunk k forked with the new action on its window's frames
+        self.rollout = old.head(k + 1).fork(chunk=k, at=at, cond={"action": actions})
+        # as the rollout labels its chunks' runs (what the Stepper shows), and what this one was branched with
+        self.rollout.chunks[k].trajectory.label = (f"chunk {k} (frames {self.rollout.chunks[k].start}..), "
+                                                   f"branched: {self.action_text()}")
+        self._timed(k, wall, cpu)
+        yield k, last
+        for j in range(k + 1, last + 1):
+            wall, cpu = time.perf_counter(), time.process_time()
+            self.rollout = self.rollout.extend(later[self.rollout.frame_count:old.chunks[j].frames.stop])
+            self._timed(j, wall, cpu)
+            yield j, last
+
+    def _timed(self, chunk: int, wall: float, cpu: float) -> None:
+        self.timings.append(ChunkTiming(chunk, time.perf_counter() - wall, time.process_time() - cpu,
+                                        self.steps))
 
     def switch(self, branch: int) -> None:
         """Drive on from a line kept by :meth:`branch`
@@ -246,6 +276,33 @@ class DriveState:
         if not 0 <= branch < len(self.branches):
             raise InspectError(f"branch={branch!r} is not a kept line; there are {len(self.branches)}.")
         self.branches[branch], self.rollout = self.rollout, self.branches[branch]
+
+    def line_labels(self) -> list[str]:
+        """A label per line kept in :attr:`branches` that tells it from the current line and the other kept
+        ones: the first chunk where it differs from the current line, with its action there, and its
+        length, e.g. ``"line 0 · chunk 2: dx=+1 · 16 chunks, 241 frames"`` (``all 0`` where that action is
+        zero; a kept line that is the start of the current one: ``"line 1 · this line's first 3 chunks"``)."""
+        current = [] if self.rollout is None else [c.trajectory for c in self.rollout.chunks]
+        labels = []
+        for i, line in enumerate(self.branches):
+            mine = [c.trajectory for c in line.chunks]
+            j = next((j for j, (a, b) in enumerate(zip(mine, current)) if a is not b),
+                     min(len(mine), len(current)))
+            if j == len(mine):
+                labels.append(f"line {i} · this line's first {j} chunk{'s' if j != 1 else ''}")
+                continue
+            # the action held on the chunk (its first frame: a fork of the next chunk rewrites its last one)
+            action = torch.as_tensor(line.actions)[line.chunks[j].frames.start]
+            moved = [f"{name}={float(v):+.2g}" for name, v in zip(self.dim_names, action) if float(v) != 0]
+            labels.append(f"line {i} · chunk {j}: {', '.join(moved) or 'all 0'} · {len(mine)} "
+                          f"chunk{'s' if len(mine) != 1 else ''}, {line.frame_count} frames")
+        return labels
+
+    def action_text(self, action: Sequence[float] | None = None) -> str:
+        """An action by its dimensions' names, e.g. ``"dx=+1.00, dy=+0.00, dz=+0.00, grip=+0.00"``
+        (default: the next chunk's)."""
+        values = self.action if action is None else action
+        return ", ".join(f"{n}={float(v):+.2f}" for n, v in zip(self.dim_names, values))
 
     def trajectory(self, chunk: int):
         """Chunk ``chunk``'s recorded sampling run (a :class:`~workbench.inspect.Trajectory`),
@@ -376,7 +433,7 @@ class DriveState:
     # -- what the view prints -------------------------------------------------------------------
     def describe(self) -> str:
         """A one-line summary (the view's plain-text form)."""
-        action = ", ".join(f"{n}={v:+.2f}" for n, v in zip(self.dim_names, self.action))
+        action = self.action_text()
         where = (f"{self.chunks} chunk{'s' if self.chunks != 1 else ''}, {self.frames} frames"
                  if self.rollout is not None else "the start frame")
         text = f"{where}; next action {action}; {self.steps} sampling steps per chunk"
@@ -412,32 +469,28 @@ def calibration_from_vector(vector: np.ndarray, width: int, height: int):
     return CameraCalibration(k / scale, extrinsics, int(width), int(height))
 
 
-def _uint8(video: Any) -> np.ndarray:
-    from workbench.metrics import to_uint8_video
-
-    return to_uint8_video(torch.as_tensor(video)[None])[0]
-
-
-def _readout(readout: Any, start_frame: np.ndarray) -> tuple[Any, str]:
+def _readout(readout: Any, state: Any, start_frame: np.ndarray) -> tuple[Any, str]:
     """The readout to draw the path with, and why there is none (or "")."""
     if readout is None:
         return None, "no path: no readout given"
     if isinstance(readout, str):
-        if readout != "probe":
-            raise InspectError(f"readout={readout!r}: pass 'probe' (the state reader registered as 'probe', "
-                               f"the world-model package's hand probe), a Readout, or None.")
+        if readout != "state":
+            raise InspectError(f"readout={readout!r}: pass 'state' (the state reader's own readout), "
+                               f"a Readout, or None.")
         from workbench.errors import DataError
-        from workbench.inspect.probes.readout import Readout
-        from workbench.inspect.recording.rollouts import state_reader
+        from workbench.inspect.recording.state import resolve_state
 
-        # frames [B, T, H, W, 3] -> the position on each one's last frame, metres
-        reader = state_reader("probe")
-        hand = Readout(lambda frames: reader(np.asarray(frames)[:, None]), name="hand", unit="cm",
-                       scale=100.0, axes=("x", "y", "z"))
+        reader, mode = resolve_state(state, "DriveState")
+        if reader is None:
+            return None, f"no path: state={state!r} reads nothing off the frames (pass readout=)"
+        name = mode if isinstance(state, str) else reader.name
+        hand = reader.readout()
+        if hand is None:
+            return None, f"no path: the state reader {name!r} offers no readout (pass readout=)"
         try:
             hand(start_frame)
         except (DataError, InspectError, ValueError) as err:
-            return None, f"no path: the probe cannot read these frames ({err})"
+            return None, f"no path: the state reader {name!r} cannot read these frames ({err})"
         return hand, ""
     from workbench.inspect.probes.readout import check_readout
 

@@ -2,11 +2,13 @@
 
 An outside adapter's training step is two halves that need not run in one process: the frozen
 base's half (read the batch, draw the noise and ``t`` from the step's seeded generator, run the
-base without grad) depends on the data and the seed only, never on the trainable weights; the
-adapter's half (conditioning, adapter, composer, loss, backward, optimizer) needs the base's
-output. :class:`BaseAhead` runs the first half in a second process, steps ahead of the training
-process, which then runs only the second half (``AdapterExperiment.fit`` reads the values from
-each batch, see :meth:`ComposedModel.training_loss <workbench.core.composed.ComposedModel.training_loss>`).
+base without grad: a :class:`~workbench.core.composed.BaseHalf`) depends on the data and the seed
+only, never on the trainable weights; the adapter's half (conditioning, adapter, composer, loss,
+backward, optimizer) needs the base's output. :class:`BaseAhead` runs the first half in a second
+process, steps ahead of the training process, which then runs only the second half: ``fit`` reads
+the :class:`AheadStream` and asks it for each micro-batch's base half
+(:meth:`~workbench.train.data.DataStream.base_half`), which it hands to
+:meth:`ComposedModel.training_loss <workbench.core.composed.ComposedModel.training_loss>`.
 
 The second process builds the same experiment from the same config (the same base weights, the
 same seeded data order and noise) and runs the same functions on the same inputs with as many
@@ -32,11 +34,12 @@ from typing import Any
 
 import torch
 
+from workbench.core.backbone import max_generate_batch
+from workbench.core.composed import BaseHalf
+from workbench.core.conditions import Batch
 from workbench.errors import WorkbenchError
 from workbench.train.data import DataStream
-
-#: The key of ``Batch.meta`` under which a batch carries its :class:`Ahead` values.
-AHEAD_KEY = "computed_ahead"
+from workbench.train.seeds import StepNoise
 
 
 class AheadError(WorkbenchError, RuntimeError):
@@ -45,23 +48,24 @@ class AheadError(WorkbenchError, RuntimeError):
 
 @dataclasses.dataclass
 class Ahead:
-    """The frozen base's half of one micro-batch's training step, computed ahead."""
+    """One micro-batch as the second process hands it over: the prepared ``batch``, the frozen
+    base's half of its training step, which step and micro-batch that is, and the data position
+    after it (``{"epoch", "batches"}``, as the config's own data stream counts)."""
 
     step: int
     micro: int
-    x_t: torch.Tensor
-    t: torch.Tensor
-    target: torch.Tensor
-    base_output: torch.Tensor
+    batch: Batch
+    half: BaseHalf
+    position: dict[str, int]
 
-    def values_for(self, step: int, micro: int) -> tuple[torch.Tensor, ...]:
-        """``(x_t, t, target, base_output)``, checked to be this step's and micro-batch's."""
+    def half_for(self, step: int, micro: int) -> BaseHalf:
+        """:attr:`half`, checked to be for micro-batch ``micro`` of step ``step``."""
         if (self.step, self.micro) != (step, micro):
             raise AheadError(f"The batch computed ahead is for step {self.step}, micro-batch {self.micro}, "
                              f"but the training loop is at step {step}, micro-batch {micro}: "
                              f"the two processes disagree on the position. "
                              f"Train on one process (workbench demo --processes 1).")
-        return self.x_t, self.t, self.target, self.base_output
+        return self.half
 
 
 def _serve(config: dict, steps: int, start: int, data_state: dict | None, threads: int, requests,
@@ -76,17 +80,15 @@ def _serve(config: dict, steps: int, start: int, data_state: dict | None, thread
 
         exp = AdapterExperiment.from_config(parse_experiment(config))
         model = exp.model
-        stream = exp._stream_for(None)  # the config's data, its latent cache and its seeded order
+        stream = exp.feed.stream()  # the config's data, its latent cache and its seeded order
         if data_state is not None:
             stream.load_state_dict(data_state)
+        noise = StepNoise(exp.training.seed, exp.device)  # the training process's draws
         for step in range(start, start + steps):
             for micro in range(exp.training.grad_accum):
                 batch = exp.prepare(stream.next())
-                with torch.no_grad():  # exactly what training_loss computes before the adapter
-                    x_t, t, target = model.noised(batch, exp._generator(step, micro))
-                    base_output = model.base_prediction(x_t, model._t_vector(t, x_t), batch)
-                batch.meta[AHEAD_KEY] = Ahead(step, micro, x_t, t, target, base_output)
-                results.put(("batch", batch, stream.state_dict()))
+                half = model.base_half(batch, noise.generator(step, micro))
+                results.put(("batch", Ahead(step, micro, batch, half, stream.state_dict())))
         while True:
             kind, *args = requests.get()
             if kind == "stop":
@@ -154,10 +156,10 @@ class BaseAhead:
                 raise AheadError(f"The second process sent {message[0]!r} where {expect!r} was due.")
             return message[1:]
 
-    def next_batch(self) -> tuple[Any, dict]:
-        """The next prepared batch (carrying its :class:`Ahead`) and the data position after it."""
-        batch, position = self._get("batch")
-        return batch, position
+    def next_batch(self) -> Ahead:
+        """The next micro-batch the second process prepared, with its base half and data position."""
+        (ahead,) = self._get("batch")
+        return ahead
 
     def stream(self, *, batch_size: int, seed: int = 0) -> AheadStream:
         """The training data as ``fit`` reads it: these batches, positioned as the config's stream."""
@@ -182,7 +184,7 @@ class BaseAhead:
 
         from workbench.inspect.recording.clips import predict_clips
 
-        limit = model.base.max_generate_batch
+        limit = max_generate_batch(model.base)
         chunk = max(1, min(chunk, limit) if limit else chunk)
         units = [(name, lo, len(clips[lo:lo + chunk]) * (1.4 if adapter else 1.0))
                  for name, (clips, adapter) in requests.items() for lo in range(0, len(clips), chunk)]
@@ -194,12 +196,12 @@ class BaseAhead:
         for name, lo, _ in theirs:
             clips, adapter = requests[name]
             self._requests.put(("predict", (name, lo), clips[lo:lo + chunk],
-                                {"offset": lo, "chunk": chunk, "adapter": adapter, **kwargs}))
+                                {"offset": lo, "chunk": chunk, "with_adapter": adapter, **kwargs}))
         parts: dict[tuple[str, int], np.ndarray] = {}
         for name, lo, _ in mine:
             clips, adapter = requests[name]
             parts[(name, lo)] = predict_clips(model, clips[lo:lo + chunk], offset=lo, chunk=chunk,
-                                              adapter=adapter, **kwargs)
+                                              with_adapter=adapter, **kwargs)
             if on_chunk is not None:
                 on_chunk(len(clips[lo:lo + chunk]))
         for _ in theirs:
@@ -232,8 +234,9 @@ class BaseAhead:
 
 class AheadStream(DataStream):
     """The batches a :class:`BaseAhead` prepares, with the position the config's own data stream
-    would have after each (so checkpoints record the same data position); a partial step rolled
-    back on Ctrl-C is served again (``mark`` / ``rollback`` / ``commit`` are :class:`DataStream`'s)."""
+    would have after each (so checkpoints record the same data position), and the frozen base's half
+    of each (:meth:`base_half`); a partial step rolled back on Ctrl-C is served again (``mark`` /
+    ``rollback`` / ``commit`` are :class:`DataStream`'s)."""
 
     def __init__(self, ahead: BaseAhead, *, batch_size: int, seed: int = 0):  # (no source of its own to read)
         self.ahead = self.source = ahead
@@ -243,20 +246,29 @@ class AheadStream(DataStream):
         self._it = None
         self._pending: list = []
         self._recent: list | None = None
+        self._served: Ahead | None = None
 
-    def next(self) -> Any:
+    def next(self) -> Batch:
         if self._pending:
             item, self.epoch, self.batches = self._pending.pop(0)
         else:
-            item, position = self.ahead.next_batch()
-            self.epoch, self.batches = int(position["epoch"]), int(position["batches"])
+            item = self.ahead.next_batch()
+            self.epoch, self.batches = int(item.position["epoch"]), int(item.position["batches"])
         if self._recent is not None:
             self._recent.append((item, self.epoch, self.batches))
-        return item
+        self._served = item
+        return item.batch
+
+    def base_half(self, step: int, micro: int) -> BaseHalf:
+        """The frozen base's half of the batch last served, checked to be for micro-batch ``micro``
+        of step ``step``."""
+        if self._served is None:
+            raise AheadError("No batch computed ahead has been served yet, so there is no base half to give.")
+        return self._served.half_for(step, micro)
 
     def load_state_dict(self, state: dict) -> None:
         raise AheadError("A stream computed ahead starts where its BaseAhead was told to (data_state=...); "
                          "it cannot be repositioned.")
 
 
-__all__ = ["AHEAD_KEY", "Ahead", "AheadError", "AheadStream", "BaseAhead"]
+__all__ = ["Ahead", "AheadError", "AheadStream", "BaseAhead"]

@@ -1,5 +1,5 @@
 """Data streams for the training loop: any iterable of dicts, or a dataset with seeded,
-resumable shuffling.
+resumable shuffling; and :class:`DataFeed`, the run's data as the loop reads it.
 
 A map-style dataset (``__len__`` + ``__getitem__``) gets a DataLoader whose order is a pure
 function of ``(seed, epoch)``, and whose position is the number of batches consumed — so a run
@@ -11,12 +11,18 @@ fast-forwarded by the number of batches consumed (exact for deterministic iterab
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from workbench.core.capabilities import CachesLatents
 from workbench.errors import DataError
+
+if TYPE_CHECKING:
+    from workbench.core.composed import BaseHalf, ComposedModel
+    from workbench.train.config import TrainingConfig
+    from workbench.train.distributed import Distributed
 
 
 class EpochSampler(Sampler):
@@ -42,10 +48,17 @@ class LatentCache(Dataset):
     """``dataset`` with each item's frozen-base work (``base.encode_item``) done once, on first use.
 
     Exact by construction: the base is frozen and deterministic, so an item's encoding never
-    changes. Lives in the training process (``num_workers`` must be 0).
+    changes. Lives in the training process (``num_workers`` must be 0). ``base`` declares
+    :class:`~workbench.core.capabilities.CachesLatents`.
     """
 
     def __init__(self, dataset: Dataset, base: Any):
+        if not isinstance(base, CachesLatents):
+            raise DataError(
+                f"training.cache_latents: {type(base).__name__} does not declare CachesLatents, so it has no "
+                f"frozen work to do ahead of training. Set cache_latents: false, or declare CachesLatents on "
+                f"the backbone with its encode_item(item)."
+            )
         self.dataset, self.base = dataset, base
         self._items: dict[int, dict] = {}
 
@@ -169,6 +182,13 @@ class DataStream:
         self.epoch, self.batches = int(state["epoch"]), int(state["batches"])
         self._it, self._pending = None, []
 
+    # -- work done ahead --------------------------------------------------------------------
+    def base_half(self, step: int, micro: int) -> BaseHalf | None:
+        """The frozen base's half of the training step for the batch last served, when the stream
+        carries it computed ahead (:class:`~workbench.train.ahead.AheadStream`); ``None``: the loop
+        computes it, drawing micro-batch ``micro`` of step ``step``'s noise itself."""
+        return None
+
 
 class ShardedStream(DataStream):
     """Rank ``rank`` of ``world``'s share of a map-style dataset, ``per_rank`` micro-batches a step.
@@ -247,3 +267,115 @@ class _Plan:
 
     def __iter__(self) -> Iterator[list[int]]:
         return self.make()
+
+
+class DataFeed:
+    """A run's data as its loop reads it, and how far the loop has read.
+
+    The data given to ``fit`` (or, without any, the config's ``data:`` block, or the
+    ``training.cache_latents: DIR`` cache) is read through the latent cache
+    ``training.cache_latents`` asks for, as a :class:`DataStream` seeded by the run (a
+    :class:`ShardedStream` of this rank's micro-batches under ``torchrun``). A later ``fit`` with
+    the same data, or none, continues the same stream; a checkpoint records its :meth:`position`,
+    and :meth:`restore` positions the next stream made there.
+
+    ``data_block``: the config's ``data:`` block (``None`` for an experiment built in Python);
+    ``dist``: the run's :class:`~workbench.train.distributed.Distributed` (``None`` on one
+    process) and ``micro``: this process's micro-batches of a step.
+    """
+
+    def __init__(self, training: TrainingConfig, model: ComposedModel, *, data_block: dict | None = None,
+                 dist: Distributed | None = None, micro: int = 1, device: torch.device | None = None):
+        self.training, self.model, self.data_block = training, model, data_block
+        self.dist, self.micro = dist, micro
+        self.pin_memory = device is not None and torch.device(device).type == "cuda"
+        #: The stream the loop reads (``None`` until the first :meth:`stream`, and after :meth:`restore`).
+        self.current: DataStream | None = None
+        self._position: dict | None = None  # where the next stream made starts (a restored run's)
+        self._caches: list[tuple[Any, LatentCache]] = []
+        self._disk = None  # the training.cache_latents: DIR dataset, opened on first use
+
+    def default(self) -> Any:
+        """The dataset of the config's ``data:`` block, built afresh (``None`` without one)."""
+        if self.data_block is None:
+            return None
+        from workbench.config import build
+
+        block = self.data_block
+        return build("dataset", block["type"], block.get("config"), where="data")
+
+    def cached(self, data: Any) -> Any:
+        """``data`` behind its in-process latent cache when ``training.cache_latents: true``
+        (one cache per dataset, kept for the experiment's life)."""
+        if self.training.cache_latents is not True or not is_map_dataset(data):
+            return data
+        for source, cache in self._caches:
+            if source is data:
+                return cache
+        cache = LatentCache(data, self.model.base)
+        self._caches.append((data, cache))
+        return cache
+
+    def _disk_cache(self, data: Any) -> Any:
+        """The training data read from the ``training.cache_latents: DIR`` cache
+        (checked against this run)."""
+        from workbench.train.latent_store import DiskLatentCache, cache_identity
+
+        root = self.training.cache_latents
+        if self._disk is None:
+            cache = DiskLatentCache(root)
+            cache.require(cache_identity(self.model.base, self.data_block, len(cache)))
+            self._disk = cache
+        if data is not None and is_map_dataset(data) and len(data) != len(self._disk):
+            raise DataError(f"training.cache_latents: {root} caches {len(self._disk)} items "
+                            f"but the data passed to fit() has {len(data)}. "
+                            f"Fit without data to train from the cache, or rebuild it.")
+        return self._disk
+
+    def stream(self, data: Any = None) -> DataStream:
+        """The stream ``fit(data)`` reads: ``data`` itself if it is a :class:`DataStream` (one
+        made for this run, e.g. :meth:`~workbench.train.ahead.BaseAhead.stream`); the current one
+        when ``data`` is ``None`` or the data it reads; else a new one over ``data`` (or the
+        default data)."""
+        if isinstance(data, DataStream):
+            self.current = data
+            return data
+        if data is None:
+            if self.current is not None:
+                return self.current
+            data = None if isinstance(self.training.cache_latents, str) else self.default()
+        check = getattr(data, "check_conditions", None)
+        adapter = self.model.adapter
+        if callable(check):  # a dataset that knows its signal widths checks them against the adapter's
+            check(adapter.consumes, owner=f"the adapter ({type(adapter).__name__})")
+        data = self._disk_cache(data) if isinstance(self.training.cache_latents, str) else self.cached(data)
+        if self.current is not None and self.current.source is data:
+            return self.current
+        t = self.training
+        options = dict(batch_size=t.batch_size, seed=t.seed, shuffle=t.shuffle, num_workers=t.num_workers,
+                       pin_memory=self.pin_memory)
+        if self.dist is None:
+            stream = DataStream(data, **options)
+        else:
+            stream = ShardedStream(data, rank=self.dist.rank, world=self.dist.world_size,
+                                   per_rank=self.micro, **options)
+        if self._position is not None:
+            stream.load_state_dict(self._position)
+            self._position = None
+        self.current = stream
+        return stream
+
+    def position(self) -> dict | None:
+        """Where the loop stands in the data (a checkpoint's ``data``): the current stream's
+        position, or the restored one no stream has started from yet."""
+        if self.current is not None:
+            return self.current.state_dict()
+        return dict(self._position) if self._position is not None else None
+
+    def restore(self, position: dict | None) -> None:
+        """Start the next stream made at ``position`` (a checkpoint's), dropping the current one."""
+        self.current = None
+        self._position = position
+
+
+__all__ = ["DataFeed", "DataStream", "EpochSampler", "LatentCache", "ShardedStream", "is_map_dataset"]

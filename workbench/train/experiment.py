@@ -5,6 +5,13 @@
     exp.fit(loader, steps=100)      # 100 more steps; calling again continues
     exp.evaluate(val_loader, batches=4)
     exp.save("outputs/run")         # AdapterExperiment.load("outputs/run") restores it exactly
+
+The loop is here; what it stands on has a module of its own: the data it reads and how far it has
+read (:class:`~workbench.train.data.DataFeed`, ``exp.feed``), the callbacks it calls
+(:mod:`workbench.train.hooks`), the checkpoints it writes and resumes from
+(:mod:`workbench.train.checkpoint`, :mod:`workbench.train.resume`) and the processes it runs on
+(:mod:`workbench.train.distributed`). The frozen base computed a step ahead in a second process
+(:mod:`workbench.train.ahead`) stands on this module, never the reverse.
 """
 
 from __future__ import annotations
@@ -21,26 +28,21 @@ import torch
 from workbench.config import block_of
 from workbench.core import platform
 from workbench.core.adapter import Adapter
-from workbench.core.backbone import BaseVideoModel
+from workbench.core.backbone import BaseVideoModel, backbone_callbacks
 from workbench.core.callbacks import Callback
 from workbench.core.composed import ComposedModel
 from workbench.core.composers import Composer, GatedResidual, Replace
 from workbench.core.conditions import Batch
 from workbench.core.objectives import Objective
-from workbench.errors import (
-    CallbackError,
-    CompositionError,
-    ConfigError,
-    DataError,
-    NonFiniteLossError,
-)
+from workbench.errors import CompositionError, ConfigError, NonFiniteLossError
 from workbench.loop import SigintGuard
-from workbench.train.ahead import AHEAD_KEY
-from workbench.train.checkpoint import Checkpoint, load_checkpoint, print_notes, save_checkpoint
+from workbench.train.checkpoint import LoadedCheckpoint, load_checkpoint, print_notes, save_checkpoint
 from workbench.train.config import ExperimentConfig, TrainingConfig, experiment_to_dict, load_yaml
-from workbench.train.data import DataStream, LatentCache, ShardedStream, is_map_dataset
+from workbench.train.data import DataFeed, DataStream
 from workbench.train.distributed import Distributed, local_device, shard_base
+from workbench.train.hooks import Hooks
 from workbench.train.placement import base_config_on, check_base_dtype
+from workbench.train.provenance import BaseDigest, base_digest, check_base
 from workbench.train.resume import (
     Change,
     capture_state,
@@ -54,21 +56,14 @@ from workbench.train.resume import (
     refuse_unless_allowed,
     restore_state,
 )
-from workbench.train.seeds import mix_seed
-
-HOOKS = ("on_fit_start", "on_step_start", "on_after_backward", "on_step_end", "on_eval", "on_fit_end")
+from workbench.train.runlock import RunLock, hold_run
+from workbench.train.seeds import StepNoise
 
 
 def resolve_device(name: str) -> torch.device:
     """``training.device`` as a torch device (``auto``: the best visible, see
     :mod:`workbench.core.platform`)."""
     return platform.resolve_device(name, where="training.device")
-
-
-def _overrides(callbacks: list[Callback], hook: str) -> list[Callback]:
-    """The callbacks whose ``hook`` does something (the base class's hooks do nothing)."""
-    default = getattr(Callback, hook)
-    return [cb for cb in callbacks if getattr(getattr(cb, hook), "__func__", None) is not default]
 
 
 def _on_device(batch: Batch, device: torch.device) -> bool:
@@ -101,6 +96,9 @@ class AdapterExperiment:
             composer = Replace() if adapter.inside else GatedResidual()
         objective = objective if objective is not None else base.default_objective()
         check_base_dtype(base, self.device)
+        # A base read from files is hashed now, before anything could write them again; one without files
+        # (a random init) when a checkpoint first needs its digest (see base_digest).
+        self._base_digest: BaseDigest | None = base_digest(base) if base.weight_files() else None
         self.model = ComposedModel(base, adapter, composer, objective).to(self.device)
         adapter.condition_seed = self.training.seed
         self.model.checkpoint_adapter = self.training.gradient_checkpointing
@@ -110,6 +108,7 @@ class AdapterExperiment:
             self.dist.agree_on_config(self.resolved_config())
             self.dist.broadcast_(params)  # every rank starts from rank 0's trainable weights
             if self.training.distributed.shard_base:
+                self._base_digest = self.base_digest  # of whole tensors: a sharded base holds a piece of each
                 shard_base(self.model.base, self.dist)
         self._params = params
         if not params:
@@ -123,7 +122,7 @@ class AdapterExperiment:
                                    where="training.amp_dtype")
         self.scaler = (torch.amp.GradScaler("cuda") if t.amp_dtype == "fp16" and self.device.type == "cuda"
                        else None)
-        self._noise = torch.Generator(device=self.device)  # re-seeded for every micro-batch (see _generator)
+        self._noise = StepNoise(t.seed, self.device)
         self.step = 0
         self.loss_history: list[float] = []
         self._pending: list[tuple[int, torch.Tensor]] = []
@@ -133,6 +132,7 @@ class AdapterExperiment:
         self.output_dir = Path(t.output_dir or Path("outputs") / name)
         self.last_checkpoint: Path | None = None
         self.interrupted = False
+        self._run_holds: list[RunLock] | None = None  # while a fit runs: the run directories it holds
         #: What an interrupted fit prints after saying where it stopped (the CLI prints its own advice).
         self.resume_hint: str | None = "Call fit() again to continue from there."
         #: The command that continues this run from its latest checkpoint (the CLI sets it), for advice.
@@ -140,17 +140,16 @@ class AdapterExperiment:
         #: Config changes made on resumes of this run: field, from, to, the step, whether bit-exact.
         self.config_changes: list[dict] = []
         self._resumed: tuple[Path, int, bool, int] | None = None  # checkpoint, step, verified, losses known
-        self._stream: DataStream | None = None
-        self._data_state: dict | None = None
-        self._latent_caches: list[tuple[Any, LatentCache]] = []
-        self._disk = None  # the training.cache_latents: DIR dataset, opened on first use
+        #: The run's data as the loop reads it: streams, latent caches, the position a checkpoint records.
+        self.feed = DataFeed(t, self.model, data_block=config.data if config is not None else None,
+                             dist=self.dist, micro=self._micro, device=self.device)
         self.callbacks: list[Callback] = list(callbacks)
         if t.checkpoint_every:
             from workbench.train.callbacks import Checkpoint
 
             self.callbacks.append(Checkpoint(every_n_steps=t.checkpoint_every, keep_last=t.keep_last))
         self.component_callbacks: list[Callback] = [
-            *base.callbacks(), *adapter.callbacks(), *composer.callbacks(), *objective.callbacks()]
+            *backbone_callbacks(base), *adapter.callbacks(), *composer.callbacks(), *objective.callbacks()]
 
     # -- construction from configs -----------------------------------------------------------
     @classmethod
@@ -197,113 +196,35 @@ class AdapterExperiment:
 
     # -- data --------------------------------------------------------------------------------
     def default_data(self) -> Any:
-        if self._config is None or self._config.data is None:
-            return None
-        from workbench.config import build
-
-        block = self._config.data
-        return build("dataset", block["type"], block.get("config"), where="data")
-
-    def _cached(self, data: Any) -> Any:
-        """``data`` behind its in-process latent cache when ``training.cache_latents: true``."""
-        if self.training.cache_latents is not True or not is_map_dataset(data):
-            return data
-        for source, cache in self._latent_caches:
-            if source is data:
-                return cache
-        cache = LatentCache(data, self.model.base)
-        self._latent_caches.append((data, cache))
-        return cache
-
-    def _disk_cache(self, data: Any) -> Any:
-        """The training data read from the ``training.cache_latents: DIR`` cache
-        (checked against this run)."""
-        from workbench.train.latent_store import DiskLatentCache, cache_identity
-
-        root = self.training.cache_latents
-        if self._disk is None:
-            cache = DiskLatentCache(root)
-            cache.require(cache_identity(self.model.base, self._config.data if self._config else None,
-                                         len(cache)))
-            self._disk = cache
-        if data is not None and is_map_dataset(data) and len(data) != len(self._disk):
-            raise DataError(f"training.cache_latents: {root} caches {len(self._disk)} items "
-                            f"but the data passed to fit() has {len(data)}. "
-                            f"Fit without data to train from the cache, or rebuild it.")
-        return self._disk
-
-    def _stream_for(self, data: Any) -> DataStream:
-        # a stream made for this run (e.g. workbench.train.ahead's): used as it is
-        if isinstance(data, DataStream):
-            self._stream = data
-            return data
-        if data is None:
-            if self._stream is not None:
-                return self._stream
-            data = None if isinstance(self.training.cache_latents, str) else self.default_data()
-        check = getattr(data, "check_conditions", None)
-        if callable(check):  # a dataset that knows its signal widths checks them against the adapter's
-            check(self.model.adapter.consumes, owner=f"the adapter ({type(self.model.adapter).__name__})")
-        data = self._disk_cache(data) if isinstance(self.training.cache_latents, str) else self._cached(data)
-        if self._stream is not None and self._stream.source is data:
-            return self._stream
-        t = self.training
-        options = dict(batch_size=t.batch_size, seed=t.seed, shuffle=t.shuffle, num_workers=t.num_workers,
-                       pin_memory=self.device.type == "cuda")
-        if self.dist is None:
-            stream = DataStream(data, **options)
-        else:
-            stream = ShardedStream(data, rank=self.dist.rank, world=self.dist.world_size,
-                                   per_rank=self._micro, **options)
-        if self._data_state is not None:
-            stream.load_state_dict(self._data_state)
-            self._data_state = None
-        self._stream = stream
-        return stream
+        """The dataset of the config's ``data:`` block (``None`` without one): what ``fit()`` reads
+        when given no data."""
+        return self.feed.default()
 
     def prepare(self, raw: Any) -> Batch:
         batch = self.model.base.prepare_batch(raw)
         return batch if _on_device(batch, self.device) else batch.to(self.device)
 
     # -- callbacks ---------------------------------------------------------------------------
-    def _collect(self, extra: Iterable[Callback]) -> list[Callback]:
-        seen, out = set(), []
-        for cb in [*self.component_callbacks, *self.callbacks, *extra]:
-            if not isinstance(cb, Callback):
-                raise CompositionError(f"Callbacks must subclass workbench.Callback, "
-                                       f"got {type(cb).__name__}.")
-            if cb.key() in seen:
-                continue
-            seen.add(cb.key())
-            out.append(cb)
-        return out
+    def _hooks(self, extra: Iterable[Callback] = ()) -> Hooks:
+        """The callbacks of a fit: the components' own, the experiment's, then ``extra``, each once."""
+        return Hooks([*self.component_callbacks, *self.callbacks, *extra], main=self.is_main)
+
+    @property
+    def base_digest(self) -> BaseDigest:
+        """The digest of the frozen base this experiment trains (what its checkpoints record, and what a
+        checkpoint restored into it must have recorded; see :mod:`workbench.train.provenance`)."""
+        if self._base_digest is None:
+            own = [*self.model.adapter.state_dict(keep_vars=True).values(),
+                   *self.model.composer.state_dict(keep_vars=True).values()]
+            self._base_digest = base_digest(self.model.base, exclude=own)
+        return self._base_digest
 
     @property
     def is_main(self) -> bool:
         """True on the process that logs and writes checkpoints (rank 0; the only one without torchrun)."""
         return self.dist is None or self.dist.is_main
 
-    def _call(self, callbacks: list[Callback], hook: str, *args) -> None:
-        for cb in callbacks:
-            if cb.main_process_only and self.dist is not None and not self.dist.is_main:
-                continue  # (decided here, after every rank took the same collectives for the same list)
-            try:
-                getattr(cb, hook)(self, *args)
-            except (KeyboardInterrupt, NonFiniteLossError, CallbackError):
-                raise
-            except Exception as err:
-                raise CallbackError(
-                    f"Callback {type(cb).__name__} raised in {hook} at step {self.step}: "
-                    f"{type(err).__name__}: {err}"
-                ) from err
-
     # -- the loop ----------------------------------------------------------------------------
-    def _generator(self, step: int, micro: int) -> torch.Generator:
-        # Noise and t are a pure function of (seed, step, micro-batch): resumable, rank-independent.
-        # ``micro`` is the micro-batch's place among the step's micro-batches of all ranks.
-        # One generator, re-seeded: the same draws as a fresh one, without allocating it every step.
-        return self._noise.manual_seed(mix_seed(self.training.seed, step, micro))
-
     def _autocast(self):
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, None: None}[self.training.amp_dtype]
         if dtype is None:
@@ -344,7 +265,7 @@ class AdapterExperiment:
                                   resumed=self._resumed[:3] if right_after else None,
                                   clips=describe_clips(clips), run_dir=run_dir, command=self.resume_command)
 
-    def _run_step(self, stream: DataStream, hooks: dict[str, list[Callback]], guard: SigintGuard) -> None:
+    def _run_step(self, stream: DataStream, hooks: Hooks, guard: SigintGuard) -> None:
         # The hot path: anything done here per step beyond the work itself is overhead a short
         # interactive fit feels, so hooks nobody overrides are skipped, nothing is read back from
         # the device outside _sync, and nothing is allocated that a step does not need.
@@ -353,8 +274,8 @@ class AdapterExperiment:
         mark = stream.mark()
         rng = torch.get_rng_state()  # (a copy of a few kB: what a Ctrl-C mid-step restores)
         try:
-            if hooks["on_step_start"]:
-                self._call(hooks["on_step_start"], "on_step_start", step)
+            if hooks.on_step_start:
+                hooks.call("on_step_start", self, step)
             lr = t.lr_at(step)
             optimizer = self.optimizer
             for group in optimizer.param_groups:
@@ -368,15 +289,15 @@ class AdapterExperiment:
                 raw = stream.next()
                 clips.append(clip_ids(raw))
                 batch = self.prepare(raw)
-                # the base's part, computed a step ahead (workbench.train.ahead)
-                ahead = batch.meta.get(AHEAD_KEY)
-                generator = None if ahead is not None else self._generator(step, first + micro)
-                values = None if ahead is None else ahead.values_for(step, first + micro)
+                # The frozen base's half: computed ahead by the stream (workbench.train.ahead), or here
+                # from the micro-batch's own noise draws (a pure function of the seed, step and micro).
+                half = stream.base_half(step, first + micro)
+                generator = None if half is not None else self._noise.generator(step, first + micro)
                 if t.amp_dtype is None:  # (no autocast context to enter and leave)
-                    loss, _ = training_loss(batch, generator=generator, step=step, ahead=values)
+                    loss, _ = training_loss(batch, generator=generator, step=step, base_half=half)
                 else:
                     with self._autocast():
-                        loss, _ = training_loss(batch, generator=generator, step=step, ahead=values)
+                        loss, _ = training_loss(batch, generator=generator, step=step, base_half=half)
                 # (a division by 1 would be one more op, same values)
                 scaled = loss / accum if accum > 1 else loss
                 (scaler.scale(scaled) if scaler else scaled).backward()
@@ -384,8 +305,8 @@ class AdapterExperiment:
             step_loss = total / accum if accum > 1 else total
             if self.dist is not None:
                 self.dist.average_gradients_(self._params)
-            if hooks["on_after_backward"]:
-                self._call(hooks["on_after_backward"], "on_after_backward", step)
+            if hooks.on_after_backward:
+                hooks.call("on_after_backward", self, step)
             guard.holding = True  # a Ctrl-C from here on waits until the update is complete
             try:
                 if scaler:
@@ -415,13 +336,14 @@ class AdapterExperiment:
         done = step + 1
         if done % t.sync_every == 0:
             self._sync()
-        if hooks["on_step_end"]:
-            due = [cb for cb in hooks["on_step_end"] if cb.due(done)]
+        if hooks.on_step_end:
+            due = [cb for cb in hooks.on_step_end if cb.due(done)]
             if due:
                 # what the callbacks see is the run's loss (every rank has the same list)
                 if self.dist is not None:
                     step_loss = self.dist.mean_(step_loss.clone())
-                self._call(due, "on_step_end", done, {"loss": step_loss, "lr": lr, "step": done})
+                metrics = {"loss": step_loss, "lr": lr, "step": done}
+                hooks.call("on_step_end", self, done, metrics, callbacks=due)
 
     def fit(self, data: Any = None, steps: int | None = None, callbacks: Iterable[Callback] = (),
             progress: bool | None = None) -> AdapterExperiment:
@@ -439,10 +361,19 @@ class AdapterExperiment:
             steps = max(0, self.training.steps - self.step)
         if not isinstance(steps, int) or steps < 0:
             raise ConfigError(f"fit(steps=...) must be a non-negative int, got {steps!r}.")
-        stream = self._stream_for(data)
-        cbs = self._collect(callbacks)
-        hooks = {hook: _overrides(cbs, hook) for hook in HOOKS}
+        stream = self.feed.stream(data)
+        hooks = self._hooks(callbacks)
         target = self.step + steps
+        self._run_holds = []  # the runs this fit writes, held from its first checkpoint on (save_checkpoint)
+        try:
+            self._fit(stream, hooks, steps, target, progress)
+        finally:
+            holds, self._run_holds = self._run_holds, None
+            for held in holds:
+                held.release()
+        return self
+
+    def _fit(self, stream: DataStream, hooks: Hooks, steps: int, target: int, progress: bool | None) -> None:
         show = (self.training.progress if progress is None else progress) and self.is_main
         bar = None
         if show and steps:
@@ -451,7 +382,7 @@ class AdapterExperiment:
             bar = tqdm(total=steps, desc=self.name, unit="step", leave=True)
         self.interrupted = False
         self.model.train()
-        self._call(hooks["on_fit_start"], "on_fit_start")
+        hooks.call("on_fit_start", self)
         try:
             with SigintGuard() as guard:
                 while self.step < target:
@@ -476,8 +407,7 @@ class AdapterExperiment:
                 bar.close()
             self.model.train(False)
         self._sync()
-        self._call(hooks["on_fit_end"], "on_fit_end")
-        return self
+        hooks.call("on_fit_end", self)
 
     # -- evaluation --------------------------------------------------------------------------
     def evaluate(self, data: Any, batches: int = 4, seed: int = 0) -> dict[str, float]:
@@ -486,10 +416,10 @@ class AdapterExperiment:
         from workbench.train.validation import validation_loss
 
         t = self.training
-        metrics = validation_loss(self.model, self._cached(data), prepare=self.prepare,
+        metrics = validation_loss(self.model, self.feed.cached(data), prepare=self.prepare,
                                   batch_size=t.batch_size, device=self.device, batches=batches, seed=seed,
                                   num_workers=t.num_workers, dist=self.dist)
-        self._call(self._collect(()), "on_eval", self.step, metrics)
+        self._hooks().call("on_eval", self, self.step, metrics)
         return metrics
 
     # -- sampling (hands off to the inspection layer) -------------------------------------------
@@ -517,15 +447,20 @@ class AdapterExperiment:
         import yaml
 
         self._sync()  # never save past a non-finite loss
+        run_dir = Path(run_dir or self.output_dir)
         if not self.is_main:  # rank 0 writes; the others hold the same state
-            return Path(run_dir or self.output_dir)
+            return run_dir
+        if self._run_holds is not None and all(held.run_dir != run_dir for held in self._run_holds):
+            # A fit keeps the run it writes from its first checkpoint to its end: another process that
+            # starts writing there meanwhile is refused (see workbench.train.runlock).
+            self._run_holds.append(hold_run(run_dir, then="then call fit() again"))
         path = save_checkpoint(
-            run_dir or self.output_dir, self.step, trainable=self.model.trainable_state_dict(),
-            state=capture_state(self.optimizer, self.step, scaler=self.scaler, data=self._data_position()),
+            run_dir, self.step, trainable=self.model.trainable_state_dict(),
+            state=capture_state(self.optimizer, self.step, scaler=self.scaler, data=self.feed.position()),
             config_yaml=yaml.safe_dump(self.resolved_config(), sort_keys=False),
             meta={"name": self.name, "loss_history": self.loss_history,
                   "metrics": {"loss": self.loss_history[-1] if self.loss_history else None},
-                  "config_changes": self.config_changes},
+                  "config_changes": self.config_changes, "base": self.base_digest.record()},
             keep_last=keep_last if keep_last is not None else self.training.keep_last,
         )
         self.last_checkpoint = path
@@ -535,11 +470,6 @@ class AdapterExperiment:
         """Save the experiment (a checkpoint in the run directory ``path``)."""
         return self.save_checkpoint(path)
 
-    def _data_position(self) -> dict | None:
-        if self._stream is not None:
-            return self._stream.state_dict()
-        return dict(self._data_state) if self._data_state is not None else None
-
     def load_checkpoint(self, path: str | Path) -> AdapterExperiment:
         """Restore weights, optimizer, RNG and data position into this experiment.
 
@@ -548,7 +478,10 @@ class AdapterExperiment:
         """
         return self._restore(load_checkpoint(path))
 
-    def _restore(self, ckpt: Checkpoint) -> AdapterExperiment:
+    def _restore(self, ckpt: LoadedCheckpoint) -> AdapterExperiment:
+        note = check_base(ckpt.path, ckpt.meta, self.base_digest)  # refused before anything is loaded
+        if note is not None:
+            ckpt.notes.append(note)
         print_notes(ckpt)
         restored = restore_state(ckpt, self.model, self.optimizer, scaler=self.scaler, device=self.device)
         self.step = restored.step
@@ -556,8 +489,7 @@ class AdapterExperiment:
         self.config_changes = restored.config_changes
         self._pending = []
         self._clips = {}
-        self._stream = None
-        self._data_state = restored.data_state
+        self.feed.restore(restored.data_state)
         self.last_checkpoint = restored.path
         self._resumed = (restored.path, restored.step, restored.verified, len(self.loss_history))
         return self
@@ -614,7 +546,7 @@ class AdapterExperiment:
         exp._record(changes, saved=ckpt, saved_config=saved)
         return exp
 
-    def _record(self, changes: list[Change], saved: Checkpoint,
+    def _record(self, changes: list[Change], saved: LoadedCheckpoint,
                 saved_config: ExperimentConfig | None = None) -> None:
         if not changes:
             return

@@ -3,7 +3,7 @@
 ``workbench train``, ``cache-latents``, ``eval`` and ``demo --data`` read a dataset; which of its video
 features and per-frame signals they read is the run's config (``data: {type: lerobot, config: {camera:
 ..., actions: ..., state: ...}}``, the adapter's ``dim``) or these flags, which set exactly those
-fields::
+fields:
 
     workbench train run.yaml --camera observation.images.wrist --state none --action-dim 7
     workbench eval outputs/run --data other_robot/ --actions action.joints

@@ -1,8 +1,9 @@
 """Resuming a run: what a checkpoint holds besides the weights, putting it back, and what may change.
 
 :func:`capture_state` is what ``state.pt`` carries (optimizer, random generators, step, loss
-scaler, data position); :func:`restore_state` loads a read :class:`~workbench.train.checkpoint.Checkpoint`
-into a model and optimizer built for it and returns the loop's own position (:class:`Restored`).
+scaler, data position); :func:`restore_state` loads a
+:class:`~workbench.train.checkpoint.LoadedCheckpoint` into a model and optimizer built for it and
+returns the loop's own position (:class:`Restored`).
 
 **The resume rules.** A resume continues *the run the checkpoint belongs to*: the config it is
 resumed with is compared with the config the checkpoint was saved with (:func:`config_changes`).
@@ -25,7 +26,7 @@ from typing import Any
 import torch
 
 from workbench.errors import CheckpointError, ConfigError
-from workbench.train.checkpoint import Checkpoint, checkpoint_problem, fallback_hint, load_checkpoint
+from workbench.train.checkpoint import LoadedCheckpoint, checkpoint_problem, fallback_hint, load_checkpoint
 
 # -- what state.pt holds -------------------------------------------------------------------------
 
@@ -56,7 +57,7 @@ class Restored:
     verified: bool
 
 
-def restore_state(ckpt: Checkpoint, model: Any, optimizer: torch.optim.Optimizer, *, scaler: Any = None,
+def restore_state(ckpt: LoadedCheckpoint, model: Any, optimizer: torch.optim.Optimizer, *, scaler: Any = None,
                   device: torch.device | str = "cpu") -> Restored:
     """Load ``ckpt`` into ``model`` (a :class:`~workbench.core.composed.ComposedModel`), ``optimizer``
     and ``scaler``, and set the random generators; returns the loop's position.
@@ -95,7 +96,7 @@ def restore_state(ckpt: Checkpoint, model: Any, optimizer: torch.optim.Optimizer
                     verified=ckpt.verified)
 
 
-def _what_differs(ckpt: Checkpoint, model: Any, weights: Mapping[str, Any]) -> str:
+def _what_differs(ckpt: LoadedCheckpoint, model: Any, weights: Mapping[str, Any]) -> str:
     """In words: the checkpoint's adapter and composer (type and settings) against the model's, for each
     whose weights do not fit."""
     import yaml
@@ -142,7 +143,7 @@ def _filled(kind: str, block: Mapping[str, Any]) -> dict:
         return given
 
 
-def config_of(ckpt: Checkpoint):
+def config_of(ckpt: LoadedCheckpoint):
     """The :class:`ExperimentConfig` a (verified) checkpoint was saved with."""
     import yaml
 

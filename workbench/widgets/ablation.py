@@ -16,11 +16,12 @@ from workbench.inspect.common import model_lock
 from workbench.inspect.probes.ablation import DIFFERENCE_RANGE, Ablation, Propagation
 from workbench.inspect.recording.trajectory import Trajectory
 from workbench.widgets import render
-from workbench.widgets.base import View, status_line, status_lines
+from workbench.widgets.base import View, mark_modified, status_line, status_lines
 from workbench.widgets.controls import ConditionSliders
+from workbench.widgets.static import STALE_CLASS
 
 # a picture that no longer matches the sliders (the final one, while the edit is being carried through)
-STALE_STYLE = "<style>.workbench-stale { opacity: 0.45; }</style>"
+STALE_STYLE = f"<style>.{STALE_CLASS} {{ opacity: 0.45; }}</style>"
 
 
 class AblationSliders(View):
@@ -97,6 +98,7 @@ class AblationSliders(View):
                          self.final_status, self.final_image)
         # the background run: one at a time, cancelled by the next move
         self._worker: threading.Thread | None = None
+        self._starting: Any = None  # the event loop's handle that starts the worker, until it has
         self._cancel = threading.Event()
         self._generation = 0
         self._outcome: tuple[int, Propagation | None, BaseException | None] | None = None
@@ -184,11 +186,14 @@ class AblationSliders(View):
 
     # -- the final picture, in the background ------------------------------------------------
     def _start_propagation(self) -> None:
+        if self._starting is not None:  # a propagation not started yet: this edit replaces it
+            self._starting.cancel()
+            self._starting = None
         self._generation += 1
         generation = self._generation
         if not self.propagate_box.value:
             self.final_status.value = status_lines("<i>carrying the edit to the last step is off</i>")
-            self.final_image.add_class("workbench-stale")
+            self.final_image.add_class(STALE_CLASS)
             return
         cached = self.state.cached_propagation()
         if cached is not None:
@@ -200,7 +205,7 @@ class AblationSliders(View):
             f"re-sampling steps {self.state.step}–{self.state.trajectory.steps - 1} "
             f"with {html.escape(edits)} …"
             if edits else "the recorded run's final prediction …")
-        self.final_image.add_class("workbench-stale")
+        self.final_image.add_class(STALE_CLASS)
         loop = _running_loop()
         if loop is None:  # no event loop (a script, a test): run it here
             self._show_final(generation, *self._run(self._cancel))
@@ -215,7 +220,16 @@ class AblationSliders(View):
 
         self._outcome = None
         self._worker = threading.Thread(target=work, name="workbench-ablation-propagate", daemon=True)
-        self._worker.start()
+        # started a moment after the instant picture, so that its messages go out first instead of waiting for
+        # the interpreter while the fork holds it
+        self._starting = loop.call_later(PROPAGATION_DELAY_S, self._start_worker)
+
+    def _start_worker(self) -> None:
+        """Start the propagation waiting to start, if any."""
+        starting, self._starting = self._starting, None
+        if starting is not None:
+            starting.cancel()
+            self._worker.start()
 
     def _run(self, cancel: threading.Event) -> tuple[Propagation | None, BaseException | None]:
         try:
@@ -229,16 +243,23 @@ class AblationSliders(View):
         if outcome is not None and outcome[0] == generation:
             self._outcome = None
             self._show_final(*outcome)
+            if outcome[1] is not None and generation == self._generation:
+                mark_modified()  # a save made while it ran kept the picture without it
 
     def _join(self) -> None:
+        """Wait for the propagation running (one waiting to start is dropped: the next edit replaces it)."""
+        if self._starting is not None:
+            self._starting.cancel()
+            self._starting = None
         worker = self._worker
-        if worker is not None and worker is not threading.current_thread():
+        if worker is not None and worker.ident is not None and worker is not threading.current_thread():
             worker.join()
         self._worker = None
 
     def settle(self) -> None:
         """Draw what is pending and wait for the propagation in flight, then show its picture."""
         self.flush()
+        self._start_worker()  # one waiting to start runs now
         self._join()
         if self._outcome is not None:
             self._deliver(self._outcome[0])
@@ -284,7 +305,7 @@ class AblationSliders(View):
         lines.append(timing)
         self._final_array = render.stack_images(pictures)
         self.final_image.value = render.array_png(self._final_array)
-        self.final_image.remove_class("workbench-stale")
+        self.final_image.remove_class(STALE_CLASS)
         self.final_status.value = status_lines(*lines)
 
     def static_png(self) -> bytes:
@@ -314,6 +335,7 @@ def _limit(result: Propagation) -> float:
 
 
 BACKGROUND_NICENESS = 10  # added to the process's niceness for the background run
+PROPAGATION_DELAY_S = 0.05  # from the instant picture to the start of the background run
 
 
 def _yield_to_the_kernel() -> None:

@@ -127,6 +127,17 @@ def button(description: str, tooltip: str = "", icon: str = "", width: str = "au
                           layout=widgets.Layout(width=width, flex="0 0 auto", overflow="visible"))
 
 
+def mark_modified() -> None:
+    """Have JupyterLab mark the notebook modified, where it saves widget state (as ``make lab`` sets it up).
+
+    JupyterLab marks a notebook modified when a widget model opens, not when a model's state changes, so a
+    picture that changes after the cell ran — work a view finishes in the background — would leave a save
+    made meanwhile looking current. Opening (and at once closing) a widget model is that signal; elsewhere
+    it does nothing.
+    """
+    widgets.Widget().close()
+
+
 def status_line() -> widgets.HTML:
     """A line (or a few) saying what the view shows; a page without a front end gets it in the picture."""
     line = widgets.HTML(layout=widgets.Layout(margin="0 0 0 8px"))

@@ -11,13 +11,17 @@ from typing import Any
 import ipywidgets as widgets
 import numpy as np
 
+from workbench.core.composed import ComposedModel
 from workbench.inspect.drive import KEY_HELP, KEYS, DriveState
 from workbench.widgets import render
-from workbench.widgets.base import View, button, status_line, status_lines
+from workbench.widgets.base import View, button, mark_modified, status_line, status_lines
 
 #: Frames of the newest chunk shown beside the start frame.
 SHOWN_FRAMES = 4
+#: Chunks whose part of the hand's path is drawn over the frames: the newest and the ones before it, fading.
+PATH_CHUNKS = 3
 SCALE = 3  # a 64-pixel frame drawn at 192 pixels
+BRANCH_PAUSE_S = 0.02  # between two chunks of a branch: the kernel serves the messages that came meanwhile
 # the path: earlier chunks blue, the newest orange (the arm itself is red)
 PAST_RGB, NEW_RGB, TEXT_RGB = (31, 119, 180), (255, 160, 0), (40, 40, 40)
 
@@ -26,20 +30,36 @@ function render({ model, el }) {
   const pad = document.createElement("div");
   pad.tabIndex = 0;
   pad.className = "workbench-drive-keys";
-  // JupyterLab: the arrow keys drive, not the notebook
-  pad.setAttribute("data-lm-suppress-shortcuts", "true");
   const label = () => { pad.textContent = model.get("label"); };
   label();
   model.on("change:label", label);
   pad.addEventListener("keydown", (event) => {
+    if (event.key === "Escape") {  // leave the field: the keys go to the page (JupyterLab: command mode)
+      event.preventDefault();
+      event.stopPropagation();
+      const cell = pad.closest(".jp-Cell");  // JupyterLab: its cell, in command mode (as Escape in a cell)
+      if (cell) cell.focus({ preventScroll: true }); else pad.blur();
+      return;
+    }
+    // a key the view does not use (Ctrl+S, Shift+Enter, Tab, ...) goes on to JupyterLab as usual
+    if (event.ctrlKey || event.metaKey || event.altKey || event.shiftKey) return;
     if (!model.get("driving_keys").includes(event.key)) return;
-    event.preventDefault();
+    event.preventDefault();  // a driving key drives the view, not the page or the notebook's cell selection
     event.stopPropagation();
     model.send({ key: event.key });
   });
   pad.addEventListener("focus", () => pad.classList.add("workbench-drive-keys-focused"));
   pad.addEventListener("blur", () => pad.classList.remove("workbench-drive-keys-focused"));
   el.appendChild(pad);
+  // after a click on one of the view's buttons (undo, branch, ...) the keys drive again: a focused button
+  // would hand the arrow keys to the notebook, which moves its cell selection and scrolls the view away
+  const refocus = (event) => {
+    const view = pad.closest(".workbench-drive");
+    const clicked = view && view.contains(event.target) && event.target.closest("button");
+    if (clicked) pad.focus({ preventScroll: true });
+  };
+  document.addEventListener("click", refocus);
+  return () => document.removeEventListener("click", refocus);
 }
 export default { render };
 """
@@ -67,35 +87,40 @@ def _keypad_class():
 
 
 class Drive(View):
-    """Drive the world model ``exp`` (an Experiment or a ComposedModel) from the first frame of ``start``.
+    """Drive the world model ``model`` (a ComposedModel: an experiment's is ``exp.model``) from the first
+    frame of ``start``.
 
     Each driving key (click the key field first: ← → dx, ↑ ↓ dy, PageUp / PageDown dz, c / o the
     gripper, . hold still) sets the next chunk's action and predicts the chunk; the action sliders set
-    it too, and "step" predicts a chunk with their values. The picture shows the start frame and
-    frames of the newest chunk (the backbone's full decoder: a rollout decodes each chunk anyway,
-    since the next chunk continues from its last frame), with the hand's path (``readout``, by
-    default the shipped hand probe, in cm) drawn over them, and the path per axis below with the
-    chunk boundaries. "undo" drops the last chunk, "branch" forks the episode at the chosen chunk
-    with the current action (the old line is kept: "switch" goes back), "save" writes the driven
-    episode as a clip file that :class:`workbench.data.metaworld.MetaWorldClips` reads, "open in
-    the Stepper" steps through the chosen chunk's sampling run. The status line says how many
+    it too, and "step" predicts a chunk with their values. Every other key goes on to the notebook
+    (Ctrl+S, Shift+Enter), Escape leaves the field, and a click on a button gives the keys back to it.
+    The picture shows the start frame and frames of the newest chunk (the backbone's full decoder: a
+    rollout decodes each chunk anyway, since the next chunk continues from its last frame), with the
+    path over the last chunks (``readout``, by default the state reader's own: with ``state="probe"``
+    the hand the probe reads, in cm) drawn over them, and the path per axis below with the chunk
+    boundaries. ``state`` is where a chunk's state comes from, as :func:`workbench.inspect.rollout`
+    takes it. "undo" drops the last chunk, "branch" forks the episode at the chosen chunk with the
+    current action, showing each later chunk as it is sampled again (a key press stops it; the old
+    line is kept: "switch" goes back), "save" writes the driven episode as a clip file that
+    :class:`workbench.data.metaworld.MetaWorldClips` reads, "open in the Stepper" steps through the
+    chosen chunk's sampling run. The status line says how many
     sampling steps a chunk takes and what the last one cost (wall and CPU time).
     The logic is :class:`workbench.inspect.drive.DriveState` (``self.state``).
 
     Examples:
-        >>> view = Drive(exp, start=val[0], steps=4)     # opens on a first chunk, the hand still
+        >>> view = Drive(model, start=val[0], steps=4, state="probe")  # opens on a first chunk, hand still
         >>> view.key("ArrowRight")                        # what a key press does: one chunk with dx = +1
         >>> view.state.chunks, view.state.frames
         (2, 31)
     """
 
-    def __init__(self, exp: Any, start: Mapping[str, Any], steps: int = 8, seed: int = 0,
-                 readout: Any = "probe", speed: float = 1.0, gate_scale: float | None = None,
-                 state: Any = "probe", dim_names: Sequence[str] | None = None,
+    def __init__(self, model: ComposedModel, start: Mapping[str, Any], steps: int = 8, seed: int = 0,
+                 readout: Any = "state", speed: float = 1.0, gate_scale: float | None = None,
+                 state: Any = None, dim_names: Sequence[str] | None = None,
                  save_path: str | Path = "outputs/driven.h5", first_chunk: bool = True):
         super().__init__()
-        self.state = DriveState(exp, start, steps=steps, seed=seed, readout=readout, speed=speed, state=state,
-                                gate_scale=gate_scale, dim_names=dim_names)
+        self.state = DriveState(model, start, steps=steps, seed=seed, readout=readout, speed=speed,
+                                state=state, gate_scale=gate_scale, dim_names=dim_names)
         self.add_class("workbench-drive")
         self.image.add_class("workbench-drive-image")
         self.last_latency_s: float | None = None  # key press (or button) to picture, in the kernel
@@ -132,10 +157,14 @@ class Drive(View):
         self.status = status_line()
         self.status.add_class("workbench-drive-status")
         self.tool_status = status_line()
+        self.tool_status.add_class("workbench-drive-tool-status")
+        self._said_for: Any = None  # the line the tool status speaks of: it goes when the episode changes
+        self._branching: Any = None  # a branch sampled chunk by chunk (branch_steps), while it runs
+        self._branch_at: tuple[int, int, int] | None = None  # its fork chunk, the chunk done last, the last
         self.stepper_box = widgets.VBox()
         self.step_button.on_click(lambda _: self.step())
         self.undo_button.on_click(lambda _: self.undo())
-        self.branch_button.on_click(lambda _: self.branch())
+        self.branch_button.on_click(lambda _: self.branch_in_steps())
         self.switch_button.on_click(lambda _: self.switch())
         self.stepper_button.on_click(lambda _: self.open_stepper())
         self.save_button.on_click(lambda _: self.save())
@@ -143,8 +172,10 @@ class Drive(View):
             widgets.HTML("<i>keyboard: install anywidget (the widgets extra); "
                          "the sliders and step drive</i>")]
         help_line = widgets.HTML(f"<small>{html.escape(KEY_HELP)}</small>")
+        # the status lines get a row of their own: beside the key field and the buttons they were cut off
         self.children = (
-            widgets.HBox([*keys, self.step_button, self.undo_button, self.status]),
+            widgets.HBox([*keys, self.step_button, self.undo_button]),
+            self.status,
             help_line,
             widgets.HBox([widgets.VBox(self.sliders[:2]), widgets.VBox(self.sliders[2:])]),
             self.image,
@@ -160,8 +191,12 @@ class Drive(View):
 
     # -- driving ----------------------------------------------------------------------------------
     def key(self, key: str) -> None:
-        """What a key press in the key field does: set the action it means and predict one chunk."""
+        """What a key press in the key field does: set the action it means and predict one chunk. While a
+        branch is being sampled chunk by chunk, a key press stops it instead (and drives nothing)."""
         if key not in KEYS:
+            return
+        if self._branching is not None:
+            self._stop_branching(f"by the key {key}")
             return
         started = time.perf_counter()
         self.state.press(key)
@@ -186,6 +221,7 @@ class Drive(View):
 
     def step(self, action: Sequence[float] | None = None) -> None:
         """Predict one chunk with ``action`` (default: the sliders' values)."""
+        self._stop_branching("by step")
         started = time.perf_counter()
         if action is not None:
             self.state.set_action(action)
@@ -196,32 +232,95 @@ class Drive(View):
         try:
             self.state.step()
         except Exception as err:
-            self.tool_status.value = f"<span style='color:#b2182b'>{what} failed: {type(err).__name__}: " \
-                                     f"{html.escape(str(err))}</span>"
+            self._say(f"<span style='color:#b2182b'>{what} failed: {type(err).__name__}: "
+                      f"{html.escape(str(err))}</span>")
             raise
         self._redraw(started, what)
 
     def undo(self) -> None:
+        self._stop_branching("by undo")
         started = time.perf_counter()
         self.state.undo()
         self._redraw(started, "undo")
 
     def branch(self, chunk: int | None = None) -> None:
-        """Fork at ``chunk`` (default: the chunk chosen) with the current action."""
+        """Fork at ``chunk`` (default: the chunk chosen) with the current action, every later chunk sampled
+        again before this returns (:meth:`branch_in_steps` shows them one by one)."""
+        self._stop_branching("by another branch")
         started = time.perf_counter()
         chunk = self.chunk_select.value if chunk is None else chunk
         self.state.branch(chunk)
-        self.tool_status.value = (f"branched at chunk {chunk} with {self._action_text()}; "
-                                  f"{len(self.state.branches)} other line(s) kept")
+        self._branched(chunk)
         self._redraw(started, "branch")
+
+    def branch_in_steps(self, chunk: int | None = None) -> None:
+        """What "branch" does: :meth:`branch`, one chunk at a time while the kernel serves messages, each
+        chunk drawn as it comes (the status says how far it is) and a key press stopping it; the new line
+        keeps the chunks sampled so far, and the old line stays kept. Without an event loop (a script) it
+        is :meth:`branch`."""
+        loop = _running_loop()
+        if loop is None:
+            self.branch(chunk)
+            return
+        self._stop_branching("by another branch")
+        chunk = self.chunk_select.value if chunk is None else chunk
+        steps = self.state.branch_steps(chunk)
+        self._branching, self._branch_at = steps, (chunk, chunk - 1, self.state.chunks - 1)
+        loop.call_soon(self._branch_next, loop, steps, time.perf_counter())
+
+    def _branch_next(self, loop, steps, started: float) -> None:
+        if self._branching is not steps:  # stopped, or replaced by another branch
+            return
+        chunk = self._branch_at[0]
+        try:
+            done, last = next(steps)
+        except Exception as err:  # shown in the view: a callback of the event loop has nowhere to raise it
+            self._branching = None
+            self._say(f"<span style='color:#b2182b'>branch failed: {type(err).__name__}: "
+                      f"{html.escape(str(err))}</span>")
+            self.refresh()
+            return
+        self._branch_at = (chunk, done, last)
+        if done == last:
+            self._branching = None
+            self._branched(chunk)
+        else:
+            self._say(f"branching at chunk {chunk} with {html.escape(self.state.action_text())}: "
+                      f"chunk {done} of {last} sampled, the next ones follow (a key press stops it)")
+        self._redraw(started, "branch")
+        self.flush()  # drawn now, so the picture goes out before the next chunk is sampled
+        if self._branching is steps:
+            # a moment for the kernel to serve messages (a key press stops the branch) before the next chunk
+            loop.call_later(BRANCH_PAUSE_S, self._branch_next, loop, steps, started)
+        else:
+            mark_modified()  # a save made meanwhile stored a picture of a branch half done
+
+    def _stop_branching(self, why: str) -> None:
+        """Stop a branch being sampled chunk by chunk: the new line keeps the chunks sampled so far."""
+        steps, self._branching = self._branching, None
+        if steps is None:
+            return
+        steps.close()
+        chunk, done, last = self._branch_at
+        if done < chunk:  # before its first chunk: nothing changed
+            self._say(f"branch at chunk {chunk} stopped {html.escape(why)} before it began")
+        else:
+            self._say(f"branch at chunk {chunk} stopped {html.escape(why)} after chunk {done} of {last}: "
+                      f"this line has {self.state.chunks} chunks; the old line is kept (switch goes back)")
+        self._redraw(time.perf_counter(), "branch stopped")
+
+    def _branched(self, chunk: int) -> None:
+        self._say(f"branched at chunk {chunk} with {html.escape(self.state.action_text())}; "
+                  f"{len(self.state.branches)} other line(s) kept")
 
     def switch(self, line: int | None = None) -> None:
         line = self.switch_select.value if line is None else line
         if line < 0:
             return
+        self._stop_branching("by switch")
         started = time.perf_counter()
         self.state.switch(line)
-        self.tool_status.value = f"switched to line {line}"
+        self._say(f"switched to line {line}")
         self._redraw(started, "switch")
 
     def open_stepper(self, chunk: int | None = None):
@@ -236,10 +335,15 @@ class Drive(View):
 
     def save(self, path: str | Path | None = None) -> Path:
         written = self.state.save(path or self.save_path.value)
-        self.tool_status.value = (f"wrote {html.escape(str(written))} "
-                                  f"({written.stat().st_size / 1024:.0f} KiB, {self.state.frames} frames): "
-                                  f"MetaWorldClips(path=..., split='all') reads it")
+        self._say(f"wrote {html.escape(str(written))} ({written.stat().st_size / 1024:.0f} KiB, "
+                  f"{self.state.frames} frames): MetaWorldClips(path=..., split='all') reads it")
         return written
+
+    def _say(self, text: str) -> None:
+        """A line about the episode as it is now (what was saved, branched, ...): it goes when the episode
+        changes, so the view never shows, or saves, a line about an episode it no longer shows."""
+        self.tool_status.value = text
+        self._said_for = self.state.rollout
 
     # -- the picture --------------------------------------------------------------------------------
     def _redraw(self, started: float, what: str) -> None:
@@ -266,7 +370,7 @@ class Drive(View):
         if list(self.chunk_select.options) != options:
             self.chunk_select.options = options
             self.chunk_select.value = options[-1][1]
-        lines = [(f"line {i}: {ro.frame_count} frames", i) for i, ro in enumerate(self.state.branches)]
+        lines = [(label, i) for i, label in enumerate(self.state.line_labels())]
         self.switch_select.options = lines or [("(no other line)", -1)]
         self.undo_button.disabled = n == 0
         for b in (self.branch_button, self.stepper_button, self.save_button):
@@ -275,14 +379,13 @@ class Drive(View):
     def _draw(self) -> None:
         self.show_array(drive_picture(self.state))
 
-    def _action_text(self) -> str:
-        return ", ".join(f"{n}={v:+.2f}" for n, v in zip(self.state.dim_names, self.state.action))
-
     def _status(self) -> None:
         s = self.state
+        if self._said_for is not s.rollout:
+            self.tool_status.value = ""
         lines = [f"<b>{s.chunks}</b> chunk{'s' if s.chunks != 1 else ''} · {s.frames} frames · "
                  f"<b>{s.steps} sampling steps</b> per chunk · frames: full decode · "
-                 f"next: {self._action_text()}"]
+                 f"next: {html.escape(s.action_text())}"]
         if s.timings and self.last_latency_s is not None:
             t = s.timings[-1]
             lines.append(f"last chunk: {t.wall_s:.2f} s ({t.cpu_s:.2f} s CPU); "
@@ -301,16 +404,12 @@ def drive_picture(state: DriveState, shown: int = SHOWN_FRAMES) -> np.ndarray:
     per axis below (when the state has a readout): uint8 RGB ``[H, W, 3]``."""
     from PIL import Image, ImageDraw
 
-    from workbench.widgets.panels import _font
+    from workbench.widgets.panels import label_font
 
     video = state.video()
-    n = len(video)
-    if state.chunks:
-        newest = state.rollout.chunks[-1].frames
-        picks = sorted({int(round(x)) for x in np.linspace(newest.start, newest.stop - 1, shown)})
-        first_new = newest.start
-    else:
-        picks, first_new = [], n
+    chunks = [c.frames for c in state.rollout.chunks] if state.chunks else []
+    picks = (sorted({int(round(x)) for x in np.linspace(chunks[-1].start, chunks[-1].stop - 1, shown)})
+             if chunks else [])
     frames = [0, *picks]
     pixels = state.path_pixels()
     panels = []
@@ -319,14 +418,9 @@ def drive_picture(state: DriveState, shown: int = SHOWN_FRAMES) -> np.ndarray:
             (video.shape[2] * SCALE, video.shape[1] * SCALE), Image.NEAREST)
         if pixels is not None:
             draw = ImageDraw.Draw(im)
-            pts = [(float(u) * SCALE, float(v) * SCALE) for u, v in pixels[:f + 1]]
-            old = pts[:min(len(pts), first_new + 1)]
-            if len(old) > 1:
-                draw.line(old, fill=PAST_RGB, width=2)
-            new = pts[first_new:] if f >= first_new else []
-            if len(new) > 1:
-                draw.line(new, fill=NEW_RGB, width=3)
-            u, v = pts[-1]
+            for points, colour, width in path_segments(pixels[:f + 1] * SCALE, chunks):
+                draw.line(points, fill=colour, width=width)
+            u, v = (float(x) * SCALE for x in pixels[f])
             draw.ellipse([u - 4, v - 4, u + 4, v + 4], outline=(0, 0, 0), fill=NEW_RGB)
         panels.append((np.asarray(im), "start" if f == 0 else f"frame {f} · chunk {state.chunk_of(f)}"))
     gap, head = 10, 22
@@ -337,7 +431,7 @@ def drive_picture(state: DriveState, shown: int = SHOWN_FRAMES) -> np.ndarray:
     x = gap
     for picture, title in panels:
         canvas.paste(Image.fromarray(picture), (x, head))
-        draw.text((x, 4), title, fill=TEXT_RGB, font=_font(14))
+        draw.text((x, 4), title, fill=TEXT_RGB, font=label_font(14))
         x += picture.shape[1] + gap
     pictures = [np.asarray(canvas)]
     path = state.path()
@@ -346,11 +440,30 @@ def drive_picture(state: DriveState, shown: int = SHOWN_FRAMES) -> np.ndarray:
     return render.stack_images(pictures)
 
 
+def path_segments(pixels: np.ndarray, chunks: Sequence[range], shown: int = PATH_CHUNKS,
+                  ) -> list[tuple[list[tuple[float, float]], tuple[int, int, int], int]]:
+    """What of the path ``pixels`` ``[F, 2]`` (the frames so far) is drawn over a frame: ``(points, colour,
+    width)`` lines for the last ``shown`` of ``chunks`` (the frames each chunk wrote, in order), the newest
+    orange and thick, older ones blue and fading with age; older chunks are left out, so a long episode does
+    not draw a tangle. Each chunk's line starts at the frame before its first, so the lines join."""
+    lines = []
+    for age, c in enumerate(reversed(chunks[-shown:])):  # age 0: the newest chunk
+        points = [(float(u), float(v)) for u, v in pixels[max(0, c.start - 1):min(c.stop, len(pixels))]]
+        if len(points) < 2:
+            continue
+        if age == 0:
+            lines.append((points, NEW_RGB, 3))
+        else:
+            fade = min(0.8, 0.35 * (age - 1))  # toward white: none for the chunk just before the newest
+            lines.append((points, tuple(int(round(p + (255 - p) * fade)) for p in PAST_RGB), 2))
+    return lines[::-1]  # the oldest first: the newer lines are drawn over it
+
+
 def path_chart(path: np.ndarray, state: DriveState, width: int, height: int = 170) -> np.ndarray:
     """The path per axis over the episode's frames, the newest chunk in red, chunk starts as grey lines."""
     from PIL import Image, ImageDraw
 
-    from workbench.widgets.panels import _font
+    from workbench.widgets.panels import label_font
 
     unit = getattr(state.readout, "unit", "")
     name = getattr(state.readout, "name", "")
@@ -358,7 +471,7 @@ def path_chart(path: np.ndarray, state: DriveState, width: int, height: int = 17
     t, dims = path.shape
     canvas = Image.new("RGB", (width, height), (255, 255, 255))
     draw = ImageDraw.Draw(canvas)
-    small, font = _font(13), _font(14)
+    small, font = label_font(13), label_font(14)
     newest = state.rollout.chunks[-1].frames.start if state.chunks else t
     starts = [c.frames.start for c in state.rollout.chunks] if state.chunks else []
     chart_w = (width - 10) // max(1, dims)
@@ -390,3 +503,12 @@ def path_chart(path: np.ndarray, state: DriveState, width: int, height: int = 17
         end = f"{t - 1}"
         draw.text((x1 - int(draw.textlength(end, font=small)), bottom + 3), end, fill=TEXT_RGB, font=small)
     return np.asarray(canvas)
+
+
+def _running_loop():
+    import asyncio
+
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None

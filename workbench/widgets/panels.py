@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Sequence
+from dataclasses import replace
 from functools import cache
 
 import numpy as np
@@ -22,11 +23,13 @@ MIN_PANEL = 128
 TEXT_RGB = (40, 40, 40)
 NOTE_RGB = (178, 24, 43)  # a note on a panel (e.g. "adapter off here"): the diverging map's red
 GRID_RGB = (228, 228, 228)  # the grid lines of a chart, under its paths
+BEYOND_RGB = (255, 214, 0)  # a dot on a signed map's pixel beyond its colour range: not in the diverging map
 BACKGROUND = 255
 
 
 @cache
-def _font(size: int):
+def label_font(size: int):
+    """The font the pictures' labels are drawn in, ``size`` pixels high (Pillow's default)."""
     from PIL import ImageFont
 
     try:
@@ -86,9 +89,15 @@ def panels_image(panels: Sequence[Panel], title: str | None = None, panel_pixels
     scale = (max(1, panel_pixels // frame) if panel_pixels
              else panel_scale(frame, len(panels), len(bars), width))
     pictures = [np.repeat(np.repeat(p.colored(), scale, axis=0), scale, axis=1) for p in panels]
+    beyond = [beyond_range(p) for p in panels]
+    for picture, (mask, _) in zip(pictures, beyond):
+        if mask is not None:
+            picture[_dots(mask, scale)] = BEYOND_RGB
+    panels = [p if note is None else replace(p, note=f"{p.note}\n{note}" if p.note else note)
+              for p, (_, note) in zip(panels, beyond)]
     size = max((im.shape[1] for im in pictures), default=frame * scale)
     small_px = min(22, max(14, round(size * 0.06)))
-    font, small = _font(small_px + 2), _font(small_px)
+    font, small = label_font(small_px + 2), label_font(small_px)
     line_h = small_px + 4
     gap, strip = max(10, small_px // 2 + 4), max(14, small_px)
     probe = ImageDraw.Draw(Image.new("RGB", (1, 1)))
@@ -133,6 +142,28 @@ def panels_image(panels: Sequence[Panel], title: str | None = None, panel_pixels
     return np.asarray(canvas)
 
 
+def beyond_range(panel: Panel) -> tuple[np.ndarray | None, str | None]:
+    """Where a signed map goes beyond its colour range (there its colour saturates, so a difference of 3 looks
+    like one of 1): the mask ``[H, W]`` and a note saying how the picture marks it, e.g. ``"yellow dots:
+    beyond ±1 (12 pixels)"``; ``(None, None)`` where nothing is beyond, or for other pictures."""
+    if panel.kind != "signed":
+        return None, None
+    mask = np.abs(np.nan_to_num(np.asarray(panel.image, np.float64))) > panel.limit
+    count = int(mask.sum())
+    if not count:
+        return None, None
+    return mask, f"yellow dots: beyond ±{panel.limit:.2g} ({count} pixel{'s' if count != 1 else ''})"
+
+
+def _dots(mask: np.ndarray, scale: int) -> np.ndarray:
+    """``mask`` ``[H, W]`` scaled up by ``scale``: a dot in the middle of each marked pixel."""
+    dot = max(1, scale // 2)
+    cell = np.zeros((scale, scale), bool)
+    start = (scale - dot) // 2
+    cell[start:start + dot, start:start + dot] = True
+    return np.kron(mask, cell).astype(bool)
+
+
 def path_image(recorded: np.ndarray, edited: np.ndarray, axes: Sequence[str], unit: str = "", name: str = "",
                frame: int | None = None, width: int = PICTURE_WIDTH, height: int = 170,
                labels: tuple[str, str] = ("recorded", "edited"), title: str = "") -> np.ndarray:
@@ -147,7 +178,7 @@ def path_image(recorded: np.ndarray, edited: np.ndarray, axes: Sequence[str], un
     recorded, edited = np.asarray(recorded, np.float64), np.asarray(edited, np.float64)
     t, dims = recorded.shape
     small_px = 14
-    font, small = _font(small_px + 1), _font(small_px)
+    font, small = label_font(small_px + 1), label_font(small_px)
     canvas = Image.new("RGB", (width, height), (BACKGROUND,) * 3)
     draw = ImageDraw.Draw(canvas)
     colours = {labels[0]: (120, 120, 120), labels[1]: NOTE_RGB}
@@ -229,7 +260,7 @@ def text_image(lines: Sequence[str], width: int = PICTURE_WIDTH, size: int = 14)
     view's status lines say, for a page that shows its picture without the live widgets."""
     from PIL import Image, ImageDraw
 
-    font = _font(size)
+    font = label_font(size)
     probe = ImageDraw.Draw(Image.new("RGB", (1, 1)))
     rows = [row for line in lines for row in _wrap(_drawable(line), probe, font, max(40, width - 16))]
     line_h = size + 5
@@ -281,6 +312,6 @@ def png_array(png: bytes) -> np.ndarray:
         return np.asarray(im.convert("RGBA"))
 
 
-__all__ = ["BACKGROUND", "GRID_RGB", "MAX_PANEL", "MIN_PANEL", "NOTE_RGB", "PICTURE_WIDTH", "array_png",
-           "axis_ticks", "panel_scale", "panels_image", "path_image", "png_array", "stack_images",
-           "text_image"]
+__all__ = ["BACKGROUND", "BEYOND_RGB", "GRID_RGB", "MAX_PANEL", "MIN_PANEL", "NOTE_RGB", "PICTURE_WIDTH",
+           "array_png", "axis_ticks", "beyond_range", "label_font", "panel_scale", "panels_image",
+           "path_image", "png_array", "stack_images", "text_image"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import html
 import io
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from functools import cache
 from typing import Any
 
@@ -142,6 +143,18 @@ def panels_figure(panels: Sequence[Panel], title: str | None = None,
     return fig
 
 
+def shared_ranges(panels: Sequence[Panel]) -> list[Panel]:
+    """``panels`` with one colour range per measure (float maps of the same kind and label): the largest of
+    their ranges, leaving out maps that are zero everywhere (they say nothing about the scale), so that the
+    colours compare across the panels and :func:`panels_figure` draws one colour bar per measure, e.g. the
+    adapter's output of two branches side by side."""
+    limits: dict[tuple[str, str], float] = {}
+    for p in panels:
+        if p.kind != "rgb" and np.any(p.image):
+            limits[p.kind, p.label] = max(limits.get((p.kind, p.label), 0.0), p.limit)
+    return [replace(p, limit=limits[p.kind, p.label]) if (p.kind, p.label) in limits else p for p in panels]
+
+
 def _fit_texts(fig, texts, rounds: int = 4) -> None:
     """Wrap each text to the picture it belongs to, measured as drawn, and make the figure as much taller as
     the added lines need: a title or note never runs past its picture into a neighbour or a colour bar.
@@ -234,6 +247,19 @@ def curves_figure(x: Sequence[float], curves: Mapping[str, Sequence[float]], xla
     ax.grid(alpha=0.3)
     ax.legend(fontsize=LABEL_SIZE - 1, loc="best")
     return fig
+
+
+CHUNK_LINE = {"color": "#7b4fa0", "linestyle": (0, (4, 3)), "linewidth": 1.0}
+"""How :func:`mark_chunks` draws a chunk boundary: dashed violet, unlike a grid line (thin, solid, grey)."""
+
+
+def mark_chunks(ax, starts: Sequence[int], label: str = "chunk boundary") -> None:
+    """Vertical lines on ``ax`` at the frames ``starts`` where the chunks of a rollout begin, drawn unlike
+    grid lines (:data:`CHUNK_LINE`) and under the curves; the first carries ``label`` for a legend. The
+    x axis's grid lines are switched off, which the boundaries would otherwise sit among."""
+    ax.grid(False, axis="x")
+    for i, start in enumerate(starts):
+        ax.axvline(start, zorder=1, label=label if i == 0 else None, **CHUNK_LINE)
 
 
 def message_figure(text: str, width: float = 4.0, height: float = 1.0):
@@ -436,7 +462,8 @@ def condition_figure(series: Mapping[str, Mapping[str, Any]],
 
     names = list(series)
     n = max(1, len(names))
-    fig = _figure(3.4 * n, 2.9)
+    legends = sum(series[name]["kind"] == "series" for name in names)
+    fig = _figure(3.4 * n + 0.7 * legends, 2.9)  # room for each legend beside its plot
     axes = np.atleast_1d(fig.subplots(1, n))
     for ax, name in zip(axes, names):
         item = series[name]
@@ -451,7 +478,9 @@ def condition_figure(series: Mapping[str, Mapping[str, Any]],
             ax.set_xlabel("frame")
             ax.set_ylabel("value")
             ax.grid(alpha=0.3)
-            ax.legend(fontsize=LABEL_SIZE - 3, loc="best", ncols=2)
+            # beside the plot, at the size of the axis labels: readable, and it hides no line
+            ax.legend(fontsize=LABEL_SIZE - 1, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False,
+                      handlelength=1.5)
         elif kind == "vector":
             values = np.asarray(item["values"])
             labels = (dim_names or {}).get(name) or [f"d{d}" for d in range(values.shape[0])]
@@ -501,5 +530,5 @@ def condition_table_text(rows: Sequence[Mapping[str, Any]], columns: Sequence[st
 
 __all__ = ["array_png", "colormap", "condition_figure", "condition_table_html", "condition_table_text",
            "curves_figure", "figure_array", "figure_png", "filmstrip", "gates_figure", "loss_figure",
-           "message_figure", "panel_scale", "panels_figure", "panels_image", "path_image", "png_array",
-           "sensitivity_figure", "stack_images", "text_image"]
+           "mark_chunks", "message_figure", "panel_scale", "panels_figure", "panels_image", "path_image",
+           "png_array", "sensitivity_figure", "shared_ranges", "stack_images", "text_image"]

@@ -58,6 +58,9 @@ def keep_static(notebook: Any) -> int:
 STATE = "application/vnd.jupyter.widget-state+json"
 # the class of a view's status lines (``workbench.widgets.base.status_line``)
 STATUS_CLASS = "workbench-status"
+# the class of a picture that no longer matches the view's controls (the ablation's final picture while an
+# edit is carried through): shown faded, and left out of what a save keeps (it would mix two edits)
+STALE_CLASS = "workbench-stale"
 
 
 def plain_lines(markup: str) -> list[str]:
@@ -72,7 +75,7 @@ def plain_lines(markup: str) -> list[str]:
 
 def _parts(state: dict, model: str) -> list[tuple[str, Any]]:
     """The status lines (``("text", [line, ...])``) and pictures (``("image", png bytes)``) of the widget
-    ``model`` and its children, in the order they are shown."""
+    ``model`` and its children, in the order they are shown; a picture marked stale is left out."""
     import base64
 
     parts: list[tuple[str, Any]] = []
@@ -89,7 +92,7 @@ def _parts(state: dict, model: str) -> list[tuple[str, Any]]:
             lines = plain_lines(values.get("value", ""))
             if lines:
                 parts.append(("text", lines))
-        elif name == "ImageModel":
+        elif name == "ImageModel" and STALE_CLASS not in (values.get("_dom_classes") or ()):
             buffers = {tuple(b.get("path", ())): b for b in entry.get("buffers", ())}
             value = buffers.get(("value",))
             if value is not None and value.get("encoding") == "base64" and value.get("data"):
@@ -124,5 +127,5 @@ def keep_static_on_save(model: dict, **_: Any) -> None:
         keep_static(model["content"])
 
 
-__all__ = ["HOOK", "STATE", "STATUS_CLASS", "WIDGET_VIEW", "keep_static", "keep_static_on_save",
-           "plain_lines"]
+__all__ = ["HOOK", "STALE_CLASS", "STATE", "STATUS_CLASS", "WIDGET_VIEW", "keep_static",
+           "keep_static_on_save", "plain_lines"]

@@ -28,7 +28,8 @@ Names resolve on first access; nothing heavy is imported here.
 
 from __future__ import annotations
 
-from workbench._lazy import lazy_exports
+import importlib
+from typing import Any
 
 _LAZY = {
     "generate_lerobot": "workbench.worldmodel.generate",
@@ -38,10 +39,10 @@ _LAZY = {
     "HandProbe": "workbench.worldmodel.probe",
     "action_error": "workbench.worldmodel.probe",
     "hand_error_cm": "workbench.worldmodel.probe",
-    "clip_source": "workbench.worldmodel.evaluate",
+    "clip_source": "workbench.worldmodel.common",
     "evaluate_run": "workbench.worldmodel.evaluate",
     "evaluate_world_model": "workbench.worldmodel.evaluate",
-    "load_run": "workbench.worldmodel.evaluate",
+    "load_run": "workbench.worldmodel.common",
     "LONG_PATH": "workbench.worldmodel.rollout_eval",
     "long_episodes": "workbench.worldmodel.rollout_eval",
     "evaluate_rollouts": "workbench.worldmodel.rollout_eval",
@@ -56,4 +57,14 @@ _LAZY = {
     "first_table": "workbench.worldmodel.summary",
 }
 
-__all__, __getattr__, __dir__ = lazy_exports("workbench.worldmodel", _LAZY, "names")
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}; names: {', '.join(__all__)}.")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

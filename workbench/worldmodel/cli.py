@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 
 from workbench.cli import Command
 
@@ -26,7 +27,9 @@ def _data_arguments(parser: argparse.ArgumentParser) -> None:
         description="Write a folder of episodes as a LeRobot v3.0 dataset. "
                     "Each episode is a video (NAME.mp4, or a folder NAME/ of .png / .jpg frames) "
                     "with its actions beside it as NAME.npy, NAME.csv or NAME.parquet (one row per frame), "
-                    "optionally NAME.state.npy (or .csv / .parquet) and its task in NAME.txt. "
+                    "optionally NAME.state.npy (or .csv / .parquet) and its task in NAME.txt; sub-folders "
+                    "in the same layout too (episode session_2/NAME). Columns that the files name (a .csv "
+                    "header, a .parquet) are matched by name. "
                     "Everything is checked before a frame is decoded.")
     own.add_argument("source", help="the folder of videos and action files")
     own.add_argument("--out", required=True, help="the dataset directory to write (new)")
@@ -35,9 +38,10 @@ def _data_arguments(parser: argparse.ArgumentParser) -> None:
     own.add_argument("--size", type=int, nargs="+", metavar="PIXELS",
                      help="resize the frames: H W, or one number for square frames "
                           "(default: as recorded; the embedded tiny_video reads 64 64)")
-    own.add_argument("--window", type=int, default=2,
-                     help="the shortest episode allowed, in frames: the clip length you will train on "
-                          "(tiny_video: 16; default: 2)")
+    own.add_argument("--window", type=int,
+                     help="the clip length you will train on, in frames: the shortest episode allowed "
+                          "(tiny_video: 16; default: any of 2 frames or more); "
+                          "`workbench init --data` reads it")
     own.add_argument("--trim", action="store_true",
                      help="cut each episode to the shorter of its frames and its action rows "
                           "instead of refusing a mismatch")
@@ -87,8 +91,8 @@ def _data(args: argparse.Namespace) -> int:
                                window=args.window, trim=args.trim, task=args.task, camera=args.camera,
                                max_abs=args.max_abs, progress=not args.no_progress)
         print(report.summary())
-        print(f"train on it with a data: block {{type: lerobot, config: {{root: {report.root}}}}} "
-              f"(the adapter's dim: {report.action_dim}), or --data {report.root}")
+        print(f"Next, a training config for it (its data block, the adapter's dim {report.action_dim}): "
+              f"workbench init own_videos --data {shlex.quote(str(report.root))}")
         return 0
     if args.dataset == "example":
         return _example(args)
@@ -209,8 +213,8 @@ demo = Command("demo", "the world-model demo on the embedded model", _demo_argum
                extras={"data": (*READS, *VIDEOS), "widgets": ("matplotlib",)})
 evaluate = Command("eval", "evaluate an adapter checkpoint as a world model on held-out clips",
                    _eval_arguments, _eval, extras={"data": (*READS, *VIDEOS)})
-pretrain = Command("pretrain", "pretrain or fine-tune the tiny_video backbone on videos, your own or "
-                               "Meta-World's (no actions), and check that it carries them",
+pretrain = Command("pretrain", "pretrain or fine-tune the tiny_video backbone on videos alone (no actions): "
+                               "Meta-World clips or a LeRobot dataset, and check that it carries them",
                    _pretrain_arguments, _pretrain, extras={"data": (*READS, "PIL")})
 probe = Command("probe", "the hand-position probe that scores action error", _probe_arguments, _probe,
                 extras={"data": READS})

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from workbench.worldmodel.evaluate import json_safe
+from workbench.worldmodel.common import json_safe
 
 #: What the demo trains, as the blocks a YAML config would hold. The adapter reads the actions and
 #: their running sum (the displacement since the first frame), pixel coordinates, two copies of
@@ -49,7 +49,7 @@ from workbench.worldmodel.evaluate import json_safe
 ADAPTER = {"type": "latent_residual",
            "config": {"width": 32, "depth": 2, "cumulative": True, "coords": True, "warps": 2,
                       "path": {"scale": 0.02, "response": 0.25, "sigma": 1.0}}}
-#: The adapter the demo trained before the action path (the same without ``path``), for the comparison.
+#: The actions-only adapter (``ADAPTER`` without ``path``), the baseline the action path is compared with.
 ACTIONS_ONLY_ADAPTER = {"type": "latent_residual",
                         "config": {"width": 32, "depth": 2, "cumulative": True, "coords": True, "warps": 2}}
 COMPOSER = {"type": "noise_gated",
@@ -80,8 +80,8 @@ SCRATCH_MODEL = TRAINED_ADAPTER.parent / "metaworld_scratch"
 #: What that run measured: the demo prints its rows for reference instead of spending another training
 #: run on it.
 SCRATCH_REFERENCE = SCRATCH_MODEL / "demo_metrics.json"
-#: What the demo measured with the adapter it trained before the action path (``ACTIONS_ONLY_ADAPTER``,
-#: 900 steps at learning rate 2e-3): the metrics.json of that run, kept for the comparison.
+#: What the demo measured with ``ACTIONS_ONLY_ADAPTER`` (900 steps at learning rate 2e-3): the
+#: metrics.json of that run, kept for the comparison.
 ACTIONS_ONLY_REFERENCE = TRAINED_ADAPTER / "actions_only_metrics.json"
 
 
@@ -286,7 +286,7 @@ def _shown(path: Path) -> str:
 def _look_past_one_window(cfg: DemoConfig, metrics: dict[str, Any], out: Path, started: float,
                           progress: bool) -> None:
     """Rollouts and the policy ranking with the trained run, then the first table (in ``metrics``)."""
-    from workbench.worldmodel.evaluate import json_safe
+    from workbench.worldmodel.common import json_safe
     from workbench.worldmodel.imagination import WorldSummaryConfig, world_summary
     from workbench.worldmodel.summary import first_table
 
@@ -329,7 +329,8 @@ def _look_past_one_window(cfg: DemoConfig, metrics: dict[str, Any], out: Path, s
 def _train_and_evaluate(cfg: DemoConfig, exp, ahead, out: Path, started: float,
                         progress: bool) -> dict[str, Any]:
     from workbench.data.sources import data_kind
-    from workbench.worldmodel.evaluate import TARGETS, clip_source, evaluate_run
+    from workbench.worldmodel.common import clip_source
+    from workbench.worldmodel.evaluate import TARGETS, evaluate_run
 
     base = exp.model.base
     t = exp.training

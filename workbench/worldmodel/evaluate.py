@@ -4,7 +4,8 @@ Every clip is predicted from its first frame with the base's own sampler and the
 
 * (a) the frozen base alone,
 * (b) base + adapter with the clip's own actions,
-* (c) base + adapter with the actions of a clip from another episode (:func:`swap_partner`) —
+* (c) base + adapter with the actions of a clip from another episode
+  (:func:`~workbench.worldmodel.common.swap_partner`) —
   or, for an adapter that reads a control video (``condition="control"``, ``--control edges``),
   with that clip's control video instead,
 
@@ -19,15 +20,16 @@ Clips come from a **clip source**: any map-style dataset (``len`` and ``[i]``) w
     {"video": float [3, T, H, W] in [-1, 1], "action": float [T, A],
      "episode": int, "start": int, "task": str, "ee_pos": float [T, 3] (optional, metres)}
 
-:class:`~workbench.data.metaworld.MetaWorldClips` is one (:func:`clip_source` builds it with
-the checks ``eval`` needs); another reader that yields the same items plugs into
-:func:`evaluate_world_model` / :func:`evaluate_run` unchanged. Without ``ee_pos`` the action
-error is reported as missing (NaN).
+:class:`~workbench.data.metaworld.MetaWorldClips` is one
+(:func:`~workbench.worldmodel.common.clip_source` builds it with the checks ``eval`` needs);
+another reader that yields the same items plugs into :func:`evaluate_world_model` /
+:func:`evaluate_run` unchanged. Without ``ee_pos`` the action error is reported as missing (NaN).
 
 Example::
 
     from workbench import AdapterExperiment
-    from workbench.worldmodel.evaluate import evaluate_run, clip_source
+    from workbench.worldmodel.common import clip_source
+    from workbench.worldmodel.evaluate import evaluate_run
     exp = AdapterExperiment.load("outputs/demo/run")
     report = evaluate_run(exp, clip_source("sample", window=16, split="val"), out="outputs/eval", clips=12)
     print(report["table"])
@@ -43,11 +45,19 @@ from typing import Any
 import numpy as np
 
 from workbench.core.composers import scaled_gate
-from workbench.errors import CheckpointError, DataError
+from workbench.errors import DataError
+from workbench.worldmodel.common import (
+    action_error_scorable,
+    check_signals,
+    clip_source,
+    data_options,
+    json_safe,
+    load_run,
+    run_data,
+    spread_over_tasks,
+    swap_partner,
+)
 
-#: Six Meta-World tasks outside pretraining and the demo's training set, generated with their own seed
-#: (see docs/guides/world-model.md, "Unseen tasks").
-UNSEEN_PATH = Path(__file__).resolve().parents[1] / "data" / "samples" / "metaworld_unseen.h5"
 VARIANTS = ("base", "adapter", "swapped")
 LABELS = {"base": "(a) frozen base alone", "adapter": "(b) base + adapter, true actions",
           "swapped": "(c) base + adapter, swapped"}
@@ -87,146 +97,6 @@ def from_first_frame(raw: dict[str, Any]) -> dict[str, Any]:
     return request
 
 
-def swap_partner(episodes: list[int]) -> list[int]:
-    """For each clip, the index of a clip from another episode whose actions it borrows in (c).
-
-    The partner is the next clip (cyclically) that belongs to a different episode, so every
-    clip gets real, recorded actions that belong to someone else.
-    """
-    n = len(episodes)
-    out = []
-    for i in range(n):
-        j = next((k % n for k in range(i + 1, i + n) if episodes[k % n] != episodes[i]), None)
-        if j is None:
-            raise DataError(f"Swapping actions needs clips from at least two episodes; "
-                            f"all {n} clips come from episode {episodes[i]}. "
-                            f"Evaluate on more episodes (e.g. the whole val split).")
-        out.append(j)
-    return out
-
-
-def clip_source(path: str, *, window: int, split: str = "val", stride: int | None = None,
-                size: tuple[int, int] | None = None, tasks: list[str] | None = None,
-                camera: str | None = None, control: str | None = None, **options: Any):
-    """``window``-frame clips of a Meta-World file or a LeRobot dataset, one every ``stride`` frames
-    (default: ``window``), through :func:`workbench.data.sources.open_clips`.
-
-    ``"sample"`` is the shipped sample (six training tasks); ``"unseen"`` the shipped file of six
-    tasks the pretrained base and the demo's adapter never saw (:data:`UNSEEN_PATH`). ``size``
-    resizes LeRobot frames (an HDF5 file must hold that size); ``tasks`` picks Meta-World tasks;
-    ``camera`` picks a LeRobot dataset's video feature; ``control`` adds a control video derived
-    from each clip (``edges``, see :mod:`workbench.data.control`). A LeRobot dataset with an
-    ``observation.ee_pos`` feature (the Meta-World writer's) serves it as ``ee_pos``, so the
-    action error is scored. ``options`` go into a LeRobot dataset's config (``actions``, ``state``,
-    ``ee_pos``, ``fps``; see :func:`data_options`).
-    """
-    from workbench.data.sources import data_kind, open_clips
-
-    path = str(UNSEEN_PATH) if path == "unseen" else path
-    if options and data_kind(path) != "lerobot":
-        raise DataError(f"{', '.join(f'--{k}' for k in options)}: {path} is a Meta-World file, "
-                        f"whose actions and state its schema fixes; "
-                        f"these options choose the features of a LeRobot dataset. Leave them out.")
-    if tasks:
-        if data_kind(path) == "lerobot":
-            raise DataError(f"--tasks {','.join(tasks)} picks tasks of a Meta-World file, "
-                            f"but {path} is a LeRobot dataset. "
-                            f"Leave --tasks out (every episode of the split is evaluated).")
-        options["tasks"] = tasks
-    if camera:
-        options["camera"] = camera
-    if control:
-        options["control"] = control
-    if data_kind(path) == "lerobot":
-        from workbench.data.lerobot_format import LeRobotMeta
-
-        if "ee_pos" not in options and "observation.ee_pos" in LeRobotMeta(path).features:
-            options["ee_pos"] = "observation.ee_pos"  # what the action error needs (Meta-World's)
-    return open_clips(path, window=window, stride=stride or window, split=split, size=size, **options)
-
-
-def load_run(run_dir: str | Path, *, again: str | None = None):
-    """The :class:`AdapterExperiment` of a run directory (its latest checkpoint) or of one checkpoint.
-
-    ``again``: the rest of the ``workbench eval`` command line, for the advice on a damaged checkpoint
-    (evaluate the newest one that verifies with it)."""
-    from workbench.train.checkpoint import latest_checkpoint
-    from workbench.train.experiment import AdapterExperiment
-
-    path = Path(run_dir)
-    if path.is_file():
-        data = " (a data file)" if path.suffix in (".h5", ".hdf5") else ""
-        raise CheckpointError(f"{path} is a file{data}, not a run directory. "
-                              f"`workbench eval` takes the adapter's run directory first "
-                              f"and the data with --data: workbench eval RUN_DIR --data {path} "
-                              f"(e.g. RUN_DIR = outputs/demo/run).")
-    if not path.is_dir():
-        raise CheckpointError(f"Run directory not found: {path}. "
-                              f"Pass the directory `workbench train` / `workbench demo` wrote "
-                              f"(e.g. outputs/demo/run) or one of its step-* checkpoints.")
-    if (path / "meta" / "info.json").is_file():
-        raise CheckpointError(f"{path} is a LeRobot dataset, not a run directory. "
-                              f"`workbench eval` takes the adapter's run directory first "
-                              f"and the data with --data: workbench eval RUN_DIR --data {path}.")
-    if not (path / "meta.json").exists() and latest_checkpoint(path) is None:
-        raise CheckpointError(f"{path} holds no adapter checkpoint (no step-*/ directory, no LATEST). "
-                              f"Pass the run directory of a finished `workbench train` or `workbench demo` "
-                              f"(e.g. outputs/demo/run), or save one with exp.save_checkpoint().")
-    use = f"evaluate it instead with `workbench eval {{checkpoint}}{(' ' + again) if again else ''}`"
-    return AdapterExperiment.load(path, use=use)
-
-
-def data_options(exp, path: str, args: Any = None) -> dict[str, Any]:
-    """The dataset options evaluation reads ``path`` with: the run's own (its ``data:`` block's camera,
-    actions, state, end-effector feature and frame rate, when ``path`` is of the same kind), then the
-    command line's data options (``args``); no state when the adapter reads none."""
-    from workbench.data.sources import data_kind
-    from workbench.train.options import DataOptions
-
-    config = getattr(exp, "_config", None)
-    run = (config.data or {}) if config is not None else {}
-    kind = data_kind(str(UNSEEN_PATH) if path == "unseen" else path)
-    options: dict[str, Any] = {}
-    if run.get("type") == kind == "lerobot":
-        saved = run.get("config") or {}
-        options = {k: saved[k] for k in ("camera", "actions", "state", "ee_pos", "fps") if k in saved}
-    if args is not None:
-        options.update(DataOptions.from_args(args).dataset())
-    reads = {key for c in exp.model.adapter.consumes for key in c.keys}
-    if kind == "lerobot" and "proprio" not in reads:
-        options["state"] = None  # the adapter reads no state: the data need not have one
-    return options
-
-
-def check_signals(exp, source, data: str) -> None:
-    """The clips serve every per-frame signal the adapter reads, at the width it was trained with; a
-    DataError before any prediction otherwise, with the fix."""
-    widths = source.widths() if hasattr(source, "widths") else {}
-    if not widths:
-        return
-    flags = {"action": "--actions", "proprio": "--state"}
-    for c in exp.model.adapter.consumes:
-        if c.video or not c.required:
-            continue
-        found = [key for key in c.keys if key in widths]
-        if not found:
-            if c.name in flags:
-                raise DataError(f"The run's adapter reads {c.name!r}, which the clips of {data} do not serve "
-                                f"(they serve {', '.join(sorted(widths))}). Nothing was evaluated. "
-                                f"Evaluate on data that records it, "
-                                f"or name its feature with {flags[c.name]} FEATURE.")
-            continue
-        width = widths[found[0]]
-        if c.dim is not None and width != c.dim:
-            raise DataError(
-                f"The run's adapter was trained on {c.dim}-D {c.name!r} vectors, "
-                f"but the clips of {data} serve {width}-D ones. Nothing was evaluated. "
-                f"Evaluate it on data with {c.dim}-D {c.name} vectors "
-                f"(or choose such a feature with {flags.get(c.name, '--actions')} FEATURE), "
-                f"or train an adapter for this data: "
-                f"`workbench train CONFIG --action-dim {width}` with a data: block that reads {data}.")
-
-
 def check_clip_size(base, shape: tuple[int, ...]) -> None:
     """Clips of ``shape`` ``(T, H, W)`` are the clip the backbone predicts (its ``clip()``),
     or a DataError."""
@@ -238,23 +108,6 @@ def check_clip_size(base, shape: tuple[int, ...]) -> None:
                         f"of {clip.height}x{clip.width} (its clip(), from its card's sampling defaults); "
                         f"build the clip source with window={clip.frames} and size=({clip.height}, "
                         f"{clip.width}), or build the backbone for clips of that size.")
-
-
-def action_error_scorable(items: list[dict], video: np.ndarray, probe: Any = None) -> str | None:
-    """``None`` when the action error can be scored on these clips; else why not, in words (it is then NaN).
-
-    It needs the recorded hand position (``ee_pos``) of every clip, and frames the hand probe reads
-    (its square size, e.g. 64x64 Meta-World ``corner2`` frames).
-    """
-    if not all("ee_pos" in it for it in items):
-        return "not scored: the clips carry no recorded hand position (ee_pos)"
-    from workbench.worldmodel.probe import shipped_probe
-
-    size = (probe or shipped_probe()).image_size
-    if tuple(video.shape[-3:-1]) != (size, size):
-        return (f"not scored: the hand probe reads {size}x{size} frames, these are {video.shape[-3]}x"
-                f"{video.shape[-2]}")
-    return None
 
 
 def _stack(items: list[dict], key: str):
@@ -273,7 +126,7 @@ def evaluate_world_model(exp, clips, *, sampling_steps: int, seed: int = 0, chun
     every key of :data:`CONDITION_KEYS` the clips carry is given to all three, true except that one
     (the state keys as measured at the first frame, see :data:`STATE_KEYS`). ``predict``: what
     predicts the three variants' clips instead of one :func:`~workbench.inspect.recording.clips.predict_clips`
-    call each, given ``(model, {name: (clips, adapter)}, steps=, seed=, chunk=, gate=, on_chunk=)``
+    call each, given ``(model, {name: (clips, with_adapter)}, steps=, seed=, chunk=, gate=, on_chunk=)``
     (:meth:`workbench.train.ahead.BaseAhead.predict`: the chunks shared by two processes, the same videos).
 
     Returns uint8 videos ``[N, T, H, W, 3]`` (``truth`` and each variant), ``scores`` (per clip
@@ -321,10 +174,10 @@ def evaluate_world_model(exp, clips, *, sampling_steps: int, seed: int = 0, chun
     if predict is not None:
         out.update(predict(model, requests, steps=sampling_steps, seed=seed, chunk=chunk, gate=gate,
                            on_chunk=bar.update))
-    for name, (clips_of, adapter) in requests.items():
+    for name, (clips_of, with_adapter) in requests.items():
         if name not in out:
             out[name] = predict_clips(model, clips_of, steps=sampling_steps, seed=seed, chunk=chunk,
-                                      adapter=adapter, gate=gate, on_chunk=bar.update)
+                                      with_adapter=with_adapter, gate=gate, on_chunk=bar.update)
     bar.close()
     truth = out["truth"]
     mask = moving_mask(truth)  # (N, T, H, W); frame 0 excluded
@@ -394,7 +247,7 @@ def summarise(result: dict[str, Any], targets: dict[str, Any] | None = None) -> 
     s = result["scores"]
     n = len(s["base"]["moving_psnr"])
     floor = result.get("probe_error", np.full(n, np.nan))
-    for m in s.values():  # older results (and hand-built ones) may lack the action error
+    for m in s.values():  # a result may lack the action error (a hand-built one): NaN, not a KeyError
         m.setdefault("action_error", np.full(n, np.nan))
     summary = _aggregate(s, floor, np.arange(n), targets)
     summary["mean_moving_fraction"] = float(np.mean(result["moving_fraction"]))
@@ -459,9 +312,9 @@ def write_videos(out: Path, result: dict[str, Any], clips: int, fps: float, name
         rows.append([result[k][i] for k in ("truth", *VARIANTS)])
         it = result["items"][i]
         labels.append(f"{it['task'].removesuffix('-v3')}\nep {it['episode']} t{it['start']}\n"
-                      f"moving PSNR\nb {s['base']['moving_psnr'][i]:.1f}\n"
-                      f"a {s['adapter']['moving_psnr'][i]:.1f}\n"
-                      f"s {s['swapped']['moving_psnr'][i]:.1f}")
+                      f"moving PSNR\na {s['base']['moving_psnr'][i]:.1f}\n"
+                      f"b {s['adapter']['moving_psnr'][i]:.1f}\n"
+                      f"c {s['swapped']['moving_psnr'][i]:.1f}")
     true = "actions" if condition == "action" else condition
     grid = label_grid(rows, row_labels=labels,
                       col_labels=["truth", "(a) base alone", f"(b) adapter,\ntrue {true}",
@@ -482,22 +335,13 @@ def per_clip_record(result: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def json_safe(x: Any) -> Any:
-    """``x`` with non-finite floats (NaN, inf) as None, so JSON can hold it."""
-    if isinstance(x, dict):
-        return {k: json_safe(v) for k, v in x.items()}
-    if isinstance(x, list):
-        return [json_safe(v) for v in x]
-    return None if isinstance(x, float) and not np.isfinite(x) else x
-
-
 def evaluate_run(exp, source, *, out: str | Path, clips: int | None = None, sampling_steps: int | None = None,
                  seed: int = 0, video_clips: int = 6, progress: bool = True, title: str = "evaluation",
                  targets: dict[str, Any] | None = None, describe: dict[str, Any] | None = None,
                  labels: dict[str, str] | None = None, gate_scale: float | None = None,
                  condition: str = "action", predict: Any = None) -> dict[str, Any]:
     """Evaluate ``exp`` on ``clips`` clips of ``source`` (all by default) spread over its tasks (see
-    :func:`spread_over_tasks`); write ``metrics.json`` and the videos.
+    :func:`~workbench.worldmodel.common.spread_over_tasks`); write ``metrics.json`` and the videos.
 
     ``condition``: what (c) swaps; ``predict``: who predicts the clips (see :func:`evaluate_world_model`)."""
     import torch
@@ -522,29 +366,6 @@ def evaluate_run(exp, source, *, out: str | Path, clips: int | None = None, samp
     (out / "metrics.json").write_text(json.dumps(json_safe(metrics), indent=1))
     return {**metrics, "result": result,
             "table": format_table(summary, title, labels or labels_for(condition))}
-
-
-def spread_over_tasks(source, n: int) -> list[int]:
-    """``n`` clip indices of ``source`` taken in turn from each task (each task's clips in order), so
-    a few clips still cover every task; the order of the source when it does not say its tasks.
-
-    A source says its tasks through ``index`` (``(episode, start)`` per clip) and ``task_names``
-    (per episode), as :class:`~workbench.data.metaworld.MetaWorldClips` and
-    :class:`~workbench.data.lerobot.LeRobotClips` do.
-    """
-    index, names = getattr(source, "index", None), getattr(source, "task_names", None)
-    if index is None or names is None:
-        return list(range(n))
-    by_task: dict[str, list[int]] = {}
-    for i, (episode, _) in enumerate(index):
-        by_task.setdefault(names[episode], []).append(i)
-    queues = list(by_task.values())
-    chosen: list[int] = []
-    while len(chosen) < n:
-        for queue in queues:
-            if queue and len(chosen) < n:
-                chosen.append(queue.pop(0))
-    return sorted(chosen)
 
 
 def add_arguments(parser) -> None:
@@ -572,18 +393,25 @@ def add_arguments(parser) -> None:
     parser.add_argument("--rollout", action="store_true",
                         help="roll whole episodes out chunk by chunk "
                              "(each chunk from the last frame the model produced) "
-                             "and report per chunk: moving PSNR and hand error for the base, the adapter, "
-                             "swapped actions (and --scratch); writes rollout_metrics.json and drift.png. "
-                             "--data defaults to the shipped long episodes ('long')")
+                             "and report per chunk for the base, the adapter, swapped actions "
+                             "(and --scratch): moving PSNR, and the hand error where the hand probe "
+                             "reads the episodes (Meta-World's); writes rollout_metrics.json and drift.png. "
+                             "--data defaults to the run's own data (its val split), or for a run trained on "
+                             "the shipped sample to the shipped long episodes ('long')")
     parser.add_argument("--frames", type=int,
                         help="--rollout: frames of each episode to roll out (default: all of them)")
     parser.add_argument("--episodes", type=int,
                         help="--rollout: episodes to roll out, taken in turn from each task (default: all); "
                              "--policies: start states per task (default: all recorded)")
-    parser.add_argument("--rollout-state", default="probe", choices=("probe", "recorded"),
-                        help="--rollout: where each chunk's hand position comes from: "
-                             "the hand probe on the last produced frame, or the recorded one "
-                             "(a ceiling, not a world model) (default: %(default)s)")
+    from workbench.worldmodel.rollout_eval import ROLLOUT_STATES
+
+    parser.add_argument("--rollout-state", default="auto", choices=ROLLOUT_STATES,
+                        help="--rollout: the state an adapter reads at each chunk's first frame: probe (the "
+                             "hand probe reads it off the last produced frame), start (the state recorded at "
+                             "the episode's first frame, held), recorded (the recorded one at each chunk: a "
+                             "ceiling, not a world model) or none; auto: probe for an adapter that reads the "
+                             "hand position of Meta-World frames, start for one that reads a recorded state "
+                             "(observation.state), else none (default: %(default)s)")
     parser.add_argument("--scratch",
                         help="--rollout, --policies: a from-scratch run directory to evaluate as well")
     parser.add_argument("--variants",
@@ -604,14 +432,6 @@ def add_arguments(parser) -> None:
                                "(base alone and base + adapter)")
     policies.add_argument("--policy-data", help="a recording of `python -m workbench.worldmodel.policies` "
                                                 "(default: the shipped one)")
-
-
-def run_data(exp) -> str:
-    """The data a run was trained on, as a ``--data`` value (``sample`` when it names no file)."""
-    config = getattr(exp, "_config", None)
-    block = (config.data or {}) if config is not None else {}
-    options = block.get("config") or {}
-    return str(options.get("root") or options.get("path") or "sample")
 
 
 def _again(args) -> str:

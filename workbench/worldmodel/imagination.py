@@ -69,7 +69,7 @@ def run_job(job: tuple[str, str], run_dir: str, scratch_dir: str | None,
     """One (question, model) pair, in whichever process: its numbers and its CPU seconds."""
     import torch
 
-    from workbench.worldmodel.evaluate import load_run
+    from workbench.worldmodel.common import load_run
 
     torch.set_num_threads(1)
     kind, variant = job
@@ -79,7 +79,7 @@ def run_job(job: tuple[str, str], run_dir: str, scratch_dir: str | None,
         from workbench.worldmodel.policies import imagine
 
         on = variant == "adapter"
-        got = imagine(exp, _policies(cfg), steps=cfg.sampling_steps, seed=cfg.seed, adapter=on,
+        got = imagine(exp.model, _policies(cfg), steps=cfg.sampling_steps, seed=cfg.seed, with_adapter=on,
                       gate_scale=cfg.gate_scale if on else None)
         return {"job": job, "distance": got["distance"], "cpu_seconds": time.process_time() - started}
     from workbench.worldmodel.rollout_eval import evaluate_rollouts, long_episodes

@@ -30,12 +30,15 @@ import time
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from workbench.errors import ConfigError, DataError, listing
 from workbench.extras import distribution_version
+
+if TYPE_CHECKING:
+    from workbench.core.composed import ComposedModel
 
 SAMPLE_PATH = Path(__file__).resolve().parents[1] / "data" / "samples" / "metaworld_policies.npz"
 TASKS = ("reach-v3", "push-v3")
@@ -401,12 +404,13 @@ def outcome_distance(frames: np.ndarray, episodes: PolicyEpisodes, *, hand_probe
     return out
 
 
-def imagine(exp_or_model: Any, episodes: PolicyEpisodes, *, steps: int = DEFAULT_STEPS, seed: int = 0,
-            adapter: bool = True, gate_scale: float | None = None, batch: int = 24, state: Any = "probe",
+def imagine(model: ComposedModel, episodes: PolicyEpisodes, *, steps: int = DEFAULT_STEPS, seed: int = 0,
+            with_adapter: bool = True, gate_scale: float | None = None, batch: int = 24, state: Any = "probe",
             hand_probe: Any = None, object_probe: Any = None, progress: bool = False) -> dict[str, Any]:
-    """Replay every episode's actions as a rollout of the world model from its start frame and score the
-    last predicted frame: ``distance`` (metres, per episode), ``success`` (within :data:`SUCCESS_RADIUS`),
-    ``final_frames`` (uint8 ``(B, H, W, 3)``) and ``cpu_seconds`` (process time of the rollouts)."""
+    """Replay every episode's actions as a rollout of the world model ``model`` (an experiment's is
+    ``exp.model``) from its start frame and score the last predicted frame: ``distance`` (metres, per
+    episode), ``success`` (within :data:`SUCCESS_RADIUS`), ``final_frames`` (uint8 ``(B, H, W, 3)``) and
+    ``cpu_seconds`` (process time of the rollouts)."""
     import torch
 
     from workbench.inspect.recording.rollouts import rollout
@@ -417,9 +421,9 @@ def imagine(exp_or_model: Any, episodes: PolicyEpisodes, *, steps: int = DEFAULT
     started = time.process_time()
     for lo in range(0, len(episodes), batch):
         part = {k: v[lo:lo + batch] for k, v in clips.items()}
-        ro = rollout(exp_or_model, part, actions[lo:lo + batch], steps=steps, seed=seed, state=state,
-                     gate_scale=gate_scale if adapter else None, store=False,
-                     adapter="on" if adapter else "off")
+        ro = rollout(model, part, actions[lo:lo + batch], steps=steps, seed=seed, state=state,
+                     gate_scale=gate_scale if with_adapter else None, store=False,
+                     with_adapter=with_adapter)
         finals.append(ro.frame(-1))  # the outcome's frame: the only one decoded
         if progress:
             print(f"  rolled out {min(lo + batch, len(episodes))}/{len(episodes)} episodes", flush=True)
@@ -492,7 +496,7 @@ def evaluate_policies(runs: dict[str, Any], episodes: PolicyEpisodes | None = No
         if progress:
             print(f"{VARIANT_LABELS[name]}: {len(episodes)} episodes of {episodes.actions.shape[1]} frames, "
                   f"{steps} steps", flush=True)
-        got = imagine(exp, episodes, steps=steps, seed=seed, adapter=on,
+        got = imagine(exp.model, episodes, steps=steps, seed=seed, with_adapter=on,
                       # (the scratch run's model has no gate)
                       gate_scale=gate_scale if name == "adapter" else None, batch=batch, progress=progress)
         report["variants"][name] = {"agreement": agreement(got["distance"], episodes, resamples=resamples,
@@ -549,7 +553,7 @@ def run_eval(args: Any, exp: Any) -> int:
     episodes = episodes.select(starts=getattr(args, "episodes", None), tasks=tasks)
     scratch = None
     if getattr(args, "scratch", None):
-        from workbench.worldmodel.evaluate import load_run
+        from workbench.worldmodel.common import load_run
 
         scratch = load_run(args.scratch)
     gate = args.gate_scale if getattr(args, "gate_scale", None) is not None else DEFAULT_GATE_SCALE
@@ -561,7 +565,7 @@ def run_eval(args: Any, exp: Any) -> int:
     report["torch_threads"] = int(os.environ.get("OMP_NUM_THREADS", "1"))
     print(format_report(report))
     if out:
-        from workbench.worldmodel.evaluate import json_safe
+        from workbench.worldmodel.common import json_safe
 
         Path(out).mkdir(parents=True, exist_ok=True)
         (Path(out) / "policy_ranking.json").write_text(json.dumps(json_safe(report), indent=1))

@@ -529,7 +529,7 @@ def _write(cfg: PretrainConfig, base: TinyVideo, info: dict[str, Any],
     base.save_pretrained(out, **provenance)
     curves = {"autoencoder_loss": [round(v, 6) for v in ae_losses],
               "denoiser_loss": [round(v, 6) for v in den_losses]}
-    card = dataclasses.asdict(base._make_card())
+    card = dataclasses.asdict(base.make_card())
     out.with_suffix(".json").write_text(json.dumps({"card": card, "provenance": provenance},
                                                    indent=1, default=str))
     out.with_suffix(".curves.json").write_text(json.dumps(curves))

@@ -249,13 +249,13 @@ def train_probe(cfg: ProbeTrainConfig, progress: bool = True) -> HandProbe:
     clips = MetaWorldClips(path=cfg.data, window=2, split="all")  # validates the file
     frames = clips.read("frames")
     if cfg.target == "object":
-        if "obs" not in clips._handle():
+        if "obs" not in clips.datasets():
             clips.close()
             raise DataError(f"{cfg.data}: --target object reads the object's position "
                             f"from the raw observation ('obs', columns 4:7), which this file does not hold. "
                             f"Use a file of `workbench data metaworld`, which records it.")
         # (named as the hand's: the same regression)
-        ee_pos = clips._handle()["obs"][..., 4:7].astype(np.float32)
+        ee_pos = clips.read("obs")[..., 4:7].astype(np.float32)
     else:
         ee_pos = clips.read("ee_pos").astype(np.float32)
     tasks, attrs = list(clips.task_names), clips.attrs

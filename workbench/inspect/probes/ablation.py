@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from workbench.core.backbone import causal_latents
 from workbench.core.composed import ComposedModel, Prediction
 from workbench.core.conditions import Batch
 from workbench.inspect.cache import LRUCache
@@ -40,7 +41,7 @@ from workbench.inspect.common import (
     masked_rms,
     rolled_conditions,
 )
-from workbench.inspect.previews.decoding import as_uint8, render_float
+from workbench.inspect.previews.decoding import as_uint8, render_float, render_float_frame
 from workbench.inspect.previews.pictures import Panel, ViewImage, signed_limit
 from workbench.inspect.previews.preview import DECODES
 from workbench.inspect.probes.readout import FrameReadout, PathComparison, check_readout, compare_paths
@@ -322,8 +323,9 @@ class Ablation:
         """The x0 estimate with the edited condition ``(B, C, T, h, w)``, on the model's device.
 
         Given frames (e.g. an image-to-video model's first frame) stay as recorded: the composed
-        prediction is constrained by the backbone (``BaseVideoModel.constrain``) like the
-        sampler's, so only predicted frames can differ.
+        prediction is constrained by the backbone (its ``constrain``,
+        :class:`~workbench.core.capabilities.GivenFrames`) like the sampler's, so only predicted
+        frames can differ.
         """
         return self.trajectory.x0_of(self.prediction())
 
@@ -361,13 +363,16 @@ class Ablation:
             return f"±{limit:.2g} held"
         return f"±{limit:.2g} fixed" if self.colour_range is not None else f"±{limit:.2g}, this edit's own"
 
-    def images(self, limit: float | None = None) -> tuple[ViewImage, ViewImage, ViewImage]:
+    def images(self, limit: float | None = None, frame: int | None = None,
+               ) -> tuple[ViewImage, ViewImage, ViewImage]:
         """``(recorded, edited, edited − recorded)`` x0 estimates: two RGB views and a signed one.
 
         The difference's colour range is ``limit``, else the held one (:meth:`hold_scale`), else
         ``colour_range`` (±1 unless the ablation was made with another, the same for every edit),
         else (``colour_range=None``) the difference's own largest magnitude. The difference's title
-        says which.
+        says which. ``frame``: decode that frame only, where the backbone decodes a frame alone and the
+        colour range does not depend on the other frames (the pictures then hold that frame:
+        ``ViewImage.partial``); what a slider move draws.
         """
         base = self.trajectory.model.base
         rec = self.trajectory[self.step]
@@ -375,24 +380,40 @@ class Ablation:
                    f"noise level {float(rec.noise_level[0]):.2f}")
         key = (self.step, self.decode, self.index)
         if getattr(self, "_before", (None,))[0] != key:  # the recorded picture does not change with the edits
-            self._before = (key, render_float(base, self.original_x0(), self.decode, self.index))
-        before = self._before[1]
-        after = render_float(base, self.ablated_x0(), self.decode, self.index)
+            self._before = (key, None, {})  # (step, decode, clip), every frame, {frame: that frame alone}
+        start, total = 0, None
+        ranged = limit is not None or self.held_limit is not None or self.colour_range is not None
+        one = render_float_frame(base, self.ablated_x0(), frame, self.decode, self.index) \
+            if frame is not None and ranged else None
+        if one is not None:
+            after, total = one
+            start = frame
+            before = (self._before[1][frame:frame + 1] if self._before[1] is not None
+                      else self._before[2].get(frame))
+            if before is None:
+                before = render_float_frame(base, self.original_x0(), frame, self.decode, self.index)[0]
+                self._before[2][frame] = before
+        else:
+            if self._before[1] is None:
+                self._before = (key, render_float(base, self.original_x0(), self.decode, self.index), {})
+            before = self._before[1]
+            after = render_float(base, self.ablated_x0(), self.decode, self.index)
         diff = (after - before).mean(-1).astype(np.float32)
-        given = given_frames(self.trajectory.batch, self.index, diff.shape[0], base.causal_latents)
+        given = given_frames(self.trajectory.batch, self.index, total or diff.shape[0], causal_latents(base))
         edited = ", ".join(self.describe_edits()) or "unchanged"
         limit = limit if limit is not None else self.difference_limit(diff)
         label = ("x0 difference (mean RGB, [-1, 1] units)"
                  + (", held range" if self.held_limit is not None else ""))
         title = f"edited − recorded\ncolours {self.describe_scale(limit)}"
-        return (ViewImage("x0", f"recorded {self.condition}", "rgb", as_uint8(before), given=given,
-                          caption=caption),
-                ViewImage("x0", f"edited: {edited}", "rgb", as_uint8(after), given=given, caption=caption),
-                ViewImage("adapter-base", title, "signed", diff, label, limit, given, caption))
+        held = {"given": given, "caption": caption, "start": start, "total": total}
+        return (ViewImage("x0", f"recorded {self.condition}", "rgb", as_uint8(before), **held),
+                ViewImage("x0", f"edited: {edited}", "rgb", as_uint8(after), **held),
+                ViewImage("adapter-base", title, "signed", diff, label, limit, **held))
 
     def panels(self, frame: int = 0) -> tuple[list[Panel], str]:
-        """The three pictures at ``frame`` and their common caption (view, step, noise, frame)."""
-        images = self.images()
+        """The three pictures at ``frame`` and their common caption (view, step, noise, frame); decodes that
+        frame only where it can (see :meth:`images`)."""
+        images = self.images(frame=frame)  # every frame where ``frame`` is past the last one
         frame = min(frame, len(images[0]) - 1)
         return [im.frame(frame) for im in images], f"{images[0].caption} · {images[0].frame_name(frame)}"
 
@@ -465,7 +486,7 @@ class Ablation:
             if not fork.complete:
                 return None
             edited = as_uint8(render_float(base, fork.final, self.final_decode, self.index))
-        given = given_frames(self.trajectory.batch, self.index, len(recorded), base.causal_latents)
+        given = given_frames(self.trajectory.batch, self.index, len(recorded), causal_latents(base))
         predicted = [f for f in range(len(recorded)) if not (f < len(given) and given[f])]
         path = None if self.readout is None else compare_paths(self.readout, recorded, edited, predicted)
         result = Propagation(step, self.trajectory.steps, edits, fork, recorded, edited, self.final_decode,

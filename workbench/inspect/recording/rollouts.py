@@ -1,6 +1,6 @@
 """Rollouts: whole episodes predicted chunk by chunk, each chunk a recorded :class:`Trajectory`.
 
-    ro = rollout(exp, clip, actions, steps=8, seed=0)      # actions (N, D): frames 0..N-1
+    ro = rollout(model, clip, actions, steps=8, seed=0)    # model: exp.model; actions (N, D): frames 0..N-1
     ro.video                                               # uint8 [N, H, W, 3]; frame 0 is the given one
     ro.chunks[3].trajectory                                # step through chunk 3 (the Stepper opens it)
     alt = ro.fork(chunk=3, at=4, cond={"action": other})   # chunk 3 forked at step 4, chunks 4.. re-rolled
@@ -15,75 +15,40 @@ embedded model) and adds ``stride`` (default ``W - context_frames``) new frames.
 that reaches past the episode holds its last action for the missing frames and keeps only the
 frames of the episode.
 
-Nothing recorded after the start frame(s) is read: the robot's state a chunk is given (for an
-adapter that reads one, e.g. the action path's ``ee_pos``) is read off the frames the model
-produced, by a **state reader**: ``state="probe"`` (the shipped hand probe, registered by the
-world-model package), ``state="recorded"`` (the start clip's recorded state at each chunk's
-first frame: a ceiling for measurements, not a world model), or any callable
-``frames_uint8 [B, T, H, W, 3] -> state [B, D]`` (or ``[B, T, D]``: the last frame's row is
-used). Chunk 0 is given the start clip's state at frame 0 when it carries one (known at the
-first frame). Chunk ``k`` samples with :func:`~workbench.core.seeds.chunk_seed` ``(seed, k)``.
+Nothing recorded after the start frame(s) is read: a state the adapter reads at a chunk's first frame
+(e.g. the action path's ``ee_pos``) is read off the frames the model produced, by a **state reader**
+(:class:`~workbench.inspect.recording.state.StateReader`, which names the conditions it fills):
+``state=NAME`` builds the reader registered under that name (the world-model wing registers its hand
+probe as ``"probe"``), ``state=StateReader(fn, keys=(...))`` uses one of your own, ``state="start"``
+gives every chunk the start clip's recorded value at frame 0 (known when the episode starts, held),
+``state="recorded"`` gives the start clip's recorded value at each chunk's first frame (a ceiling for
+measurements, not a world model), and ``state=None`` (the default) gives none. Chunk 0 is given the start
+clip's state at frame 0 when it carries one (known at the first frame). Chunk ``k`` samples with
+:func:`~workbench.core.seeds.chunk_seed` ``(seed, k)``.
 """
 
 from __future__ import annotations
 
-import importlib.metadata as metadata
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import torch
 
+from workbench.core.backbone import decodes_frames_alone, generation_inputs, max_generate_batch
 from workbench.core.card import IMAGE_MODES, TEXT_MODES
 from workbench.core.composed import ComposedModel
 from workbench.core.composers import scaled_gate
 from workbench.core.seeds import chunk_seed
-from workbench.inspect.common import InspectError, prepare
+from workbench.errors import listing
+from workbench.inspect.common import InspectError, check_model, prepare
 from workbench.inspect.recording.recorder import generator_state
-from workbench.inspect.recording.settings import Settings
+from workbench.inspect.recording.settings import Settings, check_with_adapter
+from workbench.inspect.recording.state import RECORDED, START, StateReader, resolve_state
 from workbench.inspect.recording.storage import StoragePolicy
 from workbench.inspect.recording.trajectory import Trajectory, run
-
-#: The state conditions a rollout gives a chunk as read at its first frame (every frame holding that value).
-STATE_KEYS = ("ee_pos", "proprio")
-#: Entry-point group of named state readers (``state="probe"``): ``name = "module:function"``; the function
-#: returns the reader (a callable ``frames_uint8 [B, T, H, W, 3] -> [B, D]``).
-STATE_READER_GROUP = "workbench.state_readers"
-_STATE_READERS: dict[str, Callable[[], Callable]] = {}
-
-
-def register_state_reader(name: str, factory: Callable[[], Callable]) -> None:
-    """Make ``state=name`` in :func:`rollout` use ``factory()`` (called once per rollout)."""
-    _STATE_READERS[name] = factory
-
-
-def _reader_entry_points() -> list:
-    """Every distribution's ``workbench.state_readers`` entry points. Each distribution's are read, not only
-    the first of a name (a stale ``*.egg-info`` of a development checkout, found first from its root, would
-    hide the installed metadata's)."""
-    return [ep for dist in metadata.distributions() for ep in dist.entry_points
-            if ep.group == STATE_READER_GROUP]
-
-
-def state_reader(name: str) -> Callable:
-    """The state reader registered as ``name`` (in process, or through the ``workbench.state_readers``
-    entry points)."""
-    if name not in _STATE_READERS:
-        for ep in _reader_entry_points():
-            if ep.name == name:
-                _STATE_READERS[name] = ep.load()
-                break
-    if name not in _STATE_READERS:
-        known = sorted({*_STATE_READERS, *(ep.name for ep in _reader_entry_points())})
-        raise InspectError(
-            f"state={name!r} names no state reader (registered: {', '.join(known) or 'none'}). Pass "
-            f"state='recorded' (the recorded state: a ceiling), "
-            f"a callable frames_uint8 [B, T, H, W, 3] -> [B, D], or register one with "
-            f"workbench.inspect.recording.rollouts.register_state_reader({name!r}, factory). "
-            f"The hand probe ('probe') is registered by workbench.worldmodel.rollouts "
-            f"(reinstall the package with `make install` if its entry point is missing).")
-    return _STATE_READERS[name]()
+from workbench.registry import registered
 
 
 # -- the result ----------------------------------------------------------------------------------
@@ -94,7 +59,8 @@ class RolloutChunk:
     ``trajectory``: the recorded :class:`Trajectory` (open it in the Stepper, fork it). ``start``:
     the episode frame its first (given) frame is. ``frames``: the episode frames :attr:`Rollout.video`
     takes from it. ``conditions``: the raw request it was sampled from (CPU tensors; ``image`` is the
-    frame it continues from). ``state``: the state it was given (``[B, D]``) or None. ``decoded``: its
+    frame it continues from). ``state``: the state it was given (``[B, D]``: the value of the first state
+    condition it was given) or None. ``decoded``: its
     frames, decoded when first read (:attr:`produced`). ``padded``: how many of its frames lie past the
     episode (their action held). ``seed``: its seed.
     """
@@ -123,7 +89,7 @@ class RolloutChunk:
 class ChunkFrames:
     """A chunk's frames, uint8 ``[B, W, H, W, 3]``, decoded from its last latents when first read. On a
     backbone whose ``decode`` makes each frame from its own latent frame alone
-    (:attr:`~workbench.core.backbone.BaseVideoModel.decodes_frames_alone`), reading some frames decodes
+    (:func:`~workbench.core.backbone.decodes_frames_alone`), reading some frames decodes
     only those: the next chunk needs its context frame, a policy's outcome the episode's last frame."""
 
     def __init__(self, base: Any, latents: torch.Tensor):
@@ -134,10 +100,10 @@ class ChunkFrames:
     @property
     def count(self) -> int:
         """How many frames the chunk made (one per latent frame where frames decode alone)."""
-        return int(self._latents.shape[2]) if self._base.decodes_frames_alone else self.all().shape[1]
+        return int(self._latents.shape[2]) if decodes_frames_alone(self._base) else self.all().shape[1]
 
     def _alone(self) -> bool:
-        return self._all is None and self._base.decodes_frames_alone
+        return self._all is None and decodes_frames_alone(self._base)
 
     def all(self) -> np.ndarray:
         if self._all is None:
@@ -173,7 +139,7 @@ class _Plan:
     stride: int
     storage: StoragePolicy
     keep: bool
-    reader: Callable | None
+    reader: StateReader | None
     state_mode: str
     state_keys: tuple[str, ...]
     recorded_state: dict[str, torch.Tensor]
@@ -255,7 +221,9 @@ class Rollout:
 
     @property
     def state_mode(self) -> str:
-        """``probe``, ``recorded``, ``callable`` or ``none``: where chunks after the first get their state."""
+        """Where chunks after the first get their state: a registered reader's name (``probe``), ``reader``
+        (a :class:`~workbench.inspect.recording.state.StateReader` given), ``start``, ``recorded`` or
+        ``none``."""
         return self._plan.state_mode
 
     @property
@@ -305,14 +273,14 @@ class Rollout:
         keep = [c for c in self.chunks if c.padded == 0]
         return _continue(self._plan, total, keep)
 
-    def fork(self, chunk: int, at: int, cond: Mapping[str, Any] | None = None, *, adapter: Any = None,
-             gate_override: float | torch.Tensor | None = None,
+    def fork(self, chunk: int, at: int, cond: Mapping[str, Any] | None = None, *,
+             with_adapter: bool | None = None, gate_override: float | torch.Tensor | None = None,
              storage: StoragePolicy | None = None) -> Rollout:
         """Chunks before ``chunk`` kept, chunk ``chunk`` forked from its recorded step ``at`` (steps before
         ``at`` replayed without model calls, see :meth:`Trajectory.fork`) with ``cond`` (e.g.
         ``{"action": (W, D)}`` for the chunk's window), later chunks sampled again from the fork's frames
-        (with the rollout's settings and the edited actions). ``adapter`` / ``gate_override`` apply to the
-        forked chunk only."""
+        (with the rollout's settings and the edited actions). ``with_adapter`` / ``gate_override`` apply to
+        the forked chunk only."""
         n = len(self.chunks)
         if isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or not 0 <= chunk < n:
             raise InspectError(f"fork(chunk={chunk!r}): chunk must be an int in 0..{n - 1} "
@@ -336,8 +304,8 @@ class Rollout:
                 real = plan.window - old.padded
                 actions[:, old.start:old.start + real] = value[:, :real].to(actions.dtype)
             overrides[key] = value
-        traj = old.trajectory.fork(at, cond=overrides or None, adapter=adapter, gate_override=gate_override,
-                                   storage=storage)
+        traj = old.trajectory.fork(at, cond=overrides or None, with_adapter=with_adapter,
+                                   gate_override=gate_override, storage=storage)
         conditions = {**old.conditions, **{k: v.detach().cpu() for k, v in overrides.items()}}
         forked = replace(old, trajectory=traj, conditions=conditions,
                          decoded=ChunkFrames(plan.model.base, traj.final))
@@ -387,24 +355,23 @@ def _to_float(frames: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(frames)).permute(0, 4, 1, 2, 3).float().div(127.5).sub(1.0)
 
 
-def _read_state(plan: _Plan, frames: np.ndarray, frame: int, first: bool) -> torch.Tensor | None:
-    """The state a chunk starting at episode ``frame`` is given: the recorded one at frame 0 (known), the
-    recorded one (``state="recorded"``), or the reader's reading of the context ``frames``."""
+def _read_state(plan: _Plan, frames: np.ndarray, frame: int, first: bool) -> dict[str, torch.Tensor]:
+    """The state conditions a chunk starting at episode ``frame`` is given: the recorded values at frame 0
+    (known; ``state="start"`` for every chunk), the recorded values at ``frame`` (``state="recorded"``), or
+    the reader's reading of the context ``frames``."""
     if not plan.state_keys:
-        return None
-    key = plan.state_keys[0]
-    if (first or plan.state_mode == "recorded") and key in plan.recorded_state:
-        return plan.recorded_state[key][:, frame].float()
-    if plan.reader is None:
-        raise InspectError(f"state='recorded' needs the start clip's recorded {key!r} at frame {frame}; "
-                           f"it carries none. Pass a start clip of the whole episode, or state='probe'.")
+        return {}
+    if (first or plan.reader is None) and all(k in plan.recorded_state for k in plan.state_keys):
+        at = frame if plan.state_mode == RECORDED else 0
+        return {k: plan.recorded_state[k][:, at].float() for k in plan.state_keys}
     value = torch.as_tensor(np.asarray(plan.reader(frames)), dtype=torch.float32)
     if value.ndim == 3:
         value = value[:, -1]
     if value.ndim != 2 or value.shape[0] != frames.shape[0]:
-        raise InspectError(f"The state reader returned shape {tuple(value.shape)} for frames {frames.shape}; "
-                           f"it must return [B, D] (or [B, T, D]) with B={frames.shape[0]}.")
-    return value
+        raise InspectError(f"The state reader {plan.reader.name!r} returned shape {tuple(value.shape)} for "
+                           f"frames {frames.shape}; it must return [B, D] (or [B, T, D]) "
+                           f"with B={frames.shape[0]}.")
+    return {k: value for k in plan.state_keys}
 
 
 def _sample_chunk(plan: _Plan, k: int, start: int, actions: torch.Tensor, context: torch.Tensor,
@@ -417,12 +384,11 @@ def _sample_chunk(plan: _Plan, k: int, start: int, actions: torch.Tensor, contex
         window = torch.cat([window, window[:, -1:].expand(-1, padded, -1)], dim=1)
     video = torch.cat([context, context[:, :, -1:].expand(-1, -1, w - c, -1, -1)], dim=2)
     base = plan.model.base
-    request: dict[str, Any] = dict(base.generation_inputs(video))
+    request: dict[str, Any] = dict(generation_inputs(base, video))
     request["action"] = window.float()
     state = _read_state(plan, context_frames, start, k == 0)
-    if state is not None:
-        for key in plan.state_keys:
-            request[key] = state[:, None].expand(-1, w, -1).contiguous()
+    for key, value in state.items():
+        request[key] = value[:, None].expand(-1, w, -1).contiguous()
     request.update(plan.static)
     conditions = {key: (v.detach().cpu() if isinstance(v, torch.Tensor) else v) for key, v in request.items()}
     batch = prepare(plan.model, request)
@@ -433,8 +399,8 @@ def _sample_chunk(plan: _Plan, k: int, start: int, actions: torch.Tensor, contex
                storage=plan.storage, settings=plan.settings, keep=plan.keep, on_step=None,
                label=f"chunk {k} (frames {start}..)")
     return RolloutChunk(index=k, start=start, frames=range(0), trajectory=traj, conditions=conditions,
-                        state=state, decoded=ChunkFrames(plan.model.base, traj.final), padded=padded,
-                        seed=seed)
+                        state=next(iter(state.values()), None),
+                        decoded=ChunkFrames(plan.model.base, traj.final), padded=padded, seed=seed)
 
 
 def _continue(plan: _Plan, actions: torch.Tensor, chunks: list[RolloutChunk]) -> Rollout:
@@ -459,18 +425,27 @@ def _continue(plan: _Plan, actions: torch.Tensor, chunks: list[RolloutChunk]) ->
 
 
 # -- checks ----------------------------------------------------------------------------------------
-def _model_of(exp_or_model: Any) -> ComposedModel:
-    model = exp_or_model if isinstance(exp_or_model, ComposedModel) else getattr(exp_or_model, "model", None)
-    if not isinstance(model, ComposedModel):
-        raise InspectError(
-            f"rollout needs an Experiment or a workbench.ComposedModel (base + adapter), got "
-            f"{type(exp_or_model).__name__}. Pass exp (or exp.model); for the frozen base alone pass "
-            f"adapter='off'.")
-    return model
-
-
 def _consumed(model: ComposedModel) -> dict[str, Any]:
     return {key: c for c in getattr(model.adapter, "consumes", ()) for key in (c.name, *c.keys)}
+
+
+def _check_state_given(consumed: dict[str, Any], per_frame: list[str], state_keys: tuple[str, ...],
+                       state: Any) -> None:
+    """Refuse a rollout in which the adapter reads a state the start clip records per frame (other than the
+    actions) that nothing fills: after chunk 0 it is known only as read off the frames the model produced."""
+    filled = {consumed[k] for k in state_keys}
+    for key in per_frame:
+        condition = consumed.get(key)
+        if condition is None or condition in filled or not condition.required:
+            continue
+        given = "no state reader" if state is None else f"state={state!r}, which fills none of its names"
+        raise InspectError(
+            f"rollout: the adapter reads {key!r} at each chunk's first frame, which start records per frame; "
+            f"after chunk 0 a rollout knows it only as read off the frames the model produced, and got "
+            f"{given}. Pass a state reader that fills {key!r}: a registered one by name "
+            f"(registered: {listing(registered('state_reader'))}), or StateReader(fn, keys=({key!r},)); "
+            f"or state='start' (the value recorded at frame 0, held for every chunk), "
+            f"or state='recorded' (the recorded value: a ceiling, for measurements).")
 
 
 def _check_actions(model: ComposedModel, actions: Any, batched: bool, batch: int, *, who: str,
@@ -518,14 +493,14 @@ def _start(base, start: Mapping[str, Any], context: int) -> tuple[torch.Tensor, 
     return video[:, :, :context].detach().cpu().float(), batched
 
 
-def rollout(exp_or_model: Any, start: Mapping[str, Any], actions: Any, *, steps: int | None = None,
-            seed: int = 0, state: str | Callable | None = "probe", gate_scale: float | None = None,
-            stride: int | None = None, store: StoragePolicy | bool | None = None, adapter: Any = "on",
+def rollout(model: ComposedModel, start: Mapping[str, Any], actions: Any, *, steps: int | None = None,
+            seed: int = 0, state: str | StateReader | None = None, gate_scale: float | None = None,
+            stride: int | None = None, store: StoragePolicy | bool | None = None, with_adapter: bool = True,
             **sampler_kwargs: Any) -> Rollout:
     """Predict frames ``0 .. N-1`` of an episode chunk by chunk (see the module docstring).
 
     Args:
-        exp_or_model: an Experiment or a :class:`ComposedModel`.
+        model: the :class:`ComposedModel` to roll out (an experiment's is ``exp.model``).
         start: a clip ``{"video": (3, T, H, W), "camera": ..., "ee_pos": (T, 3), "task": ...}`` (or a batch
             of them, with a leading ``B``): its first ``card.context_frames`` frames, its per-clip conditions
             (``camera``; text for a text mode) and its state at frame 0 are used. Recorded state of later
@@ -533,26 +508,31 @@ def rollout(exp_or_model: Any, start: Mapping[str, Any], actions: Any, *, steps:
         actions: ``(N, D)`` (``(B, N, D)``): the action at every frame of the episode.
         steps: sampling steps (default: the card's). ``seed``: chunk ``k`` samples with
             ``chunk_seed(seed, k)``.
-        state: ``"probe"``, ``"recorded"``, a callable ``frames_uint8 [B, T, H, W, 3] -> [B, D]``, or None
-            (give no state) — used only when the adapter reads ``ee_pos`` / ``proprio``.
+        state: where a state the adapter reads at a chunk's first frame comes from: None (default: no state),
+            the name of a registered state reader (``"probe"``: the world-model wing's hand probe), a
+            :class:`~workbench.inspect.recording.state.StateReader`, ``"start"`` (the start clip's recorded
+            value at frame 0, for every chunk: known when the episode starts) or ``"recorded"`` (the start
+            clip's recorded value at each chunk's first frame: a ceiling). A reader fills the conditions of
+            its ``keys`` that the adapter reads; an adapter that reads a state the start clip records per
+            frame, which nothing fills, is refused.
         gate_scale: sample with the adapter's learned gate times this.
         stride: frames between chunk starts, ``1 .. W - context_frames`` (default ``W - context_frames``).
         store: a :class:`StoragePolicy` for each chunk's trajectory; ``False`` keeps only the final latents
             (no stepping or forks, much less memory); the frames are the same either way.
-        adapter: ``"on"`` (default) or ``"off"`` (the frozen base alone).
+        with_adapter: ``True`` (default: base + adapter) or ``False`` (the frozen base alone).
         sampler_kwargs: passed to the backbone's ``generate`` for every chunk (e.g. ``guidance_scale``).
 
     Examples:
         >>> clip = val[10]                                             # a 16-frame clip of a held-out episode
         >>> actions = torch.cat([clip["action"], clip["action"][1:]])  # 31 frames of actions: two chunks
-        >>> ro = rollout(model, clip, actions, steps=4)                # chunk 1's hand position: the probe's
+        >>> ro = rollout(model, clip, actions, steps=4, state="probe")  # chunk 1's hand: the probe's reading
         >>> ro.video.shape, [list(c.frames)[:2] for c in ro.chunks]
         ((31, 64, 64, 3), [[1, 2], [16, 17]])
         >>> ro.chunks[1].conditions["image"].shape                    # chunk 0's last frame, as it was
         ...                                                           # produced
         torch.Size([1, 3, 64, 64])
     """
-    model = _model_of(exp_or_model)
+    model = check_model(model, "rollout")
     base = model.base
     card = base.card
     context = int(getattr(card, "context_frames", 1))
@@ -566,14 +546,14 @@ def rollout(exp_or_model: Any, start: Mapping[str, Any], actions: Any, *, steps:
     clip = base.clip()
     w = clip.frames
     probe_video = torch.zeros(1, 3, w, clip.height, clip.width)
-    if card.serving not in IMAGE_MODES and "image" not in base.generation_inputs(probe_video):
+    if card.serving not in IMAGE_MODES and "image" not in generation_inputs(base, probe_video):
         raise InspectError(
             f"{name!r} serves {card.serving!r}, which generates from no image: "
             f"a rollout chains chunks through the last frame a chunk produced, "
             f"so it needs an image-to-video mode ({', '.join(IMAGE_MODES)}).")
     given, batched = _start(base, start, context)
     b = given.shape[0]
-    limit = base.max_generate_batch
+    limit = max_generate_batch(base)
     if limit is not None and b > limit:
         raise InspectError(f"rollout: {b} start clips, but {type(base).__name__} generates at most {limit} "
                            f"at a time (max_generate_batch). Roll out at most {limit} episodes per call.")
@@ -587,12 +567,9 @@ def rollout(exp_or_model: Any, start: Mapping[str, Any], actions: Any, *, steps:
     steps, sampler = card.resolve_steps(steps)
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise InspectError(f"rollout: seed must be an int >= 0, got {seed!r}.")
-    flag = {"on": True, "off": False, True: True, False: False}.get(adapter)
-    if flag is None:
-        raise InspectError(f"rollout: adapter={adapter!r}; "
-                           f"use 'on' (base + adapter) or 'off' (the frozen base alone).")
-    gate = None if gate_scale is None or not flag else scaled_gate(model.composer, gate_scale)
-    settings = Settings(adapter=flag, gate_override=gate)
+    check_with_adapter(with_adapter, who="rollout: ")
+    gate = None if gate_scale is None or not with_adapter else scaled_gate(model.composer, gate_scale)
+    settings = Settings(with_adapter=with_adapter, gate_override=gate)
     if store is False:
         storage, keep = StoragePolicy(), False
     elif store is None or store is True:
@@ -602,35 +579,34 @@ def rollout(exp_or_model: Any, start: Mapping[str, Any], actions: Any, *, steps:
     else:
         raise InspectError(f"rollout: store={store!r}; pass a StoragePolicy, True (record everything) "
                            f"or False (keep only each chunk's final latents).")
-    consumed = _consumed(model) if flag else {}
-    state_keys = tuple(k for k in STATE_KEYS if k in consumed)
+    reader, state_mode = resolve_state(state, "rollout")
+    consumed = _consumed(model) if with_adapter else {}
+    per_frame = [key for key, value in start.items() if key not in ("video", "action", "actions")
+                 and isinstance(value, (torch.Tensor, np.ndarray)) and value.ndim == (3 if batched else 2)]
+    if reader is not None:
+        state_keys = tuple(k for k in reader.keys if k in consumed)
+    elif state_mode in (START, RECORDED):
+        state_keys = tuple(k for k in per_frame if k in consumed)
+    else:
+        state_keys = ()
+    _check_state_given(consumed, per_frame, state_keys, state)
     recorded = {}
-    for key in STATE_KEYS:
+    for key in state_keys:
         if key in start:
             value = torch.as_tensor(start[key]).detach().cpu()
             recorded[key] = value if batched else value[None]
-    reader = None
-    if state_keys:
-        if state is None:
-            state_keys = ()
-        elif callable(state):
-            reader = state
-        elif state == "recorded":
-            if state_keys[0] not in recorded or recorded[state_keys[0]].shape[1] < a.shape[1]:
-                have = recorded[state_keys[0]].shape[1] if state_keys[0] in recorded else 0
-                raise InspectError(
-                    f"state='recorded' reads the recorded {state_keys[0]!r} at every chunk's first frame, "
-                    f"so start must carry it for all {a.shape[1]} frames; it carries {have}. "
-                    f"Pass the whole episode as start, or state='probe'.")
-        elif isinstance(state, str):
-            reader = state_reader(state)
-        else:
-            raise InspectError(f"rollout: state={state!r}; use 'probe', 'recorded', "
-                               f"a callable frames -> state, or None.")
+    if state_mode == RECORDED:
+        short = [k for k in state_keys if recorded[k].shape[1] < a.shape[1]]
+        if short:
+            raise InspectError(
+                f"state='recorded' reads the recorded {short[0]!r} at every chunk's first frame, "
+                f"so start must carry it for all {a.shape[1]} frames; "
+                f"it carries {recorded[short[0]].shape[1]}. "
+                f"Pass the whole episode as start, or a state reader.")
     reads_text = card.serving in TEXT_MODES
     static: dict[str, Any] = {}
     for key, value in start.items():
-        if key == "video" or key in STATE_KEYS or key in ("action", "actions"):
+        if key == "video" or key in per_frame or key in ("action", "actions"):
             continue
         if isinstance(value, str) and reads_text:
             static[key] = [value]
@@ -643,10 +619,10 @@ def rollout(exp_or_model: Any, start: Mapping[str, Any], actions: Any, *, steps:
 
     plan = _Plan(model=model, settings=settings, steps=steps, sampler=sampler, seed=int(seed), window=w,
                  context=context, stride=int(stride), storage=storage, keep=keep, reader=reader,
-                 state_mode=state if isinstance(state, str) else ("callable" if callable(state) else "none"),
+                 state_mode=state_mode,
                  state_keys=state_keys, recorded_state=recorded, static=static, start_video=given,
                  start_frames=to_uint8_video(given), batched=batched, sampler_kwargs=dict(sampler_kwargs))
     return _continue(plan, a, [])
 
 
-__all__ = ["STATE_KEYS", "Rollout", "RolloutChunk", "register_state_reader", "rollout", "state_reader"]
+__all__ = ["Rollout", "RolloutChunk", "rollout"]
