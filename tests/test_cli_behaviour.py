@@ -372,5 +372,5 @@ def test_the_top_level_help_says_pretrain_reads_any_videos():
     from workbench.cli import build_parser
 
     text = " ".join(build_parser().format_help().split())
-    assert "pretrain pretrain the tiny_video backbone on videos alone (no actions): Meta-World clips or a LeRobot " \
-           "dataset" in text
+    assert "pretrain pretrain or fine-tune the tiny_video backbone on videos alone (no actions): Meta-World clips " \
+           "or a LeRobot dataset, and check that it carries them" in text

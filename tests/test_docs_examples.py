@@ -237,6 +237,9 @@ def _your_own_data(ns: dict) -> None:
     assert (filled["data"]["config"]["root"], filled["adapter"]["config"]["dim"]) == ("my_dataset", 2)
     base = json.loads(Path("outputs/own_base.json").read_text())["provenance"]
     assert base["validation"]["data"] == "my_dataset" and base["train_steps"] == 30
+    assert base["initialised_from"] == "the shipped weights (tiny_video-metaworld-i2v)"  # pretrain's default
+    assert base["pretrain_config"]["moving_weight"] == 10 and isinstance(base["base_check"]["carries"], bool)
+    assert Path("outputs/own_base.check.png").stat().st_size > 0
     metrics = json.loads(Path("outputs/own_videos_eval/metrics.json").read_text())
     assert metrics["evaluation"]["clips"] == 4 and metrics["evaluation"]["data"] == "my_dataset"
     assert np.isfinite(metrics["summary"]["mean"]["adapter"]["psnr"])

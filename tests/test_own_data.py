@@ -28,9 +28,10 @@ def test_pretrain_reads_a_lerobot_dataset_of_episodes_of_several_lengths(tmp_pat
 
     root = lerobot_fixture.write(tmp_path / "robot", "v3.0")  # episodes of 12, 9 and 15 frames, two cameras
     out = tmp_path / "base.safetensors"
-    status, _, err = cli(capsys, "pretrain", "--data", root, "--camera", "observation.images.front", "--size", 16,
-                         "--window", 8, "--ae-steps", 2, "--steps", 2, "--batch-size", 2, "--ae-batch-size", 2,
-                         "--width", 8, "--depth", 1, "--ae-width", 8, "--out", out, "--no-progress")
+    status, _, err = cli(capsys, "pretrain", "--data", root, "--from", "scratch", "--camera",
+                         "observation.images.front", "--size", 16, "--window", 8, "--ae-steps", 2, "--steps", 2,
+                         "--batch-size", 2, "--ae-batch-size", 2, "--width", 8, "--depth", 1, "--ae-width", 8,
+                         "--out", out, "--no-progress")
     assert status == 0, err
     base = TinyVideo.from_pretrained(out)
     assert (base.config.image_size, base.config.frames) == (16, 8)
@@ -331,12 +332,22 @@ def test_the_imports_next_step_runs_as_printed_and_fills_the_config_from_the_dat
     assert status == 0, err
     assert out.splitlines()[0] == "wrote examples/configs/own_videos.yaml for my data: the adapter's dim 3 " \
                                   "(its 'action'), window 10, frames of 16x16"
-    assert "pretrain it on the dataset first (the architecture the config names): workbench pretrain --data " \
-           "'my data' --size 16 --window 10 --width 16 --depth 1 --ae-width 8 --out outputs/own_base.safetensors" in out
-    from workbench.cli import build_parser
+    assert "fine-tune the shipped base on the dataset first: workbench pretrain --data " \
+           "'my data' --size 16 --window 10 --out outputs/own_base.safetensors" in out
+    from workbench.cli import _pretrain_hint, build_parser
 
-    pretrain = shlex.split(out.split("names): ")[1].splitlines()[0])
-    assert build_parser().parse_args(pretrain[1:]).command == "pretrain"  # its flags exist
+    pretrain = shlex.split(out.split("dataset first: ")[1].splitlines()[0])
+    parsed = build_parser().parse_args(pretrain[1:])  # its flags exist
+    assert (parsed.command, parsed.init, parsed.width) == ("pretrain", "pretrained", None)
+    # a config that names an architecture of its own gets that architecture, from scratch (the shipped
+    # weights have another, and fine-tuning them refuses other sizes)
+    own = {"base": {"config": {"weights": "b.safetensors", "width": 16, "depth": 1, "ae_width": 8}}}
+    hint = _pretrain_hint("my data", "b.safetensors", 10, 16, own)
+    assert hint.endswith("pretrain it on the dataset first (the architecture the config names, from scratch): "
+                         "workbench pretrain --data 'my data' --size 16 --window 10 --from scratch --width 16 "
+                         "--depth 1 --ae-width 8 --out b.safetensors")
+    parsed = build_parser().parse_args(shlex.split(hint.split("scratch): ")[1])[1:])
+    assert (parsed.init, parsed.width, parsed.depth, parsed.ae_width) == ("scratch", 16, 1, 8)
     config = yaml.safe_load((tmp_path / "examples/configs/own_videos.yaml").read_text())
     data = config["data"]["config"]
     assert (data["root"], data["window"], data["size"]) == ("my data", 10, [16, 16])

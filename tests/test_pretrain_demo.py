@@ -63,9 +63,9 @@ def test_validation_loss_is_deterministic_and_batch_independent(shipped):
 
 def test_pretrain_command_runs_a_handful_of_steps(tmp_path, capsys):
     out = tmp_path / "tv.safetensors"
-    code = main(["pretrain", "--data", "sample", "--ae-steps", "2", "--steps", "3", "--batch-size", "2",
-                 "--ae-batch-size", "4", "--width", "16", "--depth", "1", "--ae-width", "8", "--out", str(out),
-                 "--no-progress"])
+    code = main(["pretrain", "--data", "sample", "--from", "scratch", "--ae-steps", "2", "--steps", "3",
+                 "--batch-size", "2", "--ae-batch-size", "4", "--width", "16", "--depth", "1", "--ae-width", "8",
+                 "--out", str(out), "--no-progress"])
     assert code == 0
     assert "3 denoiser steps" in capsys.readouterr().out
     base = TinyVideo.from_pretrained(out)

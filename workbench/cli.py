@@ -421,17 +421,20 @@ def _configs_for_dataset(names: list[str], data: str) -> tuple[dict[str, str], d
 
 
 def _pretrain_hint(data: str, weights: str, window: int, size: int, config: dict) -> str:
-    """The command that pretrains the base a config names (its architecture flags from the config)."""
+    """The command that makes the base a config names: the shipped base fine-tuned on the dataset, or, where
+    the config names an architecture of its own, that architecture pretrained from scratch."""
     import shlex
 
     base = (config.get("base") or {}).get("config") or {}
     parts = ["workbench", "pretrain", "--data", data, "--size", str(size), "--window", str(window)]
-    for key, flag in (("width", "--width"), ("depth", "--depth"), ("ae_width", "--ae-width")):
-        if key in base:
-            parts += [flag, str(base[key])]
+    arch = [(flag, str(base[key])) for key, flag in (("width", "--width"), ("depth", "--depth"),
+                                                     ("ae_width", "--ae-width")) if key in base]
+    if arch:
+        parts += ["--from", "scratch", *(part for pair in arch for part in pair)]
     parts += ["--out", weights]
-    return (f"Its base, {weights}, is not there yet; pretrain it on the dataset first "
-            f"(the architecture the config names): {' '.join(shlex.quote(p) for p in parts)}")
+    how = ("pretrain it on the dataset first (the architecture the config names, from scratch)" if arch
+           else "fine-tune the shipped base on the dataset first")
+    return f"Its base, {weights}, is not there yet; {how}: {' '.join(shlex.quote(p) for p in parts)}"
 
 
 def _cache_latents(args: argparse.Namespace) -> int:

@@ -6,6 +6,8 @@
   :mod:`workbench.data.lerobot_write` writes v3.0.
 * :func:`open_clips` opens either kind from a path (an ``.h5`` file or a LeRobot directory).
 * :mod:`workbench.data.control` derives control videos from clips (``edges``), for ``controlnet``.
+* :mod:`workbench.data.scenes` renders folders of clips with 4-D actions like a user's recordings (a blob,
+  a gripper pushing a puck, a moving camera), to try ``workbench data import`` and the own-data recipe on.
 
 Nothing heavy is imported here: h5py, pyarrow and PyAV load only when a file is read, and the names
 below are resolved on first access.

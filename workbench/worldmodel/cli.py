@@ -52,13 +52,21 @@ def _data_arguments(parser: argparse.ArgumentParser) -> None:
                      help="refuse action and state values beyond this magnitude, as NaN and infinities are "
                           "(default: %(default)g)")
     own.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    example = datasets.add_parser("example", help="a folder of MP4 clips with .npy actions "
-                                                  "(a square the actions move) "
-                                                  "to try `workbench data import` on")
+    example = datasets.add_parser("example", help="a folder of MP4 clips with their actions to try "
+                                                  "`workbench data import` on: a square moved by 2-D "
+                                                  "actions, or a rendered scene with 4-D actions")
     example.add_argument("out", help="the folder to write (new)")
+    example.add_argument("--scene", default="square", choices=("square", "blob", "pusher", "camera"),
+                         help="square: a square moved by 2-D actions; blob: a coloured blob moved over "
+                              "a table past a cube; pusher: a gripper that pushes a puck; camera: a camera "
+                              "panning, zooming and rolling over a table of objects (the scenes have 4-D "
+                              "actions, see workbench.data.scenes; default: %(default)s)")
     example.add_argument("--episodes", type=int, default=12, help="clips to write (default: %(default)s)")
-    example.add_argument("--frames", type=int, default=24, help="frames per clip (default: %(default)s)")
-    example.add_argument("--size", type=int, default=32, help="pixels per side (default: %(default)s)")
+    example.add_argument("--frames", type=int, nargs="+", metavar="N",
+                         help="frames per clip, or the shortest and the longest "
+                              "(default: 24 for the square, 32 60 for a scene)")
+    example.add_argument("--size", type=int,
+                         help="pixels per side (default: 32 for the square, 96 for a scene)")
     calibrate = datasets.add_parser("calibrate", help="add the camera calibration to a data set "
                                                       "made before it was recorded "
                                                       "(an .h5 file or a LeRobot dataset)")
@@ -87,13 +95,7 @@ def _data(args: argparse.Namespace) -> int:
               f"workbench init own_videos --data {shlex.quote(str(report.root))}")
         return 0
     if args.dataset == "example":
-        from workbench.data.importer import write_example_folder
-
-        out = write_example_folder(args.out, episodes=args.episodes, frames=args.frames, size=args.size)
-        print(f"wrote {out}: {args.episodes} MP4 clips of {args.frames} frames "
-              f"({args.size}x{args.size}, 10 fps), each with its 2-D actions as .npy. "
-              f"Next: workbench data import {out} --out DATASET_DIR")
-        return 0
+        return _example(args)
     from workbench.worldmodel import generate
 
     if args.dataset == "metaworld":  # (the other subcommands read and write LeRobot only)
@@ -105,6 +107,35 @@ def _data(args: argparse.Namespace) -> int:
               f"focal length {fx:.2f} px; the readers now serve it as 'camera'")
         return 0
     return generate.run(args)
+
+
+def _example(args: argparse.Namespace) -> int:
+    from workbench.errors import DataError
+
+    frames = args.frames or ([24] if args.scene == "square" else [32, 60])
+    if len(frames) > 2:
+        raise DataError(f"--frames takes one length, or the shortest and the longest; got {frames}.")
+    if args.scene == "square":
+        from workbench.data.importer import write_example_folder
+
+        if len(frames) != 1:
+            raise DataError(f"--frames: the square's clips have one length; got {frames}. "
+                            f"Give one number (or --scene blob, pusher or camera for lengths that vary).")
+        size = args.size or 32
+        out = write_example_folder(args.out, episodes=args.episodes, frames=frames[0], size=size)
+        what = (f"{args.episodes} MP4 clips of {frames[0]} frames ({size}x{size}, 10 fps), "
+                f"each with its 2-D actions")
+    else:
+        from workbench.data.scenes import ACTION_NAMES, FPS, write_scene_folder
+
+        size = args.size or 96
+        out = write_scene_folder(args.out, args.scene, episodes=args.episodes, frames=(frames[0], frames[-1]),
+                                 size=size)
+        what = (f"{args.episodes} MP4 clips of the {args.scene} scene, {frames[0]}-{frames[-1]} frames "
+                f"({size}x{size}, {FPS[args.scene]} fps), each with its 4-D actions "
+                f"({', '.join(ACTION_NAMES[args.scene])})")
+    print(f"wrote {out}: {what} as .npy. Next: workbench data import {out} --out DATASET_DIR")
+    return 0
 
 
 def _demo_arguments(parser: argparse.ArgumentParser) -> None:
@@ -182,8 +213,8 @@ demo = Command("demo", "the world-model demo on the embedded model", _demo_argum
                extras={"data": (*READS, *VIDEOS), "widgets": ("matplotlib",)})
 evaluate = Command("eval", "evaluate an adapter checkpoint as a world model on held-out clips",
                    _eval_arguments, _eval, extras={"data": (*READS, *VIDEOS)})
-pretrain = Command("pretrain", "pretrain the tiny_video backbone on videos alone (no actions): "
-                               "Meta-World clips or a LeRobot dataset",
-                   _pretrain_arguments, _pretrain, extras={"data": READS})
+pretrain = Command("pretrain", "pretrain or fine-tune the tiny_video backbone on videos alone (no actions): "
+                               "Meta-World clips or a LeRobot dataset, and check that it carries them",
+                   _pretrain_arguments, _pretrain, extras={"data": (*READS, "PIL")})
 probe = Command("probe", "the hand-position probe that scores action error", _probe_arguments, _probe,
                 extras={"data": READS})

@@ -1,9 +1,9 @@
-"""``workbench pretrain``: train the embedded ``tiny_video`` backbone on videos: Meta-World clips, or yours.
+"""``workbench pretrain``: train the embedded ``tiny_video`` backbone on videos: yours, or Meta-World clips.
 
 The backbone is pretrained as an **image-to-video** model *without actions*: from the first
 frame it must predict a plausible future, but it cannot know which way the arm will go. That
 is exactly the gap an action adapter closes (``workbench demo``). The shipped weights know
-Meta-World only; ``workbench pretrain --data DIR`` pretrains one on a LeRobot dataset (e.g. your
+Meta-World only; ``workbench pretrain --data DIR`` fine-tunes them on a LeRobot dataset (e.g. your
 videos, written by ``workbench data import``), whose episodes may differ in length.
 
 Two stages, like the real latent video models:
@@ -32,8 +32,17 @@ Reproduce the shipped weights (about 50 minutes on 2 CPU cores):
 workbench data metaworld --tasks reach-v3,push-v3,pick-place-v3,door-open-v3,drawer-close-v3,\\
     button-press-topdown-v3 --episodes 480 --frames 64 --size 64 --seed 1 --action-repeat 2 \\
     --out data/metaworld_pretrain.h5
-workbench pretrain --data data/metaworld_pretrain.h5 --out tiny_video.safetensors
+workbench pretrain --data data/metaworld_pretrain.h5 --from scratch --moving-weight 0 \\
+    --out tiny_video.safetensors
 ```
+
+On your own videos the defaults fine-tune the shipped weights instead (``--from pretrained``: both
+networks are convolutional, so they run at any frame size and clip length), with the autoencoder's
+loss weighing the pixels that move ten times as much as the still ones (``--moving-weight 10``): a
+small moving object is otherwise traded for the background. After training, the base check
+(:mod:`workbench.worldmodel.base_check`) scores the base on held-out clips and says whether it
+carries the scene; ``OUT.check.png`` shows what it sees. An existing ``--out`` is never replaced
+unless ``--overwrite`` is given: runs trained on those weights would silently continue on others.
 """
 
 from __future__ import annotations
@@ -48,10 +57,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from workbench.backbones.tiny_video import TinyVideo, TinyVideoConfig
+from workbench.backbones.tiny_video import PLACEMENT_FIELDS, TinyVideo, TinyVideoConfig
 from workbench.config import check
 from workbench.core.objectives import masked_mse
-from workbench.errors import DataError
+from workbench.errors import ConfigError, DataError
 from workbench.loop import LRSchedule, TrainingLoop, then
 
 
@@ -80,7 +89,17 @@ class PretrainConfig:
         warmup: Learning-rate warmup steps of each stage.
         ema: The decay of the denoiser's weight average, in [0, 1) (the saved weights are the average).
         seed: The seed of the run.
-        arch: Overrides of :class:`TinyVideoConfig` (whose defaults are the shipped architecture).
+        init: Where the weights start: ``"scratch"`` (a random init of ``arch``), ``"pretrained"`` (the
+            shipped weights, fine-tuned at this run's size and window) or a file of
+            :meth:`TinyVideo.save_pretrained` (see :func:`starting_base`).
+        moving_weight: The autoencoder's loss weighs the pixels that move (that differ from their
+            episode's median frame by more than :data:`MOVING_THRESHOLD`) ``1 + moving_weight`` times as
+            much as the others, so a small moving object is not traded for the background.
+        overwrite: Replace ``out`` when it exists (refused otherwise, before any work).
+        check_clips: Held-out clips the base check scores after training
+            (:mod:`workbench.worldmodel.base_check`; 0 skips it).
+        arch: Overrides of :class:`TinyVideoConfig` (whose defaults are the shipped architecture) for
+            ``init: scratch``.
 
     Raises:
         ConfigError: When a value is out of range; the message names the field.
@@ -102,6 +121,10 @@ class PretrainConfig:
     warmup: int = 100
     ema: float = 0.998
     seed: int = 0
+    init: str = "pretrained"
+    moving_weight: float = 10.0
+    overwrite: bool = False
+    check_clips: int = 24
     arch: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
@@ -113,6 +136,9 @@ class PretrainConfig:
         check(self.ae_crop % 8 == 0 and self.ae_crop >= 8, "ae_crop",
               f"must be a multiple of 8 (>= 8), got {self.ae_crop}.")
         check(self.size is None or self.size >= 8, "size", f"must be >= 8 pixels, got {self.size}.")
+        check(self.moving_weight >= 0, "moving_weight", f"must be >= 0, got {self.moving_weight}.")
+        check(self.check_clips >= 0, "check_clips",
+              f"must be >= 0 (0 skips the check), got {self.check_clips}.")
         if self.val_data is None:
             from workbench.data.sources import data_kind
 
@@ -179,6 +205,13 @@ def _to_float(frames: np.ndarray) -> torch.Tensor:
     return x.movedim(-1, -3)
 
 
+INITS = ("scratch", "pretrained")
+"""The named starting points of ``init`` (``--from``); anything else is a weights file."""
+
+MOVING_THRESHOLD = 10
+"""A pixel moves where it differs from its episode's median frame by more than this (uint8 units, the
+largest of its three channels), as :func:`workbench.metrics.moving_mask` measures motion."""
+
 FLOOR = 0.1
 """Both stages' learning rate ends its cosine at this fraction of the peak
 (:class:`~workbench.loop.LRSchedule`)."""
@@ -202,6 +235,9 @@ def train_autoencoder(base: TinyVideo, frames: np.ndarray, cfg: PretrainConfig,
     h, w = flat.shape[1:3]
     crop, d = min(cfg.ae_crop, h), base.config.downsample
     gen = torch.Generator().manual_seed(cfg.seed)
+    # what moves: each frame's pixels that differ from its episode's median frame (the still scene)
+    still = np.stack([np.median(flat[o:o + k], axis=0).astype(np.uint8) for o, k in zip(offsets, lengths)]) \
+        if cfg.moving_weight > 0 else None
 
     def loss_fn(step: int) -> torch.Tensor:
         ep = rng.integers(n, size=cfg.ae_batch_size)
@@ -217,7 +253,14 @@ def train_autoencoder(base: TinyVideo, frames: np.ndarray, cfg: PretrainConfig,
         # a little latent noise makes the decoder forgiving of a denoiser's imperfect latents
         z = z + 0.05 * z.detach().std() * torch.randn(z.shape, generator=gen)
         y = ae.decoder(z)
-        return F.mse_loss(y, x) + 0.5 * F.l1_loss(y, x)
+        if still is None:
+            return F.mse_loss(y, x) + 0.5 * F.l1_loss(y, x)
+        scene = np.stack([still[e, top:top + crop, left:left + crop] for e, top, left in zip(ep, ys, xs)])
+        moving = np.abs(batch.astype(np.int16) - scene).max(axis=-1) > MOVING_THRESHOLD  # (B, crop, crop)
+        weight = 1.0 + cfg.moving_weight * torch.from_numpy(moving)[:, None].float()
+        weight = weight / weight.mean()  # the loss's scale stays that of the plain one
+        err = y - x
+        return (weight * err.square()).mean() + 0.5 * (weight * err.abs()).mean()
 
     loop = TrainingLoop(opt, LRSchedule(cfg.ae_learning_rate, cfg.ae_steps, cfg.warmup, floor=FLOOR),
                         clip_grad_norm=1.0, randomness=[rng, gen], name="autoencoder", progress=progress)
@@ -366,6 +409,58 @@ def reconstruction_psnr(base: TinyVideo, data: str = "sample", split: str = "val
     return psnr(to_u8(y), to_u8(x))
 
 
+def what_to_try(cfg: PretrainConfig) -> str:
+    """What the base check tells a user whose base cannot carry the scene, given how it was pretrained."""
+    if cfg.init == "scratch":
+        return ("Fine-tune the shipped base on these videos instead (--from pretrained, with --moving-weight "
+                "10): it starts from an autoencoder that already draws small objects.")
+    weight = "" if cfg.moving_weight >= 10 else " and weigh the moving pixels more (--moving-weight 10)"
+    return (f"Train the autoencoder longer (--ae-steps {2 * max(cfg.ae_steps, 200)}){weight}, "
+            f"or pretrain at a larger --size, so that what moves spans more pixels.")
+
+
+def check_output(cfg: PretrainConfig) -> None:
+    """Refuse to replace weights that exist, before any work: a run trained on them would silently
+    continue on other weights."""
+    out = Path(cfg.out)
+    if out.exists() and not cfg.overwrite:
+        written = time.strftime("%Y-%m-%d %H:%M", time.localtime(out.stat().st_mtime))
+        what = "a directory" if out.is_dir() else f"weights written {written}"
+        raise ConfigError(f"--out {out} exists ({what}). pretrain does not overwrite it: a run trained on "
+                          f"those weights would continue on other ones without a word. Choose another --out, "
+                          f"or pass --overwrite to replace it (nothing was written).")
+
+
+def starting_base(cfg: PretrainConfig, image_size: int) -> TinyVideo:
+    """The model pretraining starts from, on the CPU (where its loops run): a random init of ``cfg.arch``
+    (``init: scratch``), or the weights ``cfg.init`` names (``pretrained``: the shipped ones, or a file) with
+    their architecture, for frames of ``image_size`` pixels and clips of ``cfg.window`` frames. Both
+    networks are convolutional, so weights trained at one size and clip length run at any other."""
+    if cfg.init == "scratch":
+        return TinyVideo(TinyVideoConfig(**cfg.arch, frames=cfg.window, image_size=image_size, device="cpu"))
+    start = TinyVideo.from_pretrained(cfg.init, device="cpu")
+    clash = {k: (v, getattr(start.config, k)) for k, v in cfg.arch.items() if getattr(start.config, k) != v}
+    if clash:
+        raise ConfigError(
+            f"--from {cfg.init} starts from weights of another architecture than the one asked for: "
+            + ", ".join(f"--{k.replace('_', '-')} {asked} (the weights: {theirs})"
+                        for k, (asked, theirs) in sorted(clash.items()))
+            + ". Leave those flags out to fine-tune the weights as they are, "
+              "or pretrain that architecture from scratch (--from scratch).")
+    arch = {k: v for k, v in dataclasses.asdict(start.config).items() if k not in PLACEMENT_FIELDS}
+    base = TinyVideo(TinyVideoConfig(**{**arch, "frames": cfg.window, "image_size": image_size},
+                                     device="cpu"))
+    base.load_state_dict(start.state_dict())
+    base.provenance = {"initialised_from": _init_name(cfg.init, start)}
+    return base
+
+
+def _init_name(init: str, start: TinyVideo) -> str:
+    """What a card says the weights started from: the shipped model's id, or a file's name and its id."""
+    model_id = start.provenance.get("model_id", "tiny_video")
+    return f"the shipped weights ({model_id})" if init == "pretrained" else f"{Path(init).name} ({model_id})"
+
+
 def pretrain(cfg: PretrainConfig, progress: bool = True) -> TinyVideo:
     """Run both stages and write the weights (safetensors) with their provenance and a card JSON.
 
@@ -373,6 +468,7 @@ def pretrain(cfg: PretrainConfig, progress: bool = True) -> TinyVideo:
     :class:`~workbench.loop.Interrupted`; its ``resume()`` finishes the whole run (the weights come
     out as if it had never stopped; the recorded seconds include the pause).
     """
+    check_output(cfg)
     torch.manual_seed(cfg.seed)
     started = time.perf_counter()
     frames, info = _load_frames(cfg.data, cfg.size, camera=cfg.camera)
@@ -381,8 +477,7 @@ def pretrain(cfg: PretrainConfig, progress: bool = True) -> TinyVideo:
         have = longest if info["kind"] == "lerobot" else info["frames"]
         raise DataError(f"{info['path']}: episodes have {have} frames at most, "
                         f"shorter than window={cfg.window}. Use --window <= {have}.")
-    arch = {**cfg.arch, "frames": cfg.window, "image_size": int(frames[0].shape[1])}
-    base = TinyVideo(TinyVideoConfig(**arch, device="cpu"))  # the pretraining loops below run on the CPU
+    base = starting_base(cfg, int(frames[0].shape[1]))
     validation = {"data": cfg.val_data, "split": "val", "window": cfg.window, "stride": 8, "seed": 0,
                   "levels": 8,
                   **({"camera": cfg.camera} if cfg.camera and _is_lerobot(cfg.val_data) else {})}
@@ -409,6 +504,15 @@ def _write(cfg: PretrainConfig, base: TinyVideo, info: dict[str, Any],
     seconds = time.perf_counter() - started
     val = validation_loss(base, **validation)
     ae_psnr = reconstruction_psnr(base, cfg.val_data, camera=validation.get("camera"))
+    out = Path(cfg.out)
+    check = None
+    if cfg.check_clips:
+        from workbench.worldmodel.base_check import check_base, draw_check
+
+        check, videos = check_base(base, cfg.val_data, clips=cfg.check_clips, camera=validation.get("camera"),
+                                   fix=what_to_try(cfg))
+        out.parent.mkdir(parents=True, exist_ok=True)
+        draw_check(out.with_suffix(".check.png"), check, videos)
     name = Path(info["path"]).name
     if info["kind"] == "lerobot":
         trained_on = (f"{name} (a LeRobot dataset; tasks: {', '.join(info['tasks'])}): "
@@ -418,26 +522,33 @@ def _write(cfg: PretrainConfig, base: TinyVideo, info: dict[str, Any],
                       f"{info['episodes']} episodes x {info['frames']} frames "
                       f"({name}, generator seed {int(info['attrs'].get('seed', -1))}, camera "
                       f"{info['attrs'].get('camera', '?')}), no actions")
+    start = base.provenance.get("initialised_from")
+    if start is not None:
+        trained_on = f"fine-tuned from {start} on {trained_on}"
     provenance = {
         "model_id": "tiny_video-metaworld-i2v",
         "trained_on": trained_on,
+        "initialised_from": start or "a random init",
         "train_steps": cfg.steps,
         "autoencoder_steps": cfg.ae_steps,
         "val_loss": round(val, 6),
         "validation": validation,
         "validation_loss_untrained": round(untrained, 6),
         "autoencoder_val_psnr": round(ae_psnr, 3),
+        "base_check": None if check is None else {k: round(v, 3) if isinstance(v, float) else v
+                                                  for k, v in dataclasses.asdict(check).items()},
         "train_loss_final": round(float(np.mean(den_losses[-100:])), 6) if den_losses else None,
         "autoencoder_loss_final": round(float(np.mean(ae_losses[-100:])), 6) if ae_losses else None,
         "train_seconds": round(seconds, 1),
         "autoencoder_seconds": round(ae_seconds, 1),
         # file names only: the provenance travels with the weights, the paths of this machine do not
-        "pretrain_config": {**{k: v for k, v in dataclasses.asdict(cfg).items() if k != "out"},
-                            "data": Path(cfg.data).name, "val_data": Path(cfg.val_data).name},
+        "pretrain_config": {**{k: v for k, v in dataclasses.asdict(cfg).items()
+                               if k not in ("out", "overwrite")},
+                            "data": Path(cfg.data).name, "val_data": Path(cfg.val_data).name,
+                            "init": cfg.init if cfg.init in INITS else Path(cfg.init).name},
         "torch": torch.__version__,
     }
     base.provenance = {**provenance, "source": "pretrained"}
-    out = Path(cfg.out)
     base.save_pretrained(out, **provenance)
     curves = {"autoencoder_loss": [round(v, 6) for v in ae_losses],
               "denoiser_loss": [round(v, 6) for v in den_losses]}
@@ -450,22 +561,63 @@ def _write(cfg: PretrainConfig, base: TinyVideo, info: dict[str, Any],
 
 def add_arguments(parser) -> None:
     d = PretrainConfig(data="sample")
+    arch = TinyVideoConfig()
     parser.add_argument("--data", required=True,
-                        help="a LeRobot dataset directory (e.g. your videos, from `workbench data import`) "
-                             "or an HDF5 file from `workbench data metaworld` (or 'sample')")
-    parser.add_argument("--out", default=d.out, help="output .safetensors file (default: %(default)s)")
-    parser.add_argument("--val-data", help="data whose val split scores the card "
+                        help="the videos to train on: a LeRobot dataset directory (e.g. your videos, from "
+                             "`workbench data import`) or an HDF5 file from `workbench data metaworld` "
+                             "(or 'sample'); every episode is used, actions are not read")
+    parser.add_argument("--out", default=d.out,
+                        help="the .safetensors file to write, with OUT.json (card and provenance), "
+                             "OUT.curves.json (losses) and OUT.check.png (the base check) beside it; "
+                             "an existing file is kept unless --overwrite (default: %(default)s)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace --out if it exists (runs trained on the old weights no longer "
+                             "match them)")
+    parser.add_argument("--from", dest="init", default=d.init, metavar="scratch|pretrained|FILE",
+                        help="where the weights start: 'pretrained' fine-tunes the shipped tiny_video "
+                             "(its architecture; any --size and --window), 'scratch' a random init of "
+                             "--width/--depth/--ae-width, a FILE weights saved by an earlier pretrain "
+                             "(default: %(default)s)")
+    parser.add_argument("--val-data", help="the data whose val split scores the card and the base check "
                                            "(default: the shipped sample for a Meta-World file, "
                                            "the data itself for a LeRobot dataset)")
-    parser.add_argument("--size", type=int, help="frame side in pixels "
+    parser.add_argument("--size", type=int, help="the frames' side in pixels: the base's image size "
                                                  "(a LeRobot dataset is resized to it; default: as stored)")
-    parser.add_argument("--camera", help="a LeRobot dataset's video feature (when it has several)")
-    for flag, typ in (("window", int), ("ae_steps", int), ("ae_batch_size", int), ("steps", int),
-                      ("batch_size", int), ("learning_rate", float), ("ae_learning_rate", float),
-                      ("seed", int), ("width", int), ("depth", int), ("ae_width", int)):
-        default = getattr(d, flag) if hasattr(d, flag) else getattr(TinyVideoConfig, flag)
-        parser.add_argument(f"--{flag.replace('_', '-')}", type=typ, default=default,
-                            help=f"(default: {default})")
+    parser.add_argument("--camera", help="which video feature of a LeRobot dataset to read "
+                                         "(needed when it has several)")
+    parser.add_argument("--window", type=int, default=d.window,
+                        help="frames per training clip: the clip length the base predicts, and the "
+                             "window: of the config you train an adapter with (default: %(default)s)")
+    parser.add_argument("--ae-steps", type=int, default=d.ae_steps,
+                        help="optimizer steps of stage 1, the per-frame autoencoder (0 keeps it as it "
+                             "starts; default: %(default)s)")
+    parser.add_argument("--ae-batch-size", type=int, default=d.ae_batch_size,
+                        help="frame crops per autoencoder step (default: %(default)s)")
+    parser.add_argument("--ae-learning-rate", type=float, default=d.ae_learning_rate,
+                        help="the autoencoder's peak learning rate (cosine schedule; default: %(default)g)")
+    parser.add_argument("--moving-weight", type=float, default=d.moving_weight,
+                        help="extra weight of the autoencoder's loss on the pixels that move (that differ "
+                             "from their episode's median frame), so small moving objects are not "
+                             "smoothed away; 0 weighs every pixel alike (default: %(default)g)")
+    parser.add_argument("--steps", type=int, default=d.steps,
+                        help="optimizer steps of stage 2, the denoiser (flow matching on latent clips; "
+                             "default: %(default)s)")
+    parser.add_argument("--batch-size", type=int, default=d.batch_size,
+                        help="clips per denoiser step (default: %(default)s)")
+    parser.add_argument("--learning-rate", type=float, default=d.learning_rate,
+                        help="the denoiser's peak learning rate (cosine schedule; default: %(default)g)")
+    parser.add_argument("--seed", type=int, default=d.seed,
+                        help="seeds the init and every draw of frames, crops and noise "
+                             "(default: %(default)s)")
+    parser.add_argument("--width", type=int,
+                        help=f"channels of the denoiser's first level, with --from scratch "
+                             f"(default: {arch.width}, the shipped architecture)")
+    parser.add_argument("--depth", type=int,
+                        help=f"residual blocks per level of the denoiser, with --from scratch "
+                             f"(default: {arch.depth})")
+    parser.add_argument("--ae-width", type=int,
+                        help=f"channels of the autoencoder's first level, with --from scratch "
+                             f"(default: {arch.ae_width})")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
 
 
@@ -480,4 +632,9 @@ def run(args) -> int:
     print(f"wrote {cfg.out}: {r.train_steps} denoiser steps, validation loss {r.val_loss:.5f} "
           f"({p['validation']['data']} {p['validation']['split']}), autoencoder PSNR "
           f"{p['autoencoder_val_psnr']:.2f} dB, {p['train_seconds'] / 60:.1f} min")
+    if p.get("base_check"):
+        from workbench.worldmodel.base_check import BaseCheck
+
+        print(BaseCheck(**p["base_check"]).summary())
+        print(f"what it sees and draws: {Path(cfg.out).with_suffix('.check.png')}")
     return 0
