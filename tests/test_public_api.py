@@ -26,6 +26,7 @@ SNAPSHOT = {
     "Composition": "dataclass",
     "Condition": "dataclass",
     "Conditioning": Mapping,
+    "ContextConfig": "dataclass",
     "Diffusion": Objective,
     "ExperimentConfig": "dataclass",
     "FlowMatching": Objective,

@@ -35,6 +35,7 @@ from workbench.config import (
 )
 from workbench.errors import ConfigError, did_you_mean, listing
 from workbench.loop import LRSchedule
+from workbench.train.context import ContextConfig
 from workbench.train.distributed import DistributedConfig
 
 
@@ -45,6 +46,9 @@ class TrainingConfig:
     ``grad_accum`` counts a step's micro-batches over all ranks of a distributed run (each of K
     ranks takes ``grad_accum / K``), so one config means the same training at any world size.
     ``distributed``: how a ``torchrun`` launch splits the work (see :class:`DistributedConfig`).
+    ``context``: where the training windows' context frames come from: recorded (the default),
+    corrupted or the model's own (:class:`~workbench.train.context.ContextConfig`, training against
+    drift).
     ``gradient_checkpointing``: recompute the adapter's activations in backward instead of keeping
     them (less memory for one more adapter forward; the result is the same).
 
@@ -82,6 +86,7 @@ class TrainingConfig:
     progress: bool = True
     gradient_checkpointing: bool = False
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
+    context: ContextConfig = field(default_factory=ContextConfig)
 
     def __post_init__(self):
         problems = Problems()

@@ -65,6 +65,11 @@ class LatentCache(Dataset):
     def __len__(self) -> int:
         return len(self.dataset)
 
+    @property
+    def index(self) -> Any:
+        """The wrapped dataset's ``index`` (each item's ``(episode, start)``), where it has one."""
+        return getattr(self.dataset, "index", None)
+
     def __getitem__(self, i: int) -> dict:
         i = i + len(self) if i < 0 else i
         item = self._items.get(i)

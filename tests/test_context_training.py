@@ -1,0 +1,188 @@
+"""Training against drift (``training.context``): off is today's loop bit for bit, the options change only
+the context frames, and a run with them resumes bit-exactly."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+
+import pytest
+import torch
+from torch.utils.data import Dataset
+
+from workbench.errors import ConfigError, DataError
+from workbench.train.config import load_yaml, parse_experiment
+from workbench.train.context import CONTEXT_NOISE, ContextConfig, ContextSource, context_label
+from workbench.train.experiment import AdapterExperiment
+
+torch.set_num_threads(1)
+
+#: The trainable weights and losses of examples/configs/tiny.yaml after 3 steps, measured on the loop before
+#: training.context existed (sha256 of the sorted state dict's names and bytes, first 16 hex digits).
+TODAY = ("4768d6417eff4c68", [1.06425, 1.021696, 1.032752])
+
+
+class EpisodeWindows(Dataset):
+    """Windows of 8 frames every 2 frames of 3 episodes of 14 frames of a moving square, with the
+    ``index`` of ``(episode, start)`` that self-forwarded contexts look earlier windows up in."""
+
+    def __init__(self, episodes: int = 3, frames: int = 14, window: int = 8, stride: int = 2):
+        g = torch.Generator().manual_seed(7)
+        self.actions = torch.rand(episodes, frames, 4, generator=g) * 2 - 1
+        self.video = torch.full((episodes, 3, frames, 16, 16), -1.0)
+        for e in range(episodes):
+            pos = torch.rand(2, generator=g) * 12
+            for t in range(frames):
+                x, y = (int(v) for v in pos.round().tolist())
+                self.video[e, :, t, y:y + 4, x:x + 4] = 1.0
+                pos = (pos + self.actions[e, t, :2] * 2.0).clamp(0, 12)
+        self.window = window
+        self.index = [(e, s) for e in range(episodes) for s in range(0, frames - window + 1, stride)]
+
+    def __len__(self):
+        return len(self.index)
+
+    def __getitem__(self, i):
+        e, s = self.index[i]
+        return {"video": self.video[e, :, s:s + self.window].clone(),
+                "action": self.actions[e, s:s + self.window].clone(), "episode": e, "start": s}
+
+
+def _config(steps: int = 3, context: dict | None = None, tmp_path=None):
+    config = load_yaml("examples/configs/tiny.yaml")
+    training = dataclasses.replace(config.training, steps=steps, checkpoint_every=None, progress=False,
+                                   output_dir=str(tmp_path) if tmp_path else None)
+    if context is not None:
+        data = {**_as_dict(config), "training": {**_as_dict(config)["training"], "context": context}}
+        config = parse_experiment(data)
+        training = dataclasses.replace(config.training, steps=steps, checkpoint_every=None, progress=False,
+                                       output_dir=str(tmp_path) if tmp_path else None)
+    return dataclasses.replace(config, training=training, callbacks=[])
+
+
+def _as_dict(config):
+    from workbench.train.config import experiment_to_dict
+
+    return experiment_to_dict(config)
+
+
+def _digest(exp) -> str:
+    h = hashlib.sha256()
+    for k, v in sorted(exp.model.trainable_state_dict().items()):
+        h.update(k.encode())
+        h.update(v.detach().contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+@pytest.mark.parametrize("context", [None, {"source": "recorded"}, {"source": "self_forwarded", "p": 0.0},
+                                     {"source": "corrupted", "p": 0.0}])
+def test_off_trains_exactly_as_the_loop_without_the_option(context):
+    exp = AdapterExperiment.from_config(_config(context=context))
+    assert exp.context is None
+    exp.fit(progress=False)
+    assert (_digest(exp), [round(v, 6) for v in exp.loss_history]) == TODAY
+
+
+def test_the_run_records_the_context_it_trained_on():
+    exp = AdapterExperiment.from_config(_config(context={"source": "self_forwarded", "p": 0.5, "steps": 1}))
+    recorded = exp.resolved_config()["training"]["context"]
+    assert recorded == {"source": "self_forwarded", "p": 0.5, "max_level": 0.3, "steps": 1, "stride": None,
+                        "gate_scale": None}
+    assert context_label(exp.resolved_config()) == "trained on produced context p=0.5 (one-step estimates)"
+    assert context_label({"training": {}}) == "trained on recorded context"
+
+
+def _source(config: ContextConfig, data: EpisodeWindows):
+    exp = AdapterExperiment.from_config(_config())
+    source = ContextSource(config, exp.model, seed=0)
+    source.bind(data)
+    return source
+
+
+def _raw(data, indices):
+    from torch.utils.data import default_collate
+
+    return default_collate([data[i] for i in indices])
+
+
+def test_self_forwarded_replaces_only_the_context_of_windows_with_an_earlier_window():
+    data = EpisodeWindows()
+    source = _source(ContextConfig(source="self_forwarded", p=1.0), data)
+    raw = _raw(data, [0, 1, 3, 5])                  # starts 0, 2, 6, 2 (episodes 0, 0, 0, 1)
+    before = raw["video"].clone()
+    out, level = source.apply(raw, step=0, micro=0)
+    assert torch.equal(raw["video"], before)        # the served batch is untouched
+    assert torch.equal(level, torch.zeros(4))
+    assert torch.equal(out["video"][:, :, 1:], before[:, :, 1:])
+    assert torch.equal(out["video"][0], before[0])  # a window at the episode's first frame keeps its context
+    changed = (out["video"][1:, :, 0] != before[1:, :, 0]).flatten(1).any(1)
+    assert changed.tolist() == [True, True, True]
+    grid = (out["video"][1:, :, 0] + 1) * 127.5     # frames as a rollout hands them on: 8-bit values
+    assert torch.allclose(grid, grid.round(), atol=1e-4)
+    assert source.counts == {"windows": 4, "changed": 3}
+    again, _ = source.apply(raw, step=0, micro=0)   # a pure function of (seed, step, micro) and the weights
+    assert torch.equal(again["video"], out["video"])
+    other, _ = source.apply(raw, step=1, micro=0)
+    assert not torch.equal(other["video"], out["video"])
+
+
+def test_the_earlier_window_is_the_farthest_within_the_stride():
+    data = EpisodeWindows()
+    source = _source(ContextConfig(source="self_forwarded", stride=5), data)
+    assert source.stride == 5
+    assert source._earlier(0, 6) == (data.index.index((0, 2)), 4)   # 6 - 5 = 1 is no window start: 2 is
+    assert source._earlier(0, 0) is None
+    assert _source(ContextConfig(source="self_forwarded"), data).stride == 7   # 8 frames, 1 context frame
+
+
+def test_corrupted_moves_only_the_context_towards_noise_and_says_the_level():
+    data = EpisodeWindows()
+    source = _source(ContextConfig(source="corrupted", p=0.5, max_level=0.3), data)
+    raw = _raw(data, range(8))
+    out, level = source.apply(raw, step=3, micro=0)
+    assert torch.equal(out["video"][:, :, 1:], raw["video"][:, :, 1:])
+    picked = level > 0
+    assert 0 < int(picked.sum()) < 8 and float(level.max()) <= 0.3
+    assert torch.equal(out["video"][~picked], raw["video"][~picked])
+    assert (out["video"][picked, :, 0] != raw["video"][picked, :, 0]).flatten(1).any(1).all()
+    batch = source.finish(source.model.base.prepare_batch(out), level)
+    assert torch.equal(batch.cond[CONTEXT_NOISE], level)
+
+
+def test_resume_mid_run_equals_the_uninterrupted_run_with_the_option_on(tmp_path):
+    data = EpisodeWindows()
+    context = {"source": "self_forwarded", "p": 0.5, "steps": 1}
+    whole = AdapterExperiment.from_config(_config(steps=4, context=context)).fit(data, progress=False)
+    assert whole.context.counts["changed"] > 0
+    first = AdapterExperiment.from_config(_config(steps=4, context=context, tmp_path=tmp_path))
+    first.fit(data, steps=2, progress=False)
+    first.save_checkpoint(tmp_path)
+    config = _config(steps=4, context=context, tmp_path=tmp_path)
+    resumed = AdapterExperiment.resume(tmp_path, config).fit(data, progress=False)
+    assert resumed.step == 4
+    assert _digest(resumed) == _digest(whole)
+    assert resumed.loss_history == whole.loss_history
+    plain = AdapterExperiment.from_config(_config(steps=4)).fit(data, progress=False)
+    assert _digest(plain) != _digest(whole)         # the option did change the training
+
+
+@pytest.mark.parametrize("block, match", [
+    ({"source": "self_forwarding"},
+     r"training\.context\.source: got str 'self_forwarding'; allowed.*Did you mean 'self_forwarded'"),
+    ({"p": 1.5}, r"training\.context\.p: must be in \[0, 1\].*got 1\.5"),
+    ({"steps": 0}, r"training\.context\.steps: must be an int >= 1.*got 0"),
+    ({"max_level": 0}, r"training\.context\.max_level: must be in \(0, 1\]"),
+    ({"sorce": "corrupted"}, r"training\.context\.sorce: unknown key.*Did you mean 'source'"),
+])
+def test_a_bad_context_block_is_refused_naming_the_field(block, match):
+    with pytest.raises(ConfigError, match=match):
+        _config(context=block)
+
+
+def test_self_forwarded_without_an_index_says_what_data_it_needs():
+    from workbench.data.synthetic import SyntheticMoves
+
+    exp = AdapterExperiment.from_config(_config(context={"source": "self_forwarded"}))
+    with pytest.raises(DataError, match=r"self_forwarded needs a map-style dataset whose index lists each "
+                                        r"item's \(episode, start\).*got SyntheticMoves without an index"):
+        exp.fit(SyntheticMoves(items=8, frames=8, size=16), steps=1, progress=False)
