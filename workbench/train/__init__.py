@@ -5,4 +5,5 @@ from workbench.train.context import ContextConfig
 from workbench.train.experiment import AdapterExperiment
 from workbench.train.live import FitSession
 
-__all__ = ["AdapterExperiment", "ContextConfig", "ExperimentConfig", "FitSession", "TrainingConfig", "load_yaml"]
+__all__ = ["AdapterExperiment", "ContextConfig", "ExperimentConfig", "FitSession", "TrainingConfig",
+           "load_yaml"]
