@@ -186,3 +186,29 @@ def test_self_forwarded_without_an_index_says_what_data_it_needs():
     with pytest.raises(DataError, match=r"self_forwarded needs a map-style dataset whose index lists each "
                                         r"item's \(episode, start\).*got SyntheticMoves without an index"):
         exp.fit(SyntheticMoves(items=8, frames=8, size=16), steps=1, progress=False)
+
+
+# -- the instruments say what context the adapter was trained to expect -------------------------------------------
+def test_stepper_and_drive_show_the_context_the_adapter_was_trained_on():
+    pytest.importorskip("ipywidgets")
+    from workbench.inspect.drive import DriveState
+    from workbench.inspect.stepper import StepperState
+    from workbench.widgets import Drive, Stepper
+
+    exp = AdapterExperiment.from_config(_config(context={"source": "self_forwarded", "p": 0.5}))
+    label = "trained on produced context p=0.5 (2-step samples)"
+    assert exp.model.trained_context == label
+    data = EpisodeWindows()
+    traj = exp.sample(_raw(data, [1]), steps=2, seed=0)
+    assert StepperState(traj).context_note == label
+    view = Stepper(traj)
+    view.refresh()
+    assert f"<i>{label}</i>" in view.where.value
+    start = {"video": data.video[0, :, :4], "action": data.actions[0, :4]}
+    assert DriveState(exp.model, start, steps=2, readout=None).context_note == (
+        f"adapter {label}; chunk 0 continues from the recorded frame, later chunks from produced frames")
+    drive = Drive(exp.model, start, steps=2, readout=None)
+    drive._status()
+    assert f"adapter {label}" in drive.status.value
+    plain = AdapterExperiment.from_config(_config())
+    assert StepperState(plain.sample(_raw(data, [1]), steps=2, seed=0)).context_note == "trained on recorded context"

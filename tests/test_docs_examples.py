@@ -201,7 +201,7 @@ def _getting_started(ns: dict) -> None:
 def _writing_a_backbone(ns: dict) -> None:
     written, tiny = ns["report"], ns["tiny_report"]  # the worked example's report, after the last one on the page
     assert written.ok and written.declared == ("Previews",) and written["previews"].status == "kept", written
-    assert tiny.ok and ("all 15 promises kept; declares GivenFrames, LatentLayout, CachesLatents, InsideAccess, "
+    assert tiny.ok and ("all 16 promises kept; declares GivenFrames, LatentLayout, CachesLatents, InsideAccess, "
                         "MemoryPlanning") in str(tiny), tiny
     assert ns["bf16_report"].ok and ns["bf16_report"].setting == "cpu bfloat16"
     assert ns["refusal"].startswith("Forgot writes pixel_space of the Previews capability without declaring it")

@@ -103,6 +103,7 @@ class AdapterExperiment:
         self.model = ComposedModel(base, adapter, composer, objective).to(self.device)
         adapter.condition_seed = self.training.seed
         self.model.checkpoint_adapter = self.training.gradient_checkpointing
+        self.model.trained_context = self.training.context.label()
         params = self.model.trainable_parameters()  # fixed for the experiment's lifetime
         self._config = config
         if self.dist is not None:
