@@ -164,6 +164,12 @@ def test_resume_mid_run_equals_the_uninterrupted_run_with_the_option_on(tmp_path
     assert resumed.loss_history == whole.loss_history
     plain = AdapterExperiment.from_config(_config(steps=4)).fit(data, progress=False)
     assert _digest(plain) != _digest(whole)         # the option did change the training
+    other = _config(steps=4, context={**context, "p": 0.25}, tmp_path=tmp_path)
+    with pytest.raises(ConfigError, match=r"training\.context\.p"):
+        AdapterExperiment.resume(tmp_path, other)
+    changed = AdapterExperiment.resume(tmp_path, other, override=["training.context"])
+    assert changed.config_changes == [{"step": 2, "field": "training.context.p", "from": 0.5, "to": 0.25,
+                                       "bit_exact": False}]
 
 
 @pytest.mark.parametrize("block, match", [

@@ -163,7 +163,7 @@ class ContextSource:
         self.stride = config.stride if config.stride is not None else self.window - self.context
         self._source: Any = None
         self._where: dict[tuple[int, int], int] = {}
-        #: Windows given each context so far in this process (recorded, corrupted, self_forwarded).
+        #: In this process so far: the training windows seen, and how many of them were given another context.
         self.counts = {"windows": 0, "changed": 0}
 
     # -- the data the earlier windows come from ---------------------------------------------------------
