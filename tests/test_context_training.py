@@ -135,6 +135,59 @@ def test_the_earlier_window_is_the_farthest_within_the_stride():
     assert _source(ContextConfig(source="self_forwarded"), data).stride == 7   # 8 frames, 1 context frame
 
 
+class AnyStart(EpisodeWindows):
+    """The same episodes, serving a window at any start (``window_at``), as the metaworld and lerobot datasets do."""
+
+    def window_at(self, episode, start):
+        return {"video": self.video[episode, :, start:start + self.window].clone(),
+                "action": self.actions[episode, start:start + self.window].clone(), "episode": episode,
+                "start": start}
+
+
+def test_data_that_serves_any_start_gives_the_window_exactly_the_stride_back():
+    data = AnyStart()
+    source = _source(ContextConfig(source="self_forwarded", p=1.0, stride=5), data)
+    assert source._earlier(0, 6) == ((0, 1), 5)      # frame 1: no window of the index starts there
+    assert source._earlier(1, 4) == ((1, 0), 4)      # nearer than the stride: from the episode's first frame
+    assert source._earlier(1, 0) is None
+    out, _ = source.apply(_raw(data, [3]), step=0, micro=0)     # episode 0 from frame 6
+    expected, _ = source.apply(_raw(data, [3]), step=0, micro=0)
+    assert torch.equal(out["video"], expected["video"])
+    assert not torch.equal(out["video"][:, :, 0], _raw(data, [3])["video"][:, :, 0])
+
+
+def test_the_metaworld_and_lerobot_datasets_serve_a_window_at_any_start(tmp_path):
+    pytest.importorskip("h5py")
+    from workbench.data.metaworld import MetaWorldClips
+    from workbench.train.data import LatentCache
+
+    clips = MetaWorldClips(path="sample", window=16, stride=4, split="train")
+    episode, start = clips.index[5]
+    assert all(torch.equal(clips.window_at(episode, start)[k], clips[5][k]) for k in ("video", "action"))
+    odd = clips.window_at(episode, 3)
+    assert odd["start"] == 3 and torch.equal(odd["video"][:, 1:], clips.window_at(episode, 4)["video"][:, :-1])
+    with pytest.raises(DataError, match=r"no window at episode .*, step 40 in this split: episodes .*starts 0 to 32"):
+        clips.window_at(episode, 40)
+    from workbench.backbones.tiny_video import TinyVideo
+
+    pytest.importorskip("pyarrow")
+    pytest.importorskip("av")
+    import lerobot_fixture as fx
+
+    from workbench.data.lerobot import LeRobotClips
+
+    root = fx.write(tmp_path / "ds", "v3.0")
+    robot = LeRobotClips(root=str(root), camera=fx.CAMERAS[0], window=4, stride=2, split="all")
+    item = robot[len(robot) - 1]
+    again = robot.window_at(item["episode"], item["start"])
+    assert torch.equal(again["video"], item["video"]) and torch.equal(again["action"], item["action"])
+    assert robot.window_at(item["episode"], 1)["start"] == 1
+    with pytest.raises(DataError, match=r"no window at episode .*, frame 99 in this split"):
+        robot.window_at(item["episode"], 99)
+    cache = LatentCache(clips, TinyVideo(image_size=64, frames=16, width=16, ae_width=8, depth=1))
+    assert torch.equal(cache.window_at(episode, start)["latents"], cache[5]["latents"])
+
+
 def test_corrupted_moves_only_the_context_towards_noise_and_says_the_level():
     data = EpisodeWindows()
     source = _source(ContextConfig(source="corrupted", p=0.5, max_level=0.3), data)

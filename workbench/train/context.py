@@ -12,8 +12,8 @@ bias). ``training.context`` changes the context of some training windows before 
   without this block.
 * ``self_forwarded``: with probability ``p`` a window's context frames are the model's own
   prediction of them, made from an earlier window of the same episode that starts ``stride`` frames
-  before (default: the clip's frames minus the context frames, a rollout's stride; the farthest
-  earlier window the data holds within that). The earlier window is sampled with the backbone's own
+  before (default: the clip's frames minus the context frames, a rollout's stride), or from the
+  episode's first frame when that is nearer. The earlier window is sampled with the backbone's own
   sampler in ``steps`` steps (``steps: 1`` from pure noise is the one-step x0 estimate) under
   ``no_grad``: the gradient is truncated there, as in Self Forcing. The frames go through pixels as a
   rollout hands them on (decoded, rounded to 8 bits, encoded again where the data holds latents).
@@ -27,9 +27,11 @@ bias). ``training.context`` changes the context of some training windows before 
   At sampling time it is absent (a clean context, which an adapter reads as level 0) unless the batch
   sets it.
 
-Self-forwarded contexts need to find the earlier window: a map-style dataset whose ``index`` lists
-each item's ``(episode, start)`` and whose items say their ``episode`` and ``start`` (the
-``metaworld`` and ``lerobot`` datasets do; a latent cache of one keeps them).
+Self-forwarded contexts need to find the earlier window, in data whose items say their ``episode``
+and ``start``: a dataset with ``window_at(episode, start)``, the window at any start of an episode
+(the ``metaworld`` and ``lerobot`` datasets have it; a latent cache of one keeps it), reads the window
+exactly ``stride`` frames back; else a map-style dataset whose ``index`` lists each item's
+``(episode, start)`` gives the farthest window back within ``stride`` that it holds.
 
 Measured on the Meta-World world model (12 held-out 144-frame episodes rolled out with 8 sampling
 steps and the gate doubled, hand error in cm, worst of 10 chunks, the state read off the produced
@@ -162,6 +164,7 @@ class ContextSource:
         self.window = base.clip().frames
         self.stride = config.stride if config.stride is not None else self.window - self.context
         self._source: Any = None
+        self._window_at: Any = None
         self._where: dict[tuple[int, int], int] = {}
         #: In this process so far: the training windows seen, and how many of them were given another context.
         self.counts = {"windows": 0, "changed": 0}
@@ -171,6 +174,10 @@ class ContextSource:
         """Read earlier windows from ``source`` (the dataset the loop's stream reads)."""
         if source is self._source or self.config.source != "self_forwarded":
             return
+        window_at = getattr(source, "window_at", None)
+        if callable(window_at):
+            self._source, self._window_at, self._where = source, window_at, {}
+            return
         index = getattr(source, "index", None)
         if index is None or not hasattr(source, "__getitem__"):
             raise DataError(
@@ -179,16 +186,26 @@ class ContextSource:
                 f"{' without an index' if index is None else ''}. Use such a dataset (metaworld, lerobot), "
                 f"or source: corrupted, which needs none."
             )
-        self._source = source
+        self._source, self._window_at = source, None
         self._where = {(int(e), int(s)): i for i, (e, s) in enumerate(index)}
 
-    def _earlier(self, episode: int, start: int) -> tuple[int, int] | None:
-        """``(dataset index of the earlier window, offset of the context in it)``, or None."""
+    def _earlier(self, episode: int, start: int) -> tuple[Any, int] | None:
+        """``(the earlier window's item, offset of the context in it)``, or None: the window ``stride``
+        frames back (from the episode's start when it is nearer) when the data serves any start
+        (``window_at``), else the farthest one back within ``stride`` that its ``index`` holds."""
+        if start <= 0:
+            return None
+        if self._window_at is not None:
+            k = min(self.stride, start)
+            return (episode, start - k), k
         for k in range(min(self.stride, start), 0, -1):
             i = self._where.get((episode, start - k))
             if i is not None:
                 return i, k
         return None
+
+    def _item(self, where: Any) -> dict[str, Any]:
+        return self._window_at(*where) if self._window_at is not None else self._source[where]
 
     # -- one micro-batch ----------------------------------------------------------------------------------
     def apply(self, raw: Mapping[str, Any], step: int, micro: int) -> tuple[dict[str, Any], torch.Tensor]:
@@ -240,7 +257,7 @@ class ContextSource:
         from torch.utils.data import default_collate
 
         model = self.model
-        raw = default_collate([self._source[i] for i, _ in plan])
+        raw = default_collate([self._item(where) for where, _ in plan])
         batch = model.base.prepare_batch(raw)
         device = batch.latents.device
         generator = torch.Generator(device=device).manual_seed(seed)
