@@ -47,6 +47,38 @@ from local_jupyter import free_port  # noqa: E402, F401 - shared with the tests 
 
 TINY = dict(image_size=16, frames=4, width=16, ae_width=8, depth=1, sampling_steps=4)
 
+# -- what the shipped backbones take and what the conformance kit reports on them -------------------------------
+#: The inputs each shipped backbone's ``example_batch()`` holds, written out: the conformance checks feed on the
+#: example batch, so an input dropped from it would silently stop being checked; the tests compare against this.
+EXAMPLE_BATCH_KEYS = {
+    "tiny_video": {"video", "action", "proprio", "ee_pos", "camera", "control"},
+    "wan22_ti2v": {"video", "action", "proprio", "ee_pos", "control", "prompt", "negative_prompt_embeds"},
+    "easyanimate": {"video", "action", "proprio", "ee_pos", "control", "prompt", "negative_prompt_embeds",
+                    "negative_prompt_attention_mask"},
+}
+
+#: The first line of ``check_backbone``'s report on each shipped backbone when every promise holds: how many
+#: promises it checks (the required ones and those of the capabilities the backbone declares) and what it declares.
+#: The CPU suite (tests/test_benchmarks.py, tests/test_docs_examples.py) and the CUDA one (tests/test_gpu.py) assert
+#: these same lines, so a promise added to the kit changes the expectations of both at once.
+_CAPABILITIES = "SamplingOptions, LatentLayout, CachesLatents, InsideAccess, MemoryPlanning, KeepsFloat32"
+KEPT = {
+    "tiny_video": "TinyVideo (tiny_video-{objective}) on {setting}: all 16 promises kept; declares GivenFrames, "
+                  "LatentLayout, CachesLatents, InsideAccess, MemoryPlanning",
+    "wan22_ti2v": "Wan22TI2V (wan2.2-ti2v:wan22-ti2v-tiny-v1) on {setting}: all 16 promises kept; declares "
+                  + _CAPABILITIES,
+    "easyanimate": "EasyAnimate (easyanimate:easyanimate-tiny-v1) on {setting}: all 16 promises kept; declares "
+                   + _CAPABILITIES,
+    "dynamicrafter": "DynamiCrafter (dynamicrafter-512:tiny random model) on {setting}: all 16 promises kept; "
+                     "declares SamplingOptions, CachesLatents, InsideAccess, MemoryPlanning, KeepsFloat32",
+}
+
+
+def kept(backbone: str, setting: str, objective: str = "flow_matching") -> str:
+    """``KEPT[backbone]`` for the setting ``"cpu float32"``, ``"cuda bfloat16"``, ... (and tiny_video's objective)."""
+    return KEPT[backbone].format(setting=setting, objective=objective)
+
+
 
 def _installed(dist: str) -> bool:
     from importlib import metadata

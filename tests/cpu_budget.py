@@ -90,6 +90,7 @@ BUDGET: dict[str, float] = {
     "tests/test_cli_behaviour.py": 2,
     "tests/test_config_roundtrip.py": 2,
     "tests/test_loop.py": 2,
+    "tests/test_docstrings.py": 2,
     "tests/test_plugin_real_weights.py": 1,
     "tests/test_gpu.py": 1,
     "tests/test_widgets_drive.py": 1,

@@ -75,7 +75,7 @@ def test_invalid_calibration_says_what_is_wrong():
 def _needs_simulator():
     for name in ("metaworld", "mujoco"):
         if importlib.util.find_spec(name) is None:
-            pytest.skip(f"{name} is not installed (pip install 'grafted-workbench[data]')")
+            pytest.skip(f"{name} is not installed (pip install './[data]' in a clone)")
 
 
 @pytest.mark.parametrize("camera", ["corner2_close", "corner3"])

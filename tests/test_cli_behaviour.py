@@ -124,7 +124,7 @@ def test_a_few_clips_cover_every_task():
 def test_lerobot_generation_names_only_what_it_wrote(tmp_path, capsys):
     for name in ("metaworld", "mujoco"):
         if importlib.util.find_spec(name) is None:
-            pytest.skip(f"{name} is not installed (pip install 'grafted-workbench[data]')")
+            pytest.skip(f"{name} is not installed (pip install './[data]' in a clone)")
     from workbench.worldmodel.sim import RenderingUnavailable
 
     out = tmp_path / "robot"
@@ -175,7 +175,7 @@ def test_a_command_refuses_before_work_when_its_extra_is_missing(tmp_path, capsy
     status, out, err = cli(capsys, "demo", "--quick", "--output", tmp_path / "demo")
     assert status == 2 and out == ""
     assert "error: workbench demo needs h5py (the 'data' extra); matplotlib (the 'widgets' extra), not installed in " \
-           "this environment. Install with: pip install \"grafted-workbench[data,widgets]\"" in err
+           "this environment. Install with: pip install \"./[data,widgets]\" in a clone of the repository" in err
     assert not (tmp_path / "demo").exists()
 
 
@@ -185,7 +185,8 @@ def test_train_checks_the_extras_its_config_needs_before_work(tmp_path, capsys, 
     status, _, err = cli(capsys, "train", config, "--output", tmp_path / "run", "--quiet")
     assert status == 2
     assert f"error: workbench train {config} (data: metaworld) needs h5py from the 'data' extra, which is not " \
-           f"installed in this environment. Install it with: pip install \"grafted-workbench[data]\"" in err
+           f"installed in this environment. Install it with: pip install \"./[data]\" in a clone of the " \
+           f"repository" in err
     assert not (tmp_path / "run").exists()
 
 
@@ -205,6 +206,8 @@ def test_an_import_of_a_missing_extra_anywhere_names_the_extra(capsys, monkeypat
 def test_doctor_says_what_each_extra_serves_and_which_commands_need_it(capsys):
     status, out, _ = cli(capsys, "doctor")
     assert status == 0
+    assert '\nextras (pip install "./[EXTRA]" in a clone of the repository):\n' in out, out
+    assert "grafted-workbench" not in out  # the distribution is not on the package index yet
     assert re.search(r"^  data       installed - datasets and video files: the metaworld and lerobot datasets, "
                      r"importing your own videos, MP4 / GIF output; commands: workbench data, workbench demo, "
                      r"workbench eval, workbench pretrain, workbench probe$", out, re.M), out

@@ -14,8 +14,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-pytest.importorskip("pyarrow", reason="the lerobot dataset needs pyarrow (pip install 'grafted-workbench[data]')")
-pytest.importorskip("av", reason="the lerobot dataset needs PyAV (pip install 'grafted-workbench[data]')")
+pytest.importorskip("pyarrow", reason="the lerobot dataset needs pyarrow (pip install './[data]' in a clone)")
+pytest.importorskip("av", reason="the lerobot dataset needs PyAV (pip install './[data]' in a clone)")
 
 import lerobot_fixture as fx  # noqa: E402
 
@@ -502,7 +502,7 @@ def test_shipped_sample_round_trip(sample_lerobot):
 def _needs_simulator():
     for name in ("metaworld", "mujoco", "h5py"):
         if importlib.util.find_spec(name) is None:
-            pytest.skip(f"{name} is not installed (pip install 'grafted-workbench[data]')")
+            pytest.skip(f"{name} is not installed (pip install './[data]' in a clone)")
 
 
 def test_generator_writes_lerobot_with_the_same_rollouts(tmp_path):

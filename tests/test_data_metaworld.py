@@ -52,7 +52,7 @@ def write_file(path, n=2, t=8, hw=8, p=3, drop=(), tasks=None, attrs=None, **rep
 def _needs_simulator():
     for name in ("metaworld", "mujoco"):
         if importlib.util.find_spec(name) is None:
-            pytest.skip(f"{name} is not installed (pip install 'grafted-workbench[data]')")
+            pytest.skip(f"{name} is not installed (pip install './[data]' in a clone)")
 
 
 def _generate(path, **kwargs):
@@ -123,6 +123,17 @@ def test_generator_rejects_bad_arguments(tmp_path):
         generate(tmp_path / "x.h5", tasks="push-v3", episodes=1, frames=4, noise={"noise_sd": 0.1},
                  progress=False)
     assert not (tmp_path / "x.h5").exists()
+
+
+def test_a_missing_simulator_package_names_the_command_that_installs_it(monkeypatch):
+    from workbench.worldmodel.sim import import_simulator
+
+    monkeypatch.setitem(sys.modules, "metaworld", None)  # importing it raises ModuleNotFoundError
+    with pytest.raises(DataError, match=r"^Generating Meta-World data needs the package 'metaworld', which is not "
+                                        r'installed: pip install "\./\[data\]" in a clone of the repository '
+                                        r'\(pip install -e "\./\[data\]" for an editable install; `make install` '
+                                        r"there installs every extra\) \(metaworld, mujoco, h5py\)\.$"):
+        import_simulator()
 
 
 def test_cli_arguments_parse():

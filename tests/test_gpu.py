@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY, requires_plugins
+from conftest import EXAMPLE_BATCH_KEYS, TINY, kept, requires_plugins
 
 from workbench import AdapterExperiment, GatedResidual, TrainingConfig
 from workbench.adapters.latent_residual import LatentResidual
@@ -29,8 +29,10 @@ requires_cuda = pytest.mark.skipif(
 
 
 def tiny_raw() -> dict:
-    """Every input tiny_video takes: its own example batch."""
-    return make_tiny().example_batch()
+    """Every input tiny_video takes: its own example batch, checked against the inputs the CPU suite lists."""
+    raw = make_tiny().example_batch()
+    assert set(raw) == EXAMPLE_BATCH_KEYS["tiny_video"], sorted(raw)
+    return raw
 
 
 def make_tiny(objective: str = "flow_matching"):
@@ -62,7 +64,7 @@ def fit_sample_fork(device: str, amp_dtype: str | None):
 @pytest.mark.parametrize("objective", ["flow_matching", "diffusion"])
 def test_tiny_video_keeps_the_contract_on_cuda_in_bfloat16(objective):
     report = check_tiny_video("cuda", torch.bfloat16, objective)
-    assert report.ok and report.setting == "cuda bfloat16"
+    assert str(report).splitlines()[0] == kept("tiny_video", "cuda bfloat16", objective), report
 
 
 @pytest.mark.gpu
@@ -93,10 +95,12 @@ def test_the_tiny_plugins_keep_the_contract_on_cuda_in_bfloat16(backbone, adapte
     negative = base.encode_text(["", ""])
     keys = ("negative_prompt_embeds", "negative_prompt_attention_mask")
     raw.update(zip(keys, negative) if isinstance(negative, tuple) else [(keys[0], negative)])
+    assert set(raw) == EXAMPLE_BATCH_KEYS[backbone]  # every input the CPU suite gives the plugin
     report = check_backbone(base, raw=raw, device="cuda", steps=4,  # the card's precision: bf16 transformer
                             adapter_factory=lambda: build("adapter", adapter, {"channels": channels, "width": 16,
                                                                                "depth": 1}))
-    assert report.ok and base.transformer.dtype == torch.bfloat16
+    assert str(report).splitlines()[0] == kept(backbone, "cuda"), report
+    assert base.transformer.dtype == torch.bfloat16
 
 
 @pytest.mark.gpu
@@ -109,7 +113,10 @@ def test_gpu_check_holds_on_cuda_for_every_backbone_in_its_cards_gpu_precision(t
                          cwd=ROOT / "benchmarks", capture_output=True, text=True,
                          env={**os.environ, "WORKBENCH_CACHE": str(tmp_path)})
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
-    assert "DynamiCrafter (dynamicrafter-512:tiny random model) on cuda bfloat16: all 16 promises kept" in out.stdout
+    # each card's CUDA precision: tiny_video runs in float32 everywhere, the diffusers models in bfloat16
+    for backbone, setting in (("tiny_video", "cuda float32"), ("wan22_ti2v", "cuda bfloat16"),
+                              ("easyanimate", "cuda bfloat16"), ("dynamicrafter", "cuda bfloat16")):
+        assert kept(backbone, setting) in out.stdout, out.stdout[-4000:]
     assert "gpu_check: every claim holds" in out.stdout
 
 

@@ -215,14 +215,14 @@ def test_the_wheel_installs_and_each_extra_serves_its_commands(tmp_path):
     # each command whose extra is missing refuses before it starts, naming the extra and the pip command
     refused(core[f"train {mw} --output mw --quiet"],
             f"error: workbench train {mw} (data: metaworld) needs h5py from the 'data' extra, which is not installed "
-            f"in this environment. Install it with: pip install \"grafted-workbench[data]\"")
+            f"in this environment. Install it with: pip install \"./[data]\" in a clone of the repository")
     refused(core["demo --quick --output demo"],
             "error: workbench demo needs h5py, imageio, imageio_ffmpeg, PIL (the 'data' extra); matplotlib (the "
             "'widgets' extra), not installed in this environment. Install with: pip install "
-            "\"grafted-workbench[data,widgets]\"")
+            "\"./[data,widgets]\" in a clone of the repository")
     refused(core["data metaworld --out x.h5"],
             "error: workbench data metaworld needs pyarrow, av, PIL (the 'data' extra), not installed in this "
-            "environment. Install with: pip install \"grafted-workbench[data]\"")
+            "environment. Install with: pip install \"./[data]\" in a clone of the repository")
     assert not (work / "mw").exists() and not (work / "demo").exists() and not (work / "x.h5").exists()
     # -- + data --------------------------------------------------------------------------------------------
     brought = stage("[data]")
@@ -240,7 +240,7 @@ def test_the_wheel_installs_and_each_extra_serves_its_commands(tmp_path):
         assert (work / "one.h5").is_file()
     refused(run([*workbench, "demo", "--quick", "--output", "demo"], work, env),
             "error: workbench demo needs matplotlib (the 'widgets' extra), not installed in this environment. "
-            "Install with: pip install \"grafted-workbench[widgets]\"")
+            "Install with: pip install \"./[widgets]\" in a clone of the repository")
     assert not (work / "demo").exists()
 
     # -- + widgets -----------------------------------------------------------------------------------------

@@ -72,11 +72,19 @@ def test_wandb_is_offline_unless_configured_and_logs_what_tensorboard_does(tmp_p
     assert run.finished
 
 
-def test_a_missing_tracker_package_says_how_to_install_it(tmp_path, monkeypatch):
-    monkeypatch.setitem(sys.modules, "wandb", None)  # import wandb raises ImportError
-    exp = experiment(tmp_path, build("callback", "wandb", {}))
-    with pytest.raises(CallbackError, match=r"The wandb callback needs the 'wandb' package, which is not installed. "
-                                            r"Install it with `pip install grafted-workbench\[logging\]`"):
+@pytest.mark.parametrize("callback, module, advice", [
+    # tensorboard comes with the 'logging' extra; wandb belongs to no extra and is installed on its own
+    ("tensorboard", "torch.utils.tensorboard",
+     r'pip install "\./\[logging\]" in a clone of the repository \(pip install -e "\./\[logging\]" for an editable '
+     r"install; `make install` there installs every extra\)"),
+    ("wandb", "wandb", r"pip install wandb"),
+])
+def test_a_missing_tracker_package_says_how_to_install_it(tmp_path, monkeypatch, callback, module, advice):
+    monkeypatch.setitem(sys.modules, module, None)  # importing it raises ImportError
+    exp = experiment(tmp_path, build("callback", callback, {}))
+    with pytest.raises(CallbackError, match=rf"^The {callback} callback needs the '{callback}' package, which is not "
+                                            rf"installed\. Install it with `{advice}`, or remove the callback from "
+                                            r"the config\.$"):
         exp.fit(SyntheticMoves(items=8, frames=8, size=16), steps=1)
 
 

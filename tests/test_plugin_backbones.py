@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import requires_plugins
+from conftest import EXAMPLE_BATCH_KEYS, requires_plugins
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = requires_plugins
@@ -363,8 +363,11 @@ def test_wan_image_to_video_takes_one_clip_per_call(cache_root):
 
 # -- identity, parity, recording -----------------------------------------------------------
 def full_raw(plugin: Plugin, base) -> dict:
-    """A training batch holding every input the plugin takes: the backbone's own example batch."""
-    return base.example_batch()
+    """A training batch holding every input the plugin takes: the backbone's own example batch, checked against
+    the inputs listed for it, so that one dropped from the example batch fails here instead of going unchecked."""
+    raw = base.example_batch()
+    assert set(raw) == EXAMPLE_BATCH_KEYS[plugin.backbone], sorted(raw)
+    return raw
 
 
 @pytest.mark.parametrize("plugin", PLUGINS)

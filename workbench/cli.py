@@ -35,10 +35,12 @@ class Command:
     """A ``workbench`` subcommand: its name, one line of help, what adds its arguments, what runs it.
 
     ``run(args)`` returns the exit status; a :class:`~workbench.errors.WorkbenchError` it raises is
-    printed as ``error: ...`` with status 2. Register one in a package's ``pyproject.toml``::
+    printed as ``error: ...`` with status 2. Register one in a package's ``pyproject.toml``:
 
-        [project.entry-points."workbench.commands"]
-        mycommand = "mypackage.cli:mycommand"     # a Command("mycommand", ...)
+    ```toml
+    [project.entry-points."workbench.commands"]
+    mycommand = "mypackage.cli:mycommand"     # a Command("mycommand", ...)
+    ```
     """
 
     name: str
@@ -272,7 +274,7 @@ def _doctor(args: argparse.Namespace) -> int:
             print(f"  {name:<12} {md.version(name)}")
         except md.PackageNotFoundError:
             print(f"  {name:<12} (not installed)")
-    print("extras (pip install \"grafted-workbench[EXTRA]\"):")
+    print(f"extras ({extras.install_command(['EXTRA'])} in a clone of the repository):")
     commands = registered_commands()
     for extra in extras.EXTRAS:
         absent = extras.missing(extra)

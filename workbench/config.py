@@ -316,9 +316,22 @@ def to_dict(config: Any) -> dict:
 def build(kind: str, name: str, config: Any = None, *, where: str | None = None) -> Any:
     """Build a component from its registered name and a config mapping (or config instance).
 
-    The mapping is validated by the component's own config dataclass (``config_class``); every
-    problem is reported in one :class:`~workbench.errors.ConfigError` (``where``: the config path
-    the problems are reported at, default ``kind``).
+    The mapping is validated by the component's own config dataclass (``config_class``).
+
+    Args:
+        kind: The component kind (``"adapter"``, ``"composer"``, ``"backbone"``, ...).
+        name: The name the component was registered under (see :func:`~workbench.registry.register`).
+        config: A mapping of its config's fields, an instance of its config class, or None for the
+            defaults.
+        where: The config path the problems are reported at (default: ``kind``).
+
+    Returns:
+        The component, made from the validated config.
+
+    Raises:
+        UnknownComponentError: When ``kind`` or ``name`` is not registered; the message lists what is
+            and suggests close matches.
+        ConfigError: Every problem of the config at once, each with its path.
 
     Examples:
         >>> composer = build("composer", "gated_residual", {"gate_init": 0.1})

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
+from typing import Any
 
 
 class WorkbenchError(Exception):
@@ -69,10 +70,14 @@ class StepError(InspectError, IndexError):
 class ConformanceError(WorkbenchError, AssertionError):
     """A backbone broke promises of the contract (``workbench.testing.check_backbone``).
 
-    ``report`` is the :class:`~workbench.testing.ConformanceReport` listing every promise checked.
+    Its message is the report's text.
+
+    Args:
+        report: The :class:`~workbench.testing.ConformanceReport` listing every promise checked, kept as
+            ``.report``.
     """
 
-    def __init__(self, report) -> None:
+    def __init__(self, report: Any) -> None:
         super().__init__(str(report))
         self.report = report
 

@@ -1,6 +1,6 @@
 """The optional extras of the distribution, and checking for one before a command starts work.
 
-``pip install grafted-workbench`` brings what the library's core needs (torch, numpy, PyYAML,
+``pip install .`` in a clone of the repository brings what the library's core needs (torch, numpy, PyYAML,
 safetensors, tqdm): building and training adapters on the embedded model, ``workbench train``
 on the synthetic data, ``workbench doctor``. Each extra adds the packages of a use:
 
@@ -14,7 +14,9 @@ on the synthetic data, ``workbench doctor``. Each extra adds the packages of a u
 * ``logging`` — tensorboard: the ``tensorboard`` callback.
 
 :func:`require` checks that an extra's modules can be imported (without importing them) and
-raises a :class:`MissingExtraError` naming the extra and the ``pip`` command otherwise.
+raises a :class:`MissingExtraError` naming the extra and the ``pip`` command otherwise. The
+distribution is not on the package index yet, so every message names the command that works in a
+clone (:func:`install_hint`).
 """
 
 from __future__ import annotations
@@ -23,8 +25,6 @@ import importlib.util
 from collections.abc import Iterable, Mapping
 
 from workbench.errors import WorkbenchError
-
-DISTRIBUTION = "grafted-workbench"
 
 #: extra → {distribution name: module it provides}; tests check it against pyproject.toml.
 EXTRAS: dict[str, dict[str, str]] = {
@@ -94,10 +94,33 @@ def missing(extra: str, modules: Iterable[str] | None = None) -> list[str]:
     return [m for m in wanted if not installed(m)]
 
 
-def install_hint(extras: Iterable[str]) -> str:
+def install_command(extras: Iterable[str]) -> str:
+    """The ``pip`` command that adds ``extras`` to an install made from a clone of the repository.
+
+    Args:
+        extras: Names of extras, e.g. ``["data", "widgets"]``; repeats are dropped and the rest sorted.
+
+    Returns:
+        The command as a user types it in the clone's root, e.g. ``pip install "./[data,widgets]"``.
+    """
     names = ",".join(sorted(set(extras)))
-    return (f'pip install "{DISTRIBUTION}[{names}]" (from a source checkout: pip install -e ".[{names}]"; '
-            f"`make install` installs every extra)")
+    return f'pip install "./[{names}]"'
+
+
+def install_hint(extras: Iterable[str]) -> str:
+    """The install advice every missing-extra message ends with: :func:`install_command`, where to run it,
+    and its editable form.
+
+    Args:
+        extras: Names of the missing extras.
+
+    Returns:
+        One line, e.g. ``pip install "./[data]" in a clone of the repository (pip install -e "./[data]" for
+        an editable install; `make install` there installs every extra)``.
+    """
+    command = install_command(extras)
+    return (f"{command} in a clone of the repository ({command.replace('install ', 'install -e ', 1)} for an "
+            f"editable install; `make install` there installs every extra)")
 
 
 def require(extra: str, *, what: str, modules: Iterable[str] | None = None) -> None:

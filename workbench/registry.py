@@ -1,10 +1,12 @@
 """Names → components.
 
 Components register by name, in process with ``@register(kind, name)`` or from any installed
-distribution through an entry point in the group ``workbench.<kind>s``::
+distribution through an entry point in the group ``workbench.<kind>s``:
 
-    [project.entry-points."workbench.adapters"]
-    my_adapter = "my_package.adapters:MyAdapter"
+```toml
+[project.entry-points."workbench.adapters"]
+my_adapter = "my_package.adapters:MyAdapter"
+```
 
 Entry points are read lazily, the first time a name is looked up, so installing plugins costs
 nothing at ``import workbench``. The built-in components are declared the same way in
@@ -48,7 +50,17 @@ def _check_kind(kind: str) -> None:
 
 
 def register(kind: str, name: str) -> Callable[[T], T]:
-    """Class decorator: make ``obj`` buildable as ``{type: name}`` in a ``kind`` block.
+    """Class decorator: make the decorated class buildable as ``{type: name}`` in a ``kind`` block.
+
+    Args:
+        kind: The component kind, one of :data:`KINDS` (``"adapter"``, ``"composer"``, ``"backbone"``, ...).
+        name: The name a config's ``type:`` gives it (lower_snake).
+
+    Returns:
+        The decorator, which records the class and returns it unchanged.
+
+    Raises:
+        UnknownComponentError: When ``kind`` is not a component kind; the message lists the kinds.
 
     Examples:
         >>> from workbench import SideAdapter, build

@@ -32,8 +32,14 @@ ComposeFn = Callable[[torch.Tensor, torch.Tensor, Batch], torch.Tensor]
 class StepRecord:
     """What every native sampler reports after each step (one shape for all samplers).
 
-    ``t`` is in the objective's units (``(B,)``); ``x_t`` entered the step, ``prediction`` is
-    what the sampler used (composed when an adapter is injected), ``x_next`` left it.
+    Attributes:
+        index: The step's index, from 0.
+        steps: How many steps the sampling run takes.
+        t: The step's time in the objective's units, ``(B,)``.
+        x_t: The latent that entered the step, ``(B, C, T, H, W)``.
+        prediction: What the sampler used, in the objective's prediction space (composed when an adapter
+            is injected).
+        x_next: The latent that left the step, the next step's ``x_t``.
     """
 
     index: int

@@ -29,8 +29,14 @@ COMPONENT_KINDS = ("denoiser", "vae", "text_encoder", "image_encoder", "tokenize
 class ComponentSpec:
     """One part of a backbone and where its weights come from.
 
-    ``source`` is a path, a diffusers repo id, ``"random"`` for an untrained init, or
-    ``"package:<file>"`` for weights shipped inside a Python package.
+    Attributes:
+        kind: What the part is, one of ``denoiser``, ``vae``, ``text_encoder``, ``image_encoder``,
+            ``tokenizer``, ``scheduler``, ``other``.
+        source: Where its weights come from: a path, a diffusers repo id, ``"random"`` for an untrained
+            init, or ``"package:<file>"`` for weights shipped inside a Python package.
+        dtype: The dtype its weights are stored in (``float32``, ``bfloat16``, ``float16``), or None when
+            not stated.
+        parameters: Its parameter count, or None when not stated.
     """
 
     kind: str
@@ -41,7 +47,18 @@ class ComponentSpec:
 
 @dataclass(frozen=True)
 class SamplingDefaults:
-    """The model's own sampling settings, used whenever a request leaves one out."""
+    """The model's own sampling settings, used whenever a request leaves one out.
+
+    Attributes:
+        steps: Sampling steps.
+        sampler: The sampler's registered name.
+        guidance_scale: Classifier-free guidance scale, or None for a model sampled without guidance.
+        height: Frame height in pixels, or None when the model does not fix it.
+        width: Frame width in pixels, or None when the model does not fix it.
+        num_frames: Pixel frames per clip, or None when the model does not fix it.
+        fps: Frames per second of the clips it was trained on, or None when not stated.
+        shift: The flow-matching schedule's timestep shift, or None for the scheduler's own.
+    """
 
     steps: int = 50
     sampler: str = "euler"
@@ -58,11 +75,16 @@ class ClipSpec:
     """The clip a backbone predicts, as its card's sampling defaults say
     (see :meth:`~workbench.core.backbone.BaseVideoModel.clip`).
 
-    ``frames`` pixel frames of ``height`` x ``width`` at ``fps`` frames per second (``None``:
-    not stated), which :meth:`~workbench.core.backbone.BaseVideoModel.encode` turns into
-    ``latent_frames`` latent frames. Every command that makes or reads clips for a backbone
-    (evaluation, the demo, latent caches, dataset resizing) asks this, never a backbone's own
-    config fields.
+    Every command that makes or reads clips for a backbone (evaluation, the demo, latent caches,
+    dataset resizing) asks this, never a backbone's own config fields.
+
+    Attributes:
+        frames: Pixel frames per clip.
+        height: Frame height in pixels.
+        width: Frame width in pixels.
+        fps: Frames per second, or None when not stated.
+        latent_frames: The latent frames :meth:`~workbench.core.backbone.BaseVideoModel.encode` turns
+            ``frames`` pixel frames into.
     """
 
     frames: int
@@ -81,8 +103,13 @@ class ClipSpec:
 class RecipeSpec:
     """How the weights were made and what that implies for serving them.
 
-    ``assumes_steps`` / ``assumes_sampler``: set for distilled models that only work with
-    that schedule. ``trained_on`` / ``train_steps`` / ``val_loss`` document provenance.
+    Attributes:
+        method: How the weights were made, e.g. ``"base"`` or a distillation method's name.
+        trained_on: The data they were trained on, in words (provenance).
+        train_steps: Training steps, or None when not stated (provenance).
+        val_loss: The validation loss reached, or None when not stated (provenance).
+        assumes_steps: For a distilled model that only works with one schedule: its number of steps.
+        assumes_sampler: For a distilled model that only works with one sampler: its name.
     """
 
     method: str = "base"
@@ -97,16 +124,30 @@ class RecipeSpec:
 class ModelCard:
     """A validated description of a backbone.
 
-    ``precision``: per device type (``cpu`` / ``cuda`` / ``mps``) the dtype to run in, or a list
-    of them best first (e.g. ``{"cuda": ("bfloat16", "float16")}``); ``dtype: auto`` takes the
-    first one the device supports (:mod:`workbench.core.platform`), float32 when none is named.
-    ``capabilities``: what the model can do; ``mode``: which of them this backbone, as built,
-    serves (default: the only capability). :meth:`check_request` refuses what the mode cannot serve.
-    ``context_frames``: how many frames a prediction continues from when it is chained into a
-    rollout (:func:`workbench.inspect.rollout`): the last ``context_frames`` frames the previous
-    chunk produced become the next chunk's image condition. 1 for an image-to-video model; 0 for
-    a mode that takes no frame it could continue from (text-to-video, or an interpolation mode
-    that also needs a future frame), which rollouts refuse.
+    :meth:`check_request` refuses what the card's mode cannot serve.
+
+    Attributes:
+        model_id: The model's name, as reports and saved runs show it.
+        family: The backbone family, e.g. ``"tiny_video"`` or ``"wan2.2-ti2v"``.
+        prediction_type: What the denoiser predicts (``"velocity"``, ``"epsilon"``, ...).
+        components: Its parts by name, each a :class:`ComponentSpec`.
+        sampling: Its own sampling settings.
+        precision: Per device type (``cpu`` / ``cuda`` / ``mps``) the dtype to run in, or a list of
+            them best first (e.g. ``{"cuda": ("bfloat16", "float16")}``); ``dtype: auto`` takes the
+            first one the device supports (:mod:`workbench.core.platform`), float32 when none is named.
+        capabilities: What the model can do, as mode names (``"t2v"``, ``"i2v"``, ``"ti2v"``, ...).
+        mode: Which of the capabilities this backbone, as built, serves (default: the only one).
+        recipe: How the weights were made.
+        samplers: The samplers it can be sampled with.
+        notes: Free text shown with the card.
+        context_frames: How many frames a prediction continues from when it is chained into a rollout
+            (:func:`workbench.inspect.rollout`): the last ``context_frames`` frames the previous chunk
+            produced become the next chunk's image condition. 1 for an image-to-video model; 0 for a
+            mode that takes no frame it could continue from (text-to-video, or an interpolation mode
+            that also needs a future frame), which rollouts refuse.
+
+    Raises:
+        CardError: When made with invalid values; the message lists every problem.
 
     Examples:
         >>> card = ModelCard(model_id="tiny", family="tiny_video", prediction_type="velocity",

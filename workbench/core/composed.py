@@ -27,7 +27,18 @@ from workbench.errors import CompositionError
 
 @dataclass
 class Prediction:
-    """One composed evaluation: every intermediate the instruments look at."""
+    """One composed evaluation: every intermediate the instruments look at.
+
+    Attributes:
+        x_t: The noisy latent the prediction was made at, ``(B, C, T, H, W)``.
+        t: The time, in the objective's units, ``(B,)``.
+        base: The frozen base's prediction; None for an inside adapter in training, where the base alone
+            was not run.
+        adapter: The adapter's output, or None when the adapter was not run.
+        composed: What the composer made of the two, the prediction sampling and the loss use.
+        cond: The conditioning the adapter saw, or None.
+        diagnostics: What the composer applied (gate, mask, ...).
+    """
 
     x_t: torch.Tensor
     t: torch.Tensor
@@ -117,6 +128,19 @@ class BaseHalf:
 
 class ComposedModel(nn.Module):
     """Frozen ``base`` + trainable ``adapter`` + ``composer``, trained under ``objective``.
+
+    Making one binds the adapter to the base (checking that the conditions it reads are ones the base's
+    batches provide) and freezes the base.
+
+    Args:
+        base: The frozen backbone.
+        adapter: The trainable adapter.
+        composer: How the adapter's output and the base's prediction combine.
+        objective: The training objective (flow matching or diffusion) the loss and the sampler use.
+
+    Raises:
+        CompositionError: When the parts do not fit together; the message says which and how.
+        ConditionError: When the adapter reads a condition the base does not provide.
 
     Examples:
         >>> from workbench import FlowMatching, GatedResidual

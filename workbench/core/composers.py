@@ -1,8 +1,10 @@
 """Composers: how the adapter's output folds onto the frozen base's prediction.
 
-Composers are modules and stack::
+Composers are modules and stack:
 
-    NoiseGated(PretrainWarmup(GatedResidual(), steps=500), lo=0.3, hi=1.0)
+```python
+NoiseGated(PretrainWarmup(GatedResidual(), steps=500), lo=0.3, hi=1.0)
+```
 
 Each says whether it is the identity at init (``identity_at_init``) and whether that needs a
 zero-output adapter (``needs_zero_adapter``); the test suite proves every claim bit-exactly.
@@ -17,6 +19,7 @@ import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
@@ -31,8 +34,11 @@ from workbench.registry import register
 class ComposeContext:
     """What a composer may look at besides the two predictions.
 
-    ``noise_level``: ``(B,)`` in [0, 1] (1 = pure noise), or ``None`` when unknown.
-    ``step``: the training step (``None`` outside training).
+    Attributes:
+        x_t: The noisy latent the predictions were made at, ``(B, C, T, H, W)``, or None when unknown.
+        t: The time in the objective's units, ``(B,)``, or None when unknown.
+        noise_level: ``(B,)`` in [0, 1] (1 = pure noise), or None when unknown.
+        step: The training step (None outside training).
     """
 
     x_t: torch.Tensor | None = None
@@ -46,12 +52,15 @@ DIAGNOSTIC_FIELDS = ("gate", "mask", "noise_weight")
 
 @dataclass
 class Diagnostics:
-    """What a composer applied besides its prediction, as named fields (``None``: not applied).
+    """What a composer applied besides its prediction, as named fields (None: not applied).
 
-    ``gate``: the effective gate, a scalar or ``(1, C, 1, 1, 1)``; ``mask``: a spatial mix weight
-    ``(B, 1, T, h, w)`` in [0, 1]; ``noise_weight``: ``(B,)``, the weight of the inner composition
-    at each sample's noise level; ``extra``: anything else, by name (e.g. ``warmup``). Every field
-    is given by name: ``Diagnostics(gate=g)``.
+    Every field is given by name: ``Diagnostics(gate=g)``.
+
+    Attributes:
+        gate: The effective gate, a scalar or ``(1, C, 1, 1, 1)``.
+        mask: A spatial mix weight ``(B, 1, T, h, w)`` in [0, 1].
+        noise_weight: ``(B,)``, the weight of the inner composition at each sample's noise level.
+        extra: Anything else, by name (e.g. ``warmup``).
     """
 
     gate: torch.Tensor | None = field(default=None, kw_only=True)
@@ -75,6 +84,14 @@ class Diagnostics:
 class Composition(Diagnostics):
     """What :meth:`Composer.compose` returns: the composed ``prediction`` and what it applied, the
     fields of :class:`Diagnostics` (detached: they are read, never trained through).
+
+    Attributes:
+        prediction: The composed prediction, the shape of the base's, ``(B, C, T, H, W)``.
+        gate: The effective gate, a scalar or ``(1, C, 1, 1, 1)`` (keyword only).
+        mask: A spatial mix weight ``(B, 1, T, h, w)`` in [0, 1] (keyword only).
+        noise_weight: ``(B,)``, the weight of the inner composition at each sample's noise level
+            (keyword only).
+        extra: Anything else the composer applied, by name (keyword only).
 
     Examples:
         >>> base, correction = torch.zeros(1, 4, 2, 8, 8), torch.ones(1, 4, 2, 8, 8)
@@ -237,11 +254,18 @@ class GatedResidual(Composer):
     *any* adapter with ``gate_init=0`` — which suits adapters that do not start at zero (the
     gate's gradient is the adapter's output). ``max_gate`` bounds the gate smoothly as
     ``max_gate * tanh(p / max_gate)``.
+
+    Args:
+        config: A :class:`GatedResidualConfig`; None takes its defaults.
+        **overrides: Fields of the config to change, e.g. ``gate_init=0.0``.
+
+    Raises:
+        ConfigError: When a field is unknown or its value is out of range.
     """
 
     config_class = GatedResidualConfig
 
-    def __init__(self, config: GatedResidualConfig | None = None, **overrides):
+    def __init__(self, config: GatedResidualConfig | None = None, **overrides: Any):
         super().__init__()
         self.config = c = config_from(type(self), config, overrides)
         gate_init, max_gate = c.gate_init, c.max_gate
@@ -327,12 +351,19 @@ class MaskMix(Composer):
     so it starts at ``gate_init`` everywhere. With ``identity_init`` the mask is multiplied by a
     zero-init scale, so the composition is exactly the base at init while the scale still
     learns — unlike a mask pushed to a saturated sigmoid, whose gradient vanishes.
+
+    Args:
+        config: A :class:`MaskMixConfig`; None takes its defaults.
+        **overrides: Fields of the config to change, e.g. ``identity_init=True``.
+
+    Raises:
+        ConfigError: When a field is unknown or its value is out of range.
     """
 
     config_class = MaskMixConfig
     needs_zero_adapter = False
 
-    def __init__(self, config: MaskMixConfig | None = None, **overrides):
+    def __init__(self, config: MaskMixConfig | None = None, **overrides: Any):
         super().__init__()
         self.config = c = config_from(type(self), config, overrides)
         self.mask_net = nn.Conv3d(2 * c.channels, 1, kernel_size=1)
@@ -382,7 +413,7 @@ class Wrapper(Composer):
     config alone rebuilds the whole stack.
     """
 
-    def __init__(self, inner: Composer | None = None, config=None, **overrides):
+    def __init__(self, inner: Composer | None = None, config=None, **overrides: Any):
         super().__init__()
         config = config_from(type(self), config, overrides)
         if inner is None:
@@ -436,11 +467,21 @@ class NoiseGated(Wrapper):
     Outside the band the prediction is exactly the base's; inside (past any ramp) exactly the
     inner composer's. The adapter acts only where the outcome is still undecided. Refuses to
     run without a noise level.
+
+    Args:
+        inner: The composer that acts inside the band; None builds it from ``config.inner``.
+        config: A :class:`NoiseGatedConfig`; None takes its defaults.
+        **overrides: Fields of the config to change, e.g. ``lo=0.5``.
+
+    Raises:
+        ConfigError: When a field is unknown or its value is out of range.
+        CompositionError: When ``inner`` is not a :class:`Composer`.
     """
 
     config_class = NoiseGatedConfig
 
-    def __init__(self, inner: Composer | None = None, config: NoiseGatedConfig | None = None, **overrides):
+    def __init__(self, inner: Composer | None = None, config: NoiseGatedConfig | None = None,
+                 **overrides: Any):
         super().__init__(inner, config, **overrides)
         self.lo, self.hi, self.ramp = float(self.config.lo), float(self.config.hi), float(self.config.ramp)
 
@@ -493,12 +534,21 @@ class PretrainWarmup(Wrapper):
     no gradient), so by the time the gate opens the adapter has something worth choosing.
     The step count lives in a buffer, so it is saved and restored with checkpoints. Outside
     training (``ctx.step is None``) the last training step seen decides.
+
+    Args:
+        inner: The composer that takes over after warmup; None builds it from ``config.inner``.
+        config: A :class:`PretrainWarmupConfig`; None takes its defaults.
+        **overrides: Fields of the config to change, e.g. ``steps=200``.
+
+    Raises:
+        ConfigError: When a field is unknown or its value is out of range.
+        CompositionError: When ``inner`` is not a :class:`Composer`.
     """
 
     config_class = PretrainWarmupConfig
 
     def __init__(self, inner: Composer | None = None, config: PretrainWarmupConfig | None = None,
-                 **overrides):
+                 **overrides: Any):
         super().__init__(inner, config, **overrides)
         self.steps = int(self.config.steps)
         self.register_buffer("seen_step", torch.zeros((), dtype=torch.long))

@@ -202,7 +202,16 @@ class Conditioning(Mapping):
 
     ``cond.action`` is a declared condition (prepared); ``cond["fs"]`` reaches any key the
     backbone supplied (declared names give the prepared value). ``cond.dropped("action")`` is
-    the per-sample bool mask of dropped samples (``None`` when dropout did not apply).
+    the per-sample bool mask of dropped samples (``None`` when dropout did not apply). An adapter's
+    ``view`` makes one; it is read-only.
+
+    Args:
+        prepared: The declared conditions by name, each prepared as its :class:`Condition` says.
+        raw: Every key of the backbone's batch, reachable as ``cond[key]``.
+        info: What was declared about each prepared condition, by name.
+        dropped: Per condition, the per-sample bool mask of samples whose condition was dropped
+            (True = dropped), for those dropout applied to.
+        owner: Who reads the conditions, named in the error an undeclared name raises.
     """
 
     def __init__(self, prepared: dict[str, Any], raw: Mapping[str, Any], info: dict[str, ConditionInfo],

@@ -23,16 +23,23 @@ LAYOUTS = ("channels", "frames", "tokens")
 class InsideSpec:
     """Where inside adapters reach into a backbone.
 
-    ``root``: the network every prediction runs through (tiny_video's denoiser, a DiT's
-    transformer, a U-Net); ``root_name``: its attribute path on the backbone (the prefix of
-    exported LoRA keys). ``lora_targets``: the default LoRA target module names (peft's suffix
-    matching). ``blocks``: the blocks hooks may sit on, in forward order, with ``widths`` their
-    hidden widths. ``branch_blocks``: how many leading blocks are a chain a ControlNet-style copy
-    can run (each called with the previous one's hidden state first and the same other
-    arguments; a block returning a tuple hands its other outputs on as the next block's
-    following arguments). ``layout``: how a block's hidden state is laid out — ``channels``
-    ``(B, W, T, h, w)``, ``frames`` ``(B * T, W, h, w)`` (frames folded into the batch,
-    batch-major) or ``tokens`` ``(B, T * h * w, W)`` (frame-major).
+    Attributes:
+        root: The network every prediction runs through (tiny_video's denoiser, a DiT's transformer,
+            a U-Net).
+        root_name: Its attribute path on the backbone (the prefix of exported LoRA keys).
+        lora_targets: The default LoRA target module names (peft's suffix matching).
+        blocks: The blocks hooks may sit on, in forward order.
+        widths: The hidden width of each of ``blocks``.
+        branch_blocks: How many leading blocks are a chain a ControlNet-style copy can run (each
+            called with the previous one's hidden state first and the same other arguments; a block
+            returning a tuple hands its other outputs on as the next block's following arguments).
+        layout: How a block's hidden state is laid out: ``channels`` ``(B, W, T, h, w)``, ``frames``
+            ``(B * T, W, h, w)`` (frames folded into the batch, batch-major) or ``tokens``
+            ``(B, T * h * w, W)`` (frame-major).
+
+    Raises:
+        CompositionError: When made with parts that do not fit (a root that is not a module, a width
+            per block missing, an unknown layout, ...); the message lists every problem.
 
     Examples:
         >>> spec = model.base.inside_spec()              # tiny_video's: its denoiser's blocks

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
@@ -136,12 +136,20 @@ def shift_t(t: torch.Tensor, shift: float) -> torch.Tensor:
 
 @register("objective", "flow_matching")
 class FlowMatching(Objective):
-    """Rectified-flow matching with a velocity target ``ε - x0``."""
+    """Rectified-flow matching with a velocity target ``ε - x0``.
+
+    Args:
+        config: A :class:`FlowMatchingConfig`; None takes its defaults.
+        **overrides: Fields of the config to change, e.g. ``shift=3.0``.
+
+    Raises:
+        ConfigError: When a field is unknown or its value is out of range.
+    """
 
     prediction_type = "velocity"
     config_class = FlowMatchingConfig
 
-    def __init__(self, config: FlowMatchingConfig | None = None, **overrides):
+    def __init__(self, config: FlowMatchingConfig | None = None, **overrides: Any):
         self.config = config_from(type(self), config, overrides)
 
     def sample_t(self, batch_size, generator, device):
@@ -218,11 +226,19 @@ def alphas_cumprod(schedule: str, n: int, beta_start: float = 1e-4, beta_end: fl
 
 @register("objective", "diffusion")
 class Diffusion(Objective):
-    """DDPM-style diffusion with ε, v or x0 prediction."""
+    """DDPM-style diffusion with ε, v or x0 prediction.
+
+    Args:
+        config: A :class:`DiffusionConfig`; None takes its defaults.
+        **overrides: Fields of the config to change, e.g. ``prediction="v"``.
+
+    Raises:
+        ConfigError: When a field is unknown or its value is out of range.
+    """
 
     config_class = DiffusionConfig
 
-    def __init__(self, config: DiffusionConfig | None = None, **overrides):
+    def __init__(self, config: DiffusionConfig | None = None, **overrides: Any):
         self.config = c = config_from(type(self), config, overrides)
         self.prediction_type = c.prediction
         self.alphas_cumprod = alphas_cumprod(c.schedule, c.num_train_timesteps, c.beta_start, c.beta_end)

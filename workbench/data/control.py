@@ -24,6 +24,15 @@ def edges(video: torch.Tensor) -> torch.Tensor:
     Per frame, the Sobel gradient magnitude of the luma, divided by that of a black-to-white step
     edge and clipped at 1, then mapped to [-1, 1]: a flat region is exactly -1, a full step edge
     1. Replicate padding: the frame's border is not an edge.
+
+    Args:
+        video: One clip, float ``(3, T, H, W)`` in [-1, 1].
+
+    Returns:
+        Its edge map, ``(1, T, H, W)`` in [-1, 1], in the clip's dtype and device.
+
+    Raises:
+        DataError: When ``video`` is not a float ``(3, T, H, W)`` clip.
     """
     if video.ndim != 4 or video.shape[0] != 3 or not video.is_floating_point():
         raise DataError(f"edges expects a float clip (3, T, H, W) in [-1, 1], "

@@ -1,20 +1,22 @@
 """Plain files in: a folder of videos with per-episode actions, written as a LeRobot dataset.
 
 ``workbench data import SRC --out DIR`` (the wing's ``data`` command) and :func:`import_folder`
-read a folder where each episode's files share a name::
+read a folder where each episode's files share a name:
 
-    my_videos/
-        pick_01.mp4           the episode's video: any file FFmpeg reads (.mp4, .mov, .avi, .mkv, .webm)
-        pick_01.npy           its actions, one row per frame, (T, A) -- or pick_01.csv / pick_01.parquet
-        pick_01.state.npy     optional: its state, (T, S) -- .csv / .parquet too (served as `proprio`)
-        pick_01.txt           optional: its task, one line of text (default: the task given, or the
-                              folder's name)
-        place_02/             an episode stored as pictures: 000.png, 001.png, ... (.png / .jpg, in name
-                              order)
-        place_02.npy
-        session_2/            a sub-folder in the same layout: its episodes are session_2/pick_01, ...
-            pick_01.mp4
-            pick_01.npy
+```text
+my_videos/
+    pick_01.mp4           the episode's video: any file FFmpeg reads (.mp4, .mov, .avi, .mkv, .webm)
+    pick_01.npy           its actions, one row per frame, (T, A) -- or pick_01.csv / pick_01.parquet
+    pick_01.state.npy     optional: its state, (T, S) -- .csv / .parquet too (served as `proprio`)
+    pick_01.txt           optional: its task, one line of text (default: the task given, or the
+                          folder's name)
+    place_02/             an episode stored as pictures: 000.png, 001.png, ... (.png / .jpg, in name
+                          order)
+    place_02.npy
+    session_2/            a sub-folder in the same layout: its episodes are session_2/pick_01, ...
+        pick_01.mp4
+        pick_01.npy
+```
 
 Sub-folders are searched too (hidden ones and LeRobot datasets, such as the import's output, aside): an
 episode's files sit together in one folder, and the episode is named by its path from the folder imported.

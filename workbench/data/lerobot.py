@@ -7,15 +7,17 @@ not needed (its pinned dependencies conflict with this stack's torch and diffuse
 
 Items are windows of ``window`` consecutive frames at ``fps`` (the dataset's own rate when
 ``null``) starting every ``stride`` frames of an episode; a window never crosses an episode
-boundary::
+boundary:
 
-    {"video": float32 [3, window, H, W] in [-1, 1], "action": float32 [window, A],
-     "proprio": float32 [window, S] (the ``state`` feature; absent when none is served),
-     "ee_pos": float32 [window, 3] (only with ``ee_pos`` set),
-     "episode": int (the dataset's episode_index), "start": int (first frame, at ``fps``),
-     "task": str, "prompt": str (the same task string: the text condition backbones read),
-     "camera": float32 [12] (when meta/info.json records the camera's calibration; see
-     :mod:`workbench.data.camera`)}
+```text
+{"video": float32 [3, window, H, W] in [-1, 1], "action": float32 [window, A],
+ "proprio": float32 [window, S] (the ``state`` feature; absent when none is served),
+ "ee_pos": float32 [window, 3] (only with ``ee_pos`` set),
+ "episode": int (the dataset's episode_index), "start": int (first frame, at ``fps``),
+ "task": str, "prompt": str (the same task string: the text condition backbones read),
+ "camera": float32 [12] (when meta/info.json records the camera's calibration; see
+ :mod:`workbench.data.camera`)}
+```
 
 Frame ``k`` of a window is the recorded frame nearest in time to ``start_time + k / fps``, and its
 action and state are the recorded ones of that frame (nearest-sample resampling; with ``fps`` equal
@@ -23,10 +25,11 @@ to the dataset's every frame is served as recorded). Only the frames of a served
 the reader seeks to the key frame before the window. The train/validation split is by episode,
 stratified by task and seeded (the same rule as the ``metaworld`` dataset).
 
-Example::
-
+Example:
+    ```python
     clips = LeRobotClips(root="robot_data/", camera="observation.images.front", window=16, size=[64, 64])
     item = clips[0]          # item["video"]: (3, 16, 64, 64), item["action"]: (16, A), item["task"]: str
+    ```
 """
 
 from __future__ import annotations
@@ -56,17 +59,30 @@ NUMERIC = ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "
 class LeRobotConfig:
     """Config of the ``lerobot`` dataset.
 
-    ``root``: the dataset directory (local). ``camera``: the video feature to serve (``null``: the
-    only one). ``actions`` / ``state`` / ``ee_pos``: features served as ``action`` / ``proprio`` /
-    ``ee_pos`` (``null`` leaves one out; ``state: auto``, the default, serves ``observation.state``
-    when the dataset has it and nothing otherwise). ``fps``: the frame rate of the served clips (``null``: the
-    dataset's). ``size``: ``[H, W]`` the frames are resized to (``null``: as stored).
-    ``drop_short``: leave out episodes shorter than the window instead of raising.
-    ``tolerance_s``: how far (seconds) a decoded frame may be from the wanted time (``null``:
-    one frame period less 0.1 ms, as LeRobot). ``control``: a control video derived from each clip's
-    frames, served as ``control`` ``(C, T, H, W)`` (``edges``; see :mod:`workbench.data.control`).
-    ``max_abs``: a served action or state value beyond this magnitude (or NaN, or infinite) is
-    refused when the tables are read, naming the file, episode and frame.
+    Attributes:
+        root: The dataset directory (local), holding ``meta/info.json``.
+        camera: The video feature to serve (``null``: the only one).
+        window: Frames per clip (at least 2).
+        stride: Frames between the starts of consecutive clips.
+        split: ``train``, ``val`` or ``all`` (the split is by episode, stratified by task, seeded).
+        actions: The feature served as ``action``.
+        state: The feature served as ``proprio`` (``null`` leaves it out; ``auto``, the default, serves
+            ``observation.state`` when the dataset has it and nothing otherwise).
+        ee_pos: The feature served as ``ee_pos`` (``null`` leaves it out).
+        fps: The frame rate of the served clips (``null``: the dataset's).
+        size: ``[H, W]`` the frames are resized to (``null``: as stored).
+        val_fraction: The fraction of each task's episodes in the validation split, in [0, 1).
+        seed: The seed of the split.
+        drop_short: Leave out episodes shorter than the window instead of raising.
+        tolerance_s: How far (seconds) a decoded frame may be from the wanted time (``null``: one frame
+            period less 0.1 ms, as LeRobot).
+        control: A control video derived from each clip's frames, served as ``control``
+            ``(C, T, H, W)`` (``edges``; see :mod:`workbench.data.control`).
+        max_abs: A served action or state value beyond this magnitude (or NaN, or infinite) is refused
+            when the tables are read, naming the file, episode and frame.
+
+    Raises:
+        ConfigError: When a value is out of range; the message names the field.
     """
 
     root: str
@@ -113,7 +129,16 @@ STATE = "observation.state"
 
 @register("dataset", "lerobot")
 class LeRobotClips(Dataset):
-    """Windows of LeRobot episodes: decoded frames of one camera, actions, state, task string."""
+    """Windows of LeRobot episodes: decoded frames of one camera, actions, state, task string.
+
+    Args:
+        config: A :class:`LeRobotConfig`.
+        **overrides: Fields of the config, given or changed by name (e.g. ``root="robot_data/"``).
+
+    Raises:
+        ConfigError: When a field is unknown, missing or out of range.
+        DataError: When the directory is not a LeRobot dataset or the camera or a feature is not in it.
+    """
 
     config_class = LeRobotConfig
     requires_extras = {"data": ("pyarrow", "av")}

@@ -7,26 +7,30 @@ of a parquet table with the columns ``timestamp`` (seconds from the episode's st
 ``frame_index``, ``episode_index``, ``index`` (global) and ``task_index``, plus one column per
 non-video feature (a vector feature is a list column, a ``shape: [1]`` feature a scalar column).
 
-**v2.1** (also v2.0) — one file per episode::
+**v2.1** (also v2.0) — one file per episode:
 
-    data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet
-    videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4
-    meta/episodes.jsonl        {"episode_index": 0, "tasks": ["..."], "length": 123} per line
-    meta/tasks.jsonl           {"task_index": 0, "task": "..."} per line
-    meta/episodes_stats.jsonl  per-episode feature statistics (v2.1)
+```text
+data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet
+videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4
+meta/episodes.jsonl        {"episode_index": 0, "tasks": ["..."], "length": 123} per line
+meta/tasks.jsonl           {"task_index": 0, "task": "..."} per line
+meta/episodes_stats.jsonl  per-episode feature statistics (v2.1)
+```
 
 ``episode_chunk = episode_index // chunks_size``; a video starts at time 0 with its episode.
 
-**v3.0** — many episodes concatenated per file::
+**v3.0** — many episodes concatenated per file:
 
-    data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet
-    videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4
-    meta/episodes/chunk-000/file-000.parquet   one row per episode: episode_index, tasks, length,
-        data/chunk_index, data/file_index, dataset_from_index, dataset_to_index, and per camera
-        videos/{key}/chunk_index, videos/{key}/file_index, videos/{key}/from_timestamp, .../to_timestamp
-    meta/tasks.parquet   task_index, and the task string (as the pandas index or a ``task`` column)
-    meta/stats.json      statistics of every feature over the dataset (min, max, mean, std, count and the
-        quantiles q01, q10, q50, q90, q99); meta/episodes holds each episode's as stats/{feature}/{statistic}
+```text
+data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet
+videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4
+meta/episodes/chunk-000/file-000.parquet   one row per episode: episode_index, tasks, length,
+    data/chunk_index, data/file_index, dataset_from_index, dataset_to_index, and per camera
+    videos/{key}/chunk_index, videos/{key}/file_index, videos/{key}/from_timestamp, .../to_timestamp
+meta/tasks.parquet   task_index, and the task string (as the pandas index or a ``task`` column)
+meta/stats.json      statistics of every feature over the dataset (min, max, mean, std, count and the
+    quantiles q01, q10, q50, q90, q99); meta/episodes holds each episode's as stats/{feature}/{statistic}
+```
 
 An episode's frame at ``timestamp`` t is at ``from_timestamp + t`` in its camera's video file.
 """

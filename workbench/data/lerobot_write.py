@@ -53,13 +53,24 @@ _DEFAULTS = {"timestamp": "float32", "frame_index": "int64", "episode_index": "i
 class LeRobotWriter:
     """Collects episodes and writes a LeRobot v3.0 dataset into ``root`` (which must not exist or be empty).
 
-    ``features``: name → ``(dtype, names)`` of each per-frame numeric feature (``names`` gives the
-    width; ``None`` for a scalar). ``cameras``: the video feature names, e.g.
-    ``["observation.images.front"]``. ``calibration``: camera name → its
-    :class:`~workbench.data.camera.CameraCalibration`, written under that video feature in
-    ``meta/info.json`` (``"calibration"``). ``feature_notes``: feature name → keys added to its entry
-    in ``meta/info.json`` (LeRobot keeps them), e.g. where its names came from. ``metadata``: what
-    ``meta/workbench.json`` records about the whole dataset, beside each episode's keywords.
+    Args:
+        root: The dataset directory to write; it must not exist yet or be empty.
+        fps: Frames per second of every episode.
+        features: Name → ``(dtype, names)`` of each per-frame numeric feature (``names`` gives the
+            width; None for a scalar).
+        cameras: The video feature names, e.g. ``["observation.images.front"]``.
+        robot_type: The robot's type, recorded in ``meta/info.json`` (None: not stated).
+        crf: The H.264 quality of the videos (lower is better and larger; 18 is visually lossless).
+        calibration: Camera name → its :class:`~workbench.data.camera.CameraCalibration`, written under
+            that video feature in ``meta/info.json`` (``"calibration"``).
+        feature_notes: Feature name → keys added to its entry in ``meta/info.json`` (LeRobot keeps
+            them), e.g. where its names came from.
+        metadata: What ``meta/workbench.json`` records about the whole dataset, beside each episode's
+            keywords.
+
+    Raises:
+        DataError: When ``root`` exists and is not empty, or a feature or camera is described wrongly;
+            nothing is written.
     """
 
     def __init__(self, root: str | Path, fps: float, features: dict[str, tuple[str, list[str] | None]],

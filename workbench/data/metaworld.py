@@ -1,21 +1,23 @@
 """Meta-World robot-arm clips with actions: the ``metaworld`` dataset.
 
 Files are written by :mod:`workbench.worldmodel.generate` (``workbench data metaworld``). Layout
-(schema version 1; ``N`` episodes of ``T`` steps, ``H × W`` frames, ``P = 10`` proprio values)::
+(schema version 1; ``N`` episodes of ``T`` steps, ``H × W`` frames, ``P = 10`` proprio values):
 
-    dataset  dtype    shape            meaning
-    frames   uint8    [N, T, H, W, 3]  RGB frame rendered *before* action t (frame t+1 shows its result)
-    actions  float32  [N, T, 4]        executed action t in [-1, 1]: hand dx, dy, dz (1 unit = 1 cm
-                                       of mocap target motion per 80 Hz step), gripper effort
-    ee_pos   float32  [N, T, 3]        hand (end-effector) position at frame t, metres, world frame
-    proprio  float32  [N, T, P]        gripper opening in [0, 1], 7 arm joint angles (rad), 2 finger
-                                       joint positions; names in the attribute ``proprio_names``
-    obs      float32  [N, T, 39]       the raw Meta-World goal-observable observation at frame t
-    reward   float32  [N, T]           Meta-World reward for action t (mean over ``action_repeat``)
-    expert   bool     [N, T]           True where action t came from the (noised) expert, False
-                                       where a random segment replaced it
-    task     string   [N]              Meta-World task name of each episode, e.g. ``push-v3``
-    success  bool     [N]              whether the env reported success at any step of the episode
+```text
+dataset  dtype    shape            meaning
+frames   uint8    [N, T, H, W, 3]  RGB frame rendered *before* action t (frame t+1 shows its result)
+actions  float32  [N, T, 4]        executed action t in [-1, 1]: hand dx, dy, dz (1 unit = 1 cm
+                                   of mocap target motion per 80 Hz step), gripper effort
+ee_pos   float32  [N, T, 3]        hand (end-effector) position at frame t, metres, world frame
+proprio  float32  [N, T, P]        gripper opening in [0, 1], 7 arm joint angles (rad), 2 finger
+                                   joint positions; names in the attribute ``proprio_names``
+obs      float32  [N, T, 39]       the raw Meta-World goal-observable observation at frame t
+reward   float32  [N, T]           Meta-World reward for action t (mean over ``action_repeat``)
+expert   bool     [N, T]           True where action t came from the (noised) expert, False
+                                   where a random segment replaced it
+task     string   [N]              Meta-World task name of each episode, e.g. ``push-v3``
+success  bool     [N]              whether the env reported success at any step of the episode
+```
 
 Every ``[N, T, ...]`` dataset is gzip-compressed with one chunk per episode (``chunks=(1, T, ...)``).
 File attributes: ``schema_version`` (1), ``generator_version``, ``metaworld_version``,
@@ -32,23 +34,27 @@ with ``workbench data calibrate FILE``).
 Only ``frames``, ``actions``, ``ee_pos``, ``proprio`` and ``task`` are needed by
 :class:`MetaWorldClips`; the other datasets are for analysis.
 
-The shipped sample (:func:`sample_path`, ``workbench/data/samples/metaworld_sample.h5``) was made with::
+The shipped sample (:func:`sample_path`, ``workbench/data/samples/metaworld_sample.h5``) was made with:
 
-    workbench data metaworld \\
-        --tasks reach-v3,push-v3,pick-place-v3,door-open-v3,drawer-close-v3,button-press-topdown-v3 \\
-        --episodes 60 --frames 48 --size 64 --seed 0 --action-repeat 2 \\
-        --out workbench/data/samples/metaworld_sample.h5
+```bash
+workbench data metaworld \\
+    --tasks reach-v3,push-v3,pick-place-v3,door-open-v3,drawer-close-v3,button-press-topdown-v3 \\
+    --episodes 60 --frames 48 --size 64 --seed 0 --action-repeat 2 \\
+    --out workbench/data/samples/metaworld_sample.h5
+```
 
 (equivalently ``python -m workbench.worldmodel.generate`` with the same arguments): 60 episodes,
 10 per task, of 48 frames at 40 fps (each action is held for two 80 Hz Meta-World steps).
 
 Items of :class:`MetaWorldClips` are windows of ``window`` consecutive steps starting every
-``stride`` steps in each episode::
+``stride`` steps in each episode:
 
-    {"video": float32 [3, window, H, W] in [-1, 1], "action": float32 [window, 4] in [-1, 1],
-     "ee_pos": float32 [window, 3], "proprio": float32 [window, P],
-     "episode": int, "start": int, "task": str,
-     "camera": float32 [12] (when the file records its calibration; see :mod:`workbench.data.camera`)}
+```text
+{"video": float32 [3, window, H, W] in [-1, 1], "action": float32 [window, 4] in [-1, 1],
+ "ee_pos": float32 [window, 3], "proprio": float32 [window, P],
+ "episode": int, "start": int, "task": str,
+ "camera": float32 [12] (when the file records its calibration; see :mod:`workbench.data.camera`)}
+```
 
 ``action[t]`` is the action applied after ``video[:, t]``; ``video[:, t + 1]`` shows its result.
 The train/validation split is by episode, stratified by task and deterministic given ``seed``.
@@ -98,7 +104,11 @@ _EXPECTED = {
 
 
 def sample_path() -> Path:
-    """Path of the shipped sample file ``workbench/data/samples/metaworld_sample.h5``."""
+    """Path of the shipped sample file ``workbench/data/samples/metaworld_sample.h5``.
+
+    Returns:
+        The file's absolute path inside the installed package.
+    """
     return Path(__file__).resolve().parent / "samples" / SAMPLE_NAME
 
 
@@ -106,12 +116,23 @@ def sample_path() -> Path:
 class MetaWorldConfig:
     """Config of the ``metaworld`` dataset.
 
-    ``path`` is an HDF5 file from ``workbench data metaworld``; the special value ``"sample"``
-    means the shipped sample (:func:`sample_path`). ``tasks`` keeps only episodes of these tasks
-    (after the split, so the split does not depend on it). ``in_memory`` reads the whole file once
-    per process instead of decompressing one episode per item. ``control`` adds a control video
-    derived from each clip's frames to its items (``"control"``, ``(C, T, H, W)``): ``edges`` (see
-    :func:`workbench.data.control.edges`), for a ``controlnet`` with ``video: true``.
+    Attributes:
+        path: An HDF5 file from ``workbench data metaworld``; ``"sample"`` means the shipped sample
+            (:func:`sample_path`).
+        window: Frames per clip (at least 2).
+        stride: Frames between the starts of consecutive clips.
+        split: ``train``, ``val`` or ``all`` (see :func:`split_episodes`).
+        val_fraction: The fraction of each task's episodes in the validation split, in [0, 1).
+        seed: The seed of the split.
+        tasks: Keep only episodes of these tasks (applied after the split, so the split does not
+            depend on it); null keeps all.
+        in_memory: Read the whole file once per process instead of decompressing one episode per item.
+        control: Adds a control video derived from each clip's frames to its items (``"control"``,
+            ``(C, T, H, W)``): ``edges`` (see :func:`workbench.data.control.edges`), for a ``controlnet``
+            with ``video: true``.
+
+    Raises:
+        ConfigError: When a value is out of range; the message names the field.
     """
 
     path: str
@@ -153,6 +174,14 @@ def split_episodes(tasks: list[str], val_fraction: float, seed: int) -> tuple[li
     Each task contributes ``round(val_fraction * n_task)`` validation episodes (never all of them
     when it has two or more); with ``val_fraction > 0`` and at least two episodes, at least one
     episode is in validation.
+
+    Args:
+        tasks: The task name of each episode, in file order.
+        val_fraction: The fraction of each task's episodes to put in validation, in [0, 1).
+        seed: The seed of the draw; the same seed gives the same split.
+
+    Returns:
+        ``(train, val)``: sorted episode indices, disjoint, together every episode.
     """
     n = len(tasks)
     rng = np.random.default_rng(seed)
@@ -177,7 +206,17 @@ def split_episodes(tasks: list[str], val_fraction: float, seed: int) -> tuple[li
 
 @register("dataset", "metaworld")
 class MetaWorldClips(Dataset):
-    """Windows of Meta-World episodes with actions, end-effector position and proprio state."""
+    """Windows of Meta-World episodes with actions, end-effector position and proprio state.
+
+    Args:
+        config: A :class:`MetaWorldConfig`.
+        **overrides: Fields of the config, given or changed by name (e.g. ``path="sample"``).
+
+    Raises:
+        ConfigError: When a field is unknown, missing or out of range.
+        DataError: When the file is missing, not HDF5, or not laid out as ``workbench data metaworld``
+            writes it; the message names the field at fault.
+    """
 
     config_class = MetaWorldConfig
     requires_extras = {"data": ("h5py",)}

@@ -2,10 +2,12 @@
 
 Commands that take ``--data PATH`` (``workbench demo``, evaluation) go through here, so both
 kinds serve the same items: ``video`` (3, T, H, W) in [-1, 1], ``action`` (T, A), ``episode``,
-``start``, ``task`` (plus ``proprio`` / ``ee_pos`` where recorded)::
+``start``, ``task`` (plus ``proprio`` / ``ee_pos`` where recorded):
 
-    clips = open_clips("robot_data/", window=16, stride=16, split="val", size=(64, 64))
-    block = data_block("robot_data/", window=16, stride=4, split="train", size=(64, 64))  # a YAML data: block
+```text
+clips = open_clips("robot_data/", window=16, stride=16, split="val", size=(64, 64))
+block = data_block("robot_data/", window=16, stride=4, split="train", size=(64, 64))  # a YAML data: block
+```
 """
 
 from __future__ import annotations
@@ -63,7 +65,22 @@ def open_clips(path: str | Path, *, window: int, stride: int, split: str = "val"
                size: tuple[int, int] | None = None, **options: Any) -> Any:
     """The clip dataset of ``path`` (a ``MetaWorldClips`` or a ``LeRobotClips``) with these windows.
 
-    ``size`` (H, W) resizes LeRobot frames; an HDF5 file must already hold frames of that size.
+    Args:
+        path: A LeRobot dataset directory, a Meta-World ``.h5`` file, or ``"sample"`` (the shipped
+            Meta-World sample).
+        window: Frames per clip.
+        stride: Frames between the starts of consecutive clips.
+        split: ``"train"``, ``"val"`` or ``"all"``.
+        size: ``(H, W)`` to resize LeRobot frames to; an HDF5 file must already hold frames of that size.
+        **options: Further fields of the dataset's config (``MetaWorldConfig`` or ``LeRobotConfig``).
+
+    Returns:
+        The dataset, a ``MetaWorldClips`` or a ``LeRobotClips``.
+
+    Raises:
+        DataError: When ``path`` is neither kind of dataset (the message says what it holds and how to
+            convert it), or an HDF5 file's frames are not ``size``.
+        ConfigError: When an option is unknown or out of range.
     """
     from workbench.config import build
 

@@ -44,10 +44,16 @@ from workbench.inspect.views import VIEW_LABELS, VIEW_NEEDS, available_views, no
 class StepperState:
     """Where a step-through view is: which step, frame, view and decode, and which branches.
 
-    ``frame`` defaults to the last frame (where a predicted video has moved furthest).
     ``branches[0]`` is the trajectory given; :meth:`fork_here` adds forks of it (or of another
     branch), shown side by side. Pictures are cached per (branch, step, view, decode), so
     scrubbing back and forth or moving the frame does not recompute them.
+
+    Args:
+        trajectory: The recorded trajectory to step through, ``branches[0]``.
+        view: The view shown first, one of :data:`~workbench.inspect.VIEWS`.
+        decode: ``"preview"``, ``"tiny"`` or ``"full"`` (see :func:`~workbench.inspect.render`).
+        index: Which batch element.
+        frame: The frame shown (default: the last, where a predicted video has moved furthest).
     """
 
     CACHE_SIZE = 64

@@ -152,9 +152,25 @@ def view_image(traj: Trajectory, step: int, view: str, decode: str = "preview", 
     """One view (see :mod:`workbench.inspect.stepper` for what each shows) of ``traj``'s step ``step`` for
     batch element ``index``.
 
-    ``frame``: render only that frame where the backbone's frames decode one latent frame at a time
-    (``image.start == frame``, ``len(image)`` still the whole video's length); every frame otherwise.
     Signed maps are always rendered whole, so their colour range is the clip's.
+
+    Args:
+        traj: The recorded trajectory.
+        step: The step's index.
+        view: One of :data:`VIEWS`: ``x_t``, ``x0``, ``base``, ``adapter``, ``composed``, ``adapter-base``,
+            ``gate``.
+        decode: ``"preview"``, ``"tiny"`` or ``"full"`` (see :func:`~workbench.inspect.render`).
+        index: Which batch element.
+        frame: Render only that frame where the backbone's frames decode one latent frame at a time
+            (``image.start == frame``, ``len(image)`` still the whole video's length); every frame
+            otherwise.
+
+    Returns:
+        The picture: uint8 RGB frames, or a float map for the signed and gate views, with its title,
+        caption and colour range.
+
+    Raises:
+        InspectError: When the step was not recorded or the view, decode or index is not one there is.
     """
     view = normalise_view(view)
     rec = traj[step]

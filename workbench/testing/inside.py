@@ -3,12 +3,14 @@
 ``check_backbone`` checks a backbone with adapters beside it, several of them over one base. An
 inside adapter rewires the base it is given (LoRA layers, forward hooks, a branch copied from its
 blocks), so this check builds a fresh base for every model it needs and compares each against an
-untouched one::
+untouched one:
 
-    from workbench.testing import check_inside_adapter
+```python
+from workbench.testing import check_inside_adapter
 
-    def test_my_lora_keeps_its_promises():
-        check_inside_adapter(lambda: MyBackbone(tiny_config), lambda: LoRA(rank=2), steps=3)
+def test_my_lora_keeps_its_promises():
+    check_inside_adapter(lambda: MyBackbone(tiny_config), lambda: LoRA(rank=2), steps=3)
+```
 
 (``raw=`` overrides the backbone's own :meth:`~workbench.BaseVideoModel.example_batch`.)
 """
@@ -193,12 +195,22 @@ def check_inside_adapter(make_backbone: Callable[[], BaseVideoModel],
                          raw: Mapping[str, Any] | None = None, steps: int = 3, seed: int = 0,
                          raise_on_broken: bool = True) -> ConformanceReport:
     """Check every promise of an inside adapter (:data:`INSIDE_PROMISES`) on fresh bases from
-    ``make_backbone``.
+    ``make_backbone``; runs on the CPU in the backbone's own dtype.
 
-    ``raw``: a raw training batch for ``prepare_batch`` holding what the adapter reads (default: the
-    backbone's :meth:`~workbench.BaseVideoModel.example_batch`). Raises one
-    :class:`ConformanceError` listing the broken promises (``raise_on_broken=False`` returns the
-    report instead); runs on the CPU in the backbone's own dtype.
+    Args:
+        make_backbone: A callable returning a fresh backbone (called once per check that changes one).
+        adapter_factory: A callable returning a fresh inside adapter for that backbone.
+        raw: A raw training batch for ``prepare_batch`` holding what the adapter reads (default: the
+            backbone's :meth:`~workbench.BaseVideoModel.example_batch`).
+        steps: Sampling steps of the checks that sample.
+        seed: The seed of the checks' generators.
+        raise_on_broken: ``False`` returns the report instead of raising.
+
+    Returns:
+        The :class:`ConformanceReport`, one finding per promise.
+
+    Raises:
+        ConformanceError: When a promise is broken (and ``raise_on_broken``); its report lists them.
     """
     torch.manual_seed(seed)
     run = _Run(make_backbone, adapter_factory, raw, steps, seed)

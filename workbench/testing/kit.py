@@ -50,7 +50,14 @@ class ProbeAdapter(SideAdapter):
 
 @dataclass
 class Finding:
-    """One promise and what the check found: ``status`` is kept / broken / skipped / not checked."""
+    """One promise and what the check found.
+
+    Attributes:
+        promise: The promise's name (a key of :data:`~workbench.testing.PROMISES`).
+        statement: What it promises, in words.
+        status: ``"kept"``, ``"broken"``, ``"skipped"`` or ``"not checked"``.
+        detail: What the check saw: the evidence, or what broke and how to fix it.
+    """
 
     promise: str
     statement: str
@@ -67,8 +74,15 @@ class Finding:
 class ConformanceReport:
     """What :func:`check_backbone` found, one :class:`Finding` per promise, in checking order.
 
-    ``declared``: the optional capabilities the backbone declares
-    (:mod:`workbench.core.capabilities`), whose promises were checked beside the required ones.
+    ``str(report)`` is a summary line (``"... on cpu: all 15 promises kept; declares ..."``) and a line
+    per finding.
+
+    Attributes:
+        backbone: The backbone checked, as ``"Class (model id)"``.
+        setting: The device and precision the checks ran in, e.g. ``"cpu float32"``.
+        findings: One :class:`Finding` per promise, in checking order.
+        declared: The optional capabilities the backbone declares (:mod:`workbench.core.capabilities`),
+            whose promises were checked beside the required ones.
     """
 
     backbone: str
@@ -187,7 +201,14 @@ class Subject:
 
 @contextlib.contextmanager
 def counting_base_calls(base: BaseVideoModel) -> Iterator[list[int]]:
-    """Counts ``base.denoise`` calls (every prediction of the frozen base) inside the block."""
+    """Counts ``base.denoise`` calls (every prediction of the frozen base) inside the block.
+
+    Args:
+        base: The backbone whose calls to count; its own ``denoise`` is put back when the block ends.
+
+    Yields:
+        A one-element list whose item is the number of calls so far.
+    """
     calls = [0]
     own = vars(base).get("denoise")  # an instance attribute (someone else's counter) is put back after
     inner = base.denoise

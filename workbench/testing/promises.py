@@ -859,9 +859,18 @@ def check_backbone(make_backbone: Callable[[], BaseVideoModel] | BaseVideoModel,
         promises: names of the promises to check (default: the required ones and those of the
             capabilities it declares, see :data:`PROMISES`); a capability's promise named for a
             backbone that does not declare it is skipped, saying so.
+        seed: The seed of the generators the checks sample and train with; the same seed gives the
+            same report.
         raise_on_broken: ``False`` returns the report instead of raising.
 
-    Returns the :class:`ConformanceReport` when every promise checked holds.
+    Returns:
+        The :class:`ConformanceReport`, one finding per promise checked (when every one holds, or always
+        with ``raise_on_broken=False``).
+
+    Raises:
+        ConformanceError: When a promise is broken (and ``raise_on_broken``), or the backbone is not a
+            :class:`~workbench.BaseVideoModel`, leaves a required method unwritten, or writes members of a
+            capability it does not declare; the error's report lists each.
 
     Examples:
         >>> from workbench.backbones.tiny_video import TinyVideo

@@ -43,24 +43,42 @@ from workbench.train.distributed import DistributedConfig
 class TrainingConfig:
     """How to train. Steps are optimizer steps (each of ``grad_accum`` micro-batches).
 
-    ``grad_accum`` counts a step's micro-batches over all ranks of a distributed run (each of K
-    ranks takes ``grad_accum / K``), so one config means the same training at any world size.
-    ``distributed``: how a ``torchrun`` launch splits the work (see :class:`DistributedConfig`).
-    ``context``: where the training windows' context frames come from: recorded (the default),
-    corrupted or the model's own (:class:`~workbench.train.context.ContextConfig`, training against
-    drift).
-    ``gradient_checkpointing``: recompute the adapter's activations in backward instead of keeping
-    them (less memory for one more adapter forward; the result is the same).
+    Attributes:
+        steps: Optimizer steps of a run.
+        learning_rate: The peak learning rate (AdamW).
+        weight_decay: AdamW's weight decay.
+        betas: AdamW's betas, each in [0, 1).
+        grad_accum: Micro-batches per step, counted over all ranks of a distributed run (each of K ranks
+            takes ``grad_accum / K``), so one config means the same training at any world size.
+        clip_grad_norm: The gradient norm clipped to, or null for no clipping.
+        warmup_steps: Steps of linear learning-rate warmup.
+        schedule: The learning rate after warmup, ``constant`` or ``cosine`` (:meth:`lr_schedule`).
+        min_lr_ratio: Where ``cosine`` ends, as a fraction of ``learning_rate``, in [0, 1].
+        amp_dtype: Autocast dtype (``bf16`` / ``fp16``) or null.
+        seed: The seed of the adapter's init, the noise, the timesteps and the data order.
+        batch_size: Clips per micro-batch.
+        num_workers: DataLoader worker processes.
+        cache_latents: Encode each item of a map-style dataset through the frozen base once and reuse it
+            (the base's ``encode_item``): the encoder is frozen, so this only saves time, often most of a
+            small adapter's step. ``true`` needs ``num_workers: 0`` (the cache lives in this process); a
+            directory reads a cache ``workbench cache-latents`` wrote.
+        shuffle: Shuffle the data (seeded and resumable).
+        sync_every: How often the loop reads values back from the device (loss logging, NaN/inf checks);
+            between those the hot path never synchronises.
+        checkpoint_every: Save a checkpoint every this many steps (null: no periodic checkpoints).
+        keep_last: How many checkpoints to keep.
+        output_dir: Where checkpoints and the run's files go (null: ``outputs/NAME``, the run's name).
+        device: ``auto`` = the best visible device (CUDA, else MPS, else CPU); a backbone whose config
+            leaves its own ``device`` on ``auto`` is loaded there, in its card's precision for it.
+        progress: Show a progress bar.
+        gradient_checkpointing: Recompute the adapter's activations in backward instead of keeping them
+            (less memory for one more adapter forward; the result is the same).
+        distributed: How a ``torchrun`` launch splits the work (see :class:`DistributedConfig`).
+        context: Where the training windows' context frames come from: recorded (the default), corrupted
+            or the model's own (:class:`~workbench.train.context.ContextConfig`, training against drift).
 
-    ``sync_every``: how often the loop reads values back from the device (loss logging,
-    NaN/inf checks); between those the hot path never synchronises. ``amp_dtype``: autocast
-    dtype (``bf16``/``fp16``) or ``null``. ``schedule``: LR after ``warmup_steps`` linear warmup
-    (:meth:`lr_schedule`).
-    ``cache_latents``: encode each item of a map-style dataset through the frozen base once and
-    reuse it (the base's ``encode_item``): the encoder is frozen, so this only saves time — often
-    most of a small adapter's step. Needs ``num_workers: 0`` (the cache lives in this process).
-    ``device``: ``auto`` = the best visible device (CUDA, else MPS, else CPU); a backbone whose
-    config leaves its own ``device`` on ``auto`` is loaded there, in its card's precision for it.
+    Raises:
+        ConfigError: Every value out of range at once, each with its field.
     """
 
     steps: int = 1000
@@ -141,10 +159,12 @@ class EvaluationConfig:
     """What the run is evaluated on: the experiment's ``eval_data``, which ``periodic_eval`` reads.
 
     Exactly one of ``data`` (a dataset block of its own) or ``split`` (the training ``data:``
-    block with its config's ``split`` set to this, e.g. ``val``)::
+    block with its config's ``split`` set to this, e.g. ``val``):
 
-        evaluation: {split: val}
-        evaluation: {data: {type: metaworld, config: {path: sample, window: 16, split: val}}}
+    ```yaml
+    evaluation: {split: val}
+    evaluation: {data: {type: metaworld, config: {path: sample, window: 16, split: val}}}
+    ```
     """
 
     data: dict | None = component_field("dataset", None)
@@ -166,7 +186,22 @@ class EvaluationConfig:
 
 @dataclass
 class ExperimentConfig:
-    """The outer schema: fixed and small; components bring their own config dataclasses."""
+    """The outer schema: fixed and small; components bring their own config dataclasses.
+
+    Attributes:
+        base: The backbone's ``{type, config}`` block.
+        adapter: The adapter's ``{type, config}`` block.
+        name: The run's name, in reports and saved runs.
+        composer: The composer's ``{type, config}`` block (default: ``gated_residual``).
+        objective: The objective's ``{type, config}`` block (null: the backbone's default objective).
+        training: How to train.
+        callbacks: Callback blocks, ``{type, config}`` each.
+        data: The training dataset's ``{type, config}`` block (null: data is passed to ``fit``).
+        evaluation: What the run is evaluated on (null: nothing).
+
+    Raises:
+        ConfigError: Every problem at once, each with its path.
+    """
 
     base: dict = component_field("backbone")
     adapter: dict = component_field("adapter")
@@ -258,7 +293,18 @@ def parse_experiment(data: Any, source: str | None = None) -> ExperimentConfig:
 
 
 def load_yaml(path: str | Path) -> ExperimentConfig:
-    """Read and validate a YAML experiment config (``yaml.safe_load`` only)."""
+    """Read and validate a YAML experiment config (``yaml.safe_load`` only).
+
+    Args:
+        path: The YAML file.
+
+    Returns:
+        The validated :class:`ExperimentConfig`.
+
+    Raises:
+        ConfigError: When the file is missing or not YAML, or the config has problems; every problem at
+            once, each with its path.
+    """
     import yaml
 
     path = Path(path)

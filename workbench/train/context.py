@@ -3,10 +3,12 @@
 A world model rolled out chunk by chunk continues each chunk from the frames it **produced**, but an
 adapter trained on recorded windows only ever saw **recorded** context frames (the image condition,
 the first ``card.context_frames`` frames of a window): its errors compound over an episode (exposure
-bias). ``training.context`` changes the context of some training windows before the loss::
+bias). ``training.context`` changes the context of some training windows before the loss:
 
-    training:
-      context: {source: self_forwarded, p: 0.5, steps: 2}
+```yaml
+training:
+  context: {source: self_forwarded, p: 0.5, steps: 2}
+```
 
 * ``recorded`` (the default): the windows as the data serves them; the loop is exactly the one
   without this block.
@@ -77,6 +79,20 @@ _STREAM = 0xC0_17E7
 class ContextConfig:
     """``training.context``: where training windows' context frames come from (see the module docstring).
 
+    Attributes:
+        source: ``recorded`` (the windows as served; the loop exactly as without this block),
+            ``corrupted`` or ``self_forwarded``.
+        p: The share of the windows given the other context, drawn per window, in [0, 1].
+        max_level: ``corrupted``: the largest noise level, in (0, 1].
+        steps: ``self_forwarded``: sampling steps of the earlier window (1: the one-step estimate).
+        stride: ``self_forwarded``: how far back the earlier window starts (null: the clip's frames minus
+            ``card.context_frames``, a rollout's stride).
+        gate_scale: ``self_forwarded``: sample the earlier window with the learned gate times this (null:
+            the gate as learned).
+
+    Raises:
+        ConfigError: Every value out of range at once, each with its field.
+
     Examples:
         >>> ContextConfig(source="self_forwarded", p=0.5).label()
         'trained on produced context p=0.5 (2-step samples)'
@@ -122,7 +138,11 @@ class ContextConfig:
         return self.source != "recorded" and self.p > 0
 
     def label(self) -> str:
-        """A short text saying what context an adapter trained with this setting expects."""
+        """A short text saying what context an adapter trained with this setting expects.
+
+        Returns:
+            E.g. ``trained on produced context p=0.5 (2-step samples)``.
+        """
         if not self.active:
             return "trained on recorded context"
         if self.source == "corrupted":
@@ -132,8 +152,14 @@ class ContextConfig:
 
 
 def context_label(config: Mapping[str, Any] | None) -> str:
-    """The :meth:`ContextConfig.label` of a run's resolved config (``config.yaml`` as a mapping):
-    ``trained on recorded context`` for a run that sets no ``training.context``."""
+    """The :meth:`ContextConfig.label` of a run's resolved config.
+
+    Args:
+        config: A run's ``config.yaml`` as a mapping (``exp.resolved_config()``), or None.
+
+    Returns:
+        The label; ``trained on recorded context`` for a run that sets no ``training.context``.
+    """
     block = ((config or {}).get("training") or {}).get("context") or {}
     return ContextConfig(**block).label()
 

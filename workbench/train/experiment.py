@@ -79,6 +79,23 @@ class AdapterExperiment:
 
     ``fit(data, steps=N)`` runs N *more* optimizer steps; a second call continues the step count,
     the LR schedule and the data order. Callbacks passed to one ``fit`` do not leak into the next.
+
+    Args:
+        base: The frozen backbone.
+        adapter: The trainable adapter.
+        composer: How the adapter's output and the base's prediction combine (default: ``Replace`` for an
+            inside adapter, whose adapted base is the prediction, else ``GatedResidual``).
+        objective: The training objective (default: the backbone's ``default_objective()``).
+        training: How to train (default: ``TrainingConfig()``).
+        callbacks: Callbacks for every ``fit`` of this experiment.
+        name: The run's name, in reports and the default output directory ``outputs/NAME``.
+        eval_data: What periodic evaluation reads.
+        config: The :class:`ExperimentConfig` it was built from (:meth:`from_config` passes it), saved with
+            checkpoints so a run can be rebuilt.
+
+    Raises:
+        CompositionError: When the parts do not fit together, or nothing is trainable.
+        ConfigError: When the base's dtype does not run on the chosen device.
     """
 
     def __init__(self, base: BaseVideoModel, adapter: Adapter, composer: Composer | None = None,

@@ -80,6 +80,14 @@ class FitSession:
     :meth:`wait` re-raises it).
     Listeners ``fn(session, event)`` are called with ``"start"``, ``"step"`` (after each step) and
     ``"end"``, from the thread that trains.
+
+    Args:
+        exp: The :class:`~workbench.AdapterExperiment` to train.
+        data: What ``exp.fit`` takes (default: the config's ``data:`` block).
+        steps: How many more steps this session trains.
+
+    Raises:
+        InspectError: When ``exp`` is not an experiment or ``steps`` is not a positive int.
     """
 
     def __init__(self, exp: Any, data: Any = None, steps: int = 100):

@@ -1,8 +1,8 @@
 """Experiment trackers as callbacks: TensorBoard event files and Weights & Biases runs.
 
-Both import their library only when a fit starts (optional extra ``logging``: ``pip install
-grafted-workbench[logging]``), read metrics only on the steps they log (the loop's other steps
-never synchronise for them), and log from rank 0 alone when the run is distributed.
+Both import their library only when a fit starts (TensorBoard comes with the optional extra
+``logging``; Weights & Biases is installed on its own), read metrics only on the steps they log (the
+loop's other steps never synchronise for them), and log from rank 0 alone when the run is distributed.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import torch
 
 from workbench.config import check
 from workbench.errors import CallbackError
+from workbench.extras import extra_of, install_hint
 from workbench.registry import register
 from workbench.train.callbacks import Configured
 
@@ -32,8 +33,12 @@ def _scalars(metrics: dict, prefix: str = "") -> dict[str, float]:
 
 def _missing(package: str, callback: str) -> CallbackError:
     return CallbackError(f"The {callback} callback needs the '{package}' package, which is not installed. "
-                         f"Install it with `pip install grafted-workbench[logging]` "
-                         f"(or `pip install {package}`), or remove the callback from the config.")
+                         f"Install it with `{_install(package)}`, or remove the callback from the config.")
+
+
+def _install(package: str) -> str:
+    extra = extra_of(package)
+    return install_hint([extra]) if extra else f"pip install {package}"
 
 
 @dataclass

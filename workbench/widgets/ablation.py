@@ -41,6 +41,20 @@ class AblationSliders(View):
     the titles) or holds the range shown now. ``propagate=False`` (or the checkbox) keeps only the
     instant picture. The logic is :class:`workbench.inspect.Ablation` (``self.state``).
 
+    Args:
+        trajectory: The recorded trajectory (from ``exp.sample`` or :func:`~workbench.inspect.record`).
+        step: The step edited (default: the middle one of the stored steps).
+        condition: The condition the sliders edit, a name the adapter declares.
+        index: Which batch element the pictures show.
+        dim_names: A name per dimension of the condition, for the sliders.
+        decode: How the x0 estimates are decoded: ``"preview"``, ``"tiny"`` or ``"full"``.
+        frame: The frame shown first (default: the last, where actions have acted longest).
+        readout: A :class:`~workbench.inspect.Readout` whose numbers come with the propagated edit.
+        propagate: False keeps only the instant picture (the checkbox switches it too).
+        final_decode: How the propagated final frames are decoded (default: ``decode``).
+        colour_range: The differences are coloured over ±``colour_range`` for every edit; None: over each
+            difference's own largest magnitude.
+
     Examples:
         >>> from workbench.worldmodel.probe import HandProbe
         >>> hand = HandProbe.from_pretrained().readout()

@@ -107,6 +107,22 @@ class Drive(View):
     sampling steps a chunk takes and what the last one cost (wall and CPU time).
     The logic is :class:`workbench.inspect.drive.DriveState` (``self.state``).
 
+    Args:
+        model: The :class:`~workbench.core.composed.ComposedModel` to drive (an experiment's is
+            ``exp.model``).
+        start: One raw clip, as a clip source serves it: the episode starts at its first frame.
+        steps: Sampling steps per chunk (fewer: faster, coarser).
+        seed: Chunk ``k`` samples with a seed mixed from ``(seed, k)``.
+        readout: Frames → positions for the path; ``"state"`` (default): the state reader's own readout;
+            None: no path.
+        speed: The magnitude a key sets (actions are in [-1, 1]).
+        gate_scale: Sample with the adapter's learned gate times this.
+        state: Where a chunk's state comes from, as :func:`workbench.inspect.rollout` takes it (``"probe"``:
+            the world-model wing's hand probe).
+        dim_names: A name per action dimension (default ``dx, dy, dz, grip``).
+        save_path: The file "save" writes the driven episode to.
+        first_chunk: Predict a first chunk (hand still) when the view opens.
+
     Examples:
         >>> view = Drive(model, start=val[0], steps=4, state="probe")  # opens on a first chunk, hand still
         >>> view.key("ArrowRight")                        # what a key press does: one chunk with dx = +1

@@ -26,6 +26,14 @@ class Fit(View):
     the kernel's interrupt button stops it). After a run is done, "train" trains the number of
     steps in the box again. The logic is :class:`workbench.train.FitSession` (``self.session``).
 
+    Args:
+        exp: The :class:`~workbench.AdapterExperiment` to train.
+        data: What ``exp.fit`` takes: a DataLoader / iterable of raw batches or a map-style dataset
+            (default: the config's ``data:`` block).
+        steps: How many more steps a run trains.
+        smoothing: The weight of the loss plot's moving average, in [0, 1) (0: the raw losses).
+        plot_every: Seconds between redraws of the loss plot while a run trains.
+
     Examples:
         >>> fit = Fit(exp, train, steps=1).start()    # returns at once; display `fit` to watch it
         >>> fit = fit.wait()                          # a notebook's next cell: `await fit.finished()`

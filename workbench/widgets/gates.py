@@ -22,9 +22,17 @@ class Gates(View):
     ``batch``, ``RMS(composed - base) / RMS(adapter)`` on one noise draw; without, the composer
     probed on its own), with a ``NoiseGated`` band shaded. Middle: the gate values the
     composer's ``GateStatistics`` callback recorded over training (when an experiment is given).
-    Right: the effective gate map at a chosen step and frame of ``trajectory``. ``history``:
-    gate rows (``gate_history`` columns) to plot instead of the experiment's own. The logic is
+    Right: the effective gate map at a chosen step and frame of ``trajectory``. The logic is
     :class:`workbench.inspect.GatesState` (``self.state``).
+
+    Args:
+        source: An experiment (its gate history is plotted) or a :class:`~workbench.ComposedModel`.
+        batch: A raw or prepared batch the weights are measured on (None: the composer alone, on probes).
+        trajectory: A recorded trajectory whose gate maps the right panel draws.
+        levels: The noise levels, in [0, 1].
+        index: Which batch element the map shows.
+        step: The trajectory's step shown first (default: the middle one of the stored steps).
+        history: Gate rows (``gate_history`` columns) to plot instead of the experiment's own.
 
     Examples:
         >>> view = Gates(exp, batch=raw, trajectory=traj)

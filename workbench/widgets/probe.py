@@ -17,9 +17,14 @@ class ConditionProbe(View):
     """The conditions the adapter receives for ``raw`` (a raw batch or a prepared ``Batch``).
 
     A table (name, matched key, shape, frame reduction, dropout, value range) and one plot per
-    condition for the chosen clip. ``step=k`` shows what training step ``k`` passed (dropout
-    included; the adapter must be in train mode for dropout to apply). ``dim_names`` names the
-    dimensions of a condition, e.g. ``{"action": ["dx", "dy", "dz", "grip"]}``.
+    condition for the chosen clip.
+
+    Args:
+        model_or_adapter: A :class:`~workbench.ComposedModel` (images decoded by its backbone) or an adapter.
+        raw: A raw batch or a prepared ``Batch``.
+        step: Show what training step ``k`` passed (dropout included; the adapter must be in train mode
+            for dropout to apply).
+        dim_names: Names of the dimensions of a condition, e.g. ``{"action": ["dx", "dy", "dz", "grip"]}``.
 
     Examples:
         >>> view = ConditionProbe(exp.model, raw, dim_names={"action": ["dx", "dy", "dz", "grip"]})

@@ -27,6 +27,19 @@ class ActionSensitivity(View):
     two clips. The result (an
     :class:`~workbench.inspect.probes.sensitivity.ActionSensitivityResult`) is ``self.result``.
 
+    Args:
+        model: The composed model.
+        batch: A raw or prepared batch of at least two clips.
+        levels: The noise levels (rows of the heatmap), in [0, 1].
+        condition: The condition probed, a name the adapter declares.
+        dim_names: A name per dimension (columns of the heatmap).
+        eps: The step of the central differences.
+        seed: The seed of the one noise draw.
+        quantity: The heatmap shown first: ``"x0"`` (the x0 estimate) or ``"adapter"`` (the adapter output).
+        readout: A :class:`~workbench.inspect.Readout` for the second heatmap.
+        readout_eps: The step of the readout's central differences.
+        decode: How the x0 estimates are decoded for the readout: ``"preview"``, ``"tiny"`` or ``"full"``.
+
     Examples:
         >>> view = ActionSensitivity(exp.model, raw, levels=(0.5,), dim_names=["dx", "dy", "dz", "grip"])
     """

@@ -37,6 +37,18 @@ class Stepper(View):
     frame) and an adapter on / off choice; export of the current view to MP4 or GIF. The logic
     is :class:`workbench.inspect.StepperState` (``self.state``).
 
+    Args:
+        trajectory: The recorded trajectory (``exp.sample(...)``).
+        view: The view shown first, one of :data:`~workbench.inspect.VIEWS`.
+        decode: The decode shown first: ``"preview"``, ``"tiny"`` or ``"full"``.
+        index: Which batch element.
+        frame: The frame shown first (default: the last).
+        condition: The condition "fork here" edits (None: no condition editor; ``"action"`` only when
+            the adapter reads one).
+        dim_names: A name per dimension of the condition, for its sliders.
+        interval: Milliseconds between steps while playing.
+        export_path: The file the export writes (``.mp4`` or ``.gif``).
+
     Examples:
         >>> # traj = exp.sample(raw, steps=20, seed=0)
         >>> view = Stepper(traj, dim_names=["dx", "dy", "dz", "grip"])

@@ -12,22 +12,37 @@ JSON-ready. :mod:`~workbench.worldmodel.evaluate`, :mod:`~workbench.worldmodel.r
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from workbench.errors import CheckpointError, DataError
+
+if TYPE_CHECKING:
+    from torch.utils.data import Dataset
+
+    from workbench.train.experiment import AdapterExperiment
 
 #: Six Meta-World tasks outside pretraining and the demo's training set, generated with their own seed
 #: (see docs/guides/world-model.md, "Unseen tasks").
 UNSEEN_PATH = Path(__file__).resolve().parents[1] / "data" / "samples" / "metaworld_unseen.h5"
 
 
-def load_run(run_dir: str | Path, *, again: str | None = None):
+def load_run(run_dir: str | Path, *, again: str | None = None) -> AdapterExperiment:
     """The :class:`AdapterExperiment` of a run directory (its latest checkpoint) or of one checkpoint.
 
-    ``again``: the rest of the ``workbench eval`` command line, for the advice on a damaged checkpoint
-    (evaluate the newest one that verifies with it)."""
+    Args:
+        run_dir: A run directory (its latest checkpoint is loaded) or one ``step-*`` checkpoint.
+        again: The rest of the ``workbench eval`` command line, for the advice on a damaged checkpoint
+            (evaluate the newest one that verifies with it).
+
+    Returns:
+        The :class:`AdapterExperiment`, loaded.
+
+    Raises:
+        CheckpointError: When the path is a file, missing, or holds no checkpoint that verifies; the
+            message says what to pass instead.
+    """
     from workbench.train.checkpoint import latest_checkpoint
     from workbench.train.experiment import AdapterExperiment
 
@@ -84,18 +99,29 @@ def data_options(exp, path: str, args: Any = None) -> dict[str, Any]:
 
 def clip_source(path: str, *, window: int, split: str = "val", stride: int | None = None,
                 size: tuple[int, int] | None = None, tasks: list[str] | None = None,
-                camera: str | None = None, control: str | None = None, **options: Any):
+                camera: str | None = None, control: str | None = None, **options: Any) -> Dataset:
     """``window``-frame clips of a Meta-World file or a LeRobot dataset, one every ``stride`` frames
     (default: ``window``), through :func:`workbench.data.sources.open_clips`.
 
-    ``"sample"`` is the shipped sample (six training tasks); ``"unseen"`` the shipped file of six
-    tasks the pretrained base and the demo's adapter never saw (:data:`UNSEEN_PATH`). ``size``
-    resizes LeRobot frames (an HDF5 file must hold that size); ``tasks`` picks Meta-World tasks;
-    ``camera`` picks a LeRobot dataset's video feature; ``control`` adds a control video derived
-    from each clip (``edges``, see :mod:`workbench.data.control`). A LeRobot dataset with an
-    ``observation.ee_pos`` feature (the Meta-World writer's) serves it as ``ee_pos``, so the
-    action error is scored. ``options`` go into a LeRobot dataset's config (``actions``, ``state``,
-    ``ee_pos``, ``fps``; see :func:`data_options`).
+    A LeRobot dataset with an ``observation.ee_pos`` feature (the Meta-World writer's) serves it as
+    ``ee_pos``, so the action error is scored.
+
+    Args:
+        path: A Meta-World ``.h5`` file, a LeRobot dataset directory, ``"sample"`` (the shipped sample,
+            six training tasks) or ``"unseen"`` (the shipped file of six tasks the pretrained base and
+            the demo's adapter never saw, :data:`UNSEEN_PATH`).
+        window: Frames per clip.
+        split: ``"train"``, ``"val"`` or ``"all"``.
+        stride: Frames between the starts of consecutive clips (default: ``window``).
+        size: ``(H, W)`` to resize LeRobot frames to (an HDF5 file must hold that size).
+        tasks: The Meta-World tasks to keep (None: all).
+        camera: A LeRobot dataset's video feature.
+        control: Adds a control video derived from each clip (``edges``, see :mod:`workbench.data.control`).
+        **options: Go into a LeRobot dataset's config (``actions``, ``state``, ``ee_pos``, ``fps``; see
+            :func:`data_options`).
+
+    Returns:
+        The clip dataset.
     """
     from workbench.data.sources import data_kind, open_clips
 

@@ -111,18 +111,43 @@ def scratch_reference_rows(cfg: DemoConfig) -> str:
 class DemoConfig:
     """Budget and evaluation of the demo (``--quick`` shrinks every number).
 
-    ``gate_scale``: (b) and (c) are sampled with the adapter's learned gate times this (``None``:
-    as learned); it trains nothing (:func:`workbench.core.composers.scaled_gate`). ``control``: every clip
-    also carries a control video derived from its frames (``edges``), and (c) swaps it instead of
-    the actions — for an adapter that reads it (a ``controlnet`` with ``video: true``).
-    ``processes``: 2 trains and evaluates on two processes of one thread each (``workbench demo``'s
-    default), with the same results as 1: the second runs the frozen base's half of every training
-    step ahead and predicts half the evaluation's chunks (:mod:`workbench.train.ahead`).
-    ``world``: then roll the trained world model out over a few whole held-out episodes and rank the
-    recorded policies in it (:func:`workbench.worldmodel.imagination.world_summary`; on the shipped
-    sample only), and end with the first table (:func:`workbench.worldmodel.summary.first_table`);
-    ``world_quick``: at the reduced size of :meth:`WorldSummaryConfig.quick
-    <workbench.worldmodel.imagination.WorldSummaryConfig.quick>`.
+    Attributes:
+        output: The directory the run, the evaluation and the chart are written to.
+        steps: Training steps.
+        batch_size: Clips per training step.
+        learning_rate: The adapter's learning rate.
+        eval_clips: Held-out clips of the training tasks evaluated.
+        sampling_steps: Sampling steps of the evaluation.
+        video_clips: Clips that get a side-by-side video.
+        unseen_clips: Clips of the tasks never seen in pretraining or training evaluated (Meta-World
+            data only; 0 skips them).
+        gate_scale: (b) and (c) are sampled with the adapter's learned gate times this (None: as learned);
+            it trains nothing (:func:`workbench.core.composers.scaled_gate`).
+        seed: The seed of training and evaluation.
+        data: The data: ``"sample"`` (the shipped Meta-World sample), a Meta-World ``.h5`` file or a
+            LeRobot dataset directory.
+        camera: A LeRobot dataset's video feature.
+        actions: A LeRobot dataset's feature served as the actions.
+        state: A LeRobot dataset's feature served as the proprio state.
+        action_dim: The adapter's action width, for data whose actions are not Meta-World's 4.
+        from_scratch: Train the from-scratch baseline (same parameters, clips, steps; no pretrained
+            denoiser).
+        base_weights: The tiny_video backbone's ``weights`` (``"pretrained"``: the shipped ones).
+        adapter: The adapter's ``{type, config}`` block.
+        composer: The composer's ``{type, config}`` block.
+        objective: The objective's ``{type, config}`` block (None: the backbone's default).
+        control: Every clip also carries a control video derived from its frames (``edges``), and (c)
+            swaps it instead of the actions, for an adapter that reads it (a ``controlnet`` with
+            ``video: true``).
+        processes: 2 trains and evaluates on two processes of one thread each (``workbench demo``'s
+            default), with the same results as 1: the second runs the frozen base's half of every
+            training step ahead and predicts half the evaluation's chunks (:mod:`workbench.train.ahead`).
+        world: Then roll the trained world model out over a few whole held-out episodes and rank the
+            recorded policies in it (:func:`workbench.worldmodel.imagination.world_summary`; on the
+            shipped sample only), and end with the first table
+            (:func:`workbench.worldmodel.summary.first_table`).
+        world_quick: Run that at the reduced size of :meth:`WorldSummaryConfig.quick
+            <workbench.worldmodel.imagination.WorldSummaryConfig.quick>`.
     """
 
     output: str = "outputs/demo"
@@ -252,6 +277,19 @@ def build_experiment(cfg: DemoConfig, run_dir: Path):
 
 
 def run_demo(cfg: DemoConfig, progress: bool = True) -> dict[str, Any]:
+    """Train the demo's adapter, evaluate it and write everything under ``cfg.output`` (``workbench demo``).
+
+    Args:
+        cfg: The demo's budget and evaluation.
+        progress: Show progress bars.
+
+    Returns:
+        The run's metrics: the held-out evaluation's (and ``unseen`` when it ran), with what the world
+        summary added.
+
+    Raises:
+        MissingExtraError: Before any work, when the ``data`` or ``widgets`` extra the demo needs is missing.
+    """
     from workbench.extras import require_all
 
     # before any work: the chart at the end needs matplotlib, the videos imageio

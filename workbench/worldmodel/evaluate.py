@@ -15,24 +15,27 @@ between the hand position a probe reads off each predicted frame and the recorde
 (:func:`workbench.worldmodel.probe.hand_error_cm`), also as a ratio to the probe's own error on the true
 frames. Results come overall and per task.
 
-Clips come from a **clip source**: any map-style dataset (``len`` and ``[i]``) whose items are ::
+Clips come from a **clip source**: any map-style dataset (``len`` and ``[i]``) whose items are:
 
-    {"video": float [3, T, H, W] in [-1, 1], "action": float [T, A],
-     "episode": int, "start": int, "task": str, "ee_pos": float [T, 3] (optional, metres)}
+```text
+{"video": float [3, T, H, W] in [-1, 1], "action": float [T, A],
+ "episode": int, "start": int, "task": str, "ee_pos": float [T, 3] (optional, metres)}
+```
 
 :class:`~workbench.data.metaworld.MetaWorldClips` is one
 (:func:`~workbench.worldmodel.common.clip_source` builds it with the checks ``eval`` needs);
 another reader that yields the same items plugs into :func:`evaluate_world_model` /
 :func:`evaluate_run` unchanged. Without ``ee_pos`` the action error is reported as missing (NaN).
 
-Example::
-
+Example:
+    ```python
     from workbench import AdapterExperiment
     from workbench.worldmodel.common import clip_source
     from workbench.worldmodel.evaluate import evaluate_run
     exp = AdapterExperiment.load("outputs/demo/run")
     report = evaluate_run(exp, clip_source("sample", window=16, split="val"), out="outputs/eval", clips=12)
     print(report["table"])
+    ```
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -57,6 +60,11 @@ from workbench.worldmodel.common import (
     spread_over_tasks,
     swap_partner,
 )
+
+if TYPE_CHECKING:
+    from torch.utils.data import Dataset
+
+    from workbench.train.experiment import AdapterExperiment
 
 VARIANTS = ("base", "adapter", "swapped")
 LABELS = {"base": "(a) frozen base alone", "adapter": "(b) base + adapter, true actions",
@@ -116,23 +124,35 @@ def _stack(items: list[dict], key: str):
     return torch.stack([it[key] for it in items])
 
 
-def evaluate_world_model(exp, clips, *, sampling_steps: int, seed: int = 0, chunk: int = 12,
-                         progress: bool = True, probe: Any = None, gate_scale: float | None = None,
-                         condition: str = "action", predict: Any = None) -> dict[str, Any]:
+def evaluate_world_model(exp: AdapterExperiment, clips: Dataset, *, sampling_steps: int, seed: int = 0,
+                         chunk: int = 12, progress: bool = True, probe: Any = None,
+                         gate_scale: float | None = None, condition: str = "action",
+                         predict: Any = None) -> dict[str, Any]:
     """Predict every clip of ``clips`` (a clip source) three ways and score them.
 
-    ``gate_scale``: sample (b) and (c) with the adapter's learned gate times this (:func:`scaled_gate`).
-    ``condition``: the clip key swapped in (c) (``action``, or ``control`` for a control video);
-    every key of :data:`CONDITION_KEYS` the clips carry is given to all three, true except that one
-    (the state keys as measured at the first frame, see :data:`STATE_KEYS`). ``predict``: what
-    predicts the three variants' clips instead of one :func:`~workbench.inspect.recording.clips.predict_clips`
-    call each, given ``(model, {name: (clips, with_adapter)}, steps=, seed=, chunk=, gate=, on_chunk=)``
-    (:meth:`workbench.train.ahead.BaseAhead.predict`: the chunks shared by two processes, the same videos).
+    Args:
+        exp: The :class:`~workbench.AdapterExperiment` to evaluate.
+        clips: The clip source.
+        sampling_steps: Sampling steps.
+        seed: The seed the predictions' noise derives from.
+        chunk: Clips per ``generate`` call.
+        progress: Show a progress bar.
+        probe: The hand probe scoring the action error (default: the shipped one).
+        gate_scale: Sample (b) and (c) with the adapter's learned gate times this (:func:`scaled_gate`).
+        condition: The clip key swapped in (c) (``action``, or ``control`` for a control video); every
+            key of :data:`CONDITION_KEYS` the clips carry is given to all three, true except that one
+            (the state keys as measured at the first frame, see :data:`STATE_KEYS`).
+        predict: What predicts the three variants' clips instead of one
+            :func:`~workbench.inspect.recording.clips.predict_clips` call each, given
+            ``(model, {name: (clips, with_adapter)}, steps=, seed=, chunk=, gate=, on_chunk=)``
+            (:meth:`workbench.train.ahead.BaseAhead.predict`: the chunks shared by two processes, the
+            same videos).
 
-    Returns uint8 videos ``[N, T, H, W, 3]`` (``truth`` and each variant), ``scores`` (per clip
-    and variant: ``psnr``, ``ssim``, ``moving_psnr``, ``action_error`` in cm), ``hand_error``
-    (per variant and for ``truth``: the probe's distance to the recorded position per frame,
-    ``[N, T]`` cm), ``moving_fraction``, ``partner`` and the clips' ``items``.
+    Returns:
+        Uint8 videos ``[N, T, H, W, 3]`` (``truth`` and each variant), ``scores`` (per clip and variant:
+        ``psnr``, ``ssim``, ``moving_psnr``, ``action_error`` in cm), ``hand_error`` (per variant and for
+        ``truth``: the probe's distance to the recorded position per frame, ``[N, T]`` cm),
+        ``moving_fraction``, ``partner`` and the clips' ``items``.
     """
     import torch
     from tqdm.auto import tqdm
@@ -335,15 +355,37 @@ def per_clip_record(result: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def evaluate_run(exp, source, *, out: str | Path, clips: int | None = None, sampling_steps: int | None = None,
-                 seed: int = 0, video_clips: int = 6, progress: bool = True, title: str = "evaluation",
+def evaluate_run(exp: AdapterExperiment, source: Dataset, *, out: str | Path, clips: int | None = None,
+                 sampling_steps: int | None = None, seed: int = 0, video_clips: int = 6,
+                 progress: bool = True, title: str = "evaluation",
                  targets: dict[str, Any] | None = None, describe: dict[str, Any] | None = None,
                  labels: dict[str, str] | None = None, gate_scale: float | None = None,
                  condition: str = "action", predict: Any = None) -> dict[str, Any]:
     """Evaluate ``exp`` on ``clips`` clips of ``source`` (all by default) spread over its tasks (see
     :func:`~workbench.worldmodel.common.spread_over_tasks`); write ``metrics.json`` and the videos.
 
-    ``condition``: what (c) swaps; ``predict``: who predicts the clips (see :func:`evaluate_world_model`)."""
+    Args:
+        exp: The :class:`~workbench.AdapterExperiment` to evaluate.
+        source: The clip source (:func:`~workbench.worldmodel.common.clip_source`).
+        out: The directory ``metrics.json`` and the videos are written to (made if missing).
+        clips: How many clips to evaluate (default: all).
+        sampling_steps: Sampling steps (default: the card's).
+        seed: The seed the predictions' noise derives from.
+        video_clips: How many clips get a side-by-side video.
+        progress: Show a progress bar.
+        title: The table's title.
+        targets: The targets the summary is judged against (``gain_db``, ``wins``, ``action_ratio``), or
+            None to judge nothing.
+        describe: Entries added to ``metrics.json``'s ``evaluation`` record.
+        labels: The table's row labels (default: those for ``condition``).
+        gate_scale: Sample with the adapter's learned gate times this.
+        condition: What (c) swaps: ``action``, or ``control`` for a control video.
+        predict: Who predicts the clips (see :func:`evaluate_world_model`).
+
+    Returns:
+        What ``metrics.json`` holds (``summary``, ``per_clip``, ``evaluation``, ``files``, ``seconds``),
+        plus the full ``result`` of :func:`evaluate_world_model` and the printed ``table``.
+    """
     import torch
 
     started = time.perf_counter()

@@ -215,8 +215,17 @@ def generate(
 
 def metaworld_to_lerobot(h5_path: str | Path, out: str | Path, episodes: list[int] | None = None,
                          crf: int = 18) -> Path:
-    """Write the rollouts of a ``workbench data metaworld`` HDF5 file (``"sample"``: the shipped one) as a
-    LeRobot v3.0 dataset in ``out``; ``episodes`` selects some (in file order). Returns ``out``."""
+    """Write the rollouts of a ``workbench data metaworld`` HDF5 file as a LeRobot v3.0 dataset.
+
+    Args:
+        h5_path: The HDF5 file (``"sample"``: the shipped one).
+        out: The dataset directory to write (must not exist or be empty).
+        episodes: The episodes to write, by index (in file order); None writes all.
+        crf: The H.264 quality of the videos (lower is better and larger; 18 is visually lossless).
+
+    Returns:
+        ``out``.
+    """
     import h5py
 
     from workbench.data.metaworld import MetaWorldClips
@@ -258,6 +267,14 @@ def generate_lerobot(out: str | Path, **generate_args: Any) -> Path:
 
     Generates with :func:`generate` (same arguments, same rollouts) into a
     temporary HDF5 file beside ``out``, converts it with :func:`metaworld_to_lerobot`, and removes it.
+
+    Args:
+        out: The dataset directory to write (must not exist or be empty).
+        **generate_args: The arguments of :func:`generate` other than its output path (``tasks``,
+            ``episodes``, ``frames``, ...).
+
+    Returns:
+        ``out``.
     """
     out = Path(out).expanduser()
     if out.exists() and (not out.is_dir() or any(out.iterdir())):

@@ -13,9 +13,11 @@ frame with a probe (the hand probe for reach, the object probe for push) and
 :func:`rank_agreement` reports the Spearman rank correlation between imagined and simulated
 outcomes across the policies, with a bootstrap 95% interval over start states.
 
-The shipped recording (:data:`SAMPLE_PATH`, no simulator needed to use it) was made with::
+The shipped recording (:data:`SAMPLE_PATH`, no simulator needed to use it) was made with:
 
-    python -m workbench.worldmodel.policies --out workbench/data/samples/metaworld_policies.npz
+```bash
+python -m workbench.worldmodel.policies --out workbench/data/samples/metaworld_policies.npz
+```
 
 (defaults: both tasks, 4 start states each, 61 frames = 4 chunks of the embedded model, seed 0).
 ``workbench eval RUN --policies`` replays it (see ``docs/guides/policies.md``).
@@ -246,7 +248,17 @@ class PolicyEpisodes:
 
 
 def load_policies(path: str | Path | None = None) -> PolicyEpisodes:
-    """The recorded policy episodes of ``path`` (default: the shipped :data:`SAMPLE_PATH`), checked."""
+    """The recorded policy episodes of ``path``, checked.
+
+    Args:
+        path: A policy recording (default: the shipped :data:`SAMPLE_PATH`).
+
+    Returns:
+        The episodes, one row per episode (their arrays and the recording's metadata).
+
+    Raises:
+        DataError: When the file is missing, not a policy recording, or lacks an array.
+    """
     path = Path(path) if path is not None else SAMPLE_PATH
     if not path.is_file():
         raise DataError(f"Policy recording not found: {path}. Record one with "
@@ -318,8 +330,18 @@ def rank_agreement(imagined: np.ndarray, simulated: np.ndarray, groups: Sequence
     with a bootstrap 95% interval: start states are resampled with replacement (within each stratum, a
     task) and both means recomputed from the same resample.
 
-    Returns ``rho``, ``low``, ``high`` (2.5 / 97.5 percentiles of the resampled ρ, NaN resamples
-    dropped), ``groups`` and the means.
+    Args:
+        imagined: The imagined outcome of each episode.
+        simulated: The simulated outcome of each episode.
+        groups: Each episode's group (a policy on a task).
+        starts: Each episode's start state, the unit the bootstrap resamples.
+        strata: Each episode's stratum (a task), within which starts are resampled (None: one stratum).
+        resamples: Bootstrap resamples.
+        seed: The seed of the bootstrap.
+
+    Returns:
+        ``rho``, ``low``, ``high`` (2.5 / 97.5 percentiles of the resampled ρ, NaN resamples dropped),
+        ``groups`` and the means.
     """
     imagined, simulated = np.asarray(imagined, np.float64), np.asarray(simulated, np.float64)
     groups, starts = np.asarray(groups), np.asarray(starts)
@@ -407,10 +429,27 @@ def outcome_distance(frames: np.ndarray, episodes: PolicyEpisodes, *, hand_probe
 def imagine(model: ComposedModel, episodes: PolicyEpisodes, *, steps: int = DEFAULT_STEPS, seed: int = 0,
             with_adapter: bool = True, gate_scale: float | None = None, batch: int = 24, state: Any = "probe",
             hand_probe: Any = None, object_probe: Any = None, progress: bool = False) -> dict[str, Any]:
-    """Replay every episode's actions as a rollout of the world model ``model`` (an experiment's is
-    ``exp.model``) from its start frame and score the last predicted frame: ``distance`` (metres, per
-    episode), ``success`` (within :data:`SUCCESS_RADIUS`), ``final_frames`` (uint8 ``(B, H, W, 3)``) and
-    ``cpu_seconds`` (process time of the rollouts)."""
+    """Replay every episode's actions as a rollout of the world model ``model`` from its start frame and
+    score the last predicted frame.
+
+    Args:
+        model: The composed model (an experiment's is ``exp.model``).
+        episodes: The recorded policy episodes (:func:`load_policies`).
+        steps: Sampling steps per chunk.
+        seed: The seed of the rollouts.
+        with_adapter: False rolls out the frozen base alone.
+        gate_scale: Sample with the adapter's learned gate times this.
+        batch: Episodes rolled out together.
+        state: Where a chunk's state comes from, as :func:`workbench.inspect.rollout` takes it.
+        hand_probe: The probe reading the hand off the last frame (default: the shipped one).
+        object_probe: The probe reading the object off the last frame (default: the shipped one).
+        progress: Print progress.
+
+    Returns:
+        ``distance`` (metres, per episode, from the goal to the hand for reach or the object for push),
+        ``success`` (within :data:`SUCCESS_RADIUS`), ``final_frames`` (uint8 ``(B, H, W, 3)``) and
+        ``cpu_seconds`` (process time of the rollouts).
+    """
     import torch
 
     from workbench.inspect.recording.rollouts import rollout
@@ -463,11 +502,23 @@ def evaluate_policies(runs: dict[str, Any], episodes: PolicyEpisodes | None = No
                       progress: bool = True) -> dict[str, Any]:
     """Replay the recorded policies in each world model of ``runs`` and rank them against the simulator.
 
-    ``runs``: ``{"adapter": exp}`` (its frozen base alone is evaluated too, as ``base``) and optionally
-    ``"scratch"``: a from-scratch run. ``variants``: which of ``base``, ``adapter``, ``scratch`` to replay
-    (default: all that ``runs`` allows). Returns a JSON-ready report: per variant the rank agreement
-    (:func:`agreement`), the imagined distances and the CPU seconds; ``probe_on_truth`` scores the
-    simulator's own last frames with the probes (the ceiling of the scoring).
+    Args:
+        runs: ``{"adapter": exp}`` (its frozen base alone is evaluated too, as ``base``) and optionally
+            ``"scratch"``: a from-scratch run.
+        episodes: The recorded policy episodes (default: :func:`load_policies`'s shipped ones).
+        steps: Sampling steps per chunk.
+        seed: The seed of the rollouts and the bootstrap.
+        gate_scale: Sample with the adapter's learned gate times this.
+        batch: Episodes rolled out together.
+        resamples: Bootstrap resamples of the rank agreement's interval.
+        variants: Which of ``base``, ``adapter``, ``scratch`` to replay (default: all that ``runs``
+            allows).
+        progress: Print progress.
+
+    Returns:
+        A JSON-ready report: per variant the rank agreement (:func:`agreement`), the imagined distances and
+        the CPU seconds; ``probe_on_truth`` scores the simulator's own last frames with the probes (the
+        ceiling of the scoring).
     """
     episodes = episodes if episodes is not None else load_policies()
     if "adapter" not in runs:

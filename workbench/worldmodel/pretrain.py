@@ -17,19 +17,23 @@ Two stages, like the real latent video models:
 
 The validation loss on the card is :func:`validation_loss` on the shipped sample's
 validation episodes: a fixed noise draw and a fixed noise level per clip, so anyone can
-recompute it from the weights alone::
+recompute it from the weights alone:
 
-    from workbench.worldmodel.pretrain import validation_loss
-    from workbench.backbones.tiny_video import TinyVideo
-    base = TinyVideo.from_pretrained()
-    validation_loss(base, **base.provenance["validation"])   # == base.card.recipe.val_loss
+```python
+from workbench.worldmodel.pretrain import validation_loss
+from workbench.backbones.tiny_video import TinyVideo
+base = TinyVideo.from_pretrained()
+validation_loss(base, **base.provenance["validation"])   # == base.card.recipe.val_loss
+```
 
-Reproduce the shipped weights (about 50 minutes on 2 CPU cores)::
+Reproduce the shipped weights (about 50 minutes on 2 CPU cores):
 
-    workbench data metaworld --tasks reach-v3,push-v3,pick-place-v3,door-open-v3,drawer-close-v3,\\
-        button-press-topdown-v3 --episodes 480 --frames 64 --size 64 --seed 1 --action-repeat 2 \\
-        --out data/metaworld_pretrain.h5
-    workbench pretrain --data data/metaworld_pretrain.h5 --out tiny_video.safetensors
+```bash
+workbench data metaworld --tasks reach-v3,push-v3,pick-place-v3,door-open-v3,drawer-close-v3,\\
+    button-press-topdown-v3 --episodes 480 --frames 64 --size 64 --seed 1 --action-repeat 2 \\
+    --out data/metaworld_pretrain.h5
+workbench pretrain --data data/metaworld_pretrain.h5 --out tiny_video.safetensors
+```
 """
 
 from __future__ import annotations
@@ -55,14 +59,31 @@ from workbench.loop import LRSchedule, TrainingLoop, then
 class PretrainConfig:
     """Settings of a pretraining run (``workbench pretrain --help`` lists them as flags).
 
-    ``data``: an HDF5 file from ``workbench data metaworld`` (or ``"sample"``) or a LeRobot dataset
-    directory, all of whose episodes are used for training. ``val_data``: the data whose ``val``
-    split gives the card's validation loss (default: the shipped sample for a Meta-World file, so
-    the number is reproducible anywhere; the data itself for a LeRobot dataset). ``size``: the
-    frames' side in pixels (a LeRobot dataset's frames are resized to it; default: as stored,
-    which must be square). ``camera``: a LeRobot dataset's video feature (needed when it has several).
-    ``ae_steps`` / ``steps``: optimizer steps of the two stages. ``arch``: overrides of
-    :class:`TinyVideoConfig` (whose defaults are the shipped architecture).
+    Attributes:
+        data: An HDF5 file from ``workbench data metaworld`` (or ``"sample"``) or a LeRobot dataset
+            directory, all of whose episodes are used for training.
+        out: The weights file written (safetensors).
+        val_data: The data whose ``val`` split gives the card's validation loss (default: the shipped
+            sample for a Meta-World file, so the number is reproducible anywhere; the data itself for a
+            LeRobot dataset).
+        size: The frames' side in pixels (a LeRobot dataset's frames are resized to it; default: as
+            stored, which must be square).
+        camera: A LeRobot dataset's video feature (needed when it has several).
+        window: Frames per training clip.
+        ae_steps: Optimizer steps of the first stage, the autoencoder.
+        ae_batch_size: Frames per autoencoder step.
+        ae_crop: The side of the random crops the autoencoder trains on, a multiple of 8.
+        ae_learning_rate: The autoencoder's learning rate.
+        steps: Optimizer steps of the second stage, the denoiser.
+        batch_size: Clips per denoiser step.
+        learning_rate: The denoiser's learning rate.
+        warmup: Learning-rate warmup steps of each stage.
+        ema: The decay of the denoiser's weight average, in [0, 1) (the saved weights are the average).
+        seed: The seed of the run.
+        arch: Overrides of :class:`TinyVideoConfig` (whose defaults are the shipped architecture).
+
+    Raises:
+        ConfigError: When a value is out of range; the message names the field.
     """
 
     data: str

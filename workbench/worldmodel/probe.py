@@ -6,24 +6,27 @@ goes where the actions say (:func:`action_error`), not only on pixels.
 The shipped probe (``workbench/worldmodel/weights/hand_probe/hand_probe.safetensors``, with its provenance
 in ``hand_probe.json``) was trained on real frames of pretraining-style data — the generator's
 seed 1, the seed ``workbench pretrain``'s data used, which shares no episode with the shipped
-sample (seed 0) the demo evaluates on::
+sample (seed 0) the demo evaluates on:
 
-    workbench data metaworld --tasks reach-v3,push-v3,pick-place-v3,door-open-v3,drawer-close-v3,\\
-        button-press-topdown-v3 --episodes 96 --frames 64 --size 64 --seed 1 --action-repeat 2 \\
-        --out data/probe_train.h5
-    workbench probe train --data data/probe_train.h5 --out hand_probe.safetensors
+```bash
+workbench data metaworld --tasks reach-v3,push-v3,pick-place-v3,door-open-v3,drawer-close-v3,\\
+    button-press-topdown-v3 --episodes 96 --frames 64 --size 64 --seed 1 --action-repeat 2 \\
+    --out data/probe_train.h5
+workbench probe train --data data/probe_train.h5 --out hand_probe.safetensors
+```
 
 Training holds out whole episodes (``val_fraction`` of each task's) and reports the mean distance
 between predicted and recorded positions on their frames, in centimetres. Frames are blurred at
 random during training (a Gaussian of random width on half of each batch) so that the probe also
 reads the softer frames a small video model predicts.
 
-Example::
-
+Example:
+    ```python
     from workbench.worldmodel.probe import HandProbe
     probe = HandProbe.from_pretrained()
     xyz = probe.positions(frames)      # uint8 [..., H, W, 3] → metres [..., 3]
     hand = probe.readout()             # for the instruments: frames → cm (AblationSliders(..., readout=hand))
+    ```
 """
 
 from __future__ import annotations
@@ -54,7 +57,12 @@ TARGETS = {"hand": "ee_pos", "object": "obs[..., 4:7]"}
 
 
 class HandProbe(nn.Module):
-    """Frames ``[N, 3, 64, 64]`` in [-1, 1] → hand positions ``[N, 3]`` in metres (world frame)."""
+    """Frames ``[N, 3, 64, 64]`` in [-1, 1] → hand positions ``[N, 3]`` in metres (world frame).
+
+    Args:
+        width: The base channel count of its convolutions (they use half, once and twice it).
+        image_size: The side of the square frames it reads, in pixels.
+    """
 
     def __init__(self, width: int = 32, image_size: int = 64):
         super().__init__()
@@ -208,9 +216,14 @@ class ProbeTrainConfig:
 def hand_error_cm(video: Any, ee_pos: Any, probe: HandProbe | None = None) -> np.ndarray:
     """Per-frame distance (cm) between the hand position ``probe`` reads off ``video`` and ``ee_pos``.
 
-    ``video``: uint8 ``[..., T, H, W, 3]`` or float ``[..., 3, T, H, W]`` (the conventions of
-    :mod:`workbench.metrics`); ``ee_pos``: recorded positions in metres, ``[..., T, 3]``. ``probe``:
-    a :class:`HandProbe` (default: the shipped one). Returns float64 ``[..., T]``.
+    Args:
+        video: Uint8 ``[..., T, H, W, 3]`` or float ``[..., 3, T, H, W]`` (the conventions of
+            :mod:`workbench.metrics`).
+        ee_pos: Recorded positions in metres, ``[..., T, 3]``.
+        probe: A :class:`HandProbe` (default: the shipped one).
+
+    Returns:
+        The distances in cm, float64 ``[..., T]``.
     """
     from workbench.metrics import to_uint8_video
 
@@ -233,6 +246,14 @@ def action_error(pred: Any, ee_pos: Any, probe: HandProbe | None = None) -> floa
     position off every predicted frame, and the error is its distance to the recorded end-effector
     position. The probe's own error on the true frames is the floor; ``workbench eval`` reports
     ratios to it.
+
+    Args:
+        pred: The predicted clips, as :func:`hand_error_cm` takes them.
+        ee_pos: The recorded end-effector positions in metres, ``[..., T, 3]``.
+        probe: A :class:`HandProbe` (default: the shipped one).
+
+    Returns:
+        The mean distance in cm.
     """
     return float(hand_error_cm(pred, ee_pos, probe)[..., 1:].mean())
 

@@ -30,12 +30,14 @@ recorded one, with the probe's own error on the true frames as the floor. Writes
 ``rollout_metrics.json`` and ``drift.png``.
 
 The long held-out episodes ship as ``workbench/data/samples/metaworld_long.h5`` (:data:`LONG_PATH`,
-``--data long``), made with::
+``--data long``), made with:
 
-    workbench data metaworld \\
-        --tasks reach-v3,push-v3,pick-place-v3,door-open-v3,drawer-close-v3,button-press-topdown-v3 \\
-        --episodes 12 --frames 144 --size 64 --seed 3 --action-repeat 2 \\
-        --out workbench/data/samples/metaworld_long.h5
+```bash
+workbench data metaworld \\
+    --tasks reach-v3,push-v3,pick-place-v3,door-open-v3,drawer-close-v3,button-press-topdown-v3 \\
+    --episodes 12 --frames 144 --size 64 --seed 3 --action-repeat 2 \\
+    --out workbench/data/samples/metaworld_long.h5
+```
 
 the tasks, camera, size and frame rate of the shipped sample (seed 0), with a seed of its own (the
 sample is seed 0, the probe's data seed 1, the unseen tasks seed 2), so no episode is one the
@@ -47,12 +49,15 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from workbench.core.backbone import max_generate_batch
 from workbench.errors import DataError
+
+if TYPE_CHECKING:
+    from workbench.train.experiment import AdapterExperiment
 
 #: Twelve 144-frame episodes of the six training tasks, their own seed (see the module docstring).
 LONG_PATH = Path(__file__).resolve().parents[1] / "data" / "samples" / "metaworld_long.h5"
@@ -72,9 +77,20 @@ def long_episodes(path: str = "long", *, frames: int | None = None, episodes: in
     items ``{"video": (3, F, H, W), "action": (F, D), "task", "episode", "start": 0}`` with what the data
     records besides (``ee_pos`` ``(F, 3)``, ``proprio`` ``(F, S)``, ``camera`` ``(12,)``); ``episodes`` of
     them taken in turn from each task. ``"long"`` is :data:`LONG_PATH`. A LeRobot dataset's episodes may
-    differ in length: each item is as long as its episode. ``options`` go into a LeRobot dataset's config
-    (:func:`~workbench.worldmodel.common.clip_source`). ``exp``: the run that will roll them out; the signals
-    its adapter reads are checked against what the data serves before any episode is read.
+    differ in length: each item is as long as its episode.
+
+    Args:
+        path: A Meta-World ``.h5`` file, a LeRobot dataset directory, or ``"long"`` (:data:`LONG_PATH`).
+        frames: Keep each episode's first ``frames`` frames (None: whole episodes).
+        episodes: How many episodes, taken in turn from each task (None: all).
+        split: ``"train"``, ``"val"`` or ``"all"``.
+        size: ``(H, W)`` to resize LeRobot frames to.
+        exp: The run that will roll them out; the signals its adapter reads are checked against what the
+            data serves before any episode is read.
+        **options: Go into a LeRobot dataset's config (:func:`~workbench.worldmodel.common.clip_source`).
+
+    Returns:
+        The episodes, as clip items.
     """
     from workbench.data.metaworld import sample_path
     from workbench.data.sources import data_kind
@@ -244,23 +260,37 @@ def _chunk_means(values: np.ndarray, lengths: np.ndarray, chunk: range) -> np.nd
     return out
 
 
-def evaluate_rollouts(exp, items: list[dict], *, steps: int, seed: int = 0, state: str | None = "auto",
-                      gate_scale: float | None = None, scratch=None, batch: int = 12, probe: Any = None,
+def evaluate_rollouts(exp: AdapterExperiment, items: list[dict], *, steps: int, seed: int = 0,
+                      state: str | None = "auto", gate_scale: float | None = None,
+                      scratch: AdapterExperiment | None = None, batch: int = 12, probe: Any = None,
                       progress: bool = True, variants: tuple[str, ...] | None = None) -> dict[str, Any]:
     """Roll out every episode of ``items`` (from :func:`long_episodes`) the four ways and score each chunk.
 
-    ``state``: a value of ``--rollout-state`` (:func:`rollout_state`; default ``auto``) or None (no state).
-    ``variants``: which of ``base``, ``adapter``, ``swapped``, ``scratch`` (default: the first three, and
-    ``scratch`` when a from-scratch experiment is given). Episodes may differ in length; ``swapped`` gives
-    each the actions of another, cut to its length (or holding that one's last action where it is shorter).
+    Episodes may differ in length; ``swapped`` gives each the actions of another, cut to its length (or
+    holding that one's last action where it is shorter).
 
-    Returns ``truth`` and each variant's video (uint8 ``[E, F, H, W, 3]``, ``F`` the longest episode; zero
-    past an episode's length), ``lengths`` (frames per episode), ``chunks`` (each chunk's frames), ``state``
-    (the rollout's ``state=``), ``metrics`` (what was scored per chunk: ``moving_psnr``, and ``hand_error_cm``
-    where the hand probe scores these episodes, else ``hand_error_note`` says why not), ``per_chunk`` (per
-    variant, each metric ``[E, K]``, NaN for a chunk past an episode's end; ``truth``: the probe's floor
-    ``hand_error_cm``), ``hand_error`` (with the hand error: per variant and ``truth``, ``[E, F]`` cm),
-    ``partner`` (with ``swapped``), ``items``, ``variants``.
+    Args:
+        exp: The :class:`~workbench.AdapterExperiment` whose world model rolls out.
+        items: The episodes, from :func:`long_episodes`.
+        steps: Sampling steps per chunk.
+        seed: The seed the chunks' noise derives from.
+        state: A value of ``--rollout-state`` (:func:`rollout_state`; default ``auto``) or None (no state).
+        gate_scale: Sample with the adapter's learned gate times this.
+        scratch: A from-scratch experiment, rolled out as the ``scratch`` variant.
+        batch: Episodes rolled out together.
+        probe: The hand probe scoring the hand error (default: the shipped one).
+        progress: Show a progress bar.
+        variants: Which of ``base``, ``adapter``, ``swapped``, ``scratch`` (default: the first three, and
+            ``scratch`` when a from-scratch experiment is given).
+
+    Returns:
+        ``truth`` and each variant's video (uint8 ``[E, F, H, W, 3]``, ``F`` the longest episode; zero past
+        an episode's length), ``lengths`` (frames per episode), ``chunks`` (each chunk's frames), ``state``
+        (the rollout's ``state=``), ``metrics`` (what was scored per chunk: ``moving_psnr``, and
+        ``hand_error_cm`` where the hand probe scores these episodes, else ``hand_error_note`` says why
+        not), ``per_chunk`` (per variant, each metric ``[E, K]``, NaN for a chunk past an episode's end;
+        ``truth``: the probe's floor ``hand_error_cm``), ``hand_error`` (with the hand error: per variant
+        and ``truth``, ``[E, F]`` cm), ``partner`` (with ``swapped``), ``items``, ``variants``.
     """
     import torch
     from tqdm.auto import tqdm

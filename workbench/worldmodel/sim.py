@@ -17,6 +17,7 @@ import numpy as np
 
 from workbench.data.camera import CameraCalibration, look_at_matrix
 from workbench.errors import ConfigError, DataError, did_you_mean, listing
+from workbench.extras import install_hint
 
 # MuJoCo reads MUJOCO_GL when it is first imported; choose headless EGL unless told otherwise.
 os.environ.setdefault("MUJOCO_GL", "egl")
@@ -58,7 +59,23 @@ MODEL_CAMERAS = ("topview", "corner", "corner2", "corner3", "corner4", "behindGr
 
 @dataclasses.dataclass(frozen=True)
 class Perturbation:
-    """How expert actions are perturbed; see the module docstring."""
+    """How expert actions are perturbed (:mod:`workbench.worldmodel.generate` says how each part acts).
+
+    Attributes:
+        noise_std: The standard deviation of the Gaussian noise added to the xyz of every action.
+        grip_noise_std: The standard deviation of the Gaussian noise added to the gripper command.
+        segment_fraction: The fraction of steps, on average, in random segments, in [0, 1).
+        segment_min: The shortest random segment, in steps.
+        segment_max: The longest random segment, in steps.
+        target_low: The low corner (x, y, z, metres) of the box random targets are drawn in.
+        target_high: The high corner of that box.
+        gain_range: The range a random segment's controller gain is drawn from.
+        speed_range: The range a random segment's speed limit is drawn from (action units).
+        start_steps: Unrecorded steps driving the hand to a random start before recording.
+
+    Raises:
+        ConfigError: When a value is out of range; the message lists every problem.
+    """
 
     noise_std: float = 0.15
     grip_noise_std: float = 0.3
@@ -128,7 +145,7 @@ def import_simulator() -> Any:
     except ModuleNotFoundError as err:
         raise DataError(
             f"Generating Meta-World data needs the package {err.name!r}, which is not installed: "
-            f"`pip install 'grafted-workbench[data]'` (metaworld, mujoco, h5py)."
+            f"{install_hint(['data'])} (metaworld, mujoco, h5py)."
         ) from err
     except Exception as err:  # mujoco sets up its GL backend (MUJOCO_GL) at import time
         raise RenderingUnavailable(

@@ -89,13 +89,19 @@ def _policy_row(policies: dict[str, Any]) -> list[str]:
 def first_table(metrics: dict[str, Any], *, scratch: dict[str, Any] | None = None,
                 ceiling: dict[str, Any] | None = None, rollout: dict[str, Any] | None = None,
                 policies: dict[str, Any] | None = None, notes: list[str] | None = None) -> str:
-    """The first table of the demo and the README.
+    """The first table of the demo and the README. Missing parts leave their cells blank (and their rows
+    out).
 
-    ``metrics``: a demo run's metrics (held-out clips, and ``unseen`` when it ran); ``scratch`` and
-    ``ceiling``: the from-scratch run's and the measured-path run's metrics (stored ones are marked in
-    ``notes``); ``rollout``: :func:`~workbench.worldmodel.rollout_eval.summarise_rollouts`'s summary;
-    ``policies``: :func:`~workbench.worldmodel.policies.evaluate_policies`' report. Missing parts leave
-    their cells blank (and their rows out).
+    Args:
+        metrics: A demo run's metrics (held-out clips, and ``unseen`` when it ran).
+        scratch: The from-scratch run's metrics.
+        ceiling: The measured-path run's metrics.
+        rollout: :func:`~workbench.worldmodel.rollout_eval.summarise_rollouts`'s summary.
+        policies: :func:`~workbench.worldmodel.policies.evaluate_policies`' report.
+        notes: Lines printed under the table (e.g. which columns are stored runs).
+
+    Returns:
+        The table as text, one line per row, with a title line first.
     """
     s = metrics["summary"]
     clips = s.get("clips", metrics.get("evaluation", {}).get("clips", "?"))

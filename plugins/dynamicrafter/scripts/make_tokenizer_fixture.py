@@ -3,11 +3,13 @@
 Not needed at test time: ``tests/test_plugin_dynamicrafter.py`` reads the file this writes
 (``plugins/dynamicrafter/tests/fixtures/open_clip_tokens.json``) and checks that the plugin's
 ``tokenize`` (open_clip's text cleaning and pre-tokenizing, transformers' CLIP BPE) yields the same
-ids. It runs in an environment of its own that holds open_clip (not a dependency of the project)::
+ids. It runs in an environment of its own that holds open_clip (not a dependency of the project):
 
-    python -m venv /tmp/openclip && /tmp/openclip/bin/pip install -c constraints.txt torch==2.13.0 ftfy regex
-    /tmp/openclip/bin/pip install --no-deps "open_clip_torch==2.22.0"      # the version DynamiCrafter pins
-    /tmp/openclip/bin/python plugins/dynamicrafter/scripts/make_tokenizer_fixture.py
+```bash
+python -m venv /tmp/openclip && /tmp/openclip/bin/pip install -c constraints.txt torch==2.13.0 ftfy regex
+/tmp/openclip/bin/pip install --no-deps "open_clip_torch==2.22.0"      # the version DynamiCrafter pins
+/tmp/openclip/bin/python plugins/dynamicrafter/scripts/make_tokenizer_fixture.py
+```
 
 open_clip ships OpenAI CLIP's BPE vocabulary in its wheel, so nothing is downloaded. Only open_clip's
 ``tokenizer`` module is imported (its package imports torchvision). Besides the corpus and its ids,

@@ -3,14 +3,16 @@
 diffusers has no LoRA loader for EasyAnimate (its pipeline has no ``load_lora_weights``, its
 transformer no ``load_lora_adapter``), so a LoRA trained here is written in diffusers' layout
 (``pytorch_lora_weights.safetensors``, keys ``transformer.<path>.lora_A.weight``, the peft config
-in the file's metadata) and put into a plain pipeline through peft by :func:`load_lora`::
+in the file's metadata) and put into a plain pipeline through peft by :func:`load_lora`:
 
-    from diffusers import EasyAnimatePipeline
-    from workbench_easyanimate.lora import load_lora
+```python
+from diffusers import EasyAnimatePipeline
+from workbench_easyanimate.lora import load_lora
 
-    pipe = EasyAnimatePipeline.from_pretrained("/models/EasyAnimateV5.1-12b-zh-diffusers")
-    load_lora(pipe, "outputs/run/lora")          # the directory export_lora wrote, or the file
-    video = pipe(prompt="...", num_frames=49).frames
+pipe = EasyAnimatePipeline.from_pretrained("/models/EasyAnimateV5.1-12b-zh-diffusers")
+load_lora(pipe, "outputs/run/lora")          # the directory export_lora wrote, or the file
+video = pipe(prompt="...", num_frames=49).frames
+```
 """
 
 from __future__ import annotations

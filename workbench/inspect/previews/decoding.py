@@ -52,6 +52,23 @@ def render(base: BaseVideoModel, latents: torch.Tensor, *, decode: str = "previe
            preview: LatentPreview | None = None) -> np.ndarray:
     """Latents ``(B, C, T', h, w)`` → uint8 frames ``[T, H, W, 3]`` of batch element ``index``.
 
+    Args:
+        base: The backbone the latents belong to.
+        latents: Latents ``(B, C, T', h, w)``.
+        decode: ``"preview"`` (the linear preview, instant), ``"tiny"`` (the distilled tiny preview) or
+            ``"full"`` (the backbone's own decoder).
+        index: Which batch element to render.
+        chunk_frames: With ``decode="full"``, how many latent frames are decoded at a time (None: all at
+            once), which bounds the decoder's memory.
+        preview: The linear preview to use instead of the one fitted (or cached) for ``base``.
+
+    Returns:
+        The frames, uint8 ``[T, H, W, 3]``.
+
+    Raises:
+        InspectError: When ``decode`` is not one of the three, the latents are not 5-D, or ``index`` is not
+            a batch element.
+
     Examples:
         >>> frames = render(model.base, traj.final)                   # the linear preview
         >>> frames = render(model.base, traj.final, decode="full")    # the backbone's own decoder

@@ -27,7 +27,11 @@ PREVIEW_KINDS = ("linear", "tiny")
 
 
 def clear_preview_cache(disk: bool = False) -> None:
-    """Forget the previews held in memory (and, with ``disk=True``, delete the cached files)."""
+    """Forget the previews held in memory (and, with ``disk=True``, delete the cached files).
+
+    Args:
+        disk: Also delete the previews cached on disk, so the next use fits them again.
+    """
     clear_linear_cache()
     clear_tiny_cache()
     clear_identities()
@@ -45,17 +49,29 @@ def fit_preview(base: BaseVideoModel, samples: Any = None, *, kind: str = "linea
     """Fit (or load) the linear preview of ``base``, or with ``kind="tiny"`` distil (or load) its tiny
     preview.
 
-    ``kind="tiny"``: a small convolutional decoder distilled from ``base.decode``
-    (:class:`~workbench.inspect.previews.tiny_preview.TinyPreview`, see that module); ``n_fit`` defaults to
-    24 clips there, and ``distil`` takes its training settings (``steps``, ``width``, ``batch``, ``lr``).
+    A fit on samples is kept in memory for this process's views only.
 
-    ``samples``: real frames to encode — video ``(N, 3, T, H, W)`` in [-1, 1], uint8
-    ``(N, T, H, W, 3)`` or a raw batch; the last ``n_heldout`` clips (at least one) measure the
-    fit, the rest fit it. Without samples, ``n_fit + n_heldout`` data-free latent clips of
-    ``latent_shape = (C, T', h, w)`` are used (default: the card's resolution, at most 4 latent
-    frames). With ``cache``, a preview already on disk for this backbone is loaded instead of
-    fitted when no samples are given (``refit=True`` fits anyway), and a data-free fit is saved; a
-    fit on samples is kept in memory for this process's views only.
+    Args:
+        base: The backbone whose decoder the preview imitates.
+        samples: Real frames to encode: video ``(N, 3, T, H, W)`` in [-1, 1], uint8 ``(N, T, H, W, 3)`` or
+            a raw batch; the last ``n_heldout`` clips (at least one) measure the fit, the rest fit it.
+            None: data-free latent clips are used.
+        kind: ``"linear"``, or ``"tiny"`` for a small convolutional decoder distilled from
+            ``base.decode`` (:class:`~workbench.inspect.previews.tiny_preview.TinyPreview`).
+        latent_shape: ``(C, T', h, w)`` of the data-free clips (default: the card's resolution, at most 4
+            latent frames).
+        n_fit: How many data-free clips fit it (default: the kind's own; 24 for ``"tiny"``).
+        n_heldout: How many clips measure it.
+        seed: The seed of the data-free clips and of the distillation.
+        cache: Load a preview already on disk for this backbone instead of fitting when no samples are
+            given, and save a data-free fit.
+        refit: Fit even when a cached preview exists.
+        chunk_frames: How many latent frames ``base.decode`` decodes at a time while fitting (None: all).
+        **distil: With ``kind="tiny"``, its training settings (``steps``, ``width``, ``batch``, ``lr``).
+
+    Returns:
+        The preview, a callable from latents ``(B, C, T', h, w)`` to video ``(B, 3, T, H, W)`` in [-1, 1];
+        its ``psnr`` is the held-out PSNR against ``base.decode``.
 
     Examples:
         >>> preview = fit_preview(model.base)

@@ -60,6 +60,12 @@ class ConditionEdit:
 
     :meth:`set` puts a value on one dimension, on every frame or on one frame, for every clip
     of the batch; :meth:`overrides` is what :meth:`Trajectory.fork` / ``recompose`` take as ``cond``.
+
+    Args:
+        model: The composed model whose adapter reads the condition.
+        batch: The prepared batch holding the condition's recorded values.
+        condition: The condition to edit, a name the adapter declares.
+        dim_names: Names of its dimensions, for labels (default: ``d0``, ``d1``, ...).
     """
 
     def __init__(self, model: ComposedModel, batch: Batch, condition: str = "action",
@@ -233,13 +239,25 @@ def check_colour_range(colour_range: float | None) -> float | None:
 class Ablation:
     """The prediction at one step of ``trajectory`` under an edited condition (see the module docstring).
 
-    ``readout``: turns the final frames of :meth:`propagate` into positions (a
-    :class:`~workbench.inspect.probes.readout.Readout`, e.g. the world-model wing's hand probe), so that
-    the propagated edit comes with a number; ``final_decode``: how :meth:`propagate` decodes the
-    final frames (default: ``decode``). ``colour_range``: the differences are coloured over
-    ±``colour_range`` for every edit (default ±1, ``[-1, 1]`` units of mean RGB), so that colour
-    strength compares between edits; ``None``: over each difference's own largest magnitude (every
-    edit then looks equally strong; the title gives the range).
+    Args:
+        trajectory: The recorded trajectory (from ``exp.sample`` or :func:`~workbench.inspect.record`).
+        step: The step edited (default: the middle one of the stored steps).
+        condition: The condition edited, a name the adapter declares.
+        index: Which batch element the pictures show.
+        decode: ``"preview"``, ``"tiny"`` or ``"full"`` (see :func:`~workbench.inspect.render`).
+        dim_names: Names of the condition's dimensions, for labels (default: ``d0``, ``d1``, ...).
+        readout: Turns the final frames of :meth:`propagate` into positions (a
+            :class:`~workbench.inspect.probes.readout.Readout`, e.g. the world-model wing's hand probe),
+            so that the propagated edit comes with a number.
+        final_decode: How :meth:`propagate` decodes the final frames (default: ``decode``).
+        colour_range: The differences are coloured over ±``colour_range`` for every edit (default ±1,
+            ``[-1, 1]`` units of mean RGB), so that colour strength compares between edits; None: over
+            each difference's own largest magnitude (every edit then looks equally strong; the title
+            gives the range).
+
+    Raises:
+        StepError: When the step was not stored; the message names the stored steps.
+        InspectError: When the condition is not one the adapter reads.
     """
 
     CACHE_SIZE = 32
@@ -496,7 +514,16 @@ class Ablation:
 
 
 def swap_conditions(trajectory: Trajectory, condition: str = "action", shift: int = 1) -> dict[str, Any]:
-    """``cond`` overrides with ``condition`` rolled across the batch: each clip gets another clip's values."""
+    """``cond`` overrides with ``condition`` rolled across the batch: each clip gets another clip's values.
+
+    Args:
+        trajectory: The recorded trajectory whose batch is rolled.
+        condition: The condition to swap, a name the adapter declares.
+        shift: How far to roll: clip ``i`` gets the values of clip ``i - shift`` (modulo the batch).
+
+    Returns:
+        ``{condition: values}``, what :meth:`Trajectory.fork` / ``recompose`` take as ``cond``.
+    """
     batch = rolled_conditions(trajectory.model, trajectory.batch, condition, shift)
     key = condition_key(trajectory.model, trajectory.batch, condition)
     return {condition: batch.cond[key]}

@@ -108,6 +108,15 @@ def gate_statistics(model_or_composer: ComposedModel | Composer, levels: Sequenc
     where the composed value *is* the
     adapter's weight (``weight_mean`` / ``_min`` / ``_max`` over channels). Every row also has
     ``level`` and the composer's ``gate_values()``.
+
+    Args:
+        model_or_composer: A :class:`ComposedModel`, or a bare :class:`Composer`.
+        levels: The noise levels, in [0, 1].
+        batch: A raw or prepared batch to compose on (with a model); None probes the composer alone.
+        seed: The seed of the noise draw.
+
+    Returns:
+        One row per level, column name → value.
     """
     if isinstance(model_or_composer, ComposedModel):
         composer, model = model_or_composer.composer, model_or_composer
@@ -170,6 +179,12 @@ def gate_history(callback: GateStatistics | Sequence[Mapping[str, float]]) -> di
     ``{"step": (N,), "gate_mean": (N,), ...}``.
 
     A column missing from some rows is NaN there.
+
+    Args:
+        callback: A ``GateStatistics`` callback, or its ``history`` rows.
+
+    Returns:
+        Each column as an array, one value per row.
     """
     rows = callback.history if isinstance(callback, GateStatistics) else callback
     if not isinstance(rows, Sequence) or any(not isinstance(r, Mapping) for r in rows):
@@ -195,11 +210,25 @@ def find_gate_history(exp: Any) -> dict[str, np.ndarray] | None:
 class GatesState:
     """Where the composer lets the adapter act, for one model: the plain state a ``Gates`` view draws.
 
-    ``source``: an experiment (its gate history is read) or a :class:`ComposedModel`. ``rows``:
-    :func:`gate_statistics` at ``levels`` (on ``batch`` when given); ``history``: the training
-    gate history (``history`` given, else the experiment's own, else ``None``); ``band``: the
-    ``NoiseGated`` band; with a ``trajectory``, :meth:`map_panel` is the effective gate map at
+    ``rows`` is :func:`gate_statistics` at ``levels``; ``history`` the training gate history; ``band``
+    the ``NoiseGated`` band; with a ``trajectory``, :meth:`map_panel` is the effective gate map at
     ``step`` and ``frame``.
+
+    Args:
+        source: An experiment (its gate history is read) or a :class:`ComposedModel`.
+        batch: A raw batch or prepared batch the statistics are measured on (None: the composer alone,
+            on probes).
+        trajectory: A recorded trajectory whose gate maps :meth:`map_panel` draws.
+        levels: The noise levels of the rows, in [0, 1].
+        index: Which batch element the map shows.
+        step: The trajectory's step shown (default: the middle one of the stored steps).
+        frame: The frame of the map (default: frame 1, or 0 for a one-frame clip).
+        history: The training gate history (rows of ``GateStatistics``, or the callback); default: the
+            experiment's own, else None.
+
+    Raises:
+        InspectError: When ``source`` is neither an experiment nor a :class:`ComposedModel`.
+        StepError: When ``step`` was not stored; the message names the stored steps.
 
     Examples:
         >>> state = GatesState(exp, batch=raw, trajectory=traj)

@@ -41,9 +41,12 @@ class FrameReadout(Protocol):
 class Readout:
     """A function from frames to positions, with what it reads and in which unit.
 
-    ``fn``: uint8 frames ``[T, H, W, 3]`` → an array ``[T, D]`` (numpy or torch); the result is
-    multiplied by ``scale`` (e.g. 100 for metres → cm). ``axes``: a name per dimension (default
-    ``d0, d1, ...``).
+    Attributes:
+        fn: Uint8 frames ``[T, H, W, 3]`` → an array ``[T, D]`` (numpy or torch).
+        name: What it reads, e.g. ``"hand"``.
+        unit: The unit of the scaled result, e.g. ``"cm"``.
+        scale: The factor the result is multiplied by (e.g. 100 for metres → cm).
+        axes: A name per dimension (default ``d0, d1, ...``).
 
     Examples:
         >>> from workbench.worldmodel.probe import HandProbe
@@ -158,7 +161,21 @@ class PathComparison:
 
 def compare_paths(readout: FrameReadout, recorded: np.ndarray, edited: np.ndarray,
                   predicted: Sequence[int] = ()) -> PathComparison:
-    """Read ``recorded`` and ``edited`` (uint8 ``[T, H, W, 3]`` each) with ``readout``."""
+    """Read ``recorded`` and ``edited`` (uint8 ``[T, H, W, 3]`` each) with ``readout``.
+
+    Args:
+        readout: A :class:`Readout` (or any callable with its ``name`` and ``unit``).
+        recorded: The recorded prediction's frames, uint8 ``[T, H, W, 3]``.
+        edited: The edited prediction's frames, the same shape.
+        predicted: The frames that count (a given first frame is the same in both and says nothing about
+            the edit).
+
+    Returns:
+        The two paths, ``[T, D]`` each in the readout's unit.
+
+    Raises:
+        InspectError: When the readout returns different shapes for the two videos.
+    """
     a, b = read_positions(readout, recorded), read_positions(readout, edited)
     if a.shape != b.shape:
         raise InspectError(f"The readout {readout.name!r} returned {a.shape} and {b.shape} "

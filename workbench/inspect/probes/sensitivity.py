@@ -58,8 +58,18 @@ def condition_table(adapter: Adapter | ComposedModel, raw_or_batch: Mapping[str,
     Columns: ``name``, ``key`` (the backbone key it matched), ``alias`` (True when that key is
     an alias), ``shape`` / ``dtype`` (after frame reduction), ``frames`` (``keep`` / ``mean`` /
     ``sum`` / ``per-sample``), ``dropout`` (rate), ``dropout_applied``, ``dropped`` (samples),
-    ``min`` / ``mean`` / ``max`` (``None`` for a missing optional condition). ``step=k`` (with
-    the adapter in train mode) gives training step ``k``'s view, dropout included.
+    ``min`` / ``mean`` / ``max`` (``None`` for a missing optional condition).
+
+    Args:
+        adapter: The adapter, or a :class:`~workbench.ComposedModel` (its adapter).
+        raw_or_batch: A raw or prepared batch.
+        step: With the adapter in train mode, training step ``k``'s view, dropout included.
+
+    Returns:
+        The rows, column name → value.
+
+    Raises:
+        InspectError: When ``adapter`` is neither an adapter nor a :class:`~workbench.ComposedModel`.
 
     Examples:
         >>> for row in condition_table(model, raw):
@@ -190,6 +200,26 @@ def action_sensitivity(model: ComposedModel, batch: Mapping[str, Any] | Batch,
     how far the readout moves per unit of each action dimension, with the adapter and for the
     frozen base alone (the base runs with the moved actions too; where its prediction does not
     change, its readout does not either and is not decoded).
+
+    Args:
+        model: The composed model.
+        batch: A raw or prepared batch (at least two clips for ``swap_gap``).
+        levels: The noise levels probed, in [0, 1].
+        condition: The condition moved, a name the adapter declares.
+        eps: The step of the central differences of the adapter output and x0 estimate.
+        seed: The seed of the one noise draw.
+        readout: A :class:`~workbench.inspect.probes.readout.Readout` (e.g. the world-model wing's hand
+            probe): also read positions off each decoded x0 estimate.
+        readout_eps: The step of the readout's central differences (larger: a decoded picture needs a
+            visible move).
+        decode: How the x0 estimates are decoded for the readout: ``"preview"``, ``"tiny"`` or ``"full"``.
+
+    Returns:
+        Per level and dimension, how far each moves per unit of the condition.
+
+    Raises:
+        InspectError: When ``eps`` or ``readout_eps`` is not positive, or the condition is not one the
+            adapter reads.
 
     Examples:
         >>> sens = action_sensitivity(model, raw, levels=(0.3, 0.7))
@@ -352,6 +382,21 @@ def sigma_sensitivity(model: ComposedModel, batch: Mapping[str, Any] | Batch,
     are opened for the probe (see :func:`open_noise_gates`). Needs clean targets (a batch from
     video, not from a single image) and at least two clips.
 
+    Args:
+        model: The composed model.
+        batch: A raw or prepared batch of at least two clips, from video.
+        levels: The noise levels, in [0, 1].
+        seed: The seed of the noise draws.
+        condition: The condition rolled across the batch for the wrong-condition loss.
+        draws: Noise draws per level; more draws, less noisy curves.
+
+    Returns:
+        The three losses per level, and ``recommend_band()`` for a ``NoiseGated`` band.
+
+    Raises:
+        InspectError: When ``draws`` is not an int >= 1, the batch has no clean targets (it was prepared
+            from a single image), or the condition is not one the adapter reads.
+
     Examples:
         >>> sens = sigma_sensitivity(model, raw, levels=(0.2, 0.5, 0.8))
         >>> band = sens.recommend_band()      # BandRecommendation(lo=..., hi=..., t_range=...) or None
@@ -391,11 +436,20 @@ def condition_plots(model_or_adapter: Any, raw_or_batch: Mapping[str, Any] | Bat
                     index: int = 0) -> dict[str, dict[str, Any]]:
     """What to plot for each declared condition, exactly as the adapter sees it (``adapter.view``).
 
-    Returns ``{name: {"kind", "title", "values"}}`` for clip ``index``: ``"series"`` (per-frame
-    values ``[T, D]``), ``"vector"`` (``[D]``), ``"image"`` (a latent frame ``(C, h, w)`` through
-    the backbone's decoder, uint8 ``[H, W, 3]``, when a ``ComposedModel`` is given; otherwise
-    the channel mean as a grey picture), ``"missing"`` (an absent optional condition, with a
-    ``note``). ``step=k`` shows training step ``k``'s view (dropout included, in train mode).
+    Args:
+        model_or_adapter: A :class:`~workbench.ComposedModel` (images decoded by its backbone) or an adapter.
+        raw_or_batch: A raw or prepared batch.
+        step: Show training step ``k``'s view (dropout included, in train mode); None: no dropout.
+        index: Which clip.
+
+    Returns:
+        ``{name: {"kind", "title", "values"}}`` for clip ``index``: ``"series"`` (per-frame values
+        ``[T, D]``), ``"vector"`` (``[D]``), ``"image"`` (a latent frame ``(C, h, w)`` through the
+        backbone's decoder, uint8 ``[H, W, 3]``, when a ``ComposedModel`` is given; otherwise the channel
+        mean as a grey picture), ``"missing"`` (an absent optional condition, with a ``note``).
+
+    Raises:
+        InspectError: When ``model_or_adapter`` is neither an adapter nor a :class:`~workbench.ComposedModel`.
     """
     model = model_or_adapter if isinstance(model_or_adapter, ComposedModel) else None
     adapter = model.adapter if model is not None else model_or_adapter

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -31,6 +31,9 @@ from workbench.core.backbone import generation_inputs, max_generate_batch
 from workbench.core.card import TEXT_MODES
 from workbench.errors import DataError
 from workbench.inspect.recording.settings import check_with_adapter
+
+if TYPE_CHECKING:
+    from workbench.core.composed import ComposedModel
 
 
 def _collated(clips: Sequence[Mapping[str, Any]], key: str) -> Any:
@@ -69,22 +72,34 @@ def generation_request(base, clips: Sequence[Mapping[str, Any]]) -> dict[str, An
     return request
 
 
-def predict_clips(model, clips: Sequence[Mapping[str, Any]], *, steps: int | None = None, seed: int = 0,
-                  chunk: int = 12, with_adapter: bool = True, gate: torch.Tensor | None = None,
+def predict_clips(model: ComposedModel, clips: Sequence[Mapping[str, Any]], *, steps: int | None = None,
+                  seed: int = 0, chunk: int = 12, with_adapter: bool = True, gate: torch.Tensor | None = None,
                   on_chunk: Callable[[int], None] | None = None, offset: int = 0,
                   **sampler_kwargs: Any) -> np.ndarray:
     """Every clip of ``clips`` predicted by ``model`` (a :class:`~workbench.core.composed.ComposedModel`), as
     uint8 frames ``(N, T, H, W, 3)``.
 
-    Clips are generated ``chunk`` at a time (at most the backbone's ``max_generate_batch``) from
-    :func:`generation_request`, with the backbone's own sampler, ``steps`` (default the card's)
-    and a generator seeded ``seed * 7919 + index of the chunk's first clip``, so every variant of
-    an evaluation sees the same noise. ``with_adapter=False`` predicts with the frozen base alone;
-    ``gate`` samples with that gate instead of the learned one (a ``GatedResidual`` composer's
-    ``override_gate``). ``on_chunk(n)`` is called after each chunk of ``n`` clips; ``sampler_kwargs``
-    go to ``generate`` (e.g. ``guidance_scale``). ``offset``: the index of ``clips[0]`` in a longer
-    list whose chunks these are (its noise is seeded by that index), so a list's chunks can be
-    predicted apart, e.g. in two processes (:meth:`workbench.train.ahead.BaseAhead.predict`).
+    Clips are generated ``chunk`` at a time from :func:`generation_request`, with the backbone's own
+    sampler and a generator seeded ``seed * 7919 + index of the chunk's first clip``, so every variant
+    of an evaluation sees the same noise.
+
+    Args:
+        model: The :class:`~workbench.core.composed.ComposedModel` that predicts.
+        clips: The clips, each an item of a clip dataset (``video``, the conditions, ...).
+        steps: Sampling steps (default: the card's).
+        seed: The seed the chunks' generators derive from.
+        chunk: Clips per ``generate`` call (at most the backbone's ``max_generate_batch``).
+        with_adapter: False predicts with the frozen base alone.
+        gate: Sample with this gate instead of the learned one (a ``GatedResidual`` composer's
+            ``override_gate``).
+        on_chunk: Called as ``on_chunk(n)`` after each chunk of ``n`` clips (progress).
+        offset: The index of ``clips[0]`` in a longer list whose chunks these are (its noise is seeded
+            by that index), so a list's chunks can be predicted apart, e.g. in two processes
+            (:meth:`workbench.train.ahead.BaseAhead.predict`).
+        **sampler_kwargs: Passed to ``generate`` (e.g. ``guidance_scale``).
+
+    Returns:
+        The predicted clips, uint8 ``(N, T, H, W, 3)``.
     """
     from workbench.metrics import to_uint8_video
 

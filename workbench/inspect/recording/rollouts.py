@@ -152,7 +152,15 @@ class _Plan:
 
 class Rollout:
     """An autoregressive prediction of an episode (see the module docstring). Immutable: :meth:`extend`,
-    :meth:`head` and :meth:`fork` return new rollouts sharing the chunks they keep."""
+    :meth:`head` and :meth:`fork` return new rollouts sharing the chunks they keep.
+
+    :func:`rollout` makes one; the constructor takes what it passes.
+
+    Args:
+        plan: How every chunk is sampled (the model, the sampling settings, the window and stride).
+        actions: The action at every frame of the episode, ``(N, D)`` (``(B, N, D)`` for a batch).
+        chunks: The chunks sampled so far, in order, each a :class:`RolloutChunk`.
+    """
 
     def __init__(self, plan: _Plan, actions: torch.Tensor, chunks: Sequence[RolloutChunk]):
         self._plan = plan
@@ -506,8 +514,8 @@ def rollout(model: ComposedModel, start: Mapping[str, Any], actions: Any, *, ste
             (``camera``; text for a text mode) and its state at frame 0 are used. Recorded state of later
             frames is read only with ``state="recorded"``.
         actions: ``(N, D)`` (``(B, N, D)``): the action at every frame of the episode.
-        steps: sampling steps (default: the card's). ``seed``: chunk ``k`` samples with
-            ``chunk_seed(seed, k)``.
+        steps: sampling steps (default: the card's).
+        seed: chunk ``k`` samples with ``chunk_seed(seed, k)``.
         state: where a state the adapter reads at a chunk's first frame comes from: None (default: no state),
             the name of a registered state reader (``"probe"``: the world-model wing's hand probe), a
             :class:`~workbench.inspect.recording.state.StateReader`, ``"start"`` (the start clip's recorded
@@ -520,7 +528,15 @@ def rollout(model: ComposedModel, start: Mapping[str, Any], actions: Any, *, ste
         store: a :class:`StoragePolicy` for each chunk's trajectory; ``False`` keeps only the final latents
             (no stepping or forks, much less memory); the frames are the same either way.
         with_adapter: ``True`` (default: base + adapter) or ``False`` (the frozen base alone).
-        sampler_kwargs: passed to the backbone's ``generate`` for every chunk (e.g. ``guidance_scale``).
+        **sampler_kwargs: passed to the backbone's ``generate`` for every chunk (e.g. ``guidance_scale``).
+
+    Returns:
+        The :class:`Rollout`: its frames (``video``) and one :class:`RolloutChunk` per chunk.
+
+    Raises:
+        InspectError: When ``start``, ``actions``, ``stride`` or ``seed`` is not what is allowed (the
+            message says what was received and what fits), the backbone's mode takes no frame a chunk
+            could continue from, or the adapter reads a state nothing fills.
 
     Examples:
         >>> clip = val[10]                                             # a 16-frame clip of a held-out episode

@@ -46,6 +46,15 @@ class StateReader:
     override :meth:`read` (a registered reader is built with no arguments). A reader that can also
     read single frames offers :meth:`readout`, which the Drive view draws as the path.
 
+    Args:
+        read: A function of frames, uint8 ``[B, T, H, W, 3]`` → ``[B, D]``, the state each chunk is given
+            (None: a subclass's own :meth:`read`).
+        keys: The conditions its reading fills, e.g. ``("ee_pos",)`` (None: the class's :attr:`keys`).
+
+    Raises:
+        InspectError: When ``read`` is not callable, there is nothing to read with, or ``keys`` does not
+            name conditions.
+
     Examples:
         >>> def brightness(frames):                       # uint8 [B, T, H, W, 3] -> [B, 1]
         ...     return frames[:, -1].reshape(len(frames), -1).mean(axis=1, keepdims=True) / 255

@@ -14,23 +14,30 @@ from workbench.inspect.recording.storage import FIELDS
 @dataclass
 class TrajectoryStep:
     """One sampling step, as a recorded trajectory keeps it (one per step run) and as ``on_step`` sees it
-    live. Latent-shaped tensors are ``(B, C, T, h, w)``; ``None`` = not stored.
+    live. Latent-shaped tensors are ``(B, C, T, h, w)``; ``None`` = not stored. A fork's steps are its
+    parent's first ``at`` steps, shared, followed by its own.
 
-    ``t`` ``(B,)`` is in the objective's units; ``noise_level`` (alias ``sigma``) ``(B,)`` in
-    [0, 1]; both are kept for every step. ``x_t`` entered the step; ``base`` / ``adapter`` / ``composed``
-    are the predictions at ``x_t`` (``adapter`` is ``None`` when the adapter was off), ``composed`` being
-    what the composer returned to the sampler (under guidance: for the conditional batch). ``x0`` is the
-    objective's clean-sample estimate **from** ``composed``, the one :meth:`Trajectory.x0_of
-    <workbench.inspect.Trajectory.x0_of>` gives for a recomposed prediction, so an unedited
-    recomposition reproduces it exactly. ``guided_x0`` (live steps handed to ``on_step`` only,
-    never stored): the estimate from the prediction the sampler's update used, which under
-    classifier-free guidance mixes in the unconditional branch; without guidance it is ``x0``.
-    ``diagnostics``: what the composer applied (:class:`~workbench.core.composers.Diagnostics`:
-    ``gate``, ``mask``, ``noise_weight``, ``extra``). ``stored``: the fields kept (the storage policy's
-    ``fields``), or ``None`` where the policy skipped the step (only ``t`` and ``noise_level`` are kept then).
-    ``calls``: every prediction the sampler received in the step, what a fork replays (``None`` when
-    not kept, and on a live step). A fork's steps are its parent's first ``at`` steps, shared, followed
-    by its own.
+    Attributes:
+        index: The step's index, from 0.
+        steps: How many steps the sampling run takes.
+        t: ``(B,)``, in the objective's units; kept for every step.
+        noise_level: ``(B,)`` in [0, 1] (alias ``sigma``); kept for every step.
+        x_t: The latent that entered the step.
+        x0: The objective's clean-sample estimate **from** ``composed``, the one
+            :meth:`Trajectory.x0_of <workbench.inspect.Trajectory.x0_of>` gives for a recomposed
+            prediction, so an unedited recomposition reproduces it exactly.
+        base: The frozen base's prediction at ``x_t``.
+        adapter: The adapter's output at ``x_t`` (None when the adapter was off).
+        composed: What the composer returned to the sampler (under guidance: for the conditional batch).
+        diagnostics: What the composer applied (:class:`~workbench.core.composers.Diagnostics`: ``gate``,
+            ``mask``, ``noise_weight``, ``extra``).
+        stored: The fields kept (the storage policy's ``fields``), or None where the policy skipped the
+            step (only ``t`` and ``noise_level`` are kept then).
+        guided_x0: Live steps handed to ``on_step`` only, never stored: the estimate from the prediction
+            the sampler's update used, which under classifier-free guidance mixes in the unconditional
+            branch; without guidance it is ``x0``.
+        calls: Every prediction the sampler received in the step, what a fork replays (None when not
+            kept, and on a live step).
     """
 
     index: int

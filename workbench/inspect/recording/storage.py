@@ -46,6 +46,8 @@ class StoragePolicy:
         max_bytes: before recording, :func:`estimate_memory` is checked against it; over it
             :func:`record` raises (``on_exceed="raise"``) or warns with a :class:`StorageWarning`
             (``"warn"``) and records anyway.
+        on_exceed: what a recording over ``max_bytes`` does: ``"raise"`` refuses it before it starts,
+            ``"warn"`` warns and records anyway.
     """
 
     device: str | torch.device | None = "cpu"
@@ -155,6 +157,17 @@ def estimate_memory(model: ComposedModel, batch_or_cond: Mapping[str, Any] | Bat
     ``sampler_kwargs``, e.g. two a step under classifier-free guidance), the final latents and
     the composer's diagnostics (taken from a dry composition on zeros); ``t`` / noise level are
     counted at 8 bytes each.
+
+    Args:
+        model: The composed model that will sample.
+        batch_or_cond: The raw batch or prepared :class:`~workbench.Batch` it will sample from.
+        steps: Sampling steps (default: the card's).
+        storage: The storage policy of the recording (default: ``StoragePolicy()``).
+        record: False estimates an unrecorded run (the final latents only).
+        **sampler_kwargs: The rest of the sampling request, e.g. ``guidance_scale``.
+
+    Returns:
+        The number of bytes.
     """
     model = check_model(model, "estimate_memory")
     batch = prepare(model, batch_or_cond)

@@ -65,6 +65,29 @@ class Trajectory:
 
     Each step run is one :class:`TrajectoryStep` (``t``, noise level, the stored fields, the predictions a
     fork replays); a fork's steps start with its parent's, shared.
+
+    :func:`record`, :meth:`fork` and :meth:`resume` make trajectories; the constructor takes what they
+    pass.
+
+    Args:
+        model: The composed model that sampled.
+        batch: The prepared batch it sampled from.
+        steps: How many steps the sampling run takes.
+        sampler: The sampler's name.
+        sampler_kwargs: The rest of the sampling request (reused by forks).
+        generator_state: The noise generator's state before the first step, so a fork draws the same noise.
+        seed: The seed the run was given, or None when a generator was.
+        storage: What is stored, where and at what precision.
+        settings: How its live steps evaluate: with or without the adapter, another composer, a gate
+            override.
+        recorded: False when only the final latents were kept.
+        log: One :class:`TrajectoryStep` per step run (empty when not recorded).
+        done: How many steps have run.
+        final: The final latents, or None until the last step ran.
+        native: The model's dtype, which replayed predictions are kept in.
+        parent: The trajectory this one was forked from.
+        fork_step: The step it was forked at.
+        label: Its name in views and reports (default: one made from the above).
     """
 
     def __init__(self, *, model: ComposedModel, batch: Batch, steps: int, sampler: str,
@@ -400,9 +423,18 @@ def record(model: ComposedModel, batch_or_cond: Mapping[str, Any] | Batch, steps
         on_step: called after each step with a :class:`TrajectoryStep` of *device* tensors (for
             live previews); raise :class:`StopSampling` in it to stop early.
         storage: the :class:`StoragePolicy` (default: everything, every step, to CPU, model dtype).
-        sampler_kwargs: passed to ``base.generate`` (and reused by forks).
+        label: the trajectory's name in views and reports (default: one made from its settings).
+        **sampler_kwargs: passed to ``base.generate`` (and reused by forks).
 
-    The final latents are bit-identical to ``model.generate`` with the same seed.
+    Returns:
+        The :class:`Trajectory`, whose final latents are bit-identical to ``model.generate`` with the
+        same seed.
+
+    Raises:
+        InspectError: When the recording would go over ``storage.max_bytes`` with ``on_exceed="raise"``.
+
+    Warns:
+        StorageWarning: When it would go over ``storage.max_bytes`` with ``on_exceed="warn"``.
 
     Examples:
         >>> traj = record(model, raw, steps=8, seed=0)
