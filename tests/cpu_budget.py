@@ -51,6 +51,7 @@ BUDGET: dict[str, float] = {
     "tests/test_adapters_controlnet_video.py": 18,
     "tests/test_compile.py": 17,
     "tests/test_docs_site.py": 14,
+    "tests/test_context_training.py": 15,
     "tests/test_inspect_tiny_preview.py": 13,
     "tests/test_plugins_and_fuzz.py": 12,
     "tests/test_widgets_views.py": 10,

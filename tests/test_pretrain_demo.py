@@ -185,6 +185,23 @@ def test_the_example_config_is_the_demo_and_trains(tmp_path):
     assert AdapterExperiment.load(tmp_path / "wm").step == 2
 
 
+def test_the_drift_config_is_the_world_model_config_with_self_forwarded_context_and_trains(tmp_path):
+    import yaml
+
+    from workbench import AdapterExperiment
+
+    plain = yaml.safe_load((ROOT / "examples" / "configs" / "metaworld_world_model.yaml").read_text())
+    path = ROOT / "examples" / "configs" / "metaworld_drift.yaml"
+    drift = yaml.safe_load(path.read_text())
+    context = drift["training"].pop("context")
+    assert context == {"source": "self_forwarded", "p": 0.5, "steps": 2, "gate_scale": 2.0}
+    assert {**drift, "name": plain["name"]} == plain   # nothing else differs from the shipped adapter's run
+    assert main(["train", str(path), "--steps", "2", "--output", str(tmp_path / "drift"), "--quiet"]) == 0
+    run = AdapterExperiment.load(tmp_path / "drift")
+    assert run.step == 2 and run.context is not None
+    assert run.resolved_config()["training"]["context"]["source"] == "self_forwarded"
+
+
 def test_the_demo_table_carries_the_stored_from_scratch_rows_at_its_own_budget():
     from safetensors.torch import load_file
 

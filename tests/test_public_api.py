@@ -26,6 +26,7 @@ SNAPSHOT = {
     "Composition": "dataclass",
     "Condition": "dataclass",
     "Conditioning": Mapping,
+    "ContextConfig": "dataclass",
     "Diffusion": Objective,
     "ExperimentConfig": "dataclass",
     "FlowMatching": Objective,
@@ -93,7 +94,8 @@ def test_the_conformance_kit_is_a_frozen_documented_submodule():
     assert sorted(workbench.testing.__all__) == sorted(TESTING_SNAPSHOT), "update TESTING_SNAPSHOT deliberately"
     assert callable(check_backbone) and list(workbench.testing.PROMISES) == [
         "card", "to", "provides", "encode_decode", "identity", "given_frames", "recording", "fork", "clip", "rollout",
-        "training", "state_dict", "latent_cache", "inside", "compile", "memory_plan", "previews", "callbacks"]
+        "training", "produced_context", "state_dict", "latent_cache", "inside", "compile", "memory_plan", "previews",
+        "callbacks"]
     assert {name: c.__name__ for name, c in workbench.testing.CAPABILITY_PROMISES.items()} == {
         "latent_cache": "CachesLatents", "inside": "InsideAccess", "compile": "Compilable",
         "memory_plan": "MemoryPlanning", "previews": "Previews", "callbacks": "TrainingCallbacks"}

@@ -187,6 +187,17 @@ class ContinuesFromTheRecordedClip(Toy, SamplingOptions):
         return {"image": torch.zeros_like(video[:, :, 0])}
 
 
+class ReadsNoContext(Toy):
+    """Takes its first frame from the second one of the video: a context given to the first frame never reaches it."""
+
+    def prepare_batch(self, raw):
+        if isinstance(raw, Batch) or raw.get("video") is None:
+            return super().prepare_batch(raw)
+        video = torch.as_tensor(raw["video"]).clone()
+        video[:, :, 0] = video[:, :, 1]
+        return super().prepare_batch({**raw, "video": video})
+
+
 class SaysItDecodesFramesAlone(Toy, LatentLayout):
     decodes_frames_alone = True  # "a per-frame decoder": each frame sees the others
 
@@ -286,6 +297,8 @@ BROKEN = [
     pytest.param(SaysItDecodesFramesAlone, {}, "rollout", r"produced: its request's 'image' differs .*it declares "
                  r"decodes_frames_alone, so the frame was decoded alone: decode must give each frame the same values "
                  r"whatever frames it decodes with", id="rollout-decodes-alone"),
+    pytest.param(ReadsNoContext, {}, "produced_context", r"prepare_batch gave the same batch for the produced context "
+                 r"as for the recorded one", id="produced_context"),
     pytest.param(CountsItsCalls, {}, "training", r"training changed the frozen base: calls", id="training"),
     pytest.param(Toy, {"adapter_factory": KeepsTheBase}, "state_dict", r"base weights saved as adapter\.base\.",
                  id="state_dict"),
@@ -294,9 +307,9 @@ BROKEN = [
 
 def test_a_correct_backbone_keeps_every_promise():
     report = check_backbone(Toy, raw=toy_raw())
-    assert report.ok and [f.promise for f in report.findings] == REQUIRED_PROMISES and len(REQUIRED_PROMISES) == 12
+    assert report.ok and [f.promise for f in report.findings] == REQUIRED_PROMISES and len(REQUIRED_PROMISES) == 13
     assert all(f.status == "kept" for f in report.findings)
-    assert str(report).startswith("Toy (toy) on cpu: all 12 promises kept; declares GivenFrames\n")
+    assert str(report).startswith("Toy (toy) on cpu: all 13 promises kept; declares GivenFrames\n")
     assert report.declared == ("GivenFrames",)
     assert "fork at 2: prefix bit-exact, 2 base calls" in report["fork"].detail
     assert report["clip"].detail == ("3 frames of 4x4 -> 3 latent frames; 2 clips predicted three ways (base, adapter, "
@@ -325,7 +338,7 @@ def test_a_backbone_with_only_the_required_part_keeps_every_promise_and_declares
     spec.loader.exec_module(module)
     report = check_backbone(module.FixtureVideo)  # with its own example_batch()
     assert report.ok and report.declared == () and [f.promise for f in report.findings] == REQUIRED_PROMISES
-    assert str(report).startswith("FixtureVideo (fixture-video) on cpu: all 12 promises kept; "
+    assert str(report).startswith("FixtureVideo (fixture-video) on cpu: all 13 promises kept; "
                                   "declares no optional capability\n")
     assert [f.promise for f in report.findings if f.status != "kept"] == ["rollout"]  # text-to-video: no image
 

@@ -39,7 +39,7 @@ from workbench.core import (
     StepRecord,
 )
 from workbench.registry import register
-from workbench.train import AdapterExperiment, ExperimentConfig, TrainingConfig
+from workbench.train import AdapterExperiment, ContextConfig, ExperimentConfig, TrainingConfig
 
 __all__ = [
     "Adapter",
@@ -56,6 +56,7 @@ __all__ = [
     "Composition",
     "Condition",
     "Conditioning",
+    "ContextConfig",
     "Diffusion",
     "ExperimentConfig",
     "FlowMatching",

@@ -168,6 +168,10 @@ class ComposedModel(nn.Module):
         self.objective = objective
         self.adapter_enabled = True
         self.checkpoint_adapter = False  # training.gradient_checkpointing
+        #: What context the adapter was trained to expect, as a short label the instruments show (e.g.
+        #: "trained on produced context p=0.5 (2-step samples)"); set by the experiment that trains it
+        #: from ``training.context``, ``None`` for a model no experiment made.
+        self.trained_context: str | None = None
 
     # -- modes and parameters ----------------------------------------------------------------
     def train(self, mode: bool = True) -> ComposedModel:

@@ -350,6 +350,19 @@ class LeRobotClips(Dataset):
                             f"Ask for 1 to {length} (or None: all of them).")
         return self._item(e, 0, count)
 
+    def window_at(self, episode: int, start: int) -> dict[str, Any]:
+        """The window of ``window`` frames of the episode whose ``episode_index`` is ``episode``, from served
+        frame ``start``, as an item (any start, not only those ``stride`` makes): what a self-forwarded
+        training context reads its earlier window from."""
+        positions = {int(e.index): i for i, e in enumerate(self.meta.episodes)}
+        e = positions.get(int(episode))
+        chosen = set(self.episodes)
+        last = self.served_length(e) - self.config.window if e in chosen else -1
+        if e not in chosen or not 0 <= start <= last:
+            raise DataError(f"{self.root}: no window at episode {episode}, frame {start} in this split "
+                            f"(its episodes' windows start at 0 to their length - {self.config.window}).")
+        return self._item(e, int(start), self.config.window)
+
     def _item(self, e: int, start: int, count: int) -> dict[str, Any]:
         rows = self.rows(e, start, count)
         frames = self.frames_of[e]

@@ -163,6 +163,11 @@ def _describe(ds: Any) -> str:
     return f"{ds.dtype} {list(ds.shape)}"
 
 
+def _shown(values: list[int]) -> str:
+    more = f", ... ({len(values)} in all)" if len(values) > 8 else ""
+    return ", ".join(str(v) for v in values[:8]) + more
+
+
 def split_episodes(tasks: list[str], val_fraction: float, seed: int) -> tuple[list[int], list[int]]:
     """Split episode indices into (train, val), by episode and stratified by task, deterministically.
 
@@ -409,6 +414,18 @@ class MetaWorldClips(Dataset):
         if not -len(self.index) <= i < len(self.index):
             raise IndexError(f"index {i} out of range for {len(self.index)} clips")
         episode, start = self.index[i]
+        return self._window(episode, start)
+
+    def window_at(self, episode: int, start: int) -> dict[str, Any]:
+        """The window of ``window`` steps of ``episode`` from step ``start``, as an item (any start, not only
+        those ``stride`` makes): what a self-forwarded training context reads its earlier window from."""
+        last = self.episode_length - self.config.window
+        if episode not in self.episodes or not 0 <= start <= last:
+            raise DataError(f"{self.path}: no window at episode {episode}, step {start} in this split: "
+                            f"episodes {_shown(self.episodes)}, starts 0 to {last}.")
+        return self._window(episode, start)
+
+    def _window(self, episode: int, start: int) -> dict[str, Any]:
         stop = start + self.config.window
         data = self._arrays()
         read: dict[str, np.ndarray] = {}

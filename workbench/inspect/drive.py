@@ -431,6 +431,17 @@ class DriveState:
         return out
 
     # -- what the view prints -------------------------------------------------------------------
+    @property
+    def context_note(self) -> str | None:
+        """What context the adapter was trained to expect, beside what each chunk continues from: chunk 0
+        from the recorded start frame, every later chunk from the frame the model produced (``None`` for a
+        model no experiment trained)."""
+        label = getattr(self.model, "trained_context", None)
+        if label is None:
+            return None
+        return (f"adapter {label}; chunk 0 continues from the recorded frame, "
+                f"later chunks from produced frames")
+
     def describe(self) -> str:
         """A one-line summary (the view's plain-text form)."""
         action = self.action_text()

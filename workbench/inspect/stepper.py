@@ -245,6 +245,12 @@ class StepperState:
         rows = [[im.colored(limit) for im in row] for row in images]
         return write_grid(path, self.branches, steps, rows, fps=fps, scale=scale)
 
+    @property
+    def context_note(self) -> str | None:
+        """What context the adapter was trained to expect (the model's ``trained_context``, e.g. "trained on
+        produced context p=0.5 (2-step samples)"); ``None`` for a model no experiment trained."""
+        return getattr(self.trajectory.model, "trained_context", None)
+
     def describe(self) -> str:
         """A one-line summary (the view's plain-text form)."""
         noise = float(self.trajectory.noise_levels[self.step])

@@ -528,6 +528,83 @@ def check_training(s: Subject) -> str:
     return f"2 fit steps, losses {[round(v, 4) for v in exp.loss_history]}; base bit-identical, in eval mode"
 
 
+class _Windows(torch.utils.data.Dataset):
+    """Windows of one episode, with the ``index`` of ``(episode, start)`` a self-forwarded context reads."""
+
+    def __init__(self, items: list[dict[str, Any]]):
+        self.items = items
+        self.index = [(int(item["episode"]), int(item["start"])) for item in items]
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return dict(self.items[i])
+
+
+def check_produced_context(s: Subject) -> str:
+    from torch.utils.data import default_collate
+
+    from workbench.core.composers import GatedResidual
+    from workbench.train import AdapterExperiment, ContextConfig, TrainingConfig
+
+    base = s.base
+    clip = base.clip()
+    context = base.card.context_frames
+    if context == 0:
+        raise Skipped("card.context_frames=0: a window continues from no frame, so there is no context "
+                      "to give it from the model's own output.")
+    stride = clip.frames - context
+    first, second = _clips_like(s, clip)
+    data = _Windows([{**first, "episode": 0, "start": 0}, {**second, "episode": 0, "start": stride}])
+    adapter, composer = s.place(s.adapter_factory()), s.place(GatedResidual())
+    before = snapshot(base)
+    steps = s.steps or 2
+    exp = AdapterExperiment(base=base, adapter=adapter, composer=composer, training=TrainingConfig(
+        batch_size=2, learning_rate=1e-2, progress=False, device=s.device.type, shuffle=False,
+        context=ContextConfig(source="self_forwarded", p=1.0, steps=steps)))
+    source = exp.context
+    source.bind(data)
+    raw = default_collate([data[0], data[1]])
+    served = raw["video"].clone()
+    given, _ = source.apply(raw, step=0, micro=0)
+    problems = []
+    if not torch.equal(raw["video"], served):
+        problems.append("giving the context changed the batch as served")
+    video = given["video"]
+    if not torch.equal(video[0], served[0]):
+        problems.append("the window at the episode's first frame did not keep its recorded context")
+    if not torch.equal(video[:, :, context:], served[:, :, context:]):
+        problems.append(f"frames after the first {context} (the context, card.context_frames) changed")
+    produced = video[1, :, :context]
+    grid = (produced.double() + 1) * 127.5
+    if torch.equal(produced, served[1, :, :context]) or not torch.allclose(grid, grid.round(), atol=1e-3):
+        problems.append("the later window's context is not a produced frame on the 8-bit grid")
+    recorded = base.prepare_batch(default_collate([data[1]]))
+    changed = base.prepare_batch({k: v[1:] if isinstance(v, (torch.Tensor, list)) else v
+                                  for k, v in given.items()})
+    if not _batch_differences(changed, recorded):
+        problems.append("prepare_batch gave the same batch for the produced context as for the recorded one: "
+                        "the backbone does not read its context from the video's first frames")
+    trainable = exp.model.trainable_parameters()
+    start = [p.detach().clone() for p in trainable]
+    exp.fit(data, steps=1)
+    if not all(torch.isfinite(torch.tensor(exp.loss_history))):
+        problems.append(f"the training loss is {exp.loss_history}")
+    if source.counts["changed"] < 1:
+        problems.append("the training step gave no window a produced context")
+    moved = differing(before, snapshot(base))
+    if moved:
+        problems.append(f"training changed the frozen base: {few(moved)}")
+    if all(torch.equal(a, p.detach()) for a, p in zip(start, trainable)):
+        problems.append("no trainable parameter changed")
+    if problems:
+        raise Broken("; ".join(problems) + ".")
+    return (f"the window {stride} frames on continues from the frame the model made there "
+            f"({steps}-step sample, 8-bit); later frames as served; 1 fit step, "
+            f"loss {exp.loss_history[-1]:.4f}; base bit-identical")
+
+
 def check_state_dict(s: Subject) -> str:
     base, model = s.base, s.model()
     state = model.trainable_state_dict()
@@ -724,6 +801,8 @@ PROMISES: dict[str, tuple[str, Callable[[Subject], str | None]]] = {
     "training": ("a training step changes only trainable parameters; "
                  "the base stays bit-identical, in eval mode",
                  check_training),
+    "produced_context": ("a training step with self-forwarded context replaces only the context frames of a "
+                         "window with the model's own, and prepare_batch reads them", check_produced_context),
     "state_dict": ("the trainable state dict holds no base weights", check_state_dict),
     "latent_cache": ("CachesLatents: prepare_batch of encode_item's items is prepare_batch of the raw items, "
                      "bit-exact", check_latent_cache),

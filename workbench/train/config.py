@@ -35,6 +35,7 @@ from workbench.config import (
 )
 from workbench.errors import ConfigError, did_you_mean, listing
 from workbench.loop import LRSchedule
+from workbench.train.context import ContextConfig
 from workbench.train.distributed import DistributedConfig
 
 
@@ -73,6 +74,8 @@ class TrainingConfig:
         gradient_checkpointing: Recompute the adapter's activations in backward instead of keeping them
             (less memory for one more adapter forward; the result is the same).
         distributed: How a ``torchrun`` launch splits the work (see :class:`DistributedConfig`).
+        context: Where the training windows' context frames come from: recorded (the default), corrupted
+            or the model's own (:class:`~workbench.train.context.ContextConfig`, training against drift).
 
     Raises:
         ConfigError: Every value out of range at once, each with its field.
@@ -101,6 +104,7 @@ class TrainingConfig:
     progress: bool = True
     gradient_checkpointing: bool = False
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
+    context: ContextConfig = field(default_factory=ContextConfig)
 
     def __post_init__(self):
         problems = Problems()

@@ -61,9 +61,20 @@ class LatentCache(Dataset):
             )
         self.dataset, self.base = dataset, base
         self._items: dict[int, dict] = {}
+        if callable(getattr(dataset, "window_at", None)):  # a dataset that serves a window at any start
+            self.window_at = self._window_at
 
     def __len__(self) -> int:
         return len(self.dataset)
+
+    @property
+    def index(self) -> Any:
+        """The wrapped dataset's ``index`` (each item's ``(episode, start)``), where it has one."""
+        return getattr(self.dataset, "index", None)
+
+    def _window_at(self, episode: int, start: int) -> dict:
+        """The wrapped dataset's ``window_at(episode, start)``, encoded (not kept: few are read)."""
+        return self.base.encode_item(self.dataset.window_at(episode, start))
 
     def __getitem__(self, i: int) -> dict:
         i = i + len(self) if i < 0 else i

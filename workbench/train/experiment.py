@@ -38,6 +38,7 @@ from workbench.errors import CompositionError, ConfigError, NonFiniteLossError
 from workbench.loop import SigintGuard
 from workbench.train.checkpoint import LoadedCheckpoint, load_checkpoint, print_notes, save_checkpoint
 from workbench.train.config import ExperimentConfig, TrainingConfig, experiment_to_dict, load_yaml
+from workbench.train.context import ContextSource
 from workbench.train.data import DataFeed, DataStream
 from workbench.train.distributed import Distributed, local_device, shard_base
 from workbench.train.hooks import Hooks
@@ -119,6 +120,7 @@ class AdapterExperiment:
         self.model = ComposedModel(base, adapter, composer, objective).to(self.device)
         adapter.condition_seed = self.training.seed
         self.model.checkpoint_adapter = self.training.gradient_checkpointing
+        self.model.trained_context = self.training.context.label()
         params = self.model.trainable_parameters()  # fixed for the experiment's lifetime
         self._config = config
         if self.dist is not None:
@@ -140,6 +142,9 @@ class AdapterExperiment:
         self.scaler = (torch.amp.GradScaler("cuda") if t.amp_dtype == "fp16" and self.device.type == "cuda"
                        else None)
         self._noise = StepNoise(t.seed, self.device)
+        #: Where the training windows' context comes from (``training.context``); ``None``: as recorded.
+        self.context: ContextSource | None = (ContextSource(t.context, self.model, t.seed) if t.context.active
+                                              else None)
         self.step = 0
         self.loss_history: list[float] = []
         self._pending: list[tuple[int, torch.Tensor]] = []
@@ -301,14 +306,24 @@ class AdapterExperiment:
             accum = self._micro  # this process's micro-batches of the step
             first = self.dist.rank * accum if self.dist is not None else 0
             training_loss, scaler = self.model.training_loss, self.scaler
+            context = self.context
             clips = []
             for micro in range(accum):
                 raw = stream.next()
                 clips.append(clip_ids(raw))
-                batch = self.prepare(raw)
                 # The frozen base's half: computed ahead by the stream (workbench.train.ahead), or here
                 # from the micro-batch's own noise draws (a pure function of the seed, step and micro).
                 half = stream.base_half(step, first + micro)
+                if context is None:
+                    batch = self.prepare(raw)
+                else:
+                    if half is not None:
+                        raise ConfigError(
+                            f"training.context: source {context.config.source} changes the batches the "
+                            f"frozen base sees, but this stream computed the base's half ahead from the "
+                            f"recorded batches. Train without the base computed ahead, "
+                            f"or set training.context.source: recorded.")
+                    batch = self._with_context(context, stream, raw, step, first + micro)
                 generator = None if half is not None else self._noise.generator(step, first + micro)
                 if t.amp_dtype is None:  # (no autocast context to enter and leave)
                     loss, _ = training_loss(batch, generator=generator, step=step, base_half=half)
@@ -361,6 +376,13 @@ class AdapterExperiment:
                     step_loss = self.dist.mean_(step_loss.clone())
                 metrics = {"loss": step_loss, "lr": lr, "step": done}
                 hooks.call("on_step_end", self, done, metrics, callbacks=due)
+
+    def _with_context(self, context: ContextSource, stream: DataStream, raw: Any, step: int,
+                      micro: int) -> Batch:
+        """The prepared micro-batch with the context ``training.context`` says."""
+        context.bind(stream.source)
+        raw, level = context.apply(raw, step, micro)
+        return context.finish(self.prepare(raw), level)
 
     def fit(self, data: Any = None, steps: int | None = None, callbacks: Iterable[Callback] = (),
             progress: bool | None = None) -> AdapterExperiment:

@@ -189,6 +189,8 @@ RESUMABLE: dict[str, str] = {
     "training.gradient_checkpointing": "memory for recomputation: bit-exact",
     "training.device": "the device (not bit-exact: another device rounds differently)",
     "training.distributed": "how ranks share the work (not bit-exact across strategies and world sizes)",
+    "training.context": ("where the training windows' context frames come from, "
+                         "from this step on (not bit-exact)"),
     "callbacks": "logging and periodic evaluation: bit-exact for the built-in callbacks",
     "evaluation": "what periodic evaluation reads: bit-exact",
 }
@@ -392,7 +394,7 @@ def record_changes(changes: list[Change], step: int, old_training: Any, new_trai
         if rule in lr_fields:
             exact = exact_lr
         else:
-            exact = rule not in ("training.device", "training.distributed")
+            exact = rule not in ("training.device", "training.distributed", "training.context")
         out.append({"step": step, "field": c.field, "from": _plain(c.saved), "to": _plain(c.wanted),
                     "bit_exact": exact})
     return out

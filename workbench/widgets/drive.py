@@ -409,6 +409,8 @@ class Drive(View):
                          f"in the kernel")
         if s.readout is None:
             lines.append(f"<i>{html.escape(s.readout_note)}</i>")
+        if s.context_note:
+            lines.append(f"<i>{html.escape(s.context_note)}</i>")
         self.status.value = status_lines(*lines)
 
     def summary(self) -> str:

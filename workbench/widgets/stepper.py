@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import html
 import threading
 import time
 from collections.abc import Sequence
@@ -226,8 +227,10 @@ class Stepper(View):
             self.show_array(render.panels_image(self.state.panels(), title=self.state.caption()))
             step = self.state.step
             noise = float(self.state.trajectory.noise_levels[step])
+            note = self.state.context_note
+            trained = f" · <i>{html.escape(note)}</i>" if note else ""
             self.where.value = (f"step <b>{step}</b> of {self.state.trajectory.steps} · "
-                                f"noise level {noise:.2f}")
+                                f"noise level {noise:.2f}{trained}")
 
         self.request(draw)
 
