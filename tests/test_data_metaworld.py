@@ -149,6 +149,64 @@ def test_cli_arguments_parse():
     assert (args.tasks, args.episodes, args.frames, args.size, args.seed, args.out) == (
         "reach-v3,push-v3", 3, 7, 48, 2, "f.h5")
     assert args.action_repeat == 1 and not args.no_progress
+    assert (args.expert_share, args.expert_noise, args.expert_split) == (0.0, 0.1, "all")
+    args = parser.parse_args([*argv, "--expert-share", "0.5", "--expert-noise", "0.05", "--expert-split", "train"])
+    assert (args.expert_share, args.expert_noise, args.expert_split) == (0.5, 0.05, "train")
+    with pytest.raises(SystemExit):
+        parser.parse_args([*argv, "--expert-split", "val"])
+
+
+def test_expert_episodes_are_spread_over_each_task_and_chosen_by_the_tasks_alone():
+    from workbench.worldmodel.sim import Perturbation, expert_episodes
+
+    tasks = [f"t{i % 3}" for i in range(30)]  # ten episodes per task, in turn
+    # every other episode of each task: its episodes 1, 3, 5, 7 and 9, i.e. file indices 3-5, 9-11, ...
+    assert expert_episodes(tasks, Perturbation(expert_share=0.5)) == [i for i in range(30) if (i // 3) % 2]
+    assert expert_episodes(tasks, Perturbation()) == []
+    assert expert_episodes(tasks, Perturbation(expert_share=1.0)) == list(range(30))
+    train, val = split_episodes(tasks, 0.2, seed=0)  # the metaworld dataset's default split
+    assert expert_episodes(tasks, Perturbation(expert_share=1.0, expert_split="train")) == train
+    half = expert_episodes(tasks, Perturbation(expert_share=0.5, expert_split="train"))
+    assert set(half) <= set(train) and set(half).isdisjoint(val)
+    assert [sum(tasks[i] == t for i in half) for t in ("t0", "t1", "t2")] == [4, 4, 4]  # half of 8 each
+    # a quarter: each task's episodes 3 and 7 (the 4th and 8th of ten)
+    assert expert_episodes(tasks, Perturbation(expert_share=0.25)) == [i for i in range(30) if i // 3 in (3, 7)]
+
+
+@pytest.mark.parametrize(
+    ("fields", "pattern"),
+    [({"expert_share": 1.5}, r"expert_share must be in \[0, 1\], got 1\.5"),
+     ({"expert_split": "val"}, r"expert_split must be one of 'all', 'train', got 'val'"),
+     ({"expert_noise_std": -0.1}, r"noise_std, grip_noise_std and expert_noise_std must be >= 0")],
+)
+def test_bad_expert_episode_settings_are_refused(fields, pattern):
+    from workbench.worldmodel.sim import Perturbation
+
+    with pytest.raises(ConfigError, match=r"Invalid action perturbation: " + pattern):
+        Perturbation.coerce(fields)
+
+
+def test_expert_episodes_replace_only_their_own_episodes(tmp_path):
+    args = dict(tasks="push-v3", episodes=4, frames=6, size=16, seed=3)
+    plain = _generate(tmp_path / "plain.h5", noise={"segment_fraction": 0.9}, **args)
+    mixed = _generate(tmp_path / "mixed.h5", noise={"segment_fraction": 0.9, "expert_share": 0.5,
+                                                    "expert_noise_std": 0.0}, **args)
+    from metaworld.policies import ENV_POLICY_MAP
+
+    expert = ENV_POLICY_MAP["push-v3"]()
+    with h5py.File(plain) as fp, h5py.File(mixed) as fm:
+        assert json.loads(fm.attrs["expert_episodes"]) == [1, 3] and json.loads(fp.attrs["expert_episodes"]) == []
+        assert json.loads(fm.attrs["action_perturbation"])["expert_share"] == 0.5
+        for name in ("frames", "actions", "obs", "expert"):  # the other episodes are the plain file's
+            np.testing.assert_array_equal(fm[name][[0, 2]], fp[name][[0, 2]], err_msg=name)
+        np.testing.assert_array_equal(fm["frames"][:, 0], fp["frames"][:, 0])  # every episode: the same scene
+        assert fm["expert"][[1, 3]].all() and not fp["expert"][[1, 3]].all()
+        # without noise, an expert episode's actions are the scripted policy's own, step by step (up to the
+        # rounding of the observation it acted on, which the file stores as float32; noise 0.1 would be 1e5x more)
+        obs, actions = fm["obs"][[1, 3]], fm["actions"][[1, 3]]
+        want = [[np.clip(expert.get_action(o), -1, 1).astype(np.float32) for o in ep] for ep in obs]
+        np.testing.assert_allclose(actions, np.array(want), rtol=0, atol=1e-5)
+        assert np.abs(fp["actions"][[1, 3]] - np.array(want)).max() > 0.05  # the plain file's are perturbed
 
 
 # ------------------------------------------------------------------------------------ schema checks
@@ -383,3 +441,4 @@ def test_read_returns_whole_episodes_and_names_the_schema(sample):
 
     with h5py.File(sample, "r") as f:
         assert np.array_equal(clips.read("obs", [3, 1]), f["obs"][[1, 3]])
+

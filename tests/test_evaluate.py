@@ -69,6 +69,13 @@ def test_probe_command_trains_and_writes_provenance(tmp_path, capsys):
     meta = json.loads(out.with_suffix(".json").read_text())
     assert meta["architecture"] == {"width": 8, "image_size": 64}
     assert meta["held_out"].startswith("12 episodes (15% of each task) x 48 frames")
+    # the commands that made it: this one, and the sample's own (as its module documents it)
+    assert meta["command"] == ("workbench probe train --data metaworld_sample.h5 --steps 3 --batch-size 4 "
+                               "--width 8 --out p.safetensors")
+    assert meta["data_command"] == (
+        "workbench data metaworld --tasks reach-v3,push-v3,pick-place-v3,door-open-v3,drawer-close-v3,"
+        "button-press-topdown-v3 --episodes 60 --frames 48 --size 64 --seed 0 --action-repeat 2 "
+        "--out metaworld_sample.h5")
     assert probe.positions(np.zeros((2, 64, 64, 3), np.uint8)).shape == (2, 3)
     with pytest.raises(CheckpointError, match="Probe weights not found: .*add --target object for an object probe"):
         HandProbe.from_pretrained(tmp_path / "missing.safetensors")

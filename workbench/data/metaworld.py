@@ -26,10 +26,11 @@ File attributes: ``schema_version`` (1), ``generator_version``, ``metaworld_vers
 ``camera_quat``, ``camera_fovy``, ``camera_lookat``, ``image_transform``, ``fps`` (frames per
 second of the stored video, ``1 / (env_dt * action_repeat)``), ``env_dt`` (Meta-World's control
 period, 0.0125 s = 80 Hz), ``action_repeat``, ``render_settings`` (JSON), ``action_perturbation``
-(JSON), ``proprio_names`` (JSON), ``obs_layout``, ``frame_alignment``, and the camera's calibration
-``camera_intrinsics`` (3x3), ``camera_extrinsics`` (4x4, world → camera) and ``camera_image_size``
-(``[width, height]``) (see :mod:`workbench.data.camera`; files made before it was recorded get it
-with ``workbench data calibrate FILE``).
+(JSON), ``expert_episodes`` (JSON: the episodes the expert drove throughout), ``command`` (the
+command that wrote the file), ``proprio_names`` (JSON), ``obs_layout``, ``frame_alignment``, and the
+camera's calibration ``camera_intrinsics`` (3x3), ``camera_extrinsics`` (4x4, world → camera) and
+``camera_image_size`` (``[width, height]``) (see :mod:`workbench.data.camera`; files made before it
+was recorded get it with ``workbench data calibrate FILE``).
 
 Only ``frames``, ``actions``, ``ee_pos``, ``proprio`` and ``task`` are needed by
 :class:`MetaWorldClips`; the other datasets are for analysis.

@@ -25,6 +25,15 @@ Action perturbation (recorded as JSON in the file attribute ``action_perturbatio
   unrelated to the task, so what the arm does next depends on the actions, not on the task alone.
 * **Gaussian noise** with standard deviation ``noise_std`` (xyz) and ``grip_noise_std``
   (gripper) is added to every action, expert or random.
+* **Expert episodes.** A share ``expert_share`` of each task's episodes has no random segments: the
+  expert drives the arm from the warm-up's start point to the end, with Gaussian noise of std
+  ``expert_noise_std`` on every action component. These are the episodes where the arm reaches the
+  object and moves it (a pushed puck, an opened door). They are evenly spread over each task's
+  episodes (:func:`~workbench.worldmodel.sim.expert_episodes`), among all of them or, with
+  ``expert_split = "train"``, only among those the ``metaworld`` dataset trains on with its default
+  split, so that its held-out episodes are perturbed as the rest. The choice depends on the tasks only:
+  every other episode is the one a file without expert episodes holds. The attribute
+  ``expert_episodes`` lists them (JSON), and the dataset ``expert`` is True at each of their steps.
 * The result is clipped to [-1, 1] and cast to float32, and that exact float32 action is what the
   environment executes and what is stored: stored actions are the executed actions.
 * With ``action_repeat = k`` each stored action is applied for ``k`` simulator control steps and
@@ -46,6 +55,7 @@ uses task ``tasks[i % len(tasks)]`` and its own random stream seeded by ``(seed,
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import time
@@ -67,6 +77,7 @@ from workbench.worldmodel.sim import (
     Perturbation,
     TaskEnv,
     check_args,
+    expert_episodes,
     import_simulator,
     rollout,
 )
@@ -117,6 +128,8 @@ def generate(
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
 
+    n_tasks = [tasks[i % len(tasks)] for i in range(int(episodes))]
+    experts = set(expert_episodes(n_tasks, perturbation))
     envs: dict[str, TaskEnv] = {}
     max_steps = frames * action_repeat + perturbation.start_steps
     start = time.perf_counter()
@@ -149,7 +162,8 @@ def generate(
                 if task not in envs:
                     envs[task] = TaskEnv(task, size, camera, max_steps)
                 rng = np.random.default_rng([int(seed), i])
-                ep = rollout(envs[task], rng, T, perturbation, int(action_repeat))
+                ep = rollout(envs[task], rng, T, perturbation.expert() if i in experts else perturbation,
+                             int(action_repeat))
                 d_frames[i] = ep["frames"]
                 d_actions[i] = ep["actions"]
                 d_ee[i] = ep["ee_pos"]
@@ -192,6 +206,9 @@ def generate(
                     "width": int(size), "height": int(size),
                 }, sort_keys=True),
                 "action_perturbation": perturbation.to_json(),
+                "expert_episodes": json.dumps(sorted(experts)),
+                "command": command_line(out.name, tasks, n, T, int(size), int(seed), camera, perturbation,
+                                        int(action_repeat)),
                 "proprio_names": json.dumps(list(PROPRIO_NAMES)),
                 "obs_layout": "Meta-World v3 goal-observable observation (39): hand xyz, gripper, "
                               "object poses (14), previous step's 18, goal xyz",
@@ -211,6 +228,50 @@ def generate(
     if progress and summary:
         print(_summary(out, time.perf_counter() - start))
     return out
+
+
+def command_line(out: str, tasks: Sequence[str], episodes: int, frames: int, size: int, seed: int,
+                 camera: str, perturbation: Perturbation, action_repeat: int) -> str:
+    """The ``workbench data metaworld`` command that writes these rollouts to ``out`` (the file attribute
+    ``command``). Settings at their defaults are left out; a perturbation field the command line has no
+    flag for, set away from its default, is named after the command (the attribute
+    ``action_perturbation`` holds them all)."""
+    flags = {"--noise": ("noise_std", perturbation.noise_std),
+             "--segment-fraction": ("segment_fraction", perturbation.segment_fraction),
+             "--expert-share": ("expert_share", perturbation.expert_share),
+             "--expert-noise": ("expert_noise_std", perturbation.expert_noise_std),
+             "--expert-split": ("expert_split", perturbation.expert_split)}
+    parts = ["workbench data metaworld", f"--tasks {','.join(tasks)}", f"--episodes {episodes}",
+             f"--frames {frames}", f"--size {size}", f"--seed {seed}"]
+    if camera != DEFAULT_CAMERA:
+        parts.append(f"--camera {camera}")
+    if action_repeat != 1:
+        parts.append(f"--action-repeat {action_repeat}")
+    defaults = Perturbation()
+    for flag, (field, value) in flags.items():
+        if value != getattr(defaults, field):
+            parts.append(f"{flag} {value:g}" if isinstance(value, float) else f"{flag} {value}")
+    parts.append(f"--out {out}")
+    named = {field for field, _ in flags.values()}
+    other = [f.name for f in dataclasses.fields(Perturbation)
+             if f.name not in named and getattr(perturbation, f.name) != getattr(defaults, f.name)]
+    return " ".join(parts) + (f" (and, in Python, noise fields {', '.join(other)}: see action_perturbation)"
+                              if other else "")
+
+
+def recorded_command(attrs: Mapping[str, Any], out: str) -> str | None:
+    """The command that wrote a file of ``workbench data metaworld`` with these attributes: its ``command``
+    attribute, or for a file written before it was recorded, the command rebuilt from its other
+    attributes (``None`` when they do not say)."""
+    if "command" in attrs:
+        return str(attrs["command"])
+    try:
+        fields = {k: v for k, v in json.loads(attrs["action_perturbation"]).items() if k != "scheme"}
+        return command_line(out, json.loads(attrs["tasks"]), int(attrs["episodes"]), int(attrs["frames"]),
+                            int(attrs["size"]), int(attrs["seed"]), str(attrs.get("camera", DEFAULT_CAMERA)),
+                            Perturbation.coerce(fields), int(attrs.get("action_repeat", 1)))
+    except (KeyError, ValueError, TypeError, ConfigError):
+        return None
 
 
 def metaworld_to_lerobot(h5_path: str | Path, out: str | Path, episodes: list[int] | None = None,
@@ -397,6 +458,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--segment-fraction", type=float, default=Perturbation.segment_fraction,
                         help="average fraction of steps where a random smooth action replaces the expert "
                              "(default: %(default)s)")
+    parser.add_argument("--expert-share", type=float, default=Perturbation.expert_share,
+                        help="share of each task's episodes the expert drives from start to end, with no "
+                             "random segments: episodes where the arm moves the object "
+                             "(default: %(default)s)")
+    parser.add_argument("--expert-noise", type=float, default=Perturbation.expert_noise_std,
+                        help="std of the Gaussian noise added to every action of an expert episode "
+                             "(default: %(default)s)")
+    parser.add_argument("--expert-split", choices=("all", "train"), default=Perturbation.expert_split,
+                        help="choose the expert episodes among all episodes, or only among those the "
+                             "metaworld dataset trains on with its default split, so that its held-out "
+                             "episodes stay perturbed (default: %(default)s)")
     parser.add_argument("--action-repeat", type=int, default=1,
                         help="simulator steps per stored frame/action (default: %(default)s = 80 fps)")
     parser.add_argument("--format", choices=("hdf5", "lerobot"), default="hdf5",
@@ -409,7 +481,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``workbench data metaworld`` from parsed arguments; returns the exit status."""
-    noise = {"noise_std": args.noise, "segment_fraction": args.segment_fraction}
+    noise = {"noise_std": args.noise, "segment_fraction": args.segment_fraction,
+             "expert_share": args.expert_share, "expert_noise_std": args.expert_noise,
+             "expert_split": args.expert_split}
     start = time.perf_counter()
     if getattr(args, "format", "hdf5") == "lerobot":
         generate_lerobot(args.out, tasks=args.tasks, episodes=args.episodes, frames=args.frames,

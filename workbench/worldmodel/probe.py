@@ -323,8 +323,16 @@ def _finish(cfg: ProbeTrainConfig, probe: HandProbe, losses: list[float], frames
     probe.eval()
     err = hand_error_cm(frames[held], ee_pos[held], probe)
     name = Path(path).name
+    from workbench.worldmodel.generate import recorded_command
+
+    defaults = ProbeTrainConfig(data="")
+    flags = [f"--{f.name.replace('_', '-')} {getattr(cfg, f.name)}" for f in dataclasses.fields(cfg)
+             if f.name not in ("data", "out") and getattr(cfg, f.name) != getattr(defaults, f.name)]
     provenance = {
         "target": f"{cfg.target} position ({TARGETS[cfg.target]}), metres",
+        "command": " ".join(["workbench probe train", f"--data {name}", *flags,
+                             f"--out {Path(cfg.out).name}"]),
+        "data_command": recorded_command(attrs, name),
         "architecture": {"width": cfg.width, "image_size": int(h)},
         "trained_on": (f"Meta-World {', '.join(sorted(set(tasks)))}: "
                        f"{int((~held).sum())} episodes x {t} frames "

@@ -57,6 +57,11 @@ DEFAULT_CAMERA = "corner2_close"
 MODEL_CAMERAS = ("topview", "corner", "corner2", "corner3", "corner4", "behindGripper", "gripperPOV")
 
 
+#: The episodes ``expert_split`` may choose the expert episodes from: every one, or only those the
+#: ``metaworld`` dataset trains on with its default split (so that its held-out episodes stay perturbed).
+EXPERT_SPLITS = ("all", "train")
+
+
 @dataclasses.dataclass(frozen=True)
 class Perturbation:
     """How expert actions are perturbed (:mod:`workbench.worldmodel.generate` says how each part acts).
@@ -72,6 +77,13 @@ class Perturbation:
         gain_range: The range a random segment's controller gain is drawn from.
         speed_range: The range a random segment's speed limit is drawn from (action units).
         start_steps: Unrecorded steps driving the hand to a random start before recording.
+        expert_share: The share of each task's episodes (chosen among ``expert_split``'s, evenly spread
+            in index order; :func:`expert_episodes`) driven by the expert from start to end instead, with
+            no random segments: episodes where the arm reaches the object and moves it. Every other
+            episode is perturbed as the other fields say.
+        expert_noise_std: The standard deviation of the Gaussian noise on every action component of an
+            expert episode.
+        expert_split: Which episodes the expert ones are chosen among (one of :data:`EXPERT_SPLITS`).
 
     Raises:
         ConfigError: When a value is out of range; the message lists every problem.
@@ -87,11 +99,19 @@ class Perturbation:
     gain_range: tuple[float, float] = (5.0, 15.0)
     speed_range: tuple[float, float] = (0.3, 1.0)
     start_steps: int = 20
+    expert_share: float = 0.0
+    expert_noise_std: float = 0.1
+    expert_split: str = "all"
 
     def __post_init__(self) -> None:
         problems = []
-        if self.noise_std < 0 or self.grip_noise_std < 0:
-            problems.append("noise_std and grip_noise_std must be >= 0")
+        if self.noise_std < 0 or self.grip_noise_std < 0 or self.expert_noise_std < 0:
+            problems.append("noise_std, grip_noise_std and expert_noise_std must be >= 0")
+        if not 0.0 <= self.expert_share <= 1.0:
+            problems.append(f"expert_share must be in [0, 1], got {self.expert_share}")
+        if self.expert_split not in EXPERT_SPLITS:
+            problems.append(f"expert_split must be one of {listing(list(EXPERT_SPLITS))}, "
+                            f"got {self.expert_split!r}")
         if not 0.0 <= self.segment_fraction < 1.0:
             problems.append(f"segment_fraction must be in [0, 1), got {self.segment_fraction}")
         if not 1 <= self.segment_min <= self.segment_max:
@@ -126,6 +146,38 @@ class Perturbation:
     def to_json(self) -> str:
         return json.dumps({"scheme": "expert+gaussian+random_target_segments", **dataclasses.asdict(self)},
                           sort_keys=True)
+
+    def expert(self) -> Perturbation:
+        """The perturbation of an expert episode: no random segments, ``expert_noise_std`` on every action
+        component (the warm-up to a random start point is kept)."""
+        return dataclasses.replace(self, segment_fraction=0.0, noise_std=self.expert_noise_std,
+                                   grip_noise_std=self.expert_noise_std)
+
+
+def expert_episodes(tasks: Sequence[str], p: Perturbation) -> list[int]:
+    """The indices of the episodes of a file whose episodes have ``tasks`` that ``p`` gives to the expert.
+
+    Per task, among its episodes (``expert_split="all"``) or among those the ``metaworld`` dataset trains
+    on with its default split (``"train"``: ``val_fraction`` 0.2, ``seed`` 0, see
+    :func:`workbench.data.metaworld.split_episodes`), a share ``p.expert_share`` is taken, evenly spread
+    in index order: candidate ``j`` (0-based) is taken when ``floor((j + 1) * share)`` exceeds
+    ``floor(j * share)``. The choice depends on the tasks only, never on the episodes' random streams,
+    so every other episode is the one a file without expert episodes holds.
+    """
+    if p.expert_share <= 0:
+        return []
+    candidates = list(range(len(tasks)))
+    if p.expert_split == "train":
+        from workbench.data.metaworld import MetaWorldConfig, split_episodes
+
+        defaults = {f.name: f.default for f in dataclasses.fields(MetaWorldConfig)}
+        candidates = split_episodes(list(tasks), defaults["val_fraction"], defaults["seed"])[0]
+    chosen = []
+    for task in dict.fromkeys(tasks):
+        own = [i for i in candidates if tasks[i] == task]
+        chosen += [i for j, i in enumerate(own)
+                   if np.floor((j + 1) * p.expert_share + 1e-9) > np.floor(j * p.expert_share + 1e-9)]
+    return sorted(chosen)
 
 
 def look_quat(pos: Sequence[float], target: Sequence[float]) -> np.ndarray:
