@@ -52,7 +52,7 @@ SHARED = DOCS / "guides" / "index.md"  # its blocks define the names every page 
 COPIED = ("exp",)  # shared names a page may change: each page gets its own copy
 # The number of blocks that opt out (each needs a GPU or real weights); an opt-out more (or fewer) is a deliberate
 # change to this number.
-OPT_OUTS = 12
+OPT_OUTS = 9
 RUN_LANGUAGES = ("python", "bash")
 SHIPPED_RUN = "workbench/worldmodel/weights/metaworld_action"  # the run `workbench demo` trains, as shipped
 FEW = "--episodes 2 --frames 16"  # a Meta-World rendering's quick twin: two episodes of one window
@@ -64,6 +64,7 @@ FEW = "--episodes 2 --frames 16"  # a Meta-World rendering's quick twin: two epi
 # the page, so a twin cannot drift from the block it stands for.
 MAKE_N = (r"^make ([\w-]+)", rf"make -n -C {ROOT} \1")
 EVAL_RUN = (r"\b(outputs/demo/run|RUN_DIR)\b", SHIPPED_RUN)
+PLUGIN_STEPS = (r"(train examples/configs/(?:wan22|easyanimate)\.yaml) --steps 20", r"\1 --steps 1")
 TWINS: dict[str, tuple[tuple[str, str], ...]] = {
     "README.md": (MAKE_N,),
     "docs/getting-started.md": (MAKE_N,),
@@ -109,6 +110,9 @@ TWINS: dict[str, tuple[tuple[str, str], ...]] = {
     "docs/guides/training-loop.md": (
         (r'data="data/probe_train\.h5"', 'data="workbench/data/samples/metaworld_sample.h5", steps=2'),),
     "docs/guides/your-own-data.md": ((r"--episodes 100 --frames 48", FEW),),
+    "docs/guides/plugins/diffusers.md": (PLUGIN_STEPS,),
+    "docs/guides/plugins/wan22.md": (PLUGIN_STEPS,),
+    "docs/guides/plugins/easyanimate.md": (PLUGIN_STEPS,),
 }
 # Fences that look runnable but would not run: write them as ```python / ```bash (or a non-code language).
 LOOKALIKES = re.compile(r"^[ \t]*(?:[-*+]|\d+[.)])?[ \t]*```[ \t]*(py|python3|pycon|sh|shell|console|zsh)\b", re.M)
