@@ -515,7 +515,7 @@ def test_the_results_pages_state_the_targets_the_demo_checks():
         text = (DOCS / "results" / name).read_text()
         for paragraph in re.split(r"\n\s*\n|\n(?=\* |\| )", text):
             if re.search(r"\btargets?\b", paragraph, re.I):
-                for value in re.findall(r"[≥≤] \+?[\d.]+ ?(?:dB|%|cm|×)", paragraph):
+                for value in re.findall(r"[≥≤] \+?\d+(?:\.\d+)?(?: ?(?:dB|%|cm|×))?", paragraph):
                     stated.setdefault(value.replace("  ", " "), set()).add(name)
     assert stated and {v: p for v, p in stated.items() if v not in allowed} == {}, sorted(stated)
 
