@@ -52,7 +52,7 @@ SHARED = DOCS / "guides" / "index.md"  # its blocks define the names every page 
 COPIED = ("exp",)  # shared names a page may change: each page gets its own copy
 # The number of blocks that opt out (each needs a GPU or real weights); an opt-out more (or fewer) is a deliberate
 # change to this number.
-OPT_OUTS = 9
+OPT_OUTS = 10
 RUN_LANGUAGES = ("python", "bash")
 SHIPPED_RUN = "workbench/worldmodel/weights/metaworld_action"  # the run `workbench demo` trains, as shipped
 FEW = "--episodes 2 --frames 16"  # a Meta-World rendering's quick twin: two episodes of one window
@@ -79,17 +79,16 @@ TWINS: dict[str, tuple[tuple[str, str], ...]] = {
     "docs/results/rollouts.md": ((r"--rollout ", "--rollout --episodes 2 --frames 8 "), (r"--steps \d+", "--steps 1")),
     "docs/guides/rollouts.md": (EVAL_RUN, (r"--rollout ", "--rollout --episodes 2 --frames 8 "),
                                 (r"--steps \d+", "--steps 1")),
-    "docs/results/policy-ranking.md": ((r"--policies", "--policies --episodes 1 --steps 1"),),
+    "docs/results/policy-ranking.md": ((r"--policies", "--policies --tasks reach-v3 --episodes 1 --steps 1"),),
     "docs/guides/policies.md": (
-        EVAL_RUN, (r"--starts 4 --frames 61", "--starts 1 --frames 8"),
-        (r"--policies(?! --episodes)", "--policies --episodes 1 --steps 1"),
-        (r"--episodes 2 --steps 4", "--episodes 1 --steps 1"),
+        EVAL_RUN, (r"--tasks reach-v3,push-v3 --starts 4 --frames 61", "--tasks reach-v3 --starts 1 --frames 8"),
+        (r"--policies(?! --episodes)", "--policies --tasks reach-v3 --episodes 1 --steps 1"),
+        (r"--episodes 2 --steps 4", "--tasks reach-v3 --episodes 1 --steps 1"),
         (r"outputs/demo/scratch", "workbench/worldmodel/weights/metaworld_scratch")),
     "docs/results/reliability.md": ((r"^cd benchmarks", f"cd {ROOT}/benchmarks"), (r"\.py$", ".py --quick")),
     "docs/guides/memory-plan.md": ((r"examples/configs/wan22\.yaml|my_run\.yaml", "examples/configs/tiny.yaml"),),
     "docs/guides/configs-and-cli.md": (EVAL_RUN, (r"--grad-accum 2", "--grad-accum 2 --steps 1"),
                                        (r"--data sample", "--data sample --clips 2 --steps 1")),
-    "docs/guides/drive.md": ((r"-s tests/(\S+)", rf"--collect-only {ROOT}/tests/\1"),),
     "docs/guides/world-model.md": (
         EVAL_RUN, (r"--episodes \d+ --frames \d+", FEW), (r"--out workbench/data/samples/", "--out data/"),
         (r"(probe train --data \S+)", r"\1 --steps 2"),
