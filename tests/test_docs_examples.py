@@ -42,7 +42,7 @@ import torch
 from conftest import kept
 
 sybil = pytest.importorskip("sybil", reason="the dev extra brings sybil (make install)")
-from sybil import Sybil  # noqa: E402
+from sybil import Lexeme, Region, Sybil  # noqa: E402
 from sybil.evaluators.skip import Skipper  # noqa: E402
 from sybil.parsers.markdown import CodeBlockParser, SkipParser  # noqa: E402
 from sybil.parsers.rest import DocTestParser  # noqa: E402
@@ -51,22 +51,102 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 SHARED = DOCS / "guides" / "index.md"  # its blocks define the names every page starts from
 COPIED = ("exp",)  # shared names a page may change: each page gets its own copy
-# The number of blocks that opt out; an opt-out more (or fewer) is a deliberate change to this number.
-OPT_OUTS = 37
+# The number of blocks that opt out (each needs a GPU or real weights); an opt-out more (or fewer) is a deliberate
+# change to this number.
+OPT_OUTS = 12
 RUN_LANGUAGES = ("python", "bash")
+SHIPPED_RUN = "workbench/worldmodel/weights/metaworld_action"  # the run `workbench demo` trains, as shipped
+FEW = "--episodes 2 --frames 16"  # a Meta-World rendering's quick twin: two episodes of one window
+# A block whose command takes minutes runs in the suite as its quick twin: the same lines with the words below
+# replaced (regular expressions, applied in order to each of the page's blocks): fewer episodes, frames, clips and
+# steps, `--quick`, the shipped run where the page names the run `workbench demo` trains (or the reader's own,
+# RUN_DIR), a small file for the reader's FILE.h5, and `make -n` (what a target runs, printed, not run) for a make
+# target that sets up an environment or runs this very suite. A replacement that matches no line of its page fails
+# the page, so a twin cannot drift from the block it stands for.
+MAKE_N = (r"^make ([\w-]+)", rf"make -n -C {ROOT} \1")
+EVAL_RUN = (r"\b(outputs/demo/run|RUN_DIR)\b", SHIPPED_RUN)
+PLUGIN_STEPS = (r"(train examples/configs/(?:wan22|easyanimate)\.yaml) --steps 20", r"\1 --steps 1")
+TWINS: dict[str, tuple[tuple[str, str], ...]] = {
+    "README.md": (MAKE_N,),
+    "docs/getting-started.md": (MAKE_N,),
+    "docs/guides/development.md": (MAKE_N,),
+    "docs/guides/notebooks-and-views.md": (MAKE_N,),
+    "docs/results/world-model.md": (
+        MAKE_N, EVAL_RUN, (r"--clips 36|--stride 48", "--clips 2 --steps 1"),
+        (r"steps=60\b", "steps=2"), (r"steps=20\b", "steps=1"), (r"range\(4\)", "range(1)")),
+    "docs/results/metaworld-demo.md": (
+        MAKE_N, EVAL_RUN, (r"--clips 36|--stride 48", "--clips 2 --steps 1"),
+        (r"--from-scratch", "--from-scratch --quick --steps 2 --processes 1")),
+    "docs/results/rollouts.md": ((r"--rollout ", "--rollout --episodes 2 --frames 8 "), (r"--steps \d+", "--steps 1")),
+    "docs/guides/rollouts.md": (EVAL_RUN, (r"--rollout ", "--rollout --episodes 2 --frames 8 "),
+                                (r"--steps \d+", "--steps 1")),
+    "docs/results/policy-ranking.md": ((r"--policies", "--policies --tasks reach-v3 --episodes 1 --steps 1"),
+                                       (r"--tasks reach-v3,push-v3 --starts 10 --frames 61",
+                                        "--tasks reach-v3 --starts 1 --frames 8")),
+    "docs/guides/policies.md": (
+        EVAL_RUN, (r"--tasks reach-v3,push-v3 --starts 4 --frames 61", "--tasks reach-v3 --starts 1 --frames 8"),
+        (r"--policies(?! --episodes)", "--policies --tasks reach-v3 --episodes 1 --steps 1"),
+        (r"--episodes 2 --steps 4", "--tasks reach-v3 --episodes 1 --steps 1"),
+        (r"outputs/demo/scratch", "workbench/worldmodel/weights/metaworld_scratch")),
+    "docs/results/reliability.md": ((r"^cd benchmarks", f"cd {ROOT}/benchmarks"), (r"\.py$", ".py --quick")),
+    "docs/guides/memory-plan.md": ((r"examples/configs/wan22\.yaml|my_run\.yaml", "examples/configs/tiny.yaml"),),
+    "docs/guides/configs-and-cli.md": (EVAL_RUN, (r"--grad-accum 2", "--grad-accum 2 --steps 1"),
+                                       (r"--data sample", "--data sample --clips 2 --steps 1")),
+    "docs/guides/world-model.md": (
+        EVAL_RUN, (r"--episodes \d+ --frames \d+", FEW), (r"--out workbench/data/samples/", "--out data/"),
+        (r"--steps 1500", "--steps 2"),
+        (r"(probe train --data \S+)", r"\1 --steps 2"),
+        (r"(pretrain --data \S+)", r"\1 --ae-steps 1 --steps 1 --width 8 --depth 1 --ae-width 8"),
+        (r"--data (sample|unseen)", r"--data \1 --clips 2 --steps 1"),
+        (r"FILE\.h5", "data/probe_train.h5"), (r"--clips 12 --stride 16", "--clips 2 --steps 1"),
+        (r"^(.*)--data LEROBOT_DIR --camera observation\.images\.front",
+         rf"workbench data metaworld --format lerobot --tasks reach-v3,push-v3 {FEW} --out data/lerobot\n"
+         r"\1--data data/lerobot --split all --camera observation.images.corner2_close --clips 2 --steps 1"),
+        (r"--out DIR", "--out outputs/eval_yours")),
+    "docs/guides/action-path.md": (
+        (r"^(workbench data calibrate FILE\.h5)",
+         rf"workbench data metaworld --tasks reach-v3 {FEW} --out mine.h5\n\1"),
+        (r"^(workbench data calibrate LEROBOT_DIR)( +#)",
+         rf"workbench data metaworld --format lerobot --tasks reach-v3 {FEW} --out mine_lerobot\n"
+         r"\1\2"),
+        (r"FILE\.h5", "mine.h5"), (r"LEROBOT_DIR", "mine_lerobot")),
+    "docs/guides/training-loop.md": (
+        (r'data="data/probe_train\.h5"', 'data="workbench/data/samples/metaworld_sample.h5", steps=2'),),
+    "docs/guides/your-own-data.md": ((r"--episodes 100 --frames 48", FEW),),
+    "docs/guides/plugins/diffusers.md": (PLUGIN_STEPS,),
+    "docs/guides/plugins/wan22.md": (PLUGIN_STEPS,),
+    "docs/guides/plugins/easyanimate.md": (PLUGIN_STEPS,),
+}
 # Fences that look runnable but would not run: write them as ```python / ```bash (or a non-code language).
 LOOKALIKES = re.compile(r"^[ \t]*(?:[-*+]|\d+[.)])?[ \t]*```[ \t]*(py|python3|pycon|sh|shell|console|zsh)\b", re.M)
 
 
 # -- evaluators ---------------------------------------------------------------------------------------
+def twin(example, source: str) -> str:
+    """``source`` with its page's :data:`TWINS` replacements made, each one that matched noted in the namespace."""
+    page = Path(example.path).resolve()
+    rules = TWINS.get(page.relative_to(ROOT).as_posix(), ()) if page.is_relative_to(ROOT) else ()
+    matched = example.namespace.setdefault("__twins_matched__", set())
+    for index, (pattern, replacement) in enumerate(rules):
+        source, count = re.subn(pattern, replacement, source, flags=re.M)
+        if count:
+            matched.add(index)
+    return source
+
+
 def run_python(example) -> None:
-    """A ```python block, compiled like a notebook cell: a top-level ``await`` runs in an event loop."""
-    source = "\n" * (example.line + example.parsed.line_offset) + example.parsed
+    """A ```python block, compiled like a notebook cell: a top-level ``await`` runs in an event loop. What it prints
+    is kept for a ``<!-- prints -->`` block after it."""
+    source = "\n" * (example.line + example.parsed.line_offset) + twin(example, str(example.parsed))
     code = compile(source, example.path, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
-    result = eval(code, example.namespace)  # noqa: S307 - the documentation's own example
-    if asyncio.iscoroutine(result):
-        asyncio.run(result)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        result = eval(code, example.namespace)  # noqa: S307 - the documentation's own example
+        if asyncio.iscoroutine(result):
+            asyncio.run(result)
     example.namespace.pop("__builtins__", None)
+    example.namespace["__printed__"] = printed.getvalue()
+    sys.stdout.write(printed.getvalue())
 
 
 def shell_lines(source: str) -> list[str]:
@@ -93,7 +173,8 @@ def run_shell(example) -> None:
     """A ```bash block, line by line, in the page's scratch directory; every line must exit 0."""
     from workbench.cli import main
 
-    for line in shell_lines(example.parsed):
+    printed = []
+    for line in shell_lines(twin(example, str(example.parsed))):
         parsed = _workbench_argv(line)
         out = io.StringIO()
         if parsed is not None:
@@ -120,10 +201,33 @@ def run_shell(example) -> None:
             code, text = done.returncode, done.stdout + done.stderr
         assert code in (0, None), f"{example.path}:{example.line}: `{line}` exited {code}:\n{text[-3000:]}"
         assert "Traceback" not in text, f"{example.path}:{example.line}: `{line}`:\n{text[-3000:]}"
+        printed.append(text)
+    example.namespace["__printed__"] = "".join(printed)
+
+
+# The output a page shows: a ```text block right after the line ``<!-- prints -->`` is what the block before it
+# printed (doctest's rules: ``...`` stands for any text, runs of whitespace compare equal).
+PRINTS = re.compile(r"^<!-- prints -->[ \t]*\n\n?```text\n(?P<want>.*?)^```[ \t]*$", re.M | re.S)
+
+
+def check_printed(example) -> None:
+    want, got = str(example.parsed), example.namespace.get("__printed__", "")
+    checker = doctest.OutputChecker()
+    flags = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
+    assert checker.check_output(want, got, flags), (
+        f"{example.path}:{example.line}: the page shows\n{want}\nthe block before it printed\n{got}")
+
+
+def prints_parser(document):
+    for match in PRINTS.finditer(document.text):
+        lexeme = Lexeme(match.group("want"), offset=match.start("want") - match.start(),
+                        line_offset=document.text.count("\n", match.start(), match.start("want")))
+        yield Region(match.start(), match.end(), lexeme, check_printed)
 
 
 def markdown_sybil() -> Sybil:
-    return Sybil(parsers=[CodeBlockParser("python", run_python), CodeBlockParser("bash", run_shell), SkipParser()])
+    return Sybil(parsers=[CodeBlockParser("python", run_python), CodeBlockParser("bash", run_shell), SkipParser(),
+                          prints_parser])
 
 
 def docstring_sybil() -> Sybil:
@@ -143,6 +247,7 @@ def modules_with_examples() -> list[Path]:
 def _scratch(path: Path) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     (path / "examples").symlink_to(ROOT / "examples")
+    (path / "workbench").symlink_to(ROOT / "workbench")  # the shipped runs and samples the pages name
     if (ROOT / ".venv").exists():
         (path / ".venv").symlink_to(ROOT / ".venv")
     return path
@@ -293,6 +398,10 @@ def test_the_examples_of_each_page_run(page, shared, tmp_path, record_property):
     document.namespace.update(_start(shared, page.read_text()))
     skipped = evaluate(document, _scratch(tmp_path))
     record_property("cpu_seconds", round(time.process_time() - start, 2))
+    rules = TWINS.get(page.relative_to(ROOT).as_posix(), ())
+    matched = document.namespace.get("__twins_matched__", ())
+    unmatched = [rule for index, rule in enumerate(rules) if index not in matched]
+    assert unmatched == [], f"{page}: these replacements of its quick twin match no line of the page: {unmatched}"
     check = CHECKS.get(page.relative_to(ROOT).as_posix())
     if check is not None:
         before = Path.cwd()
@@ -359,7 +468,8 @@ def test_the_harness_sees_every_python_and_bash_block():
         text = page.read_text()
         opening = rf"^[ \t>]*(?:[-*+]|\d+[.)])?[ \t]*```(?:{'|'.join(RUN_LANGUAGES)})[ \t]*$"
         fences = len(re.findall(opening, text, re.M))
-        blocks = [e for e in markdown_sybil().parse(page) if not isinstance(e.region.evaluator, Skipper)]
+        blocks = [e for e in markdown_sybil().parse(page)
+                  if not isinstance(e.region.evaluator, Skipper) and e.region.evaluator is not check_printed]
         assert len(blocks) == fences, page
 
 
@@ -396,6 +506,17 @@ def test_a_failing_block_fails_with_its_page_and_line(tmp_path):
     with pytest.raises(AssertionError, match=r"page\.md:13: `false` exited 1"):
         evaluate(document, _scratch(tmp_path / "run"))
     assert document.namespace["x"] == 1
+
+
+def test_what_a_page_shows_a_block_printing_is_compared(tmp_path):
+    page = tmp_path / "page.md"
+    shown = ("```python\nprint({'loss': 0.25, 'steps': 3})\n```\n\n<!-- prints -->\n\n"
+             "```text\n{'loss': ..., 'steps': %s}\n```\n")
+    page.write_text(shown % 3)
+    evaluate(markdown_sybil().parse(page), _scratch(tmp_path / "run"))
+    page.write_text(shown % 4)
+    with pytest.raises(AssertionError, match=r"page\.md:5: the page shows\n +\{'loss': \.\.\., 'steps': 4\}"):
+        evaluate(markdown_sybil().parse(page), _scratch(tmp_path / "run2"))
 
 
 def test_workbench_lines_run_in_process_and_others_in_bash():

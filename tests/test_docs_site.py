@@ -462,3 +462,88 @@ def test_the_changelog_starts_at_the_current_version():
     text = (DOCS / "changelog.md").read_text()
     first = re.search(r"^## (\S+)", text, re.M)
     assert first and first.group(1) == __version__
+
+
+# -- pages that agree with each other and with the code ----------------------------------------------------------
+def test_the_readme_first_table_is_written_from_the_measured_data():
+    """The README's table and the numbers of the paragraph after it are what tools/readme_table.py writes from the
+    shipped runs' metrics and the results' data files: a number edited in the README, or in the data, alone fails."""
+    table = _load("readme_table")
+    readme = (ROOT / "README.md").read_text()
+    assert table.readme_block(readme) == table.block(), "run `python tools/readme_table.py --write` after new data"
+    # the anchor is the data itself: the shipped run's gain and the 8-step rollout's last chunk, read here directly
+    import json
+
+    demo = json.loads((table.RUN / "demo_metrics.json").read_text())["summary"]
+    rollout = json.loads((table.DATA / "rollouts.json").read_text())["summary"]
+    gain = f"**{demo['mean']['adapter']['moving_psnr']:.2f}** (+{demo['adapter_minus_base_moving_psnr_db']:.2f})"
+    first, last = rollout["chunks"][0], rollout["chunks"][-1]
+    drift = f"**{first['adapter_hand_error_cm']:.1f} → {last['adapter_hand_error_cm']:.1f}**"
+    assert gain in readme and drift in readme, (gain, drift)
+
+
+def test_the_results_pages_show_the_data_the_readme_is_written_from():
+    """The rollout page's 8-step rows and the policy page's overall ρ are the data files', to the digit shown."""
+    import json
+
+    data = DOCS / "results" / "data"
+    chunks = json.loads((data / "rollouts.json").read_text())["summary"]["chunks"]
+    page = (DOCS / "results" / "rollouts.md").read_text()
+    for label, variant in (("frozen base, 8 steps", "base"), (r"\*\*adapter, 8 steps\*\*", "adapter"),
+                           ("adapter, swapped actions, 8 steps", "swapped")):
+        row = re.search(rf"^\| {label} \|(.*)\|$", page, re.M)
+        assert row, label
+        shown = [cell.strip().strip("*") for cell in row.group(1).split("|")]
+        assert shown == [f"{c[f'{variant}_hand_error_cm']:.1f}" for c in chunks], (label, shown)
+    ranking = json.loads((data / "policy_ranking.json").read_text())["variants"]
+    page = (DOCS / "results" / "policy-ranking.md").read_text()
+    for name, agreement in ranking.items():
+        a = agreement["agreement"]["all"]
+        shown = f"{a['rho']:+.2f} [{a['low']:+.2f}, {a['high']:+.2f}]".replace("-", "−")
+        assert shown in page, (name, shown)
+
+
+def test_the_results_pages_state_the_targets_the_demo_checks():
+    """One set of targets: those of workbench.worldmodel.evaluate.TARGETS, wherever a results page names one."""
+    from workbench.worldmodel.evaluate import TARGETS
+
+    seen, unseen = TARGETS["seen"], TARGETS["unseen"]
+    allowed = {f"≥ +{seen['gain_db']:g} dB", f"≥ {100 * seen['wins']:.0f}%", f"≤ {seen['action_cm']:g} cm",
+               f"≤ {seen['action_ratio']:g}×", f"≥ +{unseen['gain_db']:g} dB", f"≥ {100 * unseen['wins']:.0f}%"}
+    stated = {}
+    for name in ("metaworld-demo.md", "world-model.md", "what-we-tried.md"):
+        text = (DOCS / "results" / name).read_text()
+        for paragraph in re.split(r"\n\s*\n|\n(?=\* |\| )", text):
+            if re.search(r"\btargets?\b", paragraph, re.I):
+                for value in re.findall(r"[≥≤] \+?\d+(?:\.\d+)?(?: ?(?:dB|%|cm|×))?", paragraph):
+                    stated.setdefault(value.replace("  ", " "), set()).add(name)
+    assert stated and {v: p for v, p in stated.items() if v not in allowed} == {}, sorted(stated)
+
+
+def test_the_pages_count_the_notebooks_and_views_there_are():
+    import workbench.widgets
+
+    words = {7: "seven", 8: "eight", 9: "nine", 10: "ten", 11: "eleven", 12: "twelve"}
+    notebooks, views = words[len(NOTEBOOKS)], words[len(workbench.widgets.__all__)]
+    for page in (ROOT / "README.md", DOCS / "index.md"):
+        text = page.read_text()
+        counted = re.findall(r"\b(\w+) notebooks\b", text)
+        assert notebooks in counted and not set(counted) & (set(words.values()) - {notebooks}), (page.name, counted)
+    assert f"{views} notebook views" in (DOCS / "index.md").read_text()
+
+
+def test_the_readme_lists_every_guide_and_results_page():
+    readme = (ROOT / "README.md").read_text()
+    pages = [p.relative_to(ROOT).as_posix() for folder in ("guides", "results") for p in (DOCS / folder).glob("*.md")]
+    assert [p for p in pages if f"]({p})" not in readme] == []
+
+
+def test_the_demo_time_is_one_measured_number_wherever_it_is_given():
+    """The demo's results page states the time and where it was measured; the other pages quote that number."""
+    results = (DOCS / "results" / "world-model.md").read_text()
+    measured = re.search(r"^\*\*(\d+ min \d+ s)\*\*: a fresh clone's `make demo`", results, re.M)
+    assert measured, "the headline time of docs/results/world-model.md#time"
+    for page in (ROOT / "README.md", DOCS / "getting-started.md", DOCS / "results" / "performance.md"):
+        text = page.read_text()
+        assert measured.group(1) in text, page.name
+        assert not re.search(r"about \d+ minutes from a fresh\s+clone|\d[.\d]* to \d[.\d]* min on two cores", text)
