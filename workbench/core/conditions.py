@@ -213,6 +213,22 @@ class Conditioning(Mapping):
         object.__setattr__(self, "_dropped", dropped)
         object.__setattr__(self, "_owner", owner)
 
+    def select(self, index: slice | Sequence[int] | torch.Tensor) -> Conditioning:
+        """Rows of the conditioning (values with a batch axis are indexed, the rest kept), as
+        :meth:`Batch.select` takes rows of a batch."""
+        tensors = [v for v in (*self._prepared.values(), *self._raw.values())
+                   if isinstance(v, torch.Tensor) and v.ndim > 0]
+        n = tensors[0].shape[0] if tensors else None
+
+        def pick(v: Any) -> Any:
+            if isinstance(v, torch.Tensor) and v.ndim > 0 and v.shape[0] == n:
+                return v[index]
+            return v
+
+        return Conditioning({k: pick(v) for k, v in self._prepared.items()},
+                            {k: pick(v) for k, v in self._raw.items()}, self._info,
+                            {k: pick(v) for k, v in self._dropped.items()}, self._owner)
+
     def __getattr__(self, name: str) -> Any:
         prepared = object.__getattribute__(self, "_prepared")
         if name in prepared:
