@@ -11,10 +11,10 @@ from conftest import BaseCalls, nonzero_model, tiny_base
 
 from workbench import ComposedModel, GatedResidual
 from workbench.adapters.latent_residual import LatentResidual
+from workbench.core.rows import DEFAULT_MICRO_BATCH
 from workbench.core.seeds import chunk_seed
 from workbench.errors import InspectError, UnknownComponentError
 from workbench.inspect import Rollout, StateReader, StoragePolicy, record, rollout
-from workbench.inspect.recording.rollouts import DEFAULT_MICRO_BATCH
 from workbench.metrics import to_uint8_video
 
 STEPS = 3

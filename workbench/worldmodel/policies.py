@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from workbench.core.rows import DEFAULT_MICRO_BATCH
 from workbench.errors import ConfigError, DataError, listing
 from workbench.extras import distribution_version
 
@@ -389,9 +390,12 @@ def start_clips(episodes: PolicyEpisodes) -> dict[str, Any]:
 
 
 def outcome_distance(frames: np.ndarray, episodes: PolicyEpisodes, *, hand_probe: Any = None,
-                     object_probe: Any = None) -> np.ndarray:
+                     object_probe: Any = None, micro_batch: int | None = DEFAULT_MICRO_BATCH) -> np.ndarray:
     """Each episode's outcome read off its frame ``frames[e]`` (uint8 ``(B, H, W, 3)``): the distance (metres)
-    from the goal to the hand (reach) or the object (push), as the probes read them."""
+    from the goal to the hand (reach) or the object (push), as the probes read them. The probes read
+    ``micro_batch`` frames per call (the last call padded), so an episode's distance does not depend on which
+    other episodes are scored with it (``None``: all of a task's frames in one call)."""
+    from workbench.core.rows import in_micro_batches
     from workbench.worldmodel.probe import shipped_object_probe, shipped_probe
 
     out = np.full(len(episodes), np.nan)
@@ -400,17 +404,23 @@ def outcome_distance(frames: np.ndarray, episodes: PolicyEpisodes, *, hand_probe
         body = OUTCOME[task]
         probe = ((hand_probe or shipped_probe()) if body == "hand"
                  else (object_probe or shipped_object_probe()))
-        out[rows] = np.linalg.norm(probe.positions(frames[rows]) - episodes.goal[rows], axis=-1)
+        read = in_micro_batches(probe.positions, micro_batch, len(rows), frames[rows])
+        out[rows] = np.linalg.norm(read - episodes.goal[rows], axis=-1)
     return out
 
 
 def imagine(model: ComposedModel, episodes: PolicyEpisodes, *, steps: int = DEFAULT_STEPS, seed: int = 0,
             with_adapter: bool = True, gate_scale: float | None = None, batch: int = 24, state: Any = "probe",
-            hand_probe: Any = None, object_probe: Any = None, progress: bool = False) -> dict[str, Any]:
+            hand_probe: Any = None, object_probe: Any = None, progress: bool = False,
+            micro_batch: int | None = DEFAULT_MICRO_BATCH) -> dict[str, Any]:
     """Replay every episode's actions as a rollout of the world model ``model`` (an experiment's is
     ``exp.model``) from its start frame and score the last predicted frame: ``distance`` (metres, per
     episode), ``success`` (within :data:`SUCCESS_RADIUS`), ``final_frames`` (uint8 ``(B, H, W, 3)``) and
-    ``cpu_seconds`` (process time of the rollouts)."""
+    ``cpu_seconds`` (process time of the rollouts).
+
+    The results do not depend on ``batch`` (episodes per rollout) or on which episodes are imagined together:
+    episode ``e`` (its row in ``episodes``) is rolled out as episode ``e`` (its own noise), and the networks
+    and the probes run ``micro_batch`` episodes per call (:func:`workbench.inspect.rollout`)."""
     import torch
 
     from workbench.inspect.recording.rollouts import rollout
@@ -421,15 +431,17 @@ def imagine(model: ComposedModel, episodes: PolicyEpisodes, *, steps: int = DEFA
     started = time.process_time()
     for lo in range(0, len(episodes), batch):
         part = {k: v[lo:lo + batch] for k, v in clips.items()}
+        n = part["video"].shape[0]
         ro = rollout(model, part, actions[lo:lo + batch], steps=steps, seed=seed, state=state,
                      gate_scale=gate_scale if with_adapter else None, store=False,
-                     with_adapter=with_adapter)
+                     with_adapter=with_adapter, episodes=range(lo, lo + n), micro_batch=micro_batch)
         finals.append(ro.frame(-1))  # the outcome's frame: the only one decoded
         if progress:
             print(f"  rolled out {min(lo + batch, len(episodes))}/{len(episodes)} episodes", flush=True)
     cpu = time.process_time() - started
     final = np.concatenate(finals)
-    distance = outcome_distance(final, episodes, hand_probe=hand_probe, object_probe=object_probe)
+    distance = outcome_distance(final, episodes, hand_probe=hand_probe, object_probe=object_probe,
+                                micro_batch=micro_batch)
     return {"distance": distance, "success": success_of(distance, episodes.task), "final_frames": final,
             "cpu_seconds": cpu}
 
@@ -487,6 +499,7 @@ def evaluate_policies(runs: dict[str, Any], episodes: PolicyEpisodes | None = No
                               "policies": episodes.policies, "starts": int(episodes.meta["starts"]),
                               "frames": int(episodes.actions.shape[1]),
                               "sampling_steps": int(steps), "seed": int(seed), "gate_scale": gate_scale,
+                              "micro_batch": DEFAULT_MICRO_BATCH,
                               "recording": episodes.meta.get("command"), "variants": {}}
     truth = outcome_distance(episodes.frames[:, -1], episodes)
     report["variants"]["probe_on_truth"] = {"agreement": agreement(truth, episodes, resamples=resamples,

@@ -28,17 +28,17 @@ clip's state at frame 0 when it carries one (known at the first frame). Chunk ``
 
 **The same frames in any batch.** An episode's frames depend only on the episode, the seed and the
 settings, not on the batch (or the process) it is rolled out in: row ``i`` of the start clips is episode
-``episodes[i]`` (default: its row), and chunk ``k`` of episode ``e`` starts from noise of its own,
-drawn with :func:`~workbench.core.seeds.noise_seed` ``(seed, e, k)``; the base, the adapter and the
-state reader run on micro-batches of exactly ``micro_batch`` episodes (default
-:data:`DEFAULT_MICRO_BATCH`, the last one padded with copies whose outputs are dropped), because a
-CPU's kernels round a sample differently in batches of other sizes. So the episodes 3..5 of a set,
-rolled out as a batch of three with ``episodes=[3, 4, 5]`` or one at a time with ``episodes=[3]`` and so
-on, give the frames (bit for bit) that they get in a batch of all of them. ``micro_batch=None`` makes
-one call per network over the whole batch (faster on large batches, and the frames then depend on the
-batch size in their last bits). A backbone whose sampler takes no ``initial_noise``
-(:func:`~workbench.core.backbone.takes_initial_noise`) draws the batch's noise in one piece from the
-chunk's seed; its rollouts say so (:attr:`Rollout.batch_invariant`).
+``episodes[i]`` (default: its row), and chunk ``k`` of episode ``e`` starts from noise of its own, drawn
+with :func:`~workbench.core.seeds.noise_seed` ``(seed, e, k)``; the base, the adapter and the state
+reader run on micro-batches of exactly ``micro_batch`` episodes (default
+:data:`~workbench.core.rows.DEFAULT_MICRO_BATCH`, the last one padded with copies whose outputs are
+dropped), because a CPU's kernels round a sample differently in batches of other sizes. So the episodes
+3..5 of a set, rolled out as a batch of three with ``episodes=[3, 4, 5]`` or one at a time with
+``episodes=[3]`` and so on, give the frames (bit for bit) that they get in a batch of all of them.
+``micro_batch=None`` makes one call per network over the whole batch (faster on large batches, and the
+frames then depend on the batch size in their last bits). A backbone whose sampler takes no
+``initial_noise`` (:func:`~workbench.core.backbone.takes_initial_noise`) draws the batch's noise in one
+piece from the chunk's seed; its rollouts say so (:attr:`Rollout.batch_invariant`).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ from workbench.core.backbone import (
 from workbench.core.card import IMAGE_MODES, TEXT_MODES
 from workbench.core.composed import ComposedModel
 from workbench.core.composers import scaled_gate
-from workbench.core.rows import check_micro_batch, in_micro_batches
+from workbench.core.rows import DEFAULT_MICRO_BATCH, check_micro_batch, in_micro_batches
 from workbench.core.seeds import chunk_seed, noise_seed
 from workbench.errors import listing
 from workbench.inspect.common import InspectError, check_model, prepare
@@ -69,13 +69,6 @@ from workbench.inspect.recording.state import RECORDED, START, StateReader, reso
 from workbench.inspect.recording.storage import StoragePolicy
 from workbench.inspect.recording.trajectory import Trajectory, run
 from workbench.registry import registered
-
-#: Episodes per network call in a rollout (:func:`rollout`'s ``micro_batch``): every call of the base, the
-#: adapter and the state reader holds exactly this many (padded), so an episode's frames do not depend on
-#: its batch. Four keeps most of the speed of one large call on a CPU (0.9-1.2x its time per step on 24
-#: episodes, where one episode per call costs 1.8-2.4x) and gives the same frames for batches of 1, 5 and
-#: 12 on the embedded model; 1 makes it true of any kernel library, whatever it does with a batch.
-DEFAULT_MICRO_BATCH = 4
 
 
 # -- the result ----------------------------------------------------------------------------------
@@ -608,8 +601,9 @@ def rollout(model: ComposedModel, start: Mapping[str, Any], actions: Any, *, ste
             ``0 .. B-1``): episode ``e`` draws chunk ``k``'s noise from ``noise_seed(seed, e, k)``, so it gets
             the same frames in any batch that gives it the same number (its index in the whole set).
         micro_batch: episodes per call of the base, the adapter and the state reader (default
-            :data:`DEFAULT_MICRO_BATCH`; the frames do not depend on the batch), or ``None`` (one call over
-            the whole batch: the frames then depend on the batch size in their last bits).
+            :data:`~workbench.core.rows.DEFAULT_MICRO_BATCH`; the frames do not depend on the batch), or
+            ``None`` (one call over the whole batch: the frames then depend on the batch size in their last
+            bits).
         sampler_kwargs: passed to the backbone's ``generate`` for every chunk (e.g. ``guidance_scale``).
 
     Examples:
@@ -723,4 +717,4 @@ def rollout(model: ComposedModel, start: Mapping[str, Any], actions: Any, *, ste
     return _continue(plan, a, [])
 
 
-__all__ = ["DEFAULT_MICRO_BATCH", "Rollout", "RolloutChunk", "rollout"]
+__all__ = ["Rollout", "RolloutChunk", "rollout"]
