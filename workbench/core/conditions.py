@@ -213,12 +213,11 @@ class Conditioning(Mapping):
         object.__setattr__(self, "_dropped", dropped)
         object.__setattr__(self, "_owner", owner)
 
-    def select(self, index: slice | Sequence[int] | torch.Tensor) -> Conditioning:
-        """Rows of the conditioning (values with a batch axis are indexed, the rest kept), as
-        :meth:`Batch.select` takes rows of a batch."""
-        tensors = [v for v in (*self._prepared.values(), *self._raw.values())
-                   if isinstance(v, torch.Tensor) and v.ndim > 0]
-        n = tensors[0].shape[0] if tensors else None
+    def select(self, index: slice | Sequence[int] | torch.Tensor, batch_size: int) -> Conditioning:
+        """Rows of the conditioning, as :meth:`Batch.select` takes rows of a batch: the values whose first
+        axis is the batch (``batch_size`` rows, which the conditioning itself does not know) are indexed, the
+        rest kept."""
+        n = batch_size
 
         def pick(v: Any) -> Any:
             if isinstance(v, torch.Tensor) and v.ndim > 0 and v.shape[0] == n:

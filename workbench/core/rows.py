@@ -52,8 +52,10 @@ def take_rows(value: Any, index: torch.Tensor, n: int) -> Any:
 
     from workbench.core.conditions import Batch, Conditioning
 
-    if isinstance(value, (Batch, Conditioning)):
+    if isinstance(value, Batch):
         return value.select(index)
+    if isinstance(value, Conditioning):
+        return value.select(index, n)
     if isinstance(value, dict):
         return {k: take_rows(v, index, n) for k, v in value.items()}
     if isinstance(value, torch.Tensor) and value.ndim > 0 and value.shape[0] == n:

@@ -37,8 +37,9 @@ dropped), because a CPU's kernels round a sample differently in batches of other
 ``episodes=[3]`` and so on, give the frames (bit for bit) that they get in a batch of all of them.
 ``micro_batch=None`` makes one call per network over the whole batch (faster on large batches, and the
 frames then depend on the batch size in their last bits). A backbone whose sampler takes no
-``initial_noise`` (:func:`~workbench.core.backbone.takes_initial_noise`) draws the batch's noise in one
-piece from the chunk's seed; its rollouts say so (:attr:`Rollout.batch_invariant`).
+``initial_noise`` (:func:`~workbench.core.backbone.takes_initial_noise`; the diffusers pipelines, which also
+make the base's call themselves, on the whole batch) draws the batch's noise in one piece from the chunk's
+seed and runs as one call; its rollouts say so (:attr:`Rollout.batch_invariant` is False).
 """
 
 from __future__ import annotations
@@ -658,6 +659,10 @@ def rollout(model: ComposedModel, start: Mapping[str, Any], actions: Any, *, ste
         raise InspectError("rollout: initial_noise is not a sampler option here: a rollout draws each "
                            "episode's noise from (seed, episode, chunk). Choose the noise with seed= and "
                            "episodes=.")
+    own_noise = takes_initial_noise(base)
+    if not own_noise:
+        # (a pipeline that draws its own noise also makes the base's call itself, on the whole batch)
+        micro_batch = None
     gate = None if gate_scale is None or not with_adapter else scaled_gate(model.composer, gate_scale)
     settings = Settings(with_adapter=with_adapter, gate_override=gate, micro_batch=micro_batch)
     if store is False:
@@ -712,7 +717,7 @@ def rollout(model: ComposedModel, start: Mapping[str, Any], actions: Any, *, ste
                  state_mode=state_mode,
                  state_keys=state_keys, recorded_state=recorded, static=static, start_video=given,
                  start_frames=to_uint8_video(given), batched=batched, episodes=episodes,
-                 micro_batch=micro_batch, own_noise=takes_initial_noise(base),
+                 micro_batch=micro_batch, own_noise=own_noise,
                  sampler_kwargs=dict(sampler_kwargs))
     return _continue(plan, a, [])
 
