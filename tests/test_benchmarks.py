@@ -21,6 +21,8 @@ CASES = {
                           "ratio encode, slices / encode, one call = "],
     "compose_overhead": ["ratio ComposedModel.predict / hand-written = ", "(target <= 1.05)"],
     "fork_speed": ["fork at  5 / full = ", "fork at 15 / full = "],
+    "rollout_batching": ["the same frames in batches of 6 and 5: True; and alone: True",
+                         "one episode per call / one call = ", "micro-batch 4 / one call = "],
     "preview_overhead": ["preview every step / no preview = "],
     "record_overhead": ["record / generate = ", "record(float16, every 4th step) / generate = "],
     "tiny_preview": ["gain of the tiny preview over the linear one, dB = ", "tiny / full decode = "],

@@ -7,7 +7,17 @@ import pytest
 import torch
 from conftest import RecordingAdapter, ToyBackbone, raw_batch, tiny_base, toy_raw
 
-from workbench import Add, ComposedModel, Condition, Diffusion, FlowMatching, GatedResidual, MaskMix, NoiseGated
+from workbench import (
+    Add,
+    ComposedModel,
+    Condition,
+    Diffusion,
+    FlowMatching,
+    GatedResidual,
+    MaskMix,
+    NoiseGated,
+    Replace,
+)
 from workbench.adapters.latent_residual import LatentResidual
 from workbench.errors import CompositionError
 
@@ -209,3 +219,36 @@ def test_the_composer_reads_the_noise_level_the_objective_gives_derived_only_whe
     gated = ComposedModel(base, model.adapter, NoiseGated(GatedResidual(), lo=0.5, hi=1.0), objective)
     pred = gated.predict(batch.latents, t, batch)  # the band is read from the derived level
     assert torch.equal(pred.composed[0], pred.base[0]) and pred.diagnostics.noise_weight.tolist() == [0.0, 1.0]
+
+
+@pytest.mark.parametrize("inside", [False, True], ids=["latent_residual", "action_modulation"])
+def test_predict_in_micro_batches_calls_the_networks_on_that_many_rows(inside):
+    """micro_batch=2 on a batch of 3: every base call holds exactly 2 rows (the last padded with a copy, its output
+    dropped), and the prediction is the one-call prediction up to rounding."""
+    from workbench.adapters.action_modulation import ActionModulation
+
+    base = tiny_base()
+    adapter = ActionModulation(hidden=16) if inside else LatentResidual(width=16, depth=1)
+    composer = Replace() if inside else GatedResidual(gate_init=0.5)
+    model = ComposedModel(base, adapter, composer, base.default_objective())
+    with torch.no_grad():
+        for p in model.trainable_parameters():
+            p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(1)) * 0.1)
+    model.train(False)
+    batch = base.prepare_batch(raw_batch(b=3))
+    x_t = torch.randn(batch.latents.shape, generator=torch.Generator().manual_seed(2))
+    t = torch.full((3,), 0.5)
+    whole = model.predict(x_t, t, batch)
+    rows = []
+    denoise = base.denoise
+    base.denoise = lambda x, tt, cond: rows.append(x.shape[0]) or denoise(x, tt, cond)
+    try:
+        parts = model.predict(x_t, t, batch, micro_batch=2)
+    finally:
+        del base.denoise
+    assert rows == ([2, 2] * 2 if inside else [2, 2])  # an inside adapter: the base alone, then the adapted base
+    assert parts.composed.shape == whole.composed.shape
+    torch.testing.assert_close(parts.composed, whole.composed, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(parts.base, whole.base, rtol=1e-4, atol=1e-5)
+    with pytest.raises(CompositionError, match=r"predict: micro_batch=0 is not allowed: it takes an int >= 1"):
+        model.predict(x_t, t, batch, micro_batch=0)

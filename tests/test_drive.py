@@ -104,8 +104,9 @@ def test_each_step_adds_one_chunk_equal_to_a_one_shot_rollout_of_the_same_action
     assert d.chunks == 2 and d.frames == 4 + d.stride == 7
     expected = np.concatenate([np.tile([1.0, 0, 0, 0], (4, 1)), np.tile([0, -1.0, 0, 0], (3, 1))]).astype(np.float32)
     assert np.array_equal(d.actions(), expected)
-    once = rollout(model, start_clip(), torch.from_numpy(expected), steps=2, seed=0)
+    once = rollout(model, start_clip(), torch.from_numpy(expected), steps=2, seed=0, micro_batch=1)
     assert np.array_equal(d.video(), once.video)  # chunk by chunk = all at once, bit for bit
+    assert d.rollout.micro_batch == 1 and d.rollout.batch_invariant  # one episode per call: a single call's cost
     assert [t.chunk for t in d.timings] == [0, 1] and all(t.cpu_s > 0 and t.steps == 2 for t in d.timings)
     assert isinstance(d.trajectory(1), Trajectory) and d.trajectory(1).steps == 2  # what the Stepper opens
     assert d.chunk_of(5) == 1 and d.chunk_of(2) == 0
@@ -131,7 +132,7 @@ def test_branch_forks_at_a_chunk_keeps_the_old_line_and_switch_goes_back(model):
     assert d.frames == 7 and not np.array_equal(d.video(), before)
     assert np.array_equal(d.actions()[:4], np.tile([-1.0, 0, 0, 0], (4, 1)))  # chunk 0's window: the new action
     assert np.array_equal(d.actions()[4:], np.tile([0, 1.0, 0, 0], (3, 1)))  # chunk 1 re-rolled with its own
-    fresh = rollout(model, start_clip(), torch.from_numpy(d.actions()), steps=2, seed=0)
+    fresh = rollout(model, start_clip(), torch.from_numpy(d.actions()), steps=2, seed=0, micro_batch=1)
     assert np.array_equal(d.video(), fresh.video)  # a fork at step 0 is a fresh rollout of the edited actions
     d.switch(0)
     assert np.array_equal(d.video(), before)

@@ -181,9 +181,19 @@ def test_imagine_scores_the_last_frame_of_each_rollout(tiny):
     want = np.linalg.norm(probe.positions(ro.video[:, -1]) - ep.goal, axis=-1)
     np.testing.assert_array_equal(got["distance"], want)
     np.testing.assert_array_equal(got["success"], want <= 0.05)
-    # batches of any size give the same frames (each batch is its own rollout with the same seeds)
-    again = imagine(tiny, ep, steps=2, seed=1, batch=len(ep), hand_probe=probe, object_probe=probe, state=None)
-    np.testing.assert_array_equal(again["distance"], got["distance"])
+    # batches of any size give the same frames and distances, bit for bit: one episode per rollout, five (the last
+    # rollout holding two), and all twelve; episode e draws its own noise wherever it sits
+    for batch in (1, 5, len(ep)):
+        again = imagine(tiny, ep, steps=2, seed=1, batch=batch, hand_probe=probe, object_probe=probe, state=None)
+        assert np.array_equal(again["final_frames"], got["final_frames"]), batch
+        assert np.array_equal(again["distance"], got["distance"]), batch
+    # it takes the episode numbers: rows 5..9 rolled out as episodes 0..4 (a batch's own rows) are other samples
+    rows = {k: v[5:10] for k, v in start.items()}
+    plain = rollout(tiny, rows, torch.from_numpy(ep.actions[5:10]), steps=2, seed=1, state=None, store=False)
+    assert not np.array_equal(plain.frame(-1), got["final_frames"][5:10])
+    told = rollout(tiny, rows, torch.from_numpy(ep.actions[5:10]), steps=2, seed=1, state=None, store=False,
+                   episodes=range(5, 10))
+    assert np.array_equal(told.frame(-1), got["final_frames"][5:10])
     base = imagine(tiny, ep, steps=2, seed=1, batch=len(ep), with_adapter=False, hand_probe=probe, object_probe=probe,
                    state=None)
     assert not np.array_equal(base["final_frames"], got["final_frames"])  # the adapter changes the prediction

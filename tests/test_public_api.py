@@ -187,7 +187,7 @@ def test_the_rollout_api_is_frozen():
     assert {"rollout", "Rollout"} <= set(workbench.inspect.__all__)
     assert list(inspect.signature(rollout).parameters) == [
         "model", "start", "actions", "steps", "seed", "state", "gate_scale", "stride", "store", "with_adapter",
-        "sampler_kwargs"]
+        "episodes", "micro_batch", "sampler_kwargs"]
     assert list(inspect.signature(Rollout.fork).parameters) == [
         "self", "chunk", "at", "cond", "with_adapter", "gate_override", "storage"]
     assert {"video", "frame_count", "actions", "states", "extend", "head", "chunk_of"} <= set(dir(Rollout))

@@ -11,6 +11,7 @@ from conftest import BaseCalls, nonzero_model, tiny_base
 
 from workbench import ComposedModel, GatedResidual
 from workbench.adapters.latent_residual import LatentResidual
+from workbench.core.rows import DEFAULT_MICRO_BATCH
 from workbench.core.seeds import chunk_seed
 from workbench.errors import InspectError, UnknownComponentError
 from workbench.inspect import Rollout, StateReader, StoragePolicy, record, rollout
@@ -63,11 +64,16 @@ def test_chunks_chain_through_the_frames_the_model_produced(model):
         assert np.array_equal(to_uint8_video(nxt.conditions["image"][:, :, None])[0, 0], last)
         assert torch.equal(nxt.conditions["image"][0], torch.from_numpy(last).permute(2, 0, 1).float() / 127.5 - 1)
         assert np.array_equal(ro.video[nxt.start], last)
-    # every chunk is a recorded trajectory with its own seed; chunk 0 is record() with the rollout's seed
+    # every chunk is a recorded trajectory with its own seed; an episode 0 draws chunk 0's noise from the rollout's
+    # seed: with one call per network (micro_batch=None), chunk 0 is record() with that seed, bit for bit
     assert [c.seed for c in ro.chunks] == [chunk_seed(0, k) for k in range(3)]
     assert len(ro.chunks[1].trajectory) == STEPS and ro.chunks[1].trajectory[0].x0 is not None
     first = record(model, ro.chunks[0].conditions, steps=STEPS, seed=0)
-    assert torch.equal(first.final, ro.chunks[0].trajectory.final)
+    whole = rollout(model, clip, actions, steps=STEPS, state=None, micro_batch=None)
+    assert torch.equal(first.final, whole.chunks[0].trajectory.final)
+    assert torch.allclose(first.final, ro.chunks[0].trajectory.final, atol=1e-4)  # micro-batches: last bits only
+    assert (ro.micro_batch, whole.micro_batch, ro.episodes, ro.batch_invariant, whole.batch_invariant) == (
+        DEFAULT_MICRO_BATCH, None, (0,), True, False)
     assert [ro.chunk_of(f) for f in (0, 1, 3, 4, 9, -1)] == [0, 0, 0, 1, 2, 2]
     assert (ro.steps, ro.seed, ro.state_mode, ro.model, ro.window, ro.stride, ro.context_frames) == (
         STEPS, 0, "none", model, W, W - 1, 1)
@@ -127,9 +133,42 @@ def test_recorded_equals_unrecorded_bit_exact(model):
     assert ro.video.shape == (2, 10, 16, 16, 3)
     assert np.array_equal(ro.video, bare.video) and np.array_equal(ro.video, thin.video)
     assert all(torch.equal(a.trajectory.final, b.trajectory.final) for a, b in zip(ro.chunks, bare.chunks, strict=True))
-    # the batch is the episodes side by side: each equals its own rollout
-    one = rollout(model, {k: v[1] for k, v in clip.items()}, actions[1], steps=STEPS, state=None)
-    assert np.abs(one.video.astype(int) - ro.video[1].astype(int)).max() <= 1
+    # the batch is the episodes side by side: each equals its own rollout, told its episode number, bit for bit
+    one = rollout(model, {k: v[1] for k, v in clip.items()}, actions[1], steps=STEPS, state=None, episodes=[1])
+    assert np.array_equal(one.video, ro.video[1])
+
+
+def test_an_episode_gets_the_same_frames_in_a_batch_of_one_two_or_three(path_model):
+    """Episodes rolled out three at a time, two at a time and one at a time (each told its episode number) give the
+    same frames bit for bit, with a state read off the produced frames: each episode draws its own noise, and every
+    call of the base, the adapter and the reader holds DEFAULT_MICRO_BATCH rows."""
+    clip, actions = episode(10, b=3, seed=2)
+
+    def rows(lo, hi):
+        return {k: v[lo:hi] for k, v in clip.items()}, actions[lo:hi]
+
+    three = rollout(path_model, clip, actions, steps=STEPS, state=MEAN_COLOUR)
+    assert three.episodes == (0, 1, 2) and three.batch_invariant and len(three.chunks) == 3
+    for e in range(3):
+        alone = rollout(path_model, *rows(e, e + 1), steps=STEPS, state=MEAN_COLOUR, episodes=[e])
+        assert np.array_equal(alone.video[0], three.video[e])
+        assert all(torch.equal(a.trajectory.final[0], b.trajectory.final[e])
+                   for a, b in zip(alone.chunks, three.chunks, strict=True))
+        assert all(torch.equal(a.state[0], b.state[e]) for a, b in zip(alone.chunks, three.chunks, strict=True))
+    two = rollout(path_model, *rows(1, 3), steps=STEPS, state=MEAN_COLOUR, episodes=range(1, 3))
+    assert np.array_equal(two.video, three.video[1:])
+    # the episode number decides the noise: episode 2's start rolled out as episode 0 is another sample
+    other = rollout(path_model, *rows(2, 3), steps=STEPS, state=MEAN_COLOUR)
+    assert other.episodes == (0,) and not np.array_equal(other.video[0], three.video[2])
+    with pytest.raises(InspectError, match=r"rollout: episodes=\[0, 0, 1\]; give one distinct episode number \(an int "
+                                           r">= 0\) per start clip: 3 for 3 start clips, e\.g\. episodes=range\(3\)"):
+        rollout(path_model, clip, actions, steps=STEPS, episodes=[0, 0, 1])
+    with pytest.raises(InspectError, match=r"episodes=\[-1\]; .* 1 for 1 start clip,"):
+        rollout(path_model, *rows(0, 1), steps=STEPS, episodes=[-1])
+    with pytest.raises(InspectError, match=r"rollout: micro_batch=0 is not allowed: it takes an int >= 1 .* or None"):
+        rollout(path_model, clip, actions, steps=STEPS, micro_batch=0)
+    with pytest.raises(InspectError, match=r"initial_noise is not a sampler option here.*seed= and episodes="):
+        rollout(path_model, clip, actions, steps=STEPS, initial_noise=torch.zeros(3))
 
 
 def test_state_comes_from_the_produced_frames(path_model):
@@ -144,7 +183,9 @@ def test_state_comes_from_the_produced_frames(path_model):
     # chunk 0 knows the recorded state at frame 0; later chunks get the reader's reading of their context frame
     assert torch.equal(ro.states[0], clip["ee_pos"][0].float())
     assert [float(s[0]) for s in ro.states[1:]] == pytest.approx([0.05, 0.10])
-    assert [f.shape for f in seen] == [(1, 1, 16, 16, 3)] * 2
+    # the reader reads in the rollout's micro-batches: the episode, padded with copies of it
+    assert [f.shape for f in seen] == [(DEFAULT_MICRO_BATCH, 1, 16, 16, 3)] * 2
+    assert all(np.array_equal(f[0], f[-1]) for f in seen)
     assert np.array_equal(seen[0][0, 0], ro.video[3]) and np.array_equal(seen[1][0, 0], ro.video[6])
     assert torch.equal(ro.chunks[1].conditions["ee_pos"], torch.full((1, W, 3), 0.05))
     # the recorded ceiling reads the recorded state at each chunk's first frame, and changes the frames
@@ -351,7 +392,7 @@ def test_a_reader_fills_the_conditions_of_its_keys_that_the_adapter_reads(model,
                                            r"which fills none of its names"):
         rollout(path_model, clip, actions, steps=STEPS, state=StateReader(light, keys=("light",)))
     ro = rollout(path_model, clip, actions, steps=STEPS, state=StateReader(light, keys=("light", "ee_pos")))
-    assert calls == [1] and torch.equal(ro.chunks[1].conditions["ee_pos"], torch.zeros(1, W, 3))
+    assert calls == [DEFAULT_MICRO_BATCH] and torch.equal(ro.chunks[1].conditions["ee_pos"], torch.zeros(1, W, 3))
 
 
 def test_a_state_reader_is_told_apart_from_a_plain_function(model):

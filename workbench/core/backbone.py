@@ -265,6 +265,9 @@ class BaseVideoModel(nn.Module):
           draw from ``generator`` (on the batch's device), never from torch's global generator,
           so the same generator state gives bit-identical latents, recorded or not.
         * Frames the backbone is given (``loss_mask`` 0) come out as given.
+        * A sampler that can start from given noise takes it as ``initial_noise`` (a tensor of
+          ``batch.latents``' shape, used instead of the generator's first draw): rollouts then give
+          each episode noise of its own (:func:`takes_initial_noise`).
         """
         raise NotImplementedError
 
@@ -449,6 +452,15 @@ def decodes_frames_alone(base: BaseVideoModel) -> bool:
     if isinstance(base, LatentLayout):
         return bool(base.decodes_frames_alone)
     return LatentLayout.decodes_frames_alone
+
+
+def takes_initial_noise(base: BaseVideoModel) -> bool:
+    """Whether the backbone's :meth:`~BaseVideoModel.run_sampler` takes ``initial_noise`` (the latents-shaped
+    noise to start from instead of drawing it from the generator): what lets a rollout give each episode
+    its own noise, so that its frames do not depend on the batch it is rolled out in."""
+    import inspect
+
+    return "initial_noise" in inspect.signature(base.run_sampler).parameters
 
 
 def pixel_space(base: BaseVideoModel) -> bool | None:

@@ -22,6 +22,7 @@ from workbench.core.card import ModelCard
 from workbench.core.composers import ComposeContext, Composer, Diagnostics, Replace, composition_of
 from workbench.core.conditions import Batch, Conditioning
 from workbench.core.objectives import Objective
+from workbench.core.rows import check_micro_batch, in_micro_batches
 from workbench.errors import CompositionError
 
 
@@ -218,7 +219,8 @@ class ComposedModel(nn.Module):
 
     def predict(self, x_t: torch.Tensor, t: torch.Tensor | float, batch: Batch, *, step: int | None = None,
                 with_adapter: bool | None = None, base_output: torch.Tensor | None = None,
-                cond: Conditioning | None = None, reference: bool | None = None) -> Prediction:
+                cond: Conditioning | None = None, reference: bool | None = None,
+                micro_batch: int | None = None) -> Prediction:
         """Evaluate base, adapter and composer at ``x_t``.
 
         ``with_adapter``: ``False`` for the base alone, ``True`` for base + adapter, ``None`` (default)
@@ -228,6 +230,11 @@ class ComposedModel(nn.Module):
 
         Inside adapters (``adapter.inside``) make one adapted base call; ``reference`` (default:
         outside training) adds a second call with the adapter switched off for ``Prediction.base``.
+
+        ``micro_batch``: run the base and the adapter on micro-batches of exactly this many samples
+        (:func:`~workbench.core.rows.in_micro_batches`: the last padded with copies, their outputs
+        dropped), so a sample's prediction does not depend on the batch it is in; ``None`` (default):
+        the whole batch in one call. The composer works sample by sample and runs once.
         """
         t = self._t_vector(t, x_t)
         # (the submodules are read once: each read of one goes through nn.Module.__getattr__)
@@ -240,6 +247,11 @@ class ComposedModel(nn.Module):
             raise CompositionError(f"predict(with_adapter={with_adapter!r}) is not allowed: it takes True "
                                    f"(base + adapter), False (the frozen base alone) or None (as the model "
                                    f"is set, model.adapter_enabled).")
+        if micro_batch is not None:
+            return self._predict_rows(x_t, t, batch, step=step, with_adapter=use_adapter,
+                                      base_output=base_output, cond=cond, reference=reference,
+                                      micro_batch=check_micro_batch(micro_batch, "predict",
+                                                                    CompositionError))
         if adapter.inside:  # the base alone is only the reference (or the prediction, with the adapter off)
             reference = not self.training if reference is None else reference
             if base_output is None and (reference or not use_adapter):
@@ -262,6 +274,38 @@ class ComposedModel(nn.Module):
         ctx = _Context(x_t, t, step, self.objective)
         composition = composition_of(self.composer, base_output, output, ctx)
         composed = constrain(base, composition.prediction, x_t, t, batch.cond)
+        return Prediction(x_t, t, base_output, output, composed, cond, composition.diagnostics)
+
+    def _predict_rows(self, x_t: torch.Tensor, t: torch.Tensor, batch: Batch, *, step: int | None,
+                      with_adapter: bool, base_output: torch.Tensor | None, cond: Conditioning | None,
+                      reference: bool | None, micro_batch: int) -> Prediction:
+        """:meth:`predict` with the base and the adapter called on micro-batches of ``micro_batch`` rows."""
+        n, adapter, use_adapter = x_t.shape[0], self.adapter, with_adapter
+
+        def base_rows(x, tt, b):
+            return self.base_prediction(x, tt, b)
+
+        if adapter.inside:
+            reference = not self.training if reference is None else reference
+            if base_output is None and (reference or not use_adapter):
+                base_output = in_micro_batches(base_rows, micro_batch, n, x_t, t, batch)
+        elif base_output is None or not adapter.reuses_base_output:
+            base_output = in_micro_batches(base_rows, micro_batch, n, x_t, t, batch)
+        if not use_adapter:
+            return Prediction(x_t, t, base_output, None, base_output, None)
+        if cond is None:
+            cond = adapter.conditioning(batch, x_t, step=step, training=adapter.training)
+        if adapter.inside:
+            def adapted(x, tt, c, bc):
+                with adapter.engaged(c, x, tt):
+                    return self.base.denoise(x, tt, bc)
+
+            output = in_micro_batches(adapted, micro_batch, n, x_t, t, cond, batch.cond)
+        else:
+            output = in_micro_batches(adapter, micro_batch, n, x_t, t, cond, base_output)
+        ctx = _Context(x_t, t, step, self.objective)
+        composition = composition_of(self.composer, base_output, output, ctx)
+        composed = constrain(self.base, composition.prediction, x_t, t, batch.cond)
         return Prediction(x_t, t, base_output, output, composed, cond, composition.diagnostics)
 
     def evaluation_note(self) -> str:

@@ -222,6 +222,21 @@ class Conditioning(Mapping):
         object.__setattr__(self, "_dropped", dropped)
         object.__setattr__(self, "_owner", owner)
 
+    def select(self, index: slice | Sequence[int] | torch.Tensor, batch_size: int) -> Conditioning:
+        """Rows of the conditioning, as :meth:`Batch.select` takes rows of a batch: the values whose first
+        axis is the batch (``batch_size`` rows, which the conditioning itself does not know) are indexed, the
+        rest kept."""
+        n = batch_size
+
+        def pick(v: Any) -> Any:
+            if isinstance(v, torch.Tensor) and v.ndim > 0 and v.shape[0] == n:
+                return v[index]
+            return v
+
+        return Conditioning({k: pick(v) for k, v in self._prepared.items()},
+                            {k: pick(v) for k, v in self._raw.items()}, self._info,
+                            {k: pick(v) for k, v in self._dropped.items()}, self._owner)
+
     def __getattr__(self, name: str) -> Any:
         prepared = object.__getattribute__(self, "_prepared")
         if name in prepared:

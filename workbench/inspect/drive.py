@@ -186,9 +186,12 @@ class DriveState:
         wall, cpu = time.perf_counter(), time.process_time()
         if self.rollout is None:
             count = self.window
+            # one episode: one row per network call (micro_batch=1) costs what a single call costs, where
+            # padding it to the default micro-batch would quadruple a key press; the frames still do not
+            # depend on any batch (they are those of rollout(..., micro_batch=1) of this episode)
             self.rollout = rollout(self.model, self.start, self._chunk_actions(self.action, count),
                                    steps=self.steps, seed=self.seed, state=self.state_source,
-                                   gate_scale=self.gate_scale)
+                                   gate_scale=self.gate_scale, micro_batch=1)
         else:
             self.rollout = self.rollout.extend(self._chunk_actions(self.action, self.stride))
         self._timed(len(self.rollout.chunks) - 1, wall, cpu)

@@ -30,6 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from workbench.core.rows import DEFAULT_MICRO_BATCH
+
 
 @dataclasses.dataclass
 class WorldSummaryConfig:
@@ -146,7 +148,8 @@ def world_summary(run_dir: str | Path, *, scratch_dir: str | Path | None = None,
     report: dict[str, Any] = {"episodes": len(episodes), "tasks": episodes.tasks,
                               "policies": episodes.policies, "starts": int(episodes.meta["starts"]),
                               "frames": int(episodes.actions.shape[1]),
-                              "sampling_steps": cfg.sampling_steps, "variants": {}}
+                              "sampling_steps": cfg.sampling_steps, "micro_batch": DEFAULT_MICRO_BATCH,
+                              "variants": {}}
     for name in ("base", "adapter"):
         d = next(d for d in done if d["job"] == ("policies", name))
         report["variants"][name] = {"agreement": agreement(d["distance"], episodes, seed=cfg.seed),

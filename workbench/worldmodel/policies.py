@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from workbench.core.rows import DEFAULT_MICRO_BATCH
 from workbench.errors import ConfigError, DataError, listing
 from workbench.extras import distribution_version
 
@@ -411,9 +412,12 @@ def start_clips(episodes: PolicyEpisodes) -> dict[str, Any]:
 
 
 def outcome_distance(frames: np.ndarray, episodes: PolicyEpisodes, *, hand_probe: Any = None,
-                     object_probe: Any = None) -> np.ndarray:
+                     object_probe: Any = None, micro_batch: int | None = DEFAULT_MICRO_BATCH) -> np.ndarray:
     """Each episode's outcome read off its frame ``frames[e]`` (uint8 ``(B, H, W, 3)``): the distance (metres)
-    from the goal to the hand (reach) or the object (push), as the probes read them."""
+    from the goal to the hand (reach) or the object (push), as the probes read them. The probes read
+    ``micro_batch`` frames per call (the last call padded), so an episode's distance does not depend on which
+    other episodes are scored with it (``None``: all of a task's frames in one call)."""
+    from workbench.core.rows import in_micro_batches
     from workbench.worldmodel.probe import shipped_object_probe, shipped_probe
 
     out = np.full(len(episodes), np.nan)
@@ -422,15 +426,21 @@ def outcome_distance(frames: np.ndarray, episodes: PolicyEpisodes, *, hand_probe
         body = OUTCOME[task]
         probe = ((hand_probe or shipped_probe()) if body == "hand"
                  else (object_probe or shipped_object_probe()))
-        out[rows] = np.linalg.norm(probe.positions(frames[rows]) - episodes.goal[rows], axis=-1)
+        read = in_micro_batches(probe.positions, micro_batch, len(rows), frames[rows])
+        out[rows] = np.linalg.norm(read - episodes.goal[rows], axis=-1)
     return out
 
 
 def imagine(model: ComposedModel, episodes: PolicyEpisodes, *, steps: int = DEFAULT_STEPS, seed: int = 0,
             with_adapter: bool = True, gate_scale: float | None = None, batch: int = 24, state: Any = "probe",
-            hand_probe: Any = None, object_probe: Any = None, progress: bool = False) -> dict[str, Any]:
+            hand_probe: Any = None, object_probe: Any = None, progress: bool = False,
+            micro_batch: int | None = DEFAULT_MICRO_BATCH) -> dict[str, Any]:
     """Replay every episode's actions as a rollout of the world model ``model`` from its start frame and
     score the last predicted frame.
+
+    The results do not depend on ``batch`` (episodes per rollout) or on which episodes are imagined together:
+    episode ``e`` (its row in ``episodes``) is rolled out as episode ``e`` (its own noise), and the networks
+    and the probes run ``micro_batch`` episodes per call (:func:`workbench.inspect.rollout`).
 
     Args:
         model: The composed model (an experiment's is ``exp.model``).
@@ -439,11 +449,13 @@ def imagine(model: ComposedModel, episodes: PolicyEpisodes, *, steps: int = DEFA
         seed: The seed of the rollouts.
         with_adapter: False rolls out the frozen base alone.
         gate_scale: Sample with the adapter's learned gate times this.
-        batch: Episodes rolled out together.
+        batch: Episodes rolled out together (the results are the same for any).
         state: Where a chunk's state comes from, as :func:`workbench.inspect.rollout` takes it.
         hand_probe: The probe reading the hand off the last frame (default: the shipped one).
         object_probe: The probe reading the object off the last frame (default: the shipped one).
         progress: Print progress.
+        micro_batch: Episodes per call of the networks and the probes, or ``None`` for one call over
+            the batch (then the last bits depend on the batch).
 
     Returns:
         ``distance`` (metres, per episode, from the goal to the hand for reach or the object for push),
@@ -460,15 +472,17 @@ def imagine(model: ComposedModel, episodes: PolicyEpisodes, *, steps: int = DEFA
     started = time.process_time()
     for lo in range(0, len(episodes), batch):
         part = {k: v[lo:lo + batch] for k, v in clips.items()}
+        n = part["video"].shape[0]
         ro = rollout(model, part, actions[lo:lo + batch], steps=steps, seed=seed, state=state,
                      gate_scale=gate_scale if with_adapter else None, store=False,
-                     with_adapter=with_adapter)
+                     with_adapter=with_adapter, episodes=range(lo, lo + n), micro_batch=micro_batch)
         finals.append(ro.frame(-1))  # the outcome's frame: the only one decoded
         if progress:
             print(f"  rolled out {min(lo + batch, len(episodes))}/{len(episodes)} episodes", flush=True)
     cpu = time.process_time() - started
     final = np.concatenate(finals)
-    distance = outcome_distance(final, episodes, hand_probe=hand_probe, object_probe=object_probe)
+    distance = outcome_distance(final, episodes, hand_probe=hand_probe, object_probe=object_probe,
+                                micro_batch=micro_batch)
     return {"distance": distance, "success": success_of(distance, episodes.task), "final_frames": final,
             "cpu_seconds": cpu}
 
@@ -538,6 +552,7 @@ def evaluate_policies(runs: dict[str, Any], episodes: PolicyEpisodes | None = No
                               "policies": episodes.policies, "starts": int(episodes.meta["starts"]),
                               "frames": int(episodes.actions.shape[1]),
                               "sampling_steps": int(steps), "seed": int(seed), "gate_scale": gate_scale,
+                              "micro_batch": DEFAULT_MICRO_BATCH,
                               "recording": episodes.meta.get("command"), "variants": {}}
     truth = outcome_distance(episodes.frames[:, -1], episodes)
     report["variants"]["probe_on_truth"] = {"agreement": agreement(truth, episodes, resamples=resamples,

@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from workbench.core.backbone import max_generate_batch
+from workbench.core.rows import DEFAULT_MICRO_BATCH
 from workbench.errors import DataError
 
 if TYPE_CHECKING:
@@ -220,7 +221,10 @@ def rollout_videos(model, items: list[dict], actions: list, *, with_adapter: boo
     frames), ``batch`` episodes at a time (at most the backbone's ``max_generate_batch``; the longest first,
     each batch as long as its longest episode, whose shorter ones hold their last action). Returns uint8
     ``[E, F, H, W, 3]`` (``F``: the longest episode; zero past an episode's own length) and the frames each
-    chunk of the longest wrote (a shorter episode's chunk ``k`` wrote those of its frames)."""
+    chunk of the longest wrote (a shorter episode's chunk ``k`` wrote those of its frames). Episode ``i`` is
+    rolled out as episode ``i`` (its own noise, see :func:`workbench.inspect.rollout`), with the networks on
+    :data:`~workbench.core.rows.DEFAULT_MICRO_BATCH` episodes per call: the videos do not depend on
+    ``batch``."""
     import torch
 
     from workbench.inspect import rollout
@@ -236,9 +240,9 @@ def rollout_videos(model, items: list[dict], actions: list, *, with_adapter: boo
         part = order[lo:lo + batch]
         n = lengths[part[0]]
         ro = rollout(model, _start_batch([items[i] for i in part], n, context),
-                     torch.stack([_held(actions[i], n) for i in part]), steps=steps, seed=seed + lo,
+                     torch.stack([_held(actions[i], n) for i in part]), steps=steps, seed=seed,
                      state=state, gate_scale=gate_scale if with_adapter else None,
-                     with_adapter=with_adapter, store=False)
+                     with_adapter=with_adapter, store=False, episodes=part, micro_batch=DEFAULT_MICRO_BATCH)
         got = ro.video
         if videos is None:  # the first batch holds the longest episode
             videos = np.zeros((len(items), *got.shape[1:]), np.uint8)
@@ -525,6 +529,7 @@ def run_rollout_eval(exp, args, *, scratch=None) -> dict[str, Any]:
                "evaluation": {"data": name, "split": split, "episodes": len(items),
                               "frames": summary["frames"], "shortest": summary["shortest"],
                               "sampling_steps": steps, "seed": args.seed, "state": state,
+                              "micro_batch": DEFAULT_MICRO_BATCH,
                               "metrics": result["metrics"],
                               "gate_scale": args.gate_scale, "run": str(args.run_dir), "step": exp.step,
                               "scratch": str(args.scratch) if scratch is not None else None,

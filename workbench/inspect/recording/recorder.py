@@ -54,7 +54,8 @@ class Recorder:
             self.calls.append(cached)
             # a copy: the sampler may modify its prediction in place, the parent's cache must not change
             return cached.to(device=x_t.device, copy=True, non_blocking=True)
-        pred = self.model.predict(x_t, t, batch, with_adapter=self.settings.with_adapter)
+        pred = self.model.predict(x_t, t, batch, with_adapter=self.settings.with_adapter,
+                                  micro_batch=self.settings.micro_batch)
         if not self.calls:
             self.pending = pred
         self.calls.append(pred.composed)

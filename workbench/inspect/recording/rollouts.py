@@ -25,6 +25,21 @@ gives every chunk the start clip's recorded value at frame 0 (known when the epi
 measurements, not a world model), and ``state=None`` (the default) gives none. Chunk 0 is given the start
 clip's state at frame 0 when it carries one (known at the first frame). Chunk ``k`` samples with
 :func:`~workbench.core.seeds.chunk_seed` ``(seed, k)``.
+
+**The same frames in any batch.** An episode's frames depend only on the episode, the seed and the
+settings, not on the batch (or the process) it is rolled out in: row ``i`` of the start clips is episode
+``episodes[i]`` (default: its row), and chunk ``k`` of episode ``e`` starts from noise of its own, drawn
+with :func:`~workbench.core.seeds.noise_seed` ``(seed, e, k)``; the base, the adapter and the state
+reader run on micro-batches of exactly ``micro_batch`` episodes (default
+:data:`~workbench.core.rows.DEFAULT_MICRO_BATCH`, the last one padded with copies whose outputs are
+dropped), because a CPU's kernels round a sample differently in batches of other sizes. So the episodes
+3..5 of a set, rolled out as a batch of three with ``episodes=[3, 4, 5]`` or one at a time with
+``episodes=[3]`` and so on, give the frames (bit for bit) that they get in a batch of all of them.
+``micro_batch=None`` makes one call per network over the whole batch (faster on large batches, and the
+frames then depend on the batch size in their last bits). A backbone whose sampler takes no
+``initial_noise`` (:func:`~workbench.core.backbone.takes_initial_noise`; the diffusers pipelines, which also
+make the base's call themselves, on the whole batch) draws the batch's noise in one piece from the chunk's
+seed and runs as one call; its rollouts say so (:attr:`Rollout.batch_invariant` is False).
 """
 
 from __future__ import annotations
@@ -36,11 +51,17 @@ from typing import Any
 import numpy as np
 import torch
 
-from workbench.core.backbone import decodes_frames_alone, generation_inputs, max_generate_batch
+from workbench.core.backbone import (
+    decodes_frames_alone,
+    generation_inputs,
+    max_generate_batch,
+    takes_initial_noise,
+)
 from workbench.core.card import IMAGE_MODES, TEXT_MODES
 from workbench.core.composed import ComposedModel
 from workbench.core.composers import scaled_gate
-from workbench.core.seeds import chunk_seed
+from workbench.core.rows import DEFAULT_MICRO_BATCH, check_micro_batch, in_micro_batches
+from workbench.core.seeds import chunk_seed, noise_seed
 from workbench.errors import listing
 from workbench.inspect.common import InspectError, check_model, prepare
 from workbench.inspect.recording.recorder import generator_state
@@ -147,6 +168,9 @@ class _Plan:
     start_video: torch.Tensor      # (B, 3, c, H, W) float, the given context frames
     start_frames: np.ndarray       # (B, c, H, W, 3) uint8
     batched: bool
+    episodes: tuple[int, ...] = ()
+    micro_batch: int | None = DEFAULT_MICRO_BATCH
+    own_noise: bool = True         # each episode draws its own noise (the backbone takes initial_noise)
     sampler_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
@@ -171,7 +195,8 @@ class Rollout:
     def __repr__(self) -> str:
         p = self._plan
         return (f"Rollout({self.frame_count} frames, {len(self.chunks)} chunks of {p.window} frames, stride "
-                f"{p.stride}, context {p.context}, {p.steps} steps, seed {p.seed}, state {p.state_mode})")
+                f"{p.stride}, context {p.context}, {p.steps} steps, seed {p.seed}, state {p.state_mode}, "
+                f"micro-batch {p.micro_batch})")
 
     @property
     def video(self) -> np.ndarray:
@@ -226,6 +251,22 @@ class Rollout:
     def seed(self) -> int:
         """The rollout's seed (chunk ``k`` samples with ``chunk_seed(seed, k)``)."""
         return self._plan.seed
+
+    @property
+    def episodes(self) -> tuple[int, ...]:
+        """The episode number of each row (its noise is drawn from ``(seed, episode, chunk)``)."""
+        return self._plan.episodes
+
+    @property
+    def micro_batch(self) -> int | None:
+        """Episodes per network call (``None``: the whole batch in one call)."""
+        return self._plan.micro_batch
+
+    @property
+    def batch_invariant(self) -> bool:
+        """Whether each episode's frames are what it gets in any other batch: its own noise (the backbone's
+        sampler takes ``initial_noise``) and a fixed micro-batch."""
+        return self._plan.own_noise and self._plan.micro_batch is not None
 
     @property
     def state_mode(self) -> str:
@@ -372,13 +413,19 @@ def _read_state(plan: _Plan, frames: np.ndarray, frame: int, first: bool) -> dic
     if (first or plan.reader is None) and all(k in plan.recorded_state for k in plan.state_keys):
         at = frame if plan.state_mode == RECORDED else 0
         return {k: plan.recorded_state[k][:, at].float() for k in plan.state_keys}
-    value = torch.as_tensor(np.asarray(plan.reader(frames)), dtype=torch.float32)
-    if value.ndim == 3:
-        value = value[:, -1]
-    if value.ndim != 2 or value.shape[0] != frames.shape[0]:
-        raise InspectError(f"The state reader {plan.reader.name!r} returned shape {tuple(value.shape)} for "
-                           f"frames {frames.shape}; it must return [B, D] (or [B, T, D]) "
-                           f"with B={frames.shape[0]}.")
+
+    def read(rows: np.ndarray) -> torch.Tensor:
+        value = torch.as_tensor(np.asarray(plan.reader(rows)), dtype=torch.float32)
+        if value.ndim == 3:
+            value = value[:, -1]
+        if value.ndim != 2 or value.shape[0] != rows.shape[0]:
+            raise InspectError(f"The state reader {plan.reader.name!r} returned shape {tuple(value.shape)} "
+                               f"for frames {rows.shape}; it must return [B, D] (or [B, T, D]) "
+                               f"with B={rows.shape[0]}.")
+        return value
+
+    # (in the rollout's micro-batches: a reader's network rounds a frame as it would in any other batch)
+    value = in_micro_batches(read, plan.micro_batch, frames.shape[0], frames)
     return {k: value for k in plan.state_keys}
 
 
@@ -401,14 +448,26 @@ def _sample_chunk(plan: _Plan, k: int, start: int, actions: torch.Tensor, contex
     conditions = {key: (v.detach().cpu() if isinstance(v, torch.Tensor) else v) for key, v in request.items()}
     batch = prepare(plan.model, request)
     seed = chunk_seed(plan.seed, k)
-    traj = run(plan.model, batch, steps=plan.steps, sampler=plan.sampler,
-               sampler_kwargs=dict(plan.sampler_kwargs),
+    sampler_kwargs = dict(plan.sampler_kwargs)
+    if plan.own_noise:
+        sampler_kwargs["initial_noise"] = _episode_noise(plan, k, batch.latents)
+    traj = run(plan.model, batch, steps=plan.steps, sampler=plan.sampler, sampler_kwargs=sampler_kwargs,
                generator_state=generator_state(None, seed, batch.latents.device), seed=seed,
                storage=plan.storage, settings=plan.settings, keep=plan.keep, on_step=None,
                label=f"chunk {k} (frames {start}..)")
     return RolloutChunk(index=k, start=start, frames=range(0), trajectory=traj, conditions=conditions,
                         state=next(iter(state.values()), None),
                         decoded=ChunkFrames(plan.model.base, traj.final), padded=padded, seed=seed)
+
+
+def _episode_noise(plan: _Plan, k: int, latents: torch.Tensor) -> torch.Tensor:
+    """Chunk ``k``'s initial noise, ``latents``' shape: each row drawn from its own episode's seed
+    (:func:`~workbench.core.seeds.noise_seed`), whatever the other rows are."""
+    device, dtype, shape = latents.device, latents.dtype, tuple(latents.shape[1:])
+    return torch.stack([
+        torch.randn(shape, generator=torch.Generator(device=device).manual_seed(noise_seed(plan.seed, e, k)),
+                    device=device, dtype=dtype)
+        for e in plan.episodes])
 
 
 def _continue(plan: _Plan, actions: torch.Tensor, chunks: list[RolloutChunk]) -> Rollout:
@@ -484,6 +543,24 @@ def _check_actions(model: ComposedModel, actions: Any, batched: bool, batch: int
     return a.detach().cpu().float()
 
 
+def _check_episodes(episodes: Any, b: int, batched: bool) -> tuple[int, ...]:
+    if episodes is None:
+        return tuple(range(b))
+    what = f"{b} start clip{'s' if b != 1 else ''}" if batched else "one (unbatched) start clip"
+    if isinstance(episodes, (np.ndarray, torch.Tensor)):
+        episodes = episodes.tolist()
+    values = None if isinstance(episodes, str) or not isinstance(episodes, Sequence) else list(episodes)
+    if (values is None or len(values) != b
+            or any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0 for v in values)
+            or len(set(int(v) for v in values)) != b):
+        got = repr(episodes) if values is None or len(values) <= 8 else f"{len(values)} values"
+        raise InspectError(f"rollout: episodes={got}; give one distinct episode number (an int >= 0) per "
+                           f"start clip: {b} for {what}, e.g. episodes=range({b}) (the default), or each "
+                           f"episode's index in the whole set you roll out, so it draws the same noise in "
+                           f"any batch.")
+    return tuple(int(v) for v in values)
+
+
 def _start(base, start: Mapping[str, Any], context: int) -> tuple[torch.Tensor, bool]:
     if not isinstance(start, Mapping) or "video" not in start:
         got = sorted(start) if isinstance(start, Mapping) else type(start).__name__
@@ -504,6 +581,7 @@ def _start(base, start: Mapping[str, Any], context: int) -> tuple[torch.Tensor, 
 def rollout(model: ComposedModel, start: Mapping[str, Any], actions: Any, *, steps: int | None = None,
             seed: int = 0, state: str | StateReader | None = None, gate_scale: float | None = None,
             stride: int | None = None, store: StoragePolicy | bool | None = None, with_adapter: bool = True,
+            episodes: Sequence[int] | None = None, micro_batch: int | None = DEFAULT_MICRO_BATCH,
             **sampler_kwargs: Any) -> Rollout:
     """Predict frames ``0 .. N-1`` of an episode chunk by chunk (see the module docstring).
 
@@ -528,6 +606,13 @@ def rollout(model: ComposedModel, start: Mapping[str, Any], actions: Any, *, ste
         store: a :class:`StoragePolicy` for each chunk's trajectory; ``False`` keeps only the final latents
             (no stepping or forks, much less memory); the frames are the same either way.
         with_adapter: ``True`` (default: base + adapter) or ``False`` (the frozen base alone).
+        episodes: the episode number of each start clip (distinct ints >= 0, one per clip; default
+            ``0 .. B-1``): episode ``e`` draws chunk ``k``'s noise from ``noise_seed(seed, e, k)``, so it gets
+            the same frames in any batch that gives it the same number (its index in the whole set).
+        micro_batch: episodes per call of the base, the adapter and the state reader (default
+            :data:`~workbench.core.rows.DEFAULT_MICRO_BATCH`; the frames do not depend on the batch), or
+            ``None`` (one call over the whole batch: the frames then depend on the batch size in their last
+            bits).
         **sampler_kwargs: passed to the backbone's ``generate`` for every chunk (e.g. ``guidance_scale``).
 
     Returns:
@@ -584,8 +669,18 @@ def rollout(model: ComposedModel, start: Mapping[str, Any], actions: Any, *, ste
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise InspectError(f"rollout: seed must be an int >= 0, got {seed!r}.")
     check_with_adapter(with_adapter, who="rollout: ")
+    micro_batch = check_micro_batch(micro_batch, "rollout", InspectError)
+    episodes = _check_episodes(episodes, b, batched)
+    if "initial_noise" in sampler_kwargs:
+        raise InspectError("rollout: initial_noise is not a sampler option here: a rollout draws each "
+                           "episode's noise from (seed, episode, chunk). Choose the noise with seed= and "
+                           "episodes=.")
+    own_noise = takes_initial_noise(base)
+    if not own_noise:
+        # (a pipeline that draws its own noise also makes the base's call itself, on the whole batch)
+        micro_batch = None
     gate = None if gate_scale is None or not with_adapter else scaled_gate(model.composer, gate_scale)
-    settings = Settings(with_adapter=with_adapter, gate_override=gate)
+    settings = Settings(with_adapter=with_adapter, gate_override=gate, micro_batch=micro_batch)
     if store is False:
         storage, keep = StoragePolicy(), False
     elif store is None or store is True:
@@ -637,7 +732,9 @@ def rollout(model: ComposedModel, start: Mapping[str, Any], actions: Any, *, ste
                  context=context, stride=int(stride), storage=storage, keep=keep, reader=reader,
                  state_mode=state_mode,
                  state_keys=state_keys, recorded_state=recorded, static=static, start_video=given,
-                 start_frames=to_uint8_video(given), batched=batched, sampler_kwargs=dict(sampler_kwargs))
+                 start_frames=to_uint8_video(given), batched=batched, episodes=episodes,
+                 micro_batch=micro_batch, own_noise=own_noise,
+                 sampler_kwargs=dict(sampler_kwargs))
     return _continue(plan, a, [])
 
 

@@ -23,11 +23,15 @@ class Settings:
     """How the live steps of a run evaluate: with or without the adapter, another composer, a gate override.
 
     ``None`` everywhere means the model as it is (``model.adapter_enabled``, ``model.composer``).
+    ``micro_batch``: the base and the adapter run on micro-batches of exactly this many samples
+    (:meth:`ComposedModel.predict`), so a sample's frames do not depend on the batch it is in (a rollout's
+    default); ``None``: the whole batch in one call. Forks keep it.
     """
 
     with_adapter: bool | None = None
     composer: Composer | None = None
     gate_override: float | torch.Tensor | None = None
+    micro_batch: int | None = None
 
     def merged(self, with_adapter: bool | None = None, composer: Composer | None = None,
                gate_override: Any = None) -> Settings:
@@ -37,7 +41,8 @@ class Settings:
             raise InspectError(f"composer must be a workbench.Composer, got {type(composer).__name__}.")
         return Settings(with_adapter=self.with_adapter if with_adapter is None else with_adapter,
                         composer=composer if composer is not None else self.composer,
-                        gate_override=gate_override if gate_override is not None else self.gate_override)
+                        gate_override=gate_override if gate_override is not None else self.gate_override,
+                        micro_batch=self.micro_batch)
 
     def check(self, model: ComposedModel) -> None:
         """Raise now, not mid-sampling, when these settings do not fit ``model`` (a gate override its

@@ -315,7 +315,8 @@ class Trajectory:
         settings = self.settings.merged(with_adapter, composer, gate_override)
         settings.check(self.model)
         with applied(self.model, settings) as model, torch.no_grad():
-            return model.predict(x_t, t, batch, with_adapter=settings.with_adapter, base_output=base_output)
+            return model.predict(x_t, t, batch, with_adapter=settings.with_adapter, base_output=base_output,
+                                 micro_batch=settings.micro_batch)
 
     # -- rendering -------------------------------------------------------------------------
     def x0_of(self, prediction: Prediction) -> torch.Tensor:
