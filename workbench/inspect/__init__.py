@@ -11,6 +11,7 @@ Examples:
     (16, 64, 64, 3)
 """
 
+from workbench.errors import PolicyError
 from workbench.inspect.common import InspectError, StepError, StorageWarning, t_for_noise_level
 from workbench.inspect.drive import DriveState
 from workbench.inspect.previews.decoding import render, render_float
@@ -32,6 +33,16 @@ from workbench.inspect.probes.sensitivity import (
     sigma_sensitivity,
 )
 from workbench.inspect.recording.clips import generation_request, predict_clips
+from workbench.inspect.recording.closed_loop import (
+    ClosedLoop,
+    Observation,
+    Policy,
+    act,
+    chunk_schedule,
+    closed_loop,
+    describe_policy,
+    load_policy,
+)
 from workbench.inspect.recording.recorder import StopSampling
 from workbench.inspect.recording.rollouts import Rollout, RolloutChunk, rollout
 from workbench.inspect.recording.settings import Settings
@@ -63,16 +74,19 @@ def _alias_moved_modules() -> None:
 _alias_moved_modules()
 
 __all__ = [
-    "VIEWS", "Ablation", "ActionSensitivityResult", "BandRecommendation", "ConditionEdit", "DriveState",
-    "FrameReadout", "GatesState", "InspectError", "LatentPreview", "Panel", "PathComparison", "Propagation",
-    "Readout", "Rollout", "RolloutChunk", "Settings",
+    "VIEWS", "Ablation", "ActionSensitivityResult", "BandRecommendation", "ClosedLoop", "ConditionEdit",
+    "DriveState", "FrameReadout", "GatesState", "InspectError", "LatentPreview", "Observation", "Panel",
+    "PathComparison", "Policy", "PolicyError", "Propagation", "Readout", "Rollout", "RolloutChunk",
+    "Settings",
     "SigmaSensitivity", "StateReader", "StepError", "StepperState", "StopSampling", "StoragePolicy",
     "StorageWarning",
     "Trajectory", "TrajectoryStep", "ViewImage",
-    "action_sensitivity", "backbone_identity", "cache_dir", "clear_preview_cache", "compare_paths",
-    "condition_plots", "condition_table", "decode_chunked", "effective_gate_map", "estimate_memory",
+    "act", "action_sensitivity", "backbone_identity", "cache_dir", "chunk_schedule", "clear_preview_cache",
+    "closed_loop", "compare_paths",
+    "condition_plots", "condition_table", "decode_chunked", "describe_policy", "effective_gate_map",
+    "estimate_memory",
     "find_gate_history", "fit_preview", "gate_history", "gate_statistics", "generation_request",
-    "predict_clips",
+    "load_policy", "predict_clips",
     "record", "render", "render_float", "rollout",
     "sigma_sensitivity", "swap_conditions", "t_for_noise_level", "view_image",
 ]
