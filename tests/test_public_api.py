@@ -113,7 +113,8 @@ def test_the_views_are_a_frozen_submodule_and_no_view_shares_a_name_with_an_inst
 
 
 def test_the_rollout_api_is_frozen():
-    """Rollouts are what Drive and the policy evaluation build on: their names and arguments are a contract."""
+    """Rollouts are what Drive and the policy evaluation build on, and closed loops what a policy of yours sees:
+    their names and arguments are a contract."""
     import workbench.inspect
     from workbench.inspect import Rollout, RolloutChunk, rollout
 
@@ -124,6 +125,13 @@ def test_the_rollout_api_is_frozen():
     assert list(inspect.signature(Rollout.fork).parameters) == [
         "self", "chunk", "at", "cond", "adapter", "gate_override", "storage"]
     assert {"video", "frame_count", "actions", "states", "extend", "head", "chunk_of"} <= set(dir(Rollout))
+    from workbench.inspect import Observation, closed_loop
+
+    assert list(inspect.signature(closed_loop).parameters) == [
+        "model", "start", "policy", "frames", "chunks", "steps", "seed", "state", "observe", "gate_scale", "store",
+        "adapter", "sampler_kwargs"]
+    assert [f.name for f in dataclasses.fields(Observation)] == [
+        "frame", "state", "goal", "chunk", "frame_index", "frames", "action_dim", "batched"]
     assert {f.name for f in dataclasses.fields(RolloutChunk)} >= {"trajectory", "start", "frames", "conditions",
                                                                   "state"}
 

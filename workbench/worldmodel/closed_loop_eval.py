@@ -352,13 +352,14 @@ def run_job(job: tuple, plan: Plan) -> dict[str, Any]:
         if job[0] == "sim":
             got = simulate(policy, plan.starts, frames=plan.frames, window=plan.window, context=plan.context)
             return {"job": job, "distance": got["distance"], "final_frames": got["final_frames"],
-                    "cpu_seconds": time.process_time() - started}
+                    "cpu_seconds": time.process_time() - started, "process": os.getpid()}
         _, variant, _, lo = job
         part = plan.starts.rows(range(lo, min(lo + plan.batch, len(plan.starts))))
         got = imagine_closed_loop(_model(plan, variant), part, policy, frames=plan.frames, steps=plan.steps,
                                   seed=plan.seed, adapter=variant != "base",
                                   gate_scale=plan.gate_scale if variant == "adapter" else None)
-        return {"job": job, "distance": got["distance"], "cpu_seconds": time.process_time() - started}
+        return {"job": job, "distance": got["distance"], "cpu_seconds": time.process_time() - started,
+                "process": os.getpid()}
     except PolicyError as err:
         return {"job": job, "error": str(err), "cpu_seconds": time.process_time() - started}
 
@@ -447,13 +448,15 @@ def execute(todo: list[tuple], plan: Plan, *, processes: int = 1, world_size: in
                               f"already spread the episodes; drop --processes (or run without torchrun).")
         return _run_ranks(todo, plan, progress)
     if processes > 1:
-        bad = [k for k, v in plan.policies.items() if callable(v)] + [
-            v for v in plan.runs.values() if v is not None and not isinstance(v, (str, Path))]
+        bad = [f"the policy {k!r}" for k, v in plan.policies.items() if callable(v)] + [
+            f"the {k} run (a {type(v).__name__})" for k, v in plan.runs.items()
+            if v is not None and not isinstance(v, (str, Path))]
         if bad:
             raise ConfigError(f"processes={processes}: each process loads the runs from their directories "
                               f"and the policies from their specs (MODULE:NAME, FILE.py:NAME, a family "
-                              f"name); "
-                              f"{listing([str(b) for b in bad])} are objects. Pass those, or processes=1.")
+                              f"name), "
+                              f"but {', '.join(bad)} {'is an object' if len(bad) == 1 else 'are objects'}. "
+                              f"Pass directories and specs, or processes=1.")
         return _run_pool(todo, plan, processes, progress)
     return _run_local(todo, plan, progress)
 
@@ -716,8 +719,8 @@ def run_closed_loop_eval(args: Any) -> int:
     except PolicyError as err:
         if rank == 0 and err.result is not None:
             err.result["run"] = str(args.run_dir)
-            _write(out, err.result, json_safe)
             print(format_closed_loop(err.result))
+            _write(out, err.result, json_safe)
             err.args = (f"{err.args[0]} What was finished before it failed is kept"
                         f"{f' in {out}/metrics.json' if out else ' (printed above)'}.",)
         raise
