@@ -405,9 +405,10 @@ def closed_loop(model: ComposedModel, start: Mapping[str, Any], policy: Callable
     for k, (seen, asked) in enumerate(chunk_schedule(window, context, int(frames))):
         if run is None:
             context_frames = start_frames
-        else:
-            got = [run.frame(j) for j in range(seen - context + 1, seen + 1)]
-            context_frames = np.stack([g if batched else g[None] for g in got], axis=1)
+        else:  # read as the next chunk will read them (decoded once, then cached): (B, c, H, W, 3)
+            last = run.chunks[-1]
+            lo = seen - context + 1 - last.start
+            context_frames = last.decoded.span(lo, lo + context)
         reading = {key: _reading(r, context_frames) for r in readers for key in r.keys}
         obs = Observation(frame=context_frames[:, -1] if batched else context_frames[0, -1],
                           state=reading if batched else {k_: v[0] for k_, v in reading.items()},
