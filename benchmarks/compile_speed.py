@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     before = graphs()
     chain = traj
     for k in range(steps):
-        chain = chain.fork(at=k, adapter="off" if k % 2 == 0 else "on")
+        chain = chain.fork(at=k, with_adapter=k % 2 != 0)
     switch_graphs = graphs() - before
     print(f"recompilations: {timed_graphs} during the timed rounds, {switch_graphs} while forks switched the adapter "
           f"off/on at each of {steps} steps (both states compiled before)")

@@ -32,7 +32,7 @@ import torch
 from _bench import finish, interleaved, judge, median, ratio, scaled, start
 from torch import nn
 
-from workbench import Adapter, ComposedModel, GatedResidual
+from workbench import ComposedModel, GatedResidual, SideAdapter
 from workbench.config import build
 from workbench.inspect import record
 
@@ -40,10 +40,10 @@ STEPS = 20
 SIZE, FRAMES = 128, 17  # 8x8 latents x 5 latent frames: 80 tokens per transformer call
 
 
-class ZeroScale(Adapter):
+class ZeroScale(SideAdapter):
     """The cheapest zero-initialised adapter: ``scale * x_t`` with ``scale = 0``."""
 
-    zero_init_output = True
+    at_init = "zero_output"
 
     def __init__(self):
         super().__init__()

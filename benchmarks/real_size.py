@@ -275,7 +275,7 @@ def child(name: str, quick: bool, out: Path) -> int:
     t = (torch.tensor([500]) if kind == "dynamicrafter" else torch.tensor([0.5]))
     with torch.no_grad():
         def through(model=model):
-            return model.predict(x, t, batch, adapter=False).base
+            return model.predict(x, t, batch, with_adapter=False).base
 
         by_hand = hand_call(base, kind, x, t, batch.cond)
         assert torch.equal(through(), by_hand().to(x.dtype)[:, : x.shape[1]])  # the same call

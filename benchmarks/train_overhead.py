@@ -22,7 +22,7 @@ import _bench  # noqa: F401  (threads pinned first)
 import torch
 from _bench import BENCH_BASE, finish, interleaved, judge, report, scaled, start
 
-from workbench import Adapter, AdapterExperiment, GatedResidual, TrainingConfig
+from workbench import AdapterExperiment, GatedResidual, SideAdapter, TrainingConfig
 from workbench.adapters.latent_residual import LatentResidual
 from workbench.backbones.tiny_video import TinyVideo, TinyVideoConfig
 from workbench.train.seeds import mix_seed
@@ -143,7 +143,7 @@ def loop_only(steps: int = 3000) -> float:
     return statistics.median(extra)
 
 
-class _Scale(Adapter):
+class _Scale(SideAdapter):
     """A one-parameter adapter (``scale * x_t``): the cheapest adapter that trains."""
 
     def __init__(self):

@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         stepper.step_slider.value = min(4, steps - 1)
         stepper.fork_here(cond={"action": batch.cond["action"].flip(0)}, label="swapped")
         stepper.step_slider.value = 0
-        stepper.fork_here(adapter="off", label="base alone")
+        stepper.fork_here(with_adapter=False, label="base alone")
         new_step, seen_step, frame_move, figure = [], [], [], []
         for i in range(len(values)):
             target = (i % (steps - 1)) + 1
@@ -219,7 +219,7 @@ DIMS = ["dx", "dy", "dz", "grip"]""",
 stepper.step_slider.value = 4
 stepper.fork_here(cond=swap_conditions(traj), label="swapped")
 stepper.step_slider.value = 0
-stepper.fork_here(adapter="off", label="base alone")
+stepper.fork_here(with_adapter=False, label="base alone")
 stepper""",
     """from workbench import AdapterExperiment
 from workbench.worldmodel.demo import TRAINED_ADAPTER

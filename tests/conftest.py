@@ -28,7 +28,6 @@ from torch import nn  # noqa: E402
 torch.set_num_threads(1)
 
 from workbench import (  # noqa: E402
-    Adapter,
     BaseVideoModel,
     Batch,
     ComponentSpec,
@@ -38,6 +37,7 @@ from workbench import (  # noqa: E402
     GatedResidual,
     ModelCard,
     SamplingDefaults,
+    SideAdapter,
     StepRecord,
 )
 from workbench.backbones.tiny_video import TinyVideo, TinyVideoConfig  # noqa: E402
@@ -188,7 +188,7 @@ class ToyBackbone(BaseVideoModel):
         return x
 
 
-class RecordingAdapter(Adapter):
+class RecordingAdapter(SideAdapter):
     """A small nonzero adapter that remembers the conditioning it was given."""
 
     def __init__(self, consumes=(Condition("action", dim=4, per_frame="mean"),), channels: int = 4,  # noqa: B008
@@ -385,6 +385,19 @@ def _start_rank(path: Path) -> float:
     if seconds is None:
         seconds = UNMEASURED.get(path.name, UNMEASURED[".ipynb"] if path.suffix == ".ipynb" else 0.0)
     return -seconds
+
+
+#: The node id of every test this session collected, before any selection (node ids, ``-k``, ``-m``,
+#: ``--deselect``) narrowed what runs: a test that counts its own file's cases reads it.
+COLLECTED: set[str] = set()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector):
+    report = yield
+    if report.passed:
+        COLLECTED.update(node.nodeid for node in report.result if isinstance(node, pytest.Item))
+    return report
 
 
 def pytest_collection_modifyitems(config, items):

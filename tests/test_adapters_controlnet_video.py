@@ -131,7 +131,7 @@ def test_a_video_controlnet_learns_to_read_its_control_video():
 
 
 def test_forks_swap_the_control_video_and_sliders_say_they_edit_vectors_only():
-    from workbench.inspect.common import InspectError
+    from workbench.errors import InspectError
     from workbench.inspect.probes.ablation import ConditionEdit, swap_conditions
     from workbench.inspect.recording.trajectory import record
 

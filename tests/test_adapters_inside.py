@@ -79,7 +79,7 @@ def test_switched_off_is_the_frozen_base_exactly_after_the_adapter_moved(kind):
     batch, x_t, t = noised(model)
     with torch.no_grad():
         pred = model.predict(x_t, t, batch)
-        off = model.predict(x_t, t, batch, adapter=False)
+        off = model.predict(x_t, t, batch, with_adapter=False)
         frozen = fresh.denoise(x_t, t, batch.cond)
     assert torch.equal(pred.base, frozen) and torch.equal(off.composed, frozen)
     assert not torch.equal(pred.composed, frozen)  # the adapter does change the prediction
@@ -151,7 +151,7 @@ def test_recording_keeps_the_base_and_the_adapted_prediction_at_the_same_x_t(kin
         assert not torch.equal(step.composed, step.base)
     fork = traj.fork(at=2)
     assert torch.equal(fork.final, traj.final) and torch.equal(fork[1].x_t, traj[1].x_t)
-    off = traj.fork(at=0, adapter="off")
+    off = traj.fork(at=0, with_adapter=False)
     assert torch.equal(off.final, fresh.generate(batch, steps=3, generator=torch.Generator().manual_seed(0)))
     same_step = traj.recompose(1)
     assert torch.equal(same_step.composed, traj[1].composed) and torch.equal(same_step.base, traj[1].base)
@@ -247,17 +247,22 @@ def test_where_to_reach_is_the_backbones_own_inside_spec_never_its_family():
     from conftest import ToyBackbone
 
     from workbench import InsideSpec
+    from workbench.core.capabilities import InsideAccess
 
     toy = ToyBackbone(provides=("action",))
     toy.card = toy.card.replace(family="wan2.2")  # a family name is no answer: only inside_spec() is
-    with pytest.raises(CompositionError, match=r"ToyBackbone does not say where adapters may reach into it: its "
-                                               r"inside_spec\(\) returns None\. .* define `inside_spec\(\)` on it "
-                                               r"returning a workbench\.InsideSpec .* or use latent_residual"):
+    with pytest.raises(CompositionError, match=r"ToyBackbone does not say where adapters may reach into it: it "
+                                               r"does not declare InsideAccess\. .* declare InsideAccess on it .* "
+                                               r"with `inside_spec\(\)` returning a workbench\.InsideSpec .* or use "
+                                               r"latent_residual"):
         ComposedModel(toy, LoRA(), Replace(), toy.default_objective())
-    toy = ToyBackbone(provides=("action",))
-    toy.inside_spec = lambda: InsideSpec(root=toy.net, root_name="net", lora_targets=("0", "3"),
-                                         blocks=(toy.net[0], toy.net[3]), widths=(8, 4), branch_blocks=0,
-                                         layout="channels")
+
+    class Reachable(ToyBackbone, InsideAccess):
+        def inside_spec(self):
+            return InsideSpec(root=self.net, root_name="net", lora_targets=("0", "3"),
+                              blocks=(self.net[0], self.net[3]), widths=(8, 4), branch_blocks=0, layout="channels")
+
+    toy = Reachable(provides=("action",))
     model = ComposedModel(toy, LoRA(rank=2), Replace(), toy.default_objective())
     assert sorted(model.adapter.lora.layers) == ["0", "3"]
     with pytest.raises(CompositionError, match=r"InsideSpec is invalid: widths has 1 entries for 2 blocks; .*"

@@ -7,6 +7,8 @@ checkpointing.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 
 import pytest
@@ -187,6 +189,14 @@ def test_resume_is_bit_exact_on_wan(wan_dir, tmp_path):
     assert resumed.loss_history == full.loss_history
     a, b = resumed.model.trainable_state_dict(), full.model.trainable_state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
+    # the run records the pipeline directory it was trained on: each file's SHA-256 and path, sorted by path
+    files = sorted(p for p in wan_dir.rglob("*") if p.is_file() and not any(name.startswith(".") for name in
+                                                                            p.relative_to(wan_dir).parts))
+    listing = "".join(f"{hashlib.sha256(f.read_bytes()).hexdigest()}  {f.relative_to(wan_dir).as_posix()}\n"
+                      for f in files)
+    assert json.loads((path / "meta.json").read_text())["base"] == {
+        "sha256": hashlib.sha256(listing.encode()).hexdigest(),
+        "covers": f"the {len(files)} files of the directory {wan_dir.name}/"}
 
 
 @ALL

@@ -2,14 +2,18 @@
 
 The second process runs the frozen base a step ahead and predicts half the clips (workbench.train.ahead);
 the world summary's rollouts and policy ranking share its jobs between the two processes
-(workbench.worldmodel.imagination). One quick demo per process count serves every test here.
+(workbench.worldmodel.imagination). One quick demo per process count serves every test here; a test hook
+records what each process did (the batches and base halves handed over, the clips predicted, the jobs run),
+so that a second process that did nothing fails them, whatever the numbers.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import json
+import os
 
 import numpy as np
 import pytest
@@ -22,6 +26,7 @@ from workbench.core.conditions import Batch
 from workbench.errors import ConfigError
 from workbench.train.ahead import Ahead, AheadError, AheadStream, BaseAhead
 from workbench.worldmodel.demo import DemoConfig, run_demo
+from workbench.worldmodel.imagination import jobs
 
 STEPS = DemoConfig.quick().steps
 
@@ -30,21 +35,67 @@ def weights(out, step: int = STEPS) -> dict[str, torch.Tensor]:
     return load_file(str(out / "run" / f"step-{step:07d}" / "trainable.safetensors"))
 
 
+class Witness:
+    """What each process of a run did, as this process (the one that trains) saw it happen, recorded by a
+    test hook rather than read back from the run: every micro-batch the second process handed over (with its
+    process id), the batch, step and base half of every training evaluation here, every chunk of clips the
+    second process predicted, and the world summary's jobs run in this process."""
+
+    def __init__(self):
+        self.handed: list[tuple[Ahead, int]] = []
+        self.trained: list[tuple[int, Batch, BaseHalf | None]] = []
+        self.predicted: list[tuple[tuple[str, int], int, int]] = []
+        self.jobs_here: list[tuple[str, str]] = []
+
+    @contextlib.contextmanager
+    def watching(self):
+        from workbench.core.composed import ComposedModel
+        from workbench.worldmodel import imagination
+
+        get, loss, job = BaseAhead._get, ComposedModel.training_loss, imagination.run_job
+
+        def _get(ahead, expect):
+            got = get(ahead, expect)
+            if expect == "batch":
+                self.handed.append((got[0], ahead._process.pid))
+            else:  # "videos": (name, first clip), the videos
+                self.predicted.append((got[0], len(got[1]), ahead._process.pid))
+            return got
+
+        def training_loss(model, batch, **kwargs):
+            self.trained.append((kwargs["step"], batch, kwargs.get("base_half")))
+            return loss(model, batch, **kwargs)
+
+        @functools.wraps(job)  # (pickled by its name: the pool's processes run the real one)
+        def run_job(todo, *args, **kwargs):
+            self.jobs_here.append(todo)
+            return job(todo, *args, **kwargs)
+
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(BaseAhead, "_get", _get)
+            patch.setattr(ComposedModel, "training_loss", training_loss)
+            patch.setattr(imagination, "run_job", run_job)
+            yield self
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """The quick demo (10 steps of batch 2, 4 clips seen and 4 unseen, 4 sampling steps, the world summary at
-    its quick size): from the command line on two processes (with what it printed), and on one process."""
-    two = tmp_path_factory.mktemp("p2") / "demo"
+    its quick size): from the command line on two processes (with what it printed), and on one process; each
+    with what its processes did (a :class:`Witness`)."""
+    two, seen = tmp_path_factory.mktemp("p2") / "demo", {1: Witness(), 2: Witness()}
     printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
+    with contextlib.redirect_stdout(printed), seen[2].watching():
         assert main(["demo", "--quick", "--processes", "2", "--output", str(two)]) == 0
     one = tmp_path_factory.mktemp("p1") / "demo"
-    return {2: (two, json.loads((two / "metrics.json").read_text()), printed.getvalue()),
-            1: (one, run_demo(DemoConfig.quick(output=str(one), processes=1), progress=False), "")}
+    with seen[1].watching():
+        m1 = run_demo(DemoConfig.quick(output=str(one), processes=1), progress=False)
+    return {2: (two, json.loads((two / "metrics.json").read_text()), printed.getvalue(), seen[2]),
+            1: (one, m1, "", seen[1])}
 
 
 def test_demo_quick_writes_every_output(runs):
-    out, metrics, printed = runs[2]
+    out, metrics, printed, _ = runs[2]
     assert "(b) beats (c) on moving PSNR" in printed and "(a) frozen base alone" in printed
     assert "tasks never seen in pretraining or training: 4 clips" in printed and "action err cm" in printed
     # it ends with the first table: the clips, then the rollouts and the policy ranking at the quick size
@@ -80,7 +131,20 @@ def test_demo_quick_writes_every_output(runs):
 
 
 def test_two_processes_train_bit_exactly_what_one_trains(runs):
-    (one, m1, _), (two, m2, _) = runs[1], runs[2]
+    (one, m1, _, alone), (two, m2, _, shared) = runs[1], runs[2]
+    # each process's share, as it happened: alone, the training process drew its own noise and ran the base itself
+    assert alone.handed == [] and [(step, half) for step, _, half in alone.trained] == [
+        (step, None) for step in range(STEPS)]
+    # on two, the second process (another one) read each step's micro-batch and ran the frozen base on it, in
+    # order, and the training process trained on exactly what it handed over: that batch and that base half
+    assert [(a.step, a.micro, a.position) for a, _ in shared.handed] == [
+        (step, 0, {"epoch": 0, "batches": step + 1}) for step in range(STEPS)]
+    pids = {pid for _, pid in shared.handed}
+    assert len(pids) == 1 and not pids & {None, os.getpid()}, pids
+    assert [step for step, _, _ in shared.trained] == list(range(STEPS))
+    for (a, _), (_, batch, half), (_, own, _) in zip(shared.handed, shared.trained, alone.trained, strict=True):
+        assert batch is a.batch and half is a.half and isinstance(half, BaseHalf)
+        assert torch.equal(batch.latents, own.latents)  # the batch the one process read at that step
     w1, w2 = weights(one), weights(two)
     assert w1.keys() == w2.keys() and len(w1) > 10
     for key in w1:
@@ -95,7 +159,11 @@ def test_two_processes_train_bit_exactly_what_one_trains(runs):
 
 
 def test_two_processes_score_every_clip_exactly_as_one(runs):
-    (_, m1, _), (_, m2, _) = runs[1], runs[2]
+    (_, m1, _, alone), (_, m2, _, shared) = runs[1], runs[2]
+    # the second process predicted one of the three variants' 4 clips of each evaluation, seen and unseen
+    assert alone.predicted == [] and len(shared.predicted) == 2
+    for (name, first), clips, pid in shared.predicted:
+        assert name in ("base", "adapter", "swapped") and (first, clips) == (0, 4) and pid != os.getpid()
     assert m1["per_clip"] == m2["per_clip"]
     assert m1["unseen"]["per_clip"] == m2["unseen"]["per_clip"]
     assert m1["summary"] == m2["summary"]
@@ -104,6 +172,8 @@ def test_two_processes_score_every_clip_exactly_as_one(runs):
 
 def test_two_processes_give_the_one_process_rollouts_and_policy_ranking_bit_for_bit(runs):
     one, two = runs[1][1]["world"], runs[2][1]["world"]
+    # one process ran the six (question, model) jobs itself; two left every one to their pool
+    assert sorted(runs[1][3].jobs_here) == sorted(jobs(scratch=True)) and runs[2][3].jobs_here == []
     for report in (one["policies"], two["policies"]):  # (CPU seconds are timings, not results)
         for variant in report["variants"].values():
             variant.pop("cpu_seconds")

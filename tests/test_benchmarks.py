@@ -44,10 +44,13 @@ PLUGIN_CASES = {
     "plugin_overhead": ["generate / pipeline = ", "record / pipeline = ", " us per step",
                         "wider transformer: generate / pipeline = ", "dynamicrafter record / sampler = "],
     "gpu_check": ["flow_matching on cpu: parity", "diffusion on cpu: parity",
-                  "TinyVideo (tiny_video-flow_matching) on cpu float32: all 12 promises kept",
-                  "Wan22TI2V (wan2.2-ti2v:wan22-ti2v-tiny-v1) on cpu float32: all 12 promises kept",
-                  "EasyAnimate (easyanimate:easyanimate-tiny-v1) on cpu float32: all 12 promises kept",
-                  "DynamiCrafter (dynamicrafter-512:tiny random model) on cpu float32: all 12 promises kept",
+                  "TinyVideo (tiny_video-flow_matching) on cpu float32: all 15 promises kept; declares GivenFrames, "
+                  "LatentLayout, CachesLatents, InsideAccess, MemoryPlanning",
+                  "Wan22TI2V (wan2.2-ti2v:wan22-ti2v-tiny-v1) on cpu float32: all 15 promises kept; declares "
+                  "SamplingOptions, LatentLayout, CachesLatents, InsideAccess, MemoryPlanning, KeepsFloat32",
+                  "EasyAnimate (easyanimate:easyanimate-tiny-v1) on cpu float32: all 15 promises kept",
+                  "DynamiCrafter (dynamicrafter-512:tiny random model) on cpu float32: all 15 promises kept; declares "
+                  "SamplingOptions, CachesLatents, InsideAccess, MemoryPlanning, KeepsFloat32",
                   "gpu_check: every claim holds"],
     "real_size": ["== dynamicrafter", "== wan22", "== easyanimate", "LoRA injected / targeted",
                   "real_size: results in"],
@@ -84,7 +87,7 @@ def test_each_plugin_benchmark_runs_in_its_quick_mode(name, capsys, monkeypatch,
 @requires_plugins
 def test_gpu_check_runs_a_plugin_in_its_gpu_precision(capsys, monkeypatch, tmp_path):
     out = run("gpu_check", capsys, monkeypatch, tmp_path, ("--backbones", "dynamicrafter", "--dtype", "gpu"))
-    kept = "DynamiCrafter (dynamicrafter-512:tiny random model) on cpu bfloat16: all 12 promises kept"
+    kept = "DynamiCrafter (dynamicrafter-512:tiny random model) on cpu bfloat16: all 15 promises kept"
     assert kept in out, out[-3000:]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import subprocess
 import sys
@@ -168,47 +169,6 @@ def test_no_library_layer_imports_the_top_level_package():
     assert offenders == []
 
 
-def module_name(path: Path) -> str:
-    parts = path.relative_to(ROOT).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """The groups of modules that import each other, directly or round a longer loop (strongly connected
-    components of more than one module, Tarjan's algorithm), each sorted."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    circles = []
-
-    def visit(node: str) -> None:
-        index[node] = low[node] = len(index)
-        stack.append(node)
-        for other in sorted(graph.get(node, ())):
-            if other not in index:
-                visit(other)
-                low[node] = min(low[node], low[other])
-            elif other in stack:
-                low[node] = min(low[node], index[other])
-        if low[node] == index[node]:
-            group = []
-            while not group or group[-1] != node:
-                group.append(stack.pop())
-            if len(group) > 1:
-                circles.append(sorted(group))
-
-    for node in sorted(graph):
-        if node not in index:
-            visit(node)
-    return sorted(circles)
-
-
-def import_graph(paths) -> dict[str, set[str]]:
-    """Module -> the modules of ``paths`` it imports, anywhere in the file (a function-level import included)."""
-    modules = {module_name(path): path for path in paths}
-    return {name: {m for m in imported_modules(path) if m in modules and m != name} for name, path in modules.items()}
-
-
 def test_the_circle_check_finds_a_circle_however_long():
     assert import_circles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
     assert import_circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == [["a", "b", "c"]]
@@ -218,9 +178,13 @@ def test_the_circle_check_finds_a_circle_however_long():
 def test_the_training_layer_has_no_import_circle():
     """Each module of ``train`` builds on the ones below it: the step-ahead base stands on the experiment, the
     experiment on its data feed, hooks and checkpoints, and none of them imports back."""
-    graph = import_graph(sorted((PACKAGE / "train").rglob("*.py")))
-    assert "workbench.train.experiment" in graph["workbench.train.ahead"]  # (the graph sees function-level imports)
-    assert import_circles(graph) == []
+    assert "workbench.train.experiment" in import_graph()["workbench.train.ahead"]  # (function-level imports seen)
+    assert [c for c in package_circles() if any(m.startswith("workbench.train.") for m in c)] == []
+
+
+def test_the_library_has_no_import_circle():
+    """No two modules of workbench (the wing included) import each other, directly or round a longer loop."""
+    assert package_circles() == []
 
 
 def test_the_wing_check_catches_an_import():
@@ -244,6 +208,80 @@ def test_the_layer_check_catches_every_import_form(line, reaches):
     offenders = layer_offenders("backbones", [probe], source=line)
     assert len(offenders) == 1 and offenders[0].endswith(f"(reaching {reaches})"), offenders
     assert layer_offenders("backbones", [probe], source="from workbench.core import Batch") == []
+
+
+# -- import circles --------------------------------------------------------------------------
+def import_graph(sources: dict[str, str] | None = None) -> dict[str, set[str]]:
+    """Module → the modules of workbench it imports, in any form (inside a function, under TYPE_CHECKING);
+    ``sources`` replaces or adds modules by name, for the check's own test."""
+    paths = {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
+             for p in PACKAGE.rglob("*.py")}
+    graph = {}
+    for module in sorted(set(paths) | set(sources or {})):
+        source = (sources or {}).get(module)
+        found = imported_modules(paths.get(module, PACKAGE / "probe.py"), source)
+        targets = set()
+        for name in found:
+            parts = name.split(".")
+            while parts and ".".join(parts) not in paths and ".".join(parts) not in (sources or {}):
+                parts.pop()
+            if parts and ".".join(parts) != module:
+                targets.add(".".join(parts))
+        graph[module] = targets
+    return graph
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of modules that import each other, directly or through others (strongly connected components of
+    more than one module, Tarjan's algorithm), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in graph.get(node, ()):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                circles.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(circles)
+
+
+@functools.cache
+def package_circles() -> list[list[str]]:
+    return import_circles(import_graph())
+
+
+@pytest.mark.parametrize("package", ["core", "backbones"])
+def test_no_module_of_the_contract_or_the_backbones_is_in_an_import_circle(package):
+    """A module that imports another which imports it back (even only for type checking) cannot be read, tested or
+    moved alone: the diffusers bridge and its injection share what they need through the injection's public types."""
+    circles = [c for c in package_circles() if any(m.startswith(f"workbench.{package}.") for m in c)]
+    assert circles == []
+
+
+def test_the_circle_check_finds_a_circle_through_a_type_checking_import():
+    graph = import_graph({"workbench.backbones.diffusers_injection": (
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+        "    from workbench.backbones.diffusers_bridge import DiffusersBackbone\n")})
+    assert ["workbench.backbones.diffusers_bridge", "workbench.backbones.diffusers_injection"] in import_circles(graph)
 
 
 def test_heavy_libraries_are_never_imported_at_module_level():
@@ -290,7 +328,7 @@ def test_nothing_imports_the_widgets_package():
 
 # -- backbone plugins: public API only -------------------------------------------------------
 PLUGIN_API = {"workbench", "workbench.config", "workbench.errors", "workbench.inspect", "workbench.registry",
-              "workbench.adapters.latent_residual",
+              "workbench.adapters.latent_residual", "workbench.core.capabilities",
               "workbench.backbones.diffusers_bridge", "workbench.testing",
               "workbench.backbones.random_weights"}  # real architectures with random weights, for any backbone
 

@@ -12,19 +12,16 @@ import pytest
 import torch
 from conftest import nonzero_model
 
-from workbench.inspect import (
+from workbench.errors import InspectError, PolicyError
+from workbench.inspect import StateReader, closed_loop, rollout
+from workbench.inspect.recording.closed_loop import (
     ClosedLoop,
-    InspectError,
     Observation,
     Policy,
-    PolicyError,
-    StateReader,
     act,
     chunk_schedule,
-    closed_loop,
     describe_policy,
     load_policy,
-    rollout,
 )
 
 STEPS = 2  # the tiny model's clip: 4 frames of 16x16, continuing from 1: chunks add 3 frames each
@@ -117,10 +114,18 @@ def test_chunks_and_frames_give_the_episode_length(model):
     by_chunks = closed_loop(model, start(), Steer(), chunks=3, steps=STEPS, observe=LIGHT)
     by_frames = closed_loop(model, start(), Steer(), frames=10, steps=STEPS, observe=LIGHT)
     assert by_chunks.rollout.frame_count == 10 and np.array_equal(by_chunks.rollout.video, by_frames.rollout.video)
+    # the frozen base alone, closed loop: the base's open-loop rollout of the actions it chose, not the adapter's
+    alone = closed_loop(model, start(), Steer(), chunks=3, steps=STEPS, observe=LIGHT, with_adapter=False)
+    assert np.array_equal(rollout(model, start(), alone.actions, steps=STEPS, with_adapter=False).video,
+                          alone.rollout.video)
+    assert not np.array_equal(rollout(model, start(), alone.actions, steps=STEPS).video, alone.rollout.video)
     for kwargs, message in [({}, r"give the episode's length as frames= or as chunks=, one of the two"),
                             ({"frames": 10, "chunks": 3}, r"one of the two \(got frames=10, chunks=3\)"),
                             ({"chunks": 0}, r"chunks must be an int >= 1, got 0"),
-                            ({"frames": 1}, r"frames must be an int >= 2 .*got 1")]:
+                            ({"frames": 1}, r"frames must be an int >= 2 .*got 1"),
+                            ({"chunks": 2, "with_adapter": "off"},
+                             r"^closed_loop: with_adapter='off' is not allowed: it takes True \(base \+ adapter\) or "
+                             r"False \(the frozen base alone\)\.$")]:
         with pytest.raises(InspectError, match=message):
             closed_loop(model, start(), Steer(), steps=STEPS, **kwargs)
     with pytest.raises(InspectError, match=r"observe='recorded' is not a reading"):
@@ -266,8 +271,9 @@ def test_a_policy_loads_from_a_module_or_a_file(tmp_path, monkeypatch):
 
 
 WAITS_ON_BATCH_INVARIANCE = pytest.mark.xfail(
-    strict=True, reason="a rollout draws an episode's noise from its place in the batch; batch-invariant rollouts are "
-                        "being made, and this test is their check")
+    strict=True, raises=AssertionError,
+    reason="a rollout draws an episode's sampling noise from its place in the batch, so its frames depend on the "
+           "batch size; once they do not, this test passes and strict=True makes the mark's removal due")
 
 
 @WAITS_ON_BATCH_INVARIANCE
@@ -278,3 +284,15 @@ def test_a_batch_of_episodes_gives_each_the_frames_it_gets_alone(model):
         alone = closed_loop(model, {k: v[i:i + 1] for k, v in clip.items()}, Steer(), chunks=3, steps=STEPS,
                             observe=LIGHT)
         assert np.array_equal(alone.rollout.video[0], together.rollout.video[i]), i
+
+
+def test_an_episode_gets_the_frames_of_its_place_in_a_batch_whatever_the_other_episodes(model):
+    """What holds today, batch size fixed: an episode's frames depend on its place in a batch of that size, not on
+    which episodes sit beside it (so a fixed evaluation batch gives every episode the same frames in any company)."""
+    clip, other = start(3), start(3, seed=1)
+    beside = {k: torch.cat([clip[k][:1], other[k][1:]]) for k in clip}    # episode 0 with two other neighbours
+    first = closed_loop(model, clip, Steer(), chunks=3, steps=STEPS, observe=LIGHT)
+    second = closed_loop(model, beside, Steer(), chunks=3, steps=STEPS, observe=LIGHT)
+    assert np.array_equal(first.rollout.video[0], second.rollout.video[0])
+    assert torch.equal(first.actions[0], second.actions[0])
+    assert not np.array_equal(first.rollout.video[1], second.rollout.video[1])  # the neighbours did change

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from workbench.errors import ConfigError, PolicyError
-from workbench.inspect import Observation, closed_loop
+from workbench.inspect import closed_loop
+from workbench.inspect.recording.closed_loop import Observation
 from workbench.worldmodel.policies import load_policies
 
 pytest.importorskip("metaworld")
@@ -242,8 +243,9 @@ def test_the_numbers_do_not_depend_on_the_process_count(tmp_path, recorded):
 
 
 WAITS_ON_BATCH_INVARIANCE = pytest.mark.xfail(
-    strict=True, reason="a rollout draws an episode's noise from its place in the batch; batch-invariant rollouts are "
-                        "being made, and this test is their check")
+    strict=True, raises=AssertionError,
+    reason="a rollout draws an episode's sampling noise from its place in the batch, so its frames depend on the "
+           "batch size; once they do not, this test passes and strict=True makes the mark's removal due")
 
 
 @WAITS_ON_BATCH_INVARIANCE

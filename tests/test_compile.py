@@ -1,19 +1,19 @@
 """Compiled backbones: ``base.compile()`` and ``compile: true`` run the denoiser through ``torch.compile``.
 
-Checked on this CPU, in float32: compiled vs eager within 1e-5 relative on tiny_video
-and each tiny plugin; recorded == unrecorded bit for bit between compiled runs; a fork's prefix is
-the recording's; hooks of an inside adapter attached after the first compile are in the graph; an
-adapter switched on and off compiles once per state, never once per step; a ``fit`` step with an
-inside adapter trains as it does eagerly. Compilations are counted with dynamo's own counters
-(:func:`workbench.core.compiled.compile_stats`).
+Most tests here compile through ``aot_eager`` (unless ``WORKBENCH_COMPILE_TEST_BACKEND`` names another backend,
+e.g. ``inductor``): dynamo captures the graph, guards it and recompiles, and AOTAutograd traces the backward,
+then the graph runs with eager kernels. What they check is that capture: the graph of tiny_video and of each tiny
+plugin computes what the eager network computes (within 1e-5 relative for one call); the hooks of an inside
+adapter attached after the first compile are in it; recorded == unrecorded bit for bit and a fork's prefix is
+the recording's through it; an adapter switched on and off captures one graph per state, never one per step; a
+``fit`` step with an inside adapter trains through it as it does eagerly. Graphs are counted with dynamo's own
+counters (:func:`workbench.core.compiled.compile_stats`).
 
-The backend: ``aot_eager`` unless ``WORKBENCH_COMPILE_TEST_BACKEND`` names another (``inductor``). What is
-checked here (the graph sees the adapter's hooks, compiled vs eager, recorded == unrecorded, fork prefixes,
-one compile per adapter state, a compiled fit step) is dynamo's graph capture, guards and recompilations and
-AOTAutograd, which ``aot_eager`` runs whole with eager kernels. Inductor's own code generation is measured
-by ``make bench`` (``benchmarks/compile_speed.py``) and checked here with
-``WORKBENCH_COMPILE_TEST_BACKEND=inductor`` (done for docs/guides/compile.md): a fresh machine would compile
-every kernel with the C++ compiler first (1-2 minutes per tiny plugin network on two busy cores).
+Inductor's own code, the C++ kernels that ``compile: true`` gives users on a CPU, is checked by one test, on one
+residual block of tiny_video's denoiser: its kernels against eager within 1e-5. A block keeps the C++ compiler's
+work to a few kernels: about 13 CPU seconds with an empty inductor cache and 2 from the worker's cache, where the
+whole tiny denoiser takes 39 cold. The rest runs through inductor with ``WORKBENCH_COMPILE_TEST_BACKEND=inductor``
+(done for docs/guides/compile.md), and ``make bench`` measures it (``benchmarks/compile_speed.py``).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from conftest import perturb, raw_batch, requires_plugins, tiny_base
 from workbench import AdapterExperiment, Add, ComposedModel, Replace, TrainingConfig
 from workbench.adapters.action_modulation import ActionModulation
 from workbench.config import build
+from workbench.core.backbone import compile_target
 from workbench.core.compiled import compile_stats, compiled_options
 from workbench.data.synthetic import SyntheticMoves
 from workbench.errors import ConfigError
@@ -76,7 +77,7 @@ def noised(base):
 
 
 # -- tiny_video ------------------------------------------------------------------------------
-def test_compiled_tiny_video_matches_eager_and_sees_hooks_added_after_compiling(tiny_pair):
+def test_the_graph_captured_from_tiny_video_computes_eager_values_with_hooks_added_after_compiling(tiny_pair):
     eager, compiled = tiny_pair
     batch = eager.base.prepare_batch(raw_batch())
     expected = sample(eager, batch)
@@ -98,7 +99,7 @@ def test_compile_is_idempotent():
     assert compiled_options(base.denoiser)["mode"] is None  # the first call's options stay
 
 
-def test_recorded_equals_unrecorded_and_a_fork_replays_the_prefix_between_compiled_runs(tiny_pair):
+def test_recorded_equals_unrecorded_and_a_fork_replays_the_prefix_through_the_captured_graph(tiny_pair):
     _, model = tiny_pair
     batch = model.base.prepare_batch(raw_batch())
     plain = sample(model, batch)
@@ -110,24 +111,24 @@ def test_recorded_equals_unrecorded_and_a_fork_replays_the_prefix_between_compil
     assert torch.equal(fork.final, traj.final)  # the live steps recompute what was recorded, bit for bit
 
 
-def test_switching_the_adapter_compiles_once_per_state_not_once_per_step(tiny_pair):
+def test_switching_the_adapter_captures_one_graph_per_state_not_one_per_step(tiny_pair):
     eager, model = tiny_pair
     batch = model.base.prepare_batch(raw_batch())
     traj = record(model, batch, seed=0)  # on (the composed prediction) and off (the base's own): both compiled
     before = graphs()
     chain = traj
     for k in range(len(traj)):  # a chain of forks switching the adapter off / on / off / on at every step
-        chain = chain.fork(at=k, adapter="off" if k % 2 == 0 else "on")
+        chain = chain.fork(at=k, with_adapter=k % 2 != 0)
     x_t, t, _ = noised(model.base)
     with torch.no_grad():
-        calls = [model.predict(x_t, t, batch, adapter=i % 2 == 0).composed for i in range(6)]  # on/off/on/...
-        eager_calls = [eager.predict(x_t, t, batch, adapter=i % 2 == 0).composed for i in range(2)]
+        calls = [model.predict(x_t, t, batch, with_adapter=i % 2 == 0).composed for i in range(6)]  # on/off/on/...
+        eager_calls = [eager.predict(x_t, t, batch, with_adapter=i % 2 == 0).composed for i in range(2)]
     assert graphs() == before, "a graph was compiled again although every adapter state had been seen"
     assert all(torch.equal(calls[i], calls[i % 2]) for i in range(6)) and not torch.equal(calls[0], calls[1])
     assert relative(calls[0], eager_calls[0]) <= 1e-5 and relative(calls[1], eager_calls[1]) <= 1e-5
 
 
-def test_a_fit_step_with_an_inside_adapter_trains_compiled_as_eagerly(tmp_path):
+def test_a_fit_step_with_an_inside_adapter_trains_through_the_captured_graph_as_eagerly(tmp_path):
     data = SyntheticMoves(items=8, frames=4, size=16)
     runs = {}
     for compiled in (False, True):
@@ -153,6 +154,29 @@ def test_a_fit_step_with_an_inside_adapter_trains_compiled_as_eagerly(tmp_path):
     # that weight by up to the learning rate's order, so the weights are compared per tensor, at 1e-3
     assert all(relative(got[k], eager[k]) <= 1e-3 for k in eager)
     assert any(not torch.equal(got[k], torch.zeros_like(got[k])) for k in got if "film.B." in k)  # LoRA moved
+
+
+# -- inductor's kernels ----------------------------------------------------------------------
+def test_inductor_kernels_for_a_block_of_tiny_video_give_the_eager_values():
+    """inductor, as ``compile: true`` runs it, on one of tiny_video's residual blocks (GroupNorm, SiLU, the
+    (2+1)-D convolutions, FiLM from the time embedding): the generated C++ kernels against eager."""
+    import copy
+
+    from torch._dynamo.utils import counters
+
+    from workbench.core.compiled import compile_network
+
+    block = tiny_base().denoiser.down_blocks[0]
+    eager = copy.deepcopy(block)
+    assert compile_network(block, backend="inductor") and compiled_options(block)["backend"] == "inductor"
+    g = torch.Generator().manual_seed(4)
+    hidden, emb = torch.randn(2, 16, 4, 4, 4, generator=g), torch.randn(2, 32, generator=g)  # (B, W, T, h, w)
+    made = counters["inductor"]["fxgraph_cache_miss"] + counters["inductor"]["fxgraph_cache_hit"]
+    with torch.no_grad():
+        got, expected = block(hidden, emb), eager(hidden, emb)
+    # inductor made the graph's code: generated and compiled now, or loaded from the worker's inductor cache
+    assert counters["inductor"]["fxgraph_cache_miss"] + counters["inductor"]["fxgraph_cache_hit"] == made + 1
+    assert relative(got, expected) <= 1e-5
 
 
 # -- the config switch -----------------------------------------------------------------------
@@ -192,7 +216,8 @@ PLUGINS = {
 
 @requires_plugins
 @pytest.mark.parametrize("name", list(PLUGINS))
-def test_each_tiny_plugin_compiled_matches_eager_and_records_bit_exactly(name, tmp_path_factory, monkeypatch):
+def test_the_graph_captured_from_each_tiny_plugin_computes_eager_values_and_records_bit_exactly(name, tmp_path_factory,
+                                                                                               monkeypatch):
     monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path_factory.getbasetemp() / "workbench-cache"))
     config, request = PLUGINS[name]
     base = build("backbone", name, config).compile(backend=BACKEND)
@@ -201,7 +226,7 @@ def test_each_tiny_plugin_compiled_matches_eager_and_records_bit_exactly(name, t
     model = ComposedModel(base, ProbeAdapter(), Add(), base.default_objective())
     with torch.no_grad():
         model.adapter.scale.fill_(0.25)  # a composition that changes the result
-    net = base.compile_target()
+    net = compile_target(base)
     before = graphs()
     got = sample(model, batch)
     assert graphs() - before >= 1 and compiled_options(net) is not None  # the network ran compiled

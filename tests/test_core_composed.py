@@ -170,6 +170,25 @@ def test_latent_residual_reads_actions_and_is_zero_at_init():
     assert torch.equal(pred.adapter, torch.zeros_like(pred.adapter))
 
 
+def test_with_adapter_switches_the_adapter_per_call_and_takes_booleans_only():
+    base = tiny_base()
+    model = ComposedModel(base, RecordingAdapter(), GatedResidual(gate_init=0.5), base.default_objective())
+    batch = base.prepare_batch(raw_batch())
+    x_t, t = torch.randn_like(batch.latents), torch.full((batch.latents.shape[0],), 0.5)
+    off, on = model.predict(x_t, t, batch, with_adapter=False), model.predict(x_t, t, batch, with_adapter=True)
+    assert off.adapter is None and torch.equal(off.composed, off.base) and torch.equal(on.base, off.base)
+    assert not torch.equal(on.composed, on.base)
+    model.adapter_enabled = False  # None: as the model is set
+    assert model.predict(x_t, t, batch).adapter is None
+    assert torch.equal(model.predict(x_t, t, batch, with_adapter=True).composed, on.composed)
+    with pytest.raises(CompositionError, match=r"^predict\(with_adapter='off'\) is not allowed: it takes True \(base "
+                                               r"\+ adapter\), False \(the frozen base alone\) or None \(as the "
+                                               r"model is set, model\.adapter_enabled\)\.$"):
+        model.predict(x_t, t, batch, with_adapter="off")
+    with pytest.raises(TypeError, match="unexpected keyword argument 'adapter'"):
+        model.predict(x_t, t, batch, adapter=False)
+
+
 @pytest.mark.parametrize("objective", ["flow_matching", "diffusion"])
 def test_the_composer_reads_the_noise_level_the_objective_gives_derived_only_when_read(objective):
     class Reads(GatedResidual):
@@ -189,4 +208,4 @@ def test_the_composer_reads_the_noise_level_the_objective_gives_derived_only_whe
     assert torch.equal(first, objective.noise_level(t))
     gated = ComposedModel(base, model.adapter, NoiseGated(GatedResidual(), lo=0.5, hi=1.0), objective)
     pred = gated.predict(batch.latents, t, batch)  # the band is read from the derived level
-    assert torch.equal(pred.composed[0], pred.base[0]) and pred.diagnostics["noise_weight"].tolist() == [0.0, 1.0]
+    assert torch.equal(pred.composed[0], pred.base[0]) and pred.diagnostics.noise_weight.tolist() == [0.0, 1.0]

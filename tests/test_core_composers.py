@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -165,55 +167,79 @@ def test_nested_config_errors_carry_their_path():
 def test_diagnostics_expose_gate_maps():
     composer = NoiseGated(MaskMix(channels=4), lo=0.0, hi=1.0)
     base, adapter = tensors()
-    _, diag = composer.compose(base, adapter, ctx())
-    assert diag["mask"].shape == (SHAPE[0], 1, *SHAPE[2:])
-    assert torch.equal(diag["noise_weight"], torch.ones(SHAPE[0]))
-    _, diag = GatedResidual(gate_init=0.25).compose(base, adapter, ctx())
-    assert float(diag["gate"]) == 0.25
+    diag = composer.compose(base, adapter, ctx()).diagnostics
+    assert diag.mask.shape == (SHAPE[0], 1, *SHAPE[2:])
+    assert torch.equal(diag.noise_weight, torch.ones(SHAPE[0]))
+    diag = GatedResidual(gate_init=0.25).compose(base, adapter, ctx()).diagnostics
+    assert float(diag.gate) == 0.25
     assert GatedResidual(gate_init=0.25).gate_values() == {"gate_mean": 0.25, "gate_abs_max": 0.25}
 
 
-def test_a_composition_is_typed_and_still_unpacks_as_the_older_pair():
+def test_a_composition_is_its_prediction_and_the_named_fields_of_diagnostics_only():
+    """One declaration of the four fields (a Composition is Diagnostics plus the prediction); neither unpacks
+    nor reads by key, and Diagnostics takes its fields by name only."""
     from workbench import Composition
+    from workbench.core.composers import Diagnostics
 
     base, adapter = tensors()
     out = NoiseGated(MaskMix(channels=4), lo=0.0, hi=1.0).compose(base, adapter, ctx())
     assert isinstance(out, Composition) and out.gate is None and out.extra == {}
     assert out.mask.shape == (SHAPE[0], 1, *SHAPE[2:]) and torch.equal(out.noise_weight, torch.ones(SHAPE[0]))
-    prediction, diag = out  # the (prediction, dict) pair composers returned before
-    assert prediction is out.prediction and diag.mask is out.mask and sorted(diag) == ["mask", "noise_weight"]
+    diag = out.diagnostics
+    assert type(diag) is Diagnostics and diag.mask is out.mask and diag.noise_weight is out.noise_weight
+    assert list(diag.as_dict()) == ["mask", "noise_weight"]
+    assert [f.name for f in dataclasses.fields(Composition)] == [
+        *(f.name for f in dataclasses.fields(Diagnostics)), "prediction"]
+    with pytest.raises(TypeError, match="cannot unpack non-iterable Composition"):
+        prediction, diag = out
+    with pytest.raises(TypeError, match="not subscriptable"):
+        diag["mask"]
+    with pytest.raises(TypeError, match="positional argument"):
+        Diagnostics(out.mask)
+    assert not hasattr(Composition, "of") and not hasattr(Diagnostics, "of")
     warm = PretrainWarmup(GatedResidual(), steps=5).compose(base, adapter, ctx())
-    assert torch.equal(warm.prediction, base + adapter) and set(warm.diagnostics) == {"warmup"}
+    assert torch.equal(warm.prediction, base + adapter) and list(warm.diagnostics.extra) == ["warmup"]
 
 
-def test_a_composer_returning_the_older_pair_and_gate_hook_still_composes():
-    """A composer written before the typed result (a (prediction, dict) pair, the private _gate_override_value
-    hook, reading _gate_override) still works in a ComposedModel and under override_gate."""
+def test_a_composer_returning_anything_but_a_composition_is_refused_with_the_fix():
+    """A composer of one's own composes through its gate hook (check_gate_override, gate_override) and returns a
+    Composition; the (prediction, dict) pair is refused, naming what to return."""
     from conftest import tiny_base
 
-    from workbench import ComposedModel, Composer
+    from workbench import ComposedModel, Composer, Composition
     from workbench.adapters.latent_residual import LatentResidual
 
-    class Legacy(Composer):
+    class Halved(Composer):
         identity_at_init = needs_zero_adapter = True
 
         def compose(self, base, adapter, ctx):
-            g = torch.tensor(0.5) if self._gate_override is None else self._gate_override
-            return base + g * adapter, {"gate": g, "norm": adapter.norm()}
+            g = torch.tensor(0.5) if self.gate_override is None else self.gate_override
+            return Composition(base + g * adapter, gate=g, extra={"norm": adapter.norm()})
 
-        def _gate_override_value(self, value):
+        def check_gate_override(self, value):
             return torch.as_tensor(value, dtype=torch.float32)
 
+    class Pair(Halved):
+        def compose(self, base, adapter, ctx):
+            return base + adapter, {"gate": torch.tensor(1.0)}
+
     base = tiny_base()
-    model = ComposedModel(base, LatentResidual(width=16, depth=1), Legacy(), base.default_objective())
+    model = ComposedModel(base, LatentResidual(width=16, depth=1), Halved(), base.default_objective())
     batch = base.prepare_batch(base.example_batch())
     pred = model.predict(torch.randn_like(batch.latents), 0.5, batch)
-    assert float(pred.diagnostics.gate) == 0.5 and set(pred.diagnostics.extra) == {"norm"}
+    assert float(pred.diagnostics.gate) == 0.5 and list(pred.diagnostics.extra) == ["norm"]
     with model.composer.override_gate(0.25):
         assert float(model.composer.gate_override) == 0.25
-        assert float(model.predict(torch.randn_like(batch.latents), 0.5, batch).diagnostics["gate"]) == 0.25
+        assert float(model.predict(torch.randn_like(batch.latents), 0.5, batch).diagnostics.gate) == 0.25
     with pytest.raises(CompositionError, match="Add has no gate to override"), Add().override_gate(0.5):
         pass
+    model.composer = Pair()
+    with pytest.raises(CompositionError, match=r"Pair.compose returned a tuple, not a workbench.Composition\. "
+                                               r"Return Composition\(prediction, gate=\.\.\., mask=\.\.\."):
+        model.predict(torch.randn_like(batch.latents), 0.5, batch)
+    with pytest.raises(CompositionError, match="Pair.compose returned a tuple"):
+        NoiseGated(Pair())(*tensors(), ctx())
+    assert not hasattr(Composer, "_gate_override")
 
 
 def test_claims_are_plain_attributes_set_by_settings():
@@ -228,18 +254,18 @@ def test_claims_are_plain_attributes_set_by_settings():
 
 def test_adapter_kinds_declare_one_init_behaviour():
     from workbench import Adapter, InsideAdapter, SideAdapter
-    from workbench.adapters.inside import InsideAdapter as Shipped
+    from workbench.adapters.inside import InsideSpecAdapter as Shipped
     from workbench.adapters.latent_residual import LatentResidual
 
-    assert (LatentResidual.at_init, LatentResidual.zero_init_output, LatentResidual.inside) == ("zero_output", True,
-                                                                                               False)
-    assert issubclass(Shipped, InsideAdapter) and (Shipped.at_init, Shipped.inside, Shipped.reuses_base_output) == (
-        "identity", True, False)
+    assert (LatentResidual.at_init, LatentResidual.inside) == ("zero_output", False)
+    assert issubclass(Shipped, InsideAdapter) and Shipped.__name__ == "InsideSpecAdapter"  # one name, one class
+    assert (Shipped.at_init, Shipped.inside, Shipped.reuses_base_output) == ("identity", True, False)
 
-    class Older(Adapter):  # the earlier flag, said on the class
+    class Unsaid(SideAdapter):  # a flag the contract does not know changes nothing: at_init is the one promise
         zero_init_output = True
 
-    assert Older.at_init == "zero_output" and issubclass(LatentResidual, SideAdapter)
+    assert Unsaid.at_init == "any" and issubclass(LatentResidual, SideAdapter) and not hasattr(Adapter,
+                                                                                            "zero_init_output")
     with pytest.raises(TypeError, match="at_init = 'zeros'; allowed: zero_output, identity, any"):
         type("Wrong", (SideAdapter,), {"at_init": "zeros"})
 

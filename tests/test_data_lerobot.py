@@ -86,6 +86,23 @@ def test_resampling_to_a_lower_fps_takes_every_other_frame(both):
     assert torch.allclose(code(item["video"])[:, 0], torch.as_tensor(8.0 * rows, dtype=torch.float32), atol=4)
 
 
+def test_a_whole_episode_is_one_item_of_its_own_length(both):
+    clips = LeRobotClips(root=str(both[1]), camera=fx.CAMERAS[0], window=4, stride=4, split="all", fps=5)
+    for e, served in enumerate((6, 5, 8)):  # frames 0, 2, 4, ... of 12, 9, 15
+        item = clips.episode(e)
+        rows = 2 * np.arange(served)
+        arrays = fx.episode_arrays(e, fx.LENGTHS[e])
+        assert (item["episode"], item["start"], item["task"]) == (e, 0, fx.TASKS[e % 2])
+        assert item["video"].shape == (3, served, *fx.HW)
+        assert torch.equal(item["action"], torch.from_numpy(arrays["action"][rows]))
+        assert torch.equal(item["proprio"], torch.from_numpy(arrays["observation.state"][rows]))
+        assert torch.allclose(code(item["video"])[:, 0], torch.as_tensor(8.0 * rows, dtype=torch.float32), atol=4)
+    first = clips.episode(2, 3)
+    assert first["video"].shape[1] == 3 and torch.equal(first["action"], clips.episode(2)["action"][:3])
+    with pytest.raises(DataError, match=r"episode 1 of .* has 5 frames at 5 fps; asked for 6\. Ask for 1 to 5"):
+        clips.episode(1, 6)
+
+
 def test_resize_to_the_backbone_size(both):
     clips = LeRobotClips(root=str(both[0]), camera=fx.CAMERAS[0], window=3, split="all", size=[16, 16])
     item = clips[0]

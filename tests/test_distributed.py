@@ -21,6 +21,7 @@ from torch.utils.data import Dataset
 from workbench.errors import ConfigError
 from workbench.train.data import DataStream, ShardedStream
 from workbench.train.distributed import Distributed, DistributedConfig, DistributedError
+from workbench.train.runlock import LOCK_FILE, try_hold_run
 
 CONFIG = {
     "name": "dist",
@@ -67,10 +68,14 @@ def weights(out: Path, step: int) -> dict[str, torch.Tensor]:
     return load_file(str(out / f"step-{step:07d}" / "trainable.safetensors"))
 
 
-def history(out: Path, step: int) -> list[float]:
+def meta(out: Path, step: int) -> dict:
     import json
 
-    return json.loads((out / f"step-{step:07d}" / "meta.json").read_text())["loss_history"]
+    return json.loads((out / f"step-{step:07d}" / "meta.json").read_text())
+
+
+def history(out: Path, step: int) -> list[float]:
+    return meta(out, step)["loss_history"]
 
 
 def assert_same_run(a: Path, b: Path, step: int = 4) -> None:
@@ -79,6 +84,8 @@ def assert_same_run(a: Path, b: Path, step: int = 4) -> None:
     for key in wa:
         assert torch.equal(wa[key], wb[key]), key
     assert history(a, step) == history(b, step)
+    # the same base on any number of ranks, its weights sharded or not (digested whole, before sharding)
+    assert meta(a, step)["base"] == meta(b, step)["base"]
 
 
 @pytest.fixture(scope="module")
@@ -136,6 +143,8 @@ def test_resume_across_world_sizes_equals_the_uninterrupted_run(tmp_path, refere
     assert "Resuming dist from" in stdout and "(step 2) up to step 4" in stdout
     assert "changed training.steps: 2 -> 4 from step 2 (the continuation stays bit-exact" in stdout
     assert_same_run(single, out)
+    # rank 0 held the run for both ranks (the other was not refused) and let it go at the end
+    assert (out / ".writer.lock").read_bytes() == b""
 
 
 def test_fsdp_sharding_the_base_is_bit_exact_with_the_unsharded_run(tmp_path, reference):
@@ -262,7 +271,10 @@ def test_a_rank_that_dies_ends_the_run_and_leaves_the_last_checkpoint_whole(tmp_
     assert "exitcode  : 7" in done.stderr or "exitcode: 7" in done.stderr.replace(" ", "")
     out = tmp_path / "out"
     assert latest_checkpoint(out).name == "step-0000002"
-    assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no half-written checkpoint
+    assert [p.name for p in out.iterdir() if p.name.startswith(".")] == [LOCK_FILE]  # no half-written checkpoint
+    held = try_hold_run(out)  # and rank 0, stopped with the run, holds it no more
+    assert held is not None
+    held.release()
     want, got = weights(single, 2), weights(out, 2)
     assert all(torch.equal(want[k], got[k]) for k in want)
 

@@ -51,7 +51,7 @@ DOCS = ROOT / "docs"
 SHARED = DOCS / "guides" / "index.md"  # its blocks define the names every page starts from
 COPIED = ("exp",)  # shared names a page may change: each page gets its own copy
 # The number of blocks that opt out; an opt-out more (or fewer) is a deliberate change to this number.
-OPT_OUTS = 36
+OPT_OUTS = 35
 RUN_LANGUAGES = ("python", "bash")
 # Fences that look runnable but would not run: write them as ```python / ```bash (or a non-code language).
 LOOKALIKES = re.compile(r"^[ \t]*(?:[-*+]|\d+[.)])?[ \t]*```[ \t]*(py|python3|pycon|sh|shell|console|zsh)\b", re.M)
@@ -199,8 +199,12 @@ def _getting_started(ns: dict) -> None:
 
 
 def _writing_a_backbone(ns: dict) -> None:
-    report = ns["report"]
-    assert report.ok and "all 12 promises kept" in str(report), report
+    written, tiny = ns["report"], ns["tiny_report"]  # the worked example's report, after the last one on the page
+    assert written.ok and written.declared == ("Previews",) and written["previews"].status == "kept", written
+    assert tiny.ok and ("all 15 promises kept; declares GivenFrames, LatentLayout, CachesLatents, InsideAccess, "
+                        "MemoryPlanning") in str(tiny), tiny
+    assert ns["bf16_report"].ok and ns["bf16_report"].setting == "cpu bfloat16"
+    assert ns["refusal"].startswith("Forgot writes pixel_space of the Previews capability without declaring it")
 
 
 def _step_through(ns: dict) -> None:
@@ -236,6 +240,11 @@ def _your_own_data(ns: dict) -> None:
     metrics = json.loads(Path("outputs/own_videos_eval/metrics.json").read_text())
     assert metrics["evaluation"]["clips"] == 4 and metrics["evaluation"]["data"] == "my_dataset"
     assert np.isfinite(metrics["summary"]["mean"]["adapter"]["psnr"])
+    rolled = json.loads(Path("outputs/own_videos_rollout/rollout_metrics.json").read_text())  # the run's own data
+    evaluation = rolled["evaluation"]
+    assert (evaluation["data"], evaluation["split"], evaluation["state"]) == ("my_dataset", "val", "none")
+    assert (evaluation["frames"], evaluation["metrics"]) == (24, ["moving_psnr"])  # whole episodes, no probe
+    assert np.isfinite(rolled["summary"]["chunks"][0]["adapter_moving_psnr"])
     assert ns["exp"].step == 30 and len(ns["trajectory"]) == 8
 
 
@@ -253,7 +262,7 @@ def _writing_a_composer(ns: dict) -> None:
 def _writing_an_adapter(ns: dict) -> None:
     report = ns["report"]
     assert report.ok and [f.promise for f in report.findings] == ["identity", "training"], report
-    assert ns["ActionShift"]().zero_init_output  # the earlier flag, read off at_init
+    assert ns["ActionShift"].at_init == "zero_output"
 
 
 CHECKS = {
@@ -393,6 +402,19 @@ def test_workbench_lines_run_in_process_and_others_in_bash():
     assert _workbench_argv("cd benchmarks && python x.py") is None
     assert [line.split() for line in shell_lines("# one\nworkbench a \\\n    --b 1   # c\n\nmake x\n")] == [
         ["workbench", "a", "--b", "1", "#", "c"], ["make", "x"]]
+
+
+def test_the_backbone_guides_worked_example_is_the_fixture_plugins_backbone():
+    """The guide writes its backbone in full and the fixture plugin installs the same file through an entry point:
+    the first block under "A backbone, written" is that module's source, character for character, so the page and
+    the tested plugin cannot drift apart."""
+    page = (DOCS / "guides" / "writing-a-backbone.md").read_text()
+    section = page.split("\n## A backbone, written\n", 1)[1]
+    block = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    module = ROOT / "tests" / "fixtures" / "workbench-fixture-plugin" / "workbench_fixture_plugin" / "backbone.py"
+    assert block == module.read_text()
+    code = [line for line in block.splitlines() if line.strip() and not line.lstrip().startswith(("#", '"""'))]
+    assert len(code) <= 70, len(code)  # a backbone with the required part only is short enough to read whole
 
 
 @pytest.mark.parametrize("page", ["docs/guides/writing-a-composer.md", "docs/guides/writing-an-adapter.md"])

@@ -10,7 +10,8 @@ import torch
 from conftest import nonzero_model
 
 from workbench.data.camera import CameraCalibration
-from workbench.inspect import InspectError, Readout, Trajectory
+from workbench.errors import InspectError
+from workbench.inspect import Readout, Trajectory
 from workbench.inspect.drive import KEYS, DriveState, calibration_from_vector
 from workbench.inspect.recording.rollouts import rollout
 

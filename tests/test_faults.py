@@ -8,6 +8,7 @@ docs/guides/reliability.md states what is promised and counts these cases.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -15,6 +16,7 @@ import re
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -23,8 +25,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import cli, flip_bits, snapshot, tiny_base, truncate, write_run_config
+from conftest import COLLECTED, TINY_RUN, cli, flip_bits, snapshot, tiny_base, truncate, write_run_config
 
+from workbench.backbones.tiny_video import TinyVideo, TinyVideoConfig
 from workbench.errors import CheckpointError, ConfigError, DataError, NonFiniteLossError
 from workbench.train import AdapterExperiment
 from workbench.train.checkpoint import FILES, MANIFEST, checkpoint_problem, latest_checkpoint, list_checkpoints
@@ -159,11 +162,16 @@ def test_from_and_override_errors(runs, tmp_path, capsys, args, message):
 
 # -- checkpoints written before digests existed ---------------------------------------------------------------
 def make_legacy(step_dir: Path) -> None:
-    """What an older workbench wrote: no manifest, no integrity record in meta.json."""
+    """What an older workbench wrote: no manifest, no integrity record and no base in meta.json."""
     (step_dir / MANIFEST).unlink()
     meta = json.loads((step_dir / "meta.json").read_text())
     meta.pop("integrity")
+    meta.pop("base")
     (step_dir / "meta.json").write_text(json.dumps(meta, indent=1))
+
+
+def meta_of(step_dir: Path) -> dict:
+    return json.loads((step_dir / "meta.json").read_text())
 
 
 def test_a_legacy_checkpoint_loads_with_a_note_and_continues_bit_exactly(runs, tmp_path, capsys):
@@ -174,8 +182,12 @@ def test_a_legacy_checkpoint_loads_with_a_note_and_continues_bit_exactly(runs, t
     assert status == 0
     assert f"note: checkpoint {run}/step-0000004 has no manifest.json (written by a workbench before checkpoints " \
            f"carried digests): its files were read but cannot be verified." in err
+    assert re.search(rf"note: checkpoint {run}/step-0000004 records no digest of the base it was trained on \(written "
+                     rf"by a workbench before runs recorded their base\), so the base cannot be checked; the next "
+                     rf"checkpoint this run saves records this one's \(sha256 [0-9a-f]{{64}}\)\.", err), err
     assert trainable(run) == trainable(six)
     assert (run / FINAL / MANIFEST).is_file() and checkpoint_problem(run / FINAL) is None
+    assert meta_of(run / FINAL)["base"] == meta_of(six / FINAL)["base"]  # recorded from here on
 
 
 def test_a_legacy_checkpoint_that_does_not_read_says_it_cannot_tell_why(runs, tmp_path):
@@ -242,6 +254,59 @@ def test_a_nan_later_names_the_last_checkpoint_only_after_verifying_it(runs, tmp
     message = str(info.value)
     assert f"the last checkpoint {run}/step-0000004 does not verify (state.pt has sha256" in message
     assert "The newest checkpoint of this run that verifies is step-0000002" in message
+
+
+# -- the base a run was trained on ----------------------------------------------------------------------------------
+def write_base(path: Path, seed: int) -> Path:
+    """A tiny_video base file of TINY_RUN's architecture, random weights drawn from ``seed`` (as `workbench
+    pretrain --out PATH` writes one: the same seed gives the same bytes)."""
+    torch.manual_seed(seed)
+    return TinyVideo(TinyVideoConfig(**TINY_RUN["base"]["config"])).save_pretrained(path)
+
+
+def test_a_base_written_again_is_refused_by_resume_eval_and_load_naming_both_digests_and_the_file(tmp_path, capsys):
+    """The issue's case: `pretrain` rerun into the run's base file; `eval` then gave other numbers and
+    `train --resume` continued on the new base, both without a word."""
+    base, run = write_base(tmp_path / "own_base.safetensors", seed=0), tmp_path / "run"
+    config = write_run_config(tmp_path / "run.yaml", **{"base.config.weights": str(base)})
+    assert cli(capsys, "train", config, "--output", run, "--quiet")[0] == 0  # checkpoints at steps 2 and 4
+    trained_on = hashlib.sha256(base.read_bytes()).hexdigest()
+    assert meta_of(run / "step-0000004")["base"] == {"sha256": trained_on, "covers": "the file own_base.safetensors"}
+    write_base(base, seed=1)  # the base file written again
+    now = hashlib.sha256(base.read_bytes()).hexdigest()
+    assert now != trained_on
+    before = snapshot(run)
+    refusal = (rf"Checkpoint {re.escape(str(run))}/step-0000004 was trained on another base: it records base sha256 "
+               rf"{trained_on} \(the file own_base\.safetensors\), and this base, {re.escape(str(base))}, has sha256 "
+               rf"{now} \(the file own_base\.safetensors\)\. An adapter is fitted to the base it was trained on, so "
+               rf"nothing was loaded onto this one\. If the file {re.escape(str(base))} was written again since the "
+               rf"run was trained \(a second `workbench pretrain` into the same path, another download\), put back the "
+               rf"file whose sha256 is {trained_on} \(`sha256sum FILE` prints a file's\) at that path; to use the base "
+               rf"as it is now, train a new run on it \(`workbench train CONFIG --output NEW_DIR`\)\.")
+    status, out, err = cli(capsys, "train", config, "--output", run, "--resume", "--steps", 6, "--quiet")
+    assert status == 2 and re.search(f"error: {refusal}", err), err
+    status, _, err = cli(capsys, "eval", run, "--data", "sample", "--out", tmp_path / "eval")
+    assert status == 2 and re.search(f"error: {refusal}", err), err
+    assert not (tmp_path / "eval").exists()
+    with pytest.raises(CheckpointError, match=refusal):
+        AdapterExperiment.load(run)
+    assert snapshot(run) == before  # nothing written
+    write_base(base, seed=0)  # the original put back (a new file, the same bytes): the run is whole again
+    assert AdapterExperiment.load(run).step == 4
+
+
+def test_the_shipped_runs_record_the_shipped_base(capsys):
+    """Runs written before runs recorded their base had their meta.json (and manifest) written again, the
+    weights bit for bit as they were: they load with no note."""
+    shipped = hashlib.sha256((ROOT / "workbench" / "backbones" / "weights" / "tiny_video.safetensors").read_bytes())
+    runs = ROOT / "workbench" / "worldmodel" / "weights"
+    record = {"sha256": shipped.hexdigest(), "covers": "the file tiny_video.safetensors"}
+    for name in ("metaworld_action", "metaworld_scratch"):
+        assert meta_of(runs / name)["base"] == record
+        assert checkpoint_problem(runs / name) is None
+    capsys.readouterr()
+    assert AdapterExperiment.load(runs / "metaworld_action").step == 600
+    assert "note:" not in capsys.readouterr().err
 
 
 # -- edited configs on resume ------------------------------------------------------------------------------------
@@ -995,6 +1060,53 @@ def test_kill_9_in_the_middle_of_writing_a_cache_then_a_rerun_gives_the_same_cac
     assert snapshot(out) == snapshot(whole)  # (the half-written file of the killed process is gone too)
 
 
+# -- one writer per run -----------------------------------------------------------------------------------------------
+def test_a_second_writer_is_refused_naming_the_first_and_a_killed_writer_never_blocks(tmp_path, capsys):
+    """The issue's case: a second `train --resume` into a running run removed the first one's temporary
+    checkpoint (the first died at its next save), then finished from an old checkpoint, leaving a stray newer one."""
+    from workbench.train.checkpoint import step_of
+
+    config = write_run_config(tmp_path / "long.yaml", **{"training.checkpoint_every": 3})
+    out = tmp_path / "run"
+    first = subprocess.Popen([sys.executable, "-m", "workbench", "train", str(config), "--output", str(out), "--steps",
+                              "100000", "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    try:
+        deadline = time.time() + 120
+        while not list_checkpoints(out) and time.time() < deadline:
+            time.sleep(0.05)
+        holder = (rf"Run directory {re.escape(str(out))} is in use: process {first.pid} on host "
+                  rf"{re.escape(socket.gethostname())} \(`python -m workbench train {re.escape(str(config))} --output "
+                  rf"{re.escape(str(out))} --steps 100000 --quiet`\) has been writing it since "
+                  rf"\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d .*\(lock file {re.escape(str(out))}/\.writer\.lock\)\. Two "
+                  rf"processes writing one run delete each other's checkpoints, so this one stopped before writing "
+                  rf"anything there\. Wait for it to finish, or stop it \(Ctrl-C in its terminal, or "
+                  rf"`kill {first.pid}`: a training run saves a checkpoint and exits\), ")
+        status, _, err = cli(capsys, "train", config, "--output", out, "--resume", "--steps", 1000, "--quiet")
+        assert status == 2 and re.search(
+            f"error: {holder}then continue the run with `workbench train {re.escape(str(config))} --output "
+            f"{re.escape(str(out))} --steps 1000 --resume --quiet`; to train beside it, write to another directory",
+            err), err
+        with pytest.raises(CheckpointError, match=f"{holder}then try again"):  # and in Python
+            AdapterExperiment.from_yaml(config).save_checkpoint(out)
+        seen = step_of(latest_checkpoint(out))
+        while step_of(latest_checkpoint(out)) <= seen + 3 and first.poll() is None:
+            time.sleep(0.05)
+        assert first.poll() is None  # the first writer goes on saving, untouched
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.communicate(timeout=60)
+    assert first.returncode == -signal.SIGKILL
+    killed_at = step_of(latest_checkpoint(out))
+    # the killed writer's lock went with it: the run continues at once from its latest checkpoint
+    status, printed, err = cli(capsys, "train", config, "--output", out, "--resume", "--steps", killed_at + 2,
+                               "--quiet")
+    assert status == 0, err
+    assert f"Resuming tiny-run from {out}/step-{killed_at:07d} (step {killed_at})" in printed
+    assert step_of(latest_checkpoint(out)) == killed_at + 2
+    assert all(step_of(p) <= killed_at + 2 and checkpoint_problem(p) is None for p in list_checkpoints(out))
+    assert not list(out.glob(".tmp-*")) and (out / ".writer.lock").read_bytes() == b""  # released
+
+
 # -- signals ---------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("signum, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_stops_training_saves_and_says_how_to_continue(tmp_path, capsys, signum, status):
@@ -1042,14 +1154,8 @@ def test_ctrl_c_during_cache_latents_says_how_to_continue(cache, tmp_path, capsy
 
 def test_the_reliability_guide_counts_these_cases(request):
     """docs/guides/reliability.md states how many cases this file holds, in total and row by row."""
-    options = request.config.option
-    if any(getattr(options, name, None) for name in ("keyword", "markexpr", "deselect", "lf")):
-        # a run that selects part of the suite: collect this file on its own
-        listed = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", __file__],
-                                capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=120).stdout
-        cases = sum("::" in line for line in listed.splitlines())
-    else:  # this session collected the whole file (each xdist worker collects every test)
-        cases = sum(item.path == Path(__file__) for item in request.session.items)
+    # every case pytest collected from this file, whichever of them this session runs (one alone by its node id)
+    cases = sum(nodeid.startswith(f"{request.node.parent.nodeid}::") for nodeid in COLLECTED)
     guide = (ROOT / "docs" / "guides" / "reliability.md").read_text()
     assert f"`tests/test_faults.py` ({cases} cases" in guide
     table = guide.split("## How it is tested")[1]

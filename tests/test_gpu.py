@@ -109,7 +109,7 @@ def test_gpu_check_holds_on_cuda_for_every_backbone_in_its_cards_gpu_precision(t
                          cwd=ROOT / "benchmarks", capture_output=True, text=True,
                          env={**os.environ, "WORKBENCH_CACHE": str(tmp_path)})
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
-    assert "DynamiCrafter (dynamicrafter-512:tiny random model) on cuda bfloat16: all 12 promises kept" in out.stdout
+    assert "DynamiCrafter (dynamicrafter-512:tiny random model) on cuda bfloat16: all 15 promises kept" in out.stdout
     assert "gpu_check: every claim holds" in out.stdout
 
 

@@ -15,7 +15,10 @@ from torch import nn
 
 from workbench import BaseVideoModel, ComponentSpec, ComposedModel, GatedResidual, ModelCard
 from workbench.adapters.latent_residual import LatentResidual
-from workbench.inspect import InspectError, StepError, clear_preview_cache, decode_chunked, fit_preview, record, render
+from workbench.core.capabilities import LatentLayout, Previews
+from workbench.errors import InspectError, StepError
+from workbench.inspect import clear_preview_cache, fit_preview, record, render
+from workbench.inspect.previews.latent_space import decode_chunked
 from workbench.inspect.previews.linear_preview import identity_preview
 from workbench.inspect.previews.preview_cache import backbone_identity
 from workbench.metrics import to_uint8_video
@@ -26,7 +29,7 @@ def cache(preview_cache):
     return preview_cache
 
 
-class LinearVAE(BaseVideoModel):
+class LinearVAE(BaseVideoModel, Previews):
     """A backbone whose decoder is exactly linear per latent pixel (a strided transposed conv), with
     ``r`` frames per latent frame, optionally causal (latent frame 0 decodes to one frame)."""
 
@@ -146,7 +149,7 @@ def test_full_decode_is_chunked_along_time():
         decode_chunked(base, z, chunk_frames=0)
 
 
-class StatefulCausalVAE(LinearVAE):
+class StatefulCausalVAE(LinearVAE, LatentLayout):
     """A causal video VAE as the real ones decode: latent frame 0 of every call gives one frame, and each
     later frame also sees the running mean of the frames before it in the same call (a feature cache)."""
 
@@ -207,7 +210,7 @@ def test_frames_error_wording(traj, call, error, message):
 def test_export_writes_a_labelled_steps_by_branches_grid(traj, tmp_path):
     import imageio.v3 as iio
 
-    fork = traj.fork(at=1, adapter="off")
+    fork = traj.fork(at=1, with_adapter=False)
     path = traj.export(tmp_path / "grid.gif", branches=[fork], scale=2)
     video = iio.imread(path, index=None)
     assert video.shape[0] == 4 and video.shape[-1] in (3, 4)

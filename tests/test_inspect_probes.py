@@ -11,7 +11,6 @@ import torch
 from conftest import RecordingAdapter, ToyBackbone, raw_batch, tiny_base, toy_raw
 
 from workbench import (
-    Adapter,
     Add,
     ComposedModel,
     Condition,
@@ -20,18 +19,13 @@ from workbench import (
     GatedResidual,
     MaskMix,
     NoiseGated,
+    SideAdapter,
 )
 from workbench.adapters.latent_residual import LatentResidual
 from workbench.core.callbacks import GateStatistics
-from workbench.inspect import (
-    InspectError,
-    action_sensitivity,
-    condition_table,
-    gate_history,
-    gate_statistics,
-    sigma_sensitivity,
-    t_for_noise_level,
-)
+from workbench.errors import InspectError
+from workbench.inspect import action_sensitivity, condition_table, gate_history, gate_statistics, sigma_sensitivity
+from workbench.inspect.common import t_for_noise_level
 
 LEVELS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
@@ -113,8 +107,8 @@ def test_action_sensitivity_on_tiny_video_runs_the_base_once_per_level():
 def test_action_sensitivity_reads_how_far_a_readout_moves_per_unit_of_action(tmp_path, monkeypatch):
     from conftest import nonzero_model
 
-    from workbench.inspect import Readout, render_float
-    from workbench.inspect.previews.decoding import as_uint8
+    from workbench.inspect import Readout
+    from workbench.inspect.previews.decoding import as_uint8, render_float
 
     monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path))
     model = nonzero_model()
@@ -146,7 +140,7 @@ def test_action_sensitivity_reads_how_far_a_readout_moves_per_unit_of_action(tmp
         moved = type(batch)(latents=batch.latents, cond={**batch.cond, "action": action}, loss_mask=batch.loss_mask,
                             per_frame=batch.per_frame, meta=batch.meta)
         with torch.no_grad():
-            x0 = obj.x0_from_prediction(model.predict(x_t, t, moved, adapter=True).composed, x_t, t)
+            x0 = obj.x0_from_prediction(model.predict(x_t, t, moved, with_adapter=True).composed, x_t, t)
         read.append([brightness(as_uint8(render_float(model.base, x0, "preview", i)))[1:] for i in range(2)])
     expected = np.mean([np.linalg.norm(a - b, axis=-1).mean() for a, b in zip(*read)]) / (2 * 0.5)
     assert sens.readout["adapter"][1, 2] == pytest.approx(expected, rel=1e-6)
@@ -164,7 +158,7 @@ def test_action_sensitivity_readout_errors():
 
 
 # -- sigma sensitivity and the band ----------------------------------------------------------
-class BandOracle(Adapter):
+class BandOracle(SideAdapter):
     """Knows the clean latents (as condition 'x0') and corrects the base exactly, but only for noise
     levels in [lo, hi]; elsewhere it outputs zero."""
 

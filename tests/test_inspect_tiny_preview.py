@@ -9,7 +9,8 @@ import pytest
 import torch
 from conftest import count_decodes, requires_plugins, tiny_base
 
-from workbench.inspect import InspectError, clear_preview_cache, fit_preview, render
+from workbench.errors import InspectError
+from workbench.inspect import clear_preview_cache, fit_preview, render
 from workbench.inspect.previews.preview_cache import backbone_identity
 from workbench.inspect.previews.tiny_preview import MAX_PARAMETERS, TinyPreview
 from workbench.metrics import psnr

@@ -9,16 +9,9 @@ from conftest import nonzero_model, raw_batch
 
 from workbench import Add, ComposedModel, GatedResidual, MaskMix, NoiseGated, PretrainWarmup
 from workbench.adapters.latent_residual import LatentResidual
-from workbench.errors import CallbackError, CompositionError
-from workbench.inspect import (
-    InspectError,
-    StepError,
-    StopSampling,
-    StoragePolicy,
-    StorageWarning,
-    estimate_memory,
-    record,
-)
+from workbench.errors import CallbackError, CompositionError, InspectError, StepError, StorageWarning
+from workbench.inspect import StopSampling, StoragePolicy, estimate_memory, record
+from workbench.inspect.recording.step import TrajectoryStep
 
 STEPS = 5
 
@@ -88,7 +81,7 @@ def test_steps_hold_every_intermediate(model, batch):
         assert step.index == k and step.steps == STEPS
         predicted = slice(1, None)  # frame 0 is given: the composed prediction is pinned to it like the base's
         assert torch.equal(step.composed[:, :, predicted],
-                           (step.base + step.diagnostics["gate"] * step.adapter)[:, :, predicted])
+                           (step.base + step.diagnostics.gate * step.adapter)[:, :, predicted])
         assert torch.equal(step.composed[:, :, 0], step.base[:, :, 0])
         assert not torch.equal(step.composed, step.base)
         # what was recorded is what the sampler used: pinning it again changes nothing
@@ -97,7 +90,7 @@ def test_steps_hold_every_intermediate(model, batch):
         assert torch.equal(step.noise_level, obj.noise_level(step.t))
         assert traj[k + 1].x_t is not None and not torch.equal(traj[k + 1].x_t, step.x_t)
     assert all(s.x_t.device.type == "cpu" for s in traj)
-    assert step.diagnostics.gate is step.diagnostics["gate"] and step.diagnostics.mask is None  # typed fields
+    assert step.diagnostics.gate.ndim == 0 and step.diagnostics.mask is None  # typed fields
 
 
 def test_one_x0_per_step_what_recompose_gives(model, batch):
@@ -150,7 +143,7 @@ def test_fork_at_zero_equals_a_fresh_run_with_those_settings(model, batch):
     fresh = record(model, {**raw_batch(), **pushed(batch)}, steps=STEPS, seed=4)
     assert torch.equal(traj.fork(at=0, cond=pushed(batch)).final, fresh.final)
     bare = model.base.generate(batch, steps=STEPS, generator=seeded(4))
-    assert torch.equal(traj.fork(at=0, adapter="off").final, bare)
+    assert torch.equal(traj.fork(at=0, with_adapter=False).final, bare)
     gated = traj.fork(at=0, gate_override=0.25).final
     with torch.no_grad():
         model.composer.gate.fill_(0.25)
@@ -187,11 +180,11 @@ def test_stopped_run_resumes_bit_identically(model, batch):
 
 def test_forks_of_forks_keep_their_parents_settings(model, batch):
     traj = record(model, batch, steps=STEPS, seed=0)
-    off = traj.fork(at=1, adapter="off")
+    off = traj.fork(at=1, with_adapter=False)
     again = off.fork(at=3)
-    assert again.settings.adapter is False and torch.equal(again.final, off.final)
+    assert again.settings.with_adapter is False and torch.equal(again.final, off.final)
     assert off[2].adapter is None and torch.equal(off[2].composed, off[2].base)
-    assert again.fork(at=3, adapter="on").settings.adapter is True
+    assert again.fork(at=3, with_adapter=True).settings.with_adapter is True
     with pytest.raises(InspectError, match="the adapter was off for this step"):
         off[2].get("adapter")
 
@@ -200,7 +193,7 @@ def test_fork_with_another_composer_and_noise_band():
     model = nonzero_model(composer=NoiseGated(GatedResidual(gate_init=0.5), lo=0.0, hi=0.5))
     batch = model.base.prepare_batch(raw_batch())
     traj = record(model, batch, steps=STEPS, seed=0)
-    weights = [float(traj[k].diagnostics["noise_weight"][0]) for k in range(STEPS)]
+    weights = [float(traj[k].diagnostics.noise_weight[0]) for k in range(STEPS)]
     assert weights == [float(s <= 0.5) for s in traj.noise_levels.tolist()]
     other = Add()
     fork = traj.fork(at=0, composer=other)
@@ -240,9 +233,15 @@ def test_half_precision_every_other_step_still_forks_exactly(model, batch):
     policy = StoragePolicy(dtype=torch.float16, every=2)
     traj = record(model, batch, steps=STEPS, seed=1, storage=policy)
     assert traj.stored == (0, 2, 4) and traj[2].x_t.dtype == torch.float16
-    assert traj[2].diagnostics["gate"].dtype == torch.float16
+    assert traj[2].diagnostics.gate.dtype == torch.float16
     with pytest.raises(StepError, match=r"Step 3 was not stored: StoragePolicy\(every=2\) keeps steps 0, 2, 4"):
         traj[3]
+    # one TrajectoryStep per step run: a skipped step keeps its time, noise level and replay cache, no fields
+    skipped = traj._log[3]
+    assert type(skipped) is TrajectoryStep and skipped.stored is None and skipped.index == 3
+    assert skipped.x_t is None and skipped.diagnostics.as_dict() == {} and len(skipped.calls) == 1
+    assert skipped.calls[0].dtype == torch.float32 and torch.equal(skipped.t, traj.times[3:4].expand(2))
+    assert list(traj) == [traj._log[k] for k in (0, 2, 4)] and traj[2] is traj._log[2]
     fork = traj.fork(at=3)  # the replay cache stays at the model's dtype for every step
     assert torch.equal(fork.final, record(model, batch, steps=STEPS, seed=1).final)
     assert fork[3].x_t.dtype == torch.float16
@@ -317,7 +316,11 @@ def test_on_step_sees_live_device_steps_and_errors_name_the_step():
     (lambda t: t.fork(at=6), StepError, r"fork\(at=6\): at must be a step index from 0 to 5: this trajectory has 5 "
                                         r"recorded steps\. at=0 reruns from the initial noise"),
     (lambda t: t.fork(at=-1), StepError, r"fork\(at=-1\): at must be a step index from 0 to 5"),
-    (lambda t: t.fork(at=1, adapter="of"), InspectError, r"adapter='of' is not allowed.*Did you mean 'off'\?"),
+    (lambda t: t.fork(at=1, with_adapter="off"), InspectError,
+     r"with_adapter='off' is not allowed: it takes True \(base \+ adapter\) or False \(the frozen base alone\); "
+     r"None keeps the parent's setting\.$"),
+    (lambda t: t.fork(at=1, adapter=False), TypeError, r"unexpected keyword argument 'adapter'"),
+    (lambda t: t.recompose(1, with_adapter=1), InspectError, r"with_adapter=1 is not allowed"),
     (lambda t: t.fork(at=1, cond={"acton": 1.0}), InspectError,
      r"cond has keys 'acton' that name no condition \(conditions: 'action', .*\)\. Did you mean one of 'action', "
      r"'actions'\? It was read as a new raw batch, and TinyVideo.prepare_batch refused it: prepare_batch needs"),

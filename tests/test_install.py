@@ -5,7 +5,11 @@ The wheel is named as the install guide names it and carries the licence its met
 One environment is built up in three stages — the core (`pip install WHEEL`), then `[data]`, then
 `[data,widgets]` — from the wheel's own metadata and the versions in constraints.txt. At each stage
 `workbench doctor` reports what is installed, every command whose extra is missing refuses before it
-starts, naming the extra and the pip command, and the commands whose extras are there run a few steps.
+starts, naming the extra and the pip command, and the commands whose extras are there run a few steps. With
+the core alone: `doctor` names what each extra would bring, `init` writes the example configs and `train` runs
+the tiny one, and `train` on Meta-World data, `demo` and `data metaworld` refuse, naming the `data` extra,
+with nothing written; these run in one process (each start of the command imports torch, about 4 CPU seconds),
+through the console script's own function. The later stages start the console script itself.
 
 At each stage pip resolves the wheel's requirement (``pip install --dry-run --report``, the
 constraints applied, against what the new environment already holds) and the distributions it would
@@ -121,6 +125,32 @@ DEMO = ("from workbench.worldmodel.demo import DemoConfig, run_demo; "
         "print('policy episodes', len(load_policies()), 'long episodes', len(long_episodes('long', episodes=2)))")
 
 
+# Command lines run in turn in one process through the console script's own function (workbench.cli.main), each
+# line's exit status and what it printed kept: the core stage's, which would otherwise import torch once each.
+IN_TURN = """
+import contextlib, io, json, sys
+import workbench
+from workbench.cli import main
+done = {"imported from": workbench.__file__}
+for argv in json.loads(sys.argv[1]):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = main(argv)
+    done[" ".join(argv)] = status, out.getvalue(), err.getvalue()
+print(json.dumps(done))
+"""
+
+
+def in_turn(python: Path, lines: list[list], work: Path, env: dict) -> dict[str, subprocess.CompletedProcess]:
+    """Each command line of ``lines`` (``workbench`` left out) run by :data:`IN_TURN` in one new process of
+    ``python``: by line, its exit status and what it printed, as :func:`run` returns them."""
+    done = json.loads(ok(run([python, "-c", IN_TURN, json.dumps([[str(a) for a in line] for line in lines])], work,
+                             env)).splitlines()[-1])
+    imported = done.pop("imported from")
+    assert str(work) not in imported and str(ROOT) not in imported, imported  # the installed package
+    return {line: subprocess.CompletedProcess(line, *result) for line, result in done.items()}
+
+
 def test_the_wheel_installs_and_each_extra_serves_its_commands(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env.update(OMP_NUM_THREADS="1", MUJOCO_GL=os.environ.get("MUJOCO_GL", "egl"), PIP_NO_COMPILE="1",
@@ -167,6 +197,33 @@ def test_the_wheel_installs_and_each_extra_serves_its_commands(tmp_path):
     # -- the core ------------------------------------------------------------------------------------------
     brought = stage("")
     assert full or not {"h5py", "matplotlib", "ipywidgets", "pyarrow"} & {n.lower() for n in brought}, brought
+    tiny = "train examples/configs/tiny.yaml --steps 3 --output outputs/tiny --quiet"
+    core = in_turn(python, [["doctor"], ["init"], tiny.split(), ["train", mw, "--output", "mw", "--quiet"],
+                            ["demo", "--quick", "--output", "demo"], ["data", "metaworld", "--out", "x.h5"]], work, env)
+    doctor = ok(core["doctor"])
+    assert re.search(r"^  data       missing h5py, metaworld, imageio, imageio_ffmpeg, PIL, pyarrow, av, packaging - "
+                     r"datasets and video files: .*; commands: workbench data, workbench demo, workbench eval, "
+                     r"workbench pretrain, workbench probe$", doctor, re.M), doctor
+    assert re.search(r"^  widgets    missing ipywidgets, anywidget, matplotlib, ipykernel - the notebook views "
+                     r"\(workbench\.widgets: Stepper, Fit, \.\.\.\) and the demo's loss chart; commands: workbench "
+                     r"demo$", doctor, re.M), doctor
+    # outside a clone: the example configs come from the wheel, and the README's command runs as printed
+    assert "wrote examples/configs/tiny.yaml" in ok(core["init"])
+    assert (work / "examples" / "configs" / "tiny.yaml").read_text() == \
+        (ROOT / "examples" / "configs" / "tiny.yaml").read_text()
+    assert "Finished tiny at step 3" in ok(core[tiny])
+    # each command whose extra is missing refuses before it starts, naming the extra and the pip command
+    refused(core[f"train {mw} --output mw --quiet"],
+            f"error: workbench train {mw} (data: metaworld) needs h5py from the 'data' extra, which is not installed "
+            f"in this environment. Install it with: pip install \"grafted-workbench[data]\"")
+    refused(core["demo --quick --output demo"],
+            "error: workbench demo needs h5py, imageio, imageio_ffmpeg, PIL (the 'data' extra); matplotlib (the "
+            "'widgets' extra), not installed in this environment. Install with: pip install "
+            "\"grafted-workbench[data,widgets]\"")
+    refused(core["data metaworld --out x.h5"],
+            "error: workbench data metaworld needs pyarrow, av, PIL (the 'data' extra), not installed in this "
+            "environment. Install with: pip install \"grafted-workbench[data]\"")
+    assert not (work / "mw").exists() and not (work / "demo").exists() and not (work / "x.h5").exists()
     # -- + data --------------------------------------------------------------------------------------------
     brought = stage("[data]")
     assert full or {"h5py", "metaworld", "pyarrow", "av"} <= {n.lower() for n in brought}, brought

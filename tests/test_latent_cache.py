@@ -67,10 +67,11 @@ def test_cache_latents_needs_the_training_process():
         TrainingConfig(cache_latents=True, num_workers=2)
 
 
-def test_a_backbone_without_encode_item_is_named():
-    cache = LatentCache([toy_raw()], ToyBackbone())
-    with pytest.raises(DataError, match="ToyBackbone.encode_item has nothing to precompute .* cache_latents: false"):
-        cache[0]
+def test_a_backbone_without_a_latent_cache_is_named():
+    with pytest.raises(DataError, match=r"^training\.cache_latents: ToyBackbone does not declare CachesLatents, so it "
+                                        r"has no frozen work to do ahead of training\. Set cache_latents: false, or "
+                                        r"declare CachesLatents on the backbone with its encode_item\(item\)\.$"):
+        LatentCache([toy_raw()], ToyBackbone())
 
 
 def test_latents_of_the_wrong_shape_are_refused():

@@ -84,6 +84,24 @@ def test_the_plan_s_weights_and_recording_match_a_real_build(kind):
     assert trajectory.nbytes() <= plan.recording <= trajectory.nbytes() + scalar_slack
 
 
+def test_workbench_plan_sizes_the_embedded_model_s_example_config(capsys):
+    """The embedded model (a weights file, not a diffusers directory) is planned from its config's random init on
+    the meta device: its weights are what a real build of the same config holds, its latents what it encodes."""
+    from workbench.backbones.random_weights import parameter_bytes
+    from workbench.backbones.tiny_video import TinyVideo
+    from workbench.cli import main
+    from workbench.train.memory import memory_plan
+
+    config = {"image_size": 16, "frames": 8, "width": 16, "ae_width": 8, "depth": 1, "sampling_steps": 8}
+    real = TinyVideo(**config)
+    plan = memory_plan("examples/configs/tiny.yaml", device="cpu")
+    tensors = [*real.parameters(), *real.buffers()]  # (the latent normalisation is stored with the weights)
+    assert plan.weights == parameter_bytes(real) == 4 * sum(t.numel() for t in tensors)
+    assert plan.latent_shape == tuple(real.encode(torch.zeros(1, 3, 8, 16, 16)).shape[1:]) == (4, 8, 4, 4)
+    assert main(["plan", "examples/configs/tiny.yaml", "--device", "cpu"]) == 0
+    assert capsys.readouterr().out.startswith("memory plan: tiny_video (tiny_video-flow_matching) on cpu (float32)")
+
+
 @requires_plugins
 def test_workbench_plan_prints_the_table(capsys):
     from workbench.cli import main
@@ -129,7 +147,8 @@ def _tiny_guided(kind: str):
     ("dynamicrafter", {"image_guidance_scale": 2.0}, 3),
 ])
 def test_a_guided_recording_is_sized_with_every_call_of_its_steps(kind, sampler_kwargs, calls):
-    from workbench.inspect import StoragePolicy, StorageWarning, estimate_memory, record
+    from workbench.errors import StorageWarning
+    from workbench.inspect import StoragePolicy, estimate_memory, record
 
     model, batch = _tiny_guided(kind)
     assert model.base.predictions_per_step(batch, **sampler_kwargs) == calls

@@ -376,7 +376,7 @@ def test_the_plugin_keeps_the_backbone_contract(plugin, cache_root):
     report = check_backbone(base, raw=full_raw(plugin, base), adapter_factory=lambda: adapter(plugin), steps=4)
     assert report["recording"].detail == "4 steps, 2 base call(s) per step, bit-exact"  # both guidance branches
     given = "given latent frames [0] kept" if plugin is WAN else "this batch has no given frames"
-    assert given in report["constrain"].detail
+    assert given in report["given_frames"].detail
     if plugin is WAN:  # image-to-video: a second chunk generated from the frame the first produced
         assert report["rollout"].status == "kept", report["rollout"].detail
         assert "chunk 1 from chunk 0's last produced frame" in report["rollout"].detail
@@ -486,7 +486,7 @@ def test_a_recording_reports_the_schedulers_sigmas_and_forks_with_changes(plugin
     pushed = traj.fork(at=2, cond={"action": torch.ones(3, 4)})
     assert torch.equal(pushed[1].x_t, traj[1].x_t) and torch.equal(pushed[2].x_t, traj[2].x_t)
     assert not torch.equal(pushed.final, traj.final)
-    fresh = traj.fork(at=0, adapter="off")
+    fresh = traj.fork(at=0, with_adapter=False)
     off = ComposedModel(base, adapter(plugin), GatedResidual(), base.default_objective())
     assert torch.equal(fresh.final, off.generate(raw, steps=4, generator=torch.Generator().manual_seed(3)))
 
@@ -502,7 +502,7 @@ def test_wan_step_through_renders_frames_through_the_shared_preview(cache, cache
 
 
 def test_wan_full_decode_of_a_long_clip_is_one_call_through_the_causal_vae(cache_root):
-    from workbench.inspect import decode_chunked
+    from workbench.inspect.previews.latent_space import decode_chunked
 
     base = load(WAN, cache_root)
     z = torch.randn(1, 48, 10, 4, 4, generator=torch.Generator().manual_seed(0))  # more than one default chunk

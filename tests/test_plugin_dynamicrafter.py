@@ -8,6 +8,7 @@ any download. Everything else runs on tiny seeded models on CPU.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import os
 import subprocess
@@ -455,7 +456,7 @@ def test_the_conformance_kit_finds_every_promise_kept(variant, cache_root):
            "control": torch.rand(2, 1, 4, 32, 32, generator=g), "prompt": [PROMPT, "another prompt"]}  # every input
     report = check_backbone(base, raw=raw, adapter_factory=adapter, steps=3)
     assert report["recording"].detail == "3 steps, 2 base call(s) per step, bit-exact"  # conditional + unconditional
-    assert "this batch has no given frames" in report["constrain"].detail
+    assert "this batch has no given frames" in report["given_frames"].detail
     if variant == "512_interp":  # it also needs the clip's last frame: a rollout does not know it, and says so
         assert base.card.context_frames == 0 and report["rollout"].status == "skipped"
         detail = report["rollout"].detail
@@ -636,6 +637,11 @@ def test_the_example_config_trains_on_metaworld_and_resumes_bit_exactly(cache_ro
         (two / "step-0000004" / "trainable.safetensors").read_bytes()
     saved = (one / "step-0000004" / "config.yaml").read_text()
     assert "type: dynamicrafter" in saved and "path: tiny" in saved
+    from workbench_dynamicrafter.tiny import ensure_tiny_checkpoint
+
+    checkpoint = ensure_tiny_checkpoint()  # the run records the checkpoint file it was trained on
+    assert json.loads((two / "step-0000004" / "meta.json").read_text())["base"] == {
+        "sha256": hashlib.sha256(checkpoint.read_bytes()).hexdigest(), "covers": "the file model.safetensors"}
 
 
 INSIDE = {"lora": {"rank": 2}, "action_modulation": {"hidden": 8, "lora": {"rank": 2}}, "controlnet": {"blocks": 1}}

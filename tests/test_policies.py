@@ -184,7 +184,7 @@ def test_imagine_scores_the_last_frame_of_each_rollout(tiny):
     # batches of any size give the same frames (each batch is its own rollout with the same seeds)
     again = imagine(tiny, ep, steps=2, seed=1, batch=len(ep), hand_probe=probe, object_probe=probe, state=None)
     np.testing.assert_array_equal(again["distance"], got["distance"])
-    base = imagine(tiny, ep, steps=2, seed=1, batch=len(ep), adapter=False, hand_probe=probe, object_probe=probe,
+    base = imagine(tiny, ep, steps=2, seed=1, batch=len(ep), with_adapter=False, hand_probe=probe, object_probe=probe,
                    state=None)
     assert not np.array_equal(base["final_frames"], got["final_frames"])  # the adapter changes the prediction
     report = agreement(got["distance"], ep, resamples=20)

@@ -186,14 +186,27 @@ def test_the_example_config_is_the_demo_and_trains(tmp_path):
 
 
 def test_the_demo_table_carries_the_stored_from_scratch_rows_at_its_own_budget():
-    from workbench.worldmodel.demo import SCRATCH_REFERENCE, DemoConfig, scratch_reference_rows
+    from safetensors.torch import load_file
+
+    from workbench.worldmodel.demo import SCRATCH_MODEL, SCRATCH_REFERENCE, DemoConfig, scratch_reference_rows
 
     ref = json.loads(SCRATCH_REFERENCE.read_text())
     assert ref["training"]["trainable_parameters"] == 51930 and ref["training"]["steps"] == 600
+    # as the stored run's own files say: its trained weights hold 51930 numbers, its checkpoint is at step 600
+    assert sum(t.numel() for t in load_file(SCRATCH_MODEL / "trainable.safetensors").values()) == 51930
+    assert json.loads((SCRATCH_MODEL / "manifest.json").read_text())["step"] == 600
     rows = scratch_reference_rows(DemoConfig())
     assert rows.startswith("from scratch, 600 steps (the parameter count of the actions-only adapter; no pretrained "
                            "denoiser), stored, not rerun: `workbench demo --from-scratch --output outputs/scratch`")
     assert "(d) from scratch, true actions      21.48  0.786        13.30           7.08" in rows
     assert "(d) beats (e) on 89% of clips" in rows
+    # the row's numbers are the 36 clips' own scores, averaged here rather than read from the stored summary
+    clips = {k: np.asarray(v) for k, v in ref["per_clip"].items() if k.startswith(("adapter_", "swapped_"))}
+    assert len(clips["adapter_psnr"]) == 36
+    row = next(line for line in rows.splitlines() if line.startswith("(d) from scratch, true actions"))
+    assert row.split()[5:9] == [f"{clips[f'adapter_{m}'].mean():.{3 if m == 'ssim' else 2}f}"
+                                for m in ("psnr", "ssim", "moving_psnr", "action_error")]
+    wins = 100 * np.mean(clips["adapter_moving_psnr"] > clips["swapped_moving_psnr"])
+    assert f"(d) beats (e) on {wins:.0f}% of clips" in rows
     assert scratch_reference_rows(DemoConfig.quick()) == ""  # other clips: nothing to compare with
     assert scratch_reference_rows(DemoConfig(from_scratch=True)) == ""

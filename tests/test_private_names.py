@@ -14,7 +14,6 @@ does not. Dunder names (``__name__``) are no one's private; a private name our c
 from __future__ import annotations
 
 import ast
-import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -28,24 +27,6 @@ WING = "workbench.worldmodel"
 THIRD_PARTY = {
     "_gradient_checkpointing_func": "diffusers' ModelMixin (the DynamiCrafter UNet calls it as diffusers does)",
 }
-
-#: Reads that the packages defining the names still have to give public names: each entry disappears when it is
-#: fixed (the test then asks for it to be removed), and nothing new may join them.
-PENDING = {
-    # the bridge's helpers, read by the diffusers plugins' subclasses
-    "plugins/easyanimate/workbench_easyanimate/backbone.py: reads self._guidance",
-    "plugins/wan22/workbench_wan22/backbone.py: reads self._frames_from",
-    "plugins/wan22/workbench_wan22/backbone.py: reads self._guidance",
-    # the backbone an adapter is attached to (core.adapter), read by the shipped adapters
-    "workbench/adapters/action_modulation.py: reads self._bound_to",
-    "workbench/adapters/controlnet.py: reads self._bound_to",
-    "workbench/adapters/inside.py: reads self._bound_to",
-    "workbench/adapters/lora.py: reads self._bound_to",
-    # the recording's step log (Trajectory.log is its public name)
-    "workbench/testing/promises.py: reads traj._log",
-    # the composed model's timestep vector, read by the step-ahead base
-}
-
 
 def is_private(name: str) -> bool:
     return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
@@ -173,20 +154,11 @@ def private_reads() -> list[str]:
     return scan({path: path.read_text() for path in paths})
 
 
-def key(finding: str) -> str:
-    """A finding without its line number and owner: ``path: what``, as :data:`PENDING` holds it."""
-    return re.sub(r":\d+: ", ": ", finding).split(" (")[0]
-
-
 def test_no_package_reads_another_packages_private_names():
     found = private_reads()
-    new = [f for f in found if key(f) not in PENDING]
-    fixed = sorted(PENDING - {key(f) for f in found})
-    assert not new and not fixed, (
+    assert found == [], (
         f"{len(found)} read(s) of another package's private names: give each a public name in the package that "
-        f"defines it (or stop needing it):\n  " + "\n  ".join(found)
-        + ("\nnew since PENDING was written:\n  " + "\n  ".join(new) if new else "")
-        + ("\nfixed, so remove them from PENDING:\n  " + "\n  ".join(fixed) if fixed else ""))
+        f"defines it (or stop needing it):\n  " + "\n  ".join(found))
 
 
 def test_the_scan_finds_each_kind_of_read_and_lets_a_package_read_its_own():
@@ -213,5 +185,3 @@ def test_the_scan_finds_each_kind_of_read_and_lets_a_package_read_its_own():
         "writes exp._config (private to workbench.train)",
         "hasattr(exp, '_config') (private to workbench.train)",
     ]
-    assert key("workbench/train/ahead.py:87: reads model._t_vector (private to workbench.core)") == (
-        "workbench/train/ahead.py: reads model._t_vector")

@@ -82,8 +82,8 @@ def test_the_top_level_names_are_the_submodules_own():
     assert workbench.AdapterExperiment is experiment.AdapterExperiment
 
 
-TESTING_SNAPSHOT = ["INSIDE_PROMISES", "PROMISES", "ConformanceError", "ConformanceReport", "Finding", "ProbeAdapter",
-                    "check_backbone", "check_inside_adapter", "counting_base_calls"]
+TESTING_SNAPSHOT = ["CAPABILITY_PROMISES", "INSIDE_PROMISES", "PROMISES", "ConformanceError", "ConformanceReport",
+                    "Finding", "ProbeAdapter", "check_backbone", "check_inside_adapter", "counting_base_calls"]
 
 
 def test_the_conformance_kit_is_a_frozen_documented_submodule():
@@ -92,11 +92,75 @@ def test_the_conformance_kit_is_a_frozen_documented_submodule():
 
     assert sorted(workbench.testing.__all__) == sorted(TESTING_SNAPSHOT), "update TESTING_SNAPSHOT deliberately"
     assert callable(check_backbone) and list(workbench.testing.PROMISES) == [
-        "card", "to", "provides", "encode_decode", "identity", "constrain", "recording", "fork", "clip", "rollout",
-        "training", "state_dict"]
+        "card", "to", "provides", "encode_decode", "identity", "given_frames", "recording", "fork", "clip", "rollout",
+        "training", "state_dict", "latent_cache", "inside", "compile", "memory_plan", "previews", "callbacks"]
+    assert {name: c.__name__ for name, c in workbench.testing.CAPABILITY_PROMISES.items()} == {
+        "latent_cache": "CachesLatents", "inside": "InsideAccess", "compile": "Compilable",
+        "memory_plan": "MemoryPlanning", "previews": "Previews", "callbacks": "TrainingCallbacks"}
+
+
+CAPABILITIES_SNAPSHOT = ["CAPABILITIES", "CachesLatents", "Compilable", "DECODER_MODULES", "GivenFrames",
+                         "InsideAccess", "KeepsFloat32", "LatentLayout", "MemoryPlanning", "Previews",
+                         "SamplingOptions", "TrainingCallbacks", "declared", "members", "must_write", "undeclared",
+                         "unwritten"]
+# the base class: what every backbone writes (the required part) and what callers use; everything else is a capability
+BASE_SNAPSHOT = {"methods": ["clip", "config_from", "decode", "default_objective", "denoise", "encode", "example_batch",
+                             "generate", "prepare_batch", "provides", "run_sampler", "weight_files"],
+                 "attributes": ["card", "config", "config_class", "device", "dtype", "is_compiled"]}
+
+
+def test_the_backbone_contract_is_a_small_base_class_and_capabilities_beside_it():
+    """``BaseVideoModel`` is frozen at its required part; the optional members live in ``workbench.core.capabilities``
+    (counted as ``tools/public_surface.py`` counts them)."""
+    import sys
+    from pathlib import Path
+
+    import workbench.core.capabilities as capabilities
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    try:
+        from public_surface import members
+    finally:
+        sys.path.pop(0)
+    methods, attributes = members(workbench.BaseVideoModel)
+    assert {"methods": methods, "attributes": attributes} == BASE_SNAPSHOT, "update BASE_SNAPSHOT deliberately"
+    assert sorted(capabilities.__all__) == sorted(CAPABILITIES_SNAPSHOT), "update CAPABILITIES_SNAPSHOT deliberately"
+    assert [c.__name__ for c in capabilities.CAPABILITIES] == [
+        "GivenFrames", "SamplingOptions", "LatentLayout", "Previews", "CachesLatents", "InsideAccess", "Compilable",
+        "MemoryPlanning", "KeepsFloat32", "TrainingCallbacks"]
 
 
 WIDGETS_SNAPSHOT = ["AblationSliders", "ActionSensitivity", "ConditionProbe", "Drive", "Fit", "Gates", "Stepper"]
+
+INSPECT_SNAPSHOT = [
+    "Ablation", "ConditionEdit", "DriveState", "GatesState", "Readout", "Rollout", "StateReader", "StepperState",
+    "StopSampling", "StoragePolicy", "Trajectory", "TrajectoryStep", "VIEWS", "action_sensitivity",
+    "clear_preview_cache", "closed_loop", "compare_paths", "condition_plots", "condition_table", "estimate_memory",
+    "fit_preview", "gate_history", "gate_statistics", "predict_clips", "record", "render", "rollout",
+    "sigma_sensitivity", "swap_conditions", "view_image"]
+
+
+def test_the_instruments_export_at_most_30_names_each_from_its_own_module():
+    """``workbench.inspect`` exports what a notebook reaches for (at most 30 names); every other name imports from
+    its own module only, and the errors from ``workbench.errors`` only."""
+    import importlib
+    import pkgutil
+
+    import workbench.errors
+    import workbench.inspect
+
+    assert sorted(workbench.inspect.__all__) == sorted(INSPECT_SNAPSHOT), "update INSPECT_SNAPSHOT deliberately"
+    assert len(workbench.inspect.__all__) <= 30
+    public = {name for name in vars(workbench.inspect) if not name.startswith("_")}
+    submodules = {m.name for m in pkgutil.iter_modules(workbench.inspect.__path__)}
+    assert public - submodules == set(workbench.inspect.__all__)  # nothing else rides along
+    for name in workbench.inspect.__all__:  # each is its home module's own object (VIEWS, a tuple: views')
+        obj = getattr(workbench.inspect, name)
+        home = importlib.import_module(getattr(obj, "__module__", "workbench.inspect.views"))
+        assert home.__name__.startswith("workbench.inspect.") and getattr(home, name) is obj, name
+    for name in ("ActionSensitivityResult", "RolloutChunk", "Settings", "Propagation", "InspectError", "StepError"):
+        assert not hasattr(workbench.inspect, name), name
+    assert issubclass(workbench.errors.StepError, workbench.errors.InspectError)
 
 
 def test_the_views_are_a_frozen_submodule_and_no_view_shares_a_name_with_an_instrument():
@@ -104,11 +168,11 @@ def test_the_views_are_a_frozen_submodule_and_no_view_shares_a_name_with_an_inst
     names: ``ActionSensitivity`` is the view, ``ActionSensitivityResult`` what ``action_sensitivity`` returns."""
     import workbench.inspect
     import workbench.widgets
+    from workbench.inspect.probes.sensitivity import ActionSensitivityResult
 
     assert sorted(workbench.widgets.__all__) == WIDGETS_SNAPSHOT, "update WIDGETS_SNAPSHOT deliberately"
     assert set(workbench.widgets.__all__).isdisjoint(workbench.inspect.__all__)
-    assert "ActionSensitivityResult" in workbench.inspect.__all__
-    assert {"Readout", "FrameReadout", "Propagation", "PathComparison"} <= set(workbench.inspect.__all__)
+    assert ActionSensitivityResult.__name__ not in workbench.widgets.__all__
     assert "DriveState" in workbench.inspect.__all__  # the logic of the Drive view
 
 
@@ -116,42 +180,45 @@ def test_the_rollout_api_is_frozen():
     """Rollouts are what Drive and the policy evaluation build on, and closed loops what a policy of yours sees:
     their names and arguments are a contract."""
     import workbench.inspect
-    from workbench.inspect import Rollout, RolloutChunk, rollout
+    from workbench.inspect import Rollout, rollout
+    from workbench.inspect.recording.rollouts import RolloutChunk
 
-    assert {"rollout", "Rollout", "RolloutChunk"} <= set(workbench.inspect.__all__)
+    assert {"rollout", "Rollout"} <= set(workbench.inspect.__all__)
     assert list(inspect.signature(rollout).parameters) == [
-        "model", "start", "actions", "steps", "seed", "state", "gate_scale", "stride", "store", "adapter",
+        "model", "start", "actions", "steps", "seed", "state", "gate_scale", "stride", "store", "with_adapter",
         "sampler_kwargs"]
     assert list(inspect.signature(Rollout.fork).parameters) == [
-        "self", "chunk", "at", "cond", "adapter", "gate_override", "storage"]
+        "self", "chunk", "at", "cond", "with_adapter", "gate_override", "storage"]
     assert {"video", "frame_count", "actions", "states", "extend", "head", "chunk_of"} <= set(dir(Rollout))
-    from workbench.inspect import Observation, closed_loop
+    from workbench.inspect import closed_loop
+    from workbench.inspect.recording.closed_loop import Observation
 
     assert list(inspect.signature(closed_loop).parameters) == [
         "model", "start", "policy", "frames", "chunks", "steps", "seed", "state", "observe", "gate_scale", "store",
-        "adapter", "sampler_kwargs"]
+        "with_adapter", "sampler_kwargs"]
     assert [f.name for f in dataclasses.fields(Observation)] == [
         "frame", "state", "goal", "chunk", "frame_index", "frames", "action_dim", "batched"]
     assert {f.name for f in dataclasses.fields(RolloutChunk)} >= {"trajectory", "start", "frames", "conditions",
                                                                   "state"}
 
 
-def test_inspect_is_cut_by_concept_and_the_old_module_paths_still_import():
+def test_inspect_is_cut_by_concept_and_each_module_has_one_path():
     """recording/, previews/, probes/ beside the views' state (common, views, stepper, drive, cache); a module
-    path from before the cut names the same module object in its new home."""
+    is importable from its own path only: the flat paths from before the cut are gone, not aliased."""
     import importlib
     import pkgutil
+    import sys
+
+    import pytest
 
     import workbench.inspect as inspect
 
     top = {m.name for m in pkgutil.iter_modules(inspect.__path__)}
     assert top == {"recording", "previews", "probes", "common", "views", "stepper", "drive", "cache"}
-    for old, package in inspect._MOVED.items():
-        assert importlib.import_module(f"workbench.inspect.{old}") is importlib.import_module(
-            f"workbench.inspect.{package}.{old}"), old
-    from workbench.inspect.trajectory import record  # noqa: F401 - the 0.3 path
-
-    from workbench.inspect.probes import action_sensitivity  # the sensitivity probes, where they were
-
-    assert action_sensitivity is importlib.import_module("workbench.inspect.probes.sensitivity").action_sensitivity
-    assert record is inspect.record
+    for old in ("trajectory", "rollouts", "preview", "gates", "ablation"):
+        with pytest.raises(ModuleNotFoundError, match=f"workbench.inspect.{old}"):
+            importlib.import_module(f"workbench.inspect.{old}")
+    assert not [name for name in sys.modules if name.startswith("workbench.inspect.")
+                and sys.modules[name].__name__ != name]
+    assert not hasattr(importlib.import_module("workbench.inspect.probes"), "action_sensitivity")
+    assert inspect.record is importlib.import_module("workbench.inspect.recording.trajectory").record

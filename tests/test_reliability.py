@@ -291,6 +291,16 @@ def test_tiny_video_weights_errors(tmp_path):
     assert torch.equal(TinyVideo.from_pretrained(path).denoiser.out.weight, small.denoiser.out.weight)
 
 
+def test_a_backbone_naming_weight_files_that_are_not_there_is_told_so(tmp_path, monkeypatch):
+    base = tiny_base()
+    monkeypatch.setattr(base, "weight_files", lambda: (tmp_path / "gone.safetensors",))
+    with pytest.raises(CheckpointError, match=rf"TinyVideo\.weight_files\(\) names 1 file\(s\) that cannot be read: "
+                                              rf"{re.escape(str(tmp_path / 'gone.safetensors'))}\. It must list the "
+                                              rf"files its frozen weights were read from .* Put the files back, or fix "
+                                              rf"the backbone's weight_files\(\)\."):
+        AdapterExperiment(base=base, adapter=LatentResidual(width=16, depth=1))
+
+
 def test_unknown_component_lists_and_suggests():
     with pytest.raises(UnknownComponentError) as info:
         build("composer", "gated_residul")

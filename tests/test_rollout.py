@@ -12,8 +12,8 @@ from conftest import BaseCalls, nonzero_model, tiny_base
 from workbench import ComposedModel, GatedResidual
 from workbench.adapters.latent_residual import LatentResidual
 from workbench.core.seeds import chunk_seed
-from workbench.errors import UnknownComponentError
-from workbench.inspect import InspectError, Rollout, StateReader, StoragePolicy, record, rollout
+from workbench.errors import InspectError, UnknownComponentError
+from workbench.inspect import Rollout, StateReader, StoragePolicy, record, rollout
 from workbench.metrics import to_uint8_video
 
 STEPS = 3
@@ -151,6 +151,14 @@ def test_state_comes_from_the_produced_frames(path_model):
     ceiling = rollout(path_model, clip, actions, steps=STEPS, state="recorded")
     assert [s.tolist() for s in ceiling.states] == [clip["ee_pos"][f].tolist() for f in (0, 3, 6)]
     assert not np.array_equal(ceiling.video, ro.video)
+    # state="start": every chunk is given the state recorded at frame 0, and nothing recorded later is read
+    poisoned = {**clip, "ee_pos": clip["ee_pos"].clone()}
+    poisoned["ee_pos"][1:] = float("nan")
+    held = rollout(path_model, poisoned, actions, steps=STEPS, state="start")
+    assert held.state_mode == "start" and [s.tolist() for s in held.states] == [clip["ee_pos"][0].tolist()] * 3
+    assert torch.equal(held.chunks[2].conditions["ee_pos"], clip["ee_pos"][0].expand(1, W, 3))
+    assert np.array_equal(held.video[:4], ceiling.video[:4])  # chunk 0: the same recorded frame-0 state
+    assert not np.array_equal(held.video, ceiling.video)
     # the world-model wing's hand probe, found by name through the registry
     with pytest.raises(Exception, match="64x64|64, 64"):  # the probe reads 64x64 frames only
         rollout(path_model, clip, actions, steps=STEPS, state="probe")
@@ -214,10 +222,18 @@ def test_head_and_extend_equal_a_one_shot_rollout(model):
 def test_batched_rollouts_with_a_gate_scale_and_the_base_alone(model):
     clip, actions = episode(7, b=2)
     on = rollout(model, clip, actions, steps=STEPS, state=None)
-    off = rollout(model, clip, actions, steps=STEPS, state=None, adapter="off")
+    off = rollout(model, clip, actions, steps=STEPS, state=None, with_adapter=False)
     doubled = rollout(model, clip, actions, steps=STEPS, state=None, gate_scale=2.0)
     assert not np.array_equal(on.video, off.video) and not np.array_equal(on.video, doubled.video)
     assert doubled.chunks[0].trajectory.settings.gate_override is not None
+    assert [c.trajectory.settings.with_adapter for c in off.chunks] == [False] * len(off.chunks)
+    with pytest.raises(InspectError, match=r"^rollout: with_adapter='off' is not allowed: it takes True \(base \+ "
+                                           r"adapter\) or False \(the frozen base alone\)\.$"):
+        rollout(model, clip, actions, steps=STEPS, state=None, with_adapter="off")
+    with pytest.raises(InspectError, match=r"^rollout needs a workbench\.ComposedModel \(base \+ adapter \+ composer "
+                                           r"\+ objective\), got TinyVideo\..*for the frozen "
+                                           r"base alone pass that model with with_adapter=False\."):
+        rollout(model.base, clip, actions, steps=STEPS, state=None)
 
 
 def test_errors_say_what_was_wrong(model):
@@ -233,8 +249,8 @@ def test_errors_say_what_was_wrong(model):
         rollout(model, clip, actions, steps=STEPS, state=None, stride=4)
     with pytest.raises(InspectError, match="start must be a clip dict with 'video'"):
         rollout(model, {"image": clip["video"][:, 0]}, actions, steps=STEPS)
-    with pytest.raises(UnknownComponentError, match=r"state='prob' names no state reader\. Registered: 'probe'\. "
-                                                    r"Did you mean 'probe'\? Pass state=None"):
+    with pytest.raises(UnknownComponentError, match=r"state='prob' names no state reader\. Registered: 'object_probe', "
+                                                    r"'probe'\. Did you mean 'probe'\? Pass state=None"):
         rollout(path_model_for_errors(), clip, actions, steps=STEPS, state="prob")
     ro = rollout(model, clip, actions, steps=STEPS, state=None)
     with pytest.raises(InspectError, match=r"chunk 1's window takes actions of shape \(4, 4\).*got \(3, 4\)"):
@@ -313,8 +329,9 @@ def test_by_default_a_rollout_gives_no_state(model, path_model):
     # an adapter that reads a state the clip records per frame is refused without a reader, naming the fixes
     with pytest.raises(InspectError, match=r"the adapter reads 'ee_pos' at each chunk's first frame, which start "
                                            r"records per frame; .* got no state reader\. Pass a state reader that "
-                                           r"fills 'ee_pos': a registered one by name \(registered: 'probe'\), "
-                                           r"or StateReader\(fn, keys=\('ee_pos',\)\); or state='recorded'"):
+                                           r"fills 'ee_pos': a registered one by name \(registered: 'object_probe', "
+                                           r"'probe'\), or StateReader\(fn, keys=\('ee_pos',\)\); or state='start' "
+                                           r"\(the value recorded at frame 0, held for every chunk\), or state='rec"):
         rollout(path_model, clip, actions, steps=STEPS)
 
 
@@ -347,5 +364,5 @@ def test_a_state_reader_is_told_apart_from_a_plain_function(model):
         StateReader(mean_colour, keys="ee_pos")
     with pytest.raises(InspectError, match=r"StateReader needs a function to read with"):
         StateReader(keys=("ee_pos",))
-    with pytest.raises(InspectError, match=r"rollout: state=3; pass None \(no state\), 'recorded'"):
+    with pytest.raises(InspectError, match=r"rollout: state=3; pass None \(no state\), 'start', 'recorded'"):
         rollout(model, clip, actions, steps=STEPS, state=3)

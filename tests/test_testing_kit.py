@@ -20,13 +20,25 @@ from torch import nn
 from workbench import Adapter, BaseVideoModel, Batch, ComponentSpec, Diffusion, FlowMatching, ModelCard, StepRecord
 from workbench.adapters.latent_residual import LatentResidual
 from workbench.backbones.tiny_video import TinyVideo, TinyVideoConfig
+from workbench.core.capabilities import (
+    CachesLatents,
+    GivenFrames,
+    InsideAccess,
+    KeepsFloat32,
+    LatentLayout,
+    Previews,
+    SamplingOptions,
+)
 from workbench.core.card import SamplingDefaults
+from workbench.core.inside import InsideSpec
 from workbench.errors import ConformanceError, WorkbenchError
-from workbench.testing import PROMISES, ProbeAdapter, check_backbone
+from workbench.testing import CAPABILITY_PROMISES, PROMISES, ProbeAdapter, check_backbone
+
+REQUIRED_PROMISES = [p for p in PROMISES if p not in CAPABILITY_PROMISES]
 
 
-class Toy(BaseVideoModel):
-    """A correct backbone: 2x2 patch autoencoder, a 1x1 conv denoiser, frame 0 given."""
+class Toy(BaseVideoModel, GivenFrames):
+    """A correct backbone: 2x2 patch autoencoder, a 1x1 conv denoiser, frame 0 given (and kept by constrain)."""
 
     def __init__(self):
         super().__init__()
@@ -62,7 +74,10 @@ class Toy(BaseVideoModel):
             video = image[:, :, None].expand(-1, -1, torch.as_tensor(raw["action"]).shape[1], -1, -1)
         with torch.no_grad():
             latents = self.encode(torch.as_tensor(video).to(self.device))
-        cond = {"first_frame": latents[:, :, 0], "action": torch.as_tensor(raw["action"]).to(self.device)}
+        return self.batch_of(latents, raw["action"])
+
+    def batch_of(self, latents, action):
+        cond = {"first_frame": latents[:, :, 0], "action": torch.as_tensor(action).to(self.device)}
         mask = torch.ones(latents.shape[0], latents.shape[2], device=self.device)
         mask[:, 0] = 0
         return Batch(latents=latents, cond=cond, loss_mask=mask, per_frame=frozenset({"action"}))
@@ -160,19 +175,19 @@ class GuidesWithoutSayingSo(Toy):
         return uncond + 1.5 * (cond - uncond)
 
 
-class MiscountsItsLatentFrames(Toy):
+class MiscountsItsLatentFrames(Toy, LatentLayout):
     def latent_frames(self, frames):
         return frames // 2  # "the autoencoder halves time": it does not
 
 
-class ContinuesFromTheRecordedClip(Toy):
+class ContinuesFromTheRecordedClip(Toy, SamplingOptions):
     """Generates from a frame of its own making, not the video it is given: a rollout cannot continue through it."""
 
     def generation_inputs(self, video):
         return {"image": torch.zeros_like(video[:, :, 0])}
 
 
-class SaysItDecodesFramesAlone(Toy):
+class SaysItDecodesFramesAlone(Toy, LatentLayout):
     decodes_frames_alone = True  # "a per-frame decoder": each frame sees the others
 
     def decode(self, latents):
@@ -198,6 +213,47 @@ class CountsItsCalls(Toy):
         return super().denoise(x_t, t, cond)
 
 
+# -- capabilities: declared and kept, declared and broken ---------------------------------------
+class CachesItsLatents(Toy, CachesLatents):
+    """A latent cache: ``encode_item`` turns a clip's video into its latents, which ``prepare_batch`` accepts."""
+
+    def encode(self, video):  # clip by clip: a clip's latents never depend on the batch it came in
+        return torch.cat([super(CachesItsLatents, self).encode(clip[None]) for clip in video])
+
+    def encode_item(self, item):
+        with torch.no_grad():
+            latents = self.encode(torch.as_tensor(item["video"])[None].to(self.device))[0]
+        return {**{k: v for k, v in item.items() if k != "video"}, "latents": self.stored(latents).cpu()}
+
+    def stored(self, latents):
+        return latents
+
+    def prepare_batch(self, raw):
+        if isinstance(raw, Batch) or "latents" not in raw:
+            return super().prepare_batch(raw)
+        return self.batch_of(torch.as_tensor(raw["latents"]).to(self.device), raw["action"])
+
+
+class CachesInHalfPrecision(CachesItsLatents):
+    def stored(self, latents):
+        return latents.half().float()  # "half the disk": the cached batch is no longer the raw one
+
+
+class PreviewsAStrayDecoder(Toy, Previews):
+    def preview_decoder(self):
+        return nn.ConvTranspose3d(4, 3, (1, 2, 2), stride=(1, 2, 2))  # a new module, not the one decode runs
+
+
+class MisnamesItsInside(Toy, InsideAccess):
+    def inside_spec(self):
+        return InsideSpec(root=self.net, root_name="denoiser", lora_targets=("net",), blocks=(self.net,), widths=(4,),
+                          branch_blocks=0, layout="channels")
+
+
+class DeclaresACacheItDoesNotWrite(Toy, CachesLatents):
+    pass
+
+
 class KeepsTheBase(ProbeAdapter):
     def attach_base_model(self, base):
         self.base = base  # registered as a submodule: the base's weights land in the checkpoint
@@ -214,8 +270,8 @@ BROKEN = [
     pytest.param(UnpinnedDenoise, {}, "identity",
                  r"Add with a zero adapter is not the frozen base bit for bit: max \|difference\| 2\.",
                  id="identity"),
-    pytest.param(ConstrainTouchesPredictedFrames, {}, "constrain", r"constrain changed frames the model predicts",
-                 id="constrain"),
+    pytest.param(ConstrainTouchesPredictedFrames, {}, "given_frames", r"constrain changed frames the model predicts",
+                 id="given_frames"),
     pytest.param(GlobalNoise, {}, "recording", r"generate\(\) drew from torch's global random generator",
                  id="recording"),
     pytest.param(GuidanceAroundComposeFn, {}, "fork", r"a fork at step 2 of 4 made 6 base calls, expected 4 \(2 per "
@@ -238,9 +294,10 @@ BROKEN = [
 
 def test_a_correct_backbone_keeps_every_promise():
     report = check_backbone(Toy, raw=toy_raw())
-    assert report.ok and [f.promise for f in report.findings] == list(PROMISES)
+    assert report.ok and [f.promise for f in report.findings] == REQUIRED_PROMISES and len(REQUIRED_PROMISES) == 12
     assert all(f.status == "kept" for f in report.findings)
-    assert str(report).startswith("Toy (toy) on cpu: all 12 promises kept")
+    assert str(report).startswith("Toy (toy) on cpu: all 12 promises kept; declares GivenFrames\n")
+    assert report.declared == ("GivenFrames",)
     assert "fork at 2: prefix bit-exact, 2 base calls" in report["fork"].detail
     assert report["clip"].detail == ("3 frames of 4x4 -> 3 latent frames; 2 clips predicted three ways (base, adapter, "
                                      "swapped conditions) at that size, the base's bit-exact")
@@ -256,6 +313,67 @@ def test_each_broken_promise_is_reported_with_what_was_found(toy, options, promi
     assert re.search(match, finding.detail), finding.detail
     assert f"FAIL {promise}: {PROMISES[promise][0]}" in str(err.value)
     assert isinstance(err.value, WorkbenchError) and isinstance(err.value, AssertionError)
+
+
+def test_a_backbone_with_only_the_required_part_keeps_every_promise_and_declares_nothing():
+    """The guide's worked example (the fixture plugin's backbone): no capability, every required promise kept."""
+    import importlib.util
+
+    path = Path(__file__).parent / "fixtures" / "workbench-fixture-plugin" / "workbench_fixture_plugin" / "backbone.py"
+    spec = importlib.util.spec_from_file_location("fixture_backbone", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    report = check_backbone(module.FixtureVideo)  # with its own example_batch()
+    assert report.ok and report.declared == () and [f.promise for f in report.findings] == REQUIRED_PROMISES
+    assert str(report).startswith("FixtureVideo (fixture-video) on cpu: all 12 promises kept; "
+                                  "declares no optional capability\n")
+    assert [f.promise for f in report.findings if f.status != "kept"] == ["rollout"]  # text-to-video: no image
+
+
+def test_a_declared_capability_is_found_and_checked():
+    report = check_backbone(CachesItsLatents, raw=toy_raw(), promises=["latent_cache"])
+    assert report.declared == ("GivenFrames", "CachesLatents") and report["latent_cache"].status == "kept"
+    assert report["latent_cache"].detail == ("2 items cached as ['action', 'latents']; prepare_batch of them is the "
+                                             "raw items', bit-exact")
+    assert "all 1 promises kept; declares GivenFrames, CachesLatents" in str(report)
+
+
+@pytest.mark.parametrize(("toy", "promise", "match"), [
+    pytest.param(CachesInHalfPrecision, "latent_cache", r"^prepare_batch of the collated cached items differs from "
+                 r"prepare_batch of the collated raw items in latents \(max \|difference\| [0-9.e-]+\); "
+                 r"cond\['first_frame'\] \(max \|difference\| [0-9.e-]+\)\. A cache must change nothing: run "
+                 r"the frozen encoders clip by clip in prepare_batch too", id="latent_cache"),
+    pytest.param(PreviewsAStrayDecoder, "previews", r"^preview_decoder\(\) returned ConvTranspose3d; it must be the "
+                 r"submodule decode\(\) runs, or None\.$", id="previews"),
+    pytest.param(MisnamesItsInside, "inside", r"^inside_spec\(\)\.root_name is 'denoiser', but the root is the "
+                 r"backbone's 'net': exported LoRA keys are prefixed with root_name\.$", id="inside"),
+])
+def test_a_declared_capability_that_breaks_its_promise_is_reported_broken(toy, promise, match):
+    with pytest.raises(ConformanceError) as err:
+        check_backbone(toy, raw=toy_raw(), promises=[promise])
+    finding = err.value.report[promise]
+    assert finding.status == "broken" and re.search(match, finding.detail), finding.detail
+    assert f"FAIL {promise}: {PROMISES[promise][0]}" in str(err.value)
+
+
+def test_a_declared_capability_left_unwritten_or_a_member_set_without_its_capability_is_refused_first():
+    with pytest.raises(ConformanceError) as err:
+        check_backbone(DeclaresACacheItDoesNotWrite, raw=toy_raw())
+    assert ("FAIL capabilities: writes the members of the capabilities it declares, and declares those it writes\n"
+            "         DeclaresACacheItDoesNotWrite declares CachesLatents but leaves encode_item as its stub. Write "
+            "each member (its docstring in workbench.core.capabilities says what it promises) and list each "
+            "capability among the bases.") in str(err.value)
+    toy = Toy()
+    toy.max_generate_batch = 1  # "one clip at a time": nothing reads it off a backbone without SamplingOptions
+    with pytest.raises(ConformanceError, match=r"Toy sets max_generate_batch of SamplingOptions without declaring "
+                                               r"SamplingOptions, so workbench never uses it\."):
+        check_backbone(toy, raw=toy_raw())
+
+
+def test_a_capabilitys_promise_asked_of_a_backbone_without_it_is_skipped_saying_so():
+    report = check_backbone(Toy, raw=toy_raw(), promises=["latent_cache", "inside"])
+    assert [(f.status, f.detail) for f in report.findings] == [
+        ("skipped", "Toy does not declare CachesLatents."), ("skipped", "Toy does not declare InsideAccess.")]
 
 
 def test_a_backbone_without_a_frame_to_continue_from_is_skipped_with_the_refusal():
@@ -318,31 +436,54 @@ def test_the_kit_leaves_a_counted_denoise_in_place():
     assert "denoise" in vars(base) and seen  # the instance's own wrapper is back after counting
 
 
-def test_a_backbone_still_defining_the_old_sampler_hook_is_told_to_rename_it():
-    with pytest.raises(TypeError, match=r"Old defines _generate: the sampler hook is called run_sampler now"):
-        class Old(Toy):
-            def _generate(self, batch, **kwargs):
-                return batch.latents
+def test_every_backbone_attribute_read_anywhere_is_declared_on_the_base_class_or_a_capability():
+    """What workbench reads off a backbone by name (``getattr(base, "...")``) is declared on BaseVideoModel or
+    on a capability; a capability's data members have their one default there."""
+    from workbench.core.capabilities import CAPABILITIES, DECODER_MODULES
 
-
-def test_every_backbone_attribute_read_anywhere_is_declared_on_the_base_class():
-    """What workbench reads off a backbone by name (``getattr(base, "...")``) has its one default on
-    BaseVideoModel; the attributes the instruments read plainly are declared there with theirs."""
     root = Path(__file__).resolve().parents[1]
     pattern = re.compile(r"getattr\((?:self\.)?(?:base|model\.base|traj\.model\.base|self\.base), \"(\w+)\"")
     read = {m.group(1) for path in (root / "workbench").rglob("*.py") for m in pattern.finditer(path.read_text())}
-    defaults = {name: getattr(BaseVideoModel, name) for name in ("causal_latents", "pixel_space", "preview_identity",
-                                                                 "sampler_inputs")}
-    assert defaults == {"causal_latents": None, "pixel_space": None, "preview_identity": None, "sampler_inputs": ()}
+    defaults = {name: getattr(capability, name) for capability in CAPABILITIES for name in vars(capability)
+                if not name.startswith("_") and not callable(getattr(capability, name))}
+    assert defaults == {"max_generate_batch": None, "sampler_inputs": (), "causal_latents": None,
+                        "decodes_frames_alone": False, "pixel_space": None}
     from workbench.backbones.diffusers_bridge import DiffusersBackbone
 
     # what only a diffusers pipeline has (its pipelines, its cached call's version) the bridge declares
     bridge = {n for n in read if not hasattr(BaseVideoModel, n) and hasattr(DiffusersBackbone, n)}
     assert bridge == {"forward_version", "pipelines"}
-    undeclared = sorted(n for n in read - bridge if not hasattr(BaseVideoModel, n))
-    assert undeclared == [], f"declare these on BaseVideoModel (with a docstring and the default): {undeclared}"
-    decoders = {"vae", "autoencoder", "first_stage_model", "decoder"}
-    assert set(BaseVideoModel.decoder_modules) == decoders and not any(hasattr(BaseVideoModel, n) for n in decoders)
+    undeclared = sorted(n for n in read - bridge
+                        if not hasattr(BaseVideoModel, n) and not any(hasattr(c, n) for c in CAPABILITIES))
+    assert undeclared == [], f"declare these on BaseVideoModel or a capability, with a docstring: {undeclared}"
+    assert set(DECODER_MODULES) == {"vae", "autoencoder", "first_stage_model", "decoder"}
+    assert not any(hasattr(BaseVideoModel, n) for n in DECODER_MODULES)
+
+
+def test_a_backbone_writing_a_capabilitys_member_without_declaring_it_is_refused_when_the_class_is_made():
+    with pytest.raises(TypeError, match=r"^Cached writes encode_item of the CachesLatents capability without declaring "
+                                        r"it, so workbench would never use it\. Add CachesLatents to its bases \(from "
+                                        r"workbench\.core\.capabilities import CachesLatents\)\.$"):
+        class Cached(Toy):
+            def encode_item(self, item):
+                return item
+
+
+def test_the_base_class_is_the_required_part_and_the_capabilities_are_on_the_side():
+    """Every optional member lives on one capability; the base class holds none of them."""
+    from workbench.core.capabilities import CAPABILITIES, members, must_write
+
+    names = [m for c in CAPABILITIES for m in members(c)]
+    assert len(names) == len(set(names)) and not any(hasattr(BaseVideoModel, n) for n in names)
+    assert {c.__name__: must_write(c) for c in CAPABILITIES if must_write(c)} == {
+        "GivenFrames": ("constrain",), "CachesLatents": ("encode_item",), "InsideAccess": ("inside_spec",),
+        "Compilable": ("compile_target",), "MemoryPlanning": ("planning_inputs",),
+        "KeepsFloat32": ("keep_in_float32",), "TrainingCallbacks": ("callbacks",)}
+    for capability in CAPABILITIES:  # a member without a default says, when called, what to write
+        for name in must_write(capability):
+            with pytest.raises(NotImplementedError, match=rf"Toy declares {capability.__name__} but does not write "
+                                                          rf"{name}: define {name}\("):
+                getattr(capability, name)(Toy(), *([None] * (getattr(capability, name).__code__.co_argcount - 1)))
 
 
 # -- the embedded backbone -----------------------------------------------------------------
@@ -366,7 +507,9 @@ def make_tiny(**overrides):
 def test_tiny_video_keeps_the_contract(objective, adapter):
     factory = (lambda: LatentResidual(width=16, depth=1)) if adapter == "latent_residual" else None
     report = check_backbone(make_tiny(objective=objective), raw=tiny_raw(), adapter_factory=factory)
-    assert report.ok and "given latent frames [0] kept" in report["constrain"].detail
+    assert report.ok and "given latent frames [0] kept" in report["given_frames"].detail
+    assert report.declared == ("GivenFrames", "LatentLayout", "CachesLatents", "InsideAccess", "MemoryPlanning")
+    assert [f.promise for f in report.findings] == [*REQUIRED_PROMISES, "latent_cache", "inside", "memory_plan"]
 
 
 @pytest.mark.parametrize("objective", ["flow_matching", "diffusion"])
@@ -396,7 +539,7 @@ def test_what_a_backbone_keeps_in_float32_stays_so_and_the_kit_checks_it():
     tensors to the device, not to the dtype; ``base.dtype`` is the dtype the rest computes in."""
     from conftest import ToyBackbone
 
-    class Kept(ToyBackbone):
+    class Kept(ToyBackbone, KeepsFloat32):
         def keep_in_float32(self):
             return ("net.1", "net.3.bias")  # a module (the batch norm) and a single parameter
 

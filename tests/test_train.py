@@ -368,3 +368,31 @@ def test_exp_sample_records_the_native_sampler_and_matches_generate():
     assert len(traj) == 3
     plain = exp.model.generate(exp.prepare(raw), steps=3, generator=torch.Generator().manual_seed(5))
     assert torch.equal(traj.final, plain)
+
+
+def test_a_large_base_file_is_hashed_once_per_contents(tmp_path, monkeypatch):
+    """A base file of CACHE_FROM_BYTES or more keeps its digest against its identity (here the threshold is lowered
+    to 1 byte): read once, read again after any write, and a damaged record is hashed past."""
+    import hashlib
+    import time
+
+    from workbench.train import provenance
+
+    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(provenance, "CACHE_FROM_BYTES", 1)
+    monkeypatch.setattr(provenance, "_memo", {})
+    file = tmp_path / "base.safetensors"
+    file.write_bytes(b"a" * 1000)
+    reads = []
+    digest_file = provenance.digest_file
+    monkeypatch.setattr(provenance, "digest_file", lambda path: reads.append(path) or digest_file(path))
+    assert provenance.file_sha256(file) == hashlib.sha256(b"a" * 1000).hexdigest()
+    [record] = (tmp_path / "cache" / "digests").glob("*.json")
+    provenance._memo.clear()  # a new process: the record on disk is read, the file is not
+    assert provenance.file_sha256(file) == hashlib.sha256(b"a" * 1000).hexdigest() and len(reads) == 1
+    time.sleep(0.05)  # (past one tick of the file system's clock)
+    file.write_bytes(b"b" * 1000)  # written again, the same size
+    assert provenance.file_sha256(file) == hashlib.sha256(b"b" * 1000).hexdigest() and len(reads) == 2
+    provenance._memo.clear()
+    record.write_text("{not json")
+    assert provenance.file_sha256(file) == hashlib.sha256(b"b" * 1000).hexdigest() and len(reads) == 3

@@ -62,7 +62,7 @@ print("fit ended:", fit.session.state)""",
     """raw = default_collate([clips[10], clips[35]])
 traj = exp.sample({"image": raw["video"][:, :, 0], "action": raw["action"]}, steps=8, seed=0)
 stepper = Stepper(traj, decode="tiny", dim_names=["dx", "dy", "dz", "grip"])
-stepper.fork_here(adapter="off", label="base alone")
+stepper.fork_here(with_adapter=False, label="base alone")
 stepper""",
     """AblationSliders(traj, step=4, decode="tiny", dim_names=["dx", "dy", "dz", "grip"])""",
     """print(" ".join(["word"] * 23))  # 114 characters: what a notebook may print on one line""",

@@ -15,24 +15,22 @@ from conftest import BaseCalls, nonzero_model, raw_batch, tiny_base
 from workbench import AdapterExperiment, Add, Batch, GatedResidual, MaskMix, NoiseGated, TrainingConfig
 from workbench.adapters.latent_residual import LatentResidual
 from workbench.data.synthetic import SyntheticMoves
-from workbench.errors import CallbackError
+from workbench.errors import CallbackError, InspectError, StepError
 from workbench.inspect import (
     VIEWS,
     Ablation,
     ConditionEdit,
     GatesState,
-    InspectError,
-    StepError,
     StepperState,
-    effective_gate_map,
-    find_gate_history,
     record,
     swap_conditions,
     view_image,
 )
 from workbench.inspect.cache import LRUCache
 from workbench.inspect.previews.colors import colorize, lut
+from workbench.inspect.probes.gates import find_gate_history
 from workbench.inspect.probes.sensitivity import condition_plots
+from workbench.inspect.views import effective_gate_map
 from workbench.inspect.views import given_frames as _given
 from workbench.train import FitSession
 
@@ -107,7 +105,7 @@ def test_the_composed_prediction_is_a_signed_map_with_a_colour_bar_that_names_it
 
 
 def test_where_the_adapter_is_off_its_views_say_so_instead_of_failing(traj):
-    off = traj.fork(at=0, adapter="off", label="base alone")
+    off = traj.fork(at=0, with_adapter=False, label="base alone")
     image = view_image(off, 2, "adapter")  # nothing ran: an empty map, not an InspectError
     assert (image.frames == 0).all() and image.note == "adapter off here (this branch runs the base alone)"
     gate = view_image(off, 2, "gate")
@@ -140,7 +138,7 @@ def test_base_view_is_the_x0_estimate_of_the_base_alone(traj, model):
 
 def test_adapter_minus_base_is_zero_where_the_adapter_is_off(traj):
     assert np.abs(view_image(traj, 2, "adapter-base").frames).max() > 0
-    off = traj.fork(at=0, adapter="off")
+    off = traj.fork(at=0, with_adapter=False)
     assert np.abs(view_image(off, 2, "adapter-base").frames).max() == 0
 
 
@@ -176,12 +174,12 @@ def test_mask_mix_gate_map_is_its_spatial_mask():
     model = nonzero_model(composer=composer)
     traj = record(model, model.base.prepare_batch(raw_batch()), steps=STEPS, seed=0)
     gate = effective_gate_map(traj[1], index=1)
-    np.testing.assert_allclose(gate, traj[1].diagnostics["mask"][1, 0].numpy(), rtol=1e-6)
+    np.testing.assert_allclose(gate, traj[1].diagnostics.mask[1, 0].numpy(), rtol=1e-6)
     assert gate.std() > 0
 
 
 def test_gate_map_is_zero_with_the_adapter_off(traj):
-    off = traj.fork(at=0, adapter="off")
+    off = traj.fork(at=0, with_adapter=False)
     assert (effective_gate_map(off[1]) == 0).all()
 
 
@@ -271,7 +269,7 @@ def test_signed_panels_of_all_branches_share_one_colour_range(traj):
 def test_an_all_zero_difference_does_not_set_the_shared_colour_range(traj):
     state = StepperState(traj, view="adapter-base")
     state.seek(2)
-    state.fork_here(adapter="off")  # the base alone: its adapter − base is zero everywhere
+    state.fork_here(with_adapter=False)  # the base alone: its adapter − base is zero everywhere
     run, alone = state.view_image(0), state.view_image(1)
     assert not np.any(alone.frames) and alone.limit == 1.0  # alone, its own range says nothing
     assert 0 < run.limit < 1.0
@@ -285,7 +283,7 @@ def test_export_writes_a_readable_video_of_steps_by_branches(traj, tmp_path, suf
 
     state = StepperState(traj, view="adapter-base")
     state.seek(1)
-    state.fork_here(adapter="off")
+    state.fork_here(with_adapter=False)
     path = state.export(tmp_path / f"steps{suffix}", scale=2)
     video = iio.imread(path, index=None)
     assert video.shape[0] == 4  # every frame of the clip plays

@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from workbench.inspect import Panel  # noqa: E402
+from workbench.inspect.previews.pictures import Panel  # noqa: E402
 from workbench.widgets import panels as fast  # noqa: E402
 from workbench.widgets import render  # noqa: E402
 

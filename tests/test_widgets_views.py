@@ -21,8 +21,11 @@ pytest.importorskip("matplotlib")
 from workbench import AdapterExperiment, ComposedModel, GatedResidual, NoiseGated, TrainingConfig  # noqa: E402
 from workbench.adapters.latent_residual import LatentResidual  # noqa: E402
 from workbench.data.synthetic import SyntheticMoves  # noqa: E402
-from workbench.errors import DataError  # noqa: E402
-from workbench.inspect import Ablation, InspectError, record  # noqa: E402
+from workbench.errors import (
+    DataError,  # noqa: E402
+    InspectError,
+)
+from workbench.inspect import Ablation, record  # noqa: E402
 from workbench.widgets import (  # noqa: E402
     AblationSliders,
     ActionSensitivity,
@@ -142,12 +145,12 @@ def test_fork_here_with_the_condition_editor_adds_a_branch(traj, model):
     assert after.shape[1] > before.shape[1]  # two branches side by side
     assert fork.label == "fork@2: grip=+0.75@f1"  # what changed, as the ablation says it
     assert "fork@2: grip=+0.75@f1" in repr(stepper) and "fork@2: grip=+0.75@f1" in stepper.fork_status.value
-    assert stepper.adapter_select.value == "recorded"  # the first choice shows its label, not a blank
-    assert stepper.adapter_select.label == "adapter as recorded"
+    assert stepper.with_adapter_select.label == "adapter as recorded"  # the first choice shows, not a blank
+    assert stepper.state.branches[1].settings.with_adapter is None
     stepper.editor.reset_button.click()
-    stepper.adapter_select.value = "off"
+    stepper.with_adapter_select.value = "adapter off (base alone)"
     stepper.fork_button.click()
-    assert stepper.state.branches[2].settings.adapter is False
+    assert stepper.state.branches[2].settings.with_adapter is False
     assert stepper.state.branches[2].label == "fork@2: adapter off"
     stepper.clear_button.click()
     assert len(stepper.state.branches) == 1
@@ -180,7 +183,7 @@ def test_a_step_move_decodes_only_the_shown_frame_of_each_branch(traj, model):
     from workbench.inspect import view_image
 
     stepper = Stepper(traj, decode="full", frame=2)
-    stepper.fork_here(adapter="off")
+    stepper.fork_here(with_adapter=False)
     seen = []
     decode = model.base.decode
 

@@ -69,11 +69,11 @@ def registered_commands() -> list[Command]:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from workbench.train.checkpoint import latest_checkpoint, set_aside_after
+    from workbench.train.checkpoint import latest_checkpoint
     from workbench.train.config import check_extras, load_yaml, replace_training
-    from workbench.train.experiment import AdapterExperiment
+    from workbench.train.distributed import launched_rank
     from workbench.train.options import DataOptions, apply_data_options
-    from workbench.train.resume import override_names
+    from workbench.train.runlock import hold_run
 
     config = apply_data_options(load_yaml(args.config), DataOptions.from_args(args), what=args.config)
     changes = {}
@@ -87,11 +87,31 @@ def _train(args: argparse.Namespace) -> int:
         changes["progress"] = False
     config = replace_training(config, **changes)
     check_extras(config, what=f"workbench train {args.config}")
+    if launched_rank() != 0:  # rank 0 holds the run for every rank (only it writes there)
+        return _train_run(args, config, output)
+    if args.resume and not output.is_dir():
+        raise _nothing_to_resume(output)
+    if not output.is_dir():  # a new run: its fit holds it from the first checkpoint on
+        return _train_run(args, config, output)
+    then = (f"then continue the run with `{continue_train(args, output)}`" if latest_checkpoint(output)
+            else "then try again")
+    with hold_run(output, then=then):  # before anything of the run is read
+        return _train_run(args, config, output)
+
+
+def _nothing_to_resume(output: Path) -> WorkbenchError:
+    return WorkbenchError(f"--resume: no checkpoint in {output}. Run without --resume to start the run.")
+
+
+def _train_run(args: argparse.Namespace, config, output: Path) -> int:
+    from workbench.train.checkpoint import latest_checkpoint, set_aside_after
+    from workbench.train.experiment import AdapterExperiment
+    from workbench.train.resume import override_names
+
     existing = latest_checkpoint(output)
     if args.resume:
         if existing is None:
-            raise WorkbenchError(f"--resume: no checkpoint in {output}. "
-                                 f"Run without --resume to start the run.")
+            raise _nothing_to_resume(output)
         start = _pick_checkpoint(output, args.start) if args.start else existing
         override = override_names(args.override or [])
         if args.steps is not None:  # --steps N says, on its own, that the run's length changes

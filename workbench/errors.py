@@ -71,8 +71,9 @@ class PolicyError(WorkbenchError, RuntimeError):
 
     The message names the policy (its name and where it was defined), the chunk, what it returned and
     what is allowed. ``result``: what was computed before it failed (a
-    :class:`~workbench.inspect.ClosedLoop` of the chunks done, or None when it failed at the first);
-    ``observation``: the :class:`~workbench.inspect.Observation` it was given (None when it failed to load).
+    :class:`~workbench.inspect.recording.closed_loop.ClosedLoop` of the chunks done, or None when it failed
+    at the first); ``observation``: the :class:`~workbench.inspect.recording.closed_loop.Observation` it was
+    given (None when it failed to load).
     """
 
     def __init__(self, message: str, *, result=None, observation=None) -> None:

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from torch import nn
 
 from workbench.adapters.inside import (
-    InsideAdapter,
     InsideSpec,
+    InsideSpecAdapter,
     LoraModules,
     LoraSettings,
     check_indices,
@@ -59,7 +59,7 @@ class ActionModulationConfig:
 
 
 @register("adapter", "action_modulation")
-class ActionModulation(InsideAdapter):
+class ActionModulation(InsideSpecAdapter):
     """Per-frame FiLM of the base's blocks from a per-frame condition, optionally with LoRA."""
 
     config_class = ActionModulationConfig
@@ -79,7 +79,7 @@ class ActionModulation(InsideAdapter):
 
     def attach(self, spec: InsideSpec) -> None:
         chosen = check_indices(self.config.blocks, len(spec.blocks), "action_modulation blocks",
-                               type(self._bound_to).__name__)
+                               type(self.bound_backbone).__name__)
         for i in chosen:
             head = nn.Linear(self.config.hidden, 2 * spec.widths[i])
             nn.init.zeros_(head.weight)
@@ -87,7 +87,7 @@ class ActionModulation(InsideAdapter):
             self.heads[str(i)] = head
             spec.blocks[i].register_forward_hook(self._hook(i, spec.layout))
         if self.config.lora is not None:
-            self.lora = LoraModules(self.config.lora, spec, type(self._bound_to).__name__)
+            self.lora = LoraModules(self.config.lora, spec, type(self.bound_backbone).__name__)
             object.__setattr__(self, "_lora_layers", self.lora.found)
 
     def prepare_state(self, cond, x_t, t):

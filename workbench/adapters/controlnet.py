@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workbench.adapters.inside import InsideAdapter, InsideSpec, per_frame
+from workbench.adapters.inside import InsideSpec, InsideSpecAdapter, per_frame
 from workbench.adapters.path import PATH_CHANNELS, PATH_SIGNAL, ActionPath, PathConfig
 from workbench.config import check, config_from
 from workbench.core.conditions import Condition
@@ -138,7 +138,7 @@ def to_layout(features: torch.Tensor, layout: str) -> torch.Tensor:
 
 
 @register("adapter", "controlnet")
-class ControlNet(InsideAdapter):
+class ControlNet(InsideSpecAdapter):
     """A trainable copy of the first N blocks whose outputs return through zero-initialised projections."""
 
     config_class = ControlNetConfig
@@ -165,7 +165,8 @@ class ControlNet(InsideAdapter):
         n = self.config.blocks
         if n > spec.branch_blocks:
             raise ConfigError(
-                f"controlnet blocks: {n} is more than {type(self._bound_to).__name__} has to copy: its first "
+                f"controlnet blocks: {n} is more than {type(self.bound_backbone).__name__} has to copy: "
+                f"its first "
                 f"{spec.branch_blocks} blocks form the chain a copy can run ({spec.root_name}). Use blocks: "
                 f"{spec.branch_blocks} or fewer."
             )

@@ -2,7 +2,7 @@
 
 An *inside* adapter changes the base's own forward instead of correcting its output, so the
 composed prediction is the base's prediction with the adapter engaged
-(``reuses_base_output = False``). :class:`InsideAdapter` gives every such adapter the same
+(``reuses_base_output = False``). :class:`InsideSpecAdapter` gives every such adapter the same
 two switches, which :class:`~workbench.ComposedModel` drives:
 
 * ``engaged(cond, x_t)`` — for the length of the block, the base's forward is the adapted one
@@ -27,7 +27,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from workbench.core.adapter import InsideAdapter as InsideAdapterKind
+from workbench.core.adapter import InsideAdapter
+from workbench.core.capabilities import InsideAccess
 from workbench.core.conditions import Conditioning
 from workbench.core.inside import InsideSpec
 from workbench.errors import CompositionError, ConfigError, listing
@@ -36,16 +37,16 @@ from workbench.errors import CompositionError, ConfigError, listing
 def reach_in(base) -> InsideSpec:
     """The :class:`InsideSpec` of ``base`` (its own ``inside_spec()``), or a CompositionError saying how to
     get one."""
-    spec = base.inside_spec() if callable(getattr(base, "inside_spec", None)) else None
-    if spec is None:
+    if not isinstance(base, InsideAccess):
         raise CompositionError(
             f"{type(base).__name__} does not say where adapters may reach into it: "
-            f"its inside_spec() returns None. Inside adapters (lora, action_modulation, controlnet) "
+            f"it does not declare InsideAccess. Inside adapters (lora, action_modulation, controlnet) "
             f"reach where a backbone's inside_spec() says; "
-            f"define `inside_spec()` on it returning a workbench.InsideSpec "
-            f"(the network, its blocks, their widths and layout), "
+            f"declare InsideAccess on it (from workbench.core.capabilities) with `inside_spec()` returning "
+            f"a workbench.InsideSpec (the network, its blocks, their widths and layout), "
             f"or use latent_residual, which sits beside the base."
         )
+    spec = base.inside_spec()
     if not isinstance(spec, InsideSpec):
         raise CompositionError(f"{type(base).__name__}.inside_spec() returned {type(spec).__name__}, not a "
                                f"workbench.InsideSpec.")
@@ -88,10 +89,10 @@ def check_indices(indices: Sequence[int] | None, count: int, field: str, what: s
 OWNER = "_workbench_inside_adapter"  # set on the backbone an inside adapter is attached to
 
 
-class InsideAdapter(InsideAdapterKind):
+class InsideSpecAdapter(InsideAdapter):
     """Base class of the shipped adapters that change the frozen base's own forward (see the module
-    docstring): the contract's :class:`workbench.core.adapter.InsideAdapter` with where to reach,
-    hooks and LoRA.
+    docstring): the contract's :class:`~workbench.core.adapter.InsideAdapter` that reaches where the
+    backbone's :class:`InsideSpec` says, with hooks and LoRA.
 
     Subclasses implement :meth:`attach` (install hooks on the :class:`InsideSpec`) and may use
     ``self.state`` (the engaged conditioning, set by :meth:`engaged`) in their hooks.
@@ -133,7 +134,7 @@ class InsideAdapter(InsideAdapterKind):
         return cond
 
     @contextmanager
-    def engaged(self, cond: Conditioning, x_t: torch.Tensor, t: torch.Tensor) -> Iterator[InsideAdapter]:
+    def engaged(self, cond: Conditioning, x_t: torch.Tensor, t: torch.Tensor) -> Iterator[InsideSpecAdapter]:
         """The base's forward is the adapted one inside the block.
 
         The state stays set after the block (until the next ``engaged``), so a backward that
@@ -145,7 +146,7 @@ class InsideAdapter(InsideAdapterKind):
             yield self
 
     @contextmanager
-    def switched_off(self) -> Iterator[InsideAdapter]:
+    def switched_off(self) -> Iterator[InsideSpecAdapter]:
         """The base is exactly the frozen base inside the block."""
         with self._switch(True):
             yield self
@@ -153,7 +154,7 @@ class InsideAdapter(InsideAdapterKind):
     def _changed(self) -> None:
         """The base's forward now computes something else for the same input: a base that caches its own
         calls (a diffusers backbone's ``forward_version``) must not reuse one made before."""
-        base = self._bound_to
+        base = self.bound_backbone
         if base is not None:
             vars(base)["forward_version"] = getattr(base, "forward_version", 0) + 1
 
@@ -185,7 +186,7 @@ class InsideAdapter(InsideAdapterKind):
                 f"{type(self).__name__} has no LoRA to export. "
                 f"Use adapter type lora, or action_modulation with a lora: {{rank: ...}} block."
             )
-        return lora.export(path, self._bound_to)
+        return lora.export(path, self.bound_backbone)
 
     @property
     def active(self) -> bool:

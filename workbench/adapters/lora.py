@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workbench.adapters.inside import InsideAdapter, InsideSpec, LoraModules, LoraSettings
+from workbench.adapters.inside import InsideSpec, InsideSpecAdapter, LoraModules, LoraSettings
 from workbench.config import config_from
 from workbench.registry import register
 
@@ -29,7 +29,7 @@ class LoRAConfig(LoraSettings):
 
 
 @register("adapter", "lora")
-class LoRA(InsideAdapter):
+class LoRA(InsideSpecAdapter):
     """peft's LoRA on the base's layers; reads no condition (a plain fine-tune of the frozen base).
 
     Examples:
@@ -54,7 +54,7 @@ class LoRA(InsideAdapter):
         return cls(config)
 
     def attach(self, spec: InsideSpec) -> None:
-        self.lora = LoraModules(self.config, spec, type(self._bound_to).__name__)
+        self.lora = LoraModules(self.config, spec, type(self.bound_backbone).__name__)
         object.__setattr__(self, "_lora_layers", self.lora.found)
 
     def prepare_state(self, cond, x_t, t):

@@ -1,7 +1,8 @@
 """What a diffusers-native backbone needs around diffusers' own pipeline (no diffusers import here).
 
 * :class:`Injection` (from :mod:`~workbench.backbones.diffusers_injection`) wraps the pipeline's
-  transformer forward for one ``generate``, handing each call to the composition.
+  transformer forward for one ``generate``, handing each call to the composition and the pipeline's
+  own call to the backbone (its :attr:`~DiffusersBackbone.native_call`).
 * :class:`DiffusersBackbone` and :class:`DiffusersConfig`: what every such backbone shares — the
   construction (``tiny`` fixture or a checked pipeline directory, the dtype, the frozen modules),
   the card, the flow-matching objective, the signal conditions it provides.
@@ -15,6 +16,7 @@ diffusers itself (``import workbench`` does not load it).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +36,7 @@ from workbench.backbones.diffusers_data import (
     requested_frames,
     uncond_batch,
 )
-from workbench.backbones.diffusers_injection import Injection, _PipelineCall, transformer_output
+from workbench.backbones.diffusers_injection import Injection, NativeCallHandoff, transformer_output
 from workbench.backbones.diffusers_loading import (
     PRECISION,
     TinyFixture,
@@ -49,6 +51,13 @@ from workbench.backbones.diffusers_loading import (
 from workbench.config import check, check_compile
 from workbench.core import BaseVideoModel, Batch, ComponentSpec, FlowMatching, ModelCard, SamplingDefaults
 from workbench.core.backbone import as_video, example_inputs, freeze
+from workbench.core.capabilities import (
+    CachesLatents,
+    KeepsFloat32,
+    LatentLayout,
+    MemoryPlanning,
+    SamplingOptions,
+)
 from workbench.core.platform import placement
 from workbench.errors import CheckpointError, DataError
 
@@ -104,7 +113,8 @@ class DiffusersConfig:
             check(value is None or value >= 1, name, f"must be a positive int or null, got {value}.")
 
 
-class DiffusersBackbone(BaseVideoModel):
+class DiffusersBackbone(BaseVideoModel, SamplingOptions, LatentLayout, CachesLatents, MemoryPlanning,
+                        KeepsFloat32):
     """What the diffusers-native backbones share: construction, the pipeline's modules, the card,
     the flow-matching objective, the signal conditions, and a lazily evaluated base call inside
     ``generate``.
@@ -116,9 +126,12 @@ class DiffusersBackbone(BaseVideoModel):
     (load the pipeline's parts with :func:`load_pipeline`, check them, :meth:`adopt_components`, build the
     pipelines, set
     ``latent_channels``, ``spatial`` / ``temporal`` compression and ``spatial_patch``),
-    :meth:`card_fields`, ``_text`` (the text conditions of a raw batch), ``denoise`` and
-    ``run_sampler`` (through :meth:`run_pipeline`); and overrides :meth:`latents_from`,
-    :meth:`condition_on` / :meth:`batch_from` where its inputs go beyond clips and text.
+    :meth:`card_fields`, ``_text`` (the text conditions of a raw batch), ``denoise``,
+    ``run_sampler`` (through :meth:`run_pipeline`) and ``planning_inputs`` (the bridge declares
+    :class:`~workbench.core.capabilities.MemoryPlanning`); declares
+    :class:`~workbench.core.capabilities.InsideAccess` with its ``inside_spec``; and overrides
+    :meth:`latents_from`, :meth:`condition_on` / :meth:`batch_from` where its inputs go beyond clips
+    and text.
 
     **The text encoder loads when first needed** (:attr:`text_encoder`): :func:`load_pipeline` is
     called with ``skip=("text_encoder",)`` and the pipelines are built with ``text_encoder=None``;
@@ -141,7 +154,10 @@ class DiffusersBackbone(BaseVideoModel):
     causal_latents = True
     # components loaded and kept in float32 whatever the dtype (a VAE)
     float32_components: tuple[str, ...] = ()
-    _pending: _PipelineCall | None = None
+
+    native_call: NativeCallHandoff
+    """Where an :class:`Injection` hands this backbone the pipeline's own transformer call inside
+    ``generate`` (:meth:`native_prediction` answers from it)."""
 
     forward_version: int = 0
     """Bumped by whatever changes what :meth:`denoise` computes for the same input without touching
@@ -154,6 +170,7 @@ class DiffusersBackbone(BaseVideoModel):
 
     def __init__(self, config: DiffusersConfig | None = None, **overrides):
         super().__init__()
+        self.native_call = NativeCallHandoff()
         self.config = config = self.config_from(config, overrides)
         if config.path == "tiny":
             self.folder = self.tiny_pipeline()
@@ -191,6 +208,17 @@ class DiffusersBackbone(BaseVideoModel):
         """The directory of the real model's configuration files shipped with the plugin (``path: real``)."""
         raise CheckpointError(f"{self.name}: this plugin ships no real configuration; "
                               f"point path at a release.")
+
+    def weight_files(self) -> tuple[Path, ...]:
+        """Every file of the pipeline directory that is not hidden (a download's ``.cache/`` is), the
+        text encoder's included whether loaded or not; ``()`` with ``random_weights`` (none is read)."""
+        if self.config.random_weights:
+            return ()
+        found = []
+        for parent, dirs, files in os.walk(self.folder, followlinks=True):
+            dirs[:] = [d for d in dirs if not d.startswith(".")]
+            found += [Path(parent) / name for name in files if not name.startswith(".")]
+        return tuple(sorted(found))
 
     def load(self) -> torch.dtype:
         """Load the pipeline from ``self.folder`` onto the config's device in its dtype (see
@@ -383,7 +411,7 @@ class DiffusersBackbone(BaseVideoModel):
             self.check_frames(video.shape[2:], "video")
             return self.encode_clips(video), video, True
         batch_size = batch_size_of(raw, self.config.prompt_key)
-        frames, s = self._frames_from(raw), self.card.sampling
+        frames, s = self.frames_requested(raw), self.card.sampling
         height, width = int(raw.get("height", s.height)), int(raw.get("width", s.width))
         return self.blank_latents(batch_size, frames, height, width, "generation size"), None, False
 
@@ -412,8 +440,10 @@ class DiffusersBackbone(BaseVideoModel):
         self.check_frames(video.shape[2:], "video")
         with torch.no_grad():
             latents = self.encode_clips(video)
-            cond: dict[str, Any] = self._text({k: ([v] if isinstance(v, str) else v)
-                                               for k, v in raw.items()}, 1)
+            # the item as a batch of one: its prompt, and its own text embeddings if it carries them
+            one = {k: [v] if isinstance(v, str) else v[None] if isinstance(v, torch.Tensor) else v
+                   for k, v in raw.items()}
+            cond: dict[str, Any] = self._text(one, 1)
             self.condition_on(cond, latents, video, True)
             extra = self.cached_conditions(video)
         out = {**raw, "latents": latents[0].cpu()}
@@ -480,7 +510,7 @@ class DiffusersBackbone(BaseVideoModel):
         return [self._text_cache[p] for p in prompts]
 
     # -- sampling ----------------------------------------------------------------------------
-    def _guidance(self, guidance_scale: float | None = None) -> float:
+    def guidance_for(self, guidance_scale: float | None = None) -> float:
         """The classifier-free guidance scale a ``generate`` call uses: the card's unless given."""
         return self.card.sampling.guidance_scale if guidance_scale is None else guidance_scale
 
@@ -488,7 +518,7 @@ class DiffusersBackbone(BaseVideoModel):
                              **sampler_kwargs: Any) -> int:
         """Two under classifier-free guidance (a diffusers pipeline guides when the scale is over 1:
         the conditional and the unconditional half each go through ``compose_fn``), else one."""
-        return 2 if self._guidance(guidance_scale) > 1 else 1
+        return 2 if self.guidance_for(guidance_scale) > 1 else 1
 
     def run_pipeline(self, pipe: Any, injection: Injection, batch: Batch, *, steps: int, guidance: float,
                      generator: torch.Generator | None, **kwargs: Any) -> torch.Tensor:
@@ -505,10 +535,10 @@ class DiffusersBackbone(BaseVideoModel):
     def native_prediction(self, x_t: torch.Tensor) -> torch.Tensor | None:
         """The pipeline's own transformer output for ``x_t``
         when ``x_t`` is what the injected call handed out."""
-        pending = self._pending
-        return None if pending is None else pending.output_for(x_t)
+        return self.native_call.output_for(x_t)
 
-    def _frames_from(self, raw: Mapping[str, Any]) -> int:
+    def frames_requested(self, raw: Mapping[str, Any]) -> int:
+        """The frames a generation request asks for: its per-frame signals' length, else the card's."""
         return requested_frames(raw, self.card.sampling.num_frames)
 
     def example_batch(self, batch_size: int = 2, *,

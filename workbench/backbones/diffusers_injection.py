@@ -5,29 +5,45 @@
   time with that half's own conditions, and re-joined in the pipeline's order. The scheduler's
   ``step`` is observed (never changed) for the step record; steps reach ``on_step`` from the
   pipeline's ``callback_on_step_end``.
-* :class:`_PipelineCall` makes the frozen base's prediction inside ``generate`` *the pipeline's own
+* :class:`PipelineCall` makes the frozen base's prediction inside ``generate`` *the pipeline's own
   transformer call*, made once and only if the composition asks for it: a zero adapter then
   reproduces the pipeline bit for bit, and a replayed step (a fork's prefix) costs no call at all.
+  The injection hands it to the backbone through the backbone's :class:`NativeCallHandoff`, which the
+  backbone's ``denoise`` asks first.
 
-Plugins reach these through :mod:`workbench.backbones.diffusers_bridge`.
+The backbone is whatever has what :class:`InjectedBackbone` names (the bridge's ``DiffusersBackbone``
+does): this module imports nothing of the bridge, which builds on it. Plugins reach these through
+:mod:`workbench.backbones.diffusers_bridge`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
+from torch import nn
 
-from workbench.core import BaseVideoModel, Batch, StepRecord
+from workbench.core import Batch, StepRecord
 from workbench.errors import CompositionError
 
-if TYPE_CHECKING:
-    from workbench.backbones.diffusers_bridge import DiffusersBackbone
+
+class InjectedBackbone(Protocol):
+    """What an :class:`Injection` and a :class:`PipelineCall` read of the backbone they work for."""
+
+    transformer: nn.Module
+    """The pipeline's transformer (the injection reads its dtype once)."""
+
+    forward_version: int
+    """Bumped by whatever changes what the transformer computes without touching its weights (an inside
+    adapter's switches): a pipeline call cached at another version is made again."""
+
+    native_call: NativeCallHandoff
+    """Where the injection hands the pipeline's transformer call to the backbone."""
 
 
-class _PipelineCall:
+class PipelineCall:
     """One transformer call made by the pipeline, evaluated at most once and only if asked for.
 
     ``pieces`` are the tensors handed to the composition (one per batch half) with their rows of
@@ -36,7 +52,7 @@ class _PipelineCall:
     """
 
     def __init__(self, run: Callable[[], torch.Tensor], pieces: Sequence[tuple[torch.Tensor, slice | None]],
-                 backbone: BaseVideoModel):
+                 backbone: InjectedBackbone):
         self.run, self.pieces, self.output, self.backbone, self.version = (
             run, list(pieces), None, backbone, None)
 
@@ -52,6 +68,22 @@ class _PipelineCall:
         return None
 
 
+class NativeCallHandoff:
+    """The hand-off between an :class:`Injection` and its backbone: the pipeline's transformer call being
+    composed right now (:attr:`call`, set by the injection around each composition and ``None`` outside),
+    which the backbone's ``denoise`` answers with (:meth:`output_for`) instead of calling the transformer
+    itself."""
+
+    def __init__(self) -> None:
+        self.call: PipelineCall | None = None
+
+    def output_for(self, x: torch.Tensor) -> torch.Tensor | None:
+        """The pending call's output for ``x`` when ``x`` is what the injected call handed out, else
+        ``None``."""
+        call = self.call
+        return None if call is None else call.output_for(x)
+
+
 class Injection:
     """The composition wrapped around a pipeline's transformer and scheduler for one ``generate``.
 
@@ -63,9 +95,10 @@ class Injection:
     pipeline's ``callback_on_step_end``; without one the pipeline runs with no callback at all.
     """
 
-    def __init__(self, backbone: DiffusersBackbone, batch: Batch, uncond: Batch | None, compose_fn, on_step,
+    def __init__(self, backbone: InjectedBackbone, batch: Batch, uncond: Batch | None, compose_fn, on_step,
                  steps: int):
         self.backbone, self.batch, self.uncond, self.compose_fn = backbone, batch, uncond, compose_fn
+        self.handoff = backbone.native_call
         self.on_step, self.steps = on_step, steps
         self.step, self.calls_in_step = 0, 0
         self.sigmas: torch.Tensor | None = None
@@ -93,7 +126,7 @@ class Injection:
         try:
             yield self
         finally:
-            self.backbone._pending = None
+            self.handoff.call = None
             for (obj, name), value in saved.items():
                 if value is None:
                     obj.__dict__.pop(name, None)
@@ -129,16 +162,13 @@ class Injection:
         x = hidden.to(self.batch.latents.dtype)
         whole = len(halves) == 1 and halves[0][0] == slice(0, x.shape[0])
         pieces = [(x, None)] if whole else [(x[rows], rows) for rows, _ in halves]
-        # The hot path of every sampling step: the pending call is set on the backbone's __dict__
-        # directly (nn.Module.__setattr__ would first check for parameters, buffers and modules).
-        state = self.backbone.__dict__
-        state["_pending"] = _PipelineCall(call, pieces, self.backbone)
+        self.handoff.call = PipelineCall(call, pieces, self.backbone)
         outputs: dict[int, torch.Tensor] = {}
         try:
             for (piece, _), (rows, batch) in zip(pieces, halves):
                 outputs[rows.start or 0] = self.compose_fn(piece, self.sigma(piece, piece.shape[0]), batch)
         finally:
-            state["_pending"] = None
+            self.handoff.call = None
         joined = [outputs[k] for k in sorted(outputs)]
         out = joined[0] if len(joined) == 1 else torch.cat(joined)
         return out if out.dtype == self.output_dtype else out.to(self.output_dtype)
@@ -169,4 +199,4 @@ def transformer_output(sample: torch.Tensor):
     return Transformer2DModelOutput(sample=sample)
 
 
-__all__ = ["Injection", "transformer_output"]
+__all__ = ["InjectedBackbone", "Injection", "NativeCallHandoff", "PipelineCall", "transformer_output"]

@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 import torch
 
+from workbench.backbones.random_weights import keeping_meta
 from workbench.backbones.tiny_video_networks import Denoiser, FrameAutoencoder, per_frame
 from workbench.config import check, check_compile
 from workbench.core.backbone import (
@@ -35,7 +36,8 @@ from workbench.core.backbone import (
     control_video,
     example_inputs,
 )
-from workbench.core.card import ComponentSpec, ModelCard, RecipeSpec, SamplingDefaults
+from workbench.core.capabilities import CachesLatents, GivenFrames, InsideAccess, LatentLayout, MemoryPlanning
+from workbench.core.card import ClipSpec, ComponentSpec, ModelCard, RecipeSpec, SamplingDefaults
 from workbench.core.conditions import Batch
 from workbench.core.inside import InsideSpec
 from workbench.core.objectives import Diffusion, FlowMatching
@@ -105,7 +107,7 @@ class TinyVideoConfig:
 
 
 @register("backbone", "tiny_video")
-class TinyVideo(BaseVideoModel):
+class TinyVideo(BaseVideoModel, GivenFrames, LatentLayout, CachesLatents, InsideAccess, MemoryPlanning):
     """The embedded image-to-video backbone (see the module docstring).
 
     Examples:
@@ -123,19 +125,22 @@ class TinyVideo(BaseVideoModel):
         self.config = config = self.config_from(config, overrides)
         device, dtype = placement(config.device, config.dtype, PRECISION, where="tiny_video")
         # Saved weights load straight onto the device, in the dtype (no random init to overwrite);
-        # a random init is drawn on the CPU, so a seed means the same weights on every machine.
-        with torch.device("meta" if config.weights is not None else "cpu"):
+        # a random init is drawn on the CPU, so a seed means the same weights on every machine; a memory
+        # plan's build (weights_on_meta) keeps its random init on the meta device, sizes without storage.
+        on_meta = config.weights is None and keeping_meta()
+        with torch.device("meta" if config.weights is not None or on_meta else "cpu"):
             self.autoencoder = FrameAutoencoder(config.latent_channels, config.ae_width, config.downsample)
             self.denoiser = Denoiser(config.latent_channels, config.width, config.depth, config.dropout)
             self.register_buffer("latent_mean", torch.zeros(config.latent_channels))
             self.register_buffer("latent_std", torch.ones(config.latent_channels))
         self.provenance: dict[str, Any] = {}
+        self._weights_file: Path | None = None  # what load_weights read
         self._objective = (FlowMatching(shift=config.shift) if config.objective == "flow_matching"
                            else Diffusion(prediction=config.prediction))
         if config.weights is not None:
             self.load_weights(config.weights, device=device, dtype=dtype)
         else:
-            self.to(device=device, dtype=dtype)
+            self.to(dtype=dtype) if on_meta else self.to(device=device, dtype=dtype)
         self.card = self.make_card()
         if config.compile:
             self.compile()
@@ -386,6 +391,17 @@ class TinyVideo(BaseVideoModel):
         pred = self.denoiser(x_t, level, cond["first_frame"].to(x_t.dtype))
         return self.pin_first_frame(pred, x_t, t, cond)
 
+    def planning_inputs(self, latents: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """``(t, cond)`` of the shapes :meth:`denoise` takes for ``latents`` (zeros on their device): a
+        time per clip and the first frame's latent. For memory plans."""
+        t = torch.full((latents.shape[0],), 0.5, device=latents.device, dtype=latents.dtype)
+        return t, {"first_frame": torch.zeros_like(latents[:, :, 0])}
+
+    def latent_shape(self, clip: ClipSpec) -> tuple[int, ...]:
+        """``(C, T, h, w)``: the autoencoder encodes each frame on its own, ``downsample`` times smaller."""
+        d = self.config.downsample
+        return (self.config.latent_channels, clip.frames, clip.height // d, clip.width // d)
+
     def inside_spec(self) -> InsideSpec:
         """Adapters inside the base reach into the denoiser: LoRA on its convolutions and linears,
         hooks on its down, middle and up blocks (``(B, W, T, h, w)``); the down blocks are the chain
@@ -480,6 +496,11 @@ class TinyVideo(BaseVideoModel):
             raise CheckpointError(f"Weights {file} do not fit tiny_video: missing {missing}, "
                                   f"unexpected {unexpected}.")
         self.provenance = {**meta.get("provenance", {}), "source": str(path)}
+        self._weights_file = file
+
+    def weight_files(self) -> tuple[Path, ...]:
+        """The ``.safetensors`` file the weights were loaded from (``()`` for a random init)."""
+        return (self._weights_file,) if self._weights_file is not None else ()
 
 
 def _weights_path(path: str | Path) -> Path:

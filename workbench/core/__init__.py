@@ -1,9 +1,9 @@
 """The contract: backbones, adapters, conditions, composers, objectives, and their composition."""
 
 from workbench.core.adapter import Adapter, InsideAdapter, SideAdapter
-from workbench.core.backbone import BaseVideoModel, ClipSpec, StepRecord
+from workbench.core.backbone import BaseVideoModel, StepRecord
 from workbench.core.callbacks import Callback
-from workbench.core.card import ComponentSpec, ModelCard, RecipeSpec, SamplingDefaults
+from workbench.core.card import ClipSpec, ComponentSpec, ModelCard, RecipeSpec, SamplingDefaults
 from workbench.core.composed import ComposedModel, Prediction
 from workbench.core.composers import (
     Add,

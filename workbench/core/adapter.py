@@ -63,18 +63,12 @@ class Adapter(nn.Module):
     """The base's prediction does not depend on the adapter, so a cached one may be reused."""
     inside: bool = False
     """Set by the kind: ``True`` for an :class:`InsideAdapter` (changes the base's own forward)."""
-    zero_init_output: bool = False
-    """``at_init == "zero_output"`` (the earlier name of that promise; set from :attr:`at_init`)."""
     config_class: type | None = None
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
-        own = vars(cls)
-        if "zero_init_output" in own and "at_init" not in own:  # the earlier flag, said on the class
-            cls.at_init = "zero_output" if own["zero_init_output"] else "any"
         if cls.at_init not in AT_INIT:
             raise TypeError(f"{cls.__qualname__}.at_init = {cls.at_init!r}; allowed: {', '.join(AT_INIT)}.")
-        cls.zero_init_output = cls.at_init == "zero_output"
 
     def __init__(self) -> None:
         super().__init__()
@@ -93,6 +87,12 @@ class Adapter(nn.Module):
         object.__setattr__(self, "_resolved", resolved)
         object.__setattr__(self, "_bound_to", backbone)
         return resolved
+
+    @property
+    def bound_backbone(self):
+        """The backbone :meth:`bind` matched this adapter against (``None`` before), held outside the
+        module tree: the adapter never owns or train-modes the frozen base."""
+        return self._bound_to
 
     @property
     def resolved_conditions(self) -> tuple[ResolvedCondition, ...]:
@@ -174,7 +174,7 @@ class InsideAdapter(Adapter):
 
     Implements :meth:`engaged` (the base's forward is the adapted one inside the block) and
     :meth:`switched_off` (the base is exactly the frozen base inside the block), and is exactly the
-    base at init (``at_init = "identity"``). :class:`workbench.adapters.inside.InsideAdapter` adds
+    base at init (``at_init = "identity"``). :class:`workbench.adapters.inside.InsideSpecAdapter` adds
     what the shipped ones share: where to reach (the backbone's ``inside_spec()``), hooks and LoRA.
     """
 

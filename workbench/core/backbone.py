@@ -4,14 +4,25 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from workbench.core.card import IMAGE_MODES, ModelCard
+from workbench.core.capabilities import (
+    Compilable,
+    GivenFrames,
+    InsideAccess,
+    KeepsFloat32,
+    LatentLayout,
+    Previews,
+    SamplingOptions,
+    TrainingCallbacks,
+    undeclared,
+)
+from workbench.core.card import ClipSpec, ModelCard
 from workbench.core.conditions import Batch
-from workbench.core.inside import InsideSpec
 from workbench.errors import CardError, CompositionError, DataError
 
 ComposeFn = Callable[[torch.Tensor, torch.Tensor, Batch], torch.Tensor]
@@ -34,28 +45,6 @@ class StepRecord:
 
 
 OnStep = Callable[[StepRecord], None]
-
-
-@dataclass(frozen=True)
-class ClipSpec:
-    """The clip a backbone predicts, as its card's sampling defaults say (see :meth:`BaseVideoModel.clip`).
-
-    ``frames`` pixel frames of ``height`` x ``width`` at ``fps`` frames per second (``None``:
-    not stated), which :meth:`BaseVideoModel.encode` turns into ``latent_frames`` latent frames.
-    Every command that makes or reads clips for a backbone (evaluation, the demo, latent caches,
-    dataset resizing) asks this, never a backbone's own config fields.
-    """
-
-    frames: int
-    height: int
-    width: int
-    fps: float | None
-    latent_frames: int
-
-    @property
-    def size(self) -> tuple[int, int]:
-        """``(height, width)``."""
-        return self.height, self.width
 
 
 def as_video(value: Any, key: str = "video") -> torch.Tensor:
@@ -125,18 +114,24 @@ def example_inputs(clip: ClipSpec, batch_size: int = 2, *, generator: torch.Gene
 
 
 class BaseVideoModel(nn.Module):
-    """A frozen video diffusion / flow model: the whole backbone contract, declared here.
+    """A frozen video diffusion / flow model: the required part of the backbone contract.
 
     A backbone **must** set :attr:`card` and implement :meth:`provides`, :meth:`prepare_batch`,
     :meth:`encode`, :meth:`decode`, :meth:`denoise`, :meth:`default_objective` and
     :meth:`run_sampler` (its native sampler), and declare :meth:`example_batch` (a raw batch holding
     every input it takes, which the conformance kit, the benchmarks, the tests and the docs use).
-    It **may** override :meth:`constrain`,
-    :meth:`encode_item`, :meth:`callbacks` and set the attributes below; each default here is
-    the only one (nothing else in workbench guesses another). Callers use :meth:`generate`,
-    which fills the request from the card, checks it and calls :meth:`run_sampler`.
+    That is all a backbone needs (:data:`REQUIRED_METHODS`, the card, the example batch).
 
-    ``workbench.testing.check_backbone`` checks every promise made here in one call.
+    What only some backbones have (a given first frame, latent caching, adapters inside the base,
+    memory plans, layers kept in float32, ...) is declared on the side, by listing a capability of
+    :mod:`workbench.core.capabilities` among the class's bases; the functions below this class
+    (:func:`constrain`, :func:`max_generate_batch`, ...) read a capability's member off any
+    backbone, with its one default for a backbone that does not declare it. Callers use
+    :meth:`generate` (which fills the request from the card, checks it and calls
+    :meth:`run_sampler`), :meth:`clip`, :meth:`compile`, :attr:`device` and :attr:`dtype`.
+
+    ``workbench.testing.check_backbone`` checks every promise made here, and those of each
+    capability a backbone declares, in one call.
     """
 
     # -- attributes: class-level defaults, set on the subclass or in ``__init__`` ----------------
@@ -149,45 +144,16 @@ class BaseVideoModel(nn.Module):
     config_class: type | None = None
     """The dataclass ``config:`` blocks are validated by (``__init__(config=None, **overrides)``)."""
 
-    causal_latents: bool | None = None
-    """How latent frames lay out in time. ``True``: a causal video VAE (frame 0 → latent frame 0,
-    then ``r`` frames per latent frame; it is decoded whole, never in chunks); ``False``: ``r``
-    frames per latent frame; ``None``: not declared, read off the decoded length (preferring
-    ``r`` per latent frame when both readings fit)."""
-
-    decodes_frames_alone: bool = False
-    """``True`` when :meth:`decode` makes each frame from its own latent frame alone (a per-frame
-    autoencoder, one latent frame per frame), the same values whatever other frames it decodes with (two
-    or more at a time): a rollout then decodes only the frames it reads. ``False``: decoded whole."""
-
-    pixel_space: bool | None = None
-    """``True`` when the samples are the frames themselves (previews are the identity);
-    ``None``: inferred (3-channel latents and no ``vae`` component in the card)."""
-
-    preview_identity: Callable[[], str] | None = None
-    """Optional method ``preview_identity() -> str`` naming what :meth:`decode` computes (e.g. the
-    VAE checkpoint's hash), used as the latent-preview cache key instead of hashing the weights
-    of :meth:`preview_decoder`. ``None``: hash them."""
-
-    decoder_modules: tuple[str, ...] = ("vae", "autoencoder", "first_stage_model", "decoder")
-    """Attribute names a preview looks under, in order, for the module :meth:`decode` runs
-    (see :meth:`preview_decoder`)."""
-
-    sampler_inputs: tuple[str, ...] = ()
-    """Keys :meth:`prepare_batch` puts in ``cond`` for :meth:`run_sampler` only, not as conditions
-    an adapter may consume (so not in :meth:`provides`), e.g. the first frame's pixels that an
-    image-to-video pipeline encodes itself."""
-
-    max_generate_batch: int | None = None
-    """The most clips one :meth:`generate` call takes (e.g. 1 for a pipeline that conditions every
-    sample on one image); ``None``: any number. Callers that predict many clips split them so."""
-
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
-        if "_generate" in vars(cls) and "run_sampler" not in vars(cls):
-            raise TypeError(f"{cls.__qualname__} defines _generate: "
-                            f"the sampler hook is called run_sampler now "
-                            f"(same arguments). Rename the method.")
+        written = undeclared(cls)
+        if written:
+            name, members = next(iter(written.items()))
+            raise TypeError(
+                f"{cls.__name__} writes {', '.join(members)} of the {name} capability without "
+                f"declaring it, so workbench would never use {'it' if len(members) == 1 else 'them'}. "
+                f"Add {name} to its bases (from workbench.core.capabilities import {name})."
+            )
 
     @classmethod
     def config_from(cls, config: Any | None, overrides: Mapping[str, Any]) -> Any:
@@ -205,7 +171,7 @@ class BaseVideoModel(nn.Module):
         """Names of the conditions :meth:`prepare_batch` supplies (what adapters may consume).
 
         Every name appears in ``prepare_batch(raw).cond`` when ``raw`` holds its source, and
-        every ``cond`` key is either here or in :attr:`sampler_inputs`.
+        every ``cond`` key is either here or in :func:`sampler_inputs`.
         """
         raise NotImplementedError
 
@@ -235,56 +201,6 @@ class BaseVideoModel(nn.Module):
         """
         raise NotImplementedError
 
-    def encode_item(self, item: Mapping[str, Any]) -> dict[str, Any] | None:
-        """One raw dataset item with the frozen base's work done ahead, or ``None`` if there is none.
-
-        Returns the item with its heavy, frozen part replaced by what :meth:`prepare_batch`
-        accepts instead after collation (e.g. ``"video"`` → ``"latents"``, on the CPU).
-        ``training.cache_latents`` calls it once per item and reuses the result.
-        """
-        return None
-
-    # -- the clip ----------------------------------------------------------------------------
-    def clip(self) -> ClipSpec:
-        """The clip this backbone predicts: frames, height, width, fps and latent frames.
-
-        By default the card's sampling defaults (``num_frames``, ``height``, ``width``, ``fps``)
-        and :meth:`latent_frames`; a card that leaves one of the first three out is refused with
-        the fix. Evaluation, the demo, latent caches and dataset resizing read the clip size here.
-        """
-        card = self.card
-        s = card.sampling if card is not None else None
-        missing = [name for name in ("num_frames", "height", "width")
-                   if s is None or getattr(s, name) is None]
-        if missing:
-            name = getattr(card, "model_id", None) or type(self).__name__
-            raise CardError(
-                f"{name!r} does not say the clip it predicts: its card's "
-                f"sampling.{', sampling.'.join(missing)} {'is' if len(missing) == 1 else 'are'} None. "
-                f"Set them in the card (SamplingDefaults(num_frames=..., height=..., width=...)), "
-                f"or override {type(self).__name__}.clip()."
-            )
-        return ClipSpec(frames=s.num_frames, height=s.height, width=s.width, fps=s.fps,
-                        latent_frames=self.latent_frames(s.num_frames))
-
-    def generation_inputs(self, video: torch.Tensor) -> dict[str, Any]:
-        """What a generation request takes from clips it should reproduce, ``video`` ``(B, 3, T, H, W)``.
-
-        By default, for a card serving an image-to-video mode (``i2v`` / ``ti2v``), the first frames
-        ``{"image": (B, 3, H, W)}``; otherwise the clip's size ``{"frames": T, "height": H, "width": W}``.
-        A backbone given more frames overrides it (e.g. an interpolation model's ``"last_image"``).
-        Evaluations build their requests with it
-        (:func:`workbench.inspect.recording.clips.generation_request`).
-        """
-        if self.card is not None and self.card.serving in IMAGE_MODES:
-            return {"image": video[:, :, 0]}
-        return {"frames": int(video.shape[2]), "height": int(video.shape[3]), "width": int(video.shape[4])}
-
-    def latent_frames(self, frames: int) -> int:
-        """How many latent frames :meth:`encode` makes of ``frames`` pixel frames; ``frames`` by default
-        (one latent frame per frame). A video VAE that compresses time overrides it."""
-        return int(frames)
-
     # -- autoencoder -------------------------------------------------------------------------
     def encode(self, video: torch.Tensor) -> torch.Tensor:
         """Video ``(B, 3, T, H, W)`` in [-1, 1] → floating latents ``(B, C, T', H', W')`` on
@@ -295,37 +211,16 @@ class BaseVideoModel(nn.Module):
         """Latents ``(B, C, T', H', W')`` → floating video ``(B, 3, T, H, W)`` in [-1, 1]."""
         raise NotImplementedError
 
-    def preview_decoder(self) -> nn.Module | None:
-        """The module :meth:`decode` runs: the first of :attr:`decoder_modules` that is a module, else
-        ``None``."""
-        for name in self.decoder_modules:
-            module = getattr(self, name, None)  # names a subclass may or may not have
-            if isinstance(module, nn.Module):
-                return module
-        return None
-
     # -- the model ---------------------------------------------------------------------------
     def denoise(self, x_t: torch.Tensor, t: torch.Tensor, cond: Mapping[str, Any]) -> torch.Tensor:
         """The frozen model's prediction at ``x_t`` ``(B, C, T', h, w)``, in ``x_t``'s dtype.
 
         ``t`` ``(B,)`` is in the objective's units; ``cond`` is a batch's ``cond``. Inside a
         sampler this is the base's part of every composed prediction, so it must be
-        deterministic (no dropout: the base is frozen in eval mode) and already satisfy
-        :meth:`constrain`.
+        deterministic (no dropout: the base is frozen in eval mode) and, for a backbone with
+        :class:`~workbench.core.capabilities.GivenFrames`, already satisfy its ``constrain``.
         """
         raise NotImplementedError
-
-    def constrain(self, prediction: torch.Tensor, x_t: torch.Tensor, t: torch.Tensor,
-                  cond: Mapping[str, Any]) -> torch.Tensor:
-        """``prediction`` with what the backbone fixes by construction enforced; the identity by default.
-
-        E.g. an image-to-video model whose first frame is given makes every prediction map that
-        frame onto its conditioning latent. :class:`ComposedModel` applies it to the composed
-        prediction, so what is recorded, recomposed and sampled with is the same tensor. It
-        changes only the given frames (``loss_mask`` 0), is idempotent, and leaves
-        :meth:`denoise`'s own output unchanged.
-        """
-        return prediction
 
     def default_objective(self):
         """The :class:`Objective` this backbone was trained with (used when a config names none).
@@ -334,103 +229,13 @@ class BaseVideoModel(nn.Module):
         """
         raise NotImplementedError
 
-    def callbacks(self) -> tuple:
-        """Callbacks this backbone brings to any training run it is part of; none by default."""
+    def weight_files(self) -> tuple[Path, ...]:
+        """The files this backbone's frozen weights were read from, every one whose contents decide
+        what it computes (a text encoder loaded later included); ``()`` when no file holds them (a
+        random init, weights changed in memory after loading). A run records a digest of these files
+        as its base, or of the state dict where there are none, and refuses to continue on a base
+        whose digest differs (:mod:`workbench.train.provenance`). Default ``()``."""
         return ()
-
-    def inside_spec(self) -> InsideSpec | None:
-        """Where an adapter inside the base (``lora``, ``action_modulation``, ``controlnet``) reaches.
-
-        An :class:`~workbench.core.inside.InsideSpec`: the network every prediction runs through,
-        the layers LoRA targets by default, the blocks hooks sit on and their layout. ``None`` (the
-        default): such adapters are refused, saying to define this method.
-        """
-        return None
-
-    # -- memory plans ------------------------------------------------------------------------
-    def planning_inputs(self, latents: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
-        """What :meth:`denoise` is called with in a training step on ``latents`` (the clip's native size,
-        usually on the meta device): ``(t, cond)``, zeros of the right shapes and dtypes. ``workbench plan``
-        traces that call to size a step's activations; the default raises, saying to define this method."""
-        raise NotImplementedError(
-            f"{type(self).__name__} does not say what its denoiser is called with (planning_inputs), "
-            f"so no memory plan can be traced for it. Define planning_inputs(latents) -> (t, cond)."
-        )
-
-    def latent_shape(self, clip: ClipSpec) -> tuple[int, ...]:
-        """``(C, T', h, w)``: the latents :meth:`encode` makes of one clip of that size. The default encodes
-        a zero clip on the meta device; backbones whose encoder cannot run there override it."""
-        video = torch.zeros(1, 3, clip.frames, clip.height, clip.width, device="meta")
-        return tuple(self.encode(video).shape[1:])
-
-    def frozen_encoders(self) -> tuple[nn.Module, ...]:
-        """Frozen encoders this backbone holds outside its submodules (loaded when first needed, e.g.
-        conditioning towers): a memory plan counts their weights. None by default."""
-        return ()
-
-    def planning_notes(self) -> tuple[str, ...]:
-        """What a memory plan of this backbone does not count, in words (e.g. a text encoder the
-        configuration leaves out). None by default."""
-        return ()
-
-    def predictions_per_step(self, batch: Batch, **sampler_kwargs: Any) -> int:
-        """How many times one step of :meth:`generate` calls ``compose_fn`` for ``batch`` with these
-        sampler keyword arguments: 1, plus one per guidance branch (classifier-free guidance makes
-        two).
-        A recording keeps each call's prediction for forks, so :func:`~workbench.inspect.estimate_memory`
-        and a ``StoragePolicy(max_bytes=...)`` budget size the replay cache with it. Default 1."""
-        return 1
-
-    # -- compilation -------------------------------------------------------------------------
-    def compile_target(self) -> nn.Module:
-        """The network :meth:`compile` runs through ``torch.compile``: by default the root of
-        :meth:`inside_spec` (the network every prediction runs through); a backbone without an
-        inside spec overrides this to compile at all."""
-        spec = self.inside_spec()
-        if spec is None:
-            raise CompositionError(
-                f"{type(self).__name__} does not say which network to compile: "
-                f"compile() compiles the root of its inside_spec() "
-                f"(the network every prediction runs through), and its inside_spec() returns None. "
-                f"Define inside_spec(), or override compile_target() to return that network."
-            )
-        return spec.root
-
-    def compile(self, *, backend: str = "inductor", mode: str | None = None, fullgraph: bool = False,
-                options: Mapping[str, Any] | None = None) -> BaseVideoModel:
-        """Run the denoiser (:meth:`compile_target`) through ``torch.compile``; returns ``self``.
-
-        What a config's ``compile: true`` does when the backbone is built. The network's
-        ``forward`` is compiled with static shapes (``dynamic=False``) and with dynamo guarding
-        its blocks' hooks, so recording, forks, ablations, inside adapters and ``fit`` work as
-        they do eagerly (see :mod:`workbench.core.compiled`); the module, its parameter names
-        and its state dict are unchanged. The first call of each input shape (and grad mode,
-        adapter state) compiles, which takes seconds on a CPU. A second ``compile()`` changes
-        nothing (the first one's options stay). ``backend`` / ``mode`` / ``fullgraph`` /
-        ``options``: ``torch.compile``'s.
-
-        Examples:
-            >>> from workbench.backbones.tiny_video import TinyVideo
-            >>> base = TinyVideo.from_pretrained().compile()     # compiles on the first prediction
-            >>> base.compile() is base
-            True
-        """
-        from workbench.core.compiled import compile_network
-
-        if self.__dict__.get("_compiled_network") is None:
-            net = self.compile_target()
-            compile_network(net, backend=backend, mode=mode, fullgraph=fullgraph, options=options)
-            # (not a submodule: it already is one, under its own name)
-            self.__dict__["_compiled_network"] = net
-        return self
-
-    @property
-    def is_compiled(self) -> bool:
-        """Whether :meth:`compile` has compiled this backbone's denoiser."""
-        from workbench.core.compiled import compiled_options
-
-        net = self.__dict__.get("_compiled_network")
-        return net is not None and compiled_options(net) is not None
 
     # -- sampling ----------------------------------------------------------------------------
     def run_sampler(self, batch: Batch, *, steps: int, sampler: str, generator: torch.Generator | None,
@@ -474,6 +279,66 @@ class BaseVideoModel(nn.Module):
             return self.run_sampler(batch, steps=steps, sampler=sampler, generator=generator,
                                     compose_fn=fn, on_step=on_step, **kwargs)
 
+    # -- the clip ----------------------------------------------------------------------------
+    def clip(self) -> ClipSpec:
+        """The clip this backbone predicts: frames, height, width, fps and latent frames.
+
+        By default the card's sampling defaults (``num_frames``, ``height``, ``width``, ``fps``)
+        and :func:`latent_frames`; a card that leaves one of the first three out is refused with
+        the fix. Evaluation, the demo, latent caches and dataset resizing read the clip size here.
+        """
+        card = self.card
+        s = card.sampling if card is not None else None
+        missing = [name for name in ("num_frames", "height", "width")
+                   if s is None or getattr(s, name) is None]
+        if missing:
+            name = getattr(card, "model_id", None) or type(self).__name__
+            raise CardError(
+                f"{name!r} does not say the clip it predicts: its card's "
+                f"sampling.{', sampling.'.join(missing)} {'is' if len(missing) == 1 else 'are'} None. "
+                f"Set them in the card (SamplingDefaults(num_frames=..., height=..., width=...)), "
+                f"or override {type(self).__name__}.clip()."
+            )
+        return ClipSpec(frames=s.num_frames, height=s.height, width=s.width, fps=s.fps,
+                        latent_frames=latent_frames(self, s.num_frames))
+
+    # -- compilation -------------------------------------------------------------------------
+    def compile(self, *, backend: str = "inductor", mode: str | None = None, fullgraph: bool = False,
+                options: Mapping[str, Any] | None = None) -> BaseVideoModel:
+        """Run the denoiser (:func:`compile_target`) through ``torch.compile``; returns ``self``.
+
+        What a config's ``compile: true`` does when the backbone is built. The network's
+        ``forward`` is compiled with static shapes (``dynamic=False``) and with dynamo guarding
+        its blocks' hooks, so recording, forks, ablations, inside adapters and ``fit`` work as
+        they do eagerly (see :mod:`workbench.core.compiled`); the module, its parameter names
+        and its state dict are unchanged. The first call of each input shape (and grad mode,
+        adapter state) compiles, which takes seconds on a CPU. A second ``compile()`` changes
+        nothing (the first one's options stay). ``backend`` / ``mode`` / ``fullgraph`` /
+        ``options``: ``torch.compile``'s.
+
+        Examples:
+            >>> from workbench.backbones.tiny_video import TinyVideo
+            >>> base = TinyVideo.from_pretrained().compile()     # compiles on the first prediction
+            >>> base.compile() is base
+            True
+        """
+        from workbench.core.compiled import compile_network
+
+        if self.__dict__.get("_compiled_network") is None:
+            net = compile_target(self)
+            compile_network(net, backend=backend, mode=mode, fullgraph=fullgraph, options=options)
+            # (not a submodule: it already is one, under its own name)
+            self.__dict__["_compiled_network"] = net
+        return self
+
+    @property
+    def is_compiled(self) -> bool:
+        """Whether :meth:`compile` has compiled this backbone's denoiser."""
+        from workbench.core.compiled import compiled_options
+
+        net = self.__dict__.get("_compiled_network")
+        return net is not None and compiled_options(net) is not None
+
     # -- placement ---------------------------------------------------------------------------
     @property
     def device(self) -> torch.device:
@@ -483,43 +348,24 @@ class BaseVideoModel(nn.Module):
 
     @property
     def dtype(self) -> torch.dtype:
-        """The dtype the backbone computes in: its first parameter's outside :meth:`keep_in_float32`
-        (float32 without parameters)."""
-        kept = self._float32_paths()
+        """The dtype the backbone computes in: its first parameter's outside what it keeps in float32
+        (:class:`~workbench.core.capabilities.KeepsFloat32`; float32 without parameters)."""
+        kept = float32_paths(self)
         if not kept:
             p = _first_parameter(self)
             return p.dtype if p is not None else torch.float32
         for name, p in self.named_parameters():
-            if not kept or not _under(name, kept):
+            if not lies_within(name, kept):
                 return p.dtype
         return torch.float32
 
-    def keep_in_float32(self) -> tuple[str, ...]:
-        """Dotted paths of the submodules (or single parameters) that stay float32 whatever dtype
-        the backbone is moved to; none by default.
-
-        Layers that compute in float32 (a norm upcasting its input, a VAE upstream runs in
-        float32) keep their weights in float32, as diffusers' ``_keep_in_fp32_modules`` does at
-        load time: ``base.to(torch.bfloat16)`` moves them to the new device, not to the new dtype,
-        so a backbone moved to bf16 is the one a bf16 load makes.
-        """
-        return ()
-
-    def _float32_paths(self) -> tuple[str, ...]:
-        cached = self.__dict__.get("_float32_cache")
-        if cached is None:
-            cached = tuple(self.keep_in_float32())
-            if cached:  # (a backbone still being built may not have its modules yet: ask again next time)
-                self.__dict__["_float32_cache"] = cached
-        return cached
-
     def _apply(self, fn, recurse=True):
-        kept = self._float32_paths()
+        kept = float32_paths(self)
         if not kept:
             return super()._apply(fn, recurse)
         ids = set()
         for name, t in (*self.named_parameters(), *self.named_buffers()):
-            if _under(name, kept):
+            if lies_within(name, kept):
                 ids.add(id(t))
                 if t.grad is not None:
                     ids.add(id(t.grad))
@@ -534,6 +380,130 @@ class BaseVideoModel(nn.Module):
         return super()._apply(keeping, recurse)
 
 
+# -- the capabilities' members, read off any backbone ------------------------------------------
+# Each returns the backbone's own member when it declares the capability, else the capability's
+# default: the one place that default is stated.
+def constrain(base: BaseVideoModel, prediction: torch.Tensor, x_t: torch.Tensor, t: torch.Tensor,
+              cond: Mapping[str, Any]) -> torch.Tensor:
+    """``base.constrain(...)`` (:class:`~workbench.core.capabilities.GivenFrames`), else ``prediction``."""
+    return base.constrain(prediction, x_t, t, cond) if isinstance(base, GivenFrames) else prediction
+
+
+def generation_inputs(base: BaseVideoModel, video: torch.Tensor) -> dict[str, Any]:
+    """What a generation request takes from clips ``video`` ``(B, 3, T, H, W)`` it should reproduce
+    (:meth:`SamplingOptions.generation_inputs
+    <workbench.core.capabilities.SamplingOptions.generation_inputs>`)."""
+    if isinstance(base, SamplingOptions):
+        return base.generation_inputs(video)
+    return SamplingOptions.generation_inputs(base, video)
+
+
+def max_generate_batch(base: BaseVideoModel) -> int | None:
+    """The most clips one ``generate`` call takes; ``None``: any number
+    (:attr:`SamplingOptions.max_generate_batch
+    <workbench.core.capabilities.SamplingOptions.max_generate_batch>`)."""
+    if isinstance(base, SamplingOptions):
+        return base.max_generate_batch
+    return SamplingOptions.max_generate_batch
+
+
+def sampler_inputs(base: BaseVideoModel) -> tuple[str, ...]:
+    """The ``cond`` keys only the sampler reads
+    (:attr:`SamplingOptions.sampler_inputs <workbench.core.capabilities.SamplingOptions.sampler_inputs>`)."""
+    return tuple(base.sampler_inputs) if isinstance(base, SamplingOptions) else SamplingOptions.sampler_inputs
+
+
+def predictions_per_step(base: BaseVideoModel, batch: Batch, **sampler_kwargs: Any) -> int:
+    """How many ``compose_fn`` calls one sampling step makes for ``batch`` with these sampler arguments
+    (:meth:`SamplingOptions.predictions_per_step
+    <workbench.core.capabilities.SamplingOptions.predictions_per_step>`)."""
+    if isinstance(base, SamplingOptions):
+        return base.predictions_per_step(batch, **sampler_kwargs)
+    return SamplingOptions.predictions_per_step(base, batch, **sampler_kwargs)
+
+
+def latent_frames(base: BaseVideoModel, frames: int) -> int:
+    """How many latent frames ``encode`` makes of ``frames`` pixel frames
+    (:meth:`LatentLayout.latent_frames <workbench.core.capabilities.LatentLayout.latent_frames>`)."""
+    if isinstance(base, LatentLayout):
+        return base.latent_frames(frames)
+    return LatentLayout.latent_frames(base, frames)
+
+
+def causal_latents(base: BaseVideoModel) -> bool | None:
+    """Whether the latents are a causal video VAE's; ``None``: not said
+    (:attr:`LatentLayout.causal_latents <workbench.core.capabilities.LatentLayout.causal_latents>`)."""
+    return base.causal_latents if isinstance(base, LatentLayout) else LatentLayout.causal_latents
+
+
+def decodes_frames_alone(base: BaseVideoModel) -> bool:
+    """Whether ``decode`` makes each frame from its own latent frame alone
+    (:attr:`LatentLayout.decodes_frames_alone
+    <workbench.core.capabilities.LatentLayout.decodes_frames_alone>`)."""
+    if isinstance(base, LatentLayout):
+        return bool(base.decodes_frames_alone)
+    return LatentLayout.decodes_frames_alone
+
+
+def pixel_space(base: BaseVideoModel) -> bool | None:
+    """Whether the samples are the frames themselves; ``None``: to be inferred
+    (:attr:`Previews.pixel_space <workbench.core.capabilities.Previews.pixel_space>`)."""
+    return base.pixel_space if isinstance(base, Previews) else Previews.pixel_space
+
+
+def preview_decoder(base: BaseVideoModel) -> nn.Module | None:
+    """The module ``decode`` runs, or ``None``
+    (:meth:`Previews.preview_decoder <workbench.core.capabilities.Previews.preview_decoder>`)."""
+    return base.preview_decoder() if isinstance(base, Previews) else Previews.preview_decoder(base)
+
+
+def preview_identity(base: BaseVideoModel) -> str | None:
+    """A name for what ``decode`` computes, or ``None``: hash the decoder's weights
+    (:meth:`Previews.preview_identity <workbench.core.capabilities.Previews.preview_identity>`)."""
+    return base.preview_identity() if isinstance(base, Previews) else Previews.preview_identity(base)
+
+
+def float32_paths(base: BaseVideoModel) -> tuple[str, ...]:
+    """The dotted paths ``base`` keeps in float32
+    (:meth:`KeepsFloat32.keep_in_float32 <workbench.core.capabilities.KeepsFloat32.keep_in_float32>`);
+    ``()`` when it does not declare it. Asked once per backbone object, once it has modules."""
+    if not isinstance(base, KeepsFloat32):
+        return ()
+    cached = base.__dict__.get("_float32_cache")
+    if cached is None:
+        cached = tuple(base.keep_in_float32())
+        if cached:  # (a backbone still being built may not have its modules yet: ask again next time)
+            base.__dict__["_float32_cache"] = cached
+    return cached
+
+
+def lies_within(name: str, paths: tuple[str, ...]) -> bool:
+    """``name`` (a dotted parameter path) is one of ``paths`` or lies inside one of them."""
+    return any(name == p or name.startswith(p + ".") for p in paths)
+
+
+def backbone_callbacks(base: BaseVideoModel) -> tuple:
+    """The callbacks ``base`` brings to a training run
+    (:class:`~workbench.core.capabilities.TrainingCallbacks`); ``()`` when it does not declare it."""
+    return tuple(base.callbacks()) if isinstance(base, TrainingCallbacks) else ()
+
+
+def compile_target(base: BaseVideoModel) -> nn.Module:
+    """The network :meth:`BaseVideoModel.compile` compiles: ``base.compile_target()``
+    (:class:`~workbench.core.capabilities.Compilable`), else the root of its ``inside_spec()``
+    (:class:`~workbench.core.capabilities.InsideAccess`); a CompositionError when it declares neither."""
+    if isinstance(base, Compilable):
+        return base.compile_target()
+    if isinstance(base, InsideAccess):
+        return base.inside_spec().root
+    raise CompositionError(
+        f"{type(base).__name__} does not say which network to compile: compile() compiles the network "
+        f"every prediction runs through, which a backbone names by declaring InsideAccess (the root of its "
+        f"inside_spec()) or Compilable (compile_target()). It declares neither; add one to its bases "
+        f"(from workbench.core.capabilities import InsideAccess, Compilable)."
+    )
+
+
 def _first_parameter(module: nn.Module) -> torch.Tensor | None:
     """``next(module.parameters(), None)`` without building the generators (read on every rendered step)."""
     for p in module._parameters.values():
@@ -545,11 +515,6 @@ def _first_parameter(module: nn.Module) -> torch.Tensor | None:
             if p is not None:
                 return p
     return None
-
-
-def _under(name: str, paths: tuple[str, ...]) -> bool:
-    """``name`` (a dotted parameter path) is one of ``paths`` or lies inside one of them."""
-    return any(name == p or name.startswith(p + ".") for p in paths)
 
 
 def _eval_only(module: nn.Module, mode: bool = True) -> nn.Module:
@@ -572,8 +537,8 @@ def freeze(base: nn.Module) -> None:
     nn.Module.train(base, False)
 
 
-#: The methods every backbone implements; the rest of :class:`BaseVideoModel` has a default (the table in
-#: docs/guides/writing-a-backbone.md, "The required part", with the card). ``example_batch`` is required too,
+#: The methods every backbone implements (the table in docs/guides/writing-a-backbone.md, "The required part",
+#: with the card); the rest of :class:`BaseVideoModel` is what callers use. ``example_batch`` is required too,
 #: except by code that is handed a raw batch instead (``check_backbone(make, raw=...)``), and says so itself.
 REQUIRED_METHODS = ("provides", "prepare_batch", "encode", "decode", "denoise", "default_objective",
                     "run_sampler")

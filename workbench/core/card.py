@@ -54,6 +54,30 @@ class SamplingDefaults:
 
 
 @dataclass(frozen=True)
+class ClipSpec:
+    """The clip a backbone predicts, as its card's sampling defaults say
+    (see :meth:`~workbench.core.backbone.BaseVideoModel.clip`).
+
+    ``frames`` pixel frames of ``height`` x ``width`` at ``fps`` frames per second (``None``:
+    not stated), which :meth:`~workbench.core.backbone.BaseVideoModel.encode` turns into
+    ``latent_frames`` latent frames. Every command that makes or reads clips for a backbone
+    (evaluation, the demo, latent caches, dataset resizing) asks this, never a backbone's own
+    config fields.
+    """
+
+    frames: int
+    height: int
+    width: int
+    fps: float | None
+    latent_frames: int
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """``(height, width)``."""
+        return self.height, self.width
+
+
+@dataclass(frozen=True)
 class RecipeSpec:
     """How the weights were made and what that implies for serving them.
 

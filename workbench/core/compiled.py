@@ -18,7 +18,7 @@ names, same ``state_dict``). Three choices make the workbench's instruments keep
   compiles once more, and a graph made for a set of hooks is reused whenever that set is back.
 * **Shapes are static** (``dynamic=False``): each input shape (sampling batch, training batch,
   a guidance half) compiles once. An inside adapter switched on and off (recording with
-  ``adapter=off``, a fork, an ablation) flips Python flags the hooks and peft's LoRA layers
+  ``with_adapter=False``, a fork, an ablation) flips Python flags the hooks and peft's LoRA layers
   read: each state compiles once and is reused, never once per step. Up to
   :data:`RECOMPILE_LIMIT` variants per network are compiled; past that dynamo runs the new
   ones eagerly (same numbers, no speed-up).

@@ -17,9 +17,9 @@ import torch.utils.checkpoint
 from torch import nn
 
 from workbench.core.adapter import Adapter
-from workbench.core.backbone import BaseVideoModel, OnStep, freeze
+from workbench.core.backbone import BaseVideoModel, OnStep, constrain, freeze
 from workbench.core.card import ModelCard
-from workbench.core.composers import ComposeContext, Composer, Composition, Diagnostics, Replace
+from workbench.core.composers import ComposeContext, Composer, Diagnostics, Replace, composition_of
 from workbench.core.conditions import Batch, Conditioning
 from workbench.core.objectives import Objective
 from workbench.errors import CompositionError
@@ -37,10 +37,6 @@ class Prediction:
     cond: Conditioning | None
     # what the composer applied: gate, mask, ...
     diagnostics: Diagnostics = field(default_factory=Diagnostics)
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.diagnostics, Diagnostics):  # a plain mapping, as diagnostics were before
-            self.diagnostics = Diagnostics.of(self.diagnostics)
 
 
 _UNREAD = object()
@@ -193,55 +189,52 @@ class ComposedModel(nn.Module):
         return base.denoise(x_t, t, batch.cond)
 
     def predict(self, x_t: torch.Tensor, t: torch.Tensor | float, batch: Batch, *, step: int | None = None,
-                adapter: bool | None = None, base_output: torch.Tensor | None = None,
+                with_adapter: bool | None = None, base_output: torch.Tensor | None = None,
                 cond: Conditioning | None = None, reference: bool | None = None) -> Prediction:
         """Evaluate base, adapter and composer at ``x_t``.
 
-        ``base_output``: a cached base prediction for these ``(x_t, t)`` (reused only when the
-        adapter allows it). ``adapter=False``: the base alone. ``cond``: a prepared
-        conditioning to use instead of the batch's (ablations).
+        ``with_adapter``: ``False`` for the base alone, ``True`` for base + adapter, ``None`` (default)
+        as the model is set (:attr:`adapter_enabled`). ``base_output``: a cached base prediction for
+        these ``(x_t, t)`` (reused only when the adapter allows it). ``cond``: a prepared conditioning
+        to use instead of the batch's (ablations).
 
         Inside adapters (``adapter.inside``) make one adapted base call; ``reference`` (default:
         outside training) adds a second call with the adapter switched off for ``Prediction.base``.
         """
         t = self._t_vector(t, x_t)
         # (the submodules are read once: each read of one goes through nn.Module.__getattr__)
-        adapter_module, base = self.adapter, self.base
-        if adapter_module.inside:
-            return self._predict_inside(x_t, t, batch, step, adapter, base_output, cond, reference)
-        if base_output is None or not adapter_module.reuses_base_output:
-            base_output = self.base_prediction(x_t, t, batch)
-        use_adapter = self.adapter_enabled if adapter is None else adapter
-        if not use_adapter:
-            return Prediction(x_t, t, base_output, None, base_output, None)
-        if cond is None:
-            cond = adapter_module.conditioning(batch, x_t, step=step, training=adapter_module.training)
-        if self.checkpoint_adapter and self.training and torch.is_grad_enabled():
-            # Recompute the adapter's activations in backward instead of holding them: same values.
-            correction = torch.utils.checkpoint.checkpoint(adapter_module, x_t, t, cond, base_output,
-                                                           use_reentrant=False)
+        adapter, base = self.adapter, self.base
+        if with_adapter is None:
+            use_adapter = self.adapter_enabled
+        elif with_adapter is True or with_adapter is False:
+            use_adapter = with_adapter
         else:
-            correction = adapter_module(x_t, t, cond, base_output)
-        ctx = _Context(x_t, t, step, self.objective)
-        composition = Composition.of(self.composer.compose(base_output, correction, ctx))
-        composed = base.constrain(composition.prediction, x_t, t, batch.cond)
-        return Prediction(x_t, t, base_output, correction, composed, cond, composition.diagnostics)
-
-    def _predict_inside(self, x_t, t, batch, step, adapter, base_output, cond, reference) -> Prediction:
-        use_adapter = self.adapter_enabled if adapter is None else adapter
-        reference = not self.training if reference is None else reference
-        if base_output is None and (reference or not use_adapter):
+            raise CompositionError(f"predict(with_adapter={with_adapter!r}) is not allowed: it takes True "
+                                   f"(base + adapter), False (the frozen base alone) or None (as the model "
+                                   f"is set, model.adapter_enabled).")
+        if adapter.inside:  # the base alone is only the reference (or the prediction, with the adapter off)
+            reference = not self.training if reference is None else reference
+            if base_output is None and (reference or not use_adapter):
+                base_output = self.base_prediction(x_t, t, batch)
+        elif base_output is None or not adapter.reuses_base_output:
             base_output = self.base_prediction(x_t, t, batch)
         if not use_adapter:
             return Prediction(x_t, t, base_output, None, base_output, None)
         if cond is None:
-            cond = self.adapter.conditioning(batch, x_t, step=step, training=self.adapter.training)
-        with self.adapter.engaged(cond, x_t, t):
-            adapted = self.base.denoise(x_t, t, batch.cond)
+            cond = adapter.conditioning(batch, x_t, step=step, training=adapter.training)
+        if adapter.inside:  # the adapted base's prediction is what the composer (Replace) receives
+            with adapter.engaged(cond, x_t, t):
+                output = base.denoise(x_t, t, batch.cond)
+        elif self.checkpoint_adapter and self.training and torch.is_grad_enabled():
+            # Recompute the adapter's activations in backward instead of holding them: same values.
+            output = torch.utils.checkpoint.checkpoint(adapter, x_t, t, cond, base_output,
+                                                       use_reentrant=False)
+        else:
+            output = adapter(x_t, t, cond, base_output)
         ctx = _Context(x_t, t, step, self.objective)
-        composition = Composition.of(self.composer.compose(base_output, adapted, ctx))
-        composed = self.base.constrain(composition.prediction, x_t, t, batch.cond)
-        return Prediction(x_t, t, base_output, adapted, composed, cond, composition.diagnostics)
+        composition = composition_of(self.composer, base_output, output, ctx)
+        composed = constrain(base, composition.prediction, x_t, t, batch.cond)
+        return Prediction(x_t, t, base_output, output, composed, cond, composition.diagnostics)
 
     def evaluation_note(self) -> str:
         """How one prediction of a recording is made (the number of base calls per sampler call)."""

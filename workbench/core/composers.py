@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -45,84 +45,68 @@ DIAGNOSTIC_FIELDS = ("gate", "mask", "noise_weight")
 
 
 @dataclass
-class Diagnostics(Mapping):
+class Diagnostics:
     """What a composer applied besides its prediction, as named fields (``None``: not applied).
 
     ``gate``: the effective gate, a scalar or ``(1, C, 1, 1, 1)``; ``mask``: a spatial mix weight
     ``(B, 1, T, h, w)`` in [0, 1]; ``noise_weight``: ``(B,)``, the weight of the inner composition
-    at each sample's noise level; ``extra``: anything else, by name (e.g. ``warmup``). It also
-    reads as a mapping of the tensors that are set (``diag["gate"]``, ``diag.items()``), the
-    shape diagnostics had before they were typed.
+    at each sample's noise level; ``extra``: anything else, by name (e.g. ``warmup``). Every field
+    is given by name: ``Diagnostics(gate=g)``.
     """
 
-    gate: torch.Tensor | None = None
-    mask: torch.Tensor | None = None
-    noise_weight: torch.Tensor | None = None
-    extra: dict[str, torch.Tensor] = field(default_factory=dict)
-
-    @classmethod
-    def of(cls, value: Diagnostics | Mapping[str, torch.Tensor] | None) -> Diagnostics:
-        """``value`` as :class:`Diagnostics` (a plain mapping's known keys become the fields)."""
-        if isinstance(value, Diagnostics):
-            return value
-        value = dict(value or {})
-        named = {k: value.pop(k) for k in DIAGNOSTIC_FIELDS if k in value}
-        return cls(**named, extra=value)
+    gate: torch.Tensor | None = field(default=None, kw_only=True)
+    mask: torch.Tensor | None = field(default=None, kw_only=True)
+    noise_weight: torch.Tensor | None = field(default=None, kw_only=True)
+    extra: dict[str, torch.Tensor] = field(default_factory=dict, kw_only=True)
 
     def as_dict(self) -> dict[str, torch.Tensor]:
+        """The tensors that are set, by name: the named fields first, then :attr:`extra`."""
         out = {k: getattr(self, k) for k in DIAGNOSTIC_FIELDS if getattr(self, k) is not None}
         return {**out, **self.extra}
 
     def map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> Diagnostics:
         """Every tensor through ``fn`` (e.g. moved to storage)."""
-        return Diagnostics(*(None if getattr(self, k) is None else fn(getattr(self, k))
-                             for k in DIAGNOSTIC_FIELDS),
+        return Diagnostics(**{k: None if getattr(self, k) is None else fn(getattr(self, k))
+                              for k in DIAGNOSTIC_FIELDS},
                            extra={k: fn(v) for k, v in self.extra.items()})
-
-    def __getitem__(self, key: str) -> torch.Tensor:
-        return self.as_dict()[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.as_dict())
-
-    def __len__(self) -> int:
-        return len(self.as_dict())
 
 
 @dataclass
-class Composition:
-    """What :meth:`Composer.compose` returns: the composed ``prediction`` and what it applied.
+class Composition(Diagnostics):
+    """What :meth:`Composer.compose` returns: the composed ``prediction`` and what it applied, the
+    fields of :class:`Diagnostics` (detached: they are read, never trained through).
 
-    ``gate`` / ``mask`` / ``noise_weight`` / ``extra`` as in :class:`Diagnostics` (detached: they
-    are read, never trained through). ``pred, diag = composer.compose(...)`` still unpacks, as
-    the ``(prediction, dict)`` pair composers returned before.
+    Examples:
+        >>> base, correction = torch.zeros(1, 4, 2, 8, 8), torch.ones(1, 4, 2, 8, 8)
+        >>> g = torch.tensor(0.5)
+        >>> out = Composition(base + g * correction, gate=g)
+        >>> float(out.prediction.mean()), float(out.diagnostics.gate)
+        (0.5, 0.5)
     """
 
     prediction: torch.Tensor
-    gate: torch.Tensor | None = None
-    mask: torch.Tensor | None = None
-    noise_weight: torch.Tensor | None = None
-    extra: dict[str, torch.Tensor] = field(default_factory=dict)
-
-    @classmethod
-    def of(cls, value: Composition | tuple) -> Composition:
-        """``value`` as a :class:`Composition`; a ``(prediction, dict)`` pair (the older return) is
-        converted."""
-        if isinstance(value, Composition):
-            return value
-        prediction, diagnostics = value
-        d = Diagnostics.of(diagnostics)
-        return cls(prediction, d.gate, d.mask, d.noise_weight, d.extra)
 
     @property
     def diagnostics(self) -> Diagnostics:
-        return Diagnostics(self.gate, self.mask, self.noise_weight, dict(self.extra))
+        """What it applied, without the prediction (the same tensors)."""
+        return Diagnostics(gate=self.gate, mask=self.mask, noise_weight=self.noise_weight,
+                           extra=dict(self.extra))
 
     def replace(self, **changes) -> Composition:
         return dataclasses.replace(self, **changes)
 
-    def __iter__(self) -> Iterator:
-        return iter((self.prediction, self.diagnostics))
+
+def composition_of(composer: Composer, base: torch.Tensor, adapter: torch.Tensor,
+                   ctx: ComposeContext) -> Composition:
+    """``composer.compose(base, adapter, ctx)``, checked to be a :class:`Composition` (a composer of
+    one's own that returns anything else gets a CompositionError saying what to return)."""
+    out = composer.compose(base, adapter, ctx)
+    if not isinstance(out, Composition):
+        raise CompositionError(
+            f"{composer.describe()}.compose returned a {type(out).__name__}, not a workbench.Composition. "
+            f"Return Composition(prediction, gate=..., mask=..., noise_weight=...), naming only what the "
+            f"composer applied (e.g. Composition(base + g * adapter, gate=g.detach())).")
+    return out
 
 
 class Composer(nn.Module):
@@ -148,7 +132,7 @@ class Composer(nn.Module):
 
     def forward(self, base: torch.Tensor, adapter: torch.Tensor,
                 ctx: ComposeContext | None = None) -> torch.Tensor:
-        return Composition.of(self.compose(base, adapter, ctx or ComposeContext())).prediction
+        return composition_of(self, base, adapter, ctx or ComposeContext()).prediction
 
     def gate_values(self) -> dict[str, float]:
         """Scalar summaries of the learned gates (read off the logging cadence, not per step)."""
@@ -191,16 +175,6 @@ class Composer(nn.Module):
             f"GatedResidual and MaskMix (alone or inside NoiseGated / PretrainWarmup); leave "
             f"gate_override unset for this composer."
         )
-
-    def __init_subclass__(cls, **kwargs) -> None:
-        super().__init_subclass__(**kwargs)
-        if "_gate_override_value" in vars(cls) and "check_gate_override" not in vars(cls):
-            cls.check_gate_override = vars(cls)["_gate_override_value"]  # the hook's earlier, private name
-
-    @property
-    def _gate_override(self) -> torch.Tensor | None:
-        """The earlier, private name of :attr:`gate_override`."""
-        return self.gate_override
 
     def callbacks(self) -> tuple:
         """Callbacks this composer brings to any training run it is part of."""
@@ -486,7 +460,7 @@ class NoiseGated(Wrapper):
                 "ComposedModel (which derives it from t with the objective), or pass "
                 "ComposeContext(noise_level=...) with values in [0, 1]."
             )
-        composition = Composition.of(self.inner.compose(base, adapter, ctx))
+        composition = composition_of(self.inner, base, adapter, ctx)
         inner = composition.prediction
         w = self.weight(ctx.noise_level).to(base.device)
         view = (-1, *([1] * (base.ndim - 1)))
@@ -540,7 +514,7 @@ class PretrainWarmup(Wrapper):
             self.seen_step.fill_(ctx.step)
         if self.in_warmup(ctx.step):
             return Composition(base + adapter, extra={"warmup": torch.ones(())})
-        return Composition.of(self.inner.compose(base, adapter, ctx))
+        return composition_of(self.inner, base, adapter, ctx)
 
     def describe(self) -> str:
         return f"PretrainWarmup({self.inner.describe()}, steps={self.steps})"

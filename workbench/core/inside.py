@@ -1,7 +1,7 @@
 """Where an adapter inside the frozen base reaches: the contract's :class:`InsideSpec`.
 
 A backbone that lets adapters work *inside* it (``lora``, ``action_modulation``, ``controlnet``)
-says where from its :meth:`~workbench.core.backbone.BaseVideoModel.inside_spec`: the network
+says where from its :meth:`~workbench.core.capabilities.InsideAccess.inside_spec`: the network
 every prediction runs through, the layers LoRA targets by default, the blocks hooks sit on and
 how their hidden state is laid out. The adapters read nothing else of the backbone, so a new
 backbone gains every inside adapter by declaring this one value.

@@ -17,8 +17,8 @@ Where it is stored:
 Readers serve it with every item as ``"camera"``: a float32 vector of 12, the 3x4 projection
 matrix in *normalised* image coordinates (``u / width``, ``v / height``), row-major
 (:meth:`CameraCalibration.normalized_projection`). Normalised coordinates do not change when the
-frames are resized, so the same vector serves the frames at any size. Files made before calibration
-was recorded get it with ``workbench data calibrate FILE``.
+frames are resized, so the same vector serves the frames at any size. A file without it gets it with
+``workbench data calibrate FILE``.
 
 Only numpy is needed here; MuJoCo is not.
 """

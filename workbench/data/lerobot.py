@@ -311,7 +311,22 @@ class LeRobotClips(Dataset):
         if not -len(self.index) <= i < len(self.index):
             raise IndexError(f"index {i} out of range for {len(self.index)} clips")
         e, start = self.index[i]
-        rows = self.rows(e, start)
+        return self._item(e, start, self.config.window)
+
+    def episode(self, e: int, frames: int | None = None) -> dict[str, Any]:
+        """Episode position ``e`` (of ``meta.episodes``) as one item: its first ``frames`` served frames
+        (default: all of them, :meth:`~workbench.data.lerobot.LeRobotClips.served_length`), with the keys of
+        a window (``start`` 0), e.g. to roll it out whole."""
+        length = self.served_length(e)
+        count = length if frames is None else int(frames)
+        if not 1 <= count <= length:
+            raise DataError(f"episode {self.meta.episodes[e].index} of {self.root} has {length} frames at "
+                            f"{self.fps:g} fps; asked for {count}. "
+                            f"Ask for 1 to {length} (or None: all of them).")
+        return self._item(e, 0, count)
+
+    def _item(self, e: int, start: int, count: int) -> dict[str, Any]:
+        rows = self.rows(e, start, count)
         frames = self.frames_of[e]
         path, offset = self.meta.episodes[e].videos[self.camera]
         images = self._video.frames(path, offset + frames["timestamp"][rows], self.size, self.tolerance,

@@ -18,11 +18,11 @@ import torch
 from workbench.core.composed import ComposedModel
 from workbench.core.conditions import Batch
 from workbench.core.objectives import Objective
-from workbench.errors import DataError, InspectError, StepError, StorageWarning, did_you_mean, listing
+from workbench.errors import DataError, InspectError, StepError, did_you_mean, listing
 
-__all__ = ["DEFAULT_LEVELS", "InspectError", "StepError", "StorageWarning", "check_choice", "check_frame",
-           "check_levels", "check_model", "condition_key", "condition_keys", "masked_rms", "model_lock",
-           "prepare", "rolled_conditions", "seeded_noise", "t_for_noise_level", "t_tensor", "with_conditions"]
+__all__ = ["DEFAULT_LEVELS", "check_choice", "check_frame", "check_levels", "check_model", "condition_key",
+           "condition_keys", "masked_rms", "model_lock", "prepare", "rolled_conditions", "seeded_noise",
+           "t_for_noise_level", "t_tensor", "with_conditions"]
 
 DEFAULT_LEVELS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
@@ -67,7 +67,8 @@ def check_model(model: Any, who: str) -> ComposedModel:
         raise InspectError(
             f"{who} needs a workbench.ComposedModel (base + adapter + composer + objective), got "
             f"{type(model).__name__}. "
-            f"Pass exp.model, or build ComposedModel(base, adapter, composer, objective)."
+            f"Pass exp.model, or build ComposedModel(base, adapter, composer, objective); "
+            f"for the frozen base alone pass that model with with_adapter=False."
         )
     return model
 

@@ -39,6 +39,7 @@ import torch
 
 from workbench.core.composed import ComposedModel
 from workbench.inspect.common import InspectError, check_model
+from workbench.metrics import to_uint8_video
 
 #: What each key does to the next chunk's action: ``(dimension, value)`` pairs; the motion keys set
 #: one direction of the hand (the other motion dimensions go to zero), the gripper keys its effort.
@@ -116,7 +117,7 @@ class DriveState:
             names = tuple(f"a{d}" for d in range(self.dims))
         self.dim_names = names
         self.frame_size = (int(video.shape[-2]), int(video.shape[-1]))
-        self.readout, self.readout_note = _readout(readout, state, _uint8(video[:, :1]))
+        self.readout, self.readout_note = _readout(readout, state, to_uint8_video(video[:, :1]))
         self.action = np.zeros(self.dims, np.float32)
         self.rollout: Any = None  # the current line: a Rollout, or None before the first chunk
         self.branches: list[Any] = []  # other lines kept by branch() (each a Rollout)
@@ -169,7 +170,7 @@ class DriveState:
         """uint8 ``[F, H, W, 3]``: every frame of the episode so far
         (the start frame alone before a chunk)."""
         if self.rollout is None:
-            return _uint8(self.start["video"][:, :1])
+            return to_uint8_video(torch.as_tensor(self.start["video"][:, :1]))
         return np.asarray(self.rollout.video)
 
     def _chunk_actions(self, action: np.ndarray, count: int) -> torch.Tensor:
@@ -466,12 +467,6 @@ def calibration_from_vector(vector: np.ndarray, width: int, height: int):
     extrinsics[:3, :3], extrinsics[:3, 3] = rot, t  # K/k22 [R | t] = P/k22: the same projection
     scale = k[2, 2]
     return CameraCalibration(k / scale, extrinsics, int(width), int(height))
-
-
-def _uint8(video: Any) -> np.ndarray:
-    from workbench.metrics import to_uint8_video
-
-    return to_uint8_video(torch.as_tensor(video)[None])[0]
 
 
 def _readout(readout: Any, state: Any, start_frame: np.ndarray) -> tuple[Any, str]:

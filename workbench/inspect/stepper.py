@@ -205,12 +205,12 @@ class StepperState:
         return f"{image.caption} · {image.frame_name(min(self.frame, len(image) - 1))}"
 
     # -- branches --------------------------------------------------------------------------
-    def fork_here(self, cond: Mapping[str, Any] | Batch | None = None, adapter: Any = None,
+    def fork_here(self, cond: Mapping[str, Any] | Batch | None = None, with_adapter: bool | None = None,
                   composer: Composer | None = None, gate_override: float | torch.Tensor | None = None,
                   branch: int = 0, label: str | None = None) -> Trajectory:
         """Fork ``branches[branch]`` at the current step (:meth:`Trajectory.fork`) and show it alongside."""
         parent = self.branches[branch]
-        fork = parent.fork(at=self.step, cond=cond, adapter=adapter, composer=composer,
+        fork = parent.fork(at=self.step, cond=cond, with_adapter=with_adapter, composer=composer,
                            gate_override=gate_override, label=label)
         self.branches.append(fork)
         return fork

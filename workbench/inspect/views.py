@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from workbench.core.backbone import causal_latents
 from workbench.core.composers import NoiseGated, composer_tree
 from workbench.core.conditions import Batch
 from workbench.inspect.common import InspectError, check_choice
@@ -108,7 +109,7 @@ def adapter_note(traj: Trajectory, step: TrajectoryStep, index: int = 0) -> str:
     level is outside the composer's band (the adapter ran, but its output has weight 0).
     """
     if "adapter" in step.stored and step.adapter is None:
-        if traj.settings.adapter is False:
+        if traj.settings.with_adapter is False:
             return "adapter off here (this branch runs the base alone)"
         return "adapter off here (the model's adapter is disabled)"
     weight = step.diagnostics.noise_weight
@@ -164,7 +165,7 @@ def view_image(traj: Trajectory, step: int, view: str, decode: str = "preview", 
     off = adapter_note(traj, rec, index)
 
     def given(frames: int) -> tuple[bool, ...]:
-        return given_frames(traj.batch, index, frames, base.causal_latents)
+        return given_frames(traj.batch, index, frames, causal_latents(base))
 
     def linear(z) -> np.ndarray:  # latents through the linear preview, mean over RGB: [T, H, W]
         z = z[index:index + 1].to(device=base.device, dtype=base.dtype)

@@ -1,9 +1,11 @@
 """The backbone contract as a conformance kit: every promise checked in one call.
 
 A plugin author runs it against their backbone in their own tests (plain functions: no pytest
-needed to import it); the example below runs it on the embedded backbone. It raises one
-:class:`~workbench.errors.ConformanceError` whose message lists every promise with what was found
-(see :data:`PROMISES` for the list), and returns the :class:`ConformanceReport` when all hold.
+needed to import it); the example below runs it on the embedded backbone. It checks the promises of
+the required part and those of each optional capability the backbone declares
+(:mod:`workbench.core.capabilities`; :data:`CAPABILITY_PROMISES`), says which capabilities it found,
+raises one :class:`~workbench.errors.ConformanceError` whose message lists every promise with what was
+found (see :data:`PROMISES` for the list), and returns the :class:`ConformanceReport` when all hold.
 Adapters that work inside the base (``lora``, ``action_modulation``, ``controlnet``) have their own
 check, :func:`check_inside_adapter`.
 
@@ -20,7 +22,7 @@ Examples:
 from workbench.errors import ConformanceError
 from workbench.testing.inside import INSIDE_PROMISES, check_inside_adapter
 from workbench.testing.kit import ConformanceReport, Finding, ProbeAdapter, counting_base_calls
-from workbench.testing.promises import PROMISES, check_backbone
+from workbench.testing.promises import CAPABILITY_PROMISES, PROMISES, check_backbone
 
-__all__ = ["INSIDE_PROMISES", "PROMISES", "ConformanceError", "ConformanceReport", "Finding", "ProbeAdapter",
-           "check_backbone", "check_inside_adapter", "counting_base_calls"]
+__all__ = ["CAPABILITY_PROMISES", "INSIDE_PROMISES", "PROMISES", "ConformanceError", "ConformanceReport",
+           "Finding", "ProbeAdapter", "check_backbone", "check_inside_adapter", "counting_base_calls"]

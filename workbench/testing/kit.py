@@ -65,11 +65,16 @@ class Finding:
 
 @dataclass
 class ConformanceReport:
-    """What :func:`check_backbone` found, one :class:`Finding` per promise, in checking order."""
+    """What :func:`check_backbone` found, one :class:`Finding` per promise, in checking order.
+
+    ``declared``: the optional capabilities the backbone declares
+    (:mod:`workbench.core.capabilities`), whose promises were checked beside the required ones.
+    """
 
     backbone: str
     setting: str
     findings: list[Finding] = field(default_factory=list)
+    declared: tuple[str, ...] = ()
 
     @property
     def broken(self) -> list[Finding]:
@@ -90,7 +95,9 @@ class ConformanceReport:
         head = (f"{self.backbone} on {self.setting}: " +
                 (f"{n} of {len(self.findings)} promises broken" if n
                  else f"all {len(self.findings)} promises kept"))
-        return "\n".join([head, *(f.line() for f in self.findings)])
+        declares = (f"declares {', '.join(self.declared)}" if self.declared
+                    else "declares no optional capability")
+        return "\n".join([f"{head}; {declares}", *(f.line() for f in self.findings)])
 
 
 class Subject:

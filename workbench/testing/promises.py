@@ -16,8 +16,32 @@ import torch
 from torch import nn
 
 from workbench.core.adapter import Adapter
-from workbench.core.backbone import REQUIRED_METHODS, BaseVideoModel, as_video, unimplemented
-from workbench.core.card import ModelCard
+from workbench.core.backbone import (
+    REQUIRED_METHODS,
+    BaseVideoModel,
+    as_video,
+    causal_latents,
+    decodes_frames_alone,
+    float32_paths,
+    lies_within,
+    max_generate_batch,
+    predictions_per_step,
+    sampler_inputs,
+    unimplemented,
+)
+from workbench.core.capabilities import (
+    CachesLatents,
+    Compilable,
+    GivenFrames,
+    InsideAccess,
+    MemoryPlanning,
+    Previews,
+    TrainingCallbacks,
+    declared,
+    undeclared,
+    unwritten,
+)
+from workbench.core.card import ClipSpec, ModelCard
 from workbench.core.conditions import Batch
 from workbench.errors import ConformanceError, did_you_mean, listing
 from workbench.testing.kit import (
@@ -61,11 +85,11 @@ def check_card(s: Subject) -> str:
 def check_to(s: Subject) -> str:
     base, device, dtype = s.base, s.device, s.dtype
     before = s.need("the state before moving")
-    kept = tuple(base.keep_in_float32())
+    kept = float32_paths(base)
     moved = snapshot(base)
 
     def wanted(name: str) -> torch.dtype | None:
-        return torch.float32 if kept and _under(name, kept) else dtype
+        return torch.float32 if lies_within(name, kept) else dtype
 
     elsewhere = [k for k, v in moved.items() if v.device.type != device.type]
     wrong = [k for k, v in moved.items()
@@ -76,7 +100,7 @@ def check_to(s: Subject) -> str:
                                                wrong and f"{few(wrong)} not {dtype}" + (
                                                    " (keep_in_float32() names the float32 ones)" if kept
                                                    else "")])))
-    computing = next((p for n, p in base.named_parameters() if not (kept and _under(n, kept))), None)
+    computing = next((p for n, p in base.named_parameters() if not lies_within(n, kept)), None)
     if computing is not None and (base.device.type != device.type or base.dtype != computing.dtype):
         raise Broken(f"base.device / base.dtype report {base.device} / {base.dtype}, the weights are on "
                      f"{computing.device} / {computing.dtype}.")
@@ -85,9 +109,9 @@ def check_to(s: Subject) -> str:
     changed = differing(before, moved)
     if changed:
         raise Broken(f"moving changed the values of {few(changed)}.")
-    held = [k for k, v in moved.items() if v.is_floating_point() and kept and _under(k, kept)]
+    held = [k for k, v in moved.items() if v.is_floating_point() and lies_within(k, kept)]
     note = f"; {len(held)} kept in float32" if held else ""
-    dtypes = {v.dtype for k, v in moved.items() if v.is_floating_point() and not (kept and _under(k, kept))}
+    dtypes = {v.dtype for k, v in moved.items() if v.is_floating_point() and not lies_within(k, kept)}
     uniform = dtypes.pop() if len(dtypes) == 1 else None  # float64 holds every float dtype exactly
     if device.type != "cpu":
         base.to("cpu") if uniform is None else base.to("cpu", torch.float64)
@@ -102,10 +126,6 @@ def check_to(s: Subject) -> str:
     if changed:
         raise Broken(f"a .to() round trip changed {few(changed)}.")
     return f"{len(moved)} tensors on {device}{note}, round trip bit-exact"
-
-
-def _under(name: str, paths: tuple[str, ...]) -> bool:
-    return any(name == p or name.startswith(p + ".") for p in paths)
 
 
 # -- the batch and the autoencoder ---------------------------------------------------------
@@ -128,7 +148,7 @@ def check_provides(s: Subject) -> str:
         problems.append("batch.latents carry autograd history (run the encoder under torch.no_grad())")
     if z.device.type != base.device.type:
         problems.append(f"batch.latents is on {z.device}, the backbone on {base.device}")
-    extra = sorted(set(batch.cond) - set(provided) - set(base.sampler_inputs))
+    extra = sorted(set(batch.cond) - set(provided) - set(sampler_inputs(base)))
     if extra:
         problems.append(f"cond has {extra} that provides() does not name (add them to provides(), or to "
                         f"sampler_inputs if only the sampler reads them)")
@@ -209,34 +229,37 @@ def check_identity(s: Subject) -> str:
     return "Add and GatedResidual, bit-exact"
 
 
-def check_constrain(s: Subject) -> str:
+def check_given_frames(s: Subject) -> str:
     base, batch = s.base, s.batch
-    g = s.generator()
-    model = s.model()
-    x_t, t, _ = model.noised(batch, g)
-    with torch.no_grad():
-        frozen = base.denoise(x_t, t, batch.cond)
-        kept = base.constrain(frozen, x_t, t, batch.cond)
-        any_pred = torch.randn(x_t.shape, generator=g, device=x_t.device).to(x_t.dtype)
-        fixed = base.constrain(any_pred.clone(), x_t, t, batch.cond)
-        twice = base.constrain(fixed.clone(), x_t, t, batch.cond)
-    if not torch.equal(kept, frozen):
-        raise Broken(f"constrain changes denoise's own prediction ({max_diff(kept, frozen)}); "
-                     f"the base's output must already satisfy it.")
-    if not torch.equal(twice, fixed):
-        raise Broken(f"constrain is not idempotent: applied twice it moves again ({max_diff(twice, fixed)}).")
     mask = batch.loss_mask
-    free = torch.ones(x_t.shape[2], dtype=torch.bool) if mask is None else (mask != 0).all(dim=0).cpu()
-    if not torch.equal(fixed[:, :, free.to(fixed.device)], any_pred[:, :, free.to(fixed.device)]):
-        raise Broken("constrain changed frames the model predicts (loss_mask 1); "
-                     "it may only fix given frames.")
+    frames = batch.latents.shape[2]
+    free = torch.ones(frames, dtype=torch.bool) if mask is None else (mask != 0).all(dim=0).cpu()
     given = torch.zeros_like(free) if mask is None else (mask == 0).all(dim=0).cpu()
+    if isinstance(base, GivenFrames):
+        g = s.generator()
+        x_t, t, _ = s.model().noised(batch, g)
+        with torch.no_grad():
+            frozen = base.denoise(x_t, t, batch.cond)
+            kept = base.constrain(frozen, x_t, t, batch.cond)
+            any_pred = torch.randn(x_t.shape, generator=g, device=x_t.device).to(x_t.dtype)
+            fixed = base.constrain(any_pred.clone(), x_t, t, batch.cond)
+            twice = base.constrain(fixed.clone(), x_t, t, batch.cond)
+        if not torch.equal(kept, frozen):
+            raise Broken(f"constrain changes denoise's own prediction ({max_diff(kept, frozen)}); "
+                         f"the base's output must already satisfy it.")
+        if not torch.equal(twice, fixed):
+            raise Broken(f"constrain is not idempotent: applied twice it moves again "
+                         f"({max_diff(twice, fixed)}).")
+        if not torch.equal(fixed[:, :, free.to(fixed.device)], any_pred[:, :, free.to(fixed.device)]):
+            raise Broken("constrain changed frames the model predicts (loss_mask 1); "
+                         "it may only fix given frames.")
     if not given.any():
-        return "the identity outside given frames (this batch has no given frames)"
+        return ("constrain is the identity outside given frames (this batch has no given frames)"
+                if isinstance(base, GivenFrames) else "this batch has no given frames (and no constrain)")
     gen = s.generation_batch
     given = torch.zeros_like(free) if gen.loss_mask is None else (gen.loss_mask == 0).all(dim=0).cpu()
     if not given.any():
-        return "the identity outside given frames (the generation batch has no given frames)"
+        return "the generation batch has no given frames"
     final = s.model(perturbed=True).generate(gen, steps=s.steps, generator=s.generator(), **s.sampler_kwargs)
     idx, frames = given.to(final.device), given.nonzero().flatten().tolist()
     want = gen.latents[:, :, idx]
@@ -287,7 +310,7 @@ def check_recording(s: Subject) -> str:
     if not torch.equal(traj.final, plain.to(traj.final.device)):
         raise Broken(f"the recorded run's final latents differ from the unrecorded run's "
                      f"({max_diff(traj.final, plain)}).")
-    made, said = len(traj._log[0].calls), s.base.predictions_per_step(batch, **kwargs)
+    made, said = len(traj.log[0].calls), predictions_per_step(s.base, batch, **kwargs)
     if made != said:
         raise Broken(f"the sampler called compose_fn {made} time(s) in a step, "
                      f"but predictions_per_step(batch, **sampler_kwargs) says {said}: "
@@ -353,7 +376,6 @@ def _clips_like(s: Subject, clip) -> list[dict]:
 
 
 def check_clip(s: Subject) -> str:
-    from workbench.core.backbone import ClipSpec
     from workbench.inspect.recording.clips import generation_request, predict_clips
     from workbench.metrics import to_uint8_video
 
@@ -372,12 +394,21 @@ def check_clip(s: Subject) -> str:
     if latents.shape[2] != clip.latent_frames:
         raise Broken(f"clip() says {clip.frames} frames make {clip.latent_frames} latent frames, "
                      f"encode() makes {latents.shape[2]}: latent_frames() must follow the autoencoder.")
+    causal = causal_latents(base)
+    if causal is not None and clip.latent_frames > 1:
+        with torch.no_grad():
+            alone = base.decode(latents[:1, :, :1]).shape[2]
+        said = 1 if causal else clip.frames // clip.latent_frames
+        if alone != said:
+            layout = "a causal VAE" if causal else f"{said} frames per latent frame"
+            raise Broken(f"causal_latents={causal} says latent frame 0 decodes to {said} frame(s) on its own "
+                         f"({layout}), decode() makes {alone}: declare the layout the autoencoder has.")
     swapped = [{**c, **{k: v for k, v in clips[1 - i].items()
                         if isinstance(v, torch.Tensor) and k != "video"}}
                for i, c in enumerate(clips)]
     model = s.model(perturbed=True)
     steps = s.steps
-    predicted = {"base": predict_clips(model, clips, steps=steps, seed=s.seed, adapter=False,
+    predicted = {"base": predict_clips(model, clips, steps=steps, seed=s.seed, with_adapter=False,
                                        **s.sampler_kwargs),
                  "adapter": predict_clips(model, clips, steps=steps, seed=s.seed, **s.sampler_kwargs),
                  "swapped": predict_clips(model, swapped, steps=steps, seed=s.seed, **s.sampler_kwargs)}
@@ -387,7 +418,7 @@ def check_clip(s: Subject) -> str:
     if wrong:
         raise Broken(f"predicting 2 clips from what the backbone generates from gave videos of {wrong}; "
                      f"expected uint8 {want}, the clip clip() states.")
-    limit = base.max_generate_batch or 2
+    limit = max_generate_batch(base) or 2
     alone = []
     for lo in range(0, 2, limit):  # the frozen base's own generate(), as predict_clips chunks and seeds it
         batch = base.prepare_batch(generation_request(base, clips[lo:lo + limit]))
@@ -406,7 +437,8 @@ def check_clip(s: Subject) -> str:
 
 # -- rollouts ------------------------------------------------------------------------------
 def check_rollout(s: Subject) -> str:
-    from workbench.inspect import InspectError, rollout
+    from workbench.errors import InspectError
+    from workbench.inspect import rollout
     from workbench.metrics import to_uint8_video
 
     base = s.base
@@ -442,7 +474,7 @@ def check_rollout(s: Subject) -> str:
     given = second.conditions.get("image")
     alone = ("; it declares decodes_frames_alone, so the frame was decoded alone: decode must give each "
              "frame the same values whatever frames it decodes with, or leave decodes_frames_alone False"
-             if base.decodes_frames_alone else "")
+             if decodes_frames_alone(base) else "")
     if given is None or not np.array_equal(to_uint8_video(torch.as_tensor(given)[:, :, None])[:, 0],
                                            produced):
         raise Broken("chunk 1 was not generated from the last frame chunk 0 produced: "
@@ -509,15 +541,179 @@ def check_state_dict(s: Subject) -> str:
     return f"{len(state)} tensors, {size} values, none of the base's"
 
 
+# -- what a backbone declares beyond the required part ----------------------------------------
+def _items(raw: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The raw batch's items, as a dataset serves them: row ``i`` of every batched value (others as given)."""
+    n = int(torch.as_tensor(raw["video"]).shape[0])
+
+    def row(value: Any, i: int) -> Any:
+        if isinstance(value, torch.Tensor) and value.ndim and value.shape[0] == n:
+            return value[i]
+        if isinstance(value, (list, tuple)) and len(value) == n:
+            return value[i]
+        return value
+
+    return [{k: row(v, i) for k, v in raw.items()} for i in range(n)]
+
+
+def _batch_differences(got: Batch, want: Batch) -> list[str]:
+    problems = []
+    if got.latents.shape != want.latents.shape or not torch.equal(got.latents, want.latents):
+        problems.append(f"latents ({max_diff(got.latents, want.latents)})")
+    if sorted(got.cond) != sorted(want.cond):
+        problems.append(f"cond keys {sorted(got.cond)} vs {sorted(want.cond)}")
+    for key in sorted(set(got.cond) & set(want.cond)):
+        a, b = got.cond[key], want.cond[key]
+        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+            if a.shape != b.shape or not torch.equal(a, b):
+                problems.append(f"cond[{key!r}] ({max_diff(a, b)})")
+        elif a != b:
+            problems.append(f"cond[{key!r}]")
+    if (got.loss_mask is None) != (want.loss_mask is None) or (
+            got.loss_mask is not None and not torch.equal(got.loss_mask, want.loss_mask)):
+        problems.append("loss_mask")
+    return problems
+
+
+def check_latent_cache(s: Subject) -> str:
+    from torch.utils.data import default_collate
+
+    base, raw = s.base, s.raw
+    if "video" not in raw:
+        raise Skipped("raw has no 'video' to encode ahead.")
+    items = _items(raw)
+    with torch.no_grad():
+        cached = [base.encode_item(item) for item in items]
+    empty = [i for i, c in enumerate(cached) if c is None]
+    if empty:
+        raise Broken(f"encode_item returned None for item {empty[0]} of the raw batch, which holds a "
+                     f"'video': the items a latent cache is made of must come back encoded.")
+    away = sorted({k for c in cached for k, v in c.items()
+                   if isinstance(v, torch.Tensor) and v.device.type != "cpu"})
+    if away:
+        raise Broken(f"encode_item left {few(away)} off the CPU; a cached item is written to disk and "
+                     f"collated with the others on the CPU (return .cpu() tensors).")
+    with torch.no_grad():
+        want = base.prepare_batch(default_collate(items))
+        got = base.prepare_batch(default_collate(cached))
+    problems = _batch_differences(got, want)
+    if problems:
+        raise Broken(f"prepare_batch of the collated cached items differs from prepare_batch of the "
+                     f"collated raw items in {'; '.join(problems)}. A cache must change nothing: run the "
+                     f"frozen encoders clip by clip in prepare_batch too (a VAE's kernels need not be "
+                     f"batch-invariant).")
+    return (f"{len(items)} items cached as {sorted(cached[0])}; prepare_batch of them is the raw items', "
+            f"bit-exact")
+
+
+def check_inside(s: Subject) -> str:
+    from workbench.core.inside import InsideSpec
+
+    base = s.base
+    spec = base.inside_spec()
+    if not isinstance(spec, InsideSpec):
+        raise Broken(f"inside_spec() returned {type(spec).__name__}, not a workbench.InsideSpec.")
+    named = {id(m): n for n, m in base.named_modules()}
+    where = named.get(id(spec.root))
+    if where is None:
+        raise Broken(f"inside_spec().root ({type(spec.root).__name__}) is not a submodule of the backbone: "
+                     f"adapters inside it would not move, freeze or save with the base.")
+    if where != spec.root_name:
+        raise Broken(f"inside_spec().root_name is {spec.root_name!r}, but the root is the backbone's "
+                     f"{where!r}: exported LoRA keys are prefixed with root_name.")
+    inner = {id(m) for m in spec.root.modules()}
+    outside = [i for i, b in enumerate(spec.blocks) if id(b) not in inner]
+    if outside:
+        raise Broken(f"inside_spec().blocks {outside} are not inside its root {spec.root_name!r}.")
+    targets = [n for n, _ in spec.root.named_modules()
+               if any(n == t or n.endswith("." + t) for t in spec.lora_targets)]
+    if spec.lora_targets and not targets:
+        raise Broken(f"inside_spec().lora_targets {list(spec.lora_targets)} name no module under "
+                     f"{spec.root_name!r} (LoRA matches them as name suffixes).")
+    return (f"root {spec.root_name!r}, {len(spec.blocks)} blocks laid out as {spec.layout!r}, "
+            f"{len(targets)} modules its LoRA targets match (check_inside_adapter checks the adapters "
+            f"themselves)")
+
+
+def check_compile(s: Subject) -> str:
+    base = s.base
+    net = base.compile_target()
+    named = {id(m): n for n, m in base.named_modules()}
+    if not isinstance(net, nn.Module) or id(net) not in named or net is base:
+        raise Broken(f"compile_target() returned {type(net).__name__}; it must be the network every "
+                     f"prediction runs through, a submodule of the backbone.")
+    return f"compiles {named[id(net)]!r} ({type(net).__name__})"
+
+
+def check_memory_plan(s: Subject) -> str:
+    base = s.base
+    clip = base.clip()
+    shape = tuple(base.latent_shape(clip))
+    video = torch.zeros(1, 3, clip.frames, clip.height, clip.width, device=base.device)
+    with torch.no_grad():
+        encoded = base.encode(video)
+    if shape != tuple(encoded.shape[1:]):
+        raise Broken(f"latent_shape(clip()) says {shape}, encode() of a clip of that size makes "
+                     f"{tuple(encoded.shape[1:])}: a memory plan would trace the wrong latents.")
+    latents = torch.zeros_like(encoded)
+    t, cond = base.planning_inputs(latents)
+    if not isinstance(t, torch.Tensor) or tuple(t.shape) != (1,) or not isinstance(cond, Mapping):
+        raise Broken(f"planning_inputs(latents) must return (t (B,), cond mapping), got "
+                     f"({tuple(getattr(t, 'shape', ()))}, {type(cond).__name__}) for latents of batch 1.")
+    with torch.no_grad():
+        out = base.denoise(latents, t, cond)
+    if tuple(out.shape) != tuple(latents.shape):
+        raise Broken(f"denoise(latents, *planning_inputs(latents)) returned {tuple(out.shape)} for latents "
+                     f"{tuple(latents.shape)}.")
+    encoders, notes = base.frozen_encoders(), base.planning_notes()
+    if not isinstance(encoders, tuple) or not all(isinstance(m, nn.Module) for m in encoders):
+        raise Broken(f"frozen_encoders() must return a tuple of nn.Modules, got {encoders!r}.")
+    if not isinstance(notes, tuple) or not all(isinstance(n, str) for n in notes):
+        raise Broken(f"planning_notes() must return a tuple of str, got {notes!r}.")
+    return (f"latent_shape {shape} is encode's; denoise runs on planning_inputs (cond {sorted(cond)}); "
+            f"{len(encoders)} frozen encoder(s), {len(notes)} note(s)")
+
+
+def check_previews(s: Subject) -> str:
+    base = s.base
+    decoder = base.preview_decoder()
+    named = {id(m): n for n, m in base.named_modules()}
+    if decoder is not None and (not isinstance(decoder, nn.Module) or id(decoder) not in named):
+        raise Broken(f"preview_decoder() returned {type(decoder).__name__}; it must be the submodule "
+                     f"decode() runs, or None.")
+    identity = base.preview_identity()
+    if identity is not None and (not isinstance(identity, str) or identity != base.preview_identity()):
+        raise Broken(f"preview_identity() must return the same str every time (it keys the preview cache), "
+                     f"or None; got {identity!r}.")
+    if base.pixel_space and "video" in s.raw:
+        z, video = s.batch.latents, as_video(s.raw["video"])
+        if z.shape[1] != 3 or tuple(z.shape[2:]) != tuple(video.shape[2:]):
+            raise Broken(f"pixel_space=True says the samples are the frames, but prepare_batch makes latents "
+                         f"{tuple(z.shape)} of video {tuple(video.shape)}.")
+    where = "none" if decoder is None else repr(named[id(decoder)])
+    return f"decoder {where}, identity {'hashed' if identity is None else repr(identity)}, " \
+           f"pixel_space {base.pixel_space}"
+
+
+def check_callbacks(s: Subject) -> str:
+    from workbench.core.callbacks import Callback
+
+    made = s.base.callbacks()
+    if not isinstance(made, tuple) or not all(isinstance(c, Callback) for c in made):
+        raise Broken(f"callbacks() must return a tuple of workbench Callbacks, got {made!r}.")
+    return f"{len(made)} callback(s): {', '.join(type(c).__name__ for c in made) or 'none'}"
+
+
 PROMISES: dict[str, tuple[str, Callable[[Subject], str | None]]] = {
     "card": ("the card is a valid ModelCard and default_objective() predicts what it says", check_card),
-    "to": (".to(device, dtype) moves every weight, base.device/dtype follow, a round trip is bit-exact",
-           check_to),
+    "to": (".to(device, dtype) moves every weight (what keep_in_float32() names stays float32), "
+           "base.device/dtype follow, a round trip is bit-exact", check_to),
     "provides": ("provides() names exactly the conditions prepare_batch(raw) supplies", check_provides),
     "encode_decode": ("encode / decode shapes and dtypes; prepare_batch's latents are encode(video)",
                       check_encode_decode),
     "identity": ("a zero adapter composes to the frozen base, bit-exact", check_identity),
-    "constrain": ("constrain fixes only given frames, idempotently; sampling keeps them", check_constrain),
+    "given_frames": ("sampling keeps given frames as given; a declared constrain fixes only them, "
+                     "idempotently", check_given_frames),
     "recording": ("recorded == unrecorded sampling, bit-exact; the generator is the only randomness",
                   check_recording),
     "fork": ("a fork at k replays its prefix bit-exactly with N-k steps of model calls", check_fork),
@@ -529,8 +725,27 @@ PROMISES: dict[str, tuple[str, Callable[[Subject], str | None]]] = {
                  "the base stays bit-identical, in eval mode",
                  check_training),
     "state_dict": ("the trainable state dict holds no base weights", check_state_dict),
+    "latent_cache": ("CachesLatents: prepare_batch of encode_item's items is prepare_batch of the raw items, "
+                     "bit-exact", check_latent_cache),
+    "inside": ("InsideAccess: inside_spec() names a root inside the backbone, its blocks and LoRA targets",
+               check_inside),
+    "compile": ("Compilable: compile_target() is a submodule of the backbone", check_compile),
+    "memory_plan": ("MemoryPlanning: latent_shape() is encode's, denoise runs on planning_inputs()",
+                    check_memory_plan),
+    "previews": ("Previews: preview_decoder() is a submodule, preview_identity() a stable str, "
+                 "pixel_space latents are frames", check_previews),
+    "callbacks": ("TrainingCallbacks: callbacks() is a tuple of workbench Callbacks", check_callbacks),
 }
-"""Promise name → (what it promises, its check), in checking order."""
+"""Promise name → (what it promises, its check), in checking order. The required part's promises come first;
+those named in :data:`CAPABILITY_PROMISES` are checked for a backbone that declares the capability."""
+
+CAPABILITY_PROMISES: dict[str, type] = {
+    "latent_cache": CachesLatents, "inside": InsideAccess, "compile": Compilable,
+    "memory_plan": MemoryPlanning, "previews": Previews, "callbacks": TrainingCallbacks}
+"""Promise name → the capability (:mod:`workbench.core.capabilities`) whose members it checks. The other
+capabilities a backbone may declare are checked inside the required promises: ``GivenFrames`` by
+``given_frames``, ``SamplingOptions`` by ``provides``, ``recording``, ``clip`` and ``rollout``,
+``LatentLayout`` by ``clip`` and ``rollout``, ``KeepsFloat32`` by ``to``."""
 
 
 def check_backbone(make_backbone: Callable[[], BaseVideoModel] | BaseVideoModel, *,
@@ -540,8 +755,9 @@ def check_backbone(make_backbone: Callable[[], BaseVideoModel] | BaseVideoModel,
                    fork_at: int | None = None, sampler_kwargs: Mapping[str, Any] | None = None,
                    device: str | torch.device = "cpu", dtype: torch.dtype | None = None, seed: int = 0,
                    promises: Iterable[str] | None = None, raise_on_broken: bool = True) -> ConformanceReport:
-    """Check every promise of the backbone contract;
-    raise one :class:`ConformanceError` listing the broken ones.
+    """Check every promise of the backbone contract, and those of each optional capability the backbone
+    declares (:mod:`workbench.core.capabilities`); raise one :class:`ConformanceError` listing the broken
+    ones. The report says which capabilities it found (:attr:`ConformanceReport.declared`).
 
     Args:
         make_backbone: a callable returning the backbone (or the backbone itself). It is moved
@@ -561,7 +777,9 @@ def check_backbone(make_backbone: Callable[[], BaseVideoModel] | BaseVideoModel,
             it to ``device`` only). The backbone is moved with ``.to(device, dtype)`` (what it keeps
             in float32 stays so); adapters and composers run in the dtype of the latents
             ``prepare_batch`` makes.
-        promises: names of the promises to check (default all, see :data:`PROMISES`).
+        promises: names of the promises to check (default: the required ones and those of the
+            capabilities it declares, see :data:`PROMISES`); a capability's promise named for a
+            backbone that does not declare it is skipped, saying so.
         raise_on_broken: ``False`` returns the report instead of raising.
 
     Returns the :class:`ConformanceReport` when every promise checked holds.
@@ -573,7 +791,7 @@ def check_backbone(make_backbone: Callable[[], BaseVideoModel] | BaseVideoModel,
         >>> report.ok
         True
     """
-    wanted = list(PROMISES) if promises is None else _checked_names(promises, PROMISES)
+    named = None if promises is None else _checked_names(promises, PROMISES)
     base = (make_backbone() if callable(make_backbone) and not isinstance(make_backbone, nn.Module)
             else make_backbone)
     device = torch.device(device)
@@ -592,12 +810,27 @@ def check_backbone(make_backbone: Callable[[], BaseVideoModel] | BaseVideoModel,
             f"workbench.BaseVideoModel says what it promises, "
             f"and docs/guides/writing-a-backbone.md lists them under 'The required part'.")])
         raise ConformanceError(report)
+    has = declared(base)
+    problems = [f"declares {name} but leaves {', '.join(members)} as its stub" for name, members in
+                unwritten(base).items()]
+    problems += [f"sets {', '.join(members)} of {name} without declaring {name}, so workbench never uses "
+                 f"{'it' if len(members) == 1 else 'them'}" for name, members in undeclared(base).items()]
+    if problems:
+        report = ConformanceReport(type(base).__name__, setting, [Finding(
+            "capabilities", "writes the members of the capabilities it declares, and declares those it "
+            "writes", "broken", f"{type(base).__name__} " + "; ".join(problems) + ". Write each member "
+            "(its docstring in workbench.core.capabilities says what it promises) and list each capability "
+            "among the bases.")], declared=tuple(c.__name__ for c in has))
+        raise ConformanceError(report)
+    wanted = named if named is not None else [
+        p for p in PROMISES if p not in CAPABILITY_PROMISES or CAPABILITY_PROMISES[p] in has]
     if raw is None:
         raw = example_batch_of(base)
     if not isinstance(raw, Mapping):
         raise TypeError(f"raw must be a mapping (a raw training batch), got {type(raw).__name__}.")
     name = getattr(base.card, "model_id", None) or "?"
-    report = ConformanceReport(f"{type(base).__name__} ({name})", setting)
+    report = ConformanceReport(f"{type(base).__name__} ({name})", setting,
+                               declared=tuple(c.__name__ for c in has))
     subject = Subject(base, raw=raw, generate_raw=generate_raw,
                       adapter_factory=adapter_factory or ProbeAdapter, steps=steps, fork_at=fork_at,
                       sampler_kwargs=sampler_kwargs or {}, device=device, dtype=dtype, seed=seed)
@@ -608,7 +841,10 @@ def check_backbone(make_backbone: Callable[[], BaseVideoModel] | BaseVideoModel,
         subject.failed["moving the backbone"] = f"base.to({setting}) raised {type(err).__name__}: {err}"
     for promise in wanted:
         statement, check = PROMISES[promise]
+        capability = CAPABILITY_PROMISES.get(promise)
         try:
+            if capability is not None and capability not in has:
+                raise Skipped(f"{type(base).__name__} does not declare {capability.__name__}.")
             detail = check(subject) or ""
             finding = Finding(promise, statement, "kept", detail)
         except Broken as err:
@@ -642,4 +878,4 @@ def _checked_names(names: Iterable[str], known: Mapping[str, Any]) -> list[str]:
     return names
 
 
-__all__ = ["PROMISES", "check_backbone"]
+__all__ = ["CAPABILITY_PROMISES", "PROMISES", "check_backbone"]

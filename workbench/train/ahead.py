@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 
+from workbench.core.backbone import max_generate_batch
 from workbench.core.composed import BaseHalf
 from workbench.core.conditions import Batch
 from workbench.errors import WorkbenchError
@@ -183,7 +184,7 @@ class BaseAhead:
 
         from workbench.inspect.recording.clips import predict_clips
 
-        limit = model.base.max_generate_batch
+        limit = max_generate_batch(model.base)
         chunk = max(1, min(chunk, limit) if limit else chunk)
         units = [(name, lo, len(clips[lo:lo + chunk]) * (1.4 if adapter else 1.0))
                  for name, (clips, adapter) in requests.items() for lo in range(0, len(clips), chunk)]
@@ -195,12 +196,12 @@ class BaseAhead:
         for name, lo, _ in theirs:
             clips, adapter = requests[name]
             self._requests.put(("predict", (name, lo), clips[lo:lo + chunk],
-                                {"offset": lo, "chunk": chunk, "adapter": adapter, **kwargs}))
+                                {"offset": lo, "chunk": chunk, "with_adapter": adapter, **kwargs}))
         parts: dict[tuple[str, int], np.ndarray] = {}
         for name, lo, _ in mine:
             clips, adapter = requests[name]
             parts[(name, lo)] = predict_clips(model, clips[lo:lo + chunk], offset=lo, chunk=chunk,
-                                              adapter=adapter, **kwargs)
+                                              with_adapter=adapter, **kwargs)
             if on_chunk is not None:
                 on_chunk(len(clips[lo:lo + chunk]))
         for _ in theirs:

@@ -6,18 +6,20 @@ A checkpoint is a directory ``step-0000123/`` holding:
 * ``state.pt`` — optimizer state, RNG states and data position: tensors and plain data only, read with
   ``weights_only=True`` (a file holding anything else is refused, never unpickled);
 * ``config.yaml`` — the fully resolved experiment config;
-* ``meta.json`` — step, metrics, loss history, the config changes made on resumes, versions;
+* ``meta.json`` — step, metrics, loss history, the config changes made on resumes, versions, and the
+  digest of the base the run was trained on (:mod:`workbench.train.provenance`);
 * ``manifest.json`` — the size and SHA-256 digest of each of the four files above (see
   :mod:`workbench.integrity`).
 
 Writes are atomic: everything goes to a hidden temporary directory, each file is flushed to
 disk, then the directory is renamed into place and ``LATEST`` is replaced atomically. A process
-killed mid-save leaves the previous checkpoint untouched and loadable.
+killed mid-save leaves the previous checkpoint untouched and loadable. One process writes a run at a
+time: it holds the run directory's lock (:mod:`workbench.train.runlock`) while it writes.
 
 Reads are verified: every file is checked against the manifest before a value is used, and the
 weights and optimizer state must be finite. A damaged checkpoint is refused with the file, what
-was expected, and the newest checkpoint of the run that verifies. A checkpoint written before
-digests existed (no ``manifest.json``) still loads, with a note that it could not be verified.
+was expected, and the newest checkpoint of the run that verifies. A checkpoint without digests
+(no ``manifest.json``, no integrity record) loads, with a note that it could not be verified.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from workbench.integrity import (
     write_atomic,
     write_bytes,
 )
+from workbench.train.runlock import hold_run, try_hold_run
 
 PREFIX = "step-"
 FILES = ("trainable.safetensors", "state.pt", "config.yaml", "meta.json")
@@ -94,13 +97,21 @@ def save_checkpoint(run_dir: str | Path, step: int, *, trainable: dict[str, torc
                     state: dict[str, Any],
                     config_yaml: str, meta: dict[str, Any], keep_last: int | None = None) -> Path:
     """Write one checkpoint atomically, with its manifest; rotate to the newest ``keep_last``.
-    Returns its path."""
+    Returns its path.
+
+    The run directory is held for the write (:func:`~workbench.train.runlock.hold_run`): a save into a run
+    another process is writing is refused, naming that process."""
+    with hold_run(run_dir):  # the one writer of the run (see workbench.train.runlock)
+        return _save(Path(run_dir), step, trainable=trainable, state=state, config_yaml=config_yaml,
+                     meta=meta, keep_last=keep_last)
+
+
+def _save(run_dir: Path, step: int, *, trainable: dict[str, torch.Tensor], state: dict[str, Any],
+          config_yaml: str, meta: dict[str, Any], keep_last: int | None) -> Path:
     from safetensors.torch import save as save_safetensors
 
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
     recover(run_dir)
-    # left by a process killed mid-save
+    # left by a process killed mid-save (no other process writes this run: this one holds it)
     for stale in [*run_dir.glob(".tmp-*"), *run_dir.glob(".LATEST.tmp-*")]:
         shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() else stale.unlink(missing_ok=True)
     final = run_dir / checkpoint_name(step)
@@ -143,18 +154,29 @@ def save_checkpoint(run_dir: str | Path, step: int, *, trainable: dict[str, torc
 
 def recover(run_dir: Path) -> None:
     """Put back a checkpoint that a save of the same step had moved aside when the process died
-    before the new one took its place (``.tmp-old-step-N-PID`` without ``step-N``)."""
-    for aside in run_dir.glob(".tmp-old-*"):
-        match = re.fullmatch(rf"\.tmp-old-({PREFIX}\d+)-\d+", aside.name)
-        if match and aside.is_dir() and not (run_dir / match.group(1)).exists():
-            os.replace(aside, run_dir / match.group(1))
+    before the new one took its place (``.tmp-old-step-N-PID`` without ``step-N``).
+
+    Only where no other process writes the run: a writer's own save moves a checkpoint aside for a moment,
+    and puts the new one in its place itself."""
+    found = [aside for aside in run_dir.glob(".tmp-old-*")
+             if re.fullmatch(rf"\.tmp-old-{PREFIX}\d+-\d+", aside.name) and aside.is_dir()]
+    if not found:
+        return
+    held = try_hold_run(run_dir)
+    if held is None:
+        return
+    with held:
+        for aside in found:
+            name = re.fullmatch(rf"\.tmp-old-({PREFIX}\d+)-\d+", aside.name).group(1)
+            if aside.is_dir() and not (run_dir / name).exists():
+                os.replace(aside, run_dir / name)
 
 
 @dataclass
 class LoadedCheckpoint:
     """A checkpoint as read by :func:`load_checkpoint`: every file verified against its manifest.
 
-    ``verified`` is False for a checkpoint written before digests existed (it has no manifest).
+    ``verified`` is False for a checkpoint without digests (no manifest to check its files against).
     """
 
     path: Path
@@ -206,7 +228,7 @@ def _raw_files(path: Path) -> tuple[dict[str, bytes], bool, str | None]:
         missing = [name for name in FILES if data[name] is None]
         if missing:
             return data, False, f"incomplete: missing {', '.join(missing)}"
-        return data, False, None  # written before digests existed
+        return data, False, None  # no digests at all: nothing to verify against
     try:
         entries = parse_manifest(manifest)
     except ManifestDamaged as err:
@@ -276,7 +298,7 @@ def load_checkpoint(path: str | Path, *, use: str | None = None) -> LoadedCheckp
     Every file is checked against ``manifest.json`` before it is parsed; a mismatch, a missing
     file, or non-finite weights raise a :class:`CheckpointError` naming the file, what was expected
     and the newest checkpoint of the run that verifies (with ``use``, what to do with that one; see
-    :func:`fallback_hint`). A checkpoint without a manifest (written before digests existed) loads
+    :func:`fallback_hint`). A checkpoint without digests (no manifest, no integrity record) loads
     with ``verified=False`` and a note.
     """
     path = _checkpoint_dir(path)
@@ -360,6 +382,11 @@ def set_aside_after(run_dir: str | Path, keep: Path) -> list[Path]:
     deleted) and point ``LATEST`` at ``keep``: a run resumed from an earlier checkpoint continues
     from there without the newer ones mixing into its history. Returns where they went."""
     run_dir = Path(run_dir)
+    with hold_run(run_dir):
+        return _set_aside(run_dir, keep)
+
+
+def _set_aside(run_dir: Path, keep: Path) -> list[Path]:
     moved = []
     for path in list_checkpoints(run_dir):
         if path.name <= keep.name:

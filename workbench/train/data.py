@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from workbench.core.capabilities import CachesLatents
 from workbench.errors import DataError
 
 if TYPE_CHECKING:
@@ -47,10 +48,17 @@ class LatentCache(Dataset):
     """``dataset`` with each item's frozen-base work (``base.encode_item``) done once, on first use.
 
     Exact by construction: the base is frozen and deterministic, so an item's encoding never
-    changes. Lives in the training process (``num_workers`` must be 0).
+    changes. Lives in the training process (``num_workers`` must be 0). ``base`` declares
+    :class:`~workbench.core.capabilities.CachesLatents`.
     """
 
     def __init__(self, dataset: Dataset, base: Any):
+        if not isinstance(base, CachesLatents):
+            raise DataError(
+                f"training.cache_latents: {type(base).__name__} does not declare CachesLatents, so it has no "
+                f"frozen work to do ahead of training. Set cache_latents: false, or declare CachesLatents on "
+                f"the backbone with its encode_item(item)."
+            )
         self.dataset, self.base = dataset, base
         self._items: dict[int, dict] = {}
 

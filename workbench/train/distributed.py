@@ -68,6 +68,15 @@ def launched_world_size() -> int:
         raise DistributedError(f"WORLD_SIZE must be an integer, got {os.environ['WORLD_SIZE']!r}.") from err
 
 
+def launched_rank() -> int:
+    """This process's rank in a launched run (``RANK``; 0 without a launcher), known before the process
+    group is joined: only rank 0 writes the run's files."""
+    try:
+        return int(os.environ.get("RANK", "0"))
+    except ValueError as err:
+        raise DistributedError(f"RANK must be an integer, got {os.environ['RANK']!r}.") from err
+
+
 def init_process_group(backend: str, timeout: timedelta | None = None) -> None:
     """``torch.distributed.init_process_group``, after importing the torch modules that would
     otherwise keep the group alive past ``destroy_process_group``.

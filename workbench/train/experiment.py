@@ -28,7 +28,7 @@ import torch
 from workbench.config import block_of
 from workbench.core import platform
 from workbench.core.adapter import Adapter
-from workbench.core.backbone import BaseVideoModel
+from workbench.core.backbone import BaseVideoModel, backbone_callbacks
 from workbench.core.callbacks import Callback
 from workbench.core.composed import ComposedModel
 from workbench.core.composers import Composer, GatedResidual, Replace
@@ -42,6 +42,7 @@ from workbench.train.data import DataFeed, DataStream
 from workbench.train.distributed import Distributed, local_device, shard_base
 from workbench.train.hooks import Hooks
 from workbench.train.placement import base_config_on, check_base_dtype
+from workbench.train.provenance import BaseDigest, base_digest, check_base
 from workbench.train.resume import (
     Change,
     capture_state,
@@ -55,6 +56,7 @@ from workbench.train.resume import (
     refuse_unless_allowed,
     restore_state,
 )
+from workbench.train.runlock import RunLock, hold_run
 from workbench.train.seeds import StepNoise
 
 
@@ -94,6 +96,9 @@ class AdapterExperiment:
             composer = Replace() if adapter.inside else GatedResidual()
         objective = objective if objective is not None else base.default_objective()
         check_base_dtype(base, self.device)
+        # A base read from files is hashed now, before anything could write them again; one without files
+        # (a random init) when a checkpoint first needs its digest (see base_digest).
+        self._base_digest: BaseDigest | None = base_digest(base) if base.weight_files() else None
         self.model = ComposedModel(base, adapter, composer, objective).to(self.device)
         adapter.condition_seed = self.training.seed
         self.model.checkpoint_adapter = self.training.gradient_checkpointing
@@ -103,6 +108,7 @@ class AdapterExperiment:
             self.dist.agree_on_config(self.resolved_config())
             self.dist.broadcast_(params)  # every rank starts from rank 0's trainable weights
             if self.training.distributed.shard_base:
+                self._base_digest = self.base_digest  # of whole tensors: a sharded base holds a piece of each
                 shard_base(self.model.base, self.dist)
         self._params = params
         if not params:
@@ -126,6 +132,7 @@ class AdapterExperiment:
         self.output_dir = Path(t.output_dir or Path("outputs") / name)
         self.last_checkpoint: Path | None = None
         self.interrupted = False
+        self._run_holds: list[RunLock] | None = None  # while a fit runs: the run directories it holds
         #: What an interrupted fit prints after saying where it stopped (the CLI prints its own advice).
         self.resume_hint: str | None = "Call fit() again to continue from there."
         #: The command that continues this run from its latest checkpoint (the CLI sets it), for advice.
@@ -142,7 +149,7 @@ class AdapterExperiment:
 
             self.callbacks.append(Checkpoint(every_n_steps=t.checkpoint_every, keep_last=t.keep_last))
         self.component_callbacks: list[Callback] = [
-            *base.callbacks(), *adapter.callbacks(), *composer.callbacks(), *objective.callbacks()]
+            *backbone_callbacks(base), *adapter.callbacks(), *composer.callbacks(), *objective.callbacks()]
 
     # -- construction from configs -----------------------------------------------------------
     @classmethod
@@ -201,6 +208,16 @@ class AdapterExperiment:
     def _hooks(self, extra: Iterable[Callback] = ()) -> Hooks:
         """The callbacks of a fit: the components' own, the experiment's, then ``extra``, each once."""
         return Hooks([*self.component_callbacks, *self.callbacks, *extra], main=self.is_main)
+
+    @property
+    def base_digest(self) -> BaseDigest:
+        """The digest of the frozen base this experiment trains (what its checkpoints record, and what a
+        checkpoint restored into it must have recorded; see :mod:`workbench.train.provenance`)."""
+        if self._base_digest is None:
+            own = [*self.model.adapter.state_dict(keep_vars=True).values(),
+                   *self.model.composer.state_dict(keep_vars=True).values()]
+            self._base_digest = base_digest(self.model.base, exclude=own)
+        return self._base_digest
 
     @property
     def is_main(self) -> bool:
@@ -347,6 +364,16 @@ class AdapterExperiment:
         stream = self.feed.stream(data)
         hooks = self._hooks(callbacks)
         target = self.step + steps
+        self._run_holds = []  # the runs this fit writes, held from its first checkpoint on (save_checkpoint)
+        try:
+            self._fit(stream, hooks, steps, target, progress)
+        finally:
+            holds, self._run_holds = self._run_holds, None
+            for held in holds:
+                held.release()
+        return self
+
+    def _fit(self, stream: DataStream, hooks: Hooks, steps: int, target: int, progress: bool | None) -> None:
         show = (self.training.progress if progress is None else progress) and self.is_main
         bar = None
         if show and steps:
@@ -381,7 +408,6 @@ class AdapterExperiment:
             self.model.train(False)
         self._sync()
         hooks.call("on_fit_end", self)
-        return self
 
     # -- evaluation --------------------------------------------------------------------------
     def evaluate(self, data: Any, batches: int = 4, seed: int = 0) -> dict[str, float]:
@@ -421,15 +447,20 @@ class AdapterExperiment:
         import yaml
 
         self._sync()  # never save past a non-finite loss
+        run_dir = Path(run_dir or self.output_dir)
         if not self.is_main:  # rank 0 writes; the others hold the same state
-            return Path(run_dir or self.output_dir)
+            return run_dir
+        if self._run_holds is not None and all(held.run_dir != run_dir for held in self._run_holds):
+            # A fit keeps the run it writes from its first checkpoint to its end: another process that
+            # starts writing there meanwhile is refused (see workbench.train.runlock).
+            self._run_holds.append(hold_run(run_dir, then="then call fit() again"))
         path = save_checkpoint(
-            run_dir or self.output_dir, self.step, trainable=self.model.trainable_state_dict(),
+            run_dir, self.step, trainable=self.model.trainable_state_dict(),
             state=capture_state(self.optimizer, self.step, scaler=self.scaler, data=self.feed.position()),
             config_yaml=yaml.safe_dump(self.resolved_config(), sort_keys=False),
             meta={"name": self.name, "loss_history": self.loss_history,
                   "metrics": {"loss": self.loss_history[-1] if self.loss_history else None},
-                  "config_changes": self.config_changes},
+                  "config_changes": self.config_changes, "base": self.base_digest.record()},
             keep_last=keep_last if keep_last is not None else self.training.keep_last,
         )
         self.last_checkpoint = path
@@ -448,6 +479,9 @@ class AdapterExperiment:
         return self._restore(load_checkpoint(path))
 
     def _restore(self, ckpt: LoadedCheckpoint) -> AdapterExperiment:
+        note = check_base(ckpt.path, ckpt.meta, self.base_digest)  # refused before anything is loaded
+        if note is not None:
+            ckpt.notes.append(note)
         print_notes(ckpt)
         restored = restore_state(ckpt, self.model, self.optimizer, scaler=self.scaler, device=self.device)
         self.step = restored.step

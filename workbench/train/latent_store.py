@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
+from workbench.core.capabilities import CachesLatents
 from workbench.errors import DataError
 from workbench.integrity import (
     ManifestDamaged,
@@ -147,8 +148,8 @@ def read_identity(root: Path, what: str) -> dict:
 def shard_problem(root: Path, s: int, *, verified: bool = True) -> str | None:
     """Why shard ``s`` of the cache in ``root`` cannot be used, in words (``None``: it is intact).
 
-    ``verified``: the cache lists every shard in a manifest (caches written since digests); a
-    shard of an older cache is judged on whether it reads completely.
+    ``verified``: the cache lists every shard in a manifest; a shard of a cache without manifests is
+    judged on whether it reads completely.
     """
     path = root / SHARD.format(s)
     if not path.exists():
@@ -193,6 +194,10 @@ def write_cache(base: Any, dataset: Dataset, out: str | Path, *, identity: Mappi
     """
     from safetensors.torch import save as save_safetensors
 
+    if not isinstance(base, CachesLatents):
+        raise DataError(f"cache-latents: {type(base).__name__} does not declare CachesLatents, so it has no "
+                        f"frozen work to do ahead; there is nothing to cache. Declare CachesLatents on the "
+                        f"backbone with its encode_item(item).")
     if shard_size < 1:
         raise DataError(f"cache-latents: shard size must be >= 1, got {shard_size}.")
     out = Path(out)
@@ -214,7 +219,7 @@ def write_cache(base: Any, dataset: Dataset, out: str | Path, *, identity: Mappi
             raise DataError(f"{out} holds a latent cache of {stored} items per shard; "
                             f"--shard-size {shard_size} would split it differently. "
                             f"Pass --shard-size {stored} to finish it, or use another --out.")
-    if rank == 0 and not (ident_path.exists() and verified):  # (an older cache gains manifests on this run)
+    if rank == 0 and not (ident_path.exists() and verified):  # (a cache without manifests gains them)
         write_atomic(ident_path, json.dumps({**dict(identity), "shard_manifests": True,
                                              "shard_size": shard_size},
                                             indent=1, sort_keys=True).encode())
@@ -230,7 +235,7 @@ def write_cache(base: Any, dataset: Dataset, out: str | Path, *, identity: Mappi
     for s in mine:
         problem = shard_problem(out, s, verified=verified) if (out / SHARD.format(s)).exists() else "missing"
         if problem is None:
-            if not (out / SHARD_MANIFEST.format(s)).exists():  # an intact shard of an older cache
+            if not (out / SHARD_MANIFEST.format(s)).exists():  # an intact shard without its manifest
                 _write_manifest(out, s, (out / SHARD.format(s)).read_bytes())
             kept += 1
         else:
@@ -327,7 +332,7 @@ class DiskLatentCache(Dataset):
         self._open: dict[int, tuple[Any, dict[int, list[str]]]] = {}
 
     def _stored_shard_size(self, first: Path) -> int:
-        """The shard size recorded in a shard's metadata (caches from before ``cache.json`` held it)."""
+        """The shard size recorded in a shard's metadata (for a cache whose ``cache.json`` lacks it)."""
         from safetensors import safe_open
 
         try:
@@ -385,7 +390,7 @@ class DiskLatentCache(Dataset):
             item: dict[str, Any] = json.loads(f.metadata()[str(i)])
             for key in keys.get(i, ()):
                 item[key.split("/", 1)[1]] = f.get_tensor(key)
-        except Exception as err:  # an unverified shard of an older cache: damage shows when it is read
+        except Exception as err:  # an unverified shard (no manifest): damage shows when it is read
             raise self._damaged(self.root / SHARD.format(i // self.shard_size),
                                 f"item {i} does not read ({type(err).__name__}: {err})") from None
         return item

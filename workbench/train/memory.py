@@ -11,7 +11,7 @@ storage), so a plan for a 5-billion-parameter model costs seconds and no memory.
   the device (its float32 exceptions included), plus the frozen encoders that load on first use
   (a text encoder, DynamiCrafter's CLIP towers), counted from the card or built on meta.
 * **trainable**: an inside adapter's share — LoRA of ``rank`` on every projection the backbone
-  names (:meth:`~workbench.core.BaseVideoModel.inside_spec`), float32 parameters, their gradients
+  names (:meth:`~workbench.core.capabilities.InsideAccess.inside_spec`), float32 parameters, their gradients
   and AdamW's two moments (16 bytes per parameter).
 * **activations**: what one training step keeps for its backward through the frozen denoiser at
   the model's native resolution (the card's height, width and frames; batch 1), **traced**: the
@@ -42,6 +42,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from workbench.core.backbone import predictions_per_step
+from workbench.core.capabilities import InsideAccess, MemoryPlanning
 from workbench.errors import ConfigError
 
 GIB = 2**30
@@ -186,7 +188,7 @@ def trace_training_step(base, latents: torch.Tensor, t: torch.Tensor,
                         cond: Mapping[str, Any]) -> ActivationTrace:
     """What one training step of an inside LoRA keeps through ``base``'s denoiser on ``latents``: the trace of
     ``base.denoise(latents, t, cond)`` with ``latents`` and the LoRA targets' weights requiring gradients (a
-    LoRA saves each target's input); split by the blocks of :meth:`inside_spec`."""
+    LoRA saves each target's input); split by the blocks of its ``inside_spec()``."""
     spec = base.inside_spec()
     targets = [m for _, m in lora_targets(base)]
     weights = [*base.parameters(), *base.buffers()]
@@ -289,10 +291,17 @@ def _dtype_for(device: str, name: str, precision: Mapping[str, Any]) -> torch.dt
 
 def meta_backbone(kind: str, config: Mapping[str, Any], dtype: torch.dtype):
     """The backbone of a config built on meta with random weights in ``dtype`` (no storage)."""
+    from dataclasses import fields
+
     from workbench.backbones.random_weights import weights_on_meta
     from workbench.config import build
+    from workbench.registry import resolve
 
-    config = {**config, "random_weights": True, "device": "cpu", "dtype": str(dtype).replace("torch.", "")}
+    # a random init of the real architecture: a diffusers backbone says so with random_weights, one that
+    # loads a weights file (tiny_video) with no file
+    settings = {f.name for f in fields(resolve("backbone", kind).config_class)}
+    random = {"random_weights": True} if "random_weights" in settings else {"weights": None}
+    config = {**config, **random, "device": "cpu", "dtype": str(dtype).replace("torch.", "")}
     with weights_on_meta():
         return build("backbone", kind, config)
 
@@ -312,6 +321,14 @@ def memory_plan(config: Any, device: str = "cuda", memory: str | int | None = No
         carded = _dtype_for(device, "auto", base.card.precision)
         if carded != dtype:  # a card with another precision on this device: build in that one
             dtype, base = carded, meta_backbone(kind, block, carded)
+    missing = [c.__name__ for c in (MemoryPlanning, InsideAccess) if not isinstance(base, c)]
+    if missing:
+        raise ConfigError(
+            f"backbone {kind!r}: {type(base).__name__} does not declare {' or '.join(missing)}, so no memory "
+            f"plan can be traced for it: a plan traces denoise on the inputs MemoryPlanning.planning_inputs "
+            f"gives, split by the blocks InsideAccess.inside_spec() names. Declare "
+            f"{' and '.join(missing)} on the backbone (workbench.core.capabilities)."
+        )
     notes: list[str] = list(base.planning_notes())
     weights = parameter_bytes(base)
     with weights_on_meta():
@@ -325,7 +342,7 @@ def memory_plan(config: Any, device: str = "cuda", memory: str | int | None = No
     latents = torch.zeros(shape, device="meta")
     try:
         t, cond = base.planning_inputs(latents)
-    except NotImplementedError as error:
+    except NotImplementedError as error:  # declared, not written: the stub says what to write
         raise ConfigError(f"backbone {kind!r}: {error}") from None
     trace = trace_training_step(base, latents, t, cond)
     lora_params = sum(rank * (m.in_features + m.out_features) for _, m in lora_targets(base))
@@ -362,7 +379,7 @@ def _recording(base, shape: tuple[int, ...], steps: int) -> tuple[int, int]:
     model = ComposedModel(base, Zero(), GatedResidual(), base.default_objective())
     batch = Batch(latents=torch.zeros(shape), cond={}, loss_mask=None)
     return (estimate_memory(model, batch, steps=steps, storage=StoragePolicy()),
-            base.predictions_per_step(batch))
+            predictions_per_step(base, batch))
 
 
 __all__ = ["ActivationTrace", "MemoryPlan", "fused_attention", "lora_targets", "memory_plan", "meta_backbone",

@@ -24,7 +24,8 @@ class ActionSensitivity(View):
     position the readout finds in the x0 estimate moves per unit of each dimension (cm for the
     hand), with the frozen base alone's in each cell for comparison; and the swap-actions gap: how
     far the prediction moves when each clip gets another clip's actions. ``batch`` needs at least
-    two clips. The result (an :class:`~workbench.inspect.ActionSensitivityResult`) is ``self.result``.
+    two clips. The result (an
+    :class:`~workbench.inspect.probes.sensitivity.ActionSensitivityResult`) is ``self.result``.
 
     Examples:
         >>> view = ActionSensitivity(exp.model, raw, levels=(0.5,), dim_names=["dx", "dy", "dz", "grip"])

@@ -13,6 +13,7 @@ import ipywidgets as widgets
 
 from workbench.inspect.common import condition_keys
 from workbench.inspect.probes.ablation import ConditionEdit
+from workbench.inspect.recording.settings import Settings
 from workbench.inspect.recording.trajectory import Trajectory
 from workbench.inspect.stepper import StepperState
 from workbench.inspect.views import VIEW_LABELS
@@ -20,8 +21,8 @@ from workbench.widgets import render
 from workbench.widgets.base import View, button, status_line
 from workbench.widgets.controls import ConditionSliders
 
-ADAPTER_CHOICES = (("adapter as recorded", "recorded"), ("adapter on", "on"),
-                   ("adapter off (base alone)", "off"))
+#: The fork menu's choices, each the ``with_adapter`` a fork gets (``None``: as the branch it forks).
+WITH_ADAPTER_CHOICES = {"adapter as recorded": None, "adapter on": True, "adapter off (base alone)": False}
 
 
 class Stepper(View):
@@ -95,15 +96,16 @@ class Stepper(View):
             edit = ConditionEdit(trajectory.model, trajectory.batch, condition, dim_names)
             self.editor = ConditionSliders(edit, index=index)
             fork_children.append(self.editor)
-        self.adapter_select = widgets.Dropdown(options=ADAPTER_CHOICES, value="recorded",
-                                               description="fork with", layout=widgets.Layout(width="300px"))
+        self.with_adapter_select = widgets.Dropdown(options=tuple(WITH_ADAPTER_CHOICES),
+                                                    value="adapter as recorded", description="fork with",
+                                                    layout=widgets.Layout(width="300px"))
         self.fork_button = button("fork here", "rerun from this step with the edited condition",
                                   icon="code-fork")
         self.clear_button = button("remove forks", icon="trash")
         self.fork_status = status_line()
         self.fork_button.on_click(lambda _: self.fork_here())
         self.clear_button.on_click(lambda _: self.remove_forks())
-        fork_children.append(widgets.HBox([self.adapter_select, self.fork_button, self.clear_button,
+        fork_children.append(widgets.HBox([self.with_adapter_select, self.fork_button, self.clear_button,
                                            self.fork_status]))
 
         # export
@@ -221,18 +223,20 @@ class Stepper(View):
         return self.state.describe()
 
     # -- actions ---------------------------------------------------------------------------
-    def fork_here(self, cond: Any = None, adapter: Any = None, label: str | None = None) -> Trajectory:
-        """Fork at the current step with ``cond`` (default: the editor's edits) and show it alongside."""
+    def fork_here(self, cond: Any = None, with_adapter: bool | None = None,
+                  label: str | None = None) -> Trajectory:
+        """Fork at the current step with ``cond`` (default: the editor's edits) and show it alongside;
+        ``with_adapter`` (default: the menu's choice) as :meth:`Trajectory.fork` takes it."""
         edits: list[str] = []
         if cond is None and self.editor is not None:
             cond = self.editor.edit.overrides()
             edits = self.editor.edit.describe_edits(self.state.index)
-        if adapter is None:
-            adapter = None if self.adapter_select.value == "recorded" else self.adapter_select.value
-        if label is None and (edits or adapter is not None):  # say what changed, as the ablation does
-            changes = edits + ([f"adapter {adapter}"] if adapter is not None else [])
-            label = f"fork@{self.state.step}: {', '.join(changes)}"
-        fork = self.state.fork_here(cond=cond, adapter=adapter, label=label)
+        if with_adapter is None:
+            with_adapter = WITH_ADAPTER_CHOICES[self.with_adapter_select.value]
+        if label is None and (edits or with_adapter is not None):  # say what changed, as the ablation does
+            changes = [*edits, Settings(with_adapter=with_adapter).describe()]  # ("" when None)
+            label = f"fork@{self.state.step}: {', '.join(c for c in changes if c)}"
+        fork = self.state.fork_here(cond=cond, with_adapter=with_adapter, label=label)
         self.fork_status.value = f"added <i>{fork.label}</i>"
         self.export_status.value = ""
         self.refresh()

@@ -7,11 +7,11 @@ from the same start states in two worlds:
   Before each chunk it sees the last frame the model produced, the hand and the object the probes read off
   it (the state readers ``"probe"`` and ``"object_probe"``) and the goal of the start state;
 * **in the simulator twin** (:func:`simulate`): Meta-World runs the same policy and asks it at the same chunk
-  boundaries (:func:`workbench.inspect.chunk_schedule`), showing it the frame the simulator rendered there,
-  as the training data were rendered (camera, size), read by the same probes. So the two worlds differ
-  in the world model only, not in what the policy sees or when. (The simulator's true state would give
-  the policy better readings than imagination can, and the comparison would mix the probes' errors
-  into the world model's.)
+  boundaries (:func:`workbench.inspect.recording.closed_loop.chunk_schedule`), showing it the frame the
+  simulator rendered there, as the training data were rendered (camera, size), read by the same probes. So
+  the two worlds differ in the world model only, not in what the policy sees or when. (The simulator's
+  true state would give the policy better readings than imagination can, and the comparison would mix the
+  probes' errors into the world model's.)
 
 The outcome is the distance to the goal at the last frame: the hand's for reach, the object's for push.
 Imagined, it is read off the last predicted frame by the probes; simulated, it is the simulator's own. The
@@ -185,11 +185,12 @@ def simulate(policy: Callable[[Any], Any], starts: StartStates, *, frames: int, 
              context: int) -> dict[str, Any]:
     """Run ``policy`` in Meta-World from each start state under the decision rule of a closed loop in a world
     model that takes ``window``-frame chunks continuing from ``context`` frames: at each chunk boundary
-    (:func:`~workbench.inspect.chunk_schedule`) the policy sees the frame the simulator rendered there (as the
-    data were rendered), the probes' readings of it and the start state's goal, and returns the actions of
-    the frames that chunk adds. Returns ``distance`` (the outcome at the last frame, metres, the simulator's
-    own), ``final_frames`` (uint8 ``(S, H, W, 3)``) and ``actions`` (``(S, frames, 4)``)."""
-    from workbench.inspect import Observation, act, chunk_schedule, describe_policy
+    (:func:`~workbench.inspect.recording.closed_loop.chunk_schedule`) the policy sees the frame the simulator
+    rendered there (as the data were rendered), the probes' readings of it and the start state's goal, and
+    returns the actions of the frames that chunk adds. Returns ``distance`` (the outcome at the last frame,
+    metres, the simulator's own), ``final_frames`` (uint8 ``(S, H, W, 3)``) and ``actions``
+    (``(S, frames, 4)``)."""
+    from workbench.inspect.recording.closed_loop import Observation, act, chunk_schedule, describe_policy
     from workbench.inspect.recording.state import state_reader
     from workbench.worldmodel.policies import OUTCOME, _reset
     from workbench.worldmodel.scripted import READERS
@@ -256,7 +257,7 @@ def close_envs() -> None:
 
 
 def imagine_closed_loop(model: Any, starts: StartStates, policy: Callable[[Any], Any], *, frames: int,
-                        steps: int, seed: int = 0, adapter: bool = True,
+                        steps: int, seed: int = 0, with_adapter: bool = True,
                         gate_scale: float | None = None) -> dict[str, Any]:
     """Run ``policy`` closed loop in the world model ``model`` from every start state, in one batch (the one
     place where episodes are batched: :func:`evaluate_closed_loop` cuts the start states into batches).
@@ -267,8 +268,8 @@ def imagine_closed_loop(model: Any, starts: StartStates, policy: Callable[[Any],
     from workbench.worldmodel.scripted import READERS
 
     run = closed_loop(model, starts.clips(), policy, frames=frames, steps=steps, seed=seed,
-                      state="probe", observe=READERS, gate_scale=gate_scale if adapter else None, store=False,
-                      adapter="on" if adapter else "off")
+                      state="probe", observe=READERS, gate_scale=gate_scale if with_adapter else None,
+                      store=False, with_adapter=with_adapter)
     final = run.rollout.frame(-1)
     where = PolicyEpisodes({"task": starts.task, "goal": starts.goal}, {})
     return {"final_frames": final, "distance": outcome_distance(final, where),
@@ -309,10 +310,11 @@ def _model(plan: Plan, variant: str) -> Any:
 
 def resolve_policy(spec: Any, *, seed: int = 0) -> Callable[[Any], Any]:
     """A policy by spec: a family member's name (``expert``, ``expert+noise0.3``, ``random``), ``MODULE:NAME``
-    or ``FILE.py:NAME`` (:func:`~workbench.inspect.load_policy`), or a callable (returned as is)."""
+    or ``FILE.py:NAME`` (:func:`~workbench.inspect.recording.closed_loop.load_policy`), or a callable
+    (returned as is)."""
     if callable(spec):
         return spec
-    from workbench.inspect import load_policy
+    from workbench.inspect.recording.closed_loop import load_policy
     from workbench.worldmodel.scripted import ScriptedPolicy
 
     if spec == "random":
@@ -356,7 +358,7 @@ def run_job(job: tuple, plan: Plan) -> dict[str, Any]:
         _, variant, _, lo = job
         part = plan.starts.rows(range(lo, min(lo + plan.batch, len(plan.starts))))
         got = imagine_closed_loop(_model(plan, variant), part, policy, frames=plan.frames, steps=plan.steps,
-                                  seed=plan.seed, adapter=variant != "base",
+                                  seed=plan.seed, with_adapter=variant != "base",
                                   gate_scale=plan.gate_scale if variant == "adapter" else None)
         return {"job": job, "distance": got["distance"], "cpu_seconds": time.process_time() - started,
                 "process": os.getpid()}
@@ -596,7 +598,7 @@ def assemble(plan: Plan, variants: Sequence[str], simulator: bool, done: list[di
 
 
 def _schedule(plan: Plan) -> list:
-    from workbench.inspect import chunk_schedule
+    from workbench.inspect.recording.closed_loop import chunk_schedule
 
     return chunk_schedule(plan.window, plan.context, plan.frames)
 

@@ -179,3 +179,49 @@ def json_safe(x: Any) -> Any:
 
 __all__ = ["UNSEEN_PATH", "clip_source", "data_options", "json_safe", "load_run", "run_data",
            "spread_over_tasks", "swap_partner"]
+
+
+def check_signals(exp, source, data: str) -> None:
+    """The clips serve every per-frame signal the adapter reads, at the width it was trained with; a
+    DataError before any prediction otherwise, with the fix."""
+    widths = source.widths() if hasattr(source, "widths") else {}
+    if not widths:
+        return
+    flags = {"action": "--actions", "proprio": "--state"}
+    for c in exp.model.adapter.consumes:
+        if c.video or not c.required:
+            continue
+        found = [key for key in c.keys if key in widths]
+        if not found:
+            if c.name in flags:
+                raise DataError(f"The run's adapter reads {c.name!r}, which the clips of {data} do not serve "
+                                f"(they serve {', '.join(sorted(widths))}). Nothing was evaluated. "
+                                f"Evaluate on data that records it, "
+                                f"or name its feature with {flags[c.name]} FEATURE.")
+            continue
+        width = widths[found[0]]
+        if c.dim is not None and width != c.dim:
+            raise DataError(
+                f"The run's adapter was trained on {c.dim}-D {c.name!r} vectors, "
+                f"but the clips of {data} serve {width}-D ones. Nothing was evaluated. "
+                f"Evaluate it on data with {c.dim}-D {c.name} vectors "
+                f"(or choose such a feature with {flags.get(c.name, '--actions')} FEATURE), "
+                f"or train an adapter for this data: "
+                f"`workbench train CONFIG --action-dim {width}` with a data: block that reads {data}.")
+
+
+def action_error_scorable(items: list[dict], video: np.ndarray, probe: Any = None) -> str | None:
+    """``None`` when the action error can be scored on these clips; else why not, in words (it is then NaN).
+
+    It needs the recorded hand position (``ee_pos``) of every clip, and frames the hand probe reads
+    (its square size, e.g. 64x64 Meta-World ``corner2`` frames).
+    """
+    if not all("ee_pos" in it for it in items):
+        return "not scored: the clips carry no recorded hand position (ee_pos)"
+    from workbench.worldmodel.probe import shipped_probe
+
+    size = (probe or shipped_probe()).image_size
+    if tuple(video.shape[-3:-1]) != (size, size):
+        return (f"not scored: the hand probe reads {size}x{size} frames, these are {video.shape[-3]}x"
+                f"{video.shape[-2]}")
+    return None

@@ -49,7 +49,7 @@ from workbench.worldmodel.common import json_safe
 ADAPTER = {"type": "latent_residual",
            "config": {"width": 32, "depth": 2, "cumulative": True, "coords": True, "warps": 2,
                       "path": {"scale": 0.02, "response": 0.25, "sigma": 1.0}}}
-#: The adapter the demo trained before the action path (the same without ``path``), for the comparison.
+#: The actions-only adapter (``ADAPTER`` without ``path``), the baseline the action path is compared with.
 ACTIONS_ONLY_ADAPTER = {"type": "latent_residual",
                         "config": {"width": 32, "depth": 2, "cumulative": True, "coords": True, "warps": 2}}
 COMPOSER = {"type": "noise_gated",
@@ -80,8 +80,8 @@ SCRATCH_MODEL = TRAINED_ADAPTER.parent / "metaworld_scratch"
 #: What that run measured: the demo prints its rows for reference instead of spending another training
 #: run on it.
 SCRATCH_REFERENCE = SCRATCH_MODEL / "demo_metrics.json"
-#: What the demo measured with the adapter it trained before the action path (``ACTIONS_ONLY_ADAPTER``,
-#: 900 steps at learning rate 2e-3): the metrics.json of that run, kept for the comparison.
+#: What the demo measured with ``ACTIONS_ONLY_ADAPTER`` (900 steps at learning rate 2e-3): the
+#: metrics.json of that run, kept for the comparison.
 ACTIONS_ONLY_REFERENCE = TRAINED_ADAPTER / "actions_only_metrics.json"
 
 

@@ -47,6 +47,8 @@ import numpy as np
 from workbench.core.composers import scaled_gate
 from workbench.errors import DataError
 from workbench.worldmodel.common import (
+    action_error_scorable,
+    check_signals,
     clip_source,
     data_options,
     json_safe,
@@ -95,35 +97,6 @@ def from_first_frame(raw: dict[str, Any]) -> dict[str, Any]:
     return request
 
 
-def check_signals(exp, source, data: str) -> None:
-    """The clips serve every per-frame signal the adapter reads, at the width it was trained with; a
-    DataError before any prediction otherwise, with the fix."""
-    widths = source.widths() if hasattr(source, "widths") else {}
-    if not widths:
-        return
-    flags = {"action": "--actions", "proprio": "--state"}
-    for c in exp.model.adapter.consumes:
-        if c.video or not c.required:
-            continue
-        found = [key for key in c.keys if key in widths]
-        if not found:
-            if c.name in flags:
-                raise DataError(f"The run's adapter reads {c.name!r}, which the clips of {data} do not serve "
-                                f"(they serve {', '.join(sorted(widths))}). Nothing was evaluated. "
-                                f"Evaluate on data that records it, "
-                                f"or name its feature with {flags[c.name]} FEATURE.")
-            continue
-        width = widths[found[0]]
-        if c.dim is not None and width != c.dim:
-            raise DataError(
-                f"The run's adapter was trained on {c.dim}-D {c.name!r} vectors, "
-                f"but the clips of {data} serve {width}-D ones. Nothing was evaluated. "
-                f"Evaluate it on data with {c.dim}-D {c.name} vectors "
-                f"(or choose such a feature with {flags.get(c.name, '--actions')} FEATURE), "
-                f"or train an adapter for this data: "
-                f"`workbench train CONFIG --action-dim {width}` with a data: block that reads {data}.")
-
-
 def check_clip_size(base, shape: tuple[int, ...]) -> None:
     """Clips of ``shape`` ``(T, H, W)`` are the clip the backbone predicts (its ``clip()``),
     or a DataError."""
@@ -135,23 +108,6 @@ def check_clip_size(base, shape: tuple[int, ...]) -> None:
                         f"of {clip.height}x{clip.width} (its clip(), from its card's sampling defaults); "
                         f"build the clip source with window={clip.frames} and size=({clip.height}, "
                         f"{clip.width}), or build the backbone for clips of that size.")
-
-
-def action_error_scorable(items: list[dict], video: np.ndarray, probe: Any = None) -> str | None:
-    """``None`` when the action error can be scored on these clips; else why not, in words (it is then NaN).
-
-    It needs the recorded hand position (``ee_pos``) of every clip, and frames the hand probe reads
-    (its square size, e.g. 64x64 Meta-World ``corner2`` frames).
-    """
-    if not all("ee_pos" in it for it in items):
-        return "not scored: the clips carry no recorded hand position (ee_pos)"
-    from workbench.worldmodel.probe import shipped_probe
-
-    size = (probe or shipped_probe()).image_size
-    if tuple(video.shape[-3:-1]) != (size, size):
-        return (f"not scored: the hand probe reads {size}x{size} frames, these are {video.shape[-3]}x"
-                f"{video.shape[-2]}")
-    return None
 
 
 def _stack(items: list[dict], key: str):
@@ -170,7 +126,7 @@ def evaluate_world_model(exp, clips, *, sampling_steps: int, seed: int = 0, chun
     every key of :data:`CONDITION_KEYS` the clips carry is given to all three, true except that one
     (the state keys as measured at the first frame, see :data:`STATE_KEYS`). ``predict``: what
     predicts the three variants' clips instead of one :func:`~workbench.inspect.recording.clips.predict_clips`
-    call each, given ``(model, {name: (clips, adapter)}, steps=, seed=, chunk=, gate=, on_chunk=)``
+    call each, given ``(model, {name: (clips, with_adapter)}, steps=, seed=, chunk=, gate=, on_chunk=)``
     (:meth:`workbench.train.ahead.BaseAhead.predict`: the chunks shared by two processes, the same videos).
 
     Returns uint8 videos ``[N, T, H, W, 3]`` (``truth`` and each variant), ``scores`` (per clip
@@ -218,10 +174,10 @@ def evaluate_world_model(exp, clips, *, sampling_steps: int, seed: int = 0, chun
     if predict is not None:
         out.update(predict(model, requests, steps=sampling_steps, seed=seed, chunk=chunk, gate=gate,
                            on_chunk=bar.update))
-    for name, (clips_of, adapter) in requests.items():
+    for name, (clips_of, with_adapter) in requests.items():
         if name not in out:
             out[name] = predict_clips(model, clips_of, steps=sampling_steps, seed=seed, chunk=chunk,
-                                      adapter=adapter, gate=gate, on_chunk=bar.update)
+                                      with_adapter=with_adapter, gate=gate, on_chunk=bar.update)
     bar.close()
     truth = out["truth"]
     mask = moving_mask(truth)  # (N, T, H, W); frame 0 excluded
@@ -291,7 +247,7 @@ def summarise(result: dict[str, Any], targets: dict[str, Any] | None = None) -> 
     s = result["scores"]
     n = len(s["base"]["moving_psnr"])
     floor = result.get("probe_error", np.full(n, np.nan))
-    for m in s.values():  # older results (and hand-built ones) may lack the action error
+    for m in s.values():  # a result may lack the action error (a hand-built one): NaN, not a KeyError
         m.setdefault("action_error", np.full(n, np.nan))
     summary = _aggregate(s, floor, np.arange(n), targets)
     summary["mean_moving_fraction"] = float(np.mean(result["moving_fraction"]))
@@ -437,19 +393,26 @@ def add_arguments(parser) -> None:
     parser.add_argument("--rollout", action="store_true",
                         help="roll whole episodes out chunk by chunk "
                              "(each chunk from the last frame the model produced) "
-                             "and report per chunk: moving PSNR and hand error for the base, the adapter, "
-                             "swapped actions (and --scratch); writes rollout_metrics.json and drift.png. "
-                             "--data defaults to the shipped long episodes ('long')")
+                             "and report per chunk for the base, the adapter, swapped actions "
+                             "(and --scratch): moving PSNR, and the hand error where the hand probe "
+                             "reads the episodes (Meta-World's); writes rollout_metrics.json and drift.png. "
+                             "--data defaults to the run's own data (its val split), or for a run trained on "
+                             "the shipped sample to the shipped long episodes ('long')")
     parser.add_argument("--frames", type=int,
                         help="--rollout: frames of each episode to roll out (default: all of them); "
                              "--policies: frames of each episode (default: 61, four chunks)")
     parser.add_argument("--episodes", type=int,
                         help="--rollout: episodes to roll out, taken in turn from each task (default: all); "
                              "--policies: start states per task (default: 8 fresh ones, or all recorded)")
-    parser.add_argument("--rollout-state", default="probe", choices=("probe", "recorded"),
-                        help="--rollout: where each chunk's hand position comes from: "
-                             "the hand probe on the last produced frame, or the recorded one "
-                             "(a ceiling, not a world model) (default: %(default)s)")
+    from workbench.worldmodel.rollout_eval import ROLLOUT_STATES
+
+    parser.add_argument("--rollout-state", default="auto", choices=ROLLOUT_STATES,
+                        help="--rollout: the state an adapter reads at each chunk's first frame: probe (the "
+                             "hand probe reads it off the last produced frame), start (the state recorded at "
+                             "the episode's first frame, held), recorded (the recorded one at each chunk: a "
+                             "ceiling, not a world model) or none; auto: probe for an adapter that reads the "
+                             "hand position of Meta-World frames, start for one that reads a recorded state "
+                             "(observation.state), else none (default: %(default)s)")
     parser.add_argument("--scratch",
                         help="--rollout, --policies: a from-scratch run directory to evaluate as well")
     parser.add_argument("--variants",
@@ -472,8 +435,8 @@ def add_arguments(parser) -> None:
                                "simulated, and the Spearman rank correlation across them")
     policies.add_argument("--policy", action="append", metavar="SPEC",
                           help="--policies: a policy of your own, MODULE:NAME or FILE.py:NAME (a callable "
-                               "of a workbench.inspect.Observation), evaluated beside the shipped family; "
-                               "repeat for several")
+                               "of a workbench.inspect.recording.closed_loop.Observation), evaluated "
+                               "beside the shipped family; repeat for several")
     policies.add_argument("--no-family", action="store_true",
                           help="--policies: leave out the shipped family (expert, expert+noise, random)")
     policies.add_argument("--start-states", metavar="SOURCE",

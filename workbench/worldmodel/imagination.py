@@ -79,7 +79,7 @@ def run_job(job: tuple[str, str], run_dir: str, scratch_dir: str | None,
         from workbench.worldmodel.policies import imagine
 
         on = variant == "adapter"
-        got = imagine(exp.model, _policies(cfg), steps=cfg.sampling_steps, seed=cfg.seed, adapter=on,
+        got = imagine(exp.model, _policies(cfg), steps=cfg.sampling_steps, seed=cfg.seed, with_adapter=on,
                       gate_scale=cfg.gate_scale if on else None)
         return {"job": job, "distance": got["distance"], "cpu_seconds": time.process_time() - started}
     from workbench.worldmodel.rollout_eval import evaluate_rollouts, long_episodes

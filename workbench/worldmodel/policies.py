@@ -406,7 +406,7 @@ def outcome_distance(frames: np.ndarray, episodes: PolicyEpisodes, *, hand_probe
 
 
 def imagine(model: ComposedModel, episodes: PolicyEpisodes, *, steps: int = DEFAULT_STEPS, seed: int = 0,
-            adapter: bool = True, gate_scale: float | None = None, batch: int = 24, state: Any = "probe",
+            with_adapter: bool = True, gate_scale: float | None = None, batch: int = 24, state: Any = "probe",
             hand_probe: Any = None, object_probe: Any = None, progress: bool = False) -> dict[str, Any]:
     """Replay every episode's actions as a rollout of the world model ``model`` (an experiment's is
     ``exp.model``) from its start frame and score the last predicted frame: ``distance`` (metres, per
@@ -423,8 +423,8 @@ def imagine(model: ComposedModel, episodes: PolicyEpisodes, *, steps: int = DEFA
     for lo in range(0, len(episodes), batch):
         part = {k: v[lo:lo + batch] for k, v in clips.items()}
         ro = rollout(model, part, actions[lo:lo + batch], steps=steps, seed=seed, state=state,
-                     gate_scale=gate_scale if adapter else None, store=False,
-                     adapter="on" if adapter else "off")
+                     gate_scale=gate_scale if with_adapter else None, store=False,
+                     with_adapter=with_adapter)
         finals.append(ro.frame(-1))  # the outcome's frame: the only one decoded
         if progress:
             print(f"  rolled out {min(lo + batch, len(episodes))}/{len(episodes)} episodes", flush=True)
@@ -497,7 +497,7 @@ def evaluate_policies(runs: dict[str, Any], episodes: PolicyEpisodes | None = No
         if progress:
             print(f"{VARIANT_LABELS[name]}: {len(episodes)} episodes of {episodes.actions.shape[1]} frames, "
                   f"{steps} steps", flush=True)
-        got = imagine(exp.model, episodes, steps=steps, seed=seed, adapter=on,
+        got = imagine(exp.model, episodes, steps=steps, seed=seed, with_adapter=on,
                       # (the scratch run's model has no gate)
                       gate_scale=gate_scale if name == "adapter" else None, batch=batch, progress=progress)
         report["variants"][name] = {"agreement": agreement(got["distance"], episodes, resamples=resamples,

@@ -1,5 +1,6 @@
 """The shipped policy family as closed-loop policies: the Meta-World scripted expert, the expert with Gaussian
-action noise, and a random policy, each a callable of an :class:`~workbench.inspect.Observation`.
+action noise, and a random policy, each a callable of an
+:class:`~workbench.inspect.recording.closed_loop.Observation`.
 
 The scripted policies of ``metaworld.policies`` map a state vector (the hand, the object, the goal) to one
 action. :class:`ScriptedPolicy` builds that vector from what an observation holds: the hand from the hand
@@ -43,11 +44,12 @@ class ScriptedPolicy:
     """One policy of the family: the expert (``noise=0``), the expert with Gaussian noise of std ``noise``
     added to each action (clipped to [-1, 1]), or uniformly random actions (``noise=None``).
 
-    Called with an :class:`~workbench.inspect.Observation` (one episode or a batch), it returns float32
-    actions ``(n, 4)`` (``(B, n, 4)``) for the frames ``observation.frames``. ``seed``: mixed into every draw.
+    Called with an :class:`~workbench.inspect.recording.closed_loop.Observation` (one episode or a batch),
+    it returns float32 actions ``(n, 4)`` (``(B, n, 4)``) for the frames ``observation.frames``. ``seed``:
+    mixed into every draw.
 
     Examples:
-        >>> from workbench.inspect import Observation
+        >>> from workbench.inspect.recording.closed_loop import Observation
         >>> obs = Observation(frame=np.zeros((64, 64, 3), np.uint8), chunk=0, frame_index=0,
         ...                   state={"ee_pos": np.array([0.0, 0.6, 0.2]), "object_pos": np.zeros(3)},
         ...                   goal={"task": "reach-v3", "position": np.array([0.1, 0.6, 0.2])},

@@ -40,6 +40,13 @@ from workbench.backbones.diffusers_bridge import (
     requested_frames,
 )
 from workbench.config import check, check_compile
+from workbench.core.capabilities import (
+    CachesLatents,
+    InsideAccess,
+    KeepsFloat32,
+    MemoryPlanning,
+    SamplingOptions,
+)
 from workbench.errors import CheckpointError, DataError
 from workbench_dynamicrafter.sampling import DDIMTables, DynamiCrafterDiffusion, ddim_loop
 from workbench_dynamicrafter.unet import stage_width
@@ -110,7 +117,8 @@ class DynamiCrafterConfig:
 PRECISION = {"cpu": "float32", "cuda": "bfloat16"}
 
 
-class DynamiCrafter(BaseVideoModel):
+class DynamiCrafter(BaseVideoModel, SamplingOptions, CachesLatents, MemoryPlanning, KeepsFloat32,
+                    InsideAccess):
     """DynamiCrafter (first frame + text → video) as a frozen backbone.
 
     >>> base = DynamiCrafter(path="/models/DynamiCrafter_512/model.ckpt")       # variant from the keys
@@ -506,6 +514,12 @@ class DynamiCrafter(BaseVideoModel):
         """The conditioning towers (text, image, resampler), held beside the U-Net and loaded when first
         needed."""
         return (self.conditioning,)
+
+    def weight_files(self) -> tuple[Path, ...]:
+        """The checkpoint every part loads from, the conditioning towers included (``()`` with
+        ``random_weights``)."""
+        file = self.__dict__["_checkpoint"][0]
+        return (Path(file),) if file is not None else ()
 
     def keep_in_float32(self) -> tuple[str, ...]:
         """The U-Net's float32 GroupNorms (its ResBlocks' and its output's, which compute in float32 as the

@@ -42,6 +42,7 @@ from workbench.backbones.diffusers_bridge import (
     transformer_output,
     uncond_batch,
 )
+from workbench.core.capabilities import InsideAccess
 from workbench.errors import CheckpointError, CompositionError, DataError
 
 # EasyAnimate V5.1's own settings: 50 steps, guidance 6, 49 frames at 8 fps, 512x512 (its diffusers example).
@@ -88,7 +89,7 @@ class _EasyAnimateInjection(Injection):
         return (out,) if not return_dict else transformer_output(out)
 
 
-class EasyAnimate(DiffusersBackbone):
+class EasyAnimate(DiffusersBackbone, InsideAccess):
     """EasyAnimate V5.1 (text → video) as a frozen backbone.
 
     >>> base = EasyAnimate.from_pretrained("/models/EasyAnimateV5.1-12b-zh-diffusers")   # bf16 on a GPU
@@ -272,7 +273,7 @@ class EasyAnimate(DiffusersBackbone):
 
         ``guidance_scale`` defaults to the card's; other keyword arguments go to the pipeline.
         """
-        guidance = self._guidance(guidance_scale)
+        guidance = self.guidance_for(guidance_scale)
         b = batch.batch_size
         kwargs: dict[str, Any] = dict(prompt_embeds=batch.cond["prompt_embeds"],
                                       prompt_attention_mask=batch.cond["prompt_attention_mask"])

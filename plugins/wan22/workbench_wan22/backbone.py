@@ -45,6 +45,7 @@ from workbench.backbones.diffusers_bridge import (
     uncond_batch,
 )
 from workbench.config import check
+from workbench.core.capabilities import InsideAccess
 from workbench.errors import CheckpointError, CompositionError, DataError
 
 # Wan2.2 TI2V-5B's own sampling settings (its release config): 50 steps, guidance 5, 1280x704, 121 frames
@@ -115,7 +116,7 @@ class _WanInjection(Injection):
         return super().on_step_end(pipe, index, timestep, callback_kwargs)
 
 
-class Wan22TI2V(DiffusersBackbone):
+class Wan22TI2V(DiffusersBackbone, InsideAccess):
     """Wan2.2 TI2V-5B (text + first frame → video) as a frozen backbone.
 
     >>> base = Wan22TI2V.from_pretrained("/models/Wan2.2-TI2V-5B-Diffusers")   # bf16 on a GPU
@@ -294,7 +295,7 @@ class Wan22TI2V(DiffusersBackbone):
         image = torch.as_tensor(raw["image"]).float().to(self.device)
         if image.ndim != 4 or image.shape[1] != 3:
             raise DataError(f"wan22_ti2v: 'image' must be (B, 3, H, W) in [-1, 1], got {tuple(image.shape)}.")
-        latents = self.blank_latents(image.shape[0], self._frames_from(raw), *image.shape[2:], "image")
+        latents = self.blank_latents(image.shape[0], self.frames_requested(raw), *image.shape[2:], "image")
         return latents, image[:, :, None], False
 
     def condition_on(self, cond: dict[str, Any], latents: torch.Tensor, video: torch.Tensor | None,
@@ -403,7 +404,7 @@ class Wan22TI2V(DiffusersBackbone):
 
         ``guidance_scale`` defaults to the card's; other keyword arguments go to the pipeline.
         """
-        guidance = self._guidance(guidance_scale)
+        guidance = self.guidance_for(guidance_scale)
         b = batch.batch_size
         uncond = None
         kwargs: dict[str, Any] = dict(prompt_embeds=batch.cond["prompt_embeds"])

@@ -14,7 +14,7 @@ import weakref
 import numpy as np
 import torch
 
-from workbench.core.backbone import BaseVideoModel
+from workbench.core.backbone import BaseVideoModel, causal_latents
 from workbench.inspect.common import InspectError, check_choice
 from workbench.inspect.previews.latent_space import DEFAULT_CHUNK_FRAMES, decode_chunked
 from workbench.inspect.previews.linear_preview import LatentPreview, preview_for
@@ -90,7 +90,7 @@ def render_float_frame(base: BaseVideoModel, latents: torch.Tensor, frame: int, 
 
     What a slider needs: moving to a step decodes one frame per branch, not the whole clip.
     """
-    if base.causal_latents:
+    if causal_latents(base):
         return None
     t = latents.shape[2]
     known = _FRAMES_PER_LATENT.setdefault(base, {})

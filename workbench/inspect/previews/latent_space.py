@@ -7,8 +7,9 @@ frames encoded (:func:`encode_samples`) or data-free latent clips (:func:`data_f
 fit a preview on, and the latent shape of the card's resolution (:func:`latent_shape_from_card`).
 
 A backbone whose VAE is causal in time (``T = 1 + r (T' - 1)``) says so with
-``causal_latents = True``; otherwise the layout is read off the decoded length, which cannot
-tell the two apart when both fit (3 latent frames decoding to 9 frames). ``decode_chunked``
+``causal_latents = True`` (:class:`~workbench.core.capabilities.LatentLayout`); otherwise the
+layout is read off the decoded length, which cannot tell the two apart when both fit (3 latent
+frames decoding to 9 frames). ``decode_chunked``
 decodes ``chunk_frames`` latent frames per call, exact for per-frame decoders such as
 tiny_video's; a backbone with ``causal_latents = True`` is always decoded whole, since a causal
 video VAE carries state from frame to frame.
@@ -22,7 +23,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from workbench.core.backbone import BaseVideoModel
+from workbench.core.backbone import BaseVideoModel, causal_latents, pixel_space
 from workbench.core.conditions import Batch
 from workbench.inspect.common import InspectError
 
@@ -31,8 +32,9 @@ DEFAULT_CHUNK_FRAMES = 8
 
 def is_pixel_space(base: BaseVideoModel, channels: int | None = None) -> bool:
     """True when the backbone samples in pixel space (its "latents" are the video)."""
-    if base.pixel_space is not None:
-        return bool(base.pixel_space)
+    declared = pixel_space(base)
+    if declared is not None:
+        return bool(declared)
     card = getattr(base, "card", None)
     has_vae = card is not None and any(c.kind == "vae" for c in card.components.values())
     return not has_vae and channels == 3
@@ -52,7 +54,7 @@ def decode_chunked(base: BaseVideoModel, latents: torch.Tensor,
                                      or chunk_frames < 1):
         raise InspectError(f"chunk_frames must be a positive int or None, got {chunk_frames!r}.")
     t = latents.shape[2]
-    step = t if chunk_frames is None or base.causal_latents else chunk_frames
+    step = t if chunk_frames is None or causal_latents(base) else chunk_frames
     with torch.no_grad():
         parts = [base.decode(latents[:, :, s:s + step]) for s in range(0, t, step)]
     return parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)
@@ -68,7 +70,7 @@ def latent_layout(z_shape: torch.Size, x_shape: torch.Size,
         raise InspectError(
             f"base.decode returned {xc} channels (shape {tuple(x_shape)}); a preview fits RGB video "
             f"(B, 3, T, H, W). Give the backbone a decoder to RGB, "
-            f"or set pixel_space = True if its samples are frames."
+            f"or declare Previews with pixel_space = True if its samples are frames."
         )
     if xh % lh or xw % lw or xh // lh != xw // lw:
         raise InspectError(

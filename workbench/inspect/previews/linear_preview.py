@@ -19,7 +19,8 @@ Data-free fits are cached per backbone identity (:mod:`~workbench.inspect.previe
 the second fit of the same backbone does not decode anything. A fit on your own frames is used by
 this process's views but never written there, so what a preview shows never depends on which
 frames some earlier process happened to fit. Pixel-space backbones (3-channel "latents" and no
-VAE in the card, or ``pixel_space = True`` on the backbone) preview as the identity.
+VAE in the card, or ``pixel_space = True`` on a backbone declaring
+:class:`~workbench.core.capabilities.Previews`) preview as the identity.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from typing import Any
 
 import torch
 
-from workbench.core.backbone import BaseVideoModel
+from workbench.core.backbone import BaseVideoModel, causal_latents
 from workbench.inspect.common import InspectError
 from workbench.inspect.previews.latent_space import (
     DEFAULT_CHUNK_FRAMES,
@@ -287,7 +288,7 @@ def fit_linear_preview(base: BaseVideoModel, samples: Any = None, *,
         return identity_preview(z.shape[1])
     video = torch.cat([decode_chunked(base, z[i:i + 1], chunk_frames) for i in range(z.shape[0])])
     z, video = z.detach().float().cpu(), video.detach().float().cpu()
-    d, r, causal = latent_layout(z.shape, video.shape, base.causal_latents)
+    d, r, causal = latent_layout(z.shape, video.shape, causal_latents(base))
     fit_z, fit_x, test_z, test_x = z[:-held], video[:-held], z[-held:], video[-held:]
     if causal:
         weight_first, mean_first = solve_linear(fit_z[:, :, :1], fit_x[:, :, :1], d, 1)

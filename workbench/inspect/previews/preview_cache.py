@@ -19,9 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 
-from workbench.core.backbone import BaseVideoModel
+from workbench.core.backbone import BaseVideoModel, preview_decoder, preview_identity
 from workbench.inspect.common import InspectError
 
 _IDENTITIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -41,12 +40,13 @@ def clear_identities() -> None:
 def backbone_identity(base: BaseVideoModel) -> str:
     """A hash of what the decoder computes: its weights, the base's own buffers, and the config.
 
-    The decoder is the first of the submodules ``vae`` / ``autoencoder`` / ``first_stage_model``
-    / ``decoder`` that exists (else the whole state dict is hashed). A backbone may define
-    ``preview_identity() -> str`` instead (e.g. its VAE checkpoint's hash) to skip hashing.
-    Computed once per backbone object: the base is frozen.
+    The decoder is :func:`~workbench.core.backbone.preview_decoder`'s (by default the first of the
+    submodules ``vae`` / ``autoencoder`` / ``first_stage_model`` / ``decoder`` that exists; else the
+    whole state dict is hashed). A backbone declaring
+    :class:`~workbench.core.capabilities.Previews` may return a ``preview_identity()`` instead (e.g.
+    its VAE checkpoint's hash) to skip hashing. Computed once per backbone object: the base is frozen.
     """
-    custom = None if base.preview_identity is None else base.preview_identity()
+    custom = preview_identity(base)
     if custom is not None:
         return str(custom)
     if base in _IDENTITIES:
@@ -60,8 +60,7 @@ def backbone_identity(base: BaseVideoModel) -> str:
         fields = {k: v for k, v in dataclasses.asdict(config).items()
                   if k not in ("weights", "device", "dtype", "compile")}
         h.update(json.dumps(fields, sort_keys=True, default=str).encode())
-    decoder = next((m for n in base.decoder_modules if isinstance(m := getattr(base, n, None), nn.Module)),
-                   None)
+    decoder = preview_decoder(base)
     if decoder is None:
         tensors = base.state_dict()
     else:

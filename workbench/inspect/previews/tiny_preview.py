@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workbench.core.backbone import BaseVideoModel
+from workbench.core.backbone import BaseVideoModel, causal_latents
 from workbench.inspect.common import InspectError
 from workbench.inspect.previews.latent_space import (
     DEFAULT_CHUNK_FRAMES,
@@ -300,7 +300,7 @@ def distil_tiny_preview(base: BaseVideoModel, samples: Any = None, *,
     else:
         test_z, test_x = _training_latents(base, (c, min(t, 4), h, w), n_heldout, seed + 1000, chunk_frames)
         source = "data-free"
-    d, r, causal = latent_layout(fit_z.shape, fit_x.shape, base.causal_latents)
+    d, r, causal = latent_layout(fit_z.shape, fit_x.shape, causal_latents(base))
 
     # the linear preview on the same training set: the skip path, and what the distillation must beat
     if causal:

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from workbench.core.backbone import causal_latents
 from workbench.core.composed import ComposedModel, Prediction
 from workbench.core.conditions import Batch
 from workbench.inspect.cache import LRUCache
@@ -322,8 +323,9 @@ class Ablation:
         """The x0 estimate with the edited condition ``(B, C, T, h, w)``, on the model's device.
 
         Given frames (e.g. an image-to-video model's first frame) stay as recorded: the composed
-        prediction is constrained by the backbone (``BaseVideoModel.constrain``) like the
-        sampler's, so only predicted frames can differ.
+        prediction is constrained by the backbone (its ``constrain``,
+        :class:`~workbench.core.capabilities.GivenFrames`) like the sampler's, so only predicted
+        frames can differ.
         """
         return self.trajectory.x0_of(self.prediction())
 
@@ -397,7 +399,7 @@ class Ablation:
             before = self._before[1]
             after = render_float(base, self.ablated_x0(), self.decode, self.index)
         diff = (after - before).mean(-1).astype(np.float32)
-        given = given_frames(self.trajectory.batch, self.index, total or diff.shape[0], base.causal_latents)
+        given = given_frames(self.trajectory.batch, self.index, total or diff.shape[0], causal_latents(base))
         edited = ", ".join(self.describe_edits()) or "unchanged"
         limit = limit if limit is not None else self.difference_limit(diff)
         label = ("x0 difference (mean RGB, [-1, 1] units)"
@@ -484,7 +486,7 @@ class Ablation:
             if not fork.complete:
                 return None
             edited = as_uint8(render_float(base, fork.final, self.final_decode, self.index))
-        given = given_frames(self.trajectory.batch, self.index, len(recorded), base.causal_latents)
+        given = given_frames(self.trajectory.batch, self.index, len(recorded), causal_latents(base))
         predicted = [f for f in range(len(recorded)) if not (f < len(given) and given[f])]
         path = None if self.readout is None else compare_paths(self.readout, recorded, edited, predicted)
         result = Propagation(step, self.trajectory.steps, edits, fork, recorded, edited, self.final_decode,

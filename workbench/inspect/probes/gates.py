@@ -20,7 +20,14 @@ import torch
 
 from workbench.core.callbacks import GateStatistics
 from workbench.core.composed import ComposedModel
-from workbench.core.composers import ComposeContext, Composer, Composition, NoiseGated, composer_tree
+from workbench.core.composers import (
+    ComposeContext,
+    Composer,
+    Diagnostics,
+    NoiseGated,
+    composer_tree,
+    composition_of,
+)
 from workbench.core.conditions import Batch
 from workbench.inspect.common import (
     DEFAULT_LEVELS,
@@ -78,6 +85,12 @@ def _summarise(prefix: str, value: torch.Tensor) -> dict[str, float]:
             f"{prefix}_max": float(v.max())}
 
 
+def _summarise_diagnostics(d: Diagnostics) -> dict[str, float]:
+    """The gate, mask and noise weight a composer applied, then its extras, each summarised."""
+    named = (("gate", d.gate), ("mask", d.mask), ("noise_weight", d.noise_weight), *d.extra.items())
+    return {k: v for name, value in named if value is not None for k, v in _summarise(name, value).items()}
+
+
 def _channels(composer: Composer) -> int:
     config = getattr(composer_tree(composer)[-1], "config", None)
     return int(getattr(config, "channels", None) or 1)
@@ -127,12 +140,10 @@ def _gate_rows(composer: Composer, model: ComposedModel | None, lv: np.ndarray, 
                                torch.ones(1, c, 1, 1, 1, device=device))
                 for level in lv:
                     s = torch.full((1,), float(level), device=device)
-                    composition = Composition.of(composer.compose(zeros, ones, ComposeContext(x_t=zeros, t=s,
-                                                                                          noise_level=s)))
-                    row = {"level": float(level), **_summarise("weight", composition.prediction)}
-                    for key, value in composition.diagnostics.items():
-                        row.update(_summarise(key, value))
-                    rows.append(row)
+                    composition = composition_of(composer, zeros, ones,
+                                                 ComposeContext(x_t=zeros, t=s, noise_level=s))
+                    rows.append({"level": float(level), **_summarise("weight", composition.prediction),
+                                 **_summarise_diagnostics(composition)})
     finally:
         composer.train(was_training)
     gates = composer.gate_values()
@@ -145,14 +156,12 @@ def _gates_on_batch(model: ComposedModel, batch: Batch, lv: np.ndarray, seed: in
         for level in lv:
             t = t_tensor(obj, level, batch.batch_size, batch.latents.device)
             x_t = obj.add_noise(batch.latents, noise, t)
-            pred = model.predict(x_t, t, batch, adapter=True)
+            pred = model.predict(x_t, t, batch, with_adapter=True)
             # over the predicted frames: what a backbone fixes by construction (a given frame) never moves
             size = masked_rms(pred.adapter, batch.loss_mask)
             moved = masked_rms(pred.composed - pred.base, batch.loss_mask)
-            row = {"level": float(level), "weight": moved / size if size > 0 else float("nan")}
-            for key, value in pred.diagnostics.items():
-                row.update(_summarise(key, value))
-            rows.append(row)
+            rows.append({"level": float(level), "weight": moved / size if size > 0 else float("nan"),
+                         **_summarise_diagnostics(pred.diagnostics)})
     return rows
 
 

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from workbench.core.adapter import Adapter
+from workbench.core.backbone import causal_latents
 from workbench.core.composed import ComposedModel
 from workbench.core.composers import Composer, NoiseGated
 from workbench.core.conditions import Batch
@@ -163,7 +164,7 @@ class _ReadoutProbe:
         if self.frames is None:
             self.frames = []
             for i, video in enumerate(videos):
-                given = given_frames(self.batch, i, len(video), self.model.base.causal_latents)
+                given = given_frames(self.batch, i, len(video), causal_latents(self.model.base))
                 self.frames.append([f for f in range(len(video)) if not (f < len(given) and given[f])]
                                    or list(range(len(video))))
         return [read_positions(self.readout, v)[f] for v, f in zip(videos, self.frames)]
@@ -236,7 +237,7 @@ def action_sensitivity(model: ComposedModel, batch: Mapping[str, Any] | Batch,
             base_out = model.base_prediction(x_t, t, batch)
 
             def run(b: Batch, x_t=x_t, t=t, base_out=base_out) -> tuple[torch.Tensor, torch.Tensor]:
-                p = model.predict(x_t, t, b, adapter=True, base_output=base_out)
+                p = model.predict(x_t, t, b, with_adapter=True, base_output=base_out)
                 return p.adapter, obj.x0_from_prediction(p.composed, x_t, t)
 
             true_a, true_x = run(batch)
@@ -378,8 +379,8 @@ def sigma_sensitivity(model: ComposedModel, batch: Mapping[str, Any] | Batch,
                 x_t = obj.add_noise(x0, noise, t)
                 target = obj.target(x0, noise, t)
                 base_out = model.base_prediction(x_t, t, batch)
-                adapted = model.predict(x_t, t, batch, adapter=True, base_output=base_out).composed
-                wrong = model.predict(x_t, t, swapped, adapter=True, base_output=base_out).composed
+                adapted = model.predict(x_t, t, batch, with_adapter=True, base_output=base_out).composed
+                wrong = model.predict(x_t, t, swapped, with_adapter=True, base_output=base_out).composed
                 for j, pred in enumerate((base_out, adapted, wrong)):
                     losses[j, i] += float(obj.loss(pred, target, batch.loss_mask)) / draws
     return SigmaSensitivity(condition, lv, ts, losses[0], losses[1], losses[2], objective=obj)

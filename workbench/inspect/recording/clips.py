@@ -12,7 +12,7 @@ part is here, for any backbone, at the clip size its contract states
   ``prompt_key: task`` backbone reads) as lists;
 * :func:`predict_clips` — every clip predicted with the backbone's own sampler and a seeded
   generator per chunk of clips (the same noise for every variant of an evaluation), decoded to
-  uint8 frames; chunks never exceed :attr:`~workbench.core.backbone.BaseVideoModel.max_generate_batch`.
+  uint8 frames; chunks never exceed :func:`~workbench.core.backbone.max_generate_batch`.
 
 The world-model study (``workbench.worldmodel.evaluate``) builds its three variants and its
 scores on these; ``workbench.testing.check_backbone`` predicts two clips through them.
@@ -27,8 +27,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from workbench.core.backbone import generation_inputs, max_generate_batch
 from workbench.core.card import TEXT_MODES
 from workbench.errors import DataError
+from workbench.inspect.recording.settings import check_with_adapter
 
 
 def _collated(clips: Sequence[Mapping[str, Any]], key: str) -> Any:
@@ -56,7 +58,7 @@ def generation_request(base, clips: Sequence[Mapping[str, Any]]) -> dict[str, An
         raise DataError(f"generation_request: clips need their 'video' (3, T, H, W), "
                         f"got keys {sorted(first)}.")
     video = torch.stack([torch.as_tensor(c["video"]) for c in clips])
-    request: dict[str, Any] = dict(base.generation_inputs(video))
+    request: dict[str, Any] = dict(generation_inputs(base, video))
     reads_text = base.card.serving in TEXT_MODES  # a mode without text refuses it rather than ignore it
     for key, value in first.items():
         if key == "video":
@@ -68,7 +70,7 @@ def generation_request(base, clips: Sequence[Mapping[str, Any]]) -> dict[str, An
 
 
 def predict_clips(model, clips: Sequence[Mapping[str, Any]], *, steps: int | None = None, seed: int = 0,
-                  chunk: int = 12, adapter: bool = True, gate: torch.Tensor | None = None,
+                  chunk: int = 12, with_adapter: bool = True, gate: torch.Tensor | None = None,
                   on_chunk: Callable[[int], None] | None = None, offset: int = 0,
                   **sampler_kwargs: Any) -> np.ndarray:
     """Every clip of ``clips`` predicted by ``model`` (a :class:`~workbench.core.composed.ComposedModel`), as
@@ -77,7 +79,7 @@ def predict_clips(model, clips: Sequence[Mapping[str, Any]], *, steps: int | Non
     Clips are generated ``chunk`` at a time (at most the backbone's ``max_generate_batch``) from
     :func:`generation_request`, with the backbone's own sampler, ``steps`` (default the card's)
     and a generator seeded ``seed * 7919 + index of the chunk's first clip``, so every variant of
-    an evaluation sees the same noise. ``adapter=False`` predicts with the frozen base alone;
+    an evaluation sees the same noise. ``with_adapter=False`` predicts with the frozen base alone;
     ``gate`` samples with that gate instead of the learned one (a ``GatedResidual`` composer's
     ``override_gate``). ``on_chunk(n)`` is called after each chunk of ``n`` clips; ``sampler_kwargs``
     go to ``generate`` (e.g. ``guidance_scale``). ``offset``: the index of ``clips[0]`` in a longer
@@ -86,22 +88,23 @@ def predict_clips(model, clips: Sequence[Mapping[str, Any]], *, steps: int | Non
     """
     from workbench.metrics import to_uint8_video
 
+    check_with_adapter(with_adapter, who="predict_clips: ")
     base = model.base
-    limit = base.max_generate_batch
+    limit = max_generate_batch(base)
     chunk = max(1, min(chunk, limit) if limit else chunk)
     videos = []
     for lo in range(0, len(clips), chunk):
         part = clips[lo:lo + chunk]
         batch = base.prepare_batch(generation_request(base, part))
         generator = torch.Generator(device=base.device).manual_seed(seed * 7919 + offset + lo)
-        model.adapter_enabled = adapter
+        was_enabled, model.adapter_enabled = model.adapter_enabled, with_adapter
         try:
-            override = (model.composer.override_gate(gate) if adapter and gate is not None
+            override = (model.composer.override_gate(gate) if with_adapter and gate is not None
                         else contextlib.nullcontext())
             with override:
                 latents = model.generate(batch, steps=steps, generator=generator, **sampler_kwargs)
         finally:
-            model.adapter_enabled = True
+            model.adapter_enabled = was_enabled
         with torch.no_grad():
             videos.append(to_uint8_video(base.decode(latents)))
         if on_chunk is not None:

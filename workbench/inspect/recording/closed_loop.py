@@ -47,6 +47,7 @@ from workbench.core.composed import ComposedModel
 from workbench.errors import PolicyError, did_you_mean, listing
 from workbench.inspect.common import InspectError, check_model
 from workbench.inspect.recording.rollouts import Rollout, _consumed, _start, rollout
+from workbench.inspect.recording.settings import check_with_adapter
 from workbench.inspect.recording.state import RECORDED, StateReader, resolve_state
 
 
@@ -346,7 +347,7 @@ def _reading(reader: StateReader, frames: np.ndarray) -> np.ndarray:
 def closed_loop(model: ComposedModel, start: Mapping[str, Any], policy: Callable[[Observation], Any], *,
                 frames: int | None = None, chunks: int | None = None, steps: int | None = None, seed: int = 0,
                 state: str | StateReader | None = None, observe: Any = None, gate_scale: float | None = None,
-                store: Any = None, adapter: Any = "on", **sampler_kwargs: Any) -> ClosedLoop:
+                store: Any = None, with_adapter: bool = True, **sampler_kwargs: Any) -> ClosedLoop:
     """Run ``policy`` in the world model ``model``, closed loop: each chunk's actions chosen by the policy
     from the last frame the model produced (see the module docstring).
 
@@ -356,8 +357,9 @@ def closed_loop(model: ComposedModel, start: Mapping[str, Any], policy: Callable
             (any object) is the policy's alone and goes to :attr:`Observation.goal`, never to the model.
         policy: a callable of an :class:`Observation` (:class:`Policy`).
         frames: the episode's length in frames, or ``chunks``: its length in chunks (one of the two).
-        steps, seed, state, gate_scale, store, adapter, sampler_kwargs: as :func:`~workbench.inspect.rollout`
-            takes them, for every chunk (``state``: what the adapter reads at a chunk's first frame).
+        steps, seed, state, gate_scale, store, with_adapter, sampler_kwargs: as
+            :func:`~workbench.inspect.rollout` takes them, for every chunk (``state``: what the adapter reads
+            at a chunk's first frame).
         observe: the state readers whose readings the policy sees (:attr:`Observation.state`): a registered
             reader's name, a :class:`~workbench.inspect.StateReader`, or a sequence of them. Default: the
             reader of ``state`` (none when ``state`` is None).
@@ -377,6 +379,7 @@ def closed_loop(model: ComposedModel, start: Mapping[str, Any], policy: Callable
         raise InspectError(f"closed_loop: policy must be a callable of an Observation, got "
                            f"{type(policy).__name__}. Pass a function, or load one with "
                            f"load_policy('module:name').")
+    check_with_adapter(with_adapter, who="closed_loop: ")
     name = describe_policy(policy)
     base = model.base
     window = int(base.clip().frames)
@@ -398,7 +401,7 @@ def closed_loop(model: ComposedModel, start: Mapping[str, Any], policy: Callable
     from workbench.metrics import to_uint8_video
 
     start_frames = to_uint8_video(given)  # (B, c, H, W, 3): what chunk 0 continues from
-    consumer = _consumed(model).get("action") if adapter in ("on", True) else None
+    consumer = _consumed(model).get("action") if with_adapter is True else None
     action_dim = getattr(consumer, "dim", None)
     run: Rollout | None = None
     observations: list[Observation] = []
@@ -423,7 +426,7 @@ def closed_loop(model: ComposedModel, start: Mapping[str, Any], policy: Callable
         observations.append(obs)
         if run is None:
             run = rollout(model, start, chosen, steps=steps, seed=seed, state=state, gate_scale=gate_scale,
-                          store=store, adapter=adapter, **sampler_kwargs)
+                          store=store, with_adapter=with_adapter, **sampler_kwargs)
         else:
             run = run.extend(chosen)
     return ClosedLoop(run, observations, name)

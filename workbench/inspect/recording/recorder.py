@@ -19,7 +19,7 @@ from workbench.core.conditions import Batch
 from workbench.errors import CallbackError
 from workbench.inspect.common import InspectError
 from workbench.inspect.recording.settings import Settings
-from workbench.inspect.recording.step import StepLog, TrajectoryStep
+from workbench.inspect.recording.step import TrajectoryStep
 from workbench.inspect.recording.storage import StoragePolicy, store
 
 OnTrajectoryStep = Callable[[TrajectoryStep], None]
@@ -38,14 +38,14 @@ class Recorder:
     """Serves replayed steps from a cache and records the live ones."""
 
     def __init__(self, model: ComposedModel, settings: Settings, storage: StoragePolicy, *, keep: bool,
-                 prefix: Sequence[StepLog], live_from: int,
+                 prefix: Sequence[TrajectoryStep], live_from: int,
                  on_step: OnTrajectoryStep | None):
         self.model, self.settings, self.storage, self.keep = model, settings, storage, keep
         self.prefix, self.live_from, self.user_on_step = prefix, live_from, on_step
         self.step = 0  # the index of the step the sampler is in
         self.calls: list[torch.Tensor] = []  # compose_fn outputs of the current step
         self.pending: Prediction | None = None
-        self.log: list[StepLog] = []  # the live steps, when kept
+        self.log: list[TrajectoryStep] = []  # the live steps, when kept
         self.native: torch.dtype | None = None
 
     def compose(self, x_t: torch.Tensor, t: torch.Tensor, batch: Batch) -> torch.Tensor:
@@ -54,7 +54,7 @@ class Recorder:
             self.calls.append(cached)
             # a copy: the sampler may modify its prediction in place, the parent's cache must not change
             return cached.to(device=x_t.device, copy=True, non_blocking=True)
-        pred = self.model.predict(x_t, t, batch, adapter=self.settings.adapter)
+        pred = self.model.predict(x_t, t, batch, with_adapter=self.settings.with_adapter)
         if not self.calls:
             self.pending = pred
         self.calls.append(pred.composed)
@@ -105,7 +105,7 @@ class Recorder:
             t = store(rec.t, device)
             # (an objective whose noise level is t itself: one private copy serves both)
             noise = t if noise_level is rec.t else store(noise_level, device)
-            fields = None
+            kept = TrajectoryStep(rec.index, rec.steps, t, noise, stored=None)  # its fields skipped
             if keep_fields:
                 values = {}
                 for name in storage.fields:
@@ -118,14 +118,12 @@ class Recorder:
                     else:
                         values[name] = store(value, device, dtype)
                 diagnostics = pred.diagnostics.map(lambda v: store(v, device, dtype))
-                fields = TrajectoryStep(rec.index, rec.steps, t, noise, diagnostics=diagnostics,
-                                        stored=storage.fields, **values)
-            calls = None
+                kept = TrajectoryStep(rec.index, rec.steps, t, noise, diagnostics=diagnostics,
+                                      stored=storage.fields, **values)
             if storage.replay:
-                calls = tuple(fields.composed
-                              if i == 0 and fields is not None and storage.shares_replay(c.dtype)
-                              else store(c, device) for i, c in enumerate(self.calls))
-            self.log.append(StepLog(t, noise, fields, calls))
+                kept.calls = tuple(kept.composed if i == 0 and keep_fields and storage.shares_replay(c.dtype)
+                                   else store(c, device) for i, c in enumerate(self.calls))
+            self.log.append(kept)
         return live
 
 

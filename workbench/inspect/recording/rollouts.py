@@ -19,10 +19,11 @@ Nothing recorded after the start frame(s) is read: a state the adapter reads at 
 (e.g. the action path's ``ee_pos``) is read off the frames the model produced, by a **state reader**
 (:class:`~workbench.inspect.recording.state.StateReader`, which names the conditions it fills):
 ``state=NAME`` builds the reader registered under that name (the world-model wing registers its hand
-probe as ``"probe"``), ``state=StateReader(fn, keys=(...))`` uses one of your own, ``state="recorded"``
-gives the start clip's recorded value at each chunk's first frame (a ceiling for measurements, not a
-world model), and ``state=None`` (the default) gives none. Chunk 0 is given the start clip's state at
-frame 0 when it carries one (known at the first frame). Chunk ``k`` samples with
+probe as ``"probe"``), ``state=StateReader(fn, keys=(...))`` uses one of your own, ``state="start"``
+gives every chunk the start clip's recorded value at frame 0 (known when the episode starts, held),
+``state="recorded"`` gives the start clip's recorded value at each chunk's first frame (a ceiling for
+measurements, not a world model), and ``state=None`` (the default) gives none. Chunk 0 is given the start
+clip's state at frame 0 when it carries one (known at the first frame). Chunk ``k`` samples with
 :func:`~workbench.core.seeds.chunk_seed` ``(seed, k)``.
 """
 
@@ -35,6 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from workbench.core.backbone import decodes_frames_alone, generation_inputs, max_generate_batch
 from workbench.core.card import IMAGE_MODES, TEXT_MODES
 from workbench.core.composed import ComposedModel
 from workbench.core.composers import scaled_gate
@@ -42,8 +44,8 @@ from workbench.core.seeds import chunk_seed
 from workbench.errors import listing
 from workbench.inspect.common import InspectError, check_model, prepare
 from workbench.inspect.recording.recorder import generator_state
-from workbench.inspect.recording.settings import Settings
-from workbench.inspect.recording.state import RECORDED, StateReader, resolve_state
+from workbench.inspect.recording.settings import Settings, check_with_adapter
+from workbench.inspect.recording.state import RECORDED, START, StateReader, resolve_state
 from workbench.inspect.recording.storage import StoragePolicy
 from workbench.inspect.recording.trajectory import Trajectory, run
 from workbench.registry import registered
@@ -87,7 +89,7 @@ class RolloutChunk:
 class ChunkFrames:
     """A chunk's frames, uint8 ``[B, W, H, W, 3]``, decoded from its last latents when first read. On a
     backbone whose ``decode`` makes each frame from its own latent frame alone
-    (:attr:`~workbench.core.backbone.BaseVideoModel.decodes_frames_alone`), reading some frames decodes
+    (:func:`~workbench.core.backbone.decodes_frames_alone`), reading some frames decodes
     only those: the next chunk needs its context frame, a policy's outcome the episode's last frame."""
 
     def __init__(self, base: Any, latents: torch.Tensor):
@@ -98,10 +100,10 @@ class ChunkFrames:
     @property
     def count(self) -> int:
         """How many frames the chunk made (one per latent frame where frames decode alone)."""
-        return int(self._latents.shape[2]) if self._base.decodes_frames_alone else self.all().shape[1]
+        return int(self._latents.shape[2]) if decodes_frames_alone(self._base) else self.all().shape[1]
 
     def _alone(self) -> bool:
-        return self._all is None and self._base.decodes_frames_alone
+        return self._all is None and decodes_frames_alone(self._base)
 
     def all(self) -> np.ndarray:
         if self._all is None:
@@ -219,8 +221,9 @@ class Rollout:
 
     @property
     def state_mode(self) -> str:
-        """Where chunks after the first get their state: a registered reader's name (``probe``), ``reader`` (a
-        :class:`~workbench.inspect.recording.state.StateReader` given), ``recorded`` or ``none``."""
+        """Where chunks after the first get their state: a registered reader's name (``probe``), ``reader``
+        (a :class:`~workbench.inspect.recording.state.StateReader` given), ``start``, ``recorded`` or
+        ``none``."""
         return self._plan.state_mode
 
     @property
@@ -270,14 +273,14 @@ class Rollout:
         keep = [c for c in self.chunks if c.padded == 0]
         return _continue(self._plan, total, keep)
 
-    def fork(self, chunk: int, at: int, cond: Mapping[str, Any] | None = None, *, adapter: Any = None,
-             gate_override: float | torch.Tensor | None = None,
+    def fork(self, chunk: int, at: int, cond: Mapping[str, Any] | None = None, *,
+             with_adapter: bool | None = None, gate_override: float | torch.Tensor | None = None,
              storage: StoragePolicy | None = None) -> Rollout:
         """Chunks before ``chunk`` kept, chunk ``chunk`` forked from its recorded step ``at`` (steps before
         ``at`` replayed without model calls, see :meth:`Trajectory.fork`) with ``cond`` (e.g.
         ``{"action": (W, D)}`` for the chunk's window), later chunks sampled again from the fork's frames
-        (with the rollout's settings and the edited actions). ``adapter`` / ``gate_override`` apply to the
-        forked chunk only."""
+        (with the rollout's settings and the edited actions). ``with_adapter`` / ``gate_override`` apply to
+        the forked chunk only."""
         n = len(self.chunks)
         if isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or not 0 <= chunk < n:
             raise InspectError(f"fork(chunk={chunk!r}): chunk must be an int in 0..{n - 1} "
@@ -301,8 +304,8 @@ class Rollout:
                 real = plan.window - old.padded
                 actions[:, old.start:old.start + real] = value[:, :real].to(actions.dtype)
             overrides[key] = value
-        traj = old.trajectory.fork(at, cond=overrides or None, adapter=adapter, gate_override=gate_override,
-                                   storage=storage)
+        traj = old.trajectory.fork(at, cond=overrides or None, with_adapter=with_adapter,
+                                   gate_override=gate_override, storage=storage)
         conditions = {**old.conditions, **{k: v.detach().cpu() for k, v in overrides.items()}}
         forked = replace(old, trajectory=traj, conditions=conditions,
                          decoded=ChunkFrames(plan.model.base, traj.final))
@@ -354,11 +357,13 @@ def _to_float(frames: np.ndarray) -> torch.Tensor:
 
 def _read_state(plan: _Plan, frames: np.ndarray, frame: int, first: bool) -> dict[str, torch.Tensor]:
     """The state conditions a chunk starting at episode ``frame`` is given: the recorded values at frame 0
-    (known), the recorded values (``state="recorded"``), or the reader's reading of the context ``frames``."""
+    (known; ``state="start"`` for every chunk), the recorded values at ``frame`` (``state="recorded"``), or
+    the reader's reading of the context ``frames``."""
     if not plan.state_keys:
         return {}
     if (first or plan.reader is None) and all(k in plan.recorded_state for k in plan.state_keys):
-        return {k: plan.recorded_state[k][:, frame].float() for k in plan.state_keys}
+        at = frame if plan.state_mode == RECORDED else 0
+        return {k: plan.recorded_state[k][:, at].float() for k in plan.state_keys}
     value = torch.as_tensor(np.asarray(plan.reader(frames)), dtype=torch.float32)
     if value.ndim == 3:
         value = value[:, -1]
@@ -379,7 +384,7 @@ def _sample_chunk(plan: _Plan, k: int, start: int, actions: torch.Tensor, contex
         window = torch.cat([window, window[:, -1:].expand(-1, padded, -1)], dim=1)
     video = torch.cat([context, context[:, :, -1:].expand(-1, -1, w - c, -1, -1)], dim=2)
     base = plan.model.base
-    request: dict[str, Any] = dict(base.generation_inputs(video))
+    request: dict[str, Any] = dict(generation_inputs(base, video))
     request["action"] = window.float()
     state = _read_state(plan, context_frames, start, k == 0)
     for key, value in state.items():
@@ -439,6 +444,7 @@ def _check_state_given(consumed: dict[str, Any], per_frame: list[str], state_key
             f"after chunk 0 a rollout knows it only as read off the frames the model produced, and got "
             f"{given}. Pass a state reader that fills {key!r}: a registered one by name "
             f"(registered: {listing(registered('state_reader'))}), or StateReader(fn, keys=({key!r},)); "
+            f"or state='start' (the value recorded at frame 0, held for every chunk), "
             f"or state='recorded' (the recorded value: a ceiling, for measurements).")
 
 
@@ -489,7 +495,7 @@ def _start(base, start: Mapping[str, Any], context: int) -> tuple[torch.Tensor, 
 
 def rollout(model: ComposedModel, start: Mapping[str, Any], actions: Any, *, steps: int | None = None,
             seed: int = 0, state: str | StateReader | None = None, gate_scale: float | None = None,
-            stride: int | None = None, store: StoragePolicy | bool | None = None, adapter: Any = "on",
+            stride: int | None = None, store: StoragePolicy | bool | None = None, with_adapter: bool = True,
             **sampler_kwargs: Any) -> Rollout:
     """Predict frames ``0 .. N-1`` of an episode chunk by chunk (see the module docstring).
 
@@ -504,15 +510,16 @@ def rollout(model: ComposedModel, start: Mapping[str, Any], actions: Any, *, ste
             ``chunk_seed(seed, k)``.
         state: where a state the adapter reads at a chunk's first frame comes from: None (default: no state),
             the name of a registered state reader (``"probe"``: the world-model wing's hand probe), a
-            :class:`~workbench.inspect.recording.state.StateReader`, or ``"recorded"`` (the start clip's
-            recorded value at each chunk's first frame: a ceiling). A reader fills the conditions of its
-            ``keys`` that the adapter reads; an adapter that reads a state the start clip records per frame,
-            which nothing fills, is refused.
+            :class:`~workbench.inspect.recording.state.StateReader`, ``"start"`` (the start clip's recorded
+            value at frame 0, for every chunk: known when the episode starts) or ``"recorded"`` (the start
+            clip's recorded value at each chunk's first frame: a ceiling). A reader fills the conditions of
+            its ``keys`` that the adapter reads; an adapter that reads a state the start clip records per
+            frame, which nothing fills, is refused.
         gate_scale: sample with the adapter's learned gate times this.
         stride: frames between chunk starts, ``1 .. W - context_frames`` (default ``W - context_frames``).
         store: a :class:`StoragePolicy` for each chunk's trajectory; ``False`` keeps only the final latents
             (no stepping or forks, much less memory); the frames are the same either way.
-        adapter: ``"on"`` (default) or ``"off"`` (the frozen base alone).
+        with_adapter: ``True`` (default: base + adapter) or ``False`` (the frozen base alone).
         sampler_kwargs: passed to the backbone's ``generate`` for every chunk (e.g. ``guidance_scale``).
 
     Examples:
@@ -539,14 +546,14 @@ def rollout(model: ComposedModel, start: Mapping[str, Any], actions: Any, *, ste
     clip = base.clip()
     w = clip.frames
     probe_video = torch.zeros(1, 3, w, clip.height, clip.width)
-    if card.serving not in IMAGE_MODES and "image" not in base.generation_inputs(probe_video):
+    if card.serving not in IMAGE_MODES and "image" not in generation_inputs(base, probe_video):
         raise InspectError(
             f"{name!r} serves {card.serving!r}, which generates from no image: "
             f"a rollout chains chunks through the last frame a chunk produced, "
             f"so it needs an image-to-video mode ({', '.join(IMAGE_MODES)}).")
     given, batched = _start(base, start, context)
     b = given.shape[0]
-    limit = base.max_generate_batch
+    limit = max_generate_batch(base)
     if limit is not None and b > limit:
         raise InspectError(f"rollout: {b} start clips, but {type(base).__name__} generates at most {limit} "
                            f"at a time (max_generate_batch). Roll out at most {limit} episodes per call.")
@@ -560,12 +567,9 @@ def rollout(model: ComposedModel, start: Mapping[str, Any], actions: Any, *, ste
     steps, sampler = card.resolve_steps(steps)
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise InspectError(f"rollout: seed must be an int >= 0, got {seed!r}.")
-    flag = {"on": True, "off": False, True: True, False: False}.get(adapter)
-    if flag is None:
-        raise InspectError(f"rollout: adapter={adapter!r}; "
-                           f"use 'on' (base + adapter) or 'off' (the frozen base alone).")
-    gate = None if gate_scale is None or not flag else scaled_gate(model.composer, gate_scale)
-    settings = Settings(adapter=flag, gate_override=gate)
+    check_with_adapter(with_adapter, who="rollout: ")
+    gate = None if gate_scale is None or not with_adapter else scaled_gate(model.composer, gate_scale)
+    settings = Settings(with_adapter=with_adapter, gate_override=gate)
     if store is False:
         storage, keep = StoragePolicy(), False
     elif store is None or store is True:
@@ -576,12 +580,12 @@ def rollout(model: ComposedModel, start: Mapping[str, Any], actions: Any, *, ste
         raise InspectError(f"rollout: store={store!r}; pass a StoragePolicy, True (record everything) "
                            f"or False (keep only each chunk's final latents).")
     reader, state_mode = resolve_state(state, "rollout")
-    consumed = _consumed(model) if flag else {}
+    consumed = _consumed(model) if with_adapter else {}
     per_frame = [key for key, value in start.items() if key not in ("video", "action", "actions")
                  and isinstance(value, (torch.Tensor, np.ndarray)) and value.ndim == (3 if batched else 2)]
     if reader is not None:
         state_keys = tuple(k for k in reader.keys if k in consumed)
-    elif state_mode == RECORDED:
+    elif state_mode in (START, RECORDED):
         state_keys = tuple(k for k in per_frame if k in consumed)
     else:
         state_keys = ()

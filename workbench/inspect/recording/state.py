@@ -11,6 +11,11 @@ Readers register by name like any component: ``@register("state_reader", name)``
 an entry point in the group ``workbench.state_readers`` of its distribution, so that
 ``rollout(..., state=name)`` finds it without its package being imported first. The library
 registers none; the world-model wing registers its hand probe as ``"probe"``.
+
+Two values of ``state=`` read the start clip's record instead of the frames, so they are modes of the
+rollout, not readers: :data:`START` (the state recorded at frame 0, for every chunk: what any dataset
+with a recorded state, such as LeRobot's ``observation.state``, knows when the episode starts) and
+:data:`RECORDED` (the recorded state at each chunk's first frame: a ceiling).
 """
 
 from __future__ import annotations
@@ -27,6 +32,11 @@ from workbench.registry import registered, resolve
 #: The ``state=`` of :func:`~workbench.inspect.rollout` that gives each chunk the *recorded* state at its
 #: first frame: a ceiling for measurements (is state estimation what drifts?), not a world model.
 RECORDED = "recorded"
+#: The ``state=`` of :func:`~workbench.inspect.rollout` that gives every chunk the state the start clip
+#: records at frame 0: what is known when the episode starts, held (stale once the robot has moved). For
+#: data whose state nothing reads off the frames (a recorded ``observation.state``); nothing recorded
+#: after frame 0 is read.
+START = "start"
 
 
 class StateReader:
@@ -79,8 +89,8 @@ class StateReader:
 
     def readout(self) -> Any:
         """The reader as a readout of single frames (uint8 ``[T, H, W, 3]`` -> ``[T, D]``, a
-        :class:`~workbench.inspect.FrameReadout`) for a path a view draws, or None (the default) where
-        it offers none."""
+        :class:`~workbench.inspect.probes.readout.FrameReadout`) for a path a view draws, or None (the
+        default) where it offers none."""
         return None
 
 
@@ -91,8 +101,9 @@ def state_reader(name: str) -> StateReader:
     if name not in names:
         raise UnknownComponentError(
             f"state={name!r} names no state reader. Registered: {listing(names)}.{did_you_mean(name, names)} "
-            f"Pass state=None (no state), state={RECORDED!r} (the recorded state: a ceiling, for "
-            f"measurements), a StateReader(fn, keys=(...)), or register one: "
+            f"Pass state=None (no state), state={START!r} (the state recorded at frame 0, held), "
+            f"state={RECORDED!r} (the recorded state: a ceiling, for measurements), "
+            f"a StateReader(fn, keys=(...)), or register one: "
             f"@register('state_reader', {name!r}) on a StateReader subclass, with an entry point in the "
             f"group 'workbench.state_readers' of its package (then reinstall it).")
     reader = resolve("state_reader", name)()
@@ -103,12 +114,12 @@ def state_reader(name: str) -> StateReader:
 
 
 def resolve_state(state: Any, who: str) -> tuple[StateReader | None, str]:
-    """``state=`` as ``(reader, mode)``: ``(None, "none")``, ``(None, "recorded")``, a registered reader and
-    its name, or a given reader and ``"reader"``."""
+    """``state=`` as ``(reader, mode)``: ``(None, "none")``, ``(None, "start")``, ``(None, "recorded")``, a
+    registered reader and its name, or a given reader and ``"reader"``."""
     if state is None:
         return None, "none"
     if isinstance(state, str):
-        return (None, RECORDED) if state == RECORDED else (state_reader(state), state)
+        return (None, state) if state in (START, RECORDED) else (state_reader(state), state)
     if isinstance(state, StateReader):
         return state, "reader"
     if callable(state):
@@ -116,8 +127,8 @@ def resolve_state(state: Any, who: str) -> tuple[StateReader | None, str]:
         raise InspectError(f"{who}: state={name} is a plain function, which does not say which conditions "
                            f"its reading fills. Wrap it: state=StateReader({name}, keys=('ee_pos',)), "
                            f"with the condition(s) it reads.")
-    raise InspectError(f"{who}: state={state!r}; pass None (no state), {RECORDED!r}, the name of a "
-                       f"registered state reader, or a StateReader.")
+    raise InspectError(f"{who}: state={state!r}; pass None (no state), {START!r}, {RECORDED!r}, the name of "
+                       f"a registered state reader, or a StateReader.")
 
 
-__all__ = ["RECORDED", "StateReader", "resolve_state", "state_reader"]
+__all__ = ["RECORDED", "START", "StateReader", "resolve_state", "state_reader"]

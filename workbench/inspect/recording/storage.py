@@ -14,10 +14,12 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from workbench.core.backbone import predictions_per_step
 from workbench.core.composed import ComposedModel
-from workbench.core.composers import ComposeContext, Composition
+from workbench.core.composers import ComposeContext, composition_of
 from workbench.core.conditions import Batch
-from workbench.inspect.common import InspectError, StorageWarning, check_choice, check_model, prepare
+from workbench.errors import InspectError, StorageWarning
+from workbench.inspect.common import check_choice, check_model, prepare
 from workbench.inspect.recording.settings import Settings, applied
 
 FIELDS = ("x_t", "x0", "base", "adapter", "composed")
@@ -121,7 +123,7 @@ def estimate(model: ComposedModel, batch: Batch, steps: int, storage: StoragePol
     if not keep:
         return final
     store_dtype = storage.dtype or native
-    adapter_on = model.adapter_enabled if settings.adapter is None else settings.adapter
+    adapter_on = model.adapter_enabled if settings.with_adapter is None else settings.with_adapter
     fields = [f for f in storage.fields if adapter_on or f != "adapter"]
     kept = sum(storage.keeps(k, steps, live_from) for k in range(live_from, steps))
     per_step = len(fields) * latent_bytes(shape, store_dtype)
@@ -131,15 +133,15 @@ def estimate(model: ComposedModel, batch: Batch, steps: int, storage: StoragePol
         ones = torch.ones(shape[0], device=zeros.device)
         ctx = ComposeContext(x_t=zeros, t=ones, noise_level=ones, step=None)
         with applied(model, settings) as m, torch.no_grad():
-            diag = Composition.of(m.composer.compose(zeros, zeros, ctx)).diagnostics
+            diag = composition_of(m.composer, zeros, zeros, ctx).diagnostics
         diagnostics = sum(latent_bytes(v.shape, store_dtype if v.is_floating_point() else v.dtype)
-                          for v in diag.values())
+                          for v in diag.as_dict().values())
     scalars = 2 * shape[0] * 8 * (steps - live_from)  # t and noise level per step (at most 8 bytes each)
     replay = 0
     if storage.replay:
         shared = kept if storage.shares_replay(native) else 0
         # each call's prediction is kept
-        calls = model.base.predictions_per_step(batch, **(sampler_kwargs or {}))
+        calls = predictions_per_step(model.base, batch, **(sampler_kwargs or {}))
         replay = ((steps - live_from) * calls - shared) * latent_bytes(shape, native)
     return final + kept * (per_step + diagnostics) + scalars + replay
 
@@ -149,7 +151,7 @@ def estimate_memory(model: ComposedModel, batch_or_cond: Mapping[str, Any] | Bat
     """Bytes a recording of ``steps`` steps will hold under ``storage``, before running it.
 
     Exact for the latent-shaped fields, the replay cache (one prediction per ``compose_fn`` call:
-    the backbone's :meth:`~workbench.core.BaseVideoModel.predictions_per_step` for these
+    the backbone's :func:`~workbench.core.backbone.predictions_per_step` for these
     ``sampler_kwargs``, e.g. two a step under classifier-free guidance), the final latents and
     the composer's diagnostics (taken from a dry composition on zeros); ``t`` / noise level are
     counted at 8 bytes each.

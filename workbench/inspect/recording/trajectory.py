@@ -42,14 +42,13 @@ from workbench.inspect.previews.latent_space import DEFAULT_CHUNK_FRAMES
 from workbench.inspect.previews.preview import DECODES
 from workbench.inspect.recording.export import default_steps, write_grid
 from workbench.inspect.recording.recorder import OnTrajectoryStep, Recorder, StopSampling, generator_state
-from workbench.inspect.recording.settings import Settings, applied, check_gate_override
-from workbench.inspect.recording.step import StepLog, TrajectoryStep
+from workbench.inspect.recording.settings import Settings, applied
+from workbench.inspect.recording.step import TrajectoryStep
 from workbench.inspect.recording.storage import (
     FIELDS,
     StoragePolicy,
     check_budget,
     estimate,
-    estimate_memory,
     store,
     synchronize,
 )
@@ -64,14 +63,14 @@ class Trajectory:
     ``traj.position`` / ``traj.current`` a cursor for views. Forks keep ``parent`` and
     ``fork_step``. Tensors live where the :class:`StoragePolicy` put them.
 
-    Each step is one :class:`~workbench.inspect.recording.step.StepLog` entry (``t``, noise level,
-    stored fields, the predictions a fork replays); a fork's log starts with its parent's entries, shared.
+    Each step run is one :class:`TrajectoryStep` (``t``, noise level, the stored fields, the predictions a
+    fork replays); a fork's steps start with its parent's, shared.
     """
 
     def __init__(self, *, model: ComposedModel, batch: Batch, steps: int, sampler: str,
                  sampler_kwargs: dict[str, Any], generator_state: torch.Tensor, seed: int | None,
-                 storage: StoragePolicy, settings: Settings, recorded: bool, log: list[StepLog], done: int,
-                 final: torch.Tensor | None, native: torch.dtype, parent: Trajectory | None = None,
+                 storage: StoragePolicy, settings: Settings, recorded: bool, log: list[TrajectoryStep],
+                 done: int, final: torch.Tensor | None, native: torch.dtype, parent: Trajectory | None = None,
                  fork_step: int | None = None, label: str | None = None):
         self.model, self.batch, self.steps, self.sampler = model, batch, steps, sampler
         self.sampler_kwargs, self.generator_state, self.seed = sampler_kwargs, generator_state, seed
@@ -122,8 +121,8 @@ class Trajectory:
 
     def __getitem__(self, k: int) -> TrajectoryStep:
         index = self._index(k)
-        record = self._log[index].fields if index < len(self._log) else None
-        if record is None:
+        record = self._log[index] if index < len(self._log) else None
+        if record is None or record.stored is None:
             if not self.recorded:
                 raise StepError(f"Step {index} was not stored: this run was sampled with record=False, "
                                 f"which keeps only traj.final. Sample with record=True to step through it.")
@@ -134,18 +133,19 @@ class Trajectory:
         return record
 
     def __iter__(self) -> Iterator[TrajectoryStep]:
-        return (entry.fields for entry in self._log if entry.fields is not None)
+        return (entry for entry in self._log if entry.stored is not None)
 
     @property
-    def log(self) -> tuple[StepLog, ...]:
-        """One :class:`~workbench.inspect.recording.step.StepLog` per step run (its ``t``, noise level, stored
-        fields and ``calls``, the predictions a fork replays); a fork's first entries are its parent's."""
+    def log(self) -> tuple[TrajectoryStep, ...]:
+        """One :class:`~workbench.inspect.recording.step.TrajectoryStep` per step run (its ``t``, noise level,
+        stored fields and ``calls``, the predictions a fork replays); a fork's first entries are its
+        parent's."""
         return tuple(self._log)
 
     @property
     def stored(self) -> tuple[int, ...]:
         """Indices of the steps whose fields were kept."""
-        return tuple(k for k, entry in enumerate(self._log) if entry.fields is not None)
+        return tuple(k for k, entry in enumerate(self._log) if entry.stored is not None)
 
     @property
     def times(self) -> torch.Tensor:
@@ -186,11 +186,9 @@ class Trajectory:
         tensors: list[torch.Tensor] = []
         for entry in self._log[start:]:
             tensors += [entry.t, entry.noise_level, *(entry.calls or ())]
-            rec = entry.fields
-            if rec is not None:
-                tensors += [v for v in (rec.x_t, rec.x0, rec.base, rec.adapter, rec.composed)
-                            if v is not None]
-                tensors += list(rec.diagnostics.values())
+            tensors += [v for v in (entry.x_t, entry.x0, entry.base, entry.adapter, entry.composed)
+                        if v is not None]
+            tensors += list(entry.diagnostics.as_dict().values())
         if self._final is not None:
             tensors.append(self._final)
         seen = {}
@@ -199,7 +197,7 @@ class Trajectory:
         return sum(seen.values())
 
     # -- replay ----------------------------------------------------------------------------
-    def fork(self, at: int, cond: Mapping[str, Any] | Batch | None = None, adapter: Any = None,
+    def fork(self, at: int, cond: Mapping[str, Any] | Batch | None = None, with_adapter: bool | None = None,
              composer: Composer | None = None, gate_override: float | torch.Tensor | None = None, *,
              storage: StoragePolicy | None = None, on_step: OnTrajectoryStep | None = None,
              label: str | None = None) -> Trajectory:
@@ -212,7 +210,8 @@ class Trajectory:
                 batch / :class:`Batch` (same latent shape unless ``at=0``). The prefix replays this
                 trajectory's predictions; the sampler's own use of the batch (tiny_video pins frame
                 0 to ``first_frame``) sees the new one.
-            adapter: ``"on"`` / ``"off"`` for the live steps (``None``: as this trajectory).
+            with_adapter: ``True`` (base + adapter) or ``False`` (the frozen base alone) for the live
+                steps (``None``: as this trajectory).
             composer: another composer for the live steps. ``gate_override``: the gate value the
                 composer uses in the live steps (``Composer.override_gate``).
             storage: the fork's :class:`StoragePolicy` (default: this trajectory's).
@@ -222,7 +221,7 @@ class Trajectory:
         Live steps use the model as it is now. Model calls happen only for steps ``>= at``.
 
         Examples:
-            >>> alt = traj.fork(at=10, cond={"action": torch.zeros(2, 16, 4)}, adapter="on")
+            >>> alt = traj.fork(at=10, cond={"action": torch.zeros(2, 16, 4)}, with_adapter=True)
             >>> torch.equal(alt[9].x_t, traj[9].x_t)          # served from the cache
             True
             >>> torch.equal(alt.final, traj.final)
@@ -250,7 +249,7 @@ class Trajectory:
                 f"but this trajectory sampled {tuple(self.batch.latents.shape)}; "
                 f"a prefix replays only onto the same shape. Fork at 0 for a batch of another shape."
             )
-        settings = self.settings.merged(adapter, composer, gate_override)
+        settings = self.settings.merged(with_adapter, composer, gate_override)
         return run(self.model, batch, steps=self.steps, sampler=self.sampler,
                     sampler_kwargs=self.sampler_kwargs,
                     generator_state=self.generator_state, seed=self.seed, storage=storage or self.storage,
@@ -261,8 +260,8 @@ class Trajectory:
         """Finish a stopped run (``fork(at=len(self))`` with no change): bit-identical to an unstopped run."""
         return self.fork(at=self._done, on_step=on_step, label=f"{self.label} (resumed)")
 
-    def recompose(self, step: int, cond: Mapping[str, Any] | Batch | None = None, adapter: Any = None,
-                  composer: Composer | None = None,
+    def recompose(self, step: int, cond: Mapping[str, Any] | Batch | None = None,
+                  with_adapter: bool | None = None, composer: Composer | None = None,
                   gate_override: float | torch.Tensor | None = None) -> Prediction:
         """Re-evaluate the composed prediction at ``step``'s ``x_t`` with changed conditions or settings.
 
@@ -290,10 +289,10 @@ class Trajectory:
         t = rec.t.to(device=device, non_blocking=True)
         base_output = None if rec.base is None else rec.base.to(device=device, dtype=dtype, non_blocking=True)
         batch = with_conditions(self.model, self.batch, cond)
-        settings = self.settings.merged(adapter, composer, gate_override)
-        check_gate_override(self.model, settings)
+        settings = self.settings.merged(with_adapter, composer, gate_override)
+        settings.check(self.model)
         with applied(self.model, settings) as model, torch.no_grad():
-            return model.predict(x_t, t, batch, adapter=settings.adapter, base_output=base_output)
+            return model.predict(x_t, t, batch, with_adapter=settings.with_adapter, base_output=base_output)
 
     # -- rendering -------------------------------------------------------------------------
     def x0_of(self, prediction: Prediction) -> torch.Tensor:
@@ -354,10 +353,10 @@ class Trajectory:
 def run(model: ComposedModel, batch: Batch, *, steps: int, sampler: str, sampler_kwargs: dict[str, Any],
          generator_state: torch.Tensor, seed: int | None, storage: StoragePolicy, settings: Settings,
          keep: bool, on_step: OnTrajectoryStep | None, parent: Trajectory | None = None, at: int = 0,
-         prefix: Sequence[StepLog] = (), label: str | None = None) -> Trajectory:
+         prefix: Sequence[TrajectoryStep] = (), label: str | None = None) -> Trajectory:
     if not isinstance(storage, StoragePolicy):
         raise InspectError(f"storage must be a StoragePolicy, got {type(storage).__name__}.")
-    check_gate_override(model, settings)
+    settings.check(model)
     if storage.max_bytes is not None:
         check_budget(estimate(model, batch, steps, storage, settings, at, keep, sampler_kwargs), storage,
                      steps - at, batch.latents.shape)
@@ -420,7 +419,4 @@ def record(model: ComposedModel, batch_or_cond: Mapping[str, Any] | Batch, steps
                 label=label)
 
 
-__all__ = [
-    "FIELDS", "Settings", "StopSampling", "StoragePolicy", "Trajectory", "TrajectoryStep", "applied",
-    "estimate_memory", "record", "run",
-]
+__all__ = ["Trajectory", "record", "run"]
