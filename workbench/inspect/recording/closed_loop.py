@@ -356,10 +356,16 @@ def closed_loop(model: ComposedModel, start: Mapping[str, Any], policy: Callable
         start: a start clip as :func:`~workbench.inspect.rollout` takes it (or a batch); its ``"goal"``
             (any object) is the policy's alone and goes to :attr:`Observation.goal`, never to the model.
         policy: a callable of an :class:`Observation` (:class:`Policy`).
-        frames: the episode's length in frames, or ``chunks``: its length in chunks (one of the two).
-        steps, seed, state, gate_scale, store, with_adapter, sampler_kwargs: as
-            :func:`~workbench.inspect.rollout` takes them, for every chunk (``state``: what the adapter reads
-            at a chunk's first frame).
+        frames: the episode's length in frames (give it or ``chunks``, one of the two).
+        chunks: the episode's length in chunks.
+        steps: sampling steps per chunk, as :func:`~workbench.inspect.rollout` takes them.
+        seed: the rollout's seed, as :func:`~workbench.inspect.rollout` takes it.
+        state: what the adapter reads at a chunk's first frame, as :func:`~workbench.inspect.rollout` takes
+            it.
+        gate_scale: as :func:`~workbench.inspect.rollout` takes it.
+        store: as :func:`~workbench.inspect.rollout` takes it.
+        with_adapter: ``True`` (base + adapter) or ``False`` (the frozen base alone).
+        sampler_kwargs: passed to every chunk's sampler, as :func:`~workbench.inspect.rollout` passes them.
         observe: the state readers whose readings the policy sees (:attr:`Observation.state`): a registered
             reader's name, a :class:`~workbench.inspect.StateReader`, or a sequence of them. Default: the
             reader of ``state`` (none when ``state`` is None).
