@@ -32,6 +32,8 @@ CASES = {
                        "exp.fit's fixed cost per step (us) = "],
     "data_throughput": ["ratio lerobot / hdf5 time per batch = ", "data time / step time, lerobot"],
     "ddp_overhead": ["ratio 2 ranks / single = "],
+    "closed_loop_speed": ["closed loop == hand loop, bit for bit (the last frames of 2 episodes): True",
+                          " chunks per CPU-second", "closed loop / hand loop = "],
     "drive_latency": ["Drive key press,  8 sampling steps: ", "Drive key press at 8 steps, CPU seconds = ",
                       "load average "],
     "widget_latency": ["ablation slider move: ", "stepper (full decode, 3 branches)", "browser: not in --quick mode"],

@@ -137,9 +137,9 @@ WIDGETS_SNAPSHOT = ["AblationSliders", "ActionSensitivity", "ConditionProbe", "D
 INSPECT_SNAPSHOT = [
     "Ablation", "ConditionEdit", "DriveState", "GatesState", "Readout", "Rollout", "StateReader", "StepperState",
     "StopSampling", "StoragePolicy", "Trajectory", "TrajectoryStep", "VIEWS", "action_sensitivity",
-    "clear_preview_cache", "compare_paths", "condition_plots", "condition_table", "estimate_memory", "fit_preview",
-    "gate_history", "gate_statistics", "predict_clips", "record", "render", "rollout", "sigma_sensitivity",
-    "swap_conditions", "view_image"]
+    "clear_preview_cache", "closed_loop", "compare_paths", "condition_plots", "condition_table", "estimate_memory",
+    "fit_preview", "gate_history", "gate_statistics", "predict_clips", "record", "render", "rollout",
+    "sigma_sensitivity", "swap_conditions", "view_image"]
 
 
 def test_the_instruments_export_at_most_30_names_each_from_its_own_module():
@@ -179,7 +179,8 @@ def test_the_views_are_a_frozen_submodule_and_no_view_shares_a_name_with_an_inst
 
 
 def test_the_rollout_api_is_frozen():
-    """Rollouts are what Drive and the policy evaluation build on: their names and arguments are a contract."""
+    """Rollouts are what Drive and the policy evaluation build on, and closed loops what a policy of yours sees:
+    their names and arguments are a contract."""
     import workbench.inspect
     from workbench.inspect import Rollout, rollout
     from workbench.inspect.recording.rollouts import RolloutChunk
@@ -191,6 +192,14 @@ def test_the_rollout_api_is_frozen():
     assert list(inspect.signature(Rollout.fork).parameters) == [
         "self", "chunk", "at", "cond", "with_adapter", "gate_override", "storage"]
     assert {"video", "frame_count", "actions", "states", "extend", "head", "chunk_of"} <= set(dir(Rollout))
+    from workbench.inspect import closed_loop
+    from workbench.inspect.recording.closed_loop import Observation
+
+    assert list(inspect.signature(closed_loop).parameters) == [
+        "model", "start", "policy", "frames", "chunks", "steps", "seed", "state", "observe", "gate_scale", "store",
+        "with_adapter", "sampler_kwargs"]
+    assert [f.name for f in dataclasses.fields(Observation)] == [
+        "frame", "state", "goal", "chunk", "frame_index", "frames", "action_dim", "batched"]
     assert {f.name for f in dataclasses.fields(RolloutChunk)} >= {"trajectory", "start", "frames", "conditions",
                                                                   "state"}
 

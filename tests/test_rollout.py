@@ -290,8 +290,8 @@ def test_errors_say_what_was_wrong(model):
         rollout(model, clip, actions, steps=STEPS, state=None, stride=4)
     with pytest.raises(InspectError, match="start must be a clip dict with 'video'"):
         rollout(model, {"image": clip["video"][:, 0]}, actions, steps=STEPS)
-    with pytest.raises(UnknownComponentError, match=r"state='prob' names no state reader\. Registered: 'probe'\. "
-                                                    r"Did you mean 'probe'\? Pass state=None"):
+    with pytest.raises(UnknownComponentError, match=r"state='prob' names no state reader\. Registered: 'object_probe', "
+                                                    r"'probe'\. Did you mean 'probe'\? Pass state=None"):
         rollout(path_model_for_errors(), clip, actions, steps=STEPS, state="prob")
     ro = rollout(model, clip, actions, steps=STEPS, state=None)
     with pytest.raises(InspectError, match=r"chunk 1's window takes actions of shape \(4, 4\).*got \(3, 4\)"):
@@ -370,9 +370,9 @@ def test_by_default_a_rollout_gives_no_state(model, path_model):
     # an adapter that reads a state the clip records per frame is refused without a reader, naming the fixes
     with pytest.raises(InspectError, match=r"the adapter reads 'ee_pos' at each chunk's first frame, which start "
                                            r"records per frame; .* got no state reader\. Pass a state reader that "
-                                           r"fills 'ee_pos': a registered one by name \(registered: 'probe'\), "
-                                           r"or StateReader\(fn, keys=\('ee_pos',\)\); or state='start' \(the value "
-                                           r"recorded at frame 0, held for every chunk\), or state='recorded'"):
+                                           r"fills 'ee_pos': a registered one by name \(registered: 'object_probe', "
+                                           r"'probe'\), or StateReader\(fn, keys=\('ee_pos',\)\); or state='start' "
+                                           r"\(the value recorded at frame 0, held for every chunk\), or state='rec"):
         rollout(path_model, clip, actions, steps=STEPS)
 
 

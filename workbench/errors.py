@@ -67,6 +67,22 @@ class StepError(InspectError, IndexError):
     """A step index that is out of range or was not stored."""
 
 
+class PolicyError(WorkbenchError, RuntimeError):
+    """A policy in closed-loop evaluation could not be loaded, raised, or returned actions it may not.
+
+    The message names the policy (its name and where it was defined), the chunk, what it returned and
+    what is allowed. ``result``: what was computed before it failed (a
+    :class:`~workbench.inspect.recording.closed_loop.ClosedLoop` of the chunks done, or None when it failed
+    at the first); ``observation``: the :class:`~workbench.inspect.recording.closed_loop.Observation` it was
+    given (None when it failed to load).
+    """
+
+    def __init__(self, message: str, *, result=None, observation=None) -> None:
+        super().__init__(message)
+        self.result = result
+        self.observation = observation
+
+
 class ConformanceError(WorkbenchError, AssertionError):
     """A backbone broke promises of the contract (``workbench.testing.check_backbone``).
 

@@ -29,6 +29,7 @@ from workbench.inspect.probes.sensitivity import (
     sigma_sensitivity,
 )
 from workbench.inspect.recording.clips import predict_clips
+from workbench.inspect.recording.closed_loop import closed_loop
 from workbench.inspect.recording.recorder import StopSampling
 from workbench.inspect.recording.rollouts import Rollout, rollout
 from workbench.inspect.recording.state import StateReader
@@ -41,8 +42,8 @@ from workbench.inspect.views import VIEWS, view_image
 __all__ = [
     # record a run, step through it, fork it
     "StopSampling", "StoragePolicy", "Trajectory", "TrajectoryStep", "estimate_memory", "record",
-    # whole episodes and whole clips
-    "Rollout", "StateReader", "predict_clips", "rollout",
+    # whole episodes and whole clips; a policy acting in them, closed loop
+    "Rollout", "StateReader", "closed_loop", "predict_clips", "rollout",
     # what the views show, and the state behind the Stepper and Drive views
     "VIEWS", "DriveState", "StepperState", "clear_preview_cache", "fit_preview", "render", "view_image",
     # probes: what the adapter reads, where it acts, what an edit changes

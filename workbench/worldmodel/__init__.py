@@ -14,7 +14,10 @@ measures whether the predictions follow the actions:
 * :mod:`~workbench.worldmodel.rollout_eval`: whole held-out episodes rolled out chunk by chunk and scored
   per chunk (``workbench eval RUN --rollout``);
 * :mod:`~workbench.worldmodel.policies`: policies recorded in the simulator, replayed as rollouts and
-  ranked against it (``workbench eval RUN --policies``);
+  ranked against it (``workbench eval RUN --policies --open-loop``);
+* :mod:`~workbench.worldmodel.scripted` and :mod:`~workbench.worldmodel.closed_loop_eval`: the shipped
+  policies (and yours) acting closed loop in the world model and in the simulator under one decision rule,
+  ranked (``workbench eval RUN --policies``);
 * :mod:`~workbench.worldmodel.demo`: the whole study in one command (``workbench demo``), which ends with
   :func:`~workbench.worldmodel.summary.first_table`.
 
@@ -50,6 +53,12 @@ _LAZY = {
     "imagine": "workbench.worldmodel.policies",
     "evaluate_policies": "workbench.worldmodel.policies",
     "rank_agreement": "workbench.worldmodel.policies",
+    "ScriptedPolicy": "workbench.worldmodel.scripted",
+    "family": "workbench.worldmodel.scripted",
+    "StartStates": "workbench.worldmodel.closed_loop_eval",
+    "fresh_starts": "workbench.worldmodel.closed_loop_eval",
+    "simulate": "workbench.worldmodel.closed_loop_eval",
+    "evaluate_closed_loop": "workbench.worldmodel.closed_loop_eval",
     "DemoConfig": "workbench.worldmodel.demo",
     "TRAINED_ADAPTER": "workbench.worldmodel.demo",
     "run_demo": "workbench.worldmodel.demo",

@@ -348,7 +348,7 @@ def _look_past_one_window(cfg: DemoConfig, metrics: dict[str, Any], out: Path, s
              f"the whole study: workbench eval {out / 'run'} --rollout",
              f"policy ranking: {len(p['policies'])} policies x {p['starts']} start states "
              f"x {len(p['tasks'])} tasks, imagined vs simulated outcome; "
-             f"with the from-scratch run: workbench eval {out / 'run'} --policies "
+             f"with the from-scratch run: workbench eval {out / 'run'} --policies --open-loop "
              f"--scratch {_shown(SCRATCH_MODEL)}"]
     if scratch is not None:
         notes.append(f"from scratch and measured path: stored runs, not rerun ({SCRATCH_MODEL.name}, "

@@ -441,10 +441,11 @@ def add_arguments(parser) -> None:
                              "--data defaults to the run's own data (its val split), or for a run trained on "
                              "the shipped sample to the shipped long episodes ('long')")
     parser.add_argument("--frames", type=int,
-                        help="--rollout: frames of each episode to roll out (default: all of them)")
+                        help="--rollout: frames of each episode to roll out (default: all of them); "
+                             "--policies: frames of each episode (default: 61, four chunks)")
     parser.add_argument("--episodes", type=int,
                         help="--rollout: episodes to roll out, taken in turn from each task (default: all); "
-                             "--policies: start states per task (default: all recorded)")
+                             "--policies: start states per task (default: 8 fresh ones, or all recorded)")
     from workbench.worldmodel.rollout_eval import ROLLOUT_STATES
 
     parser.add_argument("--rollout-state", default="auto", choices=ROLLOUT_STATES,
@@ -467,13 +468,38 @@ def add_arguments(parser) -> None:
     from workbench.train.options import add_data_arguments
 
     add_data_arguments(parser, dim=False)
-    policies = parser.add_argument_group("policy ranking (--policies, see workbench.worldmodel.policies)")
+    policies = parser.add_argument_group(
+        "policies (--policies; see workbench.worldmodel.closed_loop_eval and workbench.worldmodel.policies)")
     policies.add_argument("--policies", action="store_true",
-                          help="replay recorded Meta-World policies as rollouts "
-                               "and report the Spearman rank correlation of imagined and simulated outcomes "
-                               "(base alone and base + adapter)")
-    policies.add_argument("--policy-data", help="a recording of `python -m workbench.worldmodel.policies` "
-                                                "(default: the shipped one)")
+                          help="run policies closed loop in the world model (base alone, base + adapter) "
+                               "and in the simulator, from the same start states under the same decision "
+                               "rule; report success rate and final distance per policy, imagined against "
+                               "simulated, and the Spearman rank correlation across them")
+    policies.add_argument("--policy", action="append", metavar="SPEC",
+                          help="--policies: a policy of your own, MODULE:NAME or FILE.py:NAME (a callable "
+                               "of a workbench.inspect.recording.closed_loop.Observation), evaluated "
+                               "beside the shipped family; repeat for several")
+    policies.add_argument("--no-family", action="store_true",
+                          help="--policies: leave out the shipped family (expert, expert+noise, random)")
+    policies.add_argument("--start-states", metavar="SOURCE",
+                          help="--policies: 'fresh' (default: made by the simulator from --start-seed), "
+                               "'recording' (the shipped recording's) or a recording .npz")
+    policies.add_argument("--start-seed", type=int, default=1,
+                          help="--policies: the seed of fresh start states (default: %(default)s; the "
+                               "shipped recording's are seed 0)")
+    policies.add_argument("--batch", type=int, default=16,
+                          help="--policies: episodes per rollout call (default: %(default)s)")
+    policies.add_argument("--processes", type=int, default=1,
+                          help="--policies: spread the episodes over N processes of one thread each, with "
+                               "the numbers of one process (default: %(default)s; under torchrun the ranks "
+                               "spread them)")
+    policies.add_argument("--no-sim", action="store_true",
+                          help="--policies: imagination only (no simulator run: no ranking)")
+    policies.add_argument("--open-loop", action="store_true",
+                          help="--policies: replay the recorded policies' actions open loop instead "
+                               "(--policy-data), as rollouts from the recording's start states")
+    policies.add_argument("--policy-data", help="--open-loop: a recording of `python -m "
+                                                "workbench.worldmodel.policies` (default: the shipped one)")
 
 
 def _again(args) -> str:
@@ -500,9 +526,16 @@ def run(args) -> int:
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     if getattr(args, "policies", False):
-        from workbench.worldmodel.policies import run_eval
+        if getattr(args, "open_loop", False):
+            if args.policy:
+                raise DataError(f"--open-loop replays recorded actions, and your policy {args.policy[0]!r} "
+                                f"has none; drop --open-loop to run it closed loop.")
+            from workbench.worldmodel.policies import run_eval
 
-        return run_eval(args, load_run(args.run_dir))
+            return run_eval(args, load_run(args.run_dir))
+        from workbench.worldmodel.closed_loop_eval import run_closed_loop_eval
+
+        return run_closed_loop_eval(args)
     if not args.out:
         raise DataError("workbench eval needs --out DIR (where metrics.json and the videos go), e.g. "
                         f"`workbench eval {args.run_dir} --out outputs/eval`; "

@@ -14,7 +14,7 @@ two questions a world model is built for, at a size the demo's budget affords:
 Each (question, model) pair is one job that loads the run from its checkpoint and depends on nothing
 else, so the jobs run on two processes of one thread each with exactly the numbers one process
 computes (each job draws its own seeded noise; which process runs it changes nothing). The full
-measurements are ``workbench eval RUN --rollout`` and ``--policies``
+measurements are ``workbench eval RUN --rollout`` and ``--policies --open-loop``
 (``docs/results/rollouts.md``, ``docs/results/policy-ranking.md``).
 """
 

@@ -20,7 +20,8 @@ python -m workbench.worldmodel.policies --out workbench/data/samples/metaworld_p
 ```
 
 (defaults: both tasks, 4 start states each, 61 frames = 4 chunks of the embedded model, seed 0).
-``workbench eval RUN --policies`` replays it (see ``docs/guides/policies.md``).
+``workbench eval RUN --policies --open-loop`` replays it (see ``docs/guides/policies.md``); without
+``--open-loop`` the policies act closed loop (:mod:`workbench.worldmodel.closed_loop_eval`).
 """
 
 from __future__ import annotations
@@ -610,7 +611,8 @@ def _sim_success(report: dict[str, Any], group: str) -> str:
 
 
 def run_eval(args: Any, exp: Any) -> int:
-    """``workbench eval RUN --policies``: replay the shipped recording (or ``--policy-data``) in ``exp``."""
+    """``workbench eval RUN --policies --open-loop``: replay the shipped recording (or ``--policy-data``) in
+    ``exp``."""
     import os
 
     out = getattr(args, "out", None)

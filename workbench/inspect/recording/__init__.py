@@ -4,6 +4,7 @@
 (:mod:`~workbench.inspect.recording.step`), what is kept (:mod:`~workbench.inspect.recording.storage`), how
 live steps evaluate (:mod:`~workbench.inspect.recording.settings`), the sampler hooks
 (:mod:`~workbench.inspect.recording.recorder`), rollouts (:mod:`~workbench.inspect.recording.rollouts`),
-whole-clip predictions (:mod:`~workbench.inspect.recording.clips`) and video export
+closed-loop evaluation of a policy (:mod:`~workbench.inspect.recording.closed_loop`), whole-clip
+predictions (:mod:`~workbench.inspect.recording.clips`) and video export
 (:mod:`~workbench.inspect.recording.export`). The names users need are exported by :mod:`workbench.inspect`.
 """
