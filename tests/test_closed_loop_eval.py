@@ -242,13 +242,6 @@ def test_the_numbers_do_not_depend_on_the_process_count(tmp_path, recorded):
                     processes=2)
 
 
-WAITS_ON_BATCH_INVARIANCE = pytest.mark.xfail(
-    strict=True, raises=AssertionError,
-    reason="a rollout draws an episode's sampling noise from its place in the batch, so its frames depend on the "
-           "batch size; once they do not, this test passes and strict=True makes the mark's removal due")
-
-
-@WAITS_ON_BATCH_INVARIANCE
 def test_the_numbers_do_not_depend_on_the_batch_size(exp, recorded):
     one = cle.evaluate_closed_loop({"adapter": exp}, recorded, ["expert"], frames=FRAMES, steps=1, batch=1,
                                    variants=["adapter"], simulator=False, progress=False)

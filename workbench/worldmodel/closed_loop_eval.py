@@ -258,9 +258,12 @@ def close_envs() -> None:
 
 def imagine_closed_loop(model: Any, starts: StartStates, policy: Callable[[Any], Any], *, frames: int,
                         steps: int, seed: int = 0, with_adapter: bool = True,
-                        gate_scale: float | None = None) -> dict[str, Any]:
+                        gate_scale: float | None = None,
+                        episodes: Sequence[int] | None = None) -> dict[str, Any]:
     """Run ``policy`` closed loop in the world model ``model`` from every start state, in one batch (the one
     place where episodes are batched: :func:`evaluate_closed_loop` cuts the start states into batches).
+    ``episodes``: each start state's index in the whole set (default ``0 .. S-1``), so that an episode
+    gets the same noise, and the same frames, in any batch.
     Returns ``final_frames`` (uint8 ``(S, H, W, 3)``: the last predicted frames), ``distance`` (metres, read
     off them by the probes) and ``actions`` (``(S, frames, 4)``)."""
     from workbench.inspect import closed_loop
@@ -269,7 +272,7 @@ def imagine_closed_loop(model: Any, starts: StartStates, policy: Callable[[Any],
 
     run = closed_loop(model, starts.clips(), policy, frames=frames, steps=steps, seed=seed,
                       state="probe", observe=READERS, gate_scale=gate_scale if with_adapter else None,
-                      store=False, with_adapter=with_adapter)
+                      store=False, with_adapter=with_adapter, episodes=episodes)
     final = run.rollout.frame(-1)
     where = PolicyEpisodes({"task": starts.task, "goal": starts.goal}, {})
     return {"final_frames": final, "distance": outcome_distance(final, where),
@@ -356,9 +359,10 @@ def run_job(job: tuple, plan: Plan) -> dict[str, Any]:
             return {"job": job, "distance": got["distance"], "final_frames": got["final_frames"],
                     "cpu_seconds": time.process_time() - started, "process": os.getpid()}
         _, variant, _, lo = job
-        part = plan.starts.rows(range(lo, min(lo + plan.batch, len(plan.starts))))
-        got = imagine_closed_loop(_model(plan, variant), part, policy, frames=plan.frames, steps=plan.steps,
-                                  seed=plan.seed, with_adapter=variant != "base",
+        rows = range(lo, min(lo + plan.batch, len(plan.starts)))
+        got = imagine_closed_loop(_model(plan, variant), plan.starts.rows(rows), policy, frames=plan.frames,
+                                  steps=plan.steps, seed=plan.seed, with_adapter=variant != "base",
+                                  episodes=rows,
                                   gate_scale=plan.gate_scale if variant == "adapter" else None)
         return {"job": job, "distance": got["distance"], "cpu_seconds": time.process_time() - started,
                 "process": os.getpid()}

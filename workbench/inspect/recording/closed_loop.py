@@ -35,7 +35,7 @@ import importlib
 import importlib.util
 import inspect
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -44,6 +44,7 @@ import numpy as np
 import torch
 
 from workbench.core.composed import ComposedModel
+from workbench.core.rows import DEFAULT_MICRO_BATCH, in_micro_batches
 from workbench.errors import PolicyError, did_you_mean, listing
 from workbench.inspect.common import InspectError, check_model
 from workbench.inspect.recording.rollouts import Rollout, _consumed, _start, rollout
@@ -334,20 +335,25 @@ def _readers(observe: Any, state: Any) -> list[StateReader]:
     return readers
 
 
-def _reading(reader: StateReader, frames: np.ndarray) -> np.ndarray:
-    value = np.asarray(reader(frames), dtype=np.float64)
-    if value.ndim == 3:
-        value = value[:, -1]
-    if value.ndim != 2 or value.shape[0] != frames.shape[0]:
-        raise InspectError(f"The state reader {reader.name!r} returned shape {value.shape} for frames "
-                           f"{frames.shape}; it must return [B, D] (or [B, T, D]) with B={frames.shape[0]}.")
-    return value
+def _reading(reader: StateReader, frames: np.ndarray, micro_batch: int | None) -> np.ndarray:
+    def read(rows: np.ndarray) -> np.ndarray:
+        value = np.asarray(reader(rows), dtype=np.float64)
+        if value.ndim == 3:
+            value = value[:, -1]
+        if value.ndim != 2 or value.shape[0] != rows.shape[0]:
+            raise InspectError(f"The state reader {reader.name!r} returned shape {value.shape} for frames "
+                               f"{rows.shape}; it must return [B, D] (or [B, T, D]) with B={rows.shape[0]}.")
+        return value
+
+    # in the rollout's micro-batches, so a policy sees the same reading of an episode in any batch
+    return in_micro_batches(read, micro_batch, frames.shape[0], frames)
 
 
 def closed_loop(model: ComposedModel, start: Mapping[str, Any], policy: Callable[[Observation], Any], *,
                 frames: int | None = None, chunks: int | None = None, steps: int | None = None, seed: int = 0,
                 state: str | StateReader | None = None, observe: Any = None, gate_scale: float | None = None,
-                store: Any = None, with_adapter: bool = True, **sampler_kwargs: Any) -> ClosedLoop:
+                store: Any = None, with_adapter: bool = True, episodes: Sequence[int] | None = None,
+                micro_batch: int | None = DEFAULT_MICRO_BATCH, **sampler_kwargs: Any) -> ClosedLoop:
     """Run ``policy`` in the world model ``model``, closed loop: each chunk's actions chosen by the policy
     from the last frame the model produced (see the module docstring).
 
@@ -365,6 +371,10 @@ def closed_loop(model: ComposedModel, start: Mapping[str, Any], policy: Callable
         gate_scale: as :func:`~workbench.inspect.rollout` takes it.
         store: as :func:`~workbench.inspect.rollout` takes it.
         with_adapter: ``True`` (base + adapter) or ``False`` (the frozen base alone).
+        episodes: the episode number of each start clip, as :func:`~workbench.inspect.rollout` takes it
+            (default ``0 .. B-1``): give each its index in the whole set for the same frames in any batch.
+        micro_batch: episodes per network and state-reader call, as :func:`~workbench.inspect.rollout` takes
+            it.
         sampler_kwargs: passed to every chunk's sampler, as :func:`~workbench.inspect.rollout` passes them.
         observe: the state readers whose readings the policy sees (:attr:`Observation.state`): a registered
             reader's name, a :class:`~workbench.inspect.StateReader`, or a sequence of them. Default: the
@@ -418,7 +428,7 @@ def closed_loop(model: ComposedModel, start: Mapping[str, Any], policy: Callable
             last = run.chunks[-1]
             lo = seen - context + 1 - last.start
             context_frames = last.decoded.span(lo, lo + context)
-        reading = {key: _reading(r, context_frames) for r in readers for key in r.keys}
+        reading = {key: _reading(r, context_frames, micro_batch) for r in readers for key in r.keys}
         obs = Observation(frame=context_frames[:, -1] if batched else context_frames[0, -1],
                           state=reading if batched else {k_: v[0] for k_, v in reading.items()},
                           goal=goal, chunk=k, frame_index=seen, frames=asked, action_dim=action_dim,
@@ -432,7 +442,8 @@ def closed_loop(model: ComposedModel, start: Mapping[str, Any], policy: Callable
         observations.append(obs)
         if run is None:
             run = rollout(model, start, chosen, steps=steps, seed=seed, state=state, gate_scale=gate_scale,
-                          store=store, with_adapter=with_adapter, **sampler_kwargs)
+                          store=store, with_adapter=with_adapter, episodes=episodes, micro_batch=micro_batch,
+                          **sampler_kwargs)
         else:
             run = run.extend(chosen)
     return ClosedLoop(run, observations, name)
