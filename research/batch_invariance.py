@@ -92,7 +92,8 @@ def _by_micro(fn, micro: int):
 @contextlib.contextmanager
 def invariant(model: Any, seeds: Sequence[int], *, micro: int = 1, probe: Any = None):
     """Within: ``model``'s samplers draw each sample's noise from ``seeds[i]`` (and the chunk's seed), and
-    its denoiser, adapter (and ``probe``, when given) run in micro-batches of ``micro`` samples. ``seeds``:
+    its denoiser, adapter (and ``probe``, when given) run in micro-batches of ``micro`` samples (``micro=0``:
+    as one call, the noise alone made per sample). ``seeds``:
     one per sample of every batch sampled inside (the batch being rolled out)."""
     base, adapter = model.base, model.adapter
     seeds = [int(s) for s in seeds]
@@ -114,17 +115,20 @@ def invariant(model: Any, seeds: Sequence[int], *, micro: int = 1, probe: Any = 
                              on_step=on_step, initial_noise=initial_noise)
 
     base.run_sampler = run_sampler
-    base.denoise = _by_micro(plain_denoise, micro)
-    adapter.forward = _by_micro(plain_adapter, micro)
-    if probe is not None:
-        plain_probe = probe.forward
-        probe.forward = _by_micro(plain_probe, micro)
+    split = micro > 0
+    if split:
+        base.denoise = _by_micro(plain_denoise, micro)
+        adapter.forward = _by_micro(plain_adapter, micro)
+        if probe is not None:
+            probe.forward = _by_micro(probe.forward, micro)
     try:
         yield
     finally:
-        del base.run_sampler, base.denoise, adapter.forward
-        if probe is not None:
-            del probe.forward
+        del base.run_sampler
+        if split:
+            del base.denoise, adapter.forward
+            if probe is not None:
+                del probe.forward
 
 
 def imagine_invariant(model: Any, episodes: Any, *, steps: int = 8, seed: int = 0, gate_scale: float | None = 2.0,
@@ -154,7 +158,7 @@ def imagine_invariant(model: Any, episodes: Any, *, steps: int = 8, seed: int = 
     cpu = time.process_time() - started
     final = np.concatenate(finals)
     with contextlib.ExitStack() as stack:
-        for p in (hand, obj):
+        for p in (hand, obj) if micro > 0 else ():
             plain = p.forward
             p.forward = _by_micro(plain, micro)
             stack.callback(delattr, p, "forward")

@@ -156,6 +156,9 @@ def main(argv=None) -> int:
             for v in variants:
                 record[f"{key}_{v}_hand_cm"] = [round(r[f"{v}_hand_error_cm"], 2) for r in rows]
                 record[f"{key}_{v}_moving_psnr"] = [round(r[f"{v}_moving_psnr"], 2) for r in rows]
+                record[f"{key}_{v}_hand_cm_per_episode"] = np.round(result["per_chunk"][v]["hand_error_cm"],
+                                                                    2).tolist()
+            record["tasks"] = [it["task"] for it in result["items"]]
             record["probe_floor_cm"] = [round(r["probe_floor_cm"], 2) for r in rows]
             record[f"{key}_cpu_s"] = round(time.process_time() - cpu, 1)
         else:
