@@ -35,6 +35,7 @@ def main(argv=None) -> int:
     p.add_argument("name")
     p.add_argument("--steps", type=int, default=600)
     p.add_argument("--lr", type=float, default=4e-3)
+    p.add_argument("--train-seed", type=int, default=0, help="the run's training.seed (init, data order, noise)")
     p.add_argument("--level-adapter", action="store_true",
                    help="the adapter that reads the context's corruption level (latent_residual_context)")
     for f in dataclasses.fields(cs.ContextConfig):
@@ -48,14 +49,16 @@ def main(argv=None) -> int:
         adapter["type"] = "latent_residual_context"
     out = ROOT / args.name
     out.mkdir(parents=True, exist_ok=True)
-    cfg = DemoConfig(output=str(out), steps=args.steps, learning_rate=args.lr, adapter=adapter, processes=1)
+    cfg = DemoConfig(output=str(out), steps=args.steps, learning_rate=args.lr, adapter=adapter, processes=1,
+                     seed=args.train_seed)
     wall, cpu = time.perf_counter(), time.process_time()
     exp = build_experiment(cfg, out / "run")
     source = cs.install(exp, config)
     exp.fit(progress=False)
     cpu_s, wall_s = time.process_time() - cpu, time.perf_counter() - wall
     ckpt = exp.save_checkpoint()
-    record = {"name": args.name, "steps": exp.step, "learning_rate": args.lr, "adapter": adapter["type"],
+    record = {"name": args.name, "steps": exp.step, "learning_rate": args.lr,
+              "train_seed": args.train_seed, "adapter": adapter["type"],
               "context": dataclasses.asdict(config), "cpu_s": round(cpu_s, 1), "wall_s": round(wall_s, 1),
               "hook_cpu_s": round(source.seconds_in_hook, 1) if source else 0.0,
               "counts": source.counts if source else None, "checkpoint": str(ckpt),
