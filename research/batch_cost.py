@@ -36,7 +36,7 @@ def main(repeats: int = 5, batch: int = 24) -> None:
     x = torch.randn(b.latents.shape, generator=torch.Generator().manual_seed(0))
     t = torch.full((batch,), 0.7)
     gate = scaled_gate(model.composer, 2.0)
-    layouts = {"one call": None, "micro 8": 8, "micro 4": 4, "micro 1": 1}
+    layouts = {"one call": None, "micro 8": 8, "micro 4": 4, "micro 2": 2, "micro 1": 1}
     seconds = {k: [] for k in layouts}
     with torch.no_grad(), model.composer.override_gate(gate):
         for _ in range(repeats):

@@ -46,6 +46,7 @@ and ``cond["context_noise"]`` added. :func:`install` puts it on an
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import hashlib
 from typing import Any, Literal
@@ -62,6 +63,9 @@ from workbench.registry import register
 
 #: The per-clip condition holding a window's context corruption level, ``(B,)`` in [0, 1].
 LEVEL_KEY = "context_noise"
+#: The per-clip condition saying where a window's context frame comes from, ``(B,)``: 0 recorded, 1 the model's
+#: own output (self-forwarded in training; every chunk after the first in a rollout).
+SOURCE_KEY = "context_produced"
 
 
 @dataclasses.dataclass
@@ -79,6 +83,7 @@ class ContextConfig:
     state: Literal["recorded", "probe"] = "recorded"
     stride: int = 15
     seed: int = 0
+    source_flag: bool = False
 
     def __post_init__(self):
         problems = []
@@ -252,6 +257,7 @@ class ContextSource:
         cond = dict(batch.cond)
         context = latents[:, :, 0].clone()                              # (B, C, h, w)
         self.counts["clips"] += b
+        chosen: list[int] = []
         if c.self_prob > 0:
             episodes = torch.as_tensor(raw["episode"]).reshape(-1).tolist()
             starts = torch.as_tensor(raw["start"]).reshape(-1).tolist()
@@ -272,6 +278,9 @@ class ContextSource:
                     ee[chosen] = self._probe_positions(frames)[:, None].expand(-1, ee.shape[1], -1).to(ee.dtype)
                     cond["ee_pos"] = ee
                 self.counts["self"] += len(chosen)
+        produced = torch.zeros(b)
+        if c.self_prob > 0 and chosen:
+            produced[chosen] = 1.0
         level = torch.zeros(b)
         if c.corrupt_prob > 0:
             g = _generator(c.seed, step, "corrupt")
@@ -285,6 +294,8 @@ class ContextSource:
         latents[:, :, 0] = context
         cond["first_frame"] = context
         cond[LEVEL_KEY] = level.to(latents.dtype)
+        if c.source_flag:
+            cond[SOURCE_KEY] = produced.to(latents.dtype)
         self.seconds_in_hook += time.process_time() - began
         return dataclasses.replace(batch, latents=latents, cond=cond)
 
@@ -315,22 +326,27 @@ def install(exp: Any, config: ContextConfig) -> ContextSource | None:
 # -- the adapter that reads the level -------------------------------------------------------------
 @dataclasses.dataclass
 class ContextLevelResidualConfig(LatentResidualConfig):
-    """``latent_residual`` that also reads ``context_noise`` (the context's corruption level)."""
+    """``latent_residual`` that also reads ``context_noise`` (the context's corruption level) and, with
+    ``reads_source``, ``context_produced`` (whether the context is the model's own frame)."""
+
+    reads_source: bool = False
 
 
 @register("adapter", "latent_residual_context")
 class ContextLevelResidual(LatentResidual):
-    """:class:`~workbench.adapters.latent_residual.LatentResidual` with the context's corruption level
-    as one more input: its sinusoidal embedding through a small MLP (last layer zero at init, so the
-    adapter starts exactly as ``latent_residual`` does) is added to the noise-level embedding every
-    block's FiLM reads. A batch without ``context_noise`` (sampling from a clean context) reads 0."""
+    """:class:`~workbench.adapters.latent_residual.LatentResidual` that also reads how its context was made:
+    the corruption level ``context_noise`` (its sinusoidal embedding) and the source ``context_produced``
+    (0 recorded, 1 the model's own frame), through a small MLP (last layer zero at init, so the adapter
+    starts exactly as ``latent_residual`` does) whose output is added to the noise-level embedding every
+    block's FiLM reads. A batch without them reads 0 (a clean, recorded context)."""
 
     config_class = ContextLevelResidualConfig
 
     def __init__(self, config: ContextLevelResidualConfig | None = None, **overrides):
         super().__init__(config, **overrides)
         w = self.config.width
-        self.context_level = nn.Sequential(nn.Linear(w, self.emb_dim), nn.SiLU(), nn.Linear(self.emb_dim, self.emb_dim))
+        self.context_level = nn.Sequential(nn.Linear(w + int(self.config.reads_source), self.emb_dim), nn.SiLU(),
+                                           nn.Linear(self.emb_dim, self.emb_dim))
         nn.init.zeros_(self.context_level[-1].weight)
         nn.init.zeros_(self.context_level[-1].bias)
         self._level: torch.Tensor | None = None
@@ -343,18 +359,58 @@ class ContextLevelResidual(LatentResidual):
     def _with_level(self, module, inputs, out):
         if self._level is None:
             return out
-        return out + self.context_level(timestep_embedding(self._level, self.config.width).to(out.dtype))
+        level, produced = self._level
+        described = timestep_embedding(level, self.config.width)
+        if self.config.reads_source:
+            described = torch.cat([described, produced[:, None].float()], dim=-1)
+        return out + self.context_level(described.to(out.dtype))
 
     def forward(self, x_t, t, cond, base_output=None):
-        level = cond.get(LEVEL_KEY)
-        if level is None:
-            level = torch.zeros(x_t.shape[0], device=x_t.device)
-        self._level = level.to(x_t.device).reshape(-1).expand(x_t.shape[0]) if level.numel() == 1 \
-            else level.to(x_t.device)
+        b = x_t.shape[0]
+
+        def read(key):
+            value = cond.get(key)
+            if value is None:
+                return torch.zeros(b, device=x_t.device)
+            value = value.to(x_t.device).reshape(-1)
+            return value.expand(b) if value.numel() == 1 else value
+
+        self._level = (read(LEVEL_KEY), read(SOURCE_KEY))
         try:
             return super().forward(x_t, t, cond, base_output)
         finally:
             self._level = None
+
+
+_CHUNK: contextvars.ContextVar[int | None] = contextvars.ContextVar("rollout_chunk", default=None)
+
+
+def rollouts_declare_produced() -> None:
+    """From here on, every rollout chunk after the first carries ``context_produced = 1`` (the first, from the
+    recorded start frame, 0), so an adapter trained with ``source_flag`` is told which context it is given:
+    wraps the rollout module's chunk sampler (to know the chunk) and its ``prepare``."""
+    import workbench.inspect.recording.rollouts as rollouts
+
+    if getattr(rollouts, "_declares_produced", False):
+        return
+    plain_chunk, plain_prepare = rollouts._sample_chunk, rollouts.prepare
+
+    def sample_chunk(plan, k, *args, **kwargs):
+        token = _CHUNK.set(k)
+        try:
+            return plain_chunk(plan, k, *args, **kwargs)
+        finally:
+            _CHUNK.reset(token)
+
+    def prepare(model, request):
+        batch = plain_prepare(model, request)
+        k = _CHUNK.get()
+        if k is not None:
+            batch.cond[SOURCE_KEY] = torch.full((batch.latents.shape[0],), float(k > 0),
+                                                device=batch.latents.device)
+        return batch
+
+    rollouts._sample_chunk, rollouts.prepare, rollouts._declares_produced = sample_chunk, prepare, True
 
 
 def sample_with_context_level(level: float, seed: int = 1234) -> None:
@@ -389,5 +445,5 @@ def sample_with_context_level(level: float, seed: int = 1234) -> None:
     TinyVideo.__init__, TinyVideo.prepare_batch = init, prepare
 
 
-__all__ = ["LEVEL_KEY", "ContextConfig", "ContextLevelResidual", "ContextSource", "EpisodeBank", "install",
-           "sample_with_context_level", "through_pixels"]
+__all__ = ["LEVEL_KEY", "SOURCE_KEY", "ContextConfig", "ContextLevelResidual", "ContextSource", "EpisodeBank",
+           "install", "rollouts_declare_produced", "sample_with_context_level", "through_pixels"]

@@ -123,6 +123,7 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(1)
     cs.sample_with_context_level(args.context_level)
+    cs.rollouts_declare_produced()  # (read only by an adapter trained with source_flag)
     run = args.run or str(ROOT / args.name / "run")
     tag = f"_{args.context_level:g}" if args.context_level > 0 else ""
     out = ROOT / args.name / f"eval{tag}"

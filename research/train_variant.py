@@ -39,14 +39,19 @@ def main(argv=None) -> int:
     p.add_argument("--level-adapter", action="store_true",
                    help="the adapter that reads the context's corruption level (latent_residual_context)")
     for f in dataclasses.fields(cs.ContextConfig):
-        p.add_argument("--" + f.name.replace("_", "-"), type=type(f.default) if f.default is not None else float,
-                       default=f.default)
+        flag = "--" + f.name.replace("_", "-")
+        if isinstance(f.default, bool):
+            p.add_argument(flag, action="store_true")
+        else:
+            p.add_argument(flag, type=type(f.default) if f.default is not None else float, default=f.default)
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     config = cs.ContextConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cs.ContextConfig)})
     adapter = copy.deepcopy(ADAPTER)
-    if args.level_adapter:
+    if args.level_adapter or args.source_flag:
         adapter["type"] = "latent_residual_context"
+        if args.source_flag:
+            adapter["config"]["reads_source"] = True
     out = ROOT / args.name
     out.mkdir(parents=True, exist_ok=True)
     cfg = DemoConfig(output=str(out), steps=args.steps, learning_rate=args.lr, adapter=adapter, processes=1,
