@@ -1,4 +1,5 @@
-"""Markdown tables of the ablation from the runs' JSON files (``outputs/r40/*/train.json``, ``eval*.json``).
+"""Markdown tables of the ablation from the runs' JSON files (``outputs/r40/*/train.json``, ``eval*.json``;
+copies of the measured runs' are kept in ``research/results``).
 
     python research/make_tables.py [NAME ...]
 
@@ -15,7 +16,8 @@ import json
 import sys
 from pathlib import Path
 
-ROOT = Path("outputs/r40")
+# The runs' own output when they were just run here; else the records kept beside this script.
+ROOT = Path("outputs/r40") if Path("outputs/r40").is_dir() else Path(__file__).resolve().parent / "results"
 BASE = [8.81, 16.35, 15.85, 19.02, 19.18, 21.83, 23.15, 20.30, 17.07, 15.85]
 BASE_PSNR = [12.55, 11.89, 12.11, 12.79, 12.36, 11.67, 11.84, 11.73, 12.48, 12.74]
 
