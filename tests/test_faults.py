@@ -301,7 +301,7 @@ def test_the_shipped_runs_record_the_shipped_base(capsys):
     shipped = hashlib.sha256((ROOT / "workbench" / "backbones" / "weights" / "tiny_video.safetensors").read_bytes())
     runs = ROOT / "workbench" / "worldmodel" / "weights"
     record = {"sha256": shipped.hexdigest(), "covers": "the file tiny_video.safetensors"}
-    for name in ("metaworld_action", "metaworld_scratch"):
+    for name in ("metaworld_action", "metaworld_scratch", "metaworld_drift"):
         assert meta_of(runs / name)["base"] == record
         assert checkpoint_problem(runs / name) is None
     capsys.readouterr()

@@ -202,6 +202,30 @@ def test_the_drift_config_is_the_world_model_config_with_self_forwarded_context_
     assert run.resolved_config()["training"]["context"]["source"] == "self_forwarded"
 
 
+def test_the_shipped_drift_adapter_is_the_drift_config_s_run():
+    """The shipped drift-trained adapter is what `workbench train examples/configs/metaworld_drift.yaml` writes:
+    the config's every field, 600 steps, and the label its instruments show."""
+    import yaml
+
+    from workbench.train import AdapterExperiment
+    from workbench.worldmodel.demo import DRIFT_ADAPTER
+
+    example = yaml.safe_load((ROOT / "examples" / "configs" / "metaworld_drift.yaml").read_text())
+    shipped = yaml.safe_load((DRIFT_ADAPTER / "config.yaml").read_text())
+    def given(value):  # a section as the config gives it (the run's copy also writes the unset fields, as null)
+        return {k: v for k, v in value.items() if v is not None} if isinstance(value, dict) else value
+
+    for section in ("base", "adapter", "composer", "objective", "data", "callbacks"):
+        assert given(shipped[section]) == given(example[section]), section
+    for key, value in example["training"].items():
+        want = {**value, "max_level": 0.3, "stride": None} if key == "context" else value
+        assert shipped["training"][key] == want, key
+    assert shipped["training"]["output_dir"] == "outputs/metaworld_drift"
+    assert json.loads((DRIFT_ADAPTER / "manifest.json").read_text())["step"] == 600
+    run = AdapterExperiment.load(DRIFT_ADAPTER)
+    assert run.model.trained_context == "trained on produced context p=0.5 (2-step samples)"
+
+
 def test_the_demo_table_carries_the_stored_from_scratch_rows_at_its_own_budget():
     from safetensors.torch import load_file
 

@@ -61,6 +61,7 @@ _LAZY = {
     "evaluate_closed_loop": "workbench.worldmodel.closed_loop_eval",
     "DemoConfig": "workbench.worldmodel.demo",
     "TRAINED_ADAPTER": "workbench.worldmodel.demo",
+    "DRIFT_ADAPTER": "workbench.worldmodel.demo",
     "run_demo": "workbench.worldmodel.demo",
     "SCRATCH_MODEL": "workbench.worldmodel.demo",
     "first_table": "workbench.worldmodel.summary",

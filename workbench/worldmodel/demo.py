@@ -73,6 +73,10 @@ UNSEEN_NAME = "metaworld_unseen.h5"
 #: demo_metrics.json), shipped so notebooks can show the result without the fit:
 #: ``AdapterExperiment.load(TRAINED_ADAPTER)``.
 TRAINED_ADAPTER = Path(__file__).resolve().parent / "weights" / "metaworld_action"
+#: The same adapter trained against drift (``workbench train examples/configs/metaworld_drift.yaml``:
+#: the shipped adapter's run with ``training.context: {source: self_forwarded, p: 0.5, steps: 2}``), the
+#: world model notebook 9 drives; docs/results/training-against-drift.md compares the two.
+DRIFT_ADAPTER = Path(__file__).resolve().parent / "weights" / "metaworld_drift"
 #: The from-scratch baseline ``workbench demo --from-scratch`` trained at the shipped adapter's budget
 #: (600 steps, learning rate 4e-3, the same clips and seed), shipped so rollouts and the policy ranking
 #: can compare with it; its metrics.json is demo_metrics.json there.
