@@ -92,9 +92,9 @@ def block() -> str:
         f"model made, the adapter's lead {lead}\n({first['adapter_hand_error_cm']:.1f} against "
         f"{first['base_hand_error_cm']:.1f} cm in the first chunk, {last['adapter_hand_error_cm']:.1f} against "
         f"{last['base_hand_error_cm']:.1f} in the last; [rollouts](docs/results/rollouts.md));\nused in place of "
-        "the simulator it ranks the reach policies as the simulator does (ρ "
-        f"{_num(ranks['adapter']['reach-v3']['rho'], '+.2f')}) but not the push\nones (ρ "
-        f"{_num(ranks['adapter']['push-v3']['rho'], '+.2f')}; [policy ranking](docs/results/policy-ranking.md)). "
+        "the simulator it ranks the reach policies at ρ "
+        f"{_num(ranks['adapter']['reach-v3']['rho'], '+.2f')} against the simulator's order and the push\nones at ρ "
+        f"{_num(ranks['adapter']['push-v3']['rho'], '+.2f')} ([policy ranking](docs/results/policy-ranking.md)). "
         f"The probe itself is {s['probe_error_on_truth_cm']:.2f} cm off on\nthe recorded frames. The from-scratch "
         "and measured-path columns are stored runs and the last two rows the\nlonger evaluations of their results "
         "pages; the rest is what the demo computes.")
