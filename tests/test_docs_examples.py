@@ -53,7 +53,7 @@ SHARED = DOCS / "guides" / "index.md"  # its blocks define the names every page 
 COPIED = ("exp",)  # shared names a page may change: each page gets its own copy
 # The number of blocks that opt out (each needs a GPU or real weights); an opt-out more (or fewer) is a deliberate
 # change to this number.
-OPT_OUTS = 12
+OPT_OUTS = 16
 RUN_LANGUAGES = ("python", "bash")
 SHIPPED_RUN = "workbench/worldmodel/weights/metaworld_action"  # the run `workbench demo` trains, as shipped
 FEW = "--episodes 2 --frames 16"  # a Meta-World rendering's quick twin: two episodes of one window
