@@ -4,9 +4,9 @@
 ``closed_loop`` shows the policy the last frame of each chunk and the hand probe's reading of it, asks it for the
 next chunk's actions and samples the chunk (a rollout's chunk: the hand probe's reading as the adapter's state).
 The hand loop does the same work with none of the machinery: per chunk it reads the hand off the last frame, builds
-the generation request, calls ``model.generate`` with the chunk's seed and decodes the last latent frame. The two
-give the same frames (checked). Judged: closed loop / hand loop in CPU time (target <= 1.10); printed: chunks per
-CPU-second of each. ``--quick``: 2 episodes, 2 chunks, 2 steps, one round.
+the generation request, calls ``model.generate`` with each episode's own noise and decodes the last latent frame.
+The two give the same frames (checked). Judged: closed loop / hand loop in CPU time (target <= 1.10); printed:
+chunks per CPU-second of each. ``--quick``: 2 episodes, 2 chunks, 2 steps, one round.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ import torch
 from _bench import finish, interleaved, judge, median, ratio, scaled, start
 
 from workbench import AdapterExperiment
-from workbench.core.seeds import chunk_seed
+from workbench.core.backbone import generation_inputs
+from workbench.core.seeds import chunk_seed, noise_seed
 from workbench.inspect import closed_loop
 from workbench.metrics import to_uint8_video
 from workbench.worldmodel.demo import TRAINED_ADAPTER
@@ -51,10 +52,14 @@ def by_hand(model, clip, chunks: int, steps: int) -> np.ndarray:
             actions = torch.cat([last_action, actions], dim=1)
         last_action = actions[:, -1:]
         video = torch.cat([context, context.expand(-1, -1, window - 1, -1, -1)], dim=2)
-        request = {**base.generation_inputs(video), "action": actions,
+        request = {**generation_inputs(base, video), "action": actions,
                    "ee_pos": hand[:, None].expand(-1, window, -1).contiguous(), "camera": clip["camera"]}
-        latents = model.generate(base.prepare_batch(request), steps=steps,
-                                 generator=torch.Generator().manual_seed(chunk_seed(0, k)))
+        batch = base.prepare_batch(request)
+        shape = tuple(batch.latents.shape[1:])
+        noise = torch.stack([torch.randn(shape, generator=torch.Generator().manual_seed(noise_seed(0, e, k)))
+                             for e in range(len(actions))])                  # each episode its own noise
+        latents = model.generate(batch, steps=steps, generator=torch.Generator().manual_seed(chunk_seed(0, k)),
+                                 initial_noise=noise)
         with torch.no_grad():
             last = to_uint8_video(base.decode(latents[:, :, -1:]))
         context = torch.from_numpy(last).permute(0, 4, 1, 2, 3).float().div(127.5).sub(1.0)
@@ -71,7 +76,10 @@ def main(argv: list[str] | None = None) -> int:
     clip = {k: v[:episodes] for k, v in starts.clips().items() if k != "goal"}   # the recording's start states
 
     def loop():
-        return closed_loop(model, clip, forward, chunks=chunks, steps=steps, state="probe", store=False)
+        # one call over the batch, as the hand loop makes it (the default micro-batches of 4 would make the
+        # frames independent of the batch, and the hand loop would then have to cut it the same way)
+        return closed_loop(model, clip, forward, chunks=chunks, steps=steps, state="probe", store=False,
+                           micro_batch=None)
 
     same = np.array_equal(loop().rollout.frame(-1), by_hand(model, clip, chunks, steps))
     print(f"closed loop == hand loop, bit for bit (the last frames of {episodes} episodes): {same}")

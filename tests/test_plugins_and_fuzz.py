@@ -92,7 +92,7 @@ report = check_backbone(lambda: build("backbone", "fixture_video", {{}}), raw=ra
                         adapter_factory=lambda: build("adapter", "fixture_bias", {{"channels": 3}}))
 print(type(report.findings[0]).__name__, [f.status for f in report.findings].count("kept"), len(report.findings))
 """
-    assert run(code) == "Finding 11 12"  # all kept but "rollout", skipped: the fixture has no image condition
+    assert run(code) == "Finding 12 13"  # all kept but "rollout", skipped: the fixture has no image condition
 
 
 leaf = st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.floats(allow_nan=True), st.text(max_size=8))

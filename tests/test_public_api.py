@@ -197,7 +197,7 @@ def test_the_rollout_api_is_frozen():
 
     assert list(inspect.signature(closed_loop).parameters) == [
         "model", "start", "policy", "frames", "chunks", "steps", "seed", "state", "observe", "gate_scale", "store",
-        "with_adapter", "sampler_kwargs"]
+        "with_adapter", "episodes", "micro_batch", "sampler_kwargs"]
     assert [f.name for f in dataclasses.fields(Observation)] == [
         "frame", "state", "goal", "chunk", "frame_index", "frames", "action_dim", "batched"]
     assert {f.name for f in dataclasses.fields(RolloutChunk)} >= {"trajectory", "start", "frames", "conditions",

@@ -62,11 +62,16 @@ STATE_FIELDS = ("task", "index", "task_index", "frame", "ee_pos", "proprio", "ob
 # ------------------------------------------------------------------------------------------ start states
 @dataclasses.dataclass(frozen=True)
 class StartStates:
-    """Where episodes start, one row each: ``task``, ``index`` (its number within the task), ``task_index``
-    (the task's place in the simulator's reset seed), ``frame`` (uint8 ``(H, W, 3)``, rendered as the data
-    were), ``ee_pos``, ``proprio``, ``object_pos``, ``goal`` (metres); ``meta``: ``seed`` (the simulator
-    resets row ``i`` from ``(seed, task_index[i], index[i])``), ``source``, ``camera``, ``size``,
-    ``action_repeat``."""
+    """Where episodes start, one row each.
+
+    Attributes:
+        arrays: One array per field, a row per start state: ``task``, ``index`` (its number within the
+            task), ``task_index`` (the task's place in the simulator's reset seed), ``frame`` (uint8
+            ``(H, W, 3)``, rendered as the data were), ``ee_pos``, ``proprio``, ``object_pos``, ``goal``
+            (metres).
+        meta: ``seed`` (the simulator resets row ``i`` from ``(seed, task_index[i], index[i])``),
+            ``source``, ``camera``, ``size``, ``action_repeat``.
+    """
 
     arrays: dict[str, np.ndarray]
     meta: dict[str, Any]
@@ -143,9 +148,22 @@ def starts_from_recording(episodes: Any) -> StartStates:
 
 def fresh_starts(tasks: Sequence[str], per_task: int, *, seed: int = DEFAULT_START_SEED,
                  action_repeat: int = 2) -> StartStates:
-    """``per_task`` start states of each task, made by the simulator from ``seed`` as the shipped recording's
-    were (the env's own object and goal placement, then a seeded move of the hand to a random point), and
-    rendered as the data were. The same arguments give the same start states; the recording used seed 0."""
+    """Start states made by the simulator as the shipped recording's were (the env's own object and goal
+    placement, then a seeded move of the hand to a random point), rendered as the data were. The same
+    arguments give the same start states; the recording used seed 0.
+
+    Args:
+        tasks: Meta-World tasks with an outcome measure (reach-v3, push-v3).
+        per_task: Start states per task.
+        seed: The seed of the simulator's resets.
+        action_repeat: Simulator steps per frame, as the data were recorded.
+
+    Returns:
+        The :class:`StartStates`, ``per_task`` rows per task.
+
+    Raises:
+        ConfigError: When a task has no outcome measure or an argument is out of range.
+    """
     from workbench.worldmodel.policies import OUTCOME, TASKS, _reset
     from workbench.worldmodel.sim import DEFAULT_CAMERA, PROPRIO_NAMES, check_args, import_simulator
 
@@ -187,9 +205,19 @@ def simulate(policy: Callable[[Any], Any], starts: StartStates, *, frames: int, 
     model that takes ``window``-frame chunks continuing from ``context`` frames: at each chunk boundary
     (:func:`~workbench.inspect.recording.closed_loop.chunk_schedule`) the policy sees the frame the simulator
     rendered there (as the data were rendered), the probes' readings of it and the start state's goal, and
-    returns the actions of the frames that chunk adds. Returns ``distance`` (the outcome at the last frame,
-    metres, the simulator's own), ``final_frames`` (uint8 ``(S, H, W, 3)``) and ``actions``
-    (``(S, frames, 4)``)."""
+    returns the actions of the frames that chunk adds.
+
+    Args:
+        policy: A callable of an :class:`~workbench.inspect.recording.closed_loop.Observation`.
+        starts: Where the episodes start.
+        frames: The episode's length in frames.
+        window: The world model's chunk length in frames.
+        context: The frames each chunk continues from.
+
+    Returns:
+        ``distance`` (the outcome at the last frame, metres, the simulator's own), ``final_frames`` (uint8
+        ``(S, H, W, 3)``) and ``actions`` (``(S, frames, 4)``).
+    """
     from workbench.inspect.recording.closed_loop import Observation, act, chunk_schedule, describe_policy
     from workbench.inspect.recording.state import state_reader
     from workbench.worldmodel.policies import OUTCOME, _reset
@@ -477,13 +505,30 @@ def evaluate_closed_loop(runs: Mapping[str, Any], starts: StartStates,
     """Run each policy closed loop in the world models of ``runs`` and (``simulator``) in Meta-World, from
     every start state; rank them (see the module docstring).
 
-    ``runs``: ``{"adapter": RUN}`` (its frozen base alone is the variant ``base``) and optionally
-    ``"scratch"``: run directories (needed for ``processes > 1``), experiments or models. ``policies``: specs
-    (:func:`resolve_policy`), or ``{name: spec or callable}``. ``variants``: of ``base``, ``adapter``,
-    ``scratch`` (default: those ``runs`` allow). ``batch``: episodes per rollout call.
+    Args:
+        runs: ``{"adapter": RUN}`` (its frozen base alone is the variant ``base``) and optionally
+            ``"scratch"``: run directories (needed for ``processes > 1``), experiments or models.
+        starts: Where the episodes start (:func:`fresh_starts`, or the recording's).
+        policies: Specs (:func:`resolve_policy`), or ``{name: spec or callable}``.
+        frames: The episodes' length in frames.
+        steps: Sampling steps per chunk.
+        seed: The seed of the rollouts (each episode draws its own noise from it).
+        gate_scale: The adapter's learned gate times this, for the ``adapter`` variant.
+        batch: Episodes per rollout call (the numbers are the same for any).
+        variants: Of ``base``, ``adapter``, ``scratch`` (default: those ``runs`` allow).
+        simulator: Also run every policy in Meta-World (the simulator twin).
+        processes: Processes the jobs are spread over (the numbers are the same for any).
+        world_size: torchrun ranks the jobs are spread over.
+        resamples: Bootstrap resamples of the start states for ρ's interval.
+        progress: Print each job as it finishes.
 
-    Returns a JSON-ready report. A policy that fails raises a :class:`~workbench.errors.PolicyError` whose
-    ``result`` is the report of everything finished before (``incomplete`` says what is missing).
+    Returns:
+        A JSON-ready report: per variant the distances, successes and agreement (ρ) with the simulator.
+
+    Raises:
+        PolicyError: When a policy fails; its ``result`` is the report of everything finished before
+            (``incomplete`` says what is missing).
+        ConfigError: When ``runs`` lacks the adapter or a variant cannot run.
     """
     if "adapter" not in runs or runs["adapter"] is None:
         raise ConfigError(f"evaluate_closed_loop: runs must hold 'adapter' (the run whose base and adapter "

@@ -45,8 +45,15 @@ class ScriptedPolicy:
     added to each action (clipped to [-1, 1]), or uniformly random actions (``noise=None``).
 
     Called with an :class:`~workbench.inspect.recording.closed_loop.Observation` (one episode or a batch),
-    it returns float32 actions ``(n, 4)`` (``(B, n, 4)``) for the frames ``observation.frames``. ``seed``:
-    mixed into every draw.
+    it returns float32 actions ``(n, 4)`` (``(B, n, 4)``) for the frames ``observation.frames``.
+
+    Args:
+        noise: The standard deviation of the Gaussian noise added to the expert's actions (0: the expert),
+            or None for uniformly random actions.
+        seed: Mixed into every draw.
+
+    Raises:
+        ConfigError: When ``noise`` is neither a number >= 0 nor None.
 
     Examples:
         >>> from workbench.inspect.recording.closed_loop import Observation
@@ -134,8 +141,16 @@ def _pushing(hand: np.ndarray, thing: np.ndarray) -> bool:
 
 
 def family(noise_levels: Sequence[float] | None = None, *, seed: int = 0) -> dict[str, ScriptedPolicy]:
-    """The shipped family by name, best first by design: ``expert``, ``expert+noise0.1`` ... (one per level of
-    ``noise_levels``, default :data:`~workbench.worldmodel.policies.NOISE_LEVELS`), ``random``."""
+    """The shipped family of policies, best first by design.
+
+    Args:
+        noise_levels: The noise levels of the noisy experts (default
+            :data:`~workbench.worldmodel.policies.NOISE_LEVELS`).
+        seed: Mixed into every policy's draws.
+
+    Returns:
+        The policies by name: ``expert``, ``expert+noise0.1`` ... (one per level), ``random``.
+    """
     from workbench.worldmodel.policies import NOISE_LEVELS
 
     levels = NOISE_LEVELS if noise_levels is None else tuple(noise_levels)
