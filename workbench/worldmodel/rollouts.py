@@ -25,8 +25,30 @@ if TYPE_CHECKING:
     from workbench.worldmodel.probe import HandProbe
 
 
+class _ProbeReader(StateReader):
+    """A probe's reading of the last of the frames; ``probe`` defaults to :meth:`shipped`, loaded when first
+    used."""
+
+    def __init__(self, probe: HandProbe | None = None):
+        super().__init__()
+        self._probe = probe
+
+    @staticmethod
+    def shipped() -> HandProbe:
+        raise NotImplementedError
+
+    @property
+    def probe(self) -> HandProbe:
+        if self._probe is None:
+            self._probe = self.shipped()
+        return self._probe
+
+    def read(self, frames: Any) -> np.ndarray:
+        return self.probe.positions(np.asarray(frames)[:, -1])
+
+
 @register("state_reader", "probe")
-class HandProbeReader(StateReader):
+class HandProbeReader(_ProbeReader):
     """The hand position (metres, ``[B, 3]``) the probe reads off the last of the frames, as ``ee_pos``.
 
     ``probe``: a :class:`~workbench.worldmodel.probe.HandProbe` (default: the shipped one, loaded on
@@ -41,20 +63,11 @@ class HandProbeReader(StateReader):
 
     keys = ("ee_pos",)
 
-    def __init__(self, probe: HandProbe | None = None):
-        super().__init__()
-        self._probe = probe
+    @staticmethod
+    def shipped() -> HandProbe:
+        from workbench.worldmodel.probe import shipped_probe
 
-    @property
-    def probe(self) -> HandProbe:
-        if self._probe is None:
-            from workbench.worldmodel.probe import shipped_probe
-
-            self._probe = shipped_probe()
-        return self._probe
-
-    def read(self, frames: Any) -> np.ndarray:
-        return self.probe.positions(np.asarray(frames)[:, -1])
+        return shipped_probe()
 
     def readout(self):
         """The probe's readout of single frames: the hand in cm (what the Drive view draws)."""
@@ -62,7 +75,7 @@ class HandProbeReader(StateReader):
 
 
 @register("state_reader", "object_probe")
-class ObjectProbeReader(StateReader):
+class ObjectProbeReader(_ProbeReader):
     """The object's position (metres, ``[B, 3]``: push-v3's puck) the object probe reads off the last of the
     frames, as ``object_pos``.
 
@@ -76,20 +89,11 @@ class ObjectProbeReader(StateReader):
 
     keys = ("object_pos",)
 
-    def __init__(self, probe: HandProbe | None = None):
-        super().__init__()
-        self._probe = probe
+    @staticmethod
+    def shipped() -> HandProbe:
+        from workbench.worldmodel.probe import shipped_object_probe
 
-    @property
-    def probe(self) -> HandProbe:
-        if self._probe is None:
-            from workbench.worldmodel.probe import shipped_object_probe
-
-            self._probe = shipped_object_probe()
-        return self._probe
-
-    def read(self, frames: Any) -> np.ndarray:
-        return self.probe.positions(np.asarray(frames)[:, -1])
+        return shipped_object_probe()
 
     def readout(self):
         """The object probe's readout of single frames, in cm."""
