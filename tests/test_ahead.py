@@ -285,3 +285,33 @@ def test_close_ends_a_second_process_still_steps_ahead(trained):
     started = time.monotonic()
     ahead.close()
     assert not ahead._process.is_alive() and time.monotonic() - started < 30
+
+
+AMP_CONFIG = {
+    "name": "amp-ahead",
+    "base": {"type": "tiny_video", "config": {"image_size": 16, "frames": 8, "width": 16, "ae_width": 8, "depth": 1}},
+    "adapter": {"type": "latent_residual", "config": {"width": 16, "depth": 1, "dim": 4, "per_frame": "keep"}},
+    "training": {"steps": 1, "batch_size": 2, "amp_dtype": "bf16", "progress": False},
+    "data": {"type": "synthetic_moves", "config": {"items": 4, "frames": 8, "size": 16}},
+}
+
+
+def test_the_base_computed_ahead_runs_under_the_runs_autocast():
+    """With ``training.amp_dtype``, the second process runs the base's half in the training step's autocast:
+    its output is the training process's own, bit for bit (in float32 it would differ in the bf16 rounding)."""
+    from workbench.train.config import parse_experiment
+    from workbench.train.experiment import AdapterExperiment, autocast
+    from workbench.train.seeds import StepNoise
+
+    exp = AdapterExperiment.from_config(parse_experiment(AMP_CONFIG))
+    with BaseAhead(exp.resolved_config(), steps=1) as ahead:
+        handed_over = ahead.next_batch()
+    batch = exp.prepare(exp.feed.stream().next())
+    noise = StepNoise(exp.training.seed, exp.device)
+    with autocast("bf16", exp.device):
+        here = exp.model.base_half(batch, noise.generator(0, 0))
+    plain = exp.model.base_half(batch, noise.generator(0, 0))
+    assert torch.equal(handed_over.batch.latents, batch.latents)
+    assert torch.equal(handed_over.half.x_t, here.x_t) and torch.equal(handed_over.half.t, here.t)
+    assert torch.equal(handed_over.half.base_output, here.base_output)
+    assert not torch.equal(plain.base_output, here.base_output)  # autocast changes the values: the check can fail

@@ -76,7 +76,7 @@ def _serve(config: dict, steps: int, start: int, data_state: dict | None, thread
     try:
         from workbench.inspect.recording.clips import predict_clips
         from workbench.train.config import parse_experiment
-        from workbench.train.experiment import AdapterExperiment
+        from workbench.train.experiment import AdapterExperiment, autocast
 
         exp = AdapterExperiment.from_config(parse_experiment(config))
         model = exp.model
@@ -87,7 +87,8 @@ def _serve(config: dict, steps: int, start: int, data_state: dict | None, thread
         for step in range(start, start + steps):
             for micro in range(exp.training.grad_accum):
                 batch = exp.prepare(stream.next())
-                half = model.base_half(batch, noise.generator(step, micro))
+                with autocast(exp.training.amp_dtype, exp.device):  # as the training step runs it
+                    half = model.base_half(batch, noise.generator(step, micro))
                 results.put(("batch", Ahead(step, micro, batch, half, stream.state_dict())))
         while True:
             kind, *args = requests.get()

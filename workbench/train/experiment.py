@@ -74,6 +74,26 @@ def _on_device(batch: Batch, device: torch.device) -> bool:
     return True
 
 
+
+def autocast(amp_dtype: str | None, device: torch.device):
+    """The autocast context a training step runs in.
+
+    The frozen base's half computed ahead in a second process (:mod:`workbench.train.ahead`) runs in the
+    same one, so its values are those the training process computes.
+
+    Args:
+        amp_dtype: ``training.amp_dtype``: ``"bf16"``, ``"fp16"`` or None.
+        device: The device the step runs on.
+
+    Returns:
+        ``torch.autocast`` to that dtype, or a context that does nothing when ``amp_dtype`` is None.
+    """
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, None: None}[amp_dtype]
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
 class AdapterExperiment:
     """A frozen base, an adapter, a composer and an objective, with the loop that trains them.
 
@@ -248,10 +268,7 @@ class AdapterExperiment:
 
     # -- the loop ----------------------------------------------------------------------------
     def _autocast(self):
-        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, None: None}[self.training.amp_dtype]
-        if dtype is None:
-            return contextlib.nullcontext()
-        return torch.autocast(device_type=self.device.type, dtype=dtype)
+        return autocast(self.training.amp_dtype, self.device)
 
     @property
     def synced_step(self) -> int:
