@@ -276,6 +276,51 @@ def test_state_without_the_training_state_is_refused(tmp_path):
         exp.load_checkpoint(path)
 
 
+
+def test_an_optimizer_state_that_does_not_fit_is_refused_at_load_whether_the_optimizer_is_built_or_not(tmp_path):
+    """A loaded experiment builds its optimizer on first use; the saved optimizer state is checked at load all
+    the same: into an experiment whose optimizer exists, and into a fresh one whose optimizer does not yet."""
+    exp = AdapterExperiment(base=tiny_base(), adapter=LatentResidual(width=8, depth=1),
+                            training=TrainingConfig(progress=False, output_dir=str(tmp_path / "run")))
+    path = exp.save_checkpoint()  # (its optimizer built to save its state)
+    state = torch.load(path / "state.pt", weights_only=True)
+    state["optimizer"]["param_groups"][0]["params"] = [0]
+    torch.save(state, path / "state.pt")
+    reseal(path)
+    count = len(list(exp.model.trainable_parameters()))
+    wording = (rf"Checkpoint .*step-0000000: the optimizer state in state\.pt does not fit this experiment's "
+               rf"parameters \(parameters per group: saved \[1\], this experiment \[{count}\]\)\. Build the "
+               rf"experiment from the checkpoint's config\.yaml")
+    for load in (exp.load_checkpoint, AdapterExperiment.load):
+        with pytest.raises(CheckpointError, match=wording):
+            load(path)
+
+
+LOAD_AND_SAMPLE = """
+import sys
+import torch
+from workbench.worldmodel import TRAINED_ADAPTER
+from workbench.worldmodel.common import load_run
+exp = load_run(TRAINED_ADAPTER)
+print("dynamo after load:", "torch._dynamo" in sys.modules)
+state = exp.optimizer.state_dict()["state"]
+print("optimizer state entries:", len(state), "of", len(list(exp.model.trainable_parameters())))
+print("dynamo after the optimizer:", "torch._dynamo" in sys.modules)
+"""
+
+
+def test_a_run_loaded_to_evaluate_builds_no_optimizer_until_asked(tmp_path):
+    """Creating a torch optimizer imports torch._dynamo (seconds of CPU time): a run loaded to sample or evaluate
+    does without; asked for, the optimizer comes with the checkpoint's state (AdamW's moments of every weight)."""
+    done = subprocess.run([sys.executable, "-c", LOAD_AND_SAMPLE], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = dict(line.split(": ", 1) for line in done.stdout.splitlines() if ": " in line)
+    assert lines["dynamo after load"] == "False"
+    saved, total = lines["optimizer state entries"].split(" of ")
+    assert saved == total and int(total) > 0
+    assert lines["dynamo after the optimizer"] == "True"
+
 def test_tiny_video_weights_errors(tmp_path):
     from workbench.backbones.tiny_video import TinyVideo, TinyVideoConfig
 

@@ -51,6 +51,7 @@ from workbench.train.resume import (
     config_changes,
     config_of,
     describe_clips,
+    load_optimizer_state,
     non_finite_message,
     override_names,
     record_changes,
@@ -154,8 +155,9 @@ class AdapterExperiment:
             raise CompositionError("The adapter and composer have no trainable parameters; "
                                    "nothing would train.")
         t = self.training
-        self.optimizer = torch.optim.AdamW(params, lr=t.learning_rate, betas=tuple(t.betas),
-                                           weight_decay=t.weight_decay)
+        # built on first use (see ``optimizer``): an experiment loaded to sample or evaluate never needs one
+        self._optimizer: torch.optim.Optimizer | None = None
+        self._optimizer_state: tuple[Path, dict] | None = None  # a restored state, loaded when it is built
         if t.amp_dtype is not None:  # refuse autocast to a dtype this device cannot compute in
             platform.resolve_dtype({"bf16": "bfloat16", "fp16": "float16"}[t.amp_dtype], self.device,
                                    where="training.amp_dtype")
@@ -265,6 +267,27 @@ class AdapterExperiment:
     def is_main(self) -> bool:
         """True on the process that logs and writes checkpoints (rank 0; the only one without torchrun)."""
         return self.dist is None or self.dist.is_main
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        """The AdamW optimizer of the trainable parameters, with the restored checkpoint's state.
+
+        Built on first use: creating a torch optimizer imports ``torch._dynamo`` (seconds of CPU time), which
+        an experiment loaded only to sample or evaluate never needs.
+        """
+        if self._optimizer is None:
+            t = self.training
+            self._optimizer = torch.optim.AdamW(self._params, lr=t.learning_rate, betas=tuple(t.betas),
+                                                weight_decay=t.weight_decay)
+        if self._optimizer_state is not None:
+            path, state = self._optimizer_state
+            self._optimizer_state = None
+            load_optimizer_state(self._optimizer, state, path)
+        return self._optimizer
+
+    @optimizer.setter
+    def optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        self._optimizer, self._optimizer_state = optimizer, None
 
     # -- the loop ----------------------------------------------------------------------------
     def _autocast(self):
@@ -539,7 +562,9 @@ class AdapterExperiment:
         if note is not None:
             ckpt.notes.append(note)
         print_notes(ckpt)
-        restored = restore_state(ckpt, self.model, self.optimizer, scaler=self.scaler, device=self.device)
+        restored = restore_state(ckpt, self.model, self._optimizer, scaler=self.scaler, device=self.device)
+        if restored.optimizer_state is not None:
+            self._optimizer_state = (restored.path, restored.optimizer_state)
         self.step = restored.step
         self.loss_history = restored.loss_history
         self.config_changes = restored.config_changes

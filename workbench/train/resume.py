@@ -55,12 +55,18 @@ class Restored:
     data_state: dict | None
     config_changes: list[dict]
     verified: bool
+    #: The optimizer state still to load (restored without an optimizer), else None.
+    optimizer_state: dict | None = None
 
 
-def restore_state(ckpt: LoadedCheckpoint, model: Any, optimizer: torch.optim.Optimizer, *, scaler: Any = None,
-                  device: torch.device | str = "cpu") -> Restored:
+def restore_state(ckpt: LoadedCheckpoint, model: Any, optimizer: torch.optim.Optimizer | None, *,
+                  scaler: Any = None, device: torch.device | str = "cpu") -> Restored:
     """Load ``ckpt`` into ``model`` (a :class:`~workbench.core.composed.ComposedModel`), ``optimizer``
     and ``scaler``, and set the random generators; returns the loop's position.
+
+    With ``optimizer`` None (an experiment that has not built its optimizer yet), the optimizer state is
+    checked against the model's trainable parameters and returned in :attr:`Restored.optimizer_state`, for
+    :func:`load_optimizer_state` once an optimizer is built.
 
     The trainable weights must be exactly the model's (names and shapes); otherwise a
     :class:`CheckpointError` lists the differences and points at ``AdapterExperiment.load``.
@@ -79,12 +85,10 @@ def restore_state(ckpt: LoadedCheckpoint, model: Any, optimizer: torch.optim.Opt
             f"shapes (saved vs built): {shapes[:3]}.)"
         )
     state = ckpt.state
-    try:
-        optimizer.load_state_dict(state["optimizer"])
-    except (ValueError, KeyError, TypeError, RuntimeError) as err:
-        raise CheckpointError(f"Checkpoint {ckpt.path}: the optimizer state in state.pt does not fit this "
-                              f"experiment's parameters ({err}). Build the experiment from the checkpoint's "
-                              f"config.yaml (AdapterExperiment.load).") from None
+    if optimizer is not None:
+        load_optimizer_state(optimizer, state.get("optimizer"), ckpt.path)
+    else:
+        _check_optimizer_state(state.get("optimizer"), [len(list(model.trainable_parameters()))], ckpt.path)
     model.load_trainable_state_dict({k: v.to(device) for k, v in theirs.items()})
     torch.set_rng_state(state["rng_cpu"])
     if "rng_cuda" in state and torch.cuda.is_available():
@@ -93,7 +97,44 @@ def restore_state(ckpt: LoadedCheckpoint, model: Any, optimizer: torch.optim.Opt
         scaler.load_state_dict(state["scaler"])
     return Restored(path=ckpt.path, step=ckpt.step, loss_history=list(ckpt.meta.get("loss_history", [])),
                     data_state=state.get("data"), config_changes=list(ckpt.meta.get("config_changes", [])),
-                    verified=ckpt.verified)
+                    verified=ckpt.verified,
+                    optimizer_state=None if optimizer is not None else state["optimizer"])
+
+
+def _unfit(path: Path, why: object) -> CheckpointError:
+    return CheckpointError(f"Checkpoint {path}: the optimizer state in state.pt does not fit this "
+                           f"experiment's parameters ({why}). Build the experiment from the checkpoint's "
+                           f"config.yaml (AdapterExperiment.load).")
+
+
+def _check_optimizer_state(saved: Any, group_sizes: list[int], path: Path) -> None:
+    """What loading ``saved`` into an optimizer of ``group_sizes`` parameters per group would refuse, refused
+    now, before the optimizer exists."""
+    groups = saved.get("param_groups") if isinstance(saved, dict) else None
+    if not isinstance(groups, list) or not isinstance(saved.get("state"), dict):
+        raise _unfit(path, f"expected an optimizer state dict with 'state' and 'param_groups', got "
+                           f"{type(saved).__name__}{sorted(saved) if isinstance(saved, dict) else ''}")
+    saved_sizes = [len(group.get("params", ())) if isinstance(group, dict) else -1 for group in groups]
+    if saved_sizes != group_sizes:
+        raise _unfit(path, f"parameters per group: saved {saved_sizes}, this experiment {group_sizes}")
+
+
+def load_optimizer_state(optimizer: torch.optim.Optimizer, saved: Any, path: Path) -> None:
+    """Load a checkpoint's optimizer state into ``optimizer``.
+
+    Args:
+        optimizer: The experiment's optimizer.
+        saved: The ``optimizer`` entry of the checkpoint's ``state.pt``.
+        path: The checkpoint, named in the error.
+
+    Raises:
+        CheckpointError: When the state does not fit the optimizer's parameters.
+    """
+    _check_optimizer_state(saved, [len(group["params"]) for group in optimizer.param_groups], path)
+    try:
+        optimizer.load_state_dict(saved)
+    except (ValueError, KeyError, TypeError, RuntimeError) as err:
+        raise _unfit(path, err) from None
 
 
 def _what_differs(ckpt: LoadedCheckpoint, model: Any, weights: Mapping[str, Any]) -> str:
