@@ -1,12 +1,15 @@
 """torchrun scale-out on the CPU (gloo): K ranks train exactly what one process trains.
 
-Every run here is a real `torchrun -m workbench train` (or two of them rendezvousing as two
-"nodes"), compared bit for bit with the single-process run of the same config.
+Every distributed run here is a real `torchrun -m workbench train` (or two of them rendezvousing as
+two "nodes"), compared bit for bit with the single-process run of the same config. The single-process
+runs go through the same command's function (``workbench.cli.main``) in this process: each new process
+costs an import of torch, seconds of CPU, and the ranks' processes are what is under test.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import free_port
+from conftest import cli, free_port
 from safetensors.torch import load_file
 from torch.utils.data import Dataset
 
@@ -49,11 +52,11 @@ def train(config: Path, out: Path, *extra: str) -> list[str]:
     return ["-m", "workbench", "train", str(config), "--output", str(out), "--quiet", *extra]
 
 
-def run_single(config: Path, out: Path, *extra: str) -> str:
-    done = subprocess.run([sys.executable, *train(config, out, *extra)], env=ENV, capture_output=True, text=True,
-                          timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done.stdout
+def run_here(config: Path, out: Path, *extra: str) -> None:
+    """The single-process run in this process (its output is not kept: module fixtures have no capsys)."""
+    from workbench.cli import main
+
+    assert main([str(a) for a in train(config, out, *extra)[2:]]) == 0
 
 
 def run_torchrun(config: Path, out: Path, *extra: str, nproc: int = 2) -> str:
@@ -93,8 +96,41 @@ def reference(tmp_path_factory):
     """The single-process run: 4 steps of 2 micro-batches each."""
     tmp = tmp_path_factory.mktemp("single")
     config = write_config(tmp)
-    run_single(config, tmp / "run")
+    run_here(config, tmp / "run")
     return config, tmp / "run"
+
+
+@pytest.fixture(scope="module")
+def two_nodes(tmp_path_factory, reference):
+    """The reference's config on two "nodes" of one rank each, two torchruns rendezvousing on localhost:
+    (output, what both launchers printed)."""
+    config, _ = reference
+    out = tmp_path_factory.mktemp("nodes") / "run"
+    port = free_port()
+    procs = [subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1", f"--node_rank={i}",
+         "--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{port}", "--rdzv_id=workbench-test",
+         *train(config, out)], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for i in range(2)]
+    printed = ""
+    for p in procs:
+        stdout, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err[-3000:]
+        printed += stdout
+    return out, printed
+
+
+def half_run(run: Path, into: Path) -> Path:
+    """``run`` as it stood right after its step-2 checkpoint (as a run stopped there leaves it): copied into
+    ``into`` without the step-4 checkpoint or the metrics rows after step 2, ``LATEST`` naming step 2."""
+    import json
+
+    shutil.copytree(run, into)
+    shutil.rmtree(into / "step-0000004")
+    (into / "LATEST").write_text("step-0000002")
+    rows = (into / "metrics.jsonl").read_text().splitlines()
+    (into / "metrics.jsonl").write_text("".join(f"{row}\n" for row in rows if json.loads(row)["step"] <= 2))
+    return into
 
 
 def evals(out: Path) -> list[dict]:
@@ -104,10 +140,9 @@ def evals(out: Path) -> list[dict]:
     return [row for row in rows if "eval" in row]
 
 
-def test_two_ranks_train_bit_exactly_what_one_process_trains(tmp_path, reference):
-    config, single = reference
-    out = tmp_path / "ddp"
-    stdout = run_torchrun(config, out)
+def test_two_ranks_on_two_nodes_rendezvous_and_train_bit_exactly_what_one_process_trains(reference, two_nodes):
+    _, single = reference
+    out, stdout = two_nodes
     assert stdout.count("Finished dist at step 4 on 2 ranks") == 1  # rank 0 alone reports
     assert_same_run(single, out)
     rows = [row for row in (out / "metrics.jsonl").read_text().splitlines() if '"eval"' not in row]
@@ -118,30 +153,21 @@ def test_two_ranks_train_bit_exactly_what_one_process_trains(tmp_path, reference
     assert all(row["eval"]["batches"] == 3 and row["eval"]["loss"] > 0 for row in evals(single))
 
 
-def test_two_nodes_rendezvous_on_localhost_and_train_the_same(tmp_path, reference):
-    config, single = reference
-    out = tmp_path / "nodes"
-    port = free_port()
-    procs = [subprocess.Popen(
-        [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1", f"--node_rank={i}",
-         "--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{port}", "--rdzv_id=workbench-test",
-         *train(config, out)], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for i in range(2)]
-    for p in procs:
-        _, err = p.communicate(timeout=300)
-        assert p.returncode == 0, err[-3000:]
-    assert_same_run(single, out)
-
-
 @pytest.mark.parametrize("first, then", [("ddp", "single"), ("single", "ddp")])
-def test_resume_across_world_sizes_equals_the_uninterrupted_run(tmp_path, reference, first, then):
-    config, single = reference
-    out = tmp_path / "resumed"
-    half = write_config(tmp_path, steps=2)
-    (run_torchrun if first == "ddp" else run_single)(half, out)
-    stdout = (run_torchrun if then == "ddp" else run_single)(config, out, "--resume", "--override", "steps")
-    assert "Resuming dist from" in stdout and "(step 2) up to step 4" in stdout
-    assert "changed training.steps: 2 -> 4 from step 2 (the continuation stays bit-exact" in stdout
+def test_resume_across_world_sizes_equals_the_uninterrupted_run(tmp_path, capsys, reference, two_nodes, first,
+                                                                 then):
+    # the step-2 checkpoint of the 2-rank run or of the single-process one, continued on the other world size
+    # and past the saved steps (4 -> 6, allowed by --override): at step 4 it is the uninterrupted run
+    _, single = reference
+    out = half_run(two_nodes[0] if first == "ddp" else single, tmp_path / "resumed")
+    longer = write_config(tmp_path, steps=6)
+    if then == "ddp":
+        stdout = run_torchrun(longer, out, "--resume", "--override", "steps")
+    else:
+        status, stdout, err = cli(capsys, *train(longer, out, "--resume", "--override", "steps")[2:])
+        assert status == 0, err
+    assert "Resuming dist from" in stdout and "(step 2) up to step 6" in stdout
+    assert "changed training.steps: 4 -> 6 from step 2 (the continuation stays bit-exact" in stdout
     assert_same_run(single, out)
     # rank 0 held the run for both ranks (the other was not refused) and let it go at the end
     assert (out / ".writer.lock").read_bytes() == b""
@@ -191,7 +217,7 @@ AMP = {"amp_dtype": "bf16", "gradient_checkpointing": True, "steps": 2}
 def amp_single(tmp_path_factory):
     """The single-process run with bf16 autocast and gradient checkpointing, 2 steps."""
     tmp = tmp_path_factory.mktemp("amp")
-    run_single(write_config(tmp, **AMP), tmp / "single")
+    run_here(write_config(tmp, **AMP), tmp / "single")
     return tmp / "single"
 
 

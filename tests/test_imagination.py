@@ -2,10 +2,13 @@
 
 import pytest
 
-from workbench.worldmodel.imagination import jobs
+# Nothing of workbench at module level: the pool's spawned processes import this module to find
+# _job_that_dies, and each would import torch for it.
 
 
 def test_the_jobs_put_the_costliest_first_and_add_the_scratch_rollout_only_when_given():
+    from workbench.worldmodel.imagination import jobs
+
     assert jobs(False)[:2] == [("policies", "adapter"), ("policies", "base")]
     assert ("rollout", "scratch") in jobs(True) and ("rollout", "scratch") not in jobs(False)
 

@@ -8,8 +8,9 @@ One environment is built up in three stages — the core (`pip install WHEEL`), 
 starts, naming the extra and the pip command, and the commands whose extras are there run a few steps. With
 the core alone: `doctor` names what each extra would bring, `init` writes the example configs and `train` runs
 the tiny one, and `train` on Meta-World data, `demo` and `data metaworld` refuse, naming the `data` extra,
-with nothing written; these run in one process (each start of the command imports torch, about 4 CPU seconds),
-through the console script's own function. The later stages start the console script itself.
+with nothing written. The commands of these two stages run in one process per stage (each start of the command
+imports torch, about 4 CPU seconds), through the console script's own function; the last stage starts the
+console script itself.
 
 At each stage pip resolves the wheel's requirement (``pip install --dry-run --report``, the
 constraints applied, against what the new environment already holds) and the distributions it would
@@ -227,18 +228,21 @@ def test_the_wheel_installs_and_each_extra_serves_its_commands(tmp_path):
     # -- + data --------------------------------------------------------------------------------------------
     brought = stage("[data]")
     assert full or {"h5py", "metaworld", "pyarrow", "av"} <= {n.lower() for n in brought}, brought
-    doctor = ok(run([*workbench, "doctor"], work, env))
+    generate = ["data", "metaworld", "--tasks", "reach-v3", "--episodes", 1, "--frames", 6, "--size", 32, "--out",
+                "one.h5", "--no-progress"]
+    data = in_turn(python, [["doctor"], ["train", mw, "--output", "mw", "--quiet"], generate,
+                            ["demo", "--quick", "--output", "demo"]], work, env)
+    doctor = ok(data["doctor"])
     assert re.search(r"^  data       installed - datasets and video files: .*; commands: workbench data", doctor,
                      re.M), doctor
-    assert "Finished mw at step 2" in ok(run([*workbench, "train", mw, "--output", "mw", "--quiet"], work, env))
-    generated = run([*workbench, "data", "metaworld", "--tasks", "reach-v3", "--episodes", 1, "--frames", 6,
-                     "--size", 32, "--out", "one.h5", "--no-progress"], work, env)
+    assert "Finished mw at step 2" in ok(data[f"train {mw} --output mw --quiet"])
+    generated = data[" ".join(str(a) for a in generate)]
     if generated.returncode == 2:  # a machine without offscreen rendering: the refusal must still be clean
         refused(generated, "error: MuJoCo cannot render")
     else:
         ok(generated)
         assert (work / "one.h5").is_file()
-    refused(run([*workbench, "demo", "--quick", "--output", "demo"], work, env),
+    refused(data["demo --quick --output demo"],
             "error: workbench demo needs matplotlib (the 'widgets' extra), not installed in this environment. "
             "Install with: pip install \"./[widgets]\" in a clone of the repository")
     assert not (work / "demo").exists()

@@ -162,7 +162,9 @@ def test_the_shipped_world_model_follows_the_actions():
     exp = AdapterExperiment.load(TRAINED_ADAPTER)
     val = MetaWorldClips(path="sample", window=16, stride=16, split="val")
     clips = torch.utils.data.Subset(val, [0, 9, 12, 18])  # push, reach, pick-place, button-press
-    summary = summarise(evaluate_world_model(exp, clips, sampling_steps=20, seed=0, progress=False))
+    # 10 sampler steps: the margins are those of 20 (measured, seeds 0-2: adapter - base 2.0-2.6 dB, adapter -
+    # swapped 2.2-2.5 dB at 10 steps; 1.9-2.3 and 2.0-2.3 dB at 20), at half the sampling
+    summary = summarise(evaluate_world_model(exp, clips, sampling_steps=10, seed=0, progress=False))
     mean = summary["mean"]
     assert mean["adapter"]["moving_psnr"] > mean["base"]["moving_psnr"] + 0.5
     assert mean["adapter"]["moving_psnr"] > mean["swapped"]["moving_psnr"] + 0.5

@@ -17,12 +17,18 @@ def xdist_flags(timeout: int) -> list[str]:
     return line.replace("\\\n", " ").replace("$(WORKERS)", "2").replace("$(TEST_TIMEOUT)", str(timeout)).split()
 
 
+#: plugins the guards do not involve, left out of the inner run: each of its three processes (the controller and
+#: two workers) would import them, seconds of CPU each (nbval imports nbformat and its JSON-schema checks)
+UNINVOLVED = ["-p", "no:nbval", "-p", "no:hypothesispytest", "-p", "no:anyio"]
+
+
 def run(tmp_path: Path, body: str, timeout: int) -> subprocess.CompletedProcess:
     for name in ("a", "b", "c"):
         (tmp_path / f"test_{name}.py").write_text("def test_fine():\n    pass\n")
     (tmp_path / "test_bad.py").write_text(body)
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *xdist_flags(timeout),
-                           str(tmp_path)], capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *UNINVOLVED,
+                           *xdist_flags(timeout), str(tmp_path)], capture_output=True, text=True, timeout=240,
+                          cwd=tmp_path)
 
 
 def test_a_worker_that_crashes_ends_the_run_and_names_its_test(tmp_path):
