@@ -89,6 +89,7 @@ BUDGET: dict[str, float] = {
     "tests/test_widgets_logic.py": 3,
     "tests/test_registration.py": 3,
     "tests/test_inspect_trajectory.py": 3,
+    "tests/test_fit_view_drawing.py": 3,
     "tests/test_private_names.py": 2,
     "tests/test_camera.py": 2,
     "tests/test_own_data.py": 2,
