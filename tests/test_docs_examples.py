@@ -59,9 +59,10 @@ SHIPPED_RUN = "workbench/worldmodel/weights/metaworld_action"  # the run `workbe
 FEW = "--episodes 2 --frames 16"  # a Meta-World rendering's quick twin: two episodes of one window
 # A block whose command takes minutes runs in the suite as its quick twin: the same lines with the words below
 # replaced (regular expressions, applied in order to each of the page's blocks): fewer episodes, frames, clips and
-# steps, `--quick`, the shipped run where the page names the run `workbench demo` trains (or the reader's own,
-# RUN_DIR), a small file for the reader's FILE.h5, and `make -n` (what a target runs, printed, not run) for a make
-# target that sets up an environment or runs this very suite. A replacement that matches no line of its page fails
+# steps, `--quick`, a pretraining scored on its own small data (`--val-data`) instead of the shipped sample, the
+# shipped run where the page names the run `workbench demo` trains (or the reader's own, RUN_DIR), a small file for
+# the reader's FILE.h5, and `make -n` (what a target runs, printed, not run) for a make target that sets up an
+# environment or runs this very suite. A replacement that matches no line of its page fails
 # the page, so a twin cannot drift from the block it stands for.
 MAKE_N = (r"^make ([\w-]+)", rf"make -n -C {ROOT} \1")
 EVAL_RUN = (r"\b(outputs/demo/run|RUN_DIR)\b", SHIPPED_RUN)
@@ -73,7 +74,7 @@ TWINS: dict[str, tuple[tuple[str, str], ...]] = {
     "docs/guides/notebooks-and-views.md": (MAKE_N,),
     "docs/results/world-model.md": (
         MAKE_N, EVAL_RUN, (r"--clips 36|--stride 48", "--clips 2 --steps 1"),
-        (r"steps=60\b", "steps=2"), (r"steps=20\b", "steps=1"), (r"range\(4\)", "range(1)")),
+        (r"steps=60\b", "steps=1"), (r"steps=20\b", "steps=1"), (r"range\(4\)", "range(1)")),
     "docs/results/rollouts.md": ((r"--rollout ", "--rollout --episodes 2 --frames 8 "), (r"--steps \d+", "--steps 1")),
     "docs/guides/rollouts.md": (EVAL_RUN, (r"--rollout ", "--rollout --episodes 2 --frames 8 "),
                                 (r"--steps \d+", "--steps 1")),
@@ -81,7 +82,7 @@ TWINS: dict[str, tuple[tuple[str, str], ...]] = {
     "docs/guides/memory-plan.md": ((r"examples/configs/wan22\.yaml|my_run\.yaml", "examples/configs/tiny.yaml"),),
     "docs/guides/world-model.md": (
         (r"--episodes \d+ --frames \d+", FEW), (r"--out workbench/data/samples/", "--out data/"),
-        (r"(pretrain --data \S+)", r"\1 --ae-steps 1 --steps 1 --width 8 --depth 1 --ae-width 8")),
+        (r"(pretrain --data (\S+))", r"\1 --val-data \2 --ae-steps 1 --steps 1 --width 8 --depth 1 --ae-width 8")),
     "docs/guides/action-path.md": (
         (r"^(workbench data calibrate FILE\.h5)",
          rf"workbench data metaworld --tasks reach-v3 {FEW} --out mine.h5\n\1"),

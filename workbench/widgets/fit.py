@@ -32,7 +32,8 @@ class Fit(View):
             (default: the config's ``data:`` block).
         steps: How many more steps a run trains.
         smoothing: The weight of the loss plot's moving average, in [0, 1) (0: the raw losses).
-        plot_every: Seconds between redraws of the loss plot while a run trains.
+        plot_every: Seconds between redraws of the loss plot while a run trains, once the view is displayed
+            (a run before that, such as ``Fit(...).run()``, draws the plot once, when it ends).
 
     Examples:
         >>> fit = Fit(exp, train, steps=1).start()    # returns at once; display `fit` to watch it
@@ -62,6 +63,7 @@ class Fit(View):
         self.stop_button.on_click(lambda _: self.stop())
         self.session.add_listener(self._on_event)
         self._last_plot = 0.0
+        self._displayed = False  # a picture nobody sees is not redrawn during a run
         self._started: tuple[float, int] | None = None  # (time, step) when the current run started
         # the status on a line of its own, below the controls: in the row beside them it wrapped
         self.children = (widgets.HBox([self.train_button, self.stop_button, self.steps_box, self.progress]),
@@ -119,12 +121,16 @@ class Fit(View):
             self._update_controls()
         elif event == "step":
             self._update_controls()
-            if time.perf_counter() - self._last_plot >= self.plot_every:
+            if self._displayed and time.perf_counter() - self._last_plot >= self.plot_every:
                 self._draw()
         else:  # end
             self._draw()
             self._update_controls()
             self.refresh_display()
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict:
+        self._displayed = True
+        return super()._repr_mimebundle_(**kwargs)
 
     def _draw(self) -> None:
         history = list(self.session.history)
