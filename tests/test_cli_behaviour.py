@@ -180,6 +180,15 @@ def test_a_command_refuses_before_work_when_its_extra_is_missing(tmp_path, capsy
     assert not (tmp_path / "demo").exists()
 
 
+def test_the_demo_refuses_before_work_without_the_experts_its_closed_loops_run(tmp_path, capsys, monkeypatch):
+    _without(monkeypatch, "metaworld", "mujoco")
+    status, out, err = cli(capsys, "demo", "--quick", "--output", tmp_path / "demo")
+    assert status == 2 and out == ""
+    assert "error: the demo needs metaworld, mujoco (the 'data' extra), not installed in this environment. " \
+           "Install with: pip install \"./[data]\" in a clone of the repository" in err
+    assert not (tmp_path / "demo").exists()
+
+
 def test_train_checks_the_extras_its_config_needs_before_work(tmp_path, capsys, monkeypatch):
     _without(monkeypatch, "h5py")
     config = write_run_config(tmp_path / "c.yaml", data={"type": "metaworld", "config": {"path": "sample"}})
