@@ -52,12 +52,13 @@ $(LAB_STAMP): $(STAMP)
 	$(PIP_INSTALL) -e ".[lab]"
 	@touch $(LAB_STAMP)
 
-# `make demo` installs only what the demo imports: the core and, pinned alike, the five packages of the data and
-# widgets extras it reads (workbench/worldmodel/cli.py's `demo` command; tests/test_cli_behaviour.py checks the list).
-# No MuJoCo, notebooks, diffusers or plugins: a fresh clone runs it sooner. A full install (`make install`, `make
+# `make demo` installs only what the demo imports: the core and, pinned alike, the packages of the data and widgets
+# extras it reads (workbench/worldmodel/cli.py's `demo` command and WORLD_NEEDS in workbench/worldmodel/demo.py:
+# Meta-World's scripted experts act in the closed-loop ranking, whose simulated outcomes are a shipped record;
+# tests/test_cli_behaviour.py checks the list). No notebooks, diffusers or plugins: a fresh clone runs it sooner. A full install (`make install`, `make
 # test`) serves it as it is. It trains and evaluates on two processes of one thread each (`--processes 2`).
 DEMO_STAMP := $(VENV)/.demo-installed
-DEMO_PACKAGES := h5py imageio imageio-ffmpeg pillow matplotlib
+DEMO_PACKAGES := h5py imageio imageio-ffmpeg pillow matplotlib metaworld mujoco packaging
 $(DEMO_STAMP): $(PY) pyproject.toml constraints.txt
 	$(BUILD_TOOLS)
 	$(PIP_INSTALL) -e . $(DEMO_PACKAGES)

@@ -1,7 +1,7 @@
 """`workbench demo --quick` on two processes and on one: every output written, and the same numbers bit for bit.
 
 The second process runs the frozen base a step ahead and predicts half the clips (workbench.train.ahead);
-the world summary's rollouts and policy ranking share its jobs between the two processes
+the world summary's rollouts and policy rankings (open and closed loop) share its jobs between the two processes
 (workbench.worldmodel.imagination). One quick demo per process count serves every test here; a test hook
 records what each process did (the batches and base halves handed over, the clips predicted, the jobs run),
 so that a second process that did nothing fails them, whatever the numbers.
@@ -25,6 +25,7 @@ from workbench.core.composed import BaseHalf
 from workbench.core.conditions import Batch
 from workbench.errors import ConfigError
 from workbench.train.ahead import Ahead, AheadError, AheadStream, BaseAhead
+from workbench.worldmodel.common import json_safe
 from workbench.worldmodel.demo import DemoConfig, run_demo
 from workbench.worldmodel.imagination import jobs
 
@@ -80,7 +81,7 @@ class Witness:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """The quick demo (10 steps of batch 2, 4 clips seen and 4 unseen, 4 sampling steps, the world summary at
+    """The quick demo (10 steps of batch 2, 4 clips seen and 4 unseen, 2 sampling steps, the world summary at
     its quick size): from the command line on two processes (with what it printed), and on one process; each
     with what its processes did (a :class:`Witness`)."""
     two, seen = tmp_path_factory.mktemp("p2") / "demo", {1: Witness(), 2: Witness()}
@@ -98,18 +99,21 @@ def test_demo_quick_writes_every_output(runs):
     out, metrics, printed, _ = runs[2]
     assert "(b) beats (c) on moving PSNR" in printed and "(a) frozen base alone" in printed
     assert "tasks never seen in pretraining or training: 4 clips" in printed and "action err cm" in printed
-    # it ends with the first table: the clips, then the rollouts and the policy ranking at the quick size
+    # it ends with the first table: the clips, then the rollouts and the two policy rankings at the quick size
     last = printed[printed.index("What the adapter buys: 4 held-out clips"):].splitlines()
     assert last[1].split() == ["frozen", "base", "base", "+", "adapter", "adapter,", "swapped", "from", "scratch",
                                "measured", "path"]
     assert last[6].startswith("rollout, hand error cm, chunk 1 -> 2") and last[6].count("->") == 5  # name + 4 cells
-    assert last[7].startswith("policy ranking, Spearman rho [95%]")
+    assert last[7].startswith("policy ranking, open loop, rho [95%]")
+    assert last[8].startswith("policy ranking, closed loop, rho [95%]")
+    assert "the whole study, from fresh start states: workbench eval" in printed and "--policies --scratch" in printed
     assert "NOT met" not in "\n".join(last)
     for name in ("side_by_side.mp4", "side_by_side.gif", "loss.png", "metrics.json", "unseen/side_by_side.gif"):
         assert (out / name).stat().st_size > 1000, name
     assert metrics["training"]["steps"] == 10 and len(metrics["training"]["loss_history"]) == 10
     assert metrics["evaluation"]["clips"] == 4 and metrics["unseen"]["evaluation"]["clips"] == 4
     assert metrics["world"]["rollout"]["episodes"] == 2 and metrics["world"]["policies"]["episodes"] == 6
+    assert metrics["world"]["closed_loop"]["episodes"] == 6
     assert metrics["first_table"] == "\n".join(last[:len(metrics["first_table"].splitlines())])
     for per_clip in (metrics["per_clip"], metrics["unseen"]["per_clip"]):
         for variant in ("base", "adapter", "swapped"):
@@ -170,14 +174,20 @@ def test_two_processes_score_every_clip_exactly_as_one(runs):
     assert len(m1["per_clip"]["items"]) == 4
 
 
-def test_two_processes_give_the_one_process_rollouts_and_policy_ranking_bit_for_bit(runs):
+def test_two_processes_give_the_one_process_rollouts_and_policy_rankings_bit_for_bit(runs):
     one, two = runs[1][1]["world"], runs[2][1]["world"]
-    # one process ran the six (question, model) jobs itself; two left every one to their pool
-    assert sorted(runs[1][3].jobs_here) == sorted(jobs(scratch=True)) and runs[2][3].jobs_here == []
-    for report in (one["policies"], two["policies"]):  # (CPU seconds are timings, not results)
-        for variant in report["variants"].values():
+    # one process ran the eight (question, model) jobs itself; of two, each ran some (the one started for them
+    # took the costliest first)
+    assert sorted(runs[1][3].jobs_here) == sorted(jobs(scratch=True)) and len(jobs(scratch=True)) == 8
+    here = runs[2][3].jobs_here
+    assert 0 < len(here) < 8 and jobs(scratch=True)[0] not in here and len(set(here)) == len(here)
+    for report in (one["policies"], two["policies"], one["closed_loop"], two["closed_loop"]):
+        for variant in report["variants"].values():  # (CPU seconds are timings, not results)
             variant.pop("cpu_seconds")
     assert one["rollout"] == two["rollout"] and one["policies"] == two["policies"]
+    # (the two-process run's is read back from its metrics.json, where a NaN is written as null)
+    assert json_safe(one["closed_loop"]) == two["closed_loop"]
+    assert np.isnan(one["closed_loop"]["variants"]["base"]["agreement"]["all"]["rho"])  # ties: see below
     rollout = one["rollout"]
     assert (rollout["episodes"], rollout["frames"], len(rollout["chunks"])) == (2, 31, 2)
     row = rollout["chunks"][0]
@@ -197,6 +207,42 @@ def trained(runs):
     from workbench import AdapterExperiment
 
     return AdapterExperiment.load(runs[1][1]["training"]["checkpoint"])
+
+
+def test_the_closed_loop_row_ranks_the_models_own_closed_loops_against_the_simulators_record(runs, trained):
+    """The closed-loop row at the quick size: the six policies from reach start 0 of the shipped recording, each
+    chunk's actions chosen from the model's last frame, against the outcomes the simulator twin recorded there."""
+    from workbench.worldmodel import closed_loop_eval as cle
+    from workbench.worldmodel.policies import load_policies, policy_names, spearman
+    from workbench.worldmodel.scripted import ScriptedPolicy
+    from workbench.worldmodel.summary import COLUMNS
+
+    report, printed = runs[2][1]["world"]["closed_loop"], runs[2][2]
+    names = policy_names()
+    assert report["policies"] == names and report["tasks"] == ["reach-v3"] and report["frames"] == 61
+    assert (report["chunks"], report["sampling_steps"], report["start_states"]["per_task"]) == (4, 1, 1)
+    assert report["simulated"]["record"] == cle.SIMULATED_PATH.name
+    # the simulated outcomes are the record's, reach start 0 (its first row), policy by policy
+    record = json.loads(cle.SIMULATED_PATH.read_text())
+    assert record["start_states"]["rows"][0] == {**record["start_states"]["rows"][0], "task": "reach-v3", "index": 0}
+    assert report["simulated_distance_m"] == [record["simulated_distance_m"][k][0] for k in names]
+    # the adapter's imagined outcome of a policy is what the library's closed loop gives, run here directly
+    start = cle.starts_from_recording(load_policies()).select(per_task=1, tasks=["reach-v3"])
+    adapter = report["variants"]["adapter"]["distance_m"]
+    for i in (0, 5):  # the expert and the random policy
+        alone = cle.imagine_closed_loop(trained.model, start, ScriptedPolicy(0.0 if i == 0 else None), frames=61,
+                                        steps=1, gate_scale=2.0)
+        assert adapter[i] == round(float(alone["distance"][0]), 5), names[i]
+    assert len(set(adapter)) == 6  # each policy ends somewhere else in the adapter's imagination
+    # the frozen base ignores the actions: every policy's episode is the same, its ranking all ties
+    base = report["variants"]["base"]["distance_m"]
+    assert len(set(base)) == 1 and set(base).isdisjoint(adapter)
+    rho = spearman(adapter, report["simulated_distance_m"])  # one start state: ρ of the episodes themselves
+    a = report["variants"]["adapter"]["agreement"]["all"]
+    assert a["rho"] == pytest.approx(rho, abs=1e-12) and a["low"] == a["high"] == pytest.approx(rho, abs=1e-12)
+    row = next(line for line in printed.splitlines() if line.startswith("policy ranking, closed loop"))
+    cells = [row[40 + 20 * i:60 + 20 * i].strip() for i in range(len(COLUMNS))]
+    assert cells == ["n/a (ties)", f"{rho:+.2f} [{rho:+.2f},{rho:+.2f}]", "", "", ""]
 
 
 def test_split_chunks_keep_each_chunks_seeded_noise(trained):

@@ -155,12 +155,13 @@ def test_the_extras_table_is_the_distributions():
 
 def test_make_demo_installs_every_package_the_demo_needs():
     from workbench.worldmodel.cli import demo
+    from workbench.worldmodel.demo import WORLD_NEEDS
 
     line = next(x for x in (ROOT / "Makefile").read_text().splitlines() if x.startswith("DEMO_PACKAGES :="))
     listed = set(line.split(":=")[1].split())
     distribution = {"PIL": "pillow", "imageio_ffmpeg": "imageio-ffmpeg"}  # (module -> what pip installs)
     needed = {distribution.get(m, m) for modules in demo.extras.values() for m in modules}
-    assert listed == needed
+    assert listed == needed | set(WORLD_NEEDS)  # the command's extras, and what its world summary's experts import
 
 
 def _without(monkeypatch, *modules: str) -> None:
@@ -176,6 +177,15 @@ def test_a_command_refuses_before_work_when_its_extra_is_missing(tmp_path, capsy
     assert status == 2 and out == ""
     assert "error: workbench demo needs h5py (the 'data' extra); matplotlib (the 'widgets' extra), not installed in " \
            "this environment. Install with: pip install \"./[data,widgets]\" in a clone of the repository" in err
+    assert not (tmp_path / "demo").exists()
+
+
+def test_the_demo_refuses_before_work_without_the_experts_its_closed_loops_run(tmp_path, capsys, monkeypatch):
+    _without(monkeypatch, "metaworld", "mujoco")
+    status, out, err = cli(capsys, "demo", "--quick", "--output", tmp_path / "demo")
+    assert status == 2 and out == ""
+    assert "error: the demo needs metaworld, mujoco (the 'data' extra), not installed in this environment. " \
+           "Install with: pip install \"./[data]\" in a clone of the repository" in err
     assert not (tmp_path / "demo").exists()
 
 

@@ -60,11 +60,19 @@ def test_rollout_and_policy_rows_read_their_summaries_and_leave_unmeasured_cells
     agree = {"base": (0.31, -0.1, 0.6), "adapter": (0.83, 0.7, 0.9)}
     policies = {"variants": {k: {"agreement": {"all": {"rho": r, "low": lo, "high": hi}}}
                              for k, (r, lo, hi) in agree.items()}}
-    table = first_table(SHIPPED, rollout=rollout, policies=policies).splitlines()
+    # closed loop: a base that imagines every policy alike has no ranking (NaN), the ceiling is not a column
+    closed = {"variants": {"probe_on_sim": {"agreement": {"all": {"rho": 0.99, "low": 0.95, "high": 1.0}}},
+                           "base": {"agreement": {"all": {"rho": float("nan"), "low": float("nan"),
+                                                          "high": float("nan")}}},
+                           "adapter": {"agreement": {"all": {"rho": 0.714, "low": -0.2, "high": 0.886}}}}}
+    table = first_table(SHIPPED, rollout=rollout, policies=policies, closed_loop=closed).splitlines()
     row = next(line for line in table if line.startswith("rollout"))
     assert cells(row) == ["rollout, hand error cm, chunk 1 -> 2", "8.9 -> 19.4", "6.4 -> 9.8", "12.6 -> 20.7", "", ""]
-    row = next(line for line in table if line.startswith("policy ranking"))
-    assert cells(row) == ["policy ranking, Spearman rho [95%]", "+0.31 [-0.10,+0.60]", "+0.83 [+0.70,+0.90]",
+    row = next(line for line in table if line.startswith("policy ranking, open"))
+    assert cells(row) == ["policy ranking, open loop, rho [95%]", "+0.31 [-0.10,+0.60]", "+0.83 [+0.70,+0.90]",
                           "", "", ""]
+    assert table[table.index(row) + 1] == next(line for line in table if line.startswith("policy ranking, closed"))
+    assert cells(table[table.index(row) + 1]) == ["policy ranking, closed loop, rho [95%]", "n/a (ties)",
+                                                  "+0.71 [-0.20,+0.89]", "", "", ""]
     # without a scratch run or the ceiling their cells stay blank
     assert cells(table[2])[4:] == ["", ""]

@@ -9,7 +9,8 @@ Sources, each written by a command (none typed by hand):
   ``workbench eval workbench/worldmodel/weights/metaworld_action --rollout --steps 8 --gate-scale 2``
   (the 8-step run of [Rollouts](docs/results/rollouts.md));
 * ``docs/results/data/policy_ranking.json``: the agreement of each variant from ``policy_ranking.json`` of
-  the command on [Policy ranking](docs/results/policy-ranking.md).
+  the open-loop command on [Policy ranking](docs/results/policy-ranking.md);
+* ``docs/results/data/closed_loop.json``: the ``metrics.json`` of the closed-loop command on the same page.
 
 ``python tools/readme_table.py`` prints the block; ``--write`` replaces it in README.md, between its two
 markers. ``tests/test_project_files.py`` fails when the README's block differs from what this prints.
@@ -46,6 +47,7 @@ def block() -> str:
     demo, ceiling = _load(RUN / "demo_metrics.json"), _load(RUN / "measured_path_metrics.json")
     scratch = _load(SCRATCH / "demo_metrics.json")
     rollout, policies = _load(DATA / "rollouts.json")["summary"], _load(DATA / "policy_ranking.json")
+    closed = _load(DATA / "closed_loop.json")
     s, sc, ce = demo["summary"], scratch["summary"], ceiling["summary"]
     m, scm = s["mean"], sc["mean"]
     u, su, cu = demo["unseen"]["summary"], scratch["unseen"]["summary"], ceiling["unseen"]["summary"]
@@ -56,6 +58,7 @@ def block() -> str:
         return f"{first[f'{variant}_hand_error_cm']:.1f} → {last[f'{variant}_hand_error_cm']:.1f}"
 
     ranks = {name: variant["agreement"] for name, variant in policies["variants"].items()}
+    acted = {name: variant["agreement"] for name, variant in closed["variants"].items()}
     rows = [
         f"| {s['clips']} held-out clips of the training tasks, predicted from their first frame | frozen base | "
         "base + adapter | adapter, swapped actions | from scratch (same budget) | measured path (ceiling) |",
@@ -77,8 +80,12 @@ def block() -> str:
         f"{_num(cu['adapter_minus_base_moving_psnr_db'], '+.2f')} dB |",
         f"| rollout, {rollout['episodes']} episodes of {rollout['frames']} frames: hand error cm, chunk 1 → "
         f"{len(chunks)} | {drift('base')} | **{drift('adapter')}** | {drift('swapped')} | | |",
-        f"| ranking 6 policies on reach and push as the simulator does (Spearman ρ, 95% interval) | "
-        f"{_rho(ranks['base']['all'])} | **{_rho(ranks['adapter']['all'])}** | | {_rho(ranks['scratch']['all'])} | |",
+        f"| ranking 6 policies on reach and push as the simulator does, their recorded actions replayed (open loop; "
+        f"Spearman ρ, 95% interval) | {_rho(ranks['base']['all'])} | **{_rho(ranks['adapter']['all'])}** | | "
+        f"{_rho(ranks['scratch']['all'])} | |",
+        f"| the same, each chunk's actions chosen from the model's own last frame (closed loop, "
+        f"{closed['start_states']['per_task']} fresh start states per task) | {_rho(acted['base']['all'])} | "
+        f"**{_rho(acted['adapter']['all'])}** | | {_rho(acted['scratch']['all'])} | |",
     ]
     gap_first = first["base_hand_error_cm"] - first["adapter_hand_error_cm"]
     gap_last = last["base_hand_error_cm"] - last["adapter_hand_error_cm"]
@@ -91,12 +98,15 @@ def block() -> str:
         "shows what a perfect path would buy.\nOver whole episodes, each chunk predicted from the last frame the "
         f"model made, the adapter's lead {lead}\n({first['adapter_hand_error_cm']:.1f} against "
         f"{first['base_hand_error_cm']:.1f} cm in the first chunk, {last['adapter_hand_error_cm']:.1f} against "
-        f"{last['base_hand_error_cm']:.1f} in the last; [rollouts](docs/results/rollouts.md));\nused in place of "
-        "the simulator it ranks the reach policies at ρ "
-        f"{_num(ranks['adapter']['reach-v3']['rho'], '+.2f')} against the simulator's order and the push\nones at ρ "
-        f"{_num(ranks['adapter']['push-v3']['rho'], '+.2f')} ([policy ranking](docs/results/policy-ranking.md)). "
-        f"The probe itself is {s['probe_error_on_truth_cm']:.2f} cm off on\nthe recorded frames. The from-scratch "
-        "and measured-path columns are stored runs and the last two rows the\nlonger evaluations of their results "
+        f"{last['base_hand_error_cm']:.1f} in the last; [rollouts](docs/results/rollouts.md)).\nReplaying recorded "
+        "actions in place of the simulator, it ranks the reach policies at ρ "
+        f"{_num(ranks['adapter']['reach-v3']['rho'], '+.2f')} against the simulator's\norder and the push ones at ρ "
+        f"{_num(ranks['adapter']['push-v3']['rho'], '+.2f')}; letting each policy choose its actions from the frames "
+        "the model makes\n(closed loop), all pairs at ρ "
+        f"{_num(acted['adapter']['all']['rho'], '+.2f')}, the frozen base at "
+        f"{_num(acted['base']['all']['rho'], '+.2f')} ([policy ranking](docs/results/policy-ranking.md)). "
+        f"The probe itself\nis {s['probe_error_on_truth_cm']:.2f} cm off on the recorded frames. The from-scratch "
+        "and measured-path columns are stored runs\nand the last three rows the longer evaluations of their results "
         "pages; the rest is what the demo computes.")
     return "\n".join([BEGIN, "", *rows, "", text, "", END])
 

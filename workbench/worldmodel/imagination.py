@@ -1,4 +1,4 @@
-"""The demo's look past one window: rollouts over whole episodes and the policy ranking, on both cores.
+"""The demo's look past one window: rollouts over whole episodes and the policy rankings, on both cores.
 
 After the demo has trained and scored its adapter on 16-frame clips, :func:`world_summary` asks the
 two questions a world model is built for, at a size the demo's budget affords:
@@ -7,14 +7,21 @@ two questions a world model is built for, at a size the demo's budget affords:
   rolled out chunk by chunk from their first frame
   (:func:`~workbench.worldmodel.rollout_eval.evaluate_rollouts`): the hand error per chunk of the frozen
   base, the adapter, the adapter with swapped actions and the from-scratch model;
-* **policies** — the shipped recording of six policies on reach and push
+* **policies, open loop** — the shipped recording of six policies on reach and push
   (:func:`~workbench.worldmodel.policies.load_policies`) replayed in the base and in the adapter
-  (:func:`~workbench.worldmodel.policies.imagine`), ranked against the simulator (Spearman ρ).
+  (:func:`~workbench.worldmodel.policies.imagine`), ranked against the simulator (Spearman ρ);
+* **policies, closed loop** — the same six policies acting from the recording's start states in the base and
+  in the adapter, each chunk's actions chosen from the last frame the model made
+  (:func:`~workbench.worldmodel.closed_loop_eval.run_job`), ranked against the simulator twin's outcomes
+  under the same decision rule. Those do not depend on the world model, so they are read from a shipped
+  record (:func:`~workbench.worldmodel.closed_loop_eval.load_simulated`), checked against the start states,
+  and the demo needs no simulator.
 
 Each (question, model) pair is one job that loads the run from its checkpoint and depends on nothing
-else, so the jobs run on two processes of one thread each with exactly the numbers one process
-computes (each job draws its own seeded noise; which process runs it changes nothing). The full
-measurements are ``workbench eval RUN --rollout`` and ``--policies --open-loop``
+else, so the jobs run on two processes of one thread each (this one and one started for them) with exactly
+the numbers one process computes (each job draws its own seeded noise; which process runs it changes
+nothing). The full
+measurements are ``workbench eval RUN --rollout``, ``--policies --open-loop`` and ``--policies``
 (``docs/results/rollouts.md``, ``docs/results/policy-ranking.md``).
 """
 
@@ -36,8 +43,8 @@ from workbench.core.rows import DEFAULT_MICRO_BATCH
 @dataclasses.dataclass
 class WorldSummaryConfig:
     """What :func:`world_summary` measures: ``rollout_episodes`` episodes of ``rollout_frames`` frames, and
-    the first ``policy_starts`` start states of the recorded policies (``None``: all four) of
-    ``policy_tasks``."""
+    the six policies from the first ``policy_starts`` start states of the recording (``None``: all four) of
+    ``policy_tasks`` (``None``: both), replayed (open loop) and acting (closed loop)."""
 
     rollout_episodes: int = 6
     rollout_frames: int = 91
@@ -50,13 +57,13 @@ class WorldSummaryConfig:
     @classmethod
     def quick(cls, **overrides: Any) -> WorldSummaryConfig:
         return cls(**{"rollout_episodes": 2, "rollout_frames": 31, "policy_starts": 1,
-                      "policy_tasks": ("reach-v3",), "sampling_steps": 2, **overrides})
+                      "policy_tasks": ("reach-v3",), "sampling_steps": 1, **overrides})
 
 
 def jobs(scratch: bool) -> list[tuple[str, str]]:
     """The (question, model) pairs, the costliest first (so two processes finish together)."""
-    out = [("policies", "adapter"), ("policies", "base"), ("rollout", "adapter"), ("rollout", "swapped"),
-           ("rollout", "base")]
+    out = [("closed_loop", "adapter"), ("closed_loop", "base"), ("policies", "adapter"), ("policies", "base"),
+           ("rollout", "adapter"), ("rollout", "swapped"), ("rollout", "base")]
     return out + ([("rollout", "scratch")] if scratch else [])
 
 
@@ -64,6 +71,21 @@ def _policies(cfg: WorldSummaryConfig):
     from workbench.worldmodel.policies import load_policies
 
     return load_policies().select(starts=cfg.policy_starts, tasks=cfg.policy_tasks)
+
+
+def _closed_loop(cfg: WorldSummaryConfig) -> tuple[Any, dict[str, Any]]:
+    """The closed-loop jobs' plan (the run left out) and the simulator's outcomes from the shipped record,
+    checked against the start states."""
+    from workbench.worldmodel import closed_loop_eval as cle
+    from workbench.worldmodel.policies import load_policies, policy_names
+
+    episodes = load_policies()
+    starts = cle.starts_from_recording(episodes).select(per_task=cfg.policy_starts, tasks=cfg.policy_tasks)
+    names = policy_names()
+    simulated = cle.load_simulated(starts, names, frames=int(episodes.meta["frames"]), seed=cfg.seed)
+    plan = cle.Plan({}, starts, {k: k for k in names}, int(episodes.meta["frames"]), cfg.sampling_steps,
+                    cfg.seed, cfg.gate_scale, cle.DEFAULT_BATCH, simulated["window"], simulated["context"])
+    return plan, simulated
 
 
 def run_job(job: tuple[str, str], run_dir: str, scratch_dir: str | None,
@@ -84,6 +106,18 @@ def run_job(job: tuple[str, str], run_dir: str, scratch_dir: str | None,
         got = imagine(exp.model, _policies(cfg), steps=cfg.sampling_steps, seed=cfg.seed, with_adapter=on,
                       gate_scale=cfg.gate_scale if on else None)
         return {"job": job, "distance": got["distance"], "cpu_seconds": time.process_time() - started}
+    if kind == "closed_loop":
+        from workbench.worldmodel import closed_loop_eval as cle
+
+        plan = dataclasses.replace(_closed_loop(cfg)[0], runs={"adapter": exp})
+        cle.check_rule(exp.model, plan.window, plan.context, cle.SIMULATED_PATH)
+        done = [cle.run_job(j, plan) for j in cle.jobs(plan, [variant], simulator=False)]
+        failed = [d["error"] for d in done if "error" in d]
+        if failed:
+            from workbench.errors import PolicyError
+
+            raise PolicyError(failed[0])
+        return {"job": job, "done": done, "cpu_seconds": time.process_time() - started}
     from workbench.worldmodel.rollout_eval import evaluate_rollouts, long_episodes
 
     items = long_episodes("long", frames=cfg.rollout_frames, episodes=cfg.rollout_episodes,
@@ -97,18 +131,31 @@ def run_job(job: tuple[str, str], run_dir: str, scratch_dir: str | None,
 
 
 def _run_all(todo: list, run: Callable[[Any], dict[str, Any]], processes: int) -> list[dict[str, Any]]:
-    """``run(job)`` for every job of ``todo``, in order, on ``processes`` processes."""
+    """``run(job)`` for every job of ``todo`` on ``processes`` processes, this one and ``processes - 1``
+    others, each taking the next job in ``todo``'s order when it is free; the results in ``todo``'s order."""
     if processes == 1:
         return [run(job) for job in todo]
     import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
     from concurrent.futures.process import BrokenProcessPool
 
     # spawn: a fresh interpreter (no fork of a process holding torch's threads), one thread each. A process
-    # that dies (killed, out of memory) breaks the pool and is reported, never waited on for ever.
-    pool = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"))
+    # that dies (killed, out of memory) breaks the pool and is reported, never waited on for ever. This
+    # process, which has the libraries loaded already, runs jobs too instead of waiting.
+    pool = ProcessPoolExecutor(processes - 1, mp_context=multiprocessing.get_context("spawn"))
+    waiting, running, results = list(range(len(todo))), {}, {}
     try:
-        return list(pool.map(run, todo))
+        while waiting or running:
+            for future in [f for f in running if f.done()]:
+                results[running.pop(future)] = future.result()
+            while waiting and len(running) < processes - 1:
+                i = waiting.pop(0)
+                running[pool.submit(run, todo[i])] = i
+            if waiting:
+                i = waiting.pop(0)
+                results[i] = run(todo[i])
+            elif running:
+                wait(running, return_when=FIRST_COMPLETED)
     except BrokenProcessPool as err:
         raise RuntimeError(
             f"A process of the world summary's pool ended abruptly ({err}); nothing of its jobs "
@@ -118,6 +165,7 @@ def _run_all(todo: list, run: Callable[[Any], dict[str, Any]], processes: int) -
         pool.shutdown(wait=True, cancel_futures=True)
         del pool
         gc.collect()  # its queues' semaphores are released now, not reported as leaked at exit
+    return [results[i] for i in range(len(todo))]
 
 
 def world_summary(run_dir: str | Path, *, scratch_dir: str | Path | None = None,
@@ -126,13 +174,21 @@ def world_summary(run_dir: str | Path, *, scratch_dir: str | Path | None = None,
 
     Returns ``rollout`` (:func:`~workbench.worldmodel.rollout_eval.summarise_rollouts`' summary),
     ``policies`` (a report as :func:`~workbench.worldmodel.policies.evaluate_policies` writes, ``variants``
-    ``base`` and ``adapter``), ``settings`` and ``seconds`` (wall) / ``cpu_seconds`` (per job).
+    ``base`` and ``adapter``), ``closed_loop`` (a report as
+    :func:`~workbench.worldmodel.closed_loop_eval.evaluate_closed_loop` writes, ``variants`` ``probe_on_sim``,
+    ``base`` and ``adapter``, and ``simulated``: the record it read), ``settings`` and ``seconds`` (wall) /
+    ``cpu_seconds`` (per job).
+
+    Raises:
+        DataError: Before any job, when the simulator's record does not hold the start states rolled out.
     """
+    from workbench.worldmodel import closed_loop_eval as cle
     from workbench.worldmodel.policies import agreement
     from workbench.worldmodel.rollout_eval import summarise_rollouts
 
     cfg = cfg or WorldSummaryConfig()
     started = time.perf_counter()
+    plan, simulated = _closed_loop(cfg)  # a record that does not fit fails here, before any compute
     scratch = None if scratch_dir is None else str(scratch_dir)
     run = functools.partial(run_job, run_dir=str(run_dir), scratch_dir=scratch, cfg=cfg)
     done = _run_all(jobs(scratch_dir is not None), run, processes)
@@ -155,7 +211,12 @@ def world_summary(run_dir: str | Path, *, scratch_dir: str | Path | None = None,
         report["variants"][name] = {"agreement": agreement(d["distance"], episodes, seed=cfg.seed),
                                     "distance_m": np.round(d["distance"], 5).tolist(),
                                     "cpu_seconds": round(d["cpu_seconds"], 1)}
-    return {"rollout": summarise_rollouts(result), "policies": report, "settings": dataclasses.asdict(cfg),
+    variants = ["base", "adapter"]
+    acted = [d for name in variants for x in done if x["job"] == ("closed_loop", name) for d in x["done"]]
+    closed = cle.assemble(plan, variants, True, simulated["jobs"] + acted, cle.jobs(plan, variants, True))
+    closed["simulated"] = {k: simulated[k] for k in ("record", "command", "date")}
+    return {"rollout": summarise_rollouts(result), "policies": report, "closed_loop": closed,
+            "settings": dataclasses.asdict(cfg),
             "processes": processes, "seconds": round(time.perf_counter() - started, 1),
             "cpu_seconds": {f"{k}/{v}": round(d["cpu_seconds"], 1) for d in done for k, v in [d["job"]]}}
 

@@ -5,7 +5,8 @@ adapter given another episode's actions, the from-scratch model at the adapter's
 measured-path ceiling (an adapter given the recorded hand of every frame: the future) — and one row
 per question a newcomer asks: are the pictures better, does the arm go where the actions say, does
 it hold on tasks never seen, does it hold over a whole episode (rollouts), and does it rank policies
-as the simulator does. Internal targets are not in it; the results pages discuss them.
+as the simulator does, replaying their recorded actions (open loop) and letting them act on what the model
+shows them (closed loop). Internal targets are not in it; the results pages discuss them.
 
 Examples:
     >>> import json
@@ -18,6 +19,7 @@ Examples:
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 COLUMNS = ("frozen base", "base + adapter", "adapter, swapped", "from scratch", "measured path")
@@ -74,21 +76,25 @@ def _rollout_row(rollout: dict[str, Any]) -> list[str]:
     return [_row(f"rollout, hand error cm, chunk 1 -> {len(rows)}", cells)]
 
 
-def _policy_row(policies: dict[str, Any]) -> list[str]:
+def _policy_row(name: str, policies: dict[str, Any]) -> list[str]:
     variants = policies["variants"]
 
-    def rho(name: str) -> str:
-        if name not in variants:
+    def rho(variant: str) -> str:
+        a = variants.get(variant, {}).get("agreement")
+        if a is None:
             return ""
-        a = variants[name]["agreement"]["all"]
+        a = a["all"]
+        if a["rho"] is None or not math.isfinite(a["rho"]):  # every policy imagined alike (read back: None)
+            return "n/a (ties)"
         return f"{a['rho']:+.2f} [{a['low']:+.2f},{a['high']:+.2f}]"
 
-    return [_row("policy ranking, Spearman rho [95%]", [rho("base"), rho("adapter"), "", rho("scratch"), ""])]
+    return [_row(f"policy ranking, {name}, rho [95%]", [rho("base"), rho("adapter"), "", rho("scratch"), ""])]
 
 
 def first_table(metrics: dict[str, Any], *, scratch: dict[str, Any] | None = None,
                 ceiling: dict[str, Any] | None = None, rollout: dict[str, Any] | None = None,
-                policies: dict[str, Any] | None = None, notes: list[str] | None = None) -> str:
+                policies: dict[str, Any] | None = None, closed_loop: dict[str, Any] | None = None,
+                notes: list[str] | None = None) -> str:
     """The first table of the demo and the README. Missing parts leave their cells blank (and their rows
     out).
 
@@ -97,7 +103,8 @@ def first_table(metrics: dict[str, Any], *, scratch: dict[str, Any] | None = Non
         scratch: The from-scratch run's metrics.
         ceiling: The measured-path run's metrics.
         rollout: :func:`~workbench.worldmodel.rollout_eval.summarise_rollouts`'s summary.
-        policies: :func:`~workbench.worldmodel.policies.evaluate_policies`' report.
+        policies: :func:`~workbench.worldmodel.policies.evaluate_policies`' report (open loop).
+        closed_loop: :func:`~workbench.worldmodel.closed_loop_eval.evaluate_closed_loop`'s report.
         notes: Lines printed under the table (e.g. which columns are stored runs).
 
     Returns:
@@ -112,7 +119,9 @@ def first_table(metrics: dict[str, Any], *, scratch: dict[str, Any] | None = Non
     if rollout is not None:
         lines += _rollout_row(rollout)
     if policies is not None:
-        lines += _policy_row(policies)
+        lines += _policy_row("open loop", policies)
+    if closed_loop is not None:
+        lines += _policy_row("closed loop", closed_loop)
     floor = s.get("probe_error_on_truth_cm")
     if floor is not None:
         lines.append(f"the probe is {floor:.2f} cm off on the recorded frames (the hand error's floor); "
