@@ -215,15 +215,16 @@ def test_the_closed_loop_row_ranks_the_models_own_closed_loops_against_the_simul
     from workbench.worldmodel import closed_loop_eval as cle
     from workbench.worldmodel.policies import load_policies, policy_names, spearman
     from workbench.worldmodel.scripted import ScriptedPolicy
+    from workbench.worldmodel.simulated_record import SIMULATED_PATH
     from workbench.worldmodel.summary import COLUMNS
 
     report, printed = runs[2][1]["world"]["closed_loop"], runs[2][2]
     names = policy_names()
     assert report["policies"] == names and report["tasks"] == ["reach-v3"] and report["frames"] == 61
     assert (report["chunks"], report["sampling_steps"], report["start_states"]["per_task"]) == (4, 1, 1)
-    assert report["simulated"]["record"] == cle.SIMULATED_PATH.name
+    assert report["simulated"]["record"] == SIMULATED_PATH.name
     # the simulated outcomes are the record's, reach start 0 (its first row), policy by policy
-    record = json.loads(cle.SIMULATED_PATH.read_text())
+    record = json.loads(SIMULATED_PATH.read_text())
     assert record["start_states"]["rows"][0] == {**record["start_states"]["rows"][0], "task": "reach-v3", "index": 0}
     assert report["simulated_distance_m"] == [record["simulated_distance_m"][k][0] for k in names]
     # the adapter's imagined outcome of a policy is what the library's closed loop gives, run here directly

@@ -18,6 +18,7 @@ from workbench.worldmodel.policies import load_policies
 
 pytest.importorskip("metaworld")
 from workbench.worldmodel import closed_loop_eval as cle  # noqa: E402
+from workbench.worldmodel import simulated_record as rec  # noqa: E402
 from workbench.worldmodel.scripted import HAND_STEP, ScriptedPolicy, family  # noqa: E402
 from workbench.worldmodel.sim import RenderingUnavailable  # noqa: E402
 
@@ -293,16 +294,16 @@ def test_the_shipped_record_of_simulated_outcomes_is_what_the_simulator_gives(re
     import sys
     from importlib.metadata import version
 
-    record = json.loads(cle.SIMULATED_PATH.read_text())
-    assert record["command"] == cle.RECORD_COMMAND and record["command"].startswith(
-        "ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 python -m workbench.worldmodel.closed_loop_eval --out ")
+    record = json.loads(rec.SIMULATED_PATH.read_text())
+    assert record["command"] == rec.RECORD_COMMAND and record["command"].startswith(
+        "ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 python -m workbench.worldmodel.simulated_record --out ")
     assert record["kernels"] == {"torch": "AVX2", "onednn_max_cpu_isa": "AVX2"}
     assert len(record["date"]) == 10 and record["date"][:2] == "20" and record["versions"]["metaworld"] == version(
         "metaworld")
     assert record["decision_rule"] == {"frames": 61, "window": 16, "context": 1, "seed": 0}
     everything = cle.starts_from_recording(load_policies())
     assert [(r["task"], r["index"], r["sha256"]) for r in record["start_states"]["rows"]] == list(
-        zip(everything.task.tolist(), everything.index.tolist(), cle.start_digests(everything), strict=True))
+        zip(everything.task.tolist(), everything.index.tolist(), rec.start_digests(everything), strict=True))
     assert len(everything) == 8 and record["policies"] == list(family())
     env = {**os.environ, "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "OMP_NUM_THREADS": "1"}
     done = subprocess.run([sys.executable, "-c", AGAIN], env=env, capture_output=True, text=True, timeout=600)
@@ -316,8 +317,8 @@ def test_the_shipped_record_of_simulated_outcomes_is_what_the_simulator_gives(re
     np.testing.assert_allclose(again["distance"], [record["simulated_distance_m"]["expert+noise0.3"][r] for r in rows],
                                rtol=0, atol=2e-5)
     # what the demo reads for them: the same numbers, in its start states' order
-    sims = cle.load_simulated(recorded, ["expert+noise0.3", "random"], frames=61)
-    assert (sims["window"], sims["context"], sims["record"]) == (16, 1, cle.SIMULATED_PATH.name)
+    sims = rec.load_simulated(recorded, ["expert+noise0.3", "random"], frames=61)
+    assert (sims["window"], sims["context"], sims["record"]) == (16, 1, rec.SIMULATED_PATH.name)
     assert [d["job"] for d in sims["jobs"]] == [("sim", "expert+noise0.3"), ("sim", "random")]
     np.testing.assert_allclose(sims["jobs"][0]["distance"], again["distance"], rtol=0, atol=2e-5)
     assert sims["jobs"][1]["distance"].tolist() == [record["simulated_distance_m"]["random"][r] for r in rows]
@@ -327,26 +328,26 @@ def test_a_record_that_does_not_fit_is_refused_with_the_command_that_makes_it(tm
     from workbench.errors import DataError
 
     again = (r"Make it again with `ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 python -m "
-             r"workbench\.worldmodel\.closed_loop_eval --out .*` \(needs Meta-World\)")
+             r"workbench\.worldmodel\.simulated_record --out .*` \(needs Meta-World\)")
     with pytest.raises(DataError, match=r"record of closed-loop outcomes is missing: .*nowhere\.json\. " + again):
-        cle.load_simulated(recorded, ["expert"], frames=61, path=tmp_path / "nowhere.json")
+        rec.load_simulated(recorded, ["expert"], frames=61, path=tmp_path / "nowhere.json")
     with pytest.raises(DataError, match=r"holds episodes of 61 frames with policy seed 0, but these are 31 frames "
                                         r"with seed 0\. " + again):
-        cle.load_simulated(recorded, ["expert"], frames=31)
+        rec.load_simulated(recorded, ["expert"], frames=31)
     with pytest.raises(DataError, match=r"holds no outcomes of 'mine.py:act'; it holds 'expert', "):
-        cle.load_simulated(recorded, ["expert", "mine.py:act"], frames=61)
+        rec.load_simulated(recorded, ["expert", "mine.py:act"], frames=61)
     moved = cle.StartStates({**recorded.arrays, "frame": recorded.frame.copy()}, dict(recorded.meta))
     moved.frame[1, 0, 0, 0] ^= 1  # one grey level of one pixel of push start 0
     with pytest.raises(DataError, match=r"was made from another start state push-v3 #0 \(recorded start states "
                                         r"\(metaworld_policies\.npz\)\): its outcomes belong to the start states of "
                                         r"metaworld_policies\.npz\. " + again):
-        cle.load_simulated(moved, ["expert"], frames=61)
+        rec.load_simulated(moved, ["expert"], frames=61)
     (tmp_path / "old.json").write_text(json.dumps({"format": 0}))
     with pytest.raises(DataError, match=r"old\.json: format 0, but this version reads format 1\. " + again):
-        cle.load_simulated(recorded, ["expert"], frames=61, path=tmp_path / "old.json")
-    cle.check_rule(exp.model, 16, 1)  # the embedded model's chunks: the record's
+        rec.load_simulated(recorded, ["expert"], frames=61, path=tmp_path / "old.json")
+    rec.check_rule(exp.model, 16, 1)  # the embedded model's chunks: the record's
     with pytest.raises(DataError, match=r"was made for a world model of 8-frame chunks continuing from 1 frame\(s\), "
                                         r"where the policies choose their actions; this model's chunks are 16 frames "
                                         r"from 1\. Judge it against the simulator itself: workbench eval RUN "
                                         r"--policies"):
-        cle.check_rule(exp.model, 8, 1)
+        rec.check_rule(exp.model, 8, 1)

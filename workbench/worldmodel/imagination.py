@@ -14,7 +14,7 @@ two questions a world model is built for, at a size the demo's budget affords:
   in the adapter, each chunk's actions chosen from the last frame the model made
   (:func:`~workbench.worldmodel.closed_loop_eval.run_job`), ranked against the simulator twin's outcomes
   under the same decision rule. Those do not depend on the world model, so they are read from a shipped
-  record (:func:`~workbench.worldmodel.closed_loop_eval.load_simulated`), checked against the start states,
+  record (:func:`~workbench.worldmodel.simulated_record.load_simulated`), checked against the start states,
   and the demo needs no simulator.
 
 Each (question, model) pair is one job that loads the run from its checkpoint and depends on nothing
@@ -78,11 +78,12 @@ def _closed_loop(cfg: WorldSummaryConfig) -> tuple[Any, dict[str, Any]]:
     checked against the start states."""
     from workbench.worldmodel import closed_loop_eval as cle
     from workbench.worldmodel.policies import load_policies, policy_names
+    from workbench.worldmodel.simulated_record import load_simulated
 
     episodes = load_policies()
     starts = cle.starts_from_recording(episodes).select(per_task=cfg.policy_starts, tasks=cfg.policy_tasks)
     names = policy_names()
-    simulated = cle.load_simulated(starts, names, frames=int(episodes.meta["frames"]), seed=cfg.seed)
+    simulated = load_simulated(starts, names, frames=int(episodes.meta["frames"]), seed=cfg.seed)
     plan = cle.Plan({}, starts, {k: k for k in names}, int(episodes.meta["frames"]), cfg.sampling_steps,
                     cfg.seed, cfg.gate_scale, cle.DEFAULT_BATCH, simulated["window"], simulated["context"])
     return plan, simulated
@@ -108,9 +109,10 @@ def run_job(job: tuple[str, str], run_dir: str, scratch_dir: str | None,
         return {"job": job, "distance": got["distance"], "cpu_seconds": time.process_time() - started}
     if kind == "closed_loop":
         from workbench.worldmodel import closed_loop_eval as cle
+        from workbench.worldmodel.simulated_record import SIMULATED_PATH, check_rule
 
         plan = dataclasses.replace(_closed_loop(cfg)[0], runs={"adapter": exp})
-        cle.check_rule(exp.model, plan.window, plan.context, cle.SIMULATED_PATH)
+        check_rule(exp.model, plan.window, plan.context, SIMULATED_PATH)
         done = [cle.run_job(j, plan) for j in cle.jobs(plan, [variant], simulator=False)]
         failed = [d["error"] for d in done if "error" in d]
         if failed:
