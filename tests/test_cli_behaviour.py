@@ -171,21 +171,20 @@ def _without(monkeypatch, *modules: str) -> None:
     monkeypatch.setattr(extras, "installed", lambda module: module not in modules and real(module))
 
 
-def test_a_command_refuses_before_work_when_its_extra_is_missing(tmp_path, capsys, monkeypatch):
-    _without(monkeypatch, "matplotlib", "h5py")
+@pytest.mark.parametrize("missing, wording", [
+    (("matplotlib", "h5py"), "error: workbench demo needs h5py (the 'data' extra); matplotlib (the 'widgets' extra), "
+                             "not installed in this environment. Install with: pip install \"./[data,widgets]\" in a "
+                             "clone of the repository"),
+    # the scripted experts its closed loops run
+    (("metaworld", "mujoco"), "error: the demo needs metaworld, mujoco (the 'data' extra), not installed in this "
+                              "environment. Install with: pip install \"./[data]\" in a clone of the repository"),
+])
+def test_the_demo_refuses_before_work_when_a_package_it_needs_is_missing(tmp_path, capsys, monkeypatch, missing,
+                                                                        wording):
+    _without(monkeypatch, *missing)
     status, out, err = cli(capsys, "demo", "--quick", "--output", tmp_path / "demo")
     assert status == 2 and out == ""
-    assert "error: workbench demo needs h5py (the 'data' extra); matplotlib (the 'widgets' extra), not installed in " \
-           "this environment. Install with: pip install \"./[data,widgets]\" in a clone of the repository" in err
-    assert not (tmp_path / "demo").exists()
-
-
-def test_the_demo_refuses_before_work_without_the_experts_its_closed_loops_run(tmp_path, capsys, monkeypatch):
-    _without(monkeypatch, "metaworld", "mujoco")
-    status, out, err = cli(capsys, "demo", "--quick", "--output", tmp_path / "demo")
-    assert status == 2 and out == ""
-    assert "error: the demo needs metaworld, mujoco (the 'data' extra), not installed in this environment. " \
-           "Install with: pip install \"./[data]\" in a clone of the repository" in err
+    assert wording in err
     assert not (tmp_path / "demo").exists()
 
 
