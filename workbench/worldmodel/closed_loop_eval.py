@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from workbench.errors import ConfigError, PolicyError, listing
+from workbench.worldmodel.common import Columns
 
 #: Frames per episode: four chunks of the embedded model (16 + 3 x 15), as the shipped recording.
 DEFAULT_FRAMES = 61
@@ -61,7 +62,7 @@ STATE_FIELDS = ("task", "index", "task_index", "frame", "ee_pos", "proprio", "ob
 
 # ------------------------------------------------------------------------------------------ start states
 @dataclasses.dataclass(frozen=True)
-class StartStates:
+class StartStates(Columns):
     """Where episodes start, one row each.
 
     Attributes:
@@ -75,15 +76,6 @@ class StartStates:
 
     arrays: dict[str, np.ndarray]
     meta: dict[str, Any]
-
-    def __len__(self) -> int:
-        return len(self.arrays["task"])
-
-    def __getattr__(self, name: str) -> np.ndarray:
-        arrays = self.__dict__.get("arrays", {})
-        if name in arrays:
-            return arrays[name]
-        raise AttributeError(name)
 
     @property
     def tasks(self) -> list[str]:

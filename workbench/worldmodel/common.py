@@ -28,6 +28,22 @@ if TYPE_CHECKING:
 UNSEEN_PATH = Path(__file__).resolve().parents[1] / "data" / "samples" / "metaworld_unseen.h5"
 
 
+class Columns:
+    """Rows held as named columns (``arrays``, one row per episode or start state): ``len()`` is the number of
+    rows and ``obj.name`` reads the column ``name``."""
+
+    arrays: dict[str, np.ndarray]
+
+    def __len__(self) -> int:
+        return len(self.arrays["task"])
+
+    def __getattr__(self, name: str) -> np.ndarray:
+        arrays = self.__dict__.get("arrays", {})
+        if name in arrays:
+            return arrays[name]
+        raise AttributeError(name)
+
+
 def load_run(run_dir: str | Path, *, again: str | None = None) -> AdapterExperiment:
     """The :class:`AdapterExperiment` of a run directory (its latest checkpoint) or of one checkpoint.
 

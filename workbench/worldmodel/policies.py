@@ -40,6 +40,7 @@ import numpy as np
 from workbench.core.rows import DEFAULT_MICRO_BATCH
 from workbench.errors import ConfigError, DataError, listing
 from workbench.extras import distribution_version
+from workbench.worldmodel.common import Columns
 
 if TYPE_CHECKING:
     from workbench.core.composed import ComposedModel
@@ -204,21 +205,12 @@ ARRAYS = ("actions", "ee_pos", "object_pos", "proprio", "frames", "frame_index",
 
 
 @dataclasses.dataclass(frozen=True)
-class PolicyEpisodes:
+class PolicyEpisodes(Columns):
     """A recording of :func:`record_policies` (loaded by :func:`load_policies`); one row per episode."""
 
     arrays: dict[str, np.ndarray]
     meta: dict[str, Any]
     path: Path | None = None
-
-    def __len__(self) -> int:
-        return len(self.arrays["task"])
-
-    def __getattr__(self, name: str) -> np.ndarray:
-        arrays = self.__dict__.get("arrays", {})
-        if name in arrays:
-            return arrays[name]
-        raise AttributeError(name)
 
     @property
     def policies(self) -> list[str]:
