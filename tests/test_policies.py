@@ -82,6 +82,28 @@ def test_rank_agreement_bootstraps_start_states():
     assert (a["low"], a["high"]) == tuple(np.percentile(np.array(boot)[np.isfinite(boot)], [2.5, 97.5]))
 
 
+def test_rank_agreement_with_ties_and_strata_equals_the_bootstrap_by_hand():
+    """Outcomes with many ties (success counts), resampled within two tasks: every resampled ρ, NaN ones
+    (a constant resample) included, equals the loop over resamples with :func:`spearman` to the bit."""
+    rng = np.random.default_rng(7)
+    tasks, policies, n_starts = ("reach", "push"), ("a", "b", "c", "d"), 5
+    rows = [(t, p, 10 * i + s) for i, t in enumerate(tasks) for p in policies for s in range(n_starts)]
+    task = np.array([t for t, _, _ in rows])
+    groups, starts = np.array([f"{t}/{p}" for t, p, _ in rows]), np.array([s for _, _, s in rows])
+    sim = rng.integers(0, 3, len(rows)).astype(float)
+    ima = ((starts % 10 == 0) & np.isin(groups, ["reach/c", "push/d"])).astype(float)  # constant without start 0
+    got = rank_agreement(ima, sim, groups, starts, task, resamples=300, seed=5)
+    rng, boot = np.random.default_rng(5), []
+    for _ in range(300):
+        picks = {t: rng.choice(np.unique(starts[task == t]), size=n_starts, replace=True) for t in tasks}
+        means = [[x[(groups == g) & (starts == s)][0] for s in picks[g.split("/")[0]]]
+                 for g in dict.fromkeys(groups.tolist()) for x in (ima, sim)]
+        boot.append(spearman([np.mean(m) for m in means[0::2]], [np.mean(m) for m in means[1::2]]))
+    boot = np.array(boot)
+    assert np.isnan(boot).any() and got["degenerate_resamples"] == np.isnan(boot).sum()
+    assert (got["low"], got["high"]) == tuple(np.percentile(boot[np.isfinite(boot)], [2.5, 97.5]))
+
+
 def test_rank_agreement_errors_say_what_was_wrong():
     groups, starts, sim, _ = _grid(policies=2)
     with pytest.raises(DataError, match=r"needs at least 3 policies to rank, got 2 \('p0', 'p1'\)"):
@@ -90,6 +112,11 @@ def test_rank_agreement_errors_say_what_was_wrong():
         rank_agreement(sim[:3], sim, groups, starts)
     with pytest.raises(DataError, match=r"two 1-D sequences of the same length >= 2, got shapes \(3,\) and \(2,\)"):
         spearman([1, 2, 3], [1, 2])
+    groups, starts, sim, _ = _grid(policies=3)
+    keep = ~((groups == "p1") & (starts == 4))  # p1 has no episode from start state 4
+    with pytest.raises(DataError, match=r"group 'p1' has no episode from start state\(s\) \[4\] of its stratum 0; "
+                                        r"every group of a stratum needs one episode from each"):
+        rank_agreement(sim[keep], sim[keep], groups[keep], starts[keep])
 
 
 # -- the shipped recording -------------------------------------------------------------------------

@@ -304,6 +304,20 @@ def spearman(a: Sequence[float], b: Sequence[float]) -> float:
     return float((ra * rb).sum() / denom) if denom > 0 else float("nan")
 
 
+def _spearman_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """:func:`spearman` of each row of ``a`` with the same row of ``b`` (2-D, one row per resample), to the
+    bit: a value's average rank is the count of smaller values plus half of (the count of equal ones + 1)."""
+    def centred_ranks(x):
+        less = (x[:, None, :] < x[:, :, None]).sum(-1)
+        equal = (x[:, None, :] == x[:, :, None]).sum(-1)
+        return less + (equal + 1) / 2 - (x.shape[1] + 1) / 2
+
+    ra, rb = centred_ranks(a), centred_ranks(b)
+    denom = np.sqrt((ra * ra).sum(1) * (rb * rb).sum(1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(denom > 0, (ra * rb).sum(1) / np.where(denom > 0, denom, 1), np.nan)
+
+
 def policy_means(values: np.ndarray, groups: np.ndarray, starts: np.ndarray,
                  pick: np.ndarray | None = None) -> dict:
     """Mean of ``values`` per group (a policy of a task) over the start states ``pick`` (default all)."""
@@ -352,18 +366,27 @@ def rank_agreement(imagined: np.ndarray, simulated: np.ndarray, groups: Sequence
     rho = spearman([ima_m[k] for k in keys], [sim_m[k] for k in keys])
     rng = np.random.default_rng(seed)
     by_stratum = {s: np.unique(starts[strata == s]) for s in dict.fromkeys(strata.tolist())}
-    boot = np.empty(resamples)
+    # The resamples are drawn one at a time, stratum by stratum (the generator's stream, so the same seed
+    # gives the same interval as ever), then every group's means are taken for all resamples at once: row r
+    # of `chosen` holds, for each start state drawn in resample r, the episode of the group from that start.
+    picks = {s: np.empty((resamples, len(v)), np.int64) for s, v in by_stratum.items()}
     for i in range(resamples):
-        picks = {s: rng.choice(v, size=len(v), replace=True) for s, v in by_stratum.items()}
-        ima, sim = [], []
-        for k in keys:
-            rows = np.flatnonzero(groups == k)
-            s = strata[rows[0]]
-            by_start = {int(starts[r]): r for r in rows}
-            chosen = [by_start[int(p)] for p in picks[s]]
-            ima.append(imagined[chosen].mean())
-            sim.append(simulated[chosen].mean())
-        boot[i] = spearman(ima, sim)
+        for s, v in by_stratum.items():
+            picks[s][i] = np.searchsorted(v, rng.choice(v, size=len(v), replace=True))
+    ima, sim = np.empty((resamples, len(keys))), np.empty((resamples, len(keys)))
+    for j, k in enumerate(keys):
+        rows = np.flatnonzero(groups == k)
+        s = strata[rows[0]].item()
+        by_start = {int(starts[r]): r for r in rows}
+        table = np.array([by_start.get(int(v), -1) for v in by_stratum[s]])
+        chosen = table[picks[s]]
+        if (chosen < 0).any():  # a start state of the stratum this group has no episode from
+            raise DataError(f"rank_agreement: group {k!r} has no episode from start state(s) "
+                            f"{by_stratum[s][table < 0].tolist()} of its stratum {s!r}; every group of a "
+                            f"stratum needs one episode from each of the stratum's start states.")
+        ima[:, j] = imagined[chosen].mean(axis=1)
+        sim[:, j] = simulated[chosen].mean(axis=1)
+    boot = _spearman_rows(ima, sim)
     finite = boot[np.isfinite(boot)]
     low, high = (np.percentile(finite, [2.5, 97.5]) if len(finite) else (np.nan, np.nan))
     return {"rho": rho, "low": float(low), "high": float(high), "resamples": int(resamples),
