@@ -53,7 +53,7 @@ SHARED = DOCS / "guides" / "index.md"  # its blocks define the names every page 
 COPIED = ("exp",)  # shared names a page may change: each page gets its own copy
 # The number of blocks that opt out (each needs a GPU or real weights); an opt-out more (or fewer) is a deliberate
 # change to this number.
-OPT_OUTS = 25
+OPT_OUTS = 10
 RUN_LANGUAGES = ("python", "bash")
 SHIPPED_RUN = "workbench/worldmodel/weights/metaworld_action"  # the run `workbench demo` trains, as shipped
 FEW = "--episodes 2 --frames 16"  # a Meta-World rendering's quick twin: two episodes of one window
@@ -67,6 +67,17 @@ FEW = "--episodes 2 --frames 16"  # a Meta-World rendering's quick twin: two epi
 MAKE_N = (r"^make ([\w-]+)", rf"make -n -C {ROOT} \1")
 EVAL_RUN = (r"\b(outputs/demo/run|RUN_DIR)\b", SHIPPED_RUN)
 PLUGIN_STEPS = (r"(train examples/configs/(?:wan22|easyanimate)\.yaml) --steps 20", r"\1 --steps 1")
+FEW_CLIPS = (r"^(workbench eval \S+ --data .*?)( +#.*)?$", r"\1 --clips 2 --steps 1\2")  # 2 clips, 1 sampling step
+ONE_START = "--episodes 1 --tasks reach-v3 --steps 1"  # a policy evaluation's twin: 6 policies from one start state
+CLOSED_LOOP = (r"(--out outputs/closed_loop)$", rf"\1 {ONE_START} --frames 16")  # ... for one chunk
+SCRATCH_RUN = "workbench/worldmodel/weights/metaworld_scratch"
+# Your own videos at a real budget, in a new folder (`cd`: the page's later blocks run where it leaves them).
+OWN_DATA = ((r"^(workbench data example my_videos .*?)--episodes 48", r"mkdir -p blob\ncd blob\n\1--episodes 12"),
+            (r"--ae-steps 200 --steps 300 --batch-size 16", "--ae-steps 1 --steps 1 --batch-size 2"),
+            (r"--ae-batch-size 16", "--ae-batch-size 2"),
+            (r"own_videos\.yaml --steps 1200", "own_videos.yaml --steps 1"),
+            (r"^(workbench eval outputs/own_videos --out outputs/own_videos_eval)( +#.*)$",
+             r"\1 --clips 4 --sampling-steps 1\2\ncd .."))
 TWINS: dict[str, tuple[tuple[str, str], ...]] = {
     "README.md": (MAKE_N,),
     "docs/getting-started.md": (MAKE_N,),
@@ -75,14 +86,33 @@ TWINS: dict[str, tuple[tuple[str, str], ...]] = {
     "docs/results/world-model.md": (
         MAKE_N, EVAL_RUN, (r"--clips 36|--stride 48", "--clips 2 --steps 1"),
         (r"steps=60\b", "steps=1"), (r"steps=20\b", "steps=1"), (r"range\(4\)", "range(1)")),
+    "docs/results/metaworld-demo.md": (
+        MAKE_N, EVAL_RUN, (r"--clips 36|--stride 48", "--clips 2 --steps 1"),
+        (r"demo --from-scratch", "demo --from-scratch --quick --steps 2 --processes 1")),
     "docs/results/rollouts.md": ((r"--rollout ", "--rollout --episodes 2 --frames 8 "), (r"--steps \d+", "--steps 1")),
     "docs/guides/rollouts.md": (EVAL_RUN, (r"--rollout ", "--rollout --episodes 2 --frames 8 "),
                                 (r"--steps \d+", "--steps 1")),
+    "docs/results/training-against-drift.md": (
+        (r"(metaworld_drift\.yaml --output \S+)", r"\1 --steps 1"),
+        (r"--rollout --steps 8", "--rollout --steps 1 --episodes 2 --frames 16"),
+        (r"--clips 36", "--clips 2 --steps 1")),
     "docs/results/reliability.md": ((r"^cd benchmarks", f"cd {ROOT}/benchmarks"), (r"\.py$", ".py --quick")),
+    "docs/results/policy-ranking.md": (
+        CLOSED_LOOP, (r"(--out outputs/(?:policy_eval|policy_eval_seed1))$", rf"\1 {ONE_START}"),
+        (r"--starts 10 --frames 61", "--starts 1 --frames 16 --tasks reach-v3")),
+    "docs/results/own-data.md": OWN_DATA,
+    "docs/guides/your-own-data.md": ((r"--episodes 100 --frames 48", FEW), *OWN_DATA),
     "docs/guides/memory-plan.md": ((r"examples/configs/wan22\.yaml|my_run\.yaml", "examples/configs/tiny.yaml"),),
     "docs/guides/world-model.md": (
         (r"--episodes \d+ --frames \d+", FEW), (r"--out workbench/data/samples/", "--out data/"),
-        (r"(pretrain --data (\S+))", r"\1 --val-data \2 --ae-steps 1 --steps 1 --width 8 --depth 1 --ae-width 8")),
+        (r"(pretrain --data (\S+))", r"\1 --val-data \2 --ae-steps 1 --steps 1 --width 8 --depth 1 --ae-width 8"),
+        (r"(probe train --data data/probe_train\.h5)", r"\1 --steps 2"), (r"--steps 1500", "--steps 2"),
+        EVAL_RUN, (r"--clips 12", "--clips 2"), (r"FILE\.h5", "data/probe_train.h5"),
+        (r"^(workbench eval \S+ --data LEROBOT_DIR)",
+         rf"workbench data metaworld --format lerobot --tasks reach-v3 {FEW} --out mine_lerobot\n\1"),
+        (r"LEROBOT_DIR", "mine_lerobot"),
+        (r"observation\.images\.front", "observation.images.corner2_close --split all"),
+        (r"--out DIR", "--out outputs/eval_dir"), FEW_CLIPS),
     "docs/guides/action-path.md": (
         (r"^(workbench data calibrate FILE\.h5)",
          rf"workbench data metaworld --tasks reach-v3 {FEW} --out mine.h5\n\1"),
@@ -90,9 +120,16 @@ TWINS: dict[str, tuple[tuple[str, str], ...]] = {
          rf"workbench data metaworld --format lerobot --tasks reach-v3 {FEW} --out mine_lerobot\n"
          r"\1\2"),
         (r"FILE\.h5", "mine.h5"), (r"LEROBOT_DIR", "mine_lerobot")),
+    "docs/guides/configs-and-cli.md": (
+        (r"(--grad-accum 2 --output outputs/tiny-2ranks)", r"\1 --steps 2"), EVAL_RUN, FEW_CLIPS),
+    "docs/guides/drive.md": ((r"-s tests/", rf"-s --collect-only {ROOT}/tests/"),),
+    "docs/guides/policies.md": (
+        EVAL_RUN, CLOSED_LOOP, (r"(--out outputs/policies)$", rf"\1 {ONE_START}"),
+        (r"--starts 4 --frames 61", "--starts 1 --frames 16 --tasks reach-v3"),
+        (r"(--policy-data my_policies\.npz)$", r"\1 --steps 1"), (r"--episodes 2 --steps 4", ONE_START),
+        (r"--scratch outputs/demo/scratch", f"--scratch {SCRATCH_RUN} {ONE_START}")),
     "docs/guides/training-loop.md": (
         (r'data="data/probe_train\.h5"', 'data="workbench/data/samples/metaworld_sample.h5", steps=2'),),
-    "docs/guides/your-own-data.md": ((r"--episodes 100 --frames 48", FEW),),
     "docs/guides/plugins/diffusers.md": (PLUGIN_STEPS,),
     "docs/guides/plugins/wan22.md": (PLUGIN_STEPS,),
     "docs/guides/plugins/easyanimate.md": (PLUGIN_STEPS,),
@@ -130,9 +167,20 @@ def run_python(example) -> None:
 
 
 def shell_lines(source: str) -> list[str]:
-    """The command lines of a shell block: continuations joined, comment-only and blank lines dropped."""
-    lines = source.replace("\\\n", " ").splitlines()
-    return [line.strip() for line in lines if line.strip() and not line.strip().startswith("#")]
+    """The command lines of a shell block: continuations joined, comment-only and blank lines dropped, and a
+    ``for``/``while``/``if`` with its body up to its ``done``/``fi`` kept together as one command."""
+    lines = [line.strip() for line in source.replace("\\\n", " ").splitlines()]
+    commands: list[str] = []
+    depth = 0
+    for line in lines:
+        if not line or line.startswith("#"):
+            continue
+        if depth:
+            commands[-1] += "\n" + line
+        else:
+            commands.append(line)
+        depth += bool(re.match(r"(for|while|until|if)\b", line)) - bool(re.match(r"(done|fi)\b", line))
+    return commands
 
 
 def _workbench_argv(line: str) -> tuple[dict[str, str], list[str]] | None:
@@ -157,6 +205,9 @@ def run_shell(example) -> None:
     for line in shell_lines(twin(example, str(example.parsed))):
         parsed = _workbench_argv(line)
         out = io.StringIO()
+        if re.fullmatch(r"cd \S+", line):  # the page's later lines run there, as in the reader's shell
+            os.chdir(line.split()[1])
+            continue
         if parsed is not None:
             env, argv = parsed
             saved = {name: os.environ.get(name) for name in env}
@@ -183,6 +234,7 @@ def run_shell(example) -> None:
         assert "Traceback" not in text, f"{example.path}:{example.line}: `{line}`:\n{text[-3000:]}"
         printed.append(text)
     example.namespace["__printed__"] = "".join(printed)
+    example.namespace["__printed_pages__"] = example.namespace.get("__printed_pages__", "") + "".join(printed)
 
 
 # The output a page shows: a ```text block right after the line ``<!-- prints -->`` is what the block before it
@@ -298,6 +350,27 @@ def _step_through(ns: dict) -> None:
     assert (Path("outputs/steps.mp4").stat().st_size if Path("outputs/steps.mp4").exists() else 1) > 0
 
 
+def _policies(ns: dict) -> None:
+    """The open-loop ranking's twin (6 policies from reach start 0 of the shipped recording, 1 sampling step):
+    what it printed and wrote, its simulated outcomes those of the recording."""
+    import json
+
+    from workbench.worldmodel.policies import load_policies
+
+    printed = ns["__printed_pages__"]
+    assert "6 policies x 1 start states x 1 tasks (6 episodes of 61 frames), 1 sampling steps" in printed
+    for label in ("frozen base alone", "base + adapter", "probes on the simulator's frames (ceiling)"):
+        assert label in printed
+    report = json.loads(Path("outputs/policies/policy_ranking.json").read_text())
+    assert set(report["variants"]) == {"probe_on_truth", "base", "adapter"}
+    assert report["gate_scale"] == 2.0 and report["sampling_steps"] == 1 and report["episodes"] == 6
+    assert len(report["variants"]["adapter"]["distance_m"]) == 6
+    assert report["simulated_distance_m"] == pytest.approx(
+        load_policies().select(starts=1, tasks=["reach-v3"]).sim_distance.tolist(), abs=1e-5)
+    closed = json.loads(Path("outputs/closed_loop/metrics.json").read_text())
+    assert closed["policies"][-1] == "my_policies.py:straight_at_the_goal", closed["policies"]
+
+
 def _your_own_data(ns: dict) -> None:
     """The walk-through from a folder of MP4s and .npy actions: every step left what it promises."""
     import json
@@ -358,6 +431,7 @@ CHECKS = {
     "docs/guides/writing-a-composer.md": _writing_a_composer,
     "docs/guides/writing-an-adapter.md": _writing_an_adapter,
     "docs/guides/your-own-data.md": _your_own_data,
+    "docs/guides/policies.md": _policies,
     "docs/guides/writing-a-backbone.md": _writing_a_backbone,
     "docs/guides/step-through.md": _step_through,
 }

@@ -280,25 +280,6 @@ def test_the_shipped_object_probe_reads_the_puck_where_the_expert_pushed_it():
     assert at_goal.sum() >= 8 and err[at_goal].max() < 3.0
 
 
-def test_eval_policies_open_loop_end_to_end_on_the_shipped_adapter(tmp_path, capsys):
-    from workbench.cli import main
-    from workbench.worldmodel.demo import TRAINED_ADAPTER
-
-    out = tmp_path / "ranking"
-    assert main(["eval", str(TRAINED_ADAPTER), "--policies", "--open-loop", "--episodes", "1", "--tasks", "reach-v3",
-                 "--steps", "1", "--out", str(out), "--no-progress"]) == 0
-    printed = capsys.readouterr().out
-    assert "6 policies x 1 start states x 1 tasks (6 episodes of 61 frames), 1 sampling steps" in printed
-    for label in ("frozen base alone", "base + adapter", "probes on the simulator's frames (ceiling)"):
-        assert label in printed
-    report = json.loads((out / "policy_ranking.json").read_text())
-    assert set(report["variants"]) == {"probe_on_truth", "base", "adapter"}
-    assert report["gate_scale"] == 2.0 and report["sampling_steps"] == 1 and report["episodes"] == 6
-    assert len(report["variants"]["adapter"]["distance_m"]) == 6
-    assert report["simulated_distance_m"] == pytest.approx(
-        load_policies().select(starts=1, tasks=["reach-v3"]).sim_distance.tolist(), abs=1e-5)
-
-
 def test_evaluate_policies_names_the_variants_it_can_replay(tiny):
     from workbench.worldmodel.policies import evaluate_policies
 
