@@ -377,7 +377,7 @@ SERIAL_GROUPS = {"test_widgets_browser.py": "browser tests", "test_widgets_lab.p
                  "test_widgets_drive_browser.py": "browser tests"}
 
 
-@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist (make test runs the suite on both cores)
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist (make test runs the suite on three workers)
 def pytest_xdist_make_scheduler(config, log):
     """``--dist loadfile``, with the files of a SERIAL_GROUPS group as one unit.
 
