@@ -120,8 +120,9 @@ TWINS: dict[str, tuple[tuple[str, str], ...]] = {
          rf"workbench data metaworld --format lerobot --tasks reach-v3 {FEW} --out mine_lerobot\n"
          r"\1\2"),
         (r"FILE\.h5", "mine.h5"), (r"LEROBOT_DIR", "mine_lerobot")),
-    "docs/guides/configs-and-cli.md": (
-        (r"(--grad-accum 2 --output outputs/tiny-2ranks)", r"\1 --steps 2"), EVAL_RUN, FEW_CLIPS),
+    "docs/guides/configs-and-cli.md": (  # (--standalone: a free port, whatever else the machine runs)
+        (r"^torchrun --nproc_per_node=2 (.*--grad-accum 2 --output outputs/tiny-2ranks)",
+         r"torchrun --standalone --nproc_per_node=2 \1 --steps 2"), EVAL_RUN, FEW_CLIPS),
     "docs/guides/drive.md": ((r"-s tests/", rf"-s --collect-only {ROOT}/tests/"),),
     "docs/guides/policies.md": (
         EVAL_RUN, CLOSED_LOOP, (r"(--out outputs/policies)$", rf"\1 {ONE_START}"),
