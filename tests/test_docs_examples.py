@@ -51,8 +51,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 SHARED = DOCS / "guides" / "index.md"  # its blocks define the names every page starts from
 COPIED = ("exp",)  # shared names a page may change: each page gets its own copy
-# The number of blocks that opt out (each needs a GPU or real weights); an opt-out more (or fewer) is a deliberate
-# change to this number.
+# The number of blocks that opt out (five need a GPU or real weights; the others install into the running
+# environment or train a whole demo or adapter study); an opt-out more (or fewer) is a deliberate change to this number.
 OPT_OUTS = 10
 RUN_LANGUAGES = ("python", "bash")
 SHIPPED_RUN = "workbench/worldmodel/weights/metaworld_action"  # the run `workbench demo` trains, as shipped
