@@ -104,6 +104,21 @@ def test_rank_agreement_with_ties_and_strata_equals_the_bootstrap_by_hand():
     assert (got["low"], got["high"]) == tuple(np.percentile(boot[np.isfinite(boot)], [2.5, 97.5]))
 
 
+def test_rank_agreement_with_a_missing_outcome_ranks_it_as_spearman_does():
+    """A NaN outcome (an episode that produced none) is ranked above every number, as :func:`spearman` ranks
+    it, in every resample: the interval equals the loop over resamples by hand."""
+    groups, starts, sim, rng = _grid(seed=2)
+    imagined = sim + rng.normal(0, 1.0, sim.shape)
+    imagined[[3, 12]] = np.nan
+    got = rank_agreement(imagined, sim, groups, starts, resamples=200, seed=4)
+    rng, boot = np.random.default_rng(4), []
+    for _ in range(200):
+        pick = rng.choice(np.arange(5), size=5, replace=True)
+        boot.append(spearman([imagined[groups == g][pick].mean() for g in ("p0", "p1", "p2", "p3")],
+                             [sim[groups == g][pick].mean() for g in ("p0", "p1", "p2", "p3")]))
+    assert (got["low"], got["high"]) == tuple(np.percentile(np.array(boot)[np.isfinite(boot)], [2.5, 97.5]))
+
+
 def test_rank_agreement_errors_say_what_was_wrong():
     groups, starts, sim, _ = _grid(policies=2)
     with pytest.raises(DataError, match=r"needs at least 3 policies to rank, got 2 \('p0', 'p1'\)"):

@@ -306,7 +306,11 @@ def spearman(a: Sequence[float], b: Sequence[float]) -> float:
 
 def _spearman_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """:func:`spearman` of each row of ``a`` with the same row of ``b`` (2-D, one row per resample), to the
-    bit: a value's average rank is the count of smaller values plus half of (the count of equal ones + 1)."""
+    bit: a value's average rank is the count of smaller values plus half of (the count of equal ones + 1).
+    Rows with a NaN go through :func:`spearman` itself, which ranks a NaN above every number."""
+    if np.isnan(a).any() or np.isnan(b).any():
+        return np.array([spearman(x, y) for x, y in zip(a, b)])
+
     def centred_ranks(x):
         less = (x[:, None, :] < x[:, :, None]).sum(-1)
         equal = (x[:, None, :] == x[:, :, None]).sum(-1)
