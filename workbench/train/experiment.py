@@ -75,7 +75,6 @@ def _on_device(batch: Batch, device: torch.device) -> bool:
     return True
 
 
-
 def autocast(amp_dtype: str | None, device: torch.device):
     """The autocast context a training step runs in.
 

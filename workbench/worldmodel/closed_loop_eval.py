@@ -792,7 +792,6 @@ def _write(out: Path | None, report: dict[str, Any], json_safe: Callable[[Any], 
     print(f"wrote {out}/metrics.json")
 
 
-
 __all__ = ["DEFAULT_BATCH", "DEFAULT_FRAMES", "DEFAULT_STARTS", "DEFAULT_START_SEED", "Plan", "StartStates",
            "assemble", "evaluate_closed_loop", "execute", "format_closed_loop", "fresh_starts",
            "imagine_closed_loop", "jobs", "resolve_policy", "run_closed_loop_eval", "run_job", "simulate",
