@@ -243,6 +243,25 @@ def test_the_numbers_do_not_depend_on_the_process_count(tmp_path, recorded):
                     processes=2)
 
 
+def test_policies_that_share_a_rollout_get_the_numbers_they_get_alone(exp, recorded):
+    """Two start states fill few rows of a batch of 16: the three policies' imagined jobs run as one rollout of six
+    episodes (each start state's noise shared by its policies), with each job's numbers bit for bit as alone."""
+    policies = {"expert": "expert", "random": "random", "noisy": "expert+noise0.3"}
+    plan = cle.Plan({"adapter": exp}, recorded, policies, FRAMES, 1, 0, 2.0, 16, 16, 1)
+    todo = cle.jobs(plan, ["adapter"], simulator=True)
+    grouped = cle.groups(todo, plan)
+    assert grouped == [[("sim", "expert")], [("imagine", "adapter", k, 0) for k in policies], [("sim", "random")],
+                       [("sim", "noisy")]]
+    together = cle.run_group(grouped[1], plan)
+    assert [d["job"] for d in together] == grouped[1]
+    for d in together:
+        alone = cle.run_job(d["job"], plan)
+        assert d["distance"].shape == (2,) and np.array_equal(d["distance"], alone["distance"]), d["job"]
+    assert len({tuple(d["distance"]) for d in together}) == 3  # three policies, three outcomes
+    # a batch of one start state holds one policy's job: nothing to share
+    assert cle.groups(todo, cle.Plan({}, recorded, policies, FRAMES, 1, 0, 2.0, 2, 16, 1)) == [[job] for job in todo]
+
+
 def test_the_numbers_do_not_depend_on_the_batch_size(exp, recorded):
     one = cle.evaluate_closed_loop({"adapter": exp}, recorded, ["expert"], frames=FRAMES, steps=1, batch=1,
                                    variants=["adapter"], simulator=False, progress=False)

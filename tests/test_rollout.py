@@ -160,9 +160,15 @@ def test_an_episode_gets_the_same_frames_in_a_batch_of_one_two_or_three(path_mod
     # the episode number decides the noise: episode 2's start rolled out as episode 0 is another sample
     other = rollout(path_model, *rows(2, 3), steps=STEPS, state=MEAN_COLOUR)
     assert other.episodes == (0,) and not np.array_equal(other.video[0], three.video[2])
-    with pytest.raises(InspectError, match=r"rollout: episodes=\[0, 0, 1\]; give one distinct episode number \(an int "
-                                           r">= 0\) per start clip: 3 for 3 start clips, e\.g\. episodes=range\(3\)"):
-        rollout(path_model, clip, actions, steps=STEPS, episodes=[0, 0, 1])
+    # rows that share a number share their noise: episode 2's start, twice as episode 2, is episode 2 twice (the
+    # closed-loop evaluation rolls one start state out under several policies so)
+    start, acts = rows(2, 3)
+    twice = rollout(path_model, {k: torch.cat([v, v]) for k, v in start.items()}, torch.cat([acts, acts]), steps=STEPS,
+                    state=MEAN_COLOUR, episodes=[2, 2])
+    assert np.array_equal(twice.video[0], three.video[2]) and np.array_equal(twice.video[1], three.video[2])
+    with pytest.raises(InspectError, match=r"rollout: episodes=\[0, 1\]; give one episode number \(an int >= 0\) per "
+                                           r"start clip: 3 for 3 start clips, e\.g\. episodes=range\(3\)"):
+        rollout(path_model, clip, actions, steps=STEPS, episodes=[0, 1])
     with pytest.raises(InspectError, match=r"episodes=\[-1\]; .* 1 for 1 start clip,"):
         rollout(path_model, *rows(0, 1), steps=STEPS, episodes=[-1])
     with pytest.raises(InspectError, match=r"rollout: micro_batch=0 is not allowed: it takes an int >= 1 .* or None"):

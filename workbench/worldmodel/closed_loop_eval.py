@@ -23,8 +23,10 @@ and within each task, with a bootstrap interval over start states
 Start states come from a recording (the shipped one has four per task) or fresh from a seed
 (:func:`fresh_starts`, by default :data:`DEFAULT_STARTS` per task from seed :data:`DEFAULT_START_SEED`: start
 states no training data and no recording used). Episodes are rolled out :data:`DEFAULT_BATCH` at a time; the
-jobs (a batch of one policy in one model, or one policy in the simulator) spread over ``processes`` processes
-or the ranks of ``torchrun``, each job computing the same numbers wherever it runs.
+jobs (a batch of one policy's episodes in one model, or one policy in the simulator) spread over ``processes``
+processes or the ranks of ``torchrun``, each job computing the same numbers wherever it runs. Where a batch
+holds few start states, the jobs of several policies share one rollout (:func:`groups`), with the numbers
+they get alone.
 
     workbench eval RUN --policies                                   # the family, fresh start states
     workbench eval RUN --policies --policy my_policies:reach_it     # and yours, from a module
@@ -352,6 +354,39 @@ def resolve_policy(spec: Any, *, seed: int = 0) -> Callable[[Any], Any]:
     return load_policy(spec)
 
 
+class _Together:
+    """Several policies acting in one closed-loop rollout: the rows of each observation are theirs in turn,
+    ``rows`` each (policy ``i`` sees rows ``i * rows .. (i + 1) * rows - 1``, exactly the observation it sees
+    alone), and their actions are stacked in that order."""
+
+    name = "the policies of one job"
+
+    def __init__(self, policies: Sequence[Callable[[Any], Any]], rows: int):
+        self.policies, self.rows = list(policies), rows
+
+    def __call__(self, obs: Any) -> np.ndarray:
+        from workbench.core.rows import take_rows
+        from workbench.inspect.recording.closed_loop import act
+
+        n, out = obs.episodes, []
+        for i, policy in enumerate(self.policies):
+            index = np.arange(i * self.rows, (i + 1) * self.rows)
+            mine = dataclasses.replace(obs, frame=obs.frame[index],
+                                       state={k: v[index] for k, v in obs.state.items()},
+                                       goal=take_rows(obs.goal, _torch_index(index), n))
+            out.append(act(policy, mine))
+        if len({a.shape for a in out}) > 1:
+            raise PolicyError(f"The policies of one job returned actions of shapes "
+                              f"{[a.shape for a in out]}; each is run alone to say which.")
+        return np.concatenate(out)
+
+
+def _torch_index(index: np.ndarray) -> Any:
+    import torch
+
+    return torch.from_numpy(index)
+
+
 def jobs(plan: Plan, variants: Sequence[str], simulator: bool) -> list[tuple]:
     """The jobs, policy by policy (the family first, as given): its simulator run, then each batch of its
     start states in each variant. ``("sim", policy)``, ``("imagine", variant, policy, first_row)``."""
@@ -362,6 +397,59 @@ def jobs(plan: Plan, variants: Sequence[str], simulator: bool) -> list[tuple]:
         for variant in variants:
             out += [("imagine", variant, key, lo) for lo in range(0, len(plan.starts), plan.batch)]
     return out
+
+
+def _rows(plan: Plan, lo: int) -> range:
+    return range(lo, min(lo + plan.batch, len(plan.starts)))
+
+
+def groups(todo: list[tuple], plan: Plan) -> list[list[tuple]]:
+    """The jobs of ``todo`` as they run: a simulator job alone; the imagined jobs of one variant and one batch
+    of start states together, as many policies as fill ``plan.batch`` episodes (so that a few start states
+    fill the rollout's micro-batches instead of each policy's few being padded to one). Each group stands
+    where its first job stands. The numbers are those of the jobs run alone: an episode's frames do not
+    depend on its batch (fixed micro-batches, its own noise)."""
+    out: list[list[tuple]] = []
+    open_: dict[tuple, list[tuple]] = {}
+    for job in todo:
+        if job[0] != "imagine":
+            out.append([job])
+            continue
+        _, variant, _, lo = job
+        room = max(1, plan.batch // len(_rows(plan, lo)))
+        group = open_.get((variant, lo))
+        if group is None or len(group) >= room:
+            group = open_[(variant, lo)] = []
+            out.append(group)
+        group.append(job)
+    return out
+
+
+def run_group(group: list[tuple], plan: Plan) -> list[dict[str, Any]]:
+    """The jobs of one group (:func:`groups`), in whichever process: each job's numbers as :func:`run_job`
+    gives them, from one rollout of all their episodes. When a policy fails, the jobs run again one by one,
+    so that the error names its policy and the others keep their numbers."""
+    if len(group) == 1:
+        return [run_job(group[0], plan)]
+    import torch
+
+    torch.set_num_threads(1)
+    started = time.process_time()
+    _, variant, _, lo = group[0]
+    rows = list(_rows(plan, lo))
+    keys = [job[2] for job in group]
+    policies = [resolve_policy(plan.policies[k], seed=plan.seed) for k in keys]
+    together = _Together(policies, len(rows))
+    try:
+        got = imagine_closed_loop(_model(plan, variant), plan.starts.rows(rows * len(keys)), together,
+                                  frames=plan.frames, steps=plan.steps, seed=plan.seed,
+                                  with_adapter=variant != "base", episodes=rows * len(keys),
+                                  gate_scale=plan.gate_scale if variant == "adapter" else None)
+    except PolicyError:
+        return [run_job(job, plan) for job in group]
+    cpu = (time.process_time() - started) / len(group)
+    return [{"job": job, "distance": got["distance"][i * len(rows):(i + 1) * len(rows)], "cpu_seconds": cpu,
+             "process": os.getpid()} for i, job in enumerate(group)]
 
 
 def run_job(job: tuple, plan: Plan) -> dict[str, Any]:
@@ -394,16 +482,29 @@ def run_job(job: tuple, plan: Plan) -> dict[str, Any]:
         return {"job": job, "error": str(err), "cpu_seconds": time.process_time() - started}
 
 
+def _policy_of(job: tuple) -> Any:
+    return job[1] if job[0] == "sim" else job[2]
+
+
+def _stopped(group: list[tuple], plan: Plan, done: list[dict[str, Any]]) -> bool:
+    """Whether ``group`` is not to run: a policy failed (in ``done``), and the group's policies are all that
+    one or later ones (the policies before the first that failed finish; see :func:`execute`)."""
+    place = {key: i for i, key in enumerate(plan.policies)}
+    failed = [place[_policy_of(d["job"])] for d in done if "error" in d]
+    return bool(failed) and all(place[_policy_of(job)] >= min(failed) for job in group)
+
+
 def _run_local(todo: list[tuple], plan: Plan, progress: bool) -> list[dict[str, Any]]:
-    done = []
+    done: list[dict[str, Any]] = []
     try:
-        for i, job in enumerate(todo):
-            done.append(run_job(job, plan))
-            if progress:
-                print(f"  {i + 1}/{len(todo)} {_job_text(job, plan)}: {done[-1]['cpu_seconds']:.0f} CPU s",
-                      flush=True)
-            if "error" in done[-1]:
-                break
+        for group in groups(todo, plan):
+            if _stopped(group, plan, done):
+                continue
+            for d in run_group(group, plan):
+                done.append(d)
+                if progress:
+                    print(f"  {len(done)}/{len(todo)} {_job_text(d['job'], plan)}: "
+                          f"{d['cpu_seconds']:.0f} CPU s", flush=True)
     finally:
         close_envs()
     return done
@@ -426,19 +527,21 @@ def _run_pool(todo: list[tuple], plan: Plan, processes: int, progress: bool) -> 
     pool = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"))
     done: list[dict[str, Any]] = []
     try:
-        pending = {pool.submit(functools.partial(run_job, plan=plan), job): job for job in todo}
+        pending = {pool.submit(functools.partial(run_group, plan=plan), group): group
+                   for group in groups(todo, plan)}
         while pending:
             finished, _ = wait(pending, return_when=FIRST_COMPLETED)
             for future in finished:
-                job = pending.pop(future)
+                pending.pop(future)
                 if future.cancelled():
                     continue
-                done.append(future.result())
-                if progress:
-                    print(f"  {len(done)}/{len(todo)} {_job_text(job, plan)}: "
-                          f"{done[-1]['cpu_seconds']:.0f} CPU s", flush=True)
-                if "error" in done[-1]:  # let the running jobs finish (their numbers are kept), start no more
-                    for other in pending:
+                for d in future.result():
+                    done.append(d)
+                    if progress:
+                        print(f"  {len(done)}/{len(todo)} {_job_text(d['job'], plan)}: "
+                              f"{d['cpu_seconds']:.0f} CPU s", flush=True)
+                for other, group in pending.items():  # (the running ones finish: their numbers are kept)
+                    if _stopped(group, plan, done):
                         other.cancel()
     except BrokenProcessPool as err:
         raise RuntimeError(f"A process of the evaluation's pool ended abruptly ({err}); the {len(done)} jobs "
@@ -450,7 +553,7 @@ def _run_pool(todo: list[tuple], plan: Plan, processes: int, progress: bool) -> 
 
 
 def _run_ranks(todo: list[tuple], plan: Plan, progress: bool) -> list[dict[str, Any]]:
-    """Under torchrun: this rank's share of the jobs (every ``world``-th), then everyone's, gathered."""
+    """Under torchrun: this rank's share of the jobs (every ``world``-th group), then everyone's, gathered."""
     from datetime import timedelta
 
     import torch.distributed as dist
@@ -460,7 +563,8 @@ def _run_ranks(todo: list[tuple], plan: Plan, progress: bool) -> list[dict[str, 
     init_process_group("gloo", timeout=timedelta(seconds=3600))
     try:
         rank, world = dist.get_rank(), dist.get_world_size()
-        mine = _run_local(todo[rank::world], plan, progress and rank == 0)
+        share = [job for group in groups(todo, plan)[rank::world] for job in group]
+        mine = _run_local(share, plan, progress and rank == 0)
         gathered: list[Any] = [None] * world
         dist.all_gather_object(gathered, mine)
     finally:
@@ -471,7 +575,9 @@ def _run_ranks(todo: list[tuple], plan: Plan, progress: bool) -> list[dict[str, 
 def execute(todo: list[tuple], plan: Plan, *, processes: int = 1, world_size: int = 1,
             progress: bool = False) -> list[dict[str, Any]]:
     """Run the jobs on one process, on a pool of ``processes``, or over the ``world_size`` ranks of a torchrun
-    launch; returns what each job computed (the jobs not run after a policy failed are missing)."""
+    launch; returns what each job computed. When a policy fails, the jobs of the policies before it (in
+    ``plan.policies``' order) still run, and those of the failing policy and the ones after it start no more:
+    they are missing, unless they shared a rollout with an earlier policy's (:func:`groups`)."""
     if world_size > 1:
         if processes > 1:
             raise ConfigError(f"--processes {processes} under torchrun ({world_size} ranks): the ranks "
@@ -794,5 +900,5 @@ def _write(out: Path | None, report: dict[str, Any], json_safe: Callable[[Any], 
 
 __all__ = ["DEFAULT_BATCH", "DEFAULT_FRAMES", "DEFAULT_STARTS", "DEFAULT_START_SEED", "Plan", "StartStates",
            "assemble", "evaluate_closed_loop", "execute", "format_closed_loop", "fresh_starts",
-           "imagine_closed_loop", "jobs", "resolve_policy", "run_closed_loop_eval", "run_job", "simulate",
-           "starts_from_recording"]
+           "groups", "imagine_closed_loop", "jobs", "resolve_policy", "run_closed_loop_eval", "run_group",
+           "run_job", "simulate", "starts_from_recording"]

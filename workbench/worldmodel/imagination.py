@@ -12,7 +12,7 @@ two questions a world model is built for, at a size the demo's budget affords:
   (:func:`~workbench.worldmodel.policies.imagine`), ranked against the simulator (Spearman ρ);
 * **policies, closed loop** — the same six policies acting from the recording's start states in the base and
   in the adapter, each chunk's actions chosen from the last frame the model made
-  (:func:`~workbench.worldmodel.closed_loop_eval.run_job`), ranked against the simulator twin's outcomes
+  (:func:`~workbench.worldmodel.closed_loop_eval.run_group`), ranked against the simulator twin's outcomes
   under the same decision rule. Those do not depend on the world model, so they are read from a shipped
   record (:func:`~workbench.worldmodel.simulated_record.load_simulated`), checked against the start states,
   and the demo needs no simulator.
@@ -113,7 +113,8 @@ def run_job(job: tuple[str, str], run_dir: str, scratch_dir: str | None,
 
         plan = dataclasses.replace(_closed_loop(cfg)[0], runs={"adapter": exp})
         check_rule(exp.model, plan.window, plan.context, SIMULATED_PATH)
-        done = [cle.run_job(j, plan) for j in cle.jobs(plan, [variant], simulator=False)]
+        todo = cle.jobs(plan, [variant], simulator=False)
+        done = [d for group in cle.groups(todo, plan) for d in cle.run_group(group, plan)]
         failed = [d["error"] for d in done if "error" in d]
         if failed:
             from workbench.errors import PolicyError

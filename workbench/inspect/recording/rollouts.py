@@ -551,10 +551,9 @@ def _check_episodes(episodes: Any, b: int, batched: bool) -> tuple[int, ...]:
         episodes = episodes.tolist()
     values = None if isinstance(episodes, str) or not isinstance(episodes, Sequence) else list(episodes)
     if (values is None or len(values) != b
-            or any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0 for v in values)
-            or len(set(int(v) for v in values)) != b):
+            or any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0 for v in values)):
         got = repr(episodes) if values is None or len(values) <= 8 else f"{len(values)} values"
-        raise InspectError(f"rollout: episodes={got}; give one distinct episode number (an int >= 0) per "
+        raise InspectError(f"rollout: episodes={got}; give one episode number (an int >= 0) per "
                            f"start clip: {b} for {what}, e.g. episodes=range({b}) (the default), or each "
                            f"episode's index in the whole set you roll out, so it draws the same noise in "
                            f"any batch.")
@@ -606,9 +605,10 @@ def rollout(model: ComposedModel, start: Mapping[str, Any], actions: Any, *, ste
         store: a :class:`StoragePolicy` for each chunk's trajectory; ``False`` keeps only the final latents
             (no stepping or forks, much less memory); the frames are the same either way.
         with_adapter: ``True`` (default: base + adapter) or ``False`` (the frozen base alone).
-        episodes: the episode number of each start clip (distinct ints >= 0, one per clip; default
-            ``0 .. B-1``): episode ``e`` draws chunk ``k``'s noise from ``noise_seed(seed, e, k)``, so it gets
-            the same frames in any batch that gives it the same number (its index in the whole set).
+        episodes: the episode number of each start clip (ints >= 0, one per clip; default ``0 .. B-1``):
+            episode ``e`` draws chunk ``k``'s noise from ``noise_seed(seed, e, k)``, so it gets the same
+            frames in any batch that gives it the same number (its index in the whole set). Rows that share
+            a number share their noise: one start state under several action sequences, on the same draws.
         micro_batch: episodes per call of the base, the adapter and the state reader (default
             :data:`~workbench.core.rows.DEFAULT_MICRO_BATCH`; the frames do not depend on the batch), or
             ``None`` (one call over the whole batch: the frames then depend on the batch size in their last
