@@ -4,6 +4,7 @@ simulated outcomes, keeps what was done when a policy fails, and gives the same 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -236,6 +237,19 @@ def test_the_numbers_do_not_depend_on_the_process_count(tmp_path, recorded):
     assert len(two) == len(todo) and len({d["process"] for d in two} - {os.getpid()}) == 2  # both processes worked
     for d in two:
         np.testing.assert_array_equal(d["distance"], by_job[d["job"]]["distance"], err_msg=str(d["job"]))
+    # in batches of 4, each model's two policies share one rollout of both start states, in the pool's processes
+    wide = dataclasses.replace(plan, batch=4)
+    both = cle.jobs(wide, ["base", "adapter"], simulator=False)
+    assert [len(group) for group in cle.groups(both, wide)] == [2, 2]
+    try:
+        shared = cle.execute(both, wide, processes=2)
+    finally:
+        cle.close_envs()
+    assert len(shared) == 4 and os.getpid() not in {d["process"] for d in shared}
+    for d in shared:
+        if d["job"][1] == "adapter":
+            alone = np.concatenate([by_job[("imagine", "adapter", d["job"][2], lo)]["distance"] for lo in (0, 1)])
+            np.testing.assert_array_equal(d["distance"], alone, err_msg=str(d["job"]))
     with pytest.raises(ConfigError, match=r"processes=2: each process loads the runs from their directories .*, "
                                           r"but the policy 'f' is an object\. Pass directories and specs, or "
                                           r"processes=1\."):
