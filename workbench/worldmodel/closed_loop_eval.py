@@ -365,6 +365,8 @@ class _Together:
         self.policies, self.rows = list(policies), rows
 
     def __call__(self, obs: Any) -> np.ndarray:
+        import torch
+
         from workbench.core.rows import take_rows
         from workbench.inspect.recording.closed_loop import act
 
@@ -373,18 +375,12 @@ class _Together:
             index = np.arange(i * self.rows, (i + 1) * self.rows)
             mine = dataclasses.replace(obs, frame=obs.frame[index],
                                        state={k: v[index] for k, v in obs.state.items()},
-                                       goal=take_rows(obs.goal, _torch_index(index), n))
+                                       goal=take_rows(obs.goal, torch.from_numpy(index), n))
             out.append(act(policy, mine))
         if len({a.shape for a in out}) > 1:
             raise PolicyError(f"The policies of one job returned actions of shapes "
                               f"{[a.shape for a in out]}; each is run alone to say which.")
         return np.concatenate(out)
-
-
-def _torch_index(index: np.ndarray) -> Any:
-    import torch
-
-    return torch.from_numpy(index)
 
 
 def jobs(plan: Plan, variants: Sequence[str], simulator: bool) -> list[tuple]:
