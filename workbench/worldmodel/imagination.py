@@ -113,8 +113,7 @@ def run_job(job: tuple[str, str], run_dir: str, scratch_dir: str | None,
 
         plan = dataclasses.replace(_closed_loop(cfg)[0], runs={"adapter": exp})
         check_rule(exp.model, plan.window, plan.context, SIMULATED_PATH)
-        todo = cle.jobs(plan, [variant], simulator=False)
-        done = [d for group in cle.groups(todo, plan) for d in cle.run_group(group, plan)]
+        done = cle.execute(cle.jobs(plan, [variant], simulator=False), plan)
         failed = [d["error"] for d in done if "error" in d]
         if failed:
             from workbench.errors import PolicyError

@@ -308,9 +308,6 @@ def _spearman_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """:func:`spearman` of each row of ``a`` with the same row of ``b`` (2-D, one row per resample), to the
     bit: a value's average rank is the count of smaller values plus half of (the count of equal ones + 1).
     Rows with a NaN go through :func:`spearman` itself, which ranks a NaN above every number."""
-    if np.isnan(a).any() or np.isnan(b).any():
-        return np.array([spearman(x, y) for x, y in zip(a, b)])
-
     def centred_ranks(x):
         less = (x[:, None, :] < x[:, :, None]).sum(-1)
         equal = (x[:, None, :] == x[:, :, None]).sum(-1)
@@ -319,7 +316,10 @@ def _spearman_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     ra, rb = centred_ranks(a), centred_ranks(b)
     denom = np.sqrt((ra * ra).sum(1) * (rb * rb).sum(1))
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(denom > 0, (ra * rb).sum(1) / np.where(denom > 0, denom, 1), np.nan)
+        rho = np.where(denom > 0, (ra * rb).sum(1) / np.where(denom > 0, denom, 1), np.nan)
+    for row in np.flatnonzero(np.isnan(a).any(1) | np.isnan(b).any(1)):
+        rho[row] = spearman(a[row], b[row])
+    return rho
 
 
 def policy_means(values: np.ndarray, groups: np.ndarray, starts: np.ndarray,
