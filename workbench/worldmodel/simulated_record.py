@@ -109,7 +109,7 @@ def record_simulated(out: str | Path = SIMULATED_PATH, *, recording: str | Path 
     by_key = {d["job"][1]: d for d in done}
     source = episodes.path.name if episodes.path else "a recording"
     record = {
-        "format": RECORD_FORMAT, "generator": "workbench.worldmodel.closed_loop_eval.record_simulated",
+        "format": RECORD_FORMAT, "generator": f"{__name__}.record_simulated",
         "command": _record_command(out, recording, None if frames == episodes.meta["frames"] else frames,
                                    seed),
         "date": time.strftime("%Y-%m-%d"),
