@@ -20,6 +20,7 @@ from workbench.worldmodel.policies import load_policies
 pytest.importorskip("metaworld")
 from workbench.worldmodel import closed_loop_eval as cle  # noqa: E402
 from workbench.worldmodel import simulated_record as rec  # noqa: E402
+from workbench.worldmodel import simulator_twin as twin  # noqa: E402
 from workbench.worldmodel.scripted import HAND_STEP, ScriptedPolicy, family  # noqa: E402
 from workbench.worldmodel.sim import RenderingUnavailable  # noqa: E402
 
@@ -129,11 +130,11 @@ def test_the_simulator_asks_the_policy_at_the_chunk_boundaries_with_the_frames_i
     reach = recorded.select(tasks=["reach-v3"])
     policy = Recorder(ScriptedPolicy(0.0))
     try:
-        got = cle.simulate(policy, reach, frames=FRAMES, window=16, context=1)
+        got = twin.simulate(policy, reach, frames=FRAMES, window=16, context=1)
     except RenderingUnavailable as err:
         pytest.skip(str(err))
     finally:
-        cle.close_envs()
+        twin.close_envs()
     assert [(o.chunk, o.frame_index, o.frames) for o in policy.seen] == [(0, 0, range(0, 16)), (1, 15, range(16, 31))]
     first = policy.seen[0]
     assert np.array_equal(first.frame[0], reach.frame[0])  # the start frame, rendered as the recording's was
@@ -187,7 +188,7 @@ def test_eval_ranks_closed_loop_and_keeps_what_was_done_when_a_policy_fails(tmp_
     try:
         assert main(args) == 2
     finally:
-        cle.close_envs()
+        twin.close_envs()
     printed = capsys.readouterr()
     assert ("error: The policy 'lost' (workbench_policy_mine.lost, " in printed.err and
             "mine.py:13) raised RuntimeError: the arm is out of view at chunk 1 (it saw frame 15 and was asked for "
@@ -203,12 +204,12 @@ def test_eval_ranks_closed_loop_and_keeps_what_was_done_when_a_policy_fails(tmp_
     reach = recorded.select(tasks=["reach-v3"])
     rows = {r["policy"]: i for i, r in enumerate(report["episode_rows"])}
     for key, policy in [("expert", ScriptedPolicy(0.0)), ("random", ScriptedPolicy(None))]:
-        sim = cle.simulate(policy, reach, frames=FRAMES, window=16, context=1)
+        sim = twin.simulate(policy, reach, frames=FRAMES, window=16, context=1)
         imagined = cle.imagine_closed_loop(exp.model, reach, policy, frames=FRAMES, steps=1, gate_scale=2.0)
         assert report["simulated_distance_m"][rows[key]] == pytest.approx(sim["distance"][0], abs=1e-5)
         assert report["variants"]["adapter"]["distance_m"][rows[key]] == pytest.approx(imagined["distance"][0],
                                                                                         abs=1e-5)
-    cle.close_envs()
+    twin.close_envs()
     assert report["variants"]["adapter"]["distance_m"][rows[lost]] is None
     assert report["simulated_distance_m"][rows[lost]] is None
     entry = next(e for e in report["per_policy"] if e["policy"] == "expert")
@@ -232,7 +233,7 @@ def test_the_numbers_do_not_depend_on_the_process_count(tmp_path, recorded):
         one = cle.execute(todo, plan)
         two = cle.execute(todo, plan, processes=2)
     finally:
-        cle.close_envs()
+        twin.close_envs()
     by_job = {d["job"]: d for d in one}
     assert len(two) == len(todo) and len({d["process"] for d in two} - {os.getpid()}) == 2  # both processes worked
     for d in two:
@@ -244,7 +245,7 @@ def test_the_numbers_do_not_depend_on_the_process_count(tmp_path, recorded):
     try:
         shared = cle.execute(both, wide, processes=2)
     finally:
-        cle.close_envs()
+        twin.close_envs()
     assert len(shared) == 4 and os.getpid() not in {d["process"] for d in shared}
     for d in shared:
         if d["job"][1] == "adapter":
@@ -311,10 +312,11 @@ def test_closed_loop_errors_say_what_was_wrong(exp, recorded):
 AGAIN = """
 import json, torch
 from workbench.worldmodel import closed_loop_eval as cle
+from workbench.worldmodel import simulator_twin as twin
 from workbench.worldmodel.policies import load_policies
 from workbench.worldmodel.scripted import ScriptedPolicy
 starts = cle.starts_from_recording(load_policies()).select(per_task=1)
-got = cle.simulate(ScriptedPolicy(0.3), starts, frames=61, window=16, context=1)
+got = twin.simulate(ScriptedPolicy(0.3), starts, frames=61, window=16, context=1)
 print(json.dumps({"kernels": torch.backends.cpu.get_cpu_capability(), "distance": got["distance"].tolist()}))
 """
 

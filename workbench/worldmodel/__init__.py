@@ -15,9 +15,9 @@ measures whether the predictions follow the actions:
   per chunk (``workbench eval RUN --rollout``);
 * :mod:`~workbench.worldmodel.policies`: policies recorded in the simulator, replayed as rollouts and
   ranked against it (``workbench eval RUN --policies --open-loop``);
-* :mod:`~workbench.worldmodel.scripted` and :mod:`~workbench.worldmodel.closed_loop_eval`: the shipped
-  policies (and yours) acting closed loop in the world model and in the simulator under one decision rule,
-  ranked (``workbench eval RUN --policies``);
+* :mod:`~workbench.worldmodel.scripted`, :mod:`~workbench.worldmodel.closed_loop_eval` and
+  :mod:`~workbench.worldmodel.simulator_twin`: the shipped policies (and yours) acting closed loop in the
+  world model and in the simulator under one decision rule, ranked (``workbench eval RUN --policies``);
 * :mod:`~workbench.worldmodel.demo`: the whole study in one command (``workbench demo``), which ends with
   :func:`~workbench.worldmodel.summary.first_table`.
 
@@ -57,7 +57,7 @@ _LAZY = {
     "family": "workbench.worldmodel.scripted",
     "StartStates": "workbench.worldmodel.closed_loop_eval",
     "fresh_starts": "workbench.worldmodel.closed_loop_eval",
-    "simulate": "workbench.worldmodel.closed_loop_eval",
+    "simulate": "workbench.worldmodel.simulator_twin",
     "evaluate_closed_loop": "workbench.worldmodel.closed_loop_eval",
     "DemoConfig": "workbench.worldmodel.demo",
     "TRAINED_ADAPTER": "workbench.worldmodel.demo",

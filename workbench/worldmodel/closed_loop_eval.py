@@ -6,12 +6,12 @@ from the same start states in two worlds:
 * **in imagination**: :func:`workbench.inspect.closed_loop` alternates it with the world model's rollout.
   Before each chunk it sees the last frame the model produced, the hand and the object the probes read off
   it (the state readers ``"probe"`` and ``"object_probe"``) and the goal of the start state;
-* **in the simulator twin** (:func:`simulate`): Meta-World runs the same policy and asks it at the same chunk
-  boundaries (:func:`workbench.inspect.recording.closed_loop.chunk_schedule`), showing it the frame the
-  simulator rendered there, as the training data were rendered (camera, size), read by the same probes. So
-  the two worlds differ in the world model only, not in what the policy sees or when. (The simulator's
-  true state would give the policy better readings than imagination can, and the comparison would mix the
-  probes' errors into the world model's.)
+* **in the simulator twin** (:mod:`~workbench.worldmodel.simulator_twin`): Meta-World runs the same policy
+  and asks it at the same chunk boundaries (:func:`workbench.inspect.recording.closed_loop.chunk_schedule`),
+  showing it the frame the simulator rendered there, as the training data were rendered (camera, size),
+  read by the same probes. So the two worlds differ in the world model only, not in what the policy sees or
+  when. (The simulator's true state would give the policy better readings than imagination can, and the
+  comparison would mix the probes' errors into the world model's.)
 
 The outcome is the distance to the goal at the last frame: the hand's for reach, the object's for push.
 Imagined, it is read off the last predicted frame by the probes; simulated, it is the simulator's own. The
@@ -160,6 +160,7 @@ def fresh_starts(tasks: Sequence[str], per_task: int, *, seed: int = DEFAULT_STA
     """
     from workbench.worldmodel.policies import OUTCOME, TASKS, _reset
     from workbench.worldmodel.sim import DEFAULT_CAMERA, PROPRIO_NAMES, check_args, import_simulator
+    from workbench.worldmodel.simulator_twin import environment
 
     import_simulator()
     tasks = check_args(list(tasks), per_task, DEFAULT_FRAMES, 64, DEFAULT_CAMERA, action_repeat)
@@ -169,7 +170,7 @@ def fresh_starts(tasks: Sequence[str], per_task: int, *, seed: int = DEFAULT_STA
                           f"{listing(list(OUTCOME))}.")
     columns: dict[str, list[Any]] = {k: [] for k in STATE_FIELDS}
     for task in tasks:
-        env = _env(task, 64, DEFAULT_CAMERA, 100)
+        env = environment(task, 64, DEFAULT_CAMERA, 100)
         for s in range(per_task):
             obs, _ = _reset(env, seed, TASKS.index(task), s)
             proprio = np.zeros(len(PROPRIO_NAMES), np.float32)
@@ -188,96 +189,6 @@ def fresh_starts(tasks: Sequence[str], per_task: int, *, seed: int = DEFAULT_STA
 
 
 # ------------------------------------------------------------------------------------------ the two worlds
-def _reading(reader: Any, frames: np.ndarray) -> np.ndarray:
-    value = np.asarray(reader(frames), np.float64)
-    return value[:, -1] if value.ndim == 3 else value
-
-
-def simulate(policy: Callable[[Any], Any], starts: StartStates, *, frames: int, window: int,
-             context: int) -> dict[str, Any]:
-    """Run ``policy`` in Meta-World from each start state under the decision rule of a closed loop in a world
-    model that takes ``window``-frame chunks continuing from ``context`` frames: at each chunk boundary
-    (:func:`~workbench.inspect.recording.closed_loop.chunk_schedule`) the policy sees the frame the simulator
-    rendered there (as the data were rendered), the probes' readings of it and the start state's goal, and
-    returns the actions of the frames that chunk adds.
-
-    Args:
-        policy: A callable of an :class:`~workbench.inspect.recording.closed_loop.Observation`.
-        starts: Where the episodes start.
-        frames: The episode's length in frames.
-        window: The world model's chunk length in frames.
-        context: The frames each chunk continues from.
-
-    Returns:
-        ``distance`` (the outcome at the last frame, metres, the simulator's own), ``final_frames`` (uint8
-        ``(S, H, W, 3)``) and ``actions`` (``(S, frames, 4)``).
-    """
-    from workbench.inspect.recording.closed_loop import Observation, act, chunk_schedule, describe_policy
-    from workbench.inspect.recording.state import state_reader
-    from workbench.worldmodel.policies import OUTCOME, _reset
-    from workbench.worldmodel.scripted import READERS
-    from workbench.worldmodel.sim import import_simulator
-
-    import_simulator()
-    schedule = chunk_schedule(window, context, frames)
-    asked_at = {seen: (k, asked) for k, (seen, asked) in enumerate(schedule)}
-    render_at = {f for seen, _ in schedule for f in range(seen - context + 1, seen + 1)} | {frames - 1}
-    readers = [state_reader(r) for r in READERS]
-    name = describe_policy(policy)
-    repeat = int(starts.meta["action_repeat"])
-    distance = np.full(len(starts), np.nan)
-    final = np.zeros((len(starts), *starts.frame.shape[1:]), np.uint8)
-    actions = np.zeros((len(starts), frames, 4), np.float32)
-    for task in starts.tasks:
-        env = _env(task, int(starts.meta["size"]), starts.meta["camera"], (frames + 40) * repeat)
-        for row in np.flatnonzero(starts.task == task):
-            state, _ = _reset(env, starts.meta["seed"], int(starts.task_index[row]), int(starts.index[row]))
-            goal = {"task": starts.task[row:row + 1], "position": starts.goal[row:row + 1]}
-            rendered: dict[int, np.ndarray] = {}
-            for t in range(frames):
-                if t in render_at:
-                    rendered[t] = env.render()
-                if t in asked_at:
-                    k, asked = asked_at[t]
-                    seen = np.stack([rendered[f] for f in range(t - context + 1, t + 1)])[None]
-                    obs = Observation(frame=seen[:, -1], goal=goal, chunk=k, frame_index=t, frames=asked,
-                                      state={key: _reading(r, seen) for r in readers for key in r.keys},
-                                      action_dim=4, batched=True)
-                    actions[row, asked.start:asked.stop] = act(policy, obs, name=name)[0]
-                if t < frames - 1:
-                    for _ in range(repeat):
-                        state, *_ = env.env.step(actions[row, t])
-            body = state[:3] if OUTCOME[task] == "hand" else state[4:7]
-            distance[row] = float(np.linalg.norm(body - state[-3:]))
-            final[row] = rendered[frames - 1]
-    return {"distance": distance, "final_frames": final, "actions": actions}
-
-
-_ENVS: dict[tuple, Any] = {}  # (task, size, camera) -> TaskEnv, built once per process (a CPU second each)
-
-
-def _env(task: str, size: int, camera: str, steps: int) -> Any:
-    from workbench.worldmodel.sim import TaskEnv
-
-    key = (task, size, camera)
-    if key not in _ENVS:
-        first = not _ENVS
-        _ENVS[key] = TaskEnv(task, size, camera, max_steps=steps)
-        if first:  # registered after the renderer's own exit handler, so that it runs before it
-            import atexit
-
-            atexit.register(close_envs)
-    env = _ENVS[key]
-    env.env.max_path_length = max(int(env.env.max_path_length), steps + 1)
-    return env
-
-
-def close_envs() -> None:
-    """Close the simulator environments :func:`simulate` keeps open in this process."""
-    while _ENVS:
-        _ENVS.popitem()[1].close()
-
-
 def imagine_closed_loop(model: Any, starts: StartStates, policy: Callable[[Any], Any], *, frames: int,
                         steps: int, seed: int = 0, with_adapter: bool = True,
                         gate_scale: float | None = None,
@@ -460,6 +371,7 @@ def run_job(job: tuple, plan: Plan) -> dict[str, Any]:
     try:
         if job[0] == "sim":
             from workbench.worldmodel.policies import PolicyEpisodes, outcome_distance
+            from workbench.worldmodel.simulator_twin import simulate
 
             got = simulate(policy, plan.starts, frames=plan.frames, window=plan.window, context=plan.context)
             where = PolicyEpisodes({"task": plan.starts.task, "goal": plan.starts.goal}, {})
@@ -502,6 +414,8 @@ def _run_local(todo: list[tuple], plan: Plan, progress: bool) -> list[dict[str, 
                     print(f"  {len(done)}/{len(todo)} {_job_text(d['job'], plan)}: "
                           f"{d['cpu_seconds']:.0f} CPU s", flush=True)
     finally:
+        from workbench.worldmodel.simulator_twin import close_envs
+
         close_envs()
     return done
 
@@ -897,4 +811,4 @@ def _write(out: Path | None, report: dict[str, Any], json_safe: Callable[[Any], 
 __all__ = ["DEFAULT_BATCH", "DEFAULT_FRAMES", "DEFAULT_STARTS", "DEFAULT_START_SEED", "Plan", "StartStates",
            "assemble", "evaluate_closed_loop", "execute", "format_closed_loop", "fresh_starts",
            "groups", "imagine_closed_loop", "jobs", "resolve_policy", "run_closed_loop_eval", "run_group",
-           "run_job", "simulate", "starts_from_recording"]
+           "run_job", "starts_from_recording"]

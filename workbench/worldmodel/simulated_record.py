@@ -2,7 +2,7 @@
 
 A scripted policy's outcome in the simulator from a fixed start state does not depend on the world model:
 :func:`record_simulated` runs the shipped family in the simulator twin
-(:func:`~workbench.worldmodel.closed_loop_eval.simulate`) from every start state of the shipped recording,
+(:func:`~workbench.worldmodel.simulator_twin.simulate`) from every start state of the shipped recording,
 under the embedded world model's decision rule, and writes the outcomes with the command, date, versions
 and each start state's fingerprint. :func:`load_simulated` reads them back, checked against the start states
 they are used with, so ``workbench demo`` ranks its imagined closed loops without a simulator.
