@@ -89,7 +89,7 @@ LAYERS = {
     "worldmodel": {"core", "train", "inspect", "backbones", "adapters", "data", "worldmodel", "cli"},
 }
 LEAVES = {"errors", "registry", "config", "layers", "loop", "metrics", "media", "_lazy", "_version", "integrity",
-          "extras", "examples"}
+          "extras", "examples", "workers"}
 #: The top-level modules that are not leaves, and what each may reach.
 TOP = {"__init__": {"core", "train"}, "__main__": {"cli"},
        "cli": {"core", "train", "inspect", "backbones", "adapters", "data"}}

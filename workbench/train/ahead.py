@@ -40,6 +40,7 @@ from workbench.core.conditions import Batch
 from workbench.errors import WorkbenchError
 from workbench.train.data import DataStream
 from workbench.train.seeds import StepNoise
+from workbench.workers import adopt_environment, worker_context
 
 
 class AheadError(WorkbenchError, RuntimeError):
@@ -69,9 +70,10 @@ class Ahead:
 
 
 def _serve(config: dict, steps: int, start: int, data_state: dict | None, threads: int, requests,
-           results) -> None:
+           results, environment: dict[str, str]) -> None:
     """The second process: the base's half of ``steps`` steps from ``start``, then prediction requests."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the training process's to handle
+    adopt_environment(environment)
     torch.set_num_threads(threads)
     try:
         from workbench.inspect.recording.clips import predict_clips
@@ -108,22 +110,24 @@ class BaseAhead:
 
     ``config``: the experiment's resolved config (``exp.resolved_config()``); ``steps``: how many
     steps from ``start`` (the experiment's step) it prepares; ``data_state``: the data position at
-    ``start`` (a resumed run's). ``depth``: how many micro-batches it may run ahead. Use
+    ``start`` (a resumed run's). ``depth``: how many micro-batches it may run ahead. ``start_method``: a
+    multiprocessing start method, or None for :func:`workbench.workers.worker_context`'s. Use
     :meth:`stream` as the data of ``fit``; :meth:`close` (or the ``with`` block) ends it.
     """
 
     def __init__(self, config: Mapping[str, Any], *, steps: int, start: int = 0,
                  data_state: dict | None = None,
-                 threads: int | None = None, depth: int = 3, start_method: str = "spawn"):
+                 threads: int | None = None, depth: int = 3, start_method: str | None = None):
         import multiprocessing
+        import os
 
-        ctx = multiprocessing.get_context(start_method)
+        ctx = worker_context() if start_method is None else multiprocessing.get_context(start_method)
         self._requests = ctx.Queue()
         self._results = ctx.Queue(maxsize=depth)
         self._process = ctx.Process(
             target=_serve, name="workbench-base-ahead", daemon=True,
             args=(dict(config), steps, start, data_state, threads or torch.get_num_threads(), self._requests,
-                  self._results))
+                  self._results, dict(os.environ)))
         self._process.start()
         self.steps = steps
         self._closed = False

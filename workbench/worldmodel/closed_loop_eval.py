@@ -429,12 +429,14 @@ def _job_text(job: tuple, plan: Plan) -> str:
 
 def _run_pool(todo: list[tuple], plan: Plan, processes: int, progress: bool) -> list[dict[str, Any]]:
     import functools
-    import multiprocessing
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
     from concurrent.futures.process import BrokenProcessPool
 
-    # spawn: fresh interpreters of one thread each; the jobs are sent as specs and run directories
-    pool = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"))
+    from workbench.workers import adopt_environment, worker_context
+
+    # fresh interpreters of one thread each (workbench.workers); the jobs are sent as specs and run folders
+    pool = ProcessPoolExecutor(processes, mp_context=worker_context(), initializer=adopt_environment,
+                               initargs=(dict(os.environ),))
     done: list[dict[str, Any]] = []
     try:
         pending = {pool.submit(functools.partial(run_group, plan=plan), group): group

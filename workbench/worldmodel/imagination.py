@@ -137,14 +137,17 @@ def _run_all(todo: list, run: Callable[[Any], dict[str, Any]], processes: int) -
     others, each taking the next job in ``todo``'s order when it is free; the results in ``todo``'s order."""
     if processes == 1:
         return [run(job) for job in todo]
-    import multiprocessing
+    import os
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
     from concurrent.futures.process import BrokenProcessPool
 
-    # spawn: a fresh interpreter (no fork of a process holding torch's threads), one thread each. A process
-    # that dies (killed, out of memory) breaks the pool and is reported, never waited on for ever. This
-    # process, which has the libraries loaded already, runs jobs too instead of waiting.
-    pool = ProcessPoolExecutor(processes - 1, mp_context=multiprocessing.get_context("spawn"))
+    from workbench.workers import adopt_environment, worker_context
+
+    # fresh interpreters (workbench.workers: never a fork of a process holding torch's threads), one thread
+    # each. A process that dies (killed, out of memory) breaks the pool and is reported, never waited on for
+    # ever. This process, which has the libraries loaded already, runs jobs too instead of waiting.
+    pool = ProcessPoolExecutor(processes - 1, mp_context=worker_context(), initializer=adopt_environment,
+                               initargs=(dict(os.environ),))
     waiting, running, results = list(range(len(todo))), {}, {}
     try:
         while waiting or running:
