@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import copy
 import doctest
+import importlib
 import io
 import os
 import re
@@ -185,7 +186,8 @@ def shell_lines(source: str) -> list[str]:
 
 
 def _workbench_argv(line: str) -> tuple[dict[str, str], list[str]] | None:
-    """``(environment, argv)`` when ``line`` is ``[NAME=VALUE ...] [path/]workbench ARGS`` and nothing else."""
+    """``(environment, argv)`` when ``line`` is ``[NAME=VALUE ...] [path/]workbench ARGS`` and nothing else, or
+    ``[NAME=VALUE ...] [path/]python -m workbench.MODULE ARGS`` (then argv starts ``-m``, the module)."""
     if re.search(r"[|&;<>`$(){}]", line.split(" #")[0]):
         return None
     words = shlex.split(line, comments=True)
@@ -193,15 +195,30 @@ def _workbench_argv(line: str) -> tuple[dict[str, str], list[str]] | None:
     while words and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", words[0]):
         name, value = words.pop(0).split("=", 1)
         env[name] = value
-    if not words or Path(words[0]).name != "workbench":
-        return None
-    return env, words[1:]
+    if words and Path(words[0]).name == "workbench":
+        return env, words[1:]
+    if len(words) > 2 and Path(words[0]).name == "python" and words[1] == "-m" and words[2].startswith("workbench."):
+        return env, words[1:]
+    return None
+
+
+def _run_in_process(argv: list[str]) -> int | str | None:
+    """The exit status of ``workbench ARGV``, or of ``python -m MODULE ARGS`` (the module's ``main(args)``, which
+    its ``__main__`` block runs), run in this process."""
+    from workbench.cli import main
+
+    if argv[0] == "-m":
+        main = importlib.import_module(argv[1]).main
+        argv = argv[2:]
+    try:
+        return main(argv)
+    except SystemExit as stop:  # argparse's own exits
+        return stop.code
 
 
 def run_shell(example) -> None:
-    """A ```bash block, line by line, in the page's scratch directory; every line must exit 0."""
-    from workbench.cli import main
-
+    """A ```bash block, line by line, in the page's scratch directory; every line must exit 0. The lines that
+    run ``workbench`` or a module of it run in this process (a fresh interpreter would import torch again)."""
     printed = []
     for line in shell_lines(twin(example, str(example.parsed))):
         parsed = _workbench_argv(line)
@@ -215,10 +232,7 @@ def run_shell(example) -> None:
             os.environ.update(env)
             try:
                 with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-                    try:
-                        code = main(argv)
-                    except SystemExit as stop:  # argparse's own exits
-                        code = stop.code
+                    code = _run_in_process(argv)
             finally:
                 for name, value in saved.items():
                     if value is None:
@@ -579,6 +593,9 @@ def test_workbench_lines_run_in_process_and_others_in_bash():
     assert _workbench_argv("OMP_NUM_THREADS=1 .venv/bin/workbench doctor") == ({"OMP_NUM_THREADS": "1"}, ["doctor"])
     assert _workbench_argv("workbench cache-latents run.yaml --out cache/ && torchrun x") is None
     assert _workbench_argv("cd benchmarks && python x.py") is None
+    assert _workbench_argv("python -m workbench.worldmodel.policies --starts 1") == (
+        {}, ["-m", "workbench.worldmodel.policies", "--starts", "1"])
+    assert _workbench_argv("python -m pytest tests") is None and _workbench_argv("python x.py") is None
     assert [line.split() for line in shell_lines("# one\nworkbench a \\\n    --b 1   # c\n\nmake x\n")] == [
         ["workbench", "a", "--b", "1", "#", "c"], ["make", "x"]]
 
