@@ -51,13 +51,13 @@ def test_a_controlnet_inside_dynamicrafter_in_bf16_trains():
         torch.manual_seed(0)
         adapter = build("adapter", "controlnet", {"blocks": 1})
     exp = AdapterExperiment(base=base, adapter=adapter,
-                            training=TrainingConfig(steps=2, batch_size=1, learning_rate=1e-3, progress=False,
+                            training=TrainingConfig(steps=1, batch_size=1, learning_rate=1e-3, progress=False,
                                                     gradient_checkpointing=True, device="cpu"))
     assert adapter.copies[0][0].in_layers[0].weight.dtype == torch.float32  # a Float32GroupNorm, as in the base
     g = torch.Generator().manual_seed(0)
     data = [{"video": torch.rand(1, 3, 8, 64, 64, generator=g) * 2 - 1, "action": torch.rand(1, 8, 4, generator=g)}]
-    exp.fit(data, steps=2)
-    assert len(exp.loss_history) == 2 and all(torch.isfinite(torch.tensor(exp.loss_history)))
+    exp.fit(data, steps=1)  # (one step in emulated bf16 is seconds on a CPU without AVX-512)
+    assert len(exp.loss_history) == 1 and all(torch.isfinite(torch.tensor(exp.loss_history)))
     assert adapter.projections[0].weight.abs().sum() > 0  # the zero projection moved: gradients reached it
 
 
