@@ -94,6 +94,7 @@ BUDGET: dict[str, float] = {
     "tests/test_suite_guards.py": 2,
     "tests/test_config_roundtrip.py": 2,
     "tests/test_policies.py": 1,
+    "tests/test_workers.py": 1,
     "tests/test_imagination.py": 1,
     "tests/test_closed_loop.py": 1,
     "tests/test_context_training.py": 1,
