@@ -2,10 +2,11 @@
 (:mod:`workbench.train.ahead`) and the pools of the world model's evaluations
 (:mod:`workbench.worldmodel.imagination`, :mod:`workbench.worldmodel.closed_loop_eval`).
 
-Each is a fresh interpreter of one thread, never a fork of a process that has run torch's thread pool. Where
-the platform has it (Linux), they come from a fork server: one process, started on first use, imports torch
-and the modules the jobs run, once, and every later worker is a fork of it, not yet used. A spawned worker
-imports torch again each time (about 1.5 CPU seconds, more than many jobs take). Elsewhere they are spawned.
+Each runs one thread and has computed nothing before its first job: never a fork of a process that has run
+torch's thread pool. Where the platform has a fork server (Linux, macOS), they come from one: a process,
+started on first use, imports torch and the modules the jobs run, once, and every worker is a fork of it. A
+spawned worker imports torch again each time (about 1.5 CPU seconds, more than many jobs take). Elsewhere
+(Windows) they are spawned.
 
 A fork server keeps the environment it started with. The workers take the environment of the process that
 starts them (:func:`adopt_environment`, each pool's initializer), as a spawned one would; a variable read
