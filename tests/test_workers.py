@@ -47,6 +47,8 @@ def test_workers_are_forks_of_a_server_that_imported_torch_and_the_jobs_modules(
         again = pool.submit(_what_the_worker_has, PRELOAD).result()
     # this module imports neither torch nor workbench: a spawned worker would have loaded none of them
     assert got["loaded"] == list(PRELOAD)
+    assert {"torch", "workbench.train.ahead", "workbench.worldmodel.imagination",
+            "workbench.worldmodel.closed_loop_eval"} <= set(got["loaded"])  # what the three workers run
     from multiprocessing import forkserver
 
     assert got["parent"] == forkserver._forkserver._forkserver_pid != os.getpid()
@@ -58,16 +60,15 @@ def test_workers_are_forks_of_a_server_that_imported_torch_and_the_jobs_modules(
 def test_a_worker_takes_the_environment_of_the_process_that_starts_it(monkeypatch):
     from concurrent.futures import ProcessPoolExecutor
 
-    from workbench.workers import adopt_environment, worker_context
+    from workbench.workers import pool, worker_context
 
     monkeypatch.setenv("WORKBENCH_TEST_GONE", "set before the server starts")
-    with ProcessPoolExecutor(1, mp_context=worker_context()) as pool:  # (starts the server if it is not running)
-        pool.submit(_what_the_worker_has, ()).result()
+    with ProcessPoolExecutor(1, mp_context=worker_context()) as bare:  # (starts the server if it is not running)
+        bare.submit(_what_the_worker_has, ()).result()
     monkeypatch.delenv("WORKBENCH_TEST_GONE")
     monkeypatch.setenv("WORKBENCH_TEST_SET", "set since")
-    with ProcessPoolExecutor(1, mp_context=worker_context(), initializer=adopt_environment,
-                             initargs=(dict(os.environ),)) as pool:
-        got = pool.submit(_what_the_worker_has, ()).result()
+    with pool(1) as workers:  # the pools of the evaluations
+        got = workers.submit(_what_the_worker_has, ()).result()
     assert got["variables"] == {"WORKBENCH_TEST_SET": "set since", "WORKBENCH_TEST_GONE": None}
 
 

@@ -9,8 +9,8 @@ spawned worker imports torch again each time (about 1.5 CPU seconds, more than m
 (Windows) they are spawned.
 
 A fork server keeps the environment it started with. The workers take the environment of the process that
-starts them (:func:`adopt_environment`, each pool's initializer), as a spawned one would; a variable read
-while the server imported torch (``ATEN_CPU_CAPABILITY``) keeps the value it had then.
+starts them (:func:`adopt_environment`, the initializer of each :func:`pool`), as a spawned one would; a
+variable read while the server imported torch (``ATEN_CPU_CAPABILITY``) keeps the value it had then.
 """
 
 from __future__ import annotations
@@ -19,8 +19,12 @@ import multiprocessing
 import os
 from collections.abc import Mapping
 from multiprocessing.context import BaseContext
+from typing import TYPE_CHECKING
 
-__all__ = ["PRELOAD", "adopt_environment", "worker_context"]
+if TYPE_CHECKING:
+    from concurrent.futures import ProcessPoolExecutor
+
+__all__ = ["PRELOAD", "adopt_environment", "pool", "worker_context"]
 
 #: What the fork server imports before it forks a worker: torch and the modules the workers run.
 PRELOAD = ("torch", "workbench.train.ahead", "workbench.worldmodel.imagination",
@@ -41,6 +45,21 @@ def worker_context() -> BaseContext:
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(list(PRELOAD))  # (no effect once the server runs: it keeps its first list)
     return context
+
+
+def pool(processes: int) -> ProcessPoolExecutor:
+    """A pool of ``processes`` workers (:func:`worker_context`), each in the environment of this process.
+
+    Args:
+        processes: How many workers.
+
+    Returns:
+        The pool; ``shutdown`` (or a ``with`` block) ends its workers.
+    """
+    from concurrent.futures import ProcessPoolExecutor
+
+    return ProcessPoolExecutor(processes, mp_context=worker_context(), initializer=adopt_environment,
+                               initargs=(dict(os.environ),))
 
 
 def adopt_environment(environment: Mapping[str, str]) -> None:

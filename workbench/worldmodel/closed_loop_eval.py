@@ -429,14 +429,13 @@ def _job_text(job: tuple, plan: Plan) -> str:
 
 def _run_pool(todo: list[tuple], plan: Plan, processes: int, progress: bool) -> list[dict[str, Any]]:
     import functools
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    from concurrent.futures import FIRST_COMPLETED, wait
     from concurrent.futures.process import BrokenProcessPool
 
-    from workbench.workers import adopt_environment, worker_context
+    from workbench.workers import pool as worker_pool
 
-    # fresh interpreters of one thread each (workbench.workers); the jobs are sent as specs and run folders
-    pool = ProcessPoolExecutor(processes, mp_context=worker_context(), initializer=adopt_environment,
-                               initargs=(dict(os.environ),))
+    # workers of one thread each (workbench.workers); the jobs are sent as specs and run folders
+    pool = worker_pool(processes)
     done: list[dict[str, Any]] = []
     try:
         pending = {pool.submit(functools.partial(run_group, plan=plan), group): group

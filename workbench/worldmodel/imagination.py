@@ -137,17 +137,15 @@ def _run_all(todo: list, run: Callable[[Any], dict[str, Any]], processes: int) -
     others, each taking the next job in ``todo``'s order when it is free; the results in ``todo``'s order."""
     if processes == 1:
         return [run(job) for job in todo]
-    import os
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    from concurrent.futures import FIRST_COMPLETED, wait
     from concurrent.futures.process import BrokenProcessPool
 
-    from workbench.workers import adopt_environment, worker_context
+    from workbench.workers import pool as worker_pool
 
-    # fresh interpreters (workbench.workers: never a fork of a process holding torch's threads), one thread
-    # each. A process that dies (killed, out of memory) breaks the pool and is reported, never waited on for
-    # ever. This process, which has the libraries loaded already, runs jobs too instead of waiting.
-    pool = ProcessPoolExecutor(processes - 1, mp_context=worker_context(), initializer=adopt_environment,
-                               initargs=(dict(os.environ),))
+    # workers of one thread each that have computed nothing before (workbench.workers). A process that dies
+    # (killed, out of memory) breaks the pool and is reported, never waited on for ever. This process, which
+    # has the libraries loaded already, runs jobs too instead of waiting.
+    pool = worker_pool(processes - 1)
     waiting, running, results = list(range(len(todo))), {}, {}
     try:
         while waiting or running:
