@@ -54,7 +54,9 @@ def run(kind: str, steps: int | None, clips: int | None = None, quick: bool = Fa
         # replace has no gate to scale: the inside kinds are sampled as trained
         overrides.update(adapter=KINDS[kind], composer={"type": "replace"}, gate_scale=None, **SETTING.get(kind, {}))
     started = time.perf_counter()
-    cfg = DemoConfig.quick(**overrides) if quick else DemoConfig(**overrides)
+    # quick: the demo's reduced budget without what no row reads (the unseen tasks' clips, the world summary)
+    cfg = DemoConfig.quick(**{"world": False, "unseen_clips": 0, "video_clips": 1, **overrides}) if quick \
+        else DemoConfig(**overrides)
     metrics = run_demo(cfg, progress=False)
     from workbench.train import AdapterExperiment
 
@@ -70,8 +72,8 @@ def run(kind: str, steps: int | None, clips: int | None = None, quick: bool = Fa
     return row
 
 
-def speed(rounds: int = 3, steps: int = 2) -> dict[str, float]:
-    """CPU seconds per training step of each kind (the demo's batch of 8 16-frame clips, one thread).
+def speed(rounds: int = 3, steps: int = 2, batch: int = 8) -> dict[str, float]:
+    """CPU seconds per training step of each kind (``batch`` 16-frame clips, the demo's 8 by default; one thread).
 
     Timed in interleaved rounds as CPU time of this process (a shared machine's wall clock
     counts other people's work); the median per kind. Writes ``outputs/compare/speed.json``.
@@ -86,8 +88,9 @@ def speed(rounds: int = 3, steps: int = 2) -> dict[str, float]:
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     clips = MetaWorldClips(path="sample", window=16, stride=4, split="train")
-    items = [clips[i] for i in range(8)]
-    batch = {k: torch.stack([torch.as_tensor(it[k]) for it in items]) for k in ("video", "action")}
+    items = [clips[i] for i in range(batch)]
+    # every tensor a clip carries (video, actions, the hand's position the demo's adapter reads, ...)
+    batch = {k: torch.stack([it[k] for it in items]) for k, v in items[0].items() if torch.is_tensor(v)}
     batch["control"] = torch.stack([edges(it["video"]) for it in items])
     exps = {}
     for kind, adapter in KINDS.items():
@@ -132,14 +135,16 @@ def main() -> None:
     parser.add_argument("kind", nargs="?", choices=sorted(KINDS))
     parser.add_argument("--steps", type=int, default=None, help="training steps (default: the demo's 900)")
     parser.add_argument("--clips", type=int, default=None, help="held-out clips scored (default: the demo's 36)")
-    parser.add_argument("--quick", action="store_true", help="the demo's reduced budget (a smoke test)")
+    parser.add_argument("--quick", action="store_true",
+                        help="a smoke test: the demo's reduced budget without its world summary; with --speed, one "
+                             "timed round of one step of batch 2")
     parser.add_argument("--speed", action="store_true", help="time a training step of each kind (CPU time)")
     parser.add_argument("--table", action="store_true", help="print the table of the runs so far")
     args = parser.parse_args()
     if args.kind:
         run(args.kind, args.steps, args.clips, args.quick)
     if args.speed:
-        speed()
+        speed(rounds=1, steps=1, batch=2) if args.quick else speed()
     if args.table or not (args.kind or args.speed):
         print(table())
 

@@ -117,28 +117,32 @@ def _generator(seed: int, step: int, what: str) -> torch.Generator:
 
 class EpisodeBank:
     """Whole training episodes as latents and signals, so that any window of them can be predicted:
-    ``latents`` ``[E, C, F, h, w]`` (encoded frame by frame, as the clips' latents are), ``action``
+    ``latent(row)`` ``[C, F, h, w]`` (an episode encoded frame by frame, as the clips' latents are, when a
+    window of it is first asked for: a short run encodes only the episodes it draws), ``action``
     ``[E, F, D]``, ``ee_pos`` ``[E, F, 3]``, ``camera`` ``[12]``; ``row[episode]`` its index."""
 
     def __init__(self, dataset: Any, base: Any):
         episodes = sorted(set(int(e) for e, _ in dataset.index))
         self.row = {e: i for i, e in enumerate(episodes)}
-        frames = dataset.read("frames", episodes)                       # uint8 [E, F, H, W, 3]
+        self._pixels = dataset.read("frames", episodes)                 # uint8 [E, F, H, W, 3]
+        self._base, self._latents = base, {}
         self.action = torch.from_numpy(np.clip(dataset.read("actions", episodes).astype(np.float32), -1, 1))
         self.ee_pos = torch.from_numpy(dataset.read("ee_pos", episodes).astype(np.float32))
         self.camera = dataset[0].get("camera")
-        with torch.no_grad():
-            lat = []
-            for ep in frames:
-                video = torch.from_numpy(ep).permute(3, 0, 1, 2)[None].float().div(127.5).sub(1.0)
-                lat.append(base.encode(video)[0])
-        self.latents = torch.stack(lat)                                 # [E, C, F, h, w]
-        self.frames = self.latents.shape[2]
+        self.frames = self._pixels.shape[1]
+
+    def latent(self, row: int) -> torch.Tensor:
+        """Episode ``row``'s latents ``[C, F, h, w]``, encoded on first use."""
+        if row not in self._latents:
+            video = torch.from_numpy(self._pixels[row]).permute(3, 0, 1, 2)[None].float().div(127.5).sub(1.0)
+            with torch.no_grad():
+                self._latents[row] = self._base.encode(video)[0]
+        return self._latents[row]
 
     def window(self, episodes: list[int], starts: list[int], length: int) -> dict[str, torch.Tensor]:
         """The raw request of windows ``[start, start + length)`` of ``episodes``."""
         rows = [self.row[e] for e in episodes]
-        lat = torch.stack([self.latents[r, :, s:s + length] for r, s in zip(rows, starts, strict=True)])
+        lat = torch.stack([self.latent(r)[:, s:s + length] for r, s in zip(rows, starts, strict=True)])
         act = torch.stack([self.action[r, s:s + length] for r, s in zip(rows, starts, strict=True)])
         ee = torch.stack([self.ee_pos[r, s:s + length] for r, s in zip(rows, starts, strict=True)])
         out = {"latents": lat, "action": act, "ee_pos": ee}

@@ -15,6 +15,7 @@ For ``outputs/r40/NAME/run`` (or ``--run DIR``):
 * ``unseen``: ``workbench eval RUN --data unseen --split all --stride 48 --gate-scale 2``;
 
 with every context corrupted to ``--context-level`` at sampling (default 0: as recorded/produced).
+``--episodes N --frames F --steps S`` shrink the rollouts (a smoke test: the test suite runs one).
 Writes ``eval[_level].json`` under ``outputs/r40/NAME`` with the numbers the table takes and CPU seconds.
 """
 
@@ -111,6 +112,9 @@ def main(argv=None) -> int:
     p.add_argument("--state", default="probe", choices=("probe", "recorded", "reckoned"))
     p.add_argument("--only", choices=("rollout", "sample", "unseen"), action="append")
     p.add_argument("--variants", default="adapter")
+    p.add_argument("--episodes", type=int, default=None, help="rollout: this many episodes (default: all 12)")
+    p.add_argument("--frames", type=int, default=None, help="rollout: each episode's first frames (default: 144)")
+    p.add_argument("--steps", type=int, default=8, help="rollout: sampling steps per chunk")
     p.add_argument("--teacher-forced", action="store_true",
                    help="every chunk from its recorded first frame and state (no exposure bias)")
     args = p.parse_args(argv)
@@ -139,7 +143,8 @@ def main(argv=None) -> int:
         cpu = time.process_time()
         if part == "rollout":
             exp = AdapterExperiment.load(run)
-            items = long_episodes("long", size=exp.model.base.clip().size)
+            items = long_episodes("long", size=exp.model.base.clip().size, episodes=args.episodes,
+                                  frames=args.frames)
             if args.state == "reckoned":
                 from workbench.inspect.recording.rollouts import register_state_reader
 
@@ -149,7 +154,7 @@ def main(argv=None) -> int:
                 import workbench.worldmodel.rollout_eval as rollout_eval
 
                 rollout_eval.rollout_videos = teacher_forced_videos
-            result = evaluate_rollouts(exp, items, steps=8, seed=0, state=args.state, gate_scale=2.0,
+            result = evaluate_rollouts(exp, items, steps=args.steps, seed=0, state=args.state, gate_scale=2.0,
                                        progress=False, variants=variants)
             rows = summarise_rollouts(result)["chunks"]
             key = "rollout" if args.state == "probe" else f"rollout_{args.state}"

@@ -50,7 +50,8 @@ def main(names: list[str]) -> None:
                 hand = e.get(f"{key}_adapter_hand_cm{level}")
                 if hand is None:
                     continue
-                ratio = max(h / b for h, b in zip(hand, BASE, strict=True))
+                # (a rollout shorter than the 144 frames, `eval_variant.py --frames`, has its first chunks only)
+                ratio = max(h / b for h, b in zip(hand, BASE[:len(hand)], strict=True))
                 steps = t.get("steps", 600 if name == "shipped" else "?")
                 cpu = f"{t['cpu_s'] / 60:.1f}" if "cpu_s" in t else "–"
                 tag = f" ({label}{', level 0.1' if level else ''})"

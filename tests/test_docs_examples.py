@@ -8,8 +8,9 @@ world model ``exp``, ``model``, ``train``, ``val``, ``raw``, ``traj``), built on
 is copied for each page, so a page that trains it leaves the next page's alone.
 
 A shell line ``workbench ARGS`` runs in this process through the console script's own function
-(``workbench.cli.main``), which spares a Python start and the imports per line; any other line runs in
-``bash``. Each must exit 0.
+(``workbench.cli.main``), which spares a Python start and the imports per line, and so do
+``python -m workbench.MODULE ARGS`` and ``python examples/SCRIPT.py ARGS`` (the shipped example scripts, as
+``__main__``); any other line runs in ``bash``. Each must exit 0.
 
 Docstrings: the ``>>>`` examples of the library (the API reference renders them) run as doctests, module by
 module, from the same names plus the module's own.
@@ -30,6 +31,7 @@ import importlib
 import io
 import os
 import re
+import runpy
 import shlex
 import subprocess
 import sys
@@ -52,9 +54,9 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 SHARED = DOCS / "guides" / "index.md"  # its blocks define the names every page starts from
 COPIED = ("exp",)  # shared names a page may change: each page gets its own copy
-# The number of blocks that opt out (five need a GPU or real weights; the others install into the running
-# environment or train a whole demo or adapter study); an opt-out more (or fewer) is a deliberate change to this number.
-OPT_OUTS = 10
+# The number of blocks that opt out, each because it needs a GPU or a real checkpoint (every other block runs, a
+# long command as its quick twin below); an opt-out more (or fewer) is a deliberate change to this number.
+OPT_OUTS = 5
 RUN_LANGUAGES = ("python", "bash")
 SHIPPED_RUN = "workbench/worldmodel/weights/metaworld_action"  # the run `workbench demo` trains, as shipped
 FEW = "--episodes 2 --frames 16"  # a Meta-World rendering's quick twin: two episodes of one window
@@ -96,13 +98,31 @@ TWINS: dict[str, tuple[tuple[str, str], ...]] = {
     "docs/results/training-against-drift.md": (
         (r"(metaworld_drift\.yaml --output \S+)", r"\1 --steps 1"),
         (r"--rollout --steps 8", "--rollout --steps 1 --episodes 2 --frames 16"),
-        (r"--clips 36", "--clips 2 --steps 1")),
+        (r"--clips 36", "--clips 2 --steps 1"),
+        # the ablation's scripts: one training step, two 16-frame episodes rolled out with one sampling step
+        (r"(train_variant\.py .*)$", r"\1 --steps 1"),
+        (r"(eval_variant\.py .*--only rollout.*)$", r"\1 --episodes 2 --frames 16 --steps 1")),
     "docs/results/reliability.md": ((r"^cd benchmarks", f"cd {ROOT}/benchmarks"), (r"\.py$", ".py --quick")),
     "docs/results/policy-ranking.md": (
         CLOSED_LOOP, (r"(--out outputs/(?:policy_eval|policy_eval_seed1))$", rf"\1 {ONE_START}"),
-        (r"--starts 10 --frames 61", "--starts 1 --frames 16 --tasks reach-v3")),
+        (r"--starts 10 --frames 61", "--starts 1 --frames 16 --tasks reach-v3"),
+        # the contact mix: two tasks' three one-window episodes each (one of each held out), the quick demo on them
+        (r"--tasks reach-v3,push-v3,pick-place-v3,\S+", "--tasks reach-v3,push-v3"),
+        (r"--episodes 60 --frames 48 --size 64", "--episodes 6 --frames 16 --size 64"),
+        (r"(--output outputs/demo_contact)$", r"\1 --quick --steps 1 --processes 1")),
     "docs/results/own-data.md": OWN_DATA,
-    "docs/guides/your-own-data.md": ((r"--episodes 100 --frames 48", FEW), *OWN_DATA),
+    # pip resolves and builds the project's metadata, installing nothing (tests/test_install.py installs a wheel)
+    "docs/guides/install.md": (
+        (r'^pip install ("?)\.', rf"pip install --dry-run --no-index --no-build-isolation \1{ROOT}"),),
+    "docs/results/adapters.md": ((r"(compare_adapters\.py \w+)", r"\1 --quick --steps 1 --clips 2"),
+                                 (r"--speed", "--speed --quick")),
+    "docs/guides/your-own-data.md": (
+        (r"--episodes 100 --frames 48", FEW), *OWN_DATA,
+        # the LeRobot worked example: two tasks' ten one-window episodes (eight to train on, one per task held out)
+        (r"--episodes 60 --frames 48 (--action-repeat 2 --out data/metaworld_lerobot)",
+         r"--episodes 10 --frames 16 --tasks reach-v3,push-v3 \1"),
+        (r"(lerobot_world_model\.yaml --output outputs/lerobot_world_model)$", r"\1 --steps 1"),
+        (r"(demo --data data/metaworld_lerobot --output outputs/demo_lerobot)", r"\1 --quick --steps 1 --processes 1")),
     "docs/guides/memory-plan.md": ((r"examples/configs/wan22\.yaml|my_run\.yaml", "examples/configs/tiny.yaml"),),
     "docs/guides/world-model.md": (
         (r"--episodes \d+ --frames \d+", FEW), (r"--out workbench/data/samples/", "--out data/"),
@@ -199,20 +219,33 @@ def _workbench_argv(line: str) -> tuple[dict[str, str], list[str]] | None:
         return env, words[1:]
     if len(words) > 2 and Path(words[0]).name == "python" and words[1] == "-m" and words[2].startswith("workbench."):
         return env, words[1:]
+    if len(words) > 1 and Path(words[0]).name == "python" and re.fullmatch(r"examples/\w+\.py", words[1]):
+        return env, words[1:]  # one of the shipped example scripts (research/ scripts patch the library: bash)
     return None
 
 
 def _run_in_process(argv: list[str]) -> int | str | None:
-    """The exit status of ``workbench ARGV``, or of ``python -m MODULE ARGS`` (the module's ``main(args)``, which
-    its ``__main__`` block runs), run in this process."""
+    """The exit status of ``workbench ARGV``, of ``python -m MODULE ARGS`` (the module's ``main(args)``, which
+    its ``__main__`` block runs), or of ``python examples/SCRIPT.py ARGS`` (the script as ``__main__``, with
+    ``sys.argv`` as that command line gives it), run in this process."""
     from workbench.cli import main
 
     if argv[0] == "-m":
         main = importlib.import_module(argv[1]).main
         argv = argv[2:]
+    elif argv[0].endswith(".py"):
+        script, argv = argv[0], argv[1:]
+
+        def main(args: list[str]) -> None:
+            saved = sys.argv
+            sys.argv = [script, *args]
+            try:
+                runpy.run_path(script, run_name="__main__")
+            finally:
+                sys.argv = saved
     try:
         return main(argv)
-    except SystemExit as stop:  # argparse's own exits
+    except SystemExit as stop:  # argparse's own exits, and a script's
         return stop.code
 
 
@@ -295,6 +328,7 @@ def _scratch(path: Path) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     (path / "examples").symlink_to(ROOT / "examples")
     (path / "workbench").symlink_to(ROOT / "workbench")  # the shipped runs and samples the pages name
+    (path / "research").symlink_to(ROOT / "research")  # the scripts a results page reruns
     if (ROOT / ".venv").exists():
         (path / ".venv").symlink_to(ROOT / ".venv")
     return path
@@ -515,7 +549,8 @@ def opt_outs() -> list[tuple[str, int, str, str]]:
 
 
 def test_every_opt_out_gives_its_reason():
-    """``<!-- skip: next "why" -->`` only: a reason of a few words in quotes, never a bare skip or a range."""
+    """``<!-- skip: next "why" -->`` only: a reason of a few words in quotes, never a bare skip or a range; and
+    the reason is a GPU or a real checkpoint, since everything else runs here as a quick twin."""
     found = opt_outs()
     listing = "\n".join(f"  {page}:{line}: {reason}" for page, line, _, reason in found)
     bad = [(page, line, action, reason) for page, line, action, reason in found
@@ -523,6 +558,9 @@ def test_every_opt_out_gives_its_reason():
     assert bad == [], f"an opt-out without its reason in quotes (or not 'skip: next'):\n{bad}"
     assert len(found) == OPT_OUTS, (
         f"{len(found)} blocks opt out, OPT_OUTS says {OPT_OUTS}; update it deliberately. They are:\n{listing}")
+    runnable = [f"{page}:{line}" for page, line, _, reason in found if not re.search(r"GPU|checkpoint", reason)]
+    assert runnable == [], (f"these blocks opt out for a reason other than a GPU or a real checkpoint: {runnable}. "
+                            f"Run them as a quick twin instead (TWINS: fewer steps, episodes or clips).")
 
 
 def test_every_code_fence_is_run_or_plainly_not_code():
@@ -588,7 +626,7 @@ def test_what_a_page_shows_a_block_printing_is_compared(tmp_path):
         evaluate(markdown_sybil().parse(page), _scratch(tmp_path / "run2"))
 
 
-def test_workbench_lines_run_in_process_and_others_in_bash():
+def test_workbench_lines_and_example_scripts_run_in_process_and_others_in_bash():
     assert _workbench_argv("workbench train a.yaml --steps 3  # comment") == ({}, ["train", "a.yaml", "--steps", "3"])
     assert _workbench_argv("OMP_NUM_THREADS=1 .venv/bin/workbench doctor") == ({"OMP_NUM_THREADS": "1"}, ["doctor"])
     assert _workbench_argv("workbench cache-latents run.yaml --out cache/ && torchrun x") is None
@@ -596,6 +634,9 @@ def test_workbench_lines_run_in_process_and_others_in_bash():
     assert _workbench_argv("python -m workbench.worldmodel.policies --starts 1") == (
         {}, ["-m", "workbench.worldmodel.policies", "--starts", "1"])
     assert _workbench_argv("python -m pytest tests") is None and _workbench_argv("python x.py") is None
+    assert _workbench_argv("OMP_NUM_THREADS=1 python examples/compare_adapters.py controlnet  # 7 min") == (
+        {"OMP_NUM_THREADS": "1"}, ["examples/compare_adapters.py", "controlnet"])
+    assert _workbench_argv("python research/train_variant.py x") is None  # patches the library: its own process
     assert [line.split() for line in shell_lines("# one\nworkbench a \\\n    --b 1   # c\n\nmake x\n")] == [
         ["workbench", "a", "--b", "1", "#", "c"], ["make", "x"]]
 
