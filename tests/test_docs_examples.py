@@ -10,7 +10,9 @@ is copied for each page, so a page that trains it leaves the next page's alone.
 A shell line ``workbench ARGS`` runs in this process through the console script's own function
 (``workbench.cli.main``), which spares a Python start and the imports per line, and so do
 ``python -m workbench.MODULE ARGS`` and ``python examples/SCRIPT.py ARGS`` (the shipped example scripts, as
-``__main__``); any other line runs in ``bash``. Each must exit 0.
+``__main__``). ``python research/SCRIPT.py ARGS`` runs in a process of its own, since those scripts patch the
+library, but a fork of one that has imported torch (``tests/forked.py``); any other line runs in ``bash``.
+Each must exit 0.
 
 Docstrings: the ``>>>`` examples of the library (the API reference renders them) run as doctests, module by
 module, from the same names plus the module's own.
@@ -40,6 +42,7 @@ from functools import cache
 from pathlib import Path
 from unittest import SkipTest
 
+import forked
 import pytest
 import torch
 from conftest import kept
@@ -219,8 +222,8 @@ def _workbench_argv(line: str) -> tuple[dict[str, str], list[str]] | None:
         return env, words[1:]
     if len(words) > 2 and Path(words[0]).name == "python" and words[1] == "-m" and words[2].startswith("workbench."):
         return env, words[1:]
-    if len(words) > 1 and Path(words[0]).name == "python" and re.fullmatch(r"examples/\w+\.py", words[1]):
-        return env, words[1:]  # one of the shipped example scripts (research/ scripts patch the library: bash)
+    if len(words) > 1 and Path(words[0]).name == "python" and re.fullmatch(r"(examples|research)/\w+\.py", words[1]):
+        return env, words[1:]  # a shipped example script, or a research script (which runs in a fork)
     return None
 
 
@@ -259,7 +262,11 @@ def run_shell(example) -> None:
         if re.fullmatch(r"cd \S+", line):  # the page's later lines run there, as in the reader's shell
             os.chdir(line.split()[1])
             continue
-        if parsed is not None:
+        if parsed is not None and parsed[1][0].startswith("research/"):  # they patch the library: a process each
+            env, argv = parsed
+            done = forked.run(argv, env={**os.environ, "OMP_NUM_THREADS": "1", **env}, timeout=300)
+            code, text = done.returncode, done.stdout + done.stderr
+        elif parsed is not None:
             env, argv = parsed
             saved = {name: os.environ.get(name) for name in env}
             os.environ.update(env)
@@ -636,7 +643,9 @@ def test_workbench_lines_and_example_scripts_run_in_process_and_others_in_bash()
     assert _workbench_argv("python -m pytest tests") is None and _workbench_argv("python x.py") is None
     assert _workbench_argv("OMP_NUM_THREADS=1 python examples/compare_adapters.py controlnet  # 7 min") == (
         {"OMP_NUM_THREADS": "1"}, ["examples/compare_adapters.py", "controlnet"])
-    assert _workbench_argv("python research/train_variant.py x") is None  # patches the library: its own process
+    assert _workbench_argv("python research/train_variant.py x --steps 1") == (
+        {}, ["research/train_variant.py", "x", "--steps", "1"])  # (run in a fork: it patches the library)
+    assert _workbench_argv("python benchmarks/real_size.py") is None
     assert [line.split() for line in shell_lines("# one\nworkbench a \\\n    --b 1   # c\n\nmake x\n")] == [
         ["workbench", "a", "--b", "1", "#", "c"], ["make", "x"]]
 

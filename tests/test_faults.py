@@ -17,12 +17,11 @@ import shlex
 import shutil
 import signal
 import socket
-import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
 
+import forked
 import pytest
 import torch
 from conftest import COLLECTED, TINY_RUN, cli, flip_bits, snapshot, tiny_base, truncate, write_run_config
@@ -786,7 +785,7 @@ NAN_ACTIONS = textwrap.dedent("""
 def test_a_nan_action_under_the_world_model_adapter_is_an_error_not_a_segfault(tmp_path):
     """The issue's crash: a NaN action through the warps made grid_sample's backward write out of bounds (exit 139)."""
     script = NAN_ACTIONS.format(tests=str(ROOT / "tests"), out=str(tmp_path / "r"))
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=ENV, timeout=300)
+    done = forked.run(["-c", script], env=ENV, timeout=300)
     assert done.returncode == 3, (done.returncode, done.stderr[-2000:])  # not -SIGSEGV: both values reached the end
     assert "Traceback" not in done.stderr
     lines = done.stdout.splitlines()
@@ -930,9 +929,8 @@ SAVES = textwrap.dedent("""
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_kill_9_at_a_random_point_of_a_save_leaves_every_checkpoint_verifiable(tmp_path, seed):
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-c", SAVES.format(tests=str(ROOT / "tests"), out=str(out))],
-                            stdout=subprocess.PIPE, text=True, env=ENV)
-    assert proc.stdout.readline().strip() == "ready"
+    proc = forked.start(["-c", SAVES.format(tests=str(ROOT / "tests"), out=str(out))], env=ENV)
+    assert proc.readline().strip() == "ready", proc.stderr[-2000:]
     time.sleep(random.Random(seed).uniform(0.2, 1.0))
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
@@ -1040,11 +1038,10 @@ def test_kill_9_in_the_middle_of_writing_a_cache_then_a_rerun_gives_the_same_cac
     out = tmp_path / "cache"
     whole = tmp_path / "whole"
     assert cli(capsys, "cache-latents", config, "--out", whole, "--shard-size", 1, "--quiet")[0] == 0
-    proc = subprocess.Popen([sys.executable, "-c", CACHING.format(tests=str(ROOT / "tests"), config=str(config),
-                                                                  out=str(out), point=point, shard=3)],
-                            stdout=subprocess.PIPE, text=True, env=ENV)
-    assert proc.stdout.readline().strip() == "ready"
-    held = proc.stdout.readline().strip()
+    proc = forked.start(["-c", CACHING.format(tests=str(ROOT / "tests"), config=str(config), out=str(out),
+                                              point=point, shard=3)], env=ENV)
+    assert proc.readline().strip() == "ready", proc.stderr[-2000:]
+    held = proc.readline().strip()
     assert held.startswith("mid-write"), held
     complete = sorted(p.name for p in out.glob("shard-*.manifest.json"))
     assert complete == [f"shard-0000{i}.manifest.json" for i in range(3)]  # shards 0-2 done, 3 in the middle
@@ -1069,8 +1066,8 @@ def test_a_second_writer_is_refused_naming_the_first_and_a_killed_writer_never_b
 
     config = write_run_config(tmp_path / "long.yaml", **{"training.checkpoint_every": 3})
     out = tmp_path / "run"
-    first = subprocess.Popen([sys.executable, "-m", "workbench", "train", str(config), "--output", str(out), "--steps",
-                              "100000", "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    first = forked.start(["-m", "workbench", "train", str(config), "--output", str(out), "--steps", "100000",
+                          "--quiet"], env=ENV)
     try:
         deadline = time.time() + 120
         while not list_checkpoints(out) and time.time() < deadline:
@@ -1095,7 +1092,7 @@ def test_a_second_writer_is_refused_naming_the_first_and_a_killed_writer_never_b
         assert first.poll() is None  # the first writer goes on saving, untouched
     finally:
         first.send_signal(signal.SIGKILL)
-        first.communicate(timeout=60)
+        first.wait(timeout=60)
     assert first.returncode == -signal.SIGKILL
     killed_at = step_of(latest_checkpoint(out))
     # the killed writer's lock went with it: the run continues at once from its latest checkpoint
@@ -1113,13 +1110,13 @@ def test_a_second_writer_is_refused_naming_the_first_and_a_killed_writer_never_b
 def test_a_signal_stops_training_saves_and_says_how_to_continue(tmp_path, capsys, signum, status):
     config = write_run_config(tmp_path / "long.yaml", **{"training.steps": 100000, "training.checkpoint_every": 3})
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "workbench", "train", str(config), "--output", str(out), "--steps",
-                             "90000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    proc = forked.start(["-m", "workbench", "train", str(config), "--output", str(out), "--steps", "90000"], env=ENV)
     deadline = time.time() + 120
     while not list_checkpoints(out) and time.time() < deadline:
         time.sleep(0.1)
     proc.send_signal(signum)
-    stdout, stderr = proc.communicate(timeout=120)
+    proc.wait(timeout=120)
+    stdout, stderr = proc.stdout, proc.stderr
     assert proc.returncode == status, stderr[-2000:]
     assert "Traceback" not in stderr
     lines = stdout.splitlines()
@@ -1140,12 +1137,12 @@ def test_ctrl_c_during_cache_latents_says_how_to_continue(cache, tmp_path, capsy
     out = tmp_path / "cache"
     script = CACHING.format(tests=str(ROOT / "tests"), config=str(config), out=str(out),
                             point="between a shard and its manifest", shard=3)
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=ENV)
-    assert proc.stdout.readline().strip() == "ready"
-    assert proc.stdout.readline().startswith("mid-write")  # held in the middle of the cache
+    proc = forked.start(["-c", script], env=ENV)
+    assert proc.readline().strip() == "ready", proc.stderr[-2000:]
+    assert proc.readline().startswith("mid-write")  # held in the middle of the cache
     proc.send_signal(signal.SIGINT)
-    _, stderr = proc.communicate(timeout=60)
+    proc.wait(timeout=60)
+    stderr = proc.stderr
     assert proc.returncode == 130 and "Traceback" not in stderr
     line = next(line for line in stderr.splitlines() if "Continue with: " in line).split("Continue with: ")[1]
     assert line == f"workbench cache-latents {config} --out {out} --shard-size 1 --quiet"  # its own arguments

@@ -15,6 +15,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import forked
 import pytest
 import torch
 from conftest import EXAMPLE_BATCH_KEYS, requires_plugins
@@ -620,8 +621,9 @@ def test_the_example_config_trains_through_workbench_train(plugin, cache, tmp_pa
 
 
 def test_the_tiny_fixture_cli_writes_a_loadable_pipeline(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "workbench_wan22.tiny", str(tmp_path / "w")], capture_output=True,
-                         text=True, check=True).stdout
+    done = forked.run(["-m", "workbench_wan22.tiny", str(tmp_path / "w")])
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = done.stdout
     assert out.startswith(f"wrote a tiny Wan2.2 TI2V pipeline to {tmp_path / 'w'} (")
     assert (tmp_path / "w" / "model_index.json").is_file()
     assert (tmp_path / "w" / "transformer" / "diffusion_pytorch_model.safetensors").is_file()

@@ -10,6 +10,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import forked
 import pytest
 import torch
 import yaml
@@ -400,9 +401,8 @@ def test_sigkill_mid_save_leaves_the_previous_checkpoint_loadable(tmp_path):
         print("saving", flush=True)
         exp.save_checkpoint()
     """)
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert proc.stdout.readline().strip() == "saving"
+    proc = forked.start(["-c", script], env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.readline().strip() == "saving", proc.stderr[-2000:]
     import time
 
     deadline = time.time() + 30
