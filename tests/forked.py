@@ -6,7 +6,8 @@ keep a patch or a crash out of the test's process) used to start ``python -c COD
 code. :func:`start` runs the same command line in a fork of the workers' fork server
 (:func:`workbench.workers.worker_context`, which has imported torch and the library's heavy modules once):
 the command runs as ``__main__``, with its own ``sys.argv``, working directory and environment, its output in
-files, and it is a process like any other to signal, kill and wait for.
+files and its own exit handlers run at its end, and it is a process like any other to signal, kill and wait
+for.
 
 What a fork does not give: a fresh ``sys.modules`` (a command that checks what an import loads needs its own
 interpreter) or another interpreter (a virtual environment's ``python``). Those still use ``subprocess``.
@@ -14,6 +15,7 @@ interpreter) or another interpreter (a virtual environment's ``python``). Those 
 
 from __future__ import annotations
 
+import atexit
 import io
 import os
 import runpy
@@ -44,6 +46,7 @@ def _main(argv: list[str], cwd: str, env: dict[str, str], out: str, err: str) ->
     adopt_environment(env)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    atexit._clear()  # the server's exit handlers are not the command's; the command's own run at its end
     code: int | str | None = 0
     try:
         if argv[0] == "-c":
@@ -66,6 +69,7 @@ def _main(argv: list[str], cwd: str, env: dict[str, str], out: str, err: str) ->
     if isinstance(code, str):
         print(code, file=sys.stderr)
         code = 1
+    atexit._run_exitfuncs()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code or 0)  # no interpreter teardown: the fork's parent is the server, which only reaps it

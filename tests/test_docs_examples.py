@@ -209,8 +209,10 @@ def shell_lines(source: str) -> list[str]:
 
 
 def _workbench_argv(line: str) -> tuple[dict[str, str], list[str]] | None:
-    """``(environment, argv)`` when ``line`` is ``[NAME=VALUE ...] [path/]workbench ARGS`` and nothing else, or
-    ``[NAME=VALUE ...] [path/]python -m workbench.MODULE ARGS`` (then argv starts ``-m``, the module)."""
+    """``(environment, argv)`` when ``line`` is ``[NAME=VALUE ...] [path/]workbench ARGS`` and nothing else,
+    ``[NAME=VALUE ...] [path/]python -m workbench.MODULE ARGS`` (then argv starts ``-m``, the module), or
+    ``[NAME=VALUE ...] [path/]python examples/SCRIPT.py ARGS`` or ``research/SCRIPT.py`` (argv starts with the
+    script)."""
     if re.search(r"[|&;<>`$(){}]", line.split(" #")[0]):
         return None
     words = shlex.split(line, comments=True)
@@ -254,7 +256,8 @@ def _run_in_process(argv: list[str]) -> int | str | None:
 
 def run_shell(example) -> None:
     """A ```bash block, line by line, in the page's scratch directory; every line must exit 0. The lines that
-    run ``workbench`` or a module of it run in this process (a fresh interpreter would import torch again)."""
+    run ``workbench``, a module of it or an example script run in this process, a research script in a fork
+    (a fresh interpreter would import torch again)."""
     printed = []
     for line in shell_lines(twin(example, str(example.parsed))):
         parsed = _workbench_argv(line)

@@ -10,8 +10,8 @@ import sys
 
 import forked
 
-SHOW = ("import os, sys\nprint(sys.argv, os.environ.get('WORKBENCH_FORKED_TEST'), os.getcwd(), flush=True)\n"
-        "print('to stderr', file=sys.stderr)\nraise SystemExit(int(sys.argv[1]))")
+SHOW = ("import atexit, os, sys\nprint(sys.argv, os.environ.get('WORKBENCH_FORKED_TEST'), os.getcwd(), flush=True)\n"
+        "atexit.register(print, 'at exit')\nprint('to stderr', file=sys.stderr)\nraise SystemExit(int(sys.argv[1]))")
 
 
 def test_a_forked_command_gets_what_a_fresh_interpreter_gets(tmp_path):
@@ -19,7 +19,7 @@ def test_a_forked_command_gets_what_a_fresh_interpreter_gets(tmp_path):
     fresh = subprocess.run([sys.executable, "-c", SHOW, "3"], env=env, cwd=tmp_path, capture_output=True, text=True)
     fork = forked.run(["-c", SHOW, "3"], env=env, cwd=tmp_path)
     assert (fork.returncode, fork.stdout, fork.stderr) == (fresh.returncode, fresh.stdout, fresh.stderr) == (
-        3, f"['-c', '3'] yes {tmp_path}\n", "to stderr\n")
+        3, f"['-c', '3'] yes {tmp_path}\nat exit\n", "to stderr\n")
     assert "WORKBENCH_FORKED_TEST" not in os.environ and os.getcwd() != str(tmp_path)  # this process: untouched
     (tmp_path / "script.py").write_text("import sys\nprint(__name__, sys.argv[1:])\n1 / 0\n")
     failed = forked.run([str(tmp_path / "script.py"), "a"])
