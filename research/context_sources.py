@@ -124,17 +124,17 @@ class EpisodeBank:
     def __init__(self, dataset: Any, base: Any):
         episodes = sorted(set(int(e) for e, _ in dataset.index))
         self.row = {e: i for i, e in enumerate(episodes)}
-        self._pixels = dataset.read("frames", episodes)                 # uint8 [E, F, H, W, 3]
-        self._base, self._latents = base, {}
+        self._dataset, self._episodes, self._base, self._latents = dataset, episodes, base, {}
         self.action = torch.from_numpy(np.clip(dataset.read("actions", episodes).astype(np.float32), -1, 1))
         self.ee_pos = torch.from_numpy(dataset.read("ee_pos", episodes).astype(np.float32))
         self.camera = dataset[0].get("camera")
-        self.frames = self._pixels.shape[1]
+        self.frames = self.action.shape[1]
 
     def latent(self, row: int) -> torch.Tensor:
-        """Episode ``row``'s latents ``[C, F, h, w]``, encoded on first use."""
+        """Episode ``row``'s latents ``[C, F, h, w]``, read and encoded on first use."""
         if row not in self._latents:
-            video = torch.from_numpy(self._pixels[row]).permute(3, 0, 1, 2)[None].float().div(127.5).sub(1.0)
+            pixels = self._dataset.read("frames", [self._episodes[row]])[0]  # uint8 [F, H, W, 3]
+            video = torch.from_numpy(pixels).permute(3, 0, 1, 2)[None].float().div(127.5).sub(1.0)
             with torch.no_grad():
                 self._latents[row] = self._base.encode(video)[0]
         return self._latents[row]
