@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import re
+import sys
 
 import numpy as np
 import pytest
@@ -224,6 +225,8 @@ def test_a_policy_is_described_by_its_name_and_where_it_was_defined():
 
 
 POLICY_FILE = '''
+import sys
+
 import numpy as np
 
 def forward(obs):
@@ -268,6 +271,26 @@ def test_a_policy_loads_from_a_module_or_a_file(tmp_path, monkeypatch):
     (tmp_path / "broken.py").write_text("raise RuntimeError('no gripper')\n")
     with pytest.raises(PolicyError, match=r"running 'broken\.py' raised RuntimeError: no gripper\. Fix the file"):
         load_policy("broken.py:forward")
+
+
+def test_a_policy_file_runs_once_under_one_name(tmp_path, monkeypatch):
+    """A file already imported by its own name is that module, not a second copy; a file loaded twice runs once;
+    two files of one stem in two folders keep a module each."""
+    (tmp_path / "once").mkdir()
+    (tmp_path / "once" / "__init__.py").write_text("")
+    (tmp_path / "once" / "my_policies.py").write_text(POLICY_FILE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    imported = load_policy("once.my_policies:forward")
+    assert load_policy(f"{tmp_path / 'once' / 'my_policies.py'}:forward") is imported
+    for folder, value in (("a", 1), ("b", 2)):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "same.py").write_text(f"RUNS = []\nRUNS.append(1)\ndef act(obs):\n    return {value}\n")
+    a, b = (load_policy(f"{tmp_path / folder / 'same.py'}:act") for folder in ("a", "b"))
+    assert (a(None), b(None)) == (1, 2) and a.__module__ != b.__module__
+    assert load_policy(f"{tmp_path / 'a' / 'same.py'}:act") is a
+    assert sys.modules[a.__module__].RUNS == [1]  # run once
+    for module in (a.__module__, b.__module__, "once.my_policies", "once"):
+        monkeypatch.delitem(sys.modules, module)
 
 
 def test_a_batch_of_episodes_gives_each_the_frames_it_gets_alone(model):

@@ -166,6 +166,40 @@ def describe_policy(policy: Any) -> str:
     return f"{name!r} ({qual}{place})"
 
 
+def _module_of_file(path: Path) -> Any:
+    """The module already loaded from the file ``path`` (imported by its own name, or by an earlier
+    :func:`load_policy`), else None: a file is run once, under one name."""
+    real = path.resolve()
+    for module in list(sys.modules.values()):
+        file = getattr(module, "__file__", None)
+        if isinstance(file, str) and Path(file).name == real.name and Path(file).resolve() == real:
+            return module
+    return None
+
+
+def _load_file(spec: str, path: Path) -> Any:
+    """Run the file ``path`` as the module ``workbench_policy_<stem>`` (``_2``, ``_3``, ... after the stem
+    when another file of that stem holds the name), registered in ``sys.modules`` so that a dataclass or a
+    pickled object of the file finds its module."""
+    name = base = f"workbench_policy_{path.stem}"
+    count = 1
+    while name in sys.modules:
+        count += 1
+        name = f"{base}_{count}"
+    loader = importlib.util.spec_from_file_location(name, path)
+    if loader is None or loader.loader is None:
+        raise PolicyError(f"policy {spec!r}: {str(path)!r} cannot be loaded as Python; give a .py file.")
+    module = importlib.util.module_from_spec(loader)
+    sys.modules[name] = module
+    try:
+        loader.loader.exec_module(module)
+    except Exception as err:
+        del sys.modules[name]
+        raise PolicyError(f"policy {spec!r}: running {str(path)!r} raised {type(err).__name__}: {err}. "
+                          f"Fix the file and run again.") from err
+    return module
+
+
 def load_policy(spec: str) -> Callable[[Observation], Any]:
     """The policy ``spec`` names: ``"package.module:name"`` (imported, so on ``sys.path``) or
     ``"path/to/file.py:name"`` (loaded from the file). ``name`` may be dotted (``Class.method``,
@@ -185,18 +219,7 @@ def load_policy(spec: str) -> Callable[[Observation], Any]:
         if not path.is_file():
             raise PolicyError(f"policy {spec!r}: no file {str(path)!r} (from {Path.cwd()}). "
                               f"Give the path of a .py file that defines {attr!r}.")
-        name = f"workbench_policy_{path.stem}"
-        loader = importlib.util.spec_from_file_location(name, path)
-        if loader is None or loader.loader is None:
-            raise PolicyError(f"policy {spec!r}: {str(path)!r} cannot be loaded as Python; give a .py file.")
-        module = importlib.util.module_from_spec(loader)
-        sys.modules[name] = module  # a dataclass or a pickled object of the file finds its module
-        try:
-            loader.loader.exec_module(module)
-        except Exception as err:
-            del sys.modules[name]
-            raise PolicyError(f"policy {spec!r}: running {str(path)!r} raised {type(err).__name__}: {err}. "
-                              f"Fix the file and run again.") from err
+        module = _module_of_file(path) or _load_file(spec, path)
     else:
         try:
             module = importlib.import_module(where)
