@@ -243,6 +243,11 @@ def test_imagine_scores_the_last_frame_of_each_rollout(tiny):
     assert set(report) == {"all", "reach-v3", "push-v3", "success_rate", "episode_rho"}
     assert len(report["all"]["groups"]) == 12 and report["all"]["groups"][0] == "reach-v3/expert"
     assert report["all"]["simulated_mean"] == pytest.approx(ep.sim_distance.tolist())  # one start: the episodes
+    # a distance ranks as reported, to 0.01 mm: episodes apart by less (a kernel's last bits) are ties, not an order
+    same = np.full(len(ep), 0.3671)
+    assert np.isnan(agreement(same + np.arange(len(ep)) * 2e-8, ep, resamples=20)["all"]["rho"])
+    assert agreement(same - np.arange(len(ep)) * 2e-5, ep, resamples=20)["episode_rho"] == pytest.approx(
+        spearman(-np.arange(len(ep)), ep.sim_distance))
 
 
 def test_the_cli_runs_without_out_only_with_policies(tmp_path):

@@ -664,7 +664,9 @@ def _schedule(plan: Plan) -> list:
 
 
 def _rounded(values: np.ndarray) -> list:
-    return [None if np.isnan(v) else round(float(v), 5) for v in values]
+    from workbench.worldmodel.policies import DISTANCE_DECIMALS
+
+    return [None if np.isnan(v) else round(float(v), DISTANCE_DECIMALS) for v in values]
 
 
 def _per_policy(report: dict[str, Any], episodes: Any, columns: dict[str, np.ndarray],

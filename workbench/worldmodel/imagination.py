@@ -186,7 +186,7 @@ def world_summary(run_dir: str | Path, *, scratch_dir: str | Path | None = None,
         DataError: Before any job, when the simulator's record does not hold the start states rolled out.
     """
     from workbench.worldmodel import closed_loop_eval as cle
-    from workbench.worldmodel.policies import agreement
+    from workbench.worldmodel.policies import DISTANCE_DECIMALS, agreement
     from workbench.worldmodel.rollout_eval import summarise_rollouts
 
     cfg = cfg or WorldSummaryConfig()
@@ -212,7 +212,7 @@ def world_summary(run_dir: str | Path, *, scratch_dir: str | Path | None = None,
     for name in ("base", "adapter"):
         d = next(d for d in done if d["job"] == ("policies", name))
         report["variants"][name] = {"agreement": agreement(d["distance"], episodes, seed=cfg.seed),
-                                    "distance_m": np.round(d["distance"], 5).tolist(),
+                                    "distance_m": np.round(d["distance"], DISTANCE_DECIMALS).tolist(),
                                     "cpu_seconds": round(d["cpu_seconds"], 1)}
     variants = ["base", "adapter"]
     acted = [d for name in variants for x in done if x["job"] == ("closed_loop", name) for d in x["done"]]

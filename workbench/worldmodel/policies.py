@@ -53,6 +53,11 @@ NOISE_LEVELS = (0.1, 0.3, 0.6, 1.0)
 SUCCESS_RADIUS = {"reach-v3": 0.05, "push-v3": 0.05}
 #: What each task's outcome measures: the distance from this body to the goal.
 OUTCOME = {"reach-v3": "hand", "push-v3": "object"}
+#: The decimals (of a metre: 0.01 mm) an imagined outcome is reported and ranked at. Below them a distance
+#: read off a frame moves with the CPU's kernels, not with the policy: on some CPUs the probe's reading of one
+#: frame changes in its last bits with the frame's row in the batch (2e-8 m seen), and a ranking that counted
+#: those bits would order episodes that are the same.
+DISTANCE_DECIMALS = 5
 #: Frames of the recorded episodes kept in the sample file (every third and the last): the rollout needs
 #: only the first; the rest let a reader see the episodes and check the probes on true frames.
 FRAME_STRIDE = 3
@@ -515,7 +520,9 @@ def success_of(distance: np.ndarray, tasks: np.ndarray) -> np.ndarray:
 def agreement(distance: np.ndarray, episodes: PolicyEpisodes, *, resamples: int = 2000,
               seed: int = 0) -> dict[str, Any]:
     """:func:`rank_agreement` of ``distance`` with the simulated outcomes: over every (task, policy) pair
-    (``all``) and within each task, plus the success rates per (task, policy)."""
+    (``all``) and within each task, plus the success rates per (task, policy). ``distance`` counts to
+    :data:`DISTANCE_DECIMALS`, as reported."""
+    distance = np.round(np.asarray(distance, np.float64), DISTANCE_DECIMALS)
     groups = np.array([f"{t}/{p}" for t, p in zip(episodes.task, episodes.policy, strict=True)])
     out = {"all": rank_agreement(distance, episodes.sim_distance, groups, episodes.start, episodes.task,
                                  resamples=resamples, seed=seed)}
@@ -577,7 +584,8 @@ def evaluate_policies(runs: dict[str, Any], episodes: PolicyEpisodes | None = No
     truth = outcome_distance(episodes.frames[:, -1], episodes)
     report["variants"]["probe_on_truth"] = {"agreement": agreement(truth, episodes, resamples=resamples,
                                                                    seed=seed),
-                                            "distance_m": truth.round(5).tolist(), "cpu_seconds": 0.0}
+                                            "distance_m": truth.round(DISTANCE_DECIMALS).tolist(),
+                                            "cpu_seconds": 0.0}
     for name, exp, on in plan:
         if progress:
             print(f"{VARIANT_LABELS[name]}: {len(episodes)} episodes of {episodes.actions.shape[1]} frames, "
@@ -587,9 +595,9 @@ def evaluate_policies(runs: dict[str, Any], episodes: PolicyEpisodes | None = No
                       gate_scale=gate_scale if name == "adapter" else None, batch=batch, progress=progress)
         report["variants"][name] = {"agreement": agreement(got["distance"], episodes, resamples=resamples,
                                                            seed=seed),
-                                    "distance_m": got["distance"].round(5).tolist(),
+                                    "distance_m": got["distance"].round(DISTANCE_DECIMALS).tolist(),
                                     "cpu_seconds": round(got["cpu_seconds"], 1)}
-    report["simulated_distance_m"] = episodes.sim_distance.round(5).tolist()
+    report["simulated_distance_m"] = episodes.sim_distance.round(DISTANCE_DECIMALS).tolist()
     report["episode_rows"] = [{"task": str(t), "start": int(s), "policy": str(p)}
                               for t, s, p in zip(episodes.task, episodes.start, episodes.policy, strict=True)]
     return report

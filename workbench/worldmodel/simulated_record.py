@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -39,7 +40,10 @@ SIMULATED_PATH = Path(__file__).resolve().parents[1] / "data" / "samples" / "met
 RECORD_FORMAT = 1
 #: The shipped record's command. Its kernels are part of it: the policies read the probes off the simulator's
 #: frames, and through contact a push outcome follows the probes' last digits (with AVX-512 kernels the expert
-#: with noise 0.3 ends 3.5 cm further from one push goal), so the record is made, and checked, with AVX2.
+#: with noise 0.3 ends 3.5 cm further from one push goal), so the record is made, and checked, with AVX2. The
+#: CPU's maker counts too: with the same AVX2 kernels an Intel Xeon reads the probes to other last bits than
+#: the AMD EPYC that made the shipped record, and there the same push ends 3.5 cm away (the reach outcomes,
+#: without contact, agree to the record's last digit). The record names its CPU's maker.
 RECORD_COMMAND = ("ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 "
                   "python -m workbench.worldmodel.simulated_record "
                   "--out workbench/data/samples/metaworld_closed_loop_sim.json")
@@ -58,6 +62,17 @@ def start_digests(starts: StartStates) -> list[str]:
             h.update(np.ascontiguousarray(getattr(starts, key)[r], np.float32).tobytes())
         out.append(h.hexdigest())
     return out
+
+
+def cpu_vendor() -> str:
+    """The CPU's maker as the processor names itself (``AuthenticAMD``, ``GenuineIntel``; ``/proc/cpuinfo``),
+    or ``unknown``."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "unknown"
+    found = re.search(r"^vendor_id\s*:\s*(\S+)", text, re.M)
+    return found.group(1) if found else "unknown"
 
 
 def _embedded_rule() -> tuple[int, int]:
@@ -116,7 +131,7 @@ def record_simulated(out: str | Path = SIMULATED_PATH, *, recording: str | Path 
         "versions": {"metaworld": distribution_version("metaworld"), "mujoco": mujoco.__version__,
                      "torch": distribution_version("torch"), "python": platform.python_version()},
         "kernels": {"torch": torch.backends.cpu.get_cpu_capability(),
-                    "onednn_max_cpu_isa": os.environ.get("ONEDNN_MAX_CPU_ISA")},
+                    "onednn_max_cpu_isa": os.environ.get("ONEDNN_MAX_CPU_ISA"), "cpu_vendor": cpu_vendor()},
         "decision_rule": {"frames": frames, "window": window, "context": context, "seed": int(seed)},
         "start_states": {"recording": source, "seed": int(starts.meta["seed"]), "tasks": starts.tasks,
                          "per_task": starts.per_task,
