@@ -459,12 +459,14 @@ def sample_lerobot(tmp_path_factory):
     return metaworld_to_lerobot("sample", tmp_path_factory.mktemp("sample") / "metaworld_lerobot")
 
 
-def compare_with_hdf5(root: Path, h5: str, split: str = "all") -> list[float]:
-    """Every clip of the LeRobot copy against the HDF5 file's: exact signals, the frames' PSNR per clip."""
+def compare_with_hdf5(root: Path, h5: str, split: str = "all", stride: int = 16) -> list[float]:
+    """Every clip of the LeRobot copy against the HDF5 file's: exact signals, the frames' PSNR per clip. With the
+    stride the window (the shipped sample's 48-frame episodes), the clips tile each episode: every frame and signal
+    is compared once."""
     from workbench.data.metaworld import MetaWorldClips
 
-    ours = LeRobotClips(root=str(root), window=16, stride=4, split=split, ee_pos="observation.ee_pos")
-    ref = MetaWorldClips(path=h5, window=16, stride=4, split=split)
+    ours = LeRobotClips(root=str(root), window=16, stride=stride, split=split, ee_pos="observation.ee_pos")
+    ref = MetaWorldClips(path=h5, window=16, stride=stride, split=split)
     assert ours.index == ref.index and len(ours) > 0
     assert ours.train_episodes == ref.train_episodes  # the same split rule on the same task names
     db = []
@@ -521,7 +523,7 @@ def test_generator_writes_lerobot_with_the_same_rollouts(tmp_path):
             "--episodes", "2", "--frames", "20", "--size", "32", "--seed", "3"]
     assert main(argv) == 0
     assert not (tmp_path / "lerobot.rollouts.h5").exists()  # the intermediate file is gone
-    db = compare_with_hdf5(out, str(h5))
+    db = compare_with_hdf5(out, str(h5), stride=4)  # clips at frames 0 and 4 of 20: every frame
     print(f"\ngenerated via LeRobot: PSNR per clip min {min(db):.2f} dB, mean {np.mean(db):.2f} dB")
     assert min(db) > 25.0
     assert main(argv) == 2  # --out exists: refused, nothing overwritten
