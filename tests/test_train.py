@@ -287,6 +287,20 @@ def test_checkpoint_rotation_keeps_the_newest(tmp_path):
     assert names == {"trainable.safetensors", "state.pt", "config.yaml", "meta.json", "manifest.json"}
 
 
+def test_a_save_killed_before_it_named_its_checkpoint_latest_still_resumes_from_it(tmp_path):
+    """A save renames its complete checkpoint into place, then points LATEST at it: a process killed between the
+    two leaves LATEST naming the checkpoint before. The newer, complete one is the run's latest all the same
+    (resuming from the older one would leave it behind, newer than the run's own later checkpoints)."""
+    from workbench.train.checkpoint import latest_checkpoint
+
+    exp = make(tmp_path, checkpoint_every=2)
+    exp.fit(DATA, steps=4)
+    (tmp_path / "LATEST").write_text("step-0000002")  # as the kill leaves it
+    assert latest_checkpoint(tmp_path) == tmp_path / "step-0000004"
+    resumed = AdapterExperiment.load(latest_checkpoint(tmp_path))
+    assert resumed.step == 4 and resumed.loss_history == exp.loss_history
+
+
 def test_base_is_never_written_and_optimizer_holds_trainable_params_only(tmp_path):
     exp = make(tmp_path)
     exp.fit(DATA, steps=1)

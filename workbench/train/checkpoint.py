@@ -74,7 +74,13 @@ def list_checkpoints(run_dir: str | Path) -> list[Path]:
 
 
 def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    """The checkpoint ``LATEST`` names, or a newer complete one: a save renames its checkpoint into place,
+    then points ``LATEST`` at it, and a process killed between the two leaves a complete checkpoint that
+    ``LATEST`` does not name yet (a resume from an earlier one sets the newer ones aside,
+    :func:`set_aside_after`, so none is newer otherwise). Without a usable ``LATEST``, the newest complete
+    one."""
     run_dir = Path(run_dir)
+    found = list_checkpoints(run_dir)
     pointer = run_dir / "LATEST"
     if pointer.exists():
         try:
@@ -82,8 +88,8 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
         except (OSError, UnicodeDecodeError, ValueError):
             candidate = None
         if candidate is not None and candidate.name.startswith(PREFIX) and (candidate / "meta.json").exists():
-            return candidate
-    found = list_checkpoints(run_dir)
+            newer = [p for p in found if p.name > candidate.name]
+            return newer[-1] if newer else candidate
     return found[-1] if found else None
 
 
