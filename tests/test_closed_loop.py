@@ -293,6 +293,20 @@ def test_a_policy_file_runs_once_under_one_name(tmp_path, monkeypatch):
         monkeypatch.delitem(sys.modules, module)
 
 
+def test_a_policy_file_on_the_path_is_loaded_by_its_own_name(tmp_path, monkeypatch):
+    """One import path per module: a file that ``sys.path`` reaches, loaded by its path first, is the module its
+    own name imports (run once), not a copy under another name."""
+    import importlib
+
+    (tmp_path / "own_policies.py").write_text("RUNS = []\nRUNS.append(1)\ndef act(obs):\n    return 3\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    act = load_policy(f"{tmp_path / 'own_policies.py'}:act")
+    assert act.__module__ == "own_policies" and act(None) == 3
+    module = importlib.import_module("own_policies")
+    assert module.act is act and module.RUNS == [1]
+    monkeypatch.delitem(sys.modules, "own_policies")
+
+
 def test_a_batch_of_episodes_gives_each_the_frames_it_gets_alone(model):
     clip = start(3)
     together = closed_loop(model, clip, Steer(), chunks=3, steps=STEPS, observe=LIGHT)

@@ -177,7 +177,30 @@ def _module_of_file(path: Path) -> Any:
     return None
 
 
-def _load_file(spec: str, path: Path) -> Any:
+def _own_name(path: Path) -> str | None:
+    """The dotted name ``path`` is imported by from ``sys.path`` (an entry holds it, through regular packages
+    only), when importing that name finds this very file; else None."""
+    real = path.resolve()
+    for entry in sys.path:
+        root = Path(entry or ".").resolve()
+        if not real.is_relative_to(root):
+            continue
+        parts = real.relative_to(root).with_suffix("").parts
+        folders = [root.joinpath(*parts[:i]) for i in range(1, len(parts))]
+        packages = all((folder / "__init__.py").is_file() for folder in folders)
+        if not packages or not all(p.isidentifier() for p in parts):
+            continue
+        name = ".".join(parts)
+        try:
+            found = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            continue
+        if found is not None and found.origin and Path(found.origin).resolve() == real:
+            return name
+    return None
+
+
+def _run_as_module(spec: str, path: Path) -> Any:
     """Run the file ``path`` as the module ``workbench_policy_<stem>`` (``_2``, ``_3``, ... after the stem
     when another file of that stem holds the name), registered in ``sys.modules`` so that a dataclass or a
     pickled object of the file finds its module."""
@@ -189,15 +212,27 @@ def _load_file(spec: str, path: Path) -> Any:
     loader = importlib.util.spec_from_file_location(name, path)
     if loader is None or loader.loader is None:
         raise PolicyError(f"policy {spec!r}: {str(path)!r} cannot be loaded as Python; give a .py file.")
-    module = importlib.util.module_from_spec(loader)
-    sys.modules[name] = module
+    module = sys.modules[name] = importlib.util.module_from_spec(loader)
     try:
         loader.loader.exec_module(module)
-    except Exception as err:
+    except BaseException:
         del sys.modules[name]
+        raise
+    return module
+
+
+def _load_file(spec: str, path: Path) -> Any:
+    """The module of the file ``path``: imported by its own name when ``sys.path`` reaches it (one import path
+    per module: a later ``import`` of that name is the same module), else run under a name of its own
+    (:func:`_run_as_module`)."""
+    own = _own_name(path)
+    try:
+        return importlib.import_module(own) if own is not None else _run_as_module(spec, path)
+    except PolicyError:
+        raise
+    except Exception as err:
         raise PolicyError(f"policy {spec!r}: running {str(path)!r} raised {type(err).__name__}: {err}. "
                           f"Fix the file and run again.") from err
-    return module
 
 
 def load_policy(spec: str) -> Callable[[Observation], Any]:
