@@ -90,8 +90,8 @@ def speed(rounds: int = 3, steps: int = 2, batch: int = 8) -> dict[str, float]:
     clips = MetaWorldClips(path="sample", window=16, stride=4, split="train")
     items = [clips[i] for i in range(batch)]
     # every tensor a clip carries (video, actions, the hand's position the demo's adapter reads, ...)
-    batch = {k: torch.stack([it[k] for it in items]) for k, v in items[0].items() if torch.is_tensor(v)}
-    batch["control"] = torch.stack([edges(it["video"]) for it in items])
+    raw = {k: torch.stack([it[k] for it in items]) for k, v in items[0].items() if torch.is_tensor(v)}
+    raw["control"] = torch.stack([edges(it["video"]) for it in items])
     exps = {}
     for kind, adapter in KINDS.items():
         overrides = {} if adapter is None else {"adapter": adapter, "composer": {"type": "replace"},
@@ -103,7 +103,7 @@ def speed(rounds: int = 3, steps: int = 2, batch: int = 8) -> dict[str, float]:
     for round_ in range(rounds + 1):
         for kind, exp in exps.items():
             start = time.process_time()
-            exp.fit([batch] * 1000, steps=steps, progress=False)
+            exp.fit([raw] * 1000, steps=steps, progress=False)
             if round_:  # the first round warms up
                 times[kind].append((time.process_time() - start) / steps)
     out = {kind: statistics.median(v) for kind, v in times.items()}
